@@ -1,0 +1,702 @@
+//! A tenant's global token bucket.
+//!
+//! The server keeps one global bucket per tenant in its store and runs
+//! [`request`] inside one store transaction per pod request. The state is
+//! split the way the store keeps it (the RFC's `tenant_usage` table): one
+//! [`TenantState`] row (instance 0) and one [`InstanceState`] row per live
+//! pod. The instance rows form a circular linked list ordered by id, with the
+//! tenant row as the sentinel: the tenant row's `first_instance_id` points at
+//! the lowest live id, each instance's `next_instance_id` at the next higher
+//! one, and the highest points back at 0.
+//!
+//! A transaction does not need all of a tenant's instance rows; it loads the
+//! few a request touches (see [`BucketRows`]), so the cost of a request does
+//! not grow with the number of pods.
+//!
+//! # The rules
+//! - **Refill**: `refill_rate` tokens per second, paused while the bucket holds
+//!   `burst_limit` tokens or more. Time comes from the store's clock and is
+//!   clamped at zero.
+//! - **Immediate grant**: enough tokens in the bucket: grant the request at once.
+//! - **Trickle grant**: otherwise grant what the bucket holds plus the pod's
+//!   fraction of the refill rate (`shares / sum(shares)`) over at most one
+//!   target request period, delivered at a constant rate.
+//! - **Systematic debt**: pre-distributing tokens over a period puts the
+//!   bucket up to `refill_rate × period` into debt by design; debt beyond that
+//!   lowers the rate handed out so it is paid back over the next period. Debt
+//!   is therefore bounded by `2 × refill_rate × period`.
+//! - **Bucket-level EMA** ([`GrantPolicy::BucketLevelEma`]): CockroachDB's
+//!   2023 policy, kept as an alternative for the simulator to compare.
+//! - **Instances**: a pod's first request links it into the list; every
+//!   request looks at the next few instances and removes those silent longer
+//!   than the inactivity timeout, taking their shares out of the sum.
+//! - **Idempotency**: a request repeating the last `(lease, seq)` of its
+//!   instance gets the stored response back and changes nothing. A new lease
+//!   starts a new sequence.
+//! - **Reconfiguration** ([`reconfigure`]): sets the limits, correcting the
+//!   operator's `available_tokens` for refill and consumption since `as_of`.
+//! - **Fallback rate**: every response tells the pod what it may consume per
+//!   second on its own while the server is unreachable.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::consumption::Consumption;
+use crate::time::Timestamp;
+use crate::validate::{
+    self, InvalidInput, MAX_LEASE_LEN, MAX_REFILL_RATE, MAX_SEQ, MAX_TARGET_REQUEST_PERIOD,
+    MAX_TOKENS, MIN_TARGET_REQUEST_PERIOD,
+};
+
+/// A pod's id within its tenant. 0 is the tenant row (the list's sentinel).
+pub type InstanceId = u32;
+
+/// The smoothing factor of the bucket-level EMA (CockroachDB's 0.25).
+const BUCKET_LEVEL_EMA_FACTOR: f64 = 0.25;
+/// The EMA policy refuses to go deeper in debt than this many periods of refill.
+const BUCKET_LEVEL_EMA_MAX_DEBT_PERIODS: f64 = 1.5;
+/// Tolerance when comparing an operator's `as_of_consumed_tokens` with the
+/// stored total, relative to the total (float sums may differ in the last bits).
+const AS_OF_CONSUMED_TOLERANCE: f64 = 1e-9;
+
+/// How a tenant's tokens are handed out when the bucket cannot grant at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GrantPolicy {
+    /// The RFC's policy: each pod gets `shares / sum(shares)` of the refill
+    /// rate, with systematic debt paid back over the next period.
+    #[default]
+    Shares,
+    /// CockroachDB's 2023 policy: ignore shares; allow each request one
+    /// period of refill minus the smoothed debt, and never more than 1.5
+    /// periods of debt.
+    BucketLevelEma,
+}
+
+/// Knobs of the global bucket, set per server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GlobalBucketConfig {
+    pub policy: GrantPolicy,
+    /// An instance silent for longer than this is removed from the list.
+    pub inactivity_timeout: Duration,
+    /// An instance that the requesting pod reports dead (it lies between the
+    /// pod and its `next_live_instance_id`) is removed once silent this long.
+    pub reported_dead_timeout: Duration,
+    /// At most this many following instances are examined (and possibly
+    /// removed) per request.
+    pub cleanup_window: usize,
+}
+
+impl Default for GlobalBucketConfig {
+    fn default() -> Self {
+        GlobalBucketConfig {
+            policy: GrantPolicy::Shares,
+            inactivity_timeout: Duration::from_secs(60),
+            reported_dead_timeout: Duration::from_secs(10),
+            cleanup_window: 8,
+        }
+    }
+}
+
+/// A tenant's limits.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Tokens added per second.
+    pub refill_rate: f64,
+    /// Refill pauses while the bucket holds this many tokens or more.
+    pub burst_limit: f64,
+}
+
+impl Limits {
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        validate::non_negative("refill_rate", self.refill_rate, MAX_REFILL_RATE)?;
+        validate::non_negative("burst_limit", self.burst_limit, MAX_TOKENS)?;
+        Ok(())
+    }
+}
+
+/// The tenant row (instance 0): the bucket, the share sum and the totals.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TenantState {
+    pub limits: Limits,
+    /// False while the tenant runs on the server's default limits.
+    pub configured: bool,
+    /// Tokens in the bucket as of `last_refill`; negative is debt.
+    pub tokens: f64,
+    /// Exponential moving average of `tokens`, updated on every request
+    /// (used by [`GrantPolicy::BucketLevelEma`], tracked under every policy).
+    pub tokens_avg: f64,
+    /// When `tokens` was last brought up to date.
+    pub last_refill: Timestamp,
+    /// Sum of the live instances' shares.
+    pub share_sum: f64,
+    /// Number of instances in the list.
+    pub live_instances: u32,
+    /// The sentinel's `next_instance_id`: the lowest live instance, or 0.
+    pub first_instance_id: InstanceId,
+    /// Cumulative consumption since the tenant was created.
+    pub consumption: Consumption,
+    /// Cumulative tokens granted since the tenant was created.
+    pub granted_tokens: f64,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+impl TenantState {
+    /// A new tenant holding `initial_tokens`.
+    pub fn new(limits: Limits, initial_tokens: f64, configured: bool, now: Timestamp) -> Self {
+        TenantState {
+            limits,
+            configured,
+            tokens: initial_tokens,
+            tokens_avg: initial_tokens,
+            last_refill: now,
+            share_sum: 0.0,
+            live_instances: 0,
+            first_instance_id: 0,
+            consumption: Consumption::default(),
+            granted_tokens: 0.0,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    /// The bucket level at `now`, refill included, without changing state.
+    pub fn tokens_at(&self, now: Timestamp) -> f64 {
+        refilled_tokens(
+            self.tokens,
+            &self.limits,
+            now.seconds_since(self.last_refill),
+        )
+    }
+
+    /// Brings `tokens` up to date with the refill since `last_refill`.
+    /// `last_refill` never moves backwards, so a clock that steps back does
+    /// not refill the same interval twice.
+    pub fn refill(&mut self, now: Timestamp) {
+        self.tokens = self.tokens_at(now);
+        self.last_refill = self.last_refill.max(now);
+    }
+}
+
+fn refilled_tokens(tokens: f64, limits: &Limits, elapsed_secs: f64) -> f64 {
+    if tokens >= limits.burst_limit {
+        // Refill is paused at or above the burst limit; an operator may have
+        // set more than the limit, which is kept, not cut.
+        return tokens;
+    }
+    (tokens + limits.refill_rate * elapsed_secs).min(limits.burst_limit)
+}
+
+/// An instance row: one pod's place in the list and its idempotency record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InstanceState {
+    pub instance_id: InstanceId,
+    pub next_instance_id: InstanceId,
+    pub lease: Vec<u8>,
+    /// The last sequence number seen for `lease`.
+    pub seq: u64,
+    pub shares: f64,
+    /// When the server last heard from the instance.
+    pub last_update: Timestamp,
+    /// The response to `(lease, seq)`, replayed to a duplicate.
+    pub last_grant: Grant,
+}
+
+/// The answer to a token-bucket request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Grant {
+    pub granted_tokens: f64,
+    /// Zero: use the tokens at once. Otherwise they arrive evenly over it.
+    pub trickle_duration: Duration,
+    /// With a trickle: most unused tokens the pod may hold; zero otherwise.
+    pub max_burst_tokens: f64,
+    /// Tokens per second the pod may use on its own while the server is unreachable.
+    pub fallback_rate: f64,
+}
+
+/// A pod's request to its tenant's global bucket.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenBucketRequest {
+    pub instance_id: InstanceId,
+    pub lease: Vec<u8>,
+    pub seq: u64,
+    pub requested_tokens: f64,
+    pub shares: f64,
+    pub target_request_period: Duration,
+    pub consumption: Consumption,
+    pub next_live_instance_id: Option<InstanceId>,
+}
+
+impl TokenBucketRequest {
+    /// Checks every field; field names are the wire contract's.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        if self.instance_id == 0 {
+            return Err(InvalidInput::new(
+                "instance_id",
+                "must be >= 1 (0 is reserved for the tenant)",
+            ));
+        }
+        if self.lease.is_empty() {
+            return Err(InvalidInput::new("instance_lease", "must not be empty"));
+        }
+        if self.lease.len() > MAX_LEASE_LEN {
+            return Err(InvalidInput::new(
+                "instance_lease",
+                format!(
+                    "must be at most {MAX_LEASE_LEN} bytes, got {}",
+                    self.lease.len()
+                ),
+            ));
+        }
+        validate::counter("seq", self.seq, MAX_SEQ)?;
+        validate::non_negative("requested_tokens", self.requested_tokens, MAX_TOKENS)?;
+        validate::non_negative("shares", self.shares, MAX_TOKENS)?;
+        let period = self.target_request_period;
+        if !(MIN_TARGET_REQUEST_PERIOD..=MAX_TARGET_REQUEST_PERIOD).contains(&period) {
+            return Err(InvalidInput::new(
+                "target_request_period",
+                format!(
+                    "must be between {MIN_TARGET_REQUEST_PERIOD:?} and {MAX_TARGET_REQUEST_PERIOD:?}, got {period:?}"
+                ),
+            ));
+        }
+        self.consumption
+            .validate()
+            .map_err(|e| e.within("consumption_since_last_request"))?;
+        Ok(())
+    }
+}
+
+/// An operator's change of a tenant's limits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimitsUpdate {
+    pub available_tokens: f64,
+    pub limits: Limits,
+    /// When the consumption the limits are based on was read; `None` takes
+    /// `available_tokens` as it is.
+    pub as_of: Option<Timestamp>,
+    /// The tenant's cumulative request units at `as_of`.
+    pub as_of_consumed_tokens: f64,
+}
+
+impl LimitsUpdate {
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        validate::non_negative("available_tokens", self.available_tokens, MAX_TOKENS)?;
+        self.limits.validate()?;
+        validate::non_negative(
+            "as_of_consumed_tokens",
+            self.as_of_consumed_tokens,
+            MAX_TOKENS,
+        )?;
+        if self.as_of.is_none() && self.as_of_consumed_tokens != 0.0 {
+            return Err(InvalidInput::new(
+                "as_of_consumed_tokens",
+                "is meaningful only with as_of; set as_of or leave this 0",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why a request was refused. Nothing was changed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RequestError {
+    #[error(transparent)]
+    InvalidInput(#[from] InvalidInput),
+    /// A late duplicate of a request older than the last one answered.
+    #[error(
+        "seq {seq} is older than the last sequence number {last_seq} seen for this instance lease"
+    )]
+    StaleSequence { seq: u64, last_seq: u64 },
+    /// The rows handed in do not form a consistent list; a store bug.
+    #[error("instance list is inconsistent: {0}")]
+    Inconsistent(String),
+}
+
+/// The rows of one tenant that a transaction has loaded: the tenant row and
+/// some of the instance rows.
+///
+/// For a request from instance `i`, a store must load:
+/// 1. the row of `i`, if it exists;
+/// 2. if it does not, its predecessor: the row with the highest id below `i`;
+/// 3. the up to `cleanup_window` rows that follow `i` in list order, wrapping
+///    past the highest id to the lowest (ids greater than `i` ascending, then
+///    ids from 1 ascending).
+///
+/// A store may load more (the embedded store's tests load everything); it
+/// must never load fewer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketRows {
+    pub tenant: TenantState,
+    pub instances: BTreeMap<InstanceId, InstanceState>,
+}
+
+/// Which rows a transaction must write back.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RowChanges {
+    /// Instance rows inserted or updated (their new values are in [`BucketRows`]).
+    pub upserted: BTreeSet<InstanceId>,
+    /// Instance rows to delete.
+    pub removed: Vec<InstanceState>,
+}
+
+impl RowChanges {
+    fn upsert(&mut self, id: InstanceId) {
+        if id != 0 {
+            self.upserted.insert(id);
+        }
+    }
+}
+
+/// The result of [`request`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestOutcome {
+    pub grant: Grant,
+    /// True if this repeated the instance's last request: the grant is the
+    /// stored one and no state changed (nothing needs writing).
+    pub duplicate: bool,
+    /// Rows to write back; the tenant row is written whenever `duplicate` is false.
+    pub changes: RowChanges,
+}
+
+/// Serves one pod request against its tenant's bucket.
+///
+/// On `Err`, `rows` is unchanged. On a duplicate, `rows` is unchanged and the
+/// first response is returned.
+pub fn request(
+    rows: &mut BucketRows,
+    req: &TokenBucketRequest,
+    now: Timestamp,
+    config: &GlobalBucketConfig,
+) -> Result<RequestOutcome, RequestError> {
+    req.validate()?;
+    let id = req.instance_id;
+    if let Some(existing) = rows.instances.get(&id)
+        && existing.lease == req.lease
+    {
+        if req.seq == existing.seq {
+            return Ok(RequestOutcome {
+                grant: existing.last_grant,
+                duplicate: true,
+                changes: RowChanges::default(),
+            });
+        }
+        if req.seq < existing.seq {
+            return Err(RequestError::StaleSequence {
+                seq: req.seq,
+                last_seq: existing.seq,
+            });
+        }
+    }
+
+    // Work on a copy so that an error part-way leaves `rows` untouched.
+    let mut next = rows.clone();
+    let mut changes = RowChanges::default();
+    next.tenant.refill(now);
+    if !next.instances.contains_key(&id) {
+        link_instance(&mut next, id, now)?;
+        changes.upsert(predecessor_of(&next, id));
+    }
+    changes.upsert(id);
+
+    let tenant = &mut next.tenant;
+    let instance = next.instances.get_mut(&id).ok_or_else(|| {
+        RequestError::Inconsistent(format!("instance {id} missing after linking"))
+    })?;
+    tenant.share_sum = (tenant.share_sum - instance.shares + req.shares).max(0.0);
+    instance.shares = req.shares;
+    instance.lease.clone_from(&req.lease);
+    instance.seq = req.seq;
+    instance.last_update = now;
+    tenant.consumption.add(&req.consumption);
+    tenant.updated_at = now;
+
+    remove_silent_instances(&mut next, req, now, config, &mut changes)?;
+
+    let grant = grant(&mut next, req, config);
+    next.tenant.granted_tokens += grant.granted_tokens;
+    if let Some(instance) = next.instances.get_mut(&id) {
+        instance.last_grant = grant;
+    }
+    *rows = next;
+    Ok(RequestOutcome {
+        grant,
+        duplicate: false,
+        changes,
+    })
+}
+
+/// The id of the row pointing at `id`: the highest loaded id below it, or the
+/// sentinel.
+fn predecessor_of(rows: &BucketRows, id: InstanceId) -> InstanceId {
+    rows.instances
+        .range(..id)
+        .next_back()
+        .map_or(0, |(&pred, _)| pred)
+}
+
+fn next_of(rows: &BucketRows, id: InstanceId) -> Option<InstanceId> {
+    if id == 0 {
+        Some(rows.tenant.first_instance_id)
+    } else {
+        rows.instances.get(&id).map(|i| i.next_instance_id)
+    }
+}
+
+fn set_next(rows: &mut BucketRows, id: InstanceId, next: InstanceId) {
+    if id == 0 {
+        rows.tenant.first_instance_id = next;
+    } else if let Some(instance) = rows.instances.get_mut(&id) {
+        instance.next_instance_id = next;
+    }
+}
+
+/// Inserts a new instance row after its predecessor.
+fn link_instance(
+    rows: &mut BucketRows,
+    id: InstanceId,
+    now: Timestamp,
+) -> Result<(), RequestError> {
+    let pred = predecessor_of(rows, id);
+    let after = next_of(rows, pred).unwrap_or(0);
+    // The predecessor's successor must be beyond `id` (or the sentinel);
+    // anything else means the store did not load the true predecessor.
+    if after != 0 && after <= id {
+        return Err(RequestError::Inconsistent(format!(
+            "instance {pred} points at {after}, so it is not the predecessor of new instance {id}"
+        )));
+    }
+    rows.instances.insert(
+        id,
+        InstanceState {
+            instance_id: id,
+            next_instance_id: after,
+            lease: Vec::new(),
+            seq: 0,
+            shares: 0.0,
+            last_update: now,
+            last_grant: Grant::default(),
+        },
+    );
+    set_next(rows, pred, id);
+    rows.tenant.live_instances += 1;
+    Ok(())
+}
+
+/// True if `candidate` lies strictly between `from` and `to` going around the
+/// circular list (ascending ids, wrapping at the sentinel).
+fn strictly_between(from: InstanceId, to: InstanceId, candidate: InstanceId) -> bool {
+    if from < to {
+        from < candidate && candidate < to
+    } else {
+        candidate > from || candidate < to
+    }
+}
+
+/// Walks the instances after the requester and unlinks those silent too long.
+fn remove_silent_instances(
+    rows: &mut BucketRows,
+    req: &TokenBucketRequest,
+    now: Timestamp,
+    config: &GlobalBucketConfig,
+    changes: &mut RowChanges,
+) -> Result<(), RequestError> {
+    let me = req.instance_id;
+    let mut cur = me;
+    let mut examined = 0;
+    let mut passed_sentinel = false;
+    // Each step either advances `cur` or removes a row, so the walk ends.
+    while examined < config.cleanup_window {
+        let Some(candidate) = next_of(rows, cur) else {
+            break;
+        };
+        if candidate == me {
+            break; // all the way round
+        }
+        if candidate == 0 {
+            if passed_sentinel {
+                break; // a list with no way back to the requester; leave it be
+            }
+            passed_sentinel = true;
+            cur = 0;
+            continue;
+        }
+        let Some(row) = rows.instances.get(&candidate) else {
+            break; // not loaded by this transaction
+        };
+        examined += 1;
+        let silent = now.duration_since(row.last_update);
+        let reported_dead = req
+            .next_live_instance_id
+            .is_some_and(|hint| strictly_between(me, hint, candidate));
+        let timeout = if reported_dead {
+            config.reported_dead_timeout
+        } else {
+            config.inactivity_timeout
+        };
+        if silent > timeout {
+            let after = row.next_instance_id;
+            let Some(removed) = rows.instances.remove(&candidate) else {
+                break;
+            };
+            set_next(rows, cur, after);
+            changes.upsert(cur);
+            changes.upserted.remove(&candidate);
+            let tenant = &mut rows.tenant;
+            tenant.share_sum = (tenant.share_sum - removed.shares).max(0.0);
+            tenant.live_instances = tenant.live_instances.checked_sub(1).ok_or_else(|| {
+                RequestError::Inconsistent("live instance count would go below zero".into())
+            })?;
+            changes.removed.push(removed);
+        } else {
+            cur = candidate;
+        }
+    }
+    if rows.tenant.live_instances <= 1 {
+        // Drop rounding residue accumulated by incremental share updates.
+        rows.tenant.share_sum = rows
+            .instances
+            .get(&me)
+            .map_or(0.0, |instance| instance.shares);
+    }
+    Ok(())
+}
+
+/// This instance's fraction of the refill rate.
+fn fraction(tenant: &TenantState, shares: f64) -> f64 {
+    if tenant.share_sum > 0.0 {
+        (shares / tenant.share_sum).clamp(0.0, 1.0)
+    } else {
+        1.0 / f64::from(tenant.live_instances.max(1))
+    }
+}
+
+/// Decides the grant and takes it from the bucket.
+fn grant(rows: &mut BucketRows, req: &TokenBucketRequest, config: &GlobalBucketConfig) -> Grant {
+    let tenant = &mut rows.tenant;
+    tenant.tokens_avg = BUCKET_LEVEL_EMA_FACTOR * tenant.tokens
+        + (1.0 - BUCKET_LEVEL_EMA_FACTOR) * tenant.tokens_avg;
+
+    let share = fraction(tenant, req.shares);
+    let even_share = 1.0 / f64::from(tenant.live_instances.max(1));
+    // Every pod may run at least an even split on its own, so an idle pod
+    // (shares 0) is never stalled by an outage; in total the fallback rates
+    // stay below twice the refill rate.
+    let fallback_rate = tenant.limits.refill_rate * share.max(even_share);
+    let requested = req.requested_tokens;
+    if requested <= 0.0 {
+        return Grant {
+            fallback_rate,
+            ..Grant::default()
+        };
+    }
+    if tenant.tokens >= requested {
+        tenant.tokens -= requested;
+        return Grant {
+            granted_tokens: requested,
+            trickle_duration: Duration::ZERO,
+            max_burst_tokens: 0.0,
+            fallback_rate,
+        };
+    }
+
+    let period = req.target_request_period.as_secs_f64();
+    let refill_rate = tenant.limits.refill_rate;
+    let available_now = tenant.tokens.max(0.0);
+    let needed = requested - available_now;
+    let (granted, trickle_secs) = match config.policy {
+        GrantPolicy::Shares => {
+            let expected_debt = refill_rate * period;
+            let systematic_debt = (-tenant.tokens - expected_debt).max(0.0);
+            let effective_rate = (refill_rate - systematic_debt / period).max(0.0);
+            let rate = effective_rate * share;
+            if rate > 0.0 {
+                let trickle = (needed / rate).min(period);
+                (available_now + rate * trickle, trickle)
+            } else {
+                (available_now, 0.0)
+            }
+        }
+        GrantPolicy::BucketLevelEma => {
+            let max_debt = BUCKET_LEVEL_EMA_MAX_DEBT_PERIODS * refill_rate * period;
+            let allowance = refill_rate * period - (-tenant.tokens_avg).max(0.0);
+            let debt_room = tenant.tokens.min(0.0) + max_debt;
+            let future = needed.min(allowance).min(debt_room).max(0.0);
+            (
+                available_now + future,
+                if future > 0.0 { period } else { 0.0 },
+            )
+        }
+    };
+    tenant.tokens -= granted;
+
+    if trickle_secs == 0.0 {
+        // Nothing to spread over time: what the bucket holds (maybe nothing)
+        // is usable at once; a pod granted nothing asks again when it must.
+        return Grant {
+            granted_tokens: granted,
+            trickle_duration: Duration::ZERO,
+            max_burst_tokens: 0.0,
+            fallback_rate,
+        };
+    }
+    let delivery_rate = granted / trickle_secs;
+    Grant {
+        granted_tokens: granted,
+        // Never beyond the period, whatever the float conversion rounds to.
+        trickle_duration: Duration::from_secs_f64(trickle_secs).min(req.target_request_period),
+        // The pod's part of the tenant's burst, but at least a second of its trickle.
+        max_burst_tokens: (tenant.limits.burst_limit * share).max(delivery_rate),
+        fallback_rate,
+    }
+}
+
+/// Applies an operator's new limits to `tenant`.
+///
+/// With `as_of`, the new level is `available_tokens` plus the refill from
+/// `as_of` to `now` (capped as the bucket would have capped it), minus the
+/// request units consumed beyond `as_of_consumed_tokens`. On `Err`, `tenant`
+/// is unchanged.
+pub fn reconfigure(
+    tenant: &mut TenantState,
+    update: &LimitsUpdate,
+    now: Timestamp,
+) -> Result<(), RequestError> {
+    update.validate()?;
+    let mut tokens = update.available_tokens;
+    if let Some(as_of) = update.as_of {
+        let total = tenant.consumption.request_units;
+        let consumed_since = total - update.as_of_consumed_tokens;
+        if consumed_since < -AS_OF_CONSUMED_TOLERANCE * total.max(1.0) {
+            return Err(InvalidInput::new(
+                "as_of_consumed_tokens",
+                format!(
+                    "{} exceeds the tenant's total consumption of {total} request units",
+                    update.as_of_consumed_tokens
+                ),
+            )
+            .into());
+        }
+        tokens = refilled_tokens(tokens, &update.limits, now.seconds_since(as_of));
+        tokens -= consumed_since.max(0.0);
+    }
+    tenant.limits = update.limits;
+    tenant.configured = true;
+    tenant.tokens = tokens;
+    tenant.tokens_avg = tokens;
+    tenant.last_refill = tenant.last_refill.max(now);
+    tenant.updated_at = now;
+    Ok(())
+}
+
+/// True if the instance has been silent longer than the inactivity timeout
+/// (it will be removed by the next request that examines it).
+pub fn is_silent(instance: &InstanceState, now: Timestamp, config: &GlobalBucketConfig) -> bool {
+    now.duration_since(instance.last_update) > config.inactivity_timeout
+}
+
+#[cfg(test)]
+mod tests;

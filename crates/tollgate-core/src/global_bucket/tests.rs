@@ -1,0 +1,820 @@
+//! One table-driven test per rule of the global bucket, then property tests
+//! of its invariants over random request sequences.
+
+use super::*;
+use proptest::prelude::*;
+
+const PERIOD: Duration = Duration::from_secs(10);
+
+fn at(secs: f64) -> Timestamp {
+    Timestamp::from_secs_f64(secs)
+}
+
+fn bucket(refill_rate: f64, burst_limit: f64, tokens: f64) -> BucketRows {
+    BucketRows {
+        tenant: TenantState::new(
+            Limits {
+                refill_rate,
+                burst_limit,
+            },
+            tokens,
+            true,
+            at(0.0),
+        ),
+        instances: BTreeMap::new(),
+    }
+}
+
+fn req(
+    instance_id: InstanceId,
+    seq: u64,
+    requested_tokens: f64,
+    shares: f64,
+) -> TokenBucketRequest {
+    TokenBucketRequest {
+        instance_id,
+        lease: format!("lease-{instance_id}").into_bytes(),
+        seq,
+        requested_tokens,
+        shares,
+        target_request_period: PERIOD,
+        consumption: Consumption::default(),
+        next_live_instance_id: None,
+    }
+}
+
+fn serve(rows: &mut BucketRows, r: &TokenBucketRequest, now: f64) -> Grant {
+    request(rows, r, at(now), &GlobalBucketConfig::default())
+        .expect("request is valid")
+        .grant
+}
+
+fn delivery_rate(g: &Grant) -> f64 {
+    g.granted_tokens / g.trickle_duration.as_secs_f64()
+}
+
+fn assert_close(actual: f64, expected: f64, what: &str) {
+    assert!(
+        (actual - expected).abs() <= 1e-6 * expected.abs().max(1.0),
+        "{what}: expected {expected}, got {actual}"
+    );
+}
+
+/// Follows the pointers from the sentinel and checks the list is the sorted
+/// set of instance rows, each once, with consistent counters.
+fn assert_list_consistent(rows: &BucketRows) {
+    let mut seen = Vec::new();
+    let mut cur = rows.tenant.first_instance_id;
+    while cur != 0 {
+        assert!(
+            seen.len() <= rows.instances.len(),
+            "cycle that misses the sentinel"
+        );
+        seen.push(cur);
+        cur = rows.instances[&cur].next_instance_id;
+    }
+    let ids: Vec<InstanceId> = rows.instances.keys().copied().collect();
+    assert_eq!(seen, ids, "list order must be the ascending ids");
+    assert_eq!(rows.tenant.live_instances as usize, ids.len());
+    let sum: f64 = rows.instances.values().map(|i| i.shares).sum();
+    assert_close(rows.tenant.share_sum, sum, "share_sum");
+}
+
+#[test]
+fn refill_is_capped_by_the_burst_limit() {
+    // (tokens before, refill rate, burst limit, from, to, tokens after)
+    let cases = [
+        (0.0, 10.0, 100.0, 0.0, 5.0, 50.0),
+        (90.0, 10.0, 100.0, 0.0, 5.0, 100.0),
+        (100.0, 10.0, 100.0, 0.0, 5.0, 100.0),
+        // Set above the limit by an operator: kept, refill paused.
+        (150.0, 10.0, 100.0, 0.0, 5.0, 150.0),
+        // Debt is paid back by refill.
+        (-50.0, 10.0, 100.0, 0.0, 3.0, -20.0),
+        // No burst at all: refill only pays debt back.
+        (-50.0, 10.0, 0.0, 0.0, 30.0, 0.0),
+        // A clock that steps back refills nothing.
+        (10.0, 10.0, 100.0, 5.0, 2.0, 10.0),
+    ];
+    for (before, rate, burst, from, to, after) in cases {
+        let mut tenant = bucket(rate, burst, before).tenant;
+        tenant.last_refill = at(from);
+        tenant.refill(at(to));
+        assert_close(
+            tenant.tokens,
+            after,
+            &format!("{before} tokens, {from}s → {to}s"),
+        );
+        assert_eq!(
+            tenant.last_refill,
+            at(from.max(to)),
+            "last_refill never moves back"
+        );
+    }
+}
+
+#[test]
+fn a_bucket_with_enough_tokens_grants_at_once() {
+    // (tokens, requested, tokens left)
+    let cases = [(100.0, 40.0, 60.0), (100.0, 100.0, 0.0), (5.0, 0.0, 5.0)];
+    for (tokens, requested, left) in cases {
+        let mut rows = bucket(10.0, 1000.0, tokens);
+        let g = serve(&mut rows, &req(1, 1, requested, 1.0), 0.0);
+        assert_eq!(g.granted_tokens, requested);
+        assert_eq!(g.trickle_duration, Duration::ZERO);
+        assert_eq!(g.max_burst_tokens, 0.0);
+        assert_close(rows.tenant.tokens, left, "tokens left");
+    }
+}
+
+#[test]
+fn a_short_bucket_grants_over_time_within_the_target_period() {
+    // (tokens, requested, period s, granted, trickle s)
+    let cases = [
+        (0.0, 50.0, 10.0, 50.0, 5.0),
+        // More than a period's refill: cut to one period.
+        (0.0, 500.0, 10.0, 100.0, 10.0),
+        // What the bucket holds plus the refill until the rest is covered.
+        (30.0, 80.0, 10.0, 80.0, 5.0),
+        (30.0, 500.0, 10.0, 130.0, 10.0),
+        (0.0, 500.0, 2.0, 20.0, 2.0),
+    ];
+    for (tokens, requested, period, granted, trickle) in cases {
+        let mut rows = bucket(10.0, 1000.0, tokens);
+        let mut r = req(1, 1, requested, 1.0);
+        r.target_request_period = Duration::from_secs_f64(period);
+        let g = serve(&mut rows, &r, 0.0);
+        let what = format!("{tokens} tokens, {requested} requested over {period}s");
+        assert_close(g.granted_tokens, granted, &what);
+        assert_close(g.trickle_duration.as_secs_f64(), trickle, &what);
+        assert!(g.trickle_duration <= r.target_request_period);
+        assert_close(rows.tenant.tokens, tokens - granted, &what);
+        // One pod: its part of the burst is the whole burst.
+        assert_close(g.max_burst_tokens, 1000.0, &what);
+    }
+}
+
+#[test]
+fn the_refill_rate_is_split_by_shares() {
+    // (shares of instance 1, shares of instance 2, expected rate 1, rate 2)
+    let cases = [
+        (1.0, 3.0, 25.0, 75.0),
+        (1.0, 1.0, 50.0, 50.0),
+        (0.0, 2.0, 0.0, 100.0),
+        // No shares anywhere: an even split.
+        (0.0, 0.0, 50.0, 50.0),
+    ];
+    for (s1, s2, r1, r2) in cases {
+        let mut rows = bucket(100.0, 1000.0, 0.0);
+        // Both register their shares, then both ask for more than a period's worth.
+        serve(&mut rows, &req(1, 1, 0.0, s1), 0.0);
+        serve(&mut rows, &req(2, 1, 0.0, s2), 0.0);
+        let g1 = serve(&mut rows, &req(1, 2, 1e6, s1), 0.0);
+        let g2 = serve(&mut rows, &req(2, 2, 1e6, s2), 0.0);
+        let what = format!("shares {s1}:{s2}");
+        if r1 > 0.0 {
+            assert_close(delivery_rate(&g1), r1, &what);
+        } else {
+            assert_eq!(g1.granted_tokens, 0.0, "{what}");
+        }
+        assert_close(delivery_rate(&g2), r2, &what);
+    }
+}
+
+#[test]
+fn systematic_debt_lowers_the_rate_handed_out() {
+    // Refill 10/s, period 10 s: up to 100 tokens of debt is expected.
+    // (debt, expected delivery rate for a lone pod)
+    let cases = [
+        (0.0, 10.0),
+        (100.0, 10.0),
+        (150.0, 5.0),
+        (190.0, 1.0),
+        (200.0, 0.0),
+        (500.0, 0.0),
+    ];
+    for (debt, rate) in cases {
+        let mut rows = bucket(10.0, 1000.0, -debt);
+        let g = serve(&mut rows, &req(1, 1, 1e6, 1.0), 0.0);
+        let what = format!("debt {debt}");
+        if rate > 0.0 {
+            assert_close(delivery_rate(&g), rate, &what);
+            assert_eq!(g.trickle_duration, PERIOD, "{what}");
+        } else {
+            assert_eq!(g.granted_tokens, 0.0, "{what}");
+        }
+        // Grants never take the bucket deeper than two periods of refill.
+        assert!(
+            rows.tenant.tokens >= (-debt).min(-200.0) - 1e-9,
+            "{what}: debt bound"
+        );
+    }
+}
+
+#[test]
+fn bucket_level_ema_policy_grants_a_period_minus_the_smoothed_debt() {
+    let config = GlobalBucketConfig {
+        policy: GrantPolicy::BucketLevelEma,
+        ..GlobalBucketConfig::default()
+    };
+    // (tokens = average, requested, granted)
+    let cases = [
+        // Enough tokens: at once, like every policy.
+        (100.0, 50.0, 50.0),
+        // Empty bucket: one period of refill.
+        (0.0, 500.0, 100.0),
+        // Positive level: what is there plus a period of refill.
+        (20.0, 500.0, 120.0),
+        // Debt of 40 (smoothed 40): 100 - 40 allowed.
+        (-40.0, 500.0, 60.0),
+        // Debt of 140: allowance 100 - 140 < 0, nothing.
+        (-140.0, 500.0, 0.0),
+    ];
+    for (tokens, requested, granted) in cases {
+        let mut rows = bucket(10.0, 1000.0, tokens);
+        let g = request(&mut rows, &req(1, 1, requested, 1.0), at(0.0), &config)
+            .expect("valid")
+            .grant;
+        let what = format!("{tokens} tokens, {requested} requested");
+        assert_close(g.granted_tokens, granted, &what);
+        assert!(
+            rows.tenant.tokens >= -150.0 - 1e-9,
+            "{what}: 1.5 periods of debt at most"
+        );
+    }
+    // The average follows the level with factor 0.25.
+    let mut rows = bucket(10.0, 1000.0, 100.0);
+    rows.tenant.tokens_avg = 0.0;
+    request(&mut rows, &req(1, 1, 0.0, 1.0), at(0.0), &config).expect("valid");
+    assert_close(rows.tenant.tokens_avg, 25.0, "EMA");
+}
+
+#[test]
+fn instances_form_a_sorted_circular_list() {
+    // Pods arrive in any order; the list stays sorted with 0 as sentinel.
+    let orders: [&[InstanceId]; 3] = [&[5, 2, 9, 7], &[1, 2, 3], &[9, 8, 7, 1]];
+    for order in orders {
+        let mut rows = bucket(10.0, 100.0, 100.0);
+        for &id in order {
+            serve(&mut rows, &req(id, 1, 1.0, 1.0), 0.0);
+            assert_list_consistent(&rows);
+        }
+        let last = *order.iter().max().expect("non-empty");
+        assert_eq!(
+            rows.instances[&last].next_instance_id, 0,
+            "the highest points back at 0"
+        );
+    }
+}
+
+#[test]
+fn silent_instances_are_removed_and_their_shares_leave_the_sum() {
+    // (silence of instance 2 in s, hint sent by instance 1, removed?)
+    let cases = [
+        (59.0, None, false),
+        (61.0, None, true),
+        // Instance 1 reports that the next live instance after it is 3, so
+        // 2 is dead: removed after the shorter reported-dead timeout.
+        (11.0, Some(3), true),
+        (9.0, Some(3), false),
+        // A hint that does not cover instance 2 changes nothing.
+        (11.0, Some(2), false),
+    ];
+    for (silence, hint, removed) in cases {
+        // No burst, so every grant is the pod's share of the rate.
+        let mut rows = bucket(100.0, 0.0, 0.0);
+        serve(&mut rows, &req(1, 1, 0.0, 1.0), 0.0);
+        serve(&mut rows, &req(2, 1, 0.0, 1.0), 0.0);
+        serve(&mut rows, &req(3, 1, 0.0, 1.0), 0.0);
+        // Instances 1 and 3 keep talking; instance 2 goes silent.
+        serve(&mut rows, &req(1, 2, 0.0, 1.0), silence - 1.0);
+        serve(&mut rows, &req(3, 2, 0.0, 1.0), silence - 1.0);
+        assert_eq!(
+            rows.tenant.live_instances, 3,
+            "nobody is silent long enough yet"
+        );
+        let mut r = req(1, 3, 1e6, 1.0);
+        r.next_live_instance_id = hint;
+        let outcome =
+            request(&mut rows, &r, at(silence), &GlobalBucketConfig::default()).expect("valid");
+        let what = format!("silent {silence}s, hint {hint:?}");
+        assert_eq!(!rows.instances.contains_key(&2), removed, "{what}");
+        assert_eq!(
+            outcome.changes.removed.len(),
+            usize::from(removed),
+            "{what}"
+        );
+        assert_list_consistent(&rows);
+        let survivors = if removed { 2.0 } else { 3.0 };
+        assert_close(delivery_rate(&outcome.grant), 100.0 / survivors, &what);
+    }
+}
+
+#[test]
+fn a_lone_survivor_gets_the_whole_rate() {
+    let mut rows = bucket(100.0, 0.0, 0.0);
+    serve(&mut rows, &req(1, 1, 0.0, 5.0), 0.0);
+    serve(&mut rows, &req(2, 1, 0.0, 15.0), 0.0);
+    // Instance 2 goes silent; a minute later instance 1 asks.
+    let g = serve(&mut rows, &req(1, 2, 1e6, 5.0), 61.0);
+    assert!(!rows.instances.contains_key(&2));
+    assert_eq!(rows.tenant.live_instances, 1);
+    assert_eq!(rows.tenant.share_sum, 5.0);
+    assert_close(delivery_rate(&g), 100.0, "survivor's rate");
+    assert_list_consistent(&rows);
+}
+
+#[test]
+fn cleanup_wraps_around_the_sentinel_and_is_bounded_per_request() {
+    let config = GlobalBucketConfig {
+        cleanup_window: 3,
+        ..GlobalBucketConfig::default()
+    };
+    let mut rows = bucket(100.0, 1000.0, 0.0);
+    for id in 1..=7 {
+        request(&mut rows, &req(id, 1, 0.0, 1.0), at(0.0), &config).expect("valid");
+    }
+    // Only instance 5 stays alive; 6, 7, then 1..4 are behind it in list order.
+    let mut removed = Vec::new();
+    for seq in 2..=4 {
+        let outcome =
+            request(&mut rows, &req(5, seq, 0.0, 1.0), at(100.0), &config).expect("valid");
+        assert!(outcome.changes.removed.len() <= 3, "bounded per request");
+        removed.extend(outcome.changes.removed.iter().map(|i| i.instance_id));
+        assert_list_consistent(&rows);
+    }
+    assert_eq!(removed, vec![6, 7, 1, 2, 3, 4]);
+    assert_eq!(rows.instances.keys().copied().collect::<Vec<_>>(), vec![5]);
+}
+
+#[test]
+fn a_duplicate_gets_the_first_response_and_changes_nothing() {
+    // (requested, tokens) — an immediate grant and a trickle grant.
+    let cases = [(40.0, 100.0), (500.0, 0.0)];
+    for (requested, tokens) in cases {
+        let mut rows = bucket(10.0, 1000.0, tokens);
+        let mut r = req(1, 7, requested, 2.0);
+        r.consumption = Consumption {
+            request_units: 12.5,
+            write_bytes: 4096,
+            ..Consumption::default()
+        };
+        let first = request(&mut rows, &r, at(1.0), &GlobalBucketConfig::default()).expect("valid");
+        assert!(!first.duplicate);
+        let after_first = rows.clone();
+        // The retry arrives later, when the bucket would answer differently.
+        let retry = request(&mut rows, &r, at(5.0), &GlobalBucketConfig::default()).expect("valid");
+        assert!(retry.duplicate);
+        assert_eq!(retry.grant, first.grant, "replayed exactly");
+        assert_eq!(retry.changes, RowChanges::default());
+        assert_eq!(
+            rows, after_first,
+            "neither tokens nor consumption taken again"
+        );
+        assert_eq!(rows.tenant.consumption.request_units, 12.5);
+    }
+}
+
+#[test]
+fn a_late_older_request_is_refused_without_change() {
+    let mut rows = bucket(10.0, 1000.0, 100.0);
+    serve(&mut rows, &req(1, 5, 1.0, 1.0), 0.0);
+    let before = rows.clone();
+    let err = request(
+        &mut rows,
+        &req(1, 4, 1.0, 1.0),
+        at(1.0),
+        &GlobalBucketConfig::default(),
+    )
+    .expect_err("stale");
+    assert_eq!(
+        err,
+        RequestError::StaleSequence {
+            seq: 4,
+            last_seq: 5
+        }
+    );
+    assert_eq!(rows, before);
+}
+
+#[test]
+fn a_new_lease_resets_the_sequence() {
+    let mut rows = bucket(10.0, 1000.0, 100.0);
+    serve(&mut rows, &req(1, 50, 10.0, 1.0), 0.0);
+    // The pod restarted: new lease, sequence from 1 again.
+    let mut restarted = req(1, 1, 10.0, 3.0);
+    restarted.lease = b"second-incarnation".to_vec();
+    restarted.consumption.request_units = 2.0;
+    let outcome = request(
+        &mut rows,
+        &restarted,
+        at(1.0),
+        &GlobalBucketConfig::default(),
+    )
+    .expect("a new lease may start anywhere");
+    assert!(!outcome.duplicate);
+    assert_eq!(outcome.grant.granted_tokens, 10.0);
+    let instance = &rows.instances[&1];
+    assert_eq!(instance.lease, b"second-incarnation");
+    assert_eq!(instance.seq, 1);
+    assert_eq!(rows.tenant.share_sum, 3.0);
+    assert_eq!(rows.tenant.live_instances, 1);
+    assert_eq!(rows.tenant.consumption.request_units, 2.0);
+}
+
+#[test]
+fn reconfiguration_corrects_for_refill_and_consumption_since_as_of() {
+    // (available, refill, burst, as_of s, total consumed, as_of consumed, tokens at t=100)
+    let cases = [
+        // No as_of: taken as it is.
+        (500.0, 10.0, 1000.0, None, 300.0, 0.0, 500.0),
+        // 20 s of refill at 10/s, 50 consumed since.
+        (500.0, 10.0, 1000.0, Some(80.0), 300.0, 250.0, 650.0),
+        // Refill capped at the burst limit before consumption is taken off.
+        (900.0, 10.0, 1000.0, Some(80.0), 300.0, 250.0, 950.0),
+        // Available above the burst limit: no refill, only the consumption.
+        (2000.0, 10.0, 1000.0, Some(80.0), 300.0, 250.0, 1950.0),
+        // Consumption beyond the new allowance puts the bucket in debt.
+        (0.0, 1.0, 100.0, Some(90.0), 300.0, 100.0, -190.0),
+        // as_of in the future: no refill.
+        (500.0, 10.0, 1000.0, Some(150.0), 300.0, 300.0, 500.0),
+    ];
+    for (available, refill_rate, burst_limit, as_of, total, as_of_consumed, expected) in cases {
+        let mut tenant = bucket(1.0, 1.0, 0.0).tenant;
+        tenant.consumption.request_units = total;
+        let update = LimitsUpdate {
+            available_tokens: available,
+            limits: Limits {
+                refill_rate,
+                burst_limit,
+            },
+            as_of: as_of.map(at),
+            as_of_consumed_tokens: as_of_consumed,
+        };
+        reconfigure(&mut tenant, &update, at(100.0)).expect("valid");
+        assert_close(tenant.tokens, expected, &format!("{update:?}"));
+        assert_eq!(tenant.limits, update.limits);
+        assert!(tenant.configured);
+        assert_eq!(tenant.last_refill, at(100.0));
+    }
+}
+
+#[test]
+fn reconfiguration_refuses_bad_input_without_change() {
+    let mut tenant = bucket(1.0, 1.0, 7.0).tenant;
+    tenant.consumption.request_units = 100.0;
+    let good = LimitsUpdate {
+        available_tokens: 10.0,
+        limits: Limits {
+            refill_rate: 1.0,
+            burst_limit: 10.0,
+        },
+        as_of: Some(at(0.0)),
+        as_of_consumed_tokens: 50.0,
+    };
+    let cases: Vec<(&str, LimitsUpdate)> = vec![
+        (
+            "available_tokens",
+            LimitsUpdate {
+                available_tokens: f64::NAN,
+                ..good.clone()
+            },
+        ),
+        (
+            "available_tokens",
+            LimitsUpdate {
+                available_tokens: -1.0,
+                ..good.clone()
+            },
+        ),
+        (
+            "refill_rate",
+            LimitsUpdate {
+                limits: Limits {
+                    refill_rate: f64::INFINITY,
+                    burst_limit: 1.0,
+                },
+                ..good.clone()
+            },
+        ),
+        (
+            "burst_limit",
+            LimitsUpdate {
+                limits: Limits {
+                    refill_rate: 1.0,
+                    burst_limit: 1e300,
+                },
+                ..good.clone()
+            },
+        ),
+        (
+            "as_of_consumed_tokens",
+            LimitsUpdate {
+                as_of_consumed_tokens: 100.5,
+                ..good.clone()
+            },
+        ),
+        (
+            "as_of_consumed_tokens",
+            LimitsUpdate {
+                as_of: None,
+                ..good.clone()
+            },
+        ),
+    ];
+    for (field, update) in cases {
+        let before = tenant.clone();
+        match reconfigure(&mut tenant, &update, at(10.0)) {
+            Err(RequestError::InvalidInput(e)) => assert_eq!(e.field, field, "{update:?}"),
+            other => panic!("{update:?}: expected an error on {field}, got {other:?}"),
+        }
+        assert_eq!(tenant, before, "{field}: state unchanged");
+    }
+}
+
+#[test]
+fn consumption_totals_accumulate_per_request() {
+    let mut rows = bucket(10.0, 1000.0, 1000.0);
+    let deltas = [
+        Consumption {
+            request_units: 1.5,
+            read_batches: 1,
+            read_requests: 2,
+            read_bytes: 100,
+            ..Consumption::default()
+        },
+        Consumption {
+            write_batches: 1,
+            write_requests: 3,
+            write_bytes: 300,
+            cpu_seconds: 0.5,
+            egress_bytes: 7,
+            ..Consumption::default()
+        },
+    ];
+    for (seq, delta) in deltas.iter().enumerate() {
+        let mut r = req(1, seq as u64 + 1, 0.0, 1.0);
+        r.consumption = *delta;
+        serve(&mut rows, &r, seq as f64);
+    }
+    let total = rows.tenant.consumption;
+    assert_eq!(
+        total,
+        Consumption {
+            request_units: 1.5,
+            read_batches: 1,
+            read_requests: 2,
+            read_bytes: 100,
+            write_batches: 1,
+            write_requests: 3,
+            write_bytes: 300,
+            cpu_seconds: 0.5,
+            egress_bytes: 7,
+        }
+    );
+}
+
+#[test]
+fn every_response_carries_a_fallback_rate() {
+    // (refill, shares of pods 1..n as they ask, fallback rate of the last pod)
+    let cases: [(f64, &[f64], f64); 4] = [
+        (100.0, &[1.0], 100.0),
+        (100.0, &[1.0, 3.0], 75.0),
+        // An idle pod (no shares) still gets an even split.
+        (100.0, &[3.0, 0.0], 50.0),
+        (0.0, &[1.0], 0.0),
+    ];
+    for (refill_rate, shares, expected) in cases {
+        let mut rows = bucket(refill_rate, 1000.0, 1000.0);
+        let mut last = Grant::default();
+        for (i, &s) in shares.iter().enumerate() {
+            last = serve(&mut rows, &req(i as InstanceId + 1, 1, 1.0, s), 0.0);
+        }
+        assert_close(last.fallback_rate, expected, &format!("{shares:?}"));
+    }
+}
+
+#[test]
+fn invalid_requests_are_refused_without_change() {
+    let good = req(1, 1, 10.0, 1.0);
+    let mut cases: Vec<(&str, TokenBucketRequest)> = vec![
+        (
+            "instance_id",
+            TokenBucketRequest {
+                instance_id: 0,
+                ..good.clone()
+            },
+        ),
+        (
+            "instance_lease",
+            TokenBucketRequest {
+                lease: Vec::new(),
+                ..good.clone()
+            },
+        ),
+        (
+            "instance_lease",
+            TokenBucketRequest {
+                lease: vec![1; 257],
+                ..good.clone()
+            },
+        ),
+        (
+            "seq",
+            TokenBucketRequest {
+                seq: u64::MAX,
+                ..good.clone()
+            },
+        ),
+        (
+            "requested_tokens",
+            TokenBucketRequest {
+                requested_tokens: f64::NAN,
+                ..good.clone()
+            },
+        ),
+        (
+            "requested_tokens",
+            TokenBucketRequest {
+                requested_tokens: -1.0,
+                ..good.clone()
+            },
+        ),
+        (
+            "requested_tokens",
+            TokenBucketRequest {
+                requested_tokens: 1e16,
+                ..good.clone()
+            },
+        ),
+        (
+            "shares",
+            TokenBucketRequest {
+                shares: f64::NEG_INFINITY,
+                ..good.clone()
+            },
+        ),
+        (
+            "target_request_period",
+            TokenBucketRequest {
+                target_request_period: Duration::ZERO,
+                ..good.clone()
+            },
+        ),
+        (
+            "target_request_period",
+            TokenBucketRequest {
+                target_request_period: Duration::from_secs(3600),
+                ..good.clone()
+            },
+        ),
+    ];
+    let mut bad_consumption = good.clone();
+    bad_consumption.consumption.cpu_seconds = f64::NAN;
+    cases.push((
+        "consumption_since_last_request.cpu_seconds",
+        bad_consumption,
+    ));
+
+    let mut rows = bucket(10.0, 1000.0, 100.0);
+    serve(&mut rows, &req(1, 0, 1.0, 1.0), 0.0);
+    for (field, bad) in cases {
+        let before = rows.clone();
+        match request(&mut rows, &bad, at(1.0), &GlobalBucketConfig::default()) {
+            Err(RequestError::InvalidInput(e)) => assert_eq!(e.field, field),
+            other => panic!("expected an error on {field}, got {other:?}"),
+        }
+        assert_eq!(rows, before, "{field}: state unchanged");
+    }
+}
+
+#[test]
+fn rows_without_the_true_predecessor_are_refused() {
+    let mut rows = bucket(10.0, 1000.0, 100.0);
+    serve(&mut rows, &req(2, 1, 0.0, 1.0), 0.0);
+    serve(&mut rows, &req(4, 1, 0.0, 1.0), 0.0);
+    // A transaction that loaded instance 2 but not 4 cannot link 5 after 2.
+    let mut partial = rows.clone();
+    partial.instances.remove(&4);
+    let before = partial.clone();
+    let err = request(
+        &mut partial,
+        &req(5, 1, 0.0, 1.0),
+        at(1.0),
+        &GlobalBucketConfig::default(),
+    )
+    .expect_err("inconsistent");
+    assert!(matches!(err, RequestError::Inconsistent(_)), "{err}");
+    assert_eq!(partial, before);
+}
+
+// ---------------------------------------------------------------------------
+// Property tests
+// ---------------------------------------------------------------------------
+
+/// One step of a random workload.
+#[derive(Clone, Debug)]
+struct Step {
+    advance_ms: u32,
+    instance: InstanceId,
+    requested: f64,
+    shares: f64,
+    period_ms: u64,
+    consumed: f64,
+    retry: bool,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    (
+        0u32..5_000,
+        1u32..6,
+        prop_oneof![Just(0.0), 0.0..50.0, 0.0..5_000.0],
+        0.0..10.0,
+        prop_oneof![Just(10_000u64), 10u64..300_000],
+        0.0..100.0,
+        proptest::bool::weighted(0.2),
+    )
+        .prop_map(
+            |(advance_ms, instance, requested, shares, period_ms, consumed, retry)| Step {
+                advance_ms,
+                instance,
+                requested,
+                shares,
+                period_ms,
+                consumed,
+                retry,
+            },
+        )
+}
+
+fn policy() -> impl Strategy<Value = GrantPolicy> {
+    prop_oneof![Just(GrantPolicy::Shares), Just(GrantPolicy::BucketLevelEma)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn refill_never_lifts_tokens_above_the_burst_limit(
+        tokens in -1e6..1e6f64,
+        rate in 0.0..1e4f64,
+        burst in 0.0..1e5f64,
+        elapsed in 0.0..1e4f64,
+    ) {
+        let mut tenant = bucket(rate, burst, tokens).tenant;
+        tenant.refill(Timestamp::from_secs_f64(elapsed));
+        prop_assert!(tenant.tokens <= burst.max(tokens));
+        prop_assert!(tenant.tokens >= tokens);
+    }
+
+    #[test]
+    fn grants_stay_within_refill_plus_the_debt_bound(
+        initial in 0.0..2_000.0f64,
+        rate in 0.0..500.0f64,
+        burst in 0.0..5_000.0f64,
+        policy in policy(),
+        steps in proptest::collection::vec(step(), 1..200),
+    ) {
+        let config = GlobalBucketConfig { policy, ..GlobalBucketConfig::default() };
+        let mut rows = bucket(rate, burst, initial);
+        let mut now_ms: i64 = 0;
+        let mut seqs = BTreeMap::<InstanceId, u64>::new();
+        let mut max_period: f64 = 0.0;
+        let mut granted = 0.0;
+        let mut consumption = Consumption::default();
+        for s in &steps {
+            now_ms += i64::from(s.advance_ms);
+            let seq = seqs.entry(s.instance).or_insert(0);
+            if !s.retry || *seq == 0 {
+                *seq += 1;
+            }
+            let mut r = req(s.instance, *seq, s.requested, s.shares);
+            r.target_request_period = Duration::from_millis(s.period_ms);
+            r.consumption.request_units = s.consumed;
+            let outcome = request(&mut rows, &r, Timestamp::from_unix_micros(now_ms * 1000), &config)
+                .expect("valid request");
+            if !outcome.duplicate {
+                max_period = max_period.max(r.target_request_period.as_secs_f64());
+                granted += outcome.grant.granted_tokens;
+            }
+            prop_assert!(outcome.grant.granted_tokens >= 0.0);
+            if !outcome.duplicate {
+                prop_assert!(outcome.grant.trickle_duration <= r.target_request_period);
+            }
+            // Totals never decrease.
+            prop_assert!(rows.tenant.consumption.dominates(&consumption));
+            consumption = rows.tenant.consumption;
+            assert_list_consistent(&rows);
+        }
+        let elapsed = now_ms as f64 / 1000.0;
+        let debt_bound = 2.0 * rate * max_period;
+        let slack = 1e-6 * (initial + rate * elapsed + debt_bound).max(1.0);
+        prop_assert!(
+            granted <= initial + rate * elapsed + debt_bound + slack,
+            "granted {} > initial {} + refill {} + debt bound {}",
+            granted, initial, rate * elapsed, debt_bound
+        );
+        prop_assert!((rows.tenant.granted_tokens - granted).abs() <= slack);
+        prop_assert!(rows.tenant.tokens >= -debt_bound - slack);
+    }
+}

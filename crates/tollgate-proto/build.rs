@@ -1,0 +1,25 @@
+//! Compiles `proto/tollgate/v1/*.proto` with protox (a pure-Rust protobuf
+//! compiler), so building Tollgate never needs a system `protoc`.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let files = ["tollgate/v1/token_bucket.proto", "tollgate/v1/admin.proto"];
+    let paths: Vec<PathBuf> = files.iter().map(|f| proto_root.join(f)).collect();
+    for path in &paths {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
+
+    let descriptors = protox::compile(&paths, [&proto_root])?;
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out_dir.join("tollgate_descriptor.bin"),
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(descriptors)?;
+    Ok(())
+}
