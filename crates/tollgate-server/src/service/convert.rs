@@ -1,0 +1,206 @@
+//! Conversions between the wire contract (`tollgate_proto::v1`) and the
+//! core's domain types, with the validation of every field.
+
+use std::time::Duration;
+
+use tollgate_core::validate::{self, DEFAULT_TARGET_REQUEST_PERIOD};
+use tollgate_core::{
+    Consumption, Grant, InstanceState, InvalidInput, Limits, LimitsUpdate, TenantId, Timestamp,
+    TokenBucketRequest,
+};
+use tollgate_proto::v1;
+
+use crate::store::TenantSnapshot;
+
+/// The latest timestamp accepted (9999-12-31T23:59:59Z), as in RFC 3339.
+const MAX_TIMESTAMP_SECONDS: i64 = 253_402_300_799;
+
+pub fn tenant_id(id: &str) -> Result<TenantId, InvalidInput> {
+    TenantId::parse("tenant_id", id)
+}
+
+pub fn token_bucket_request(
+    req: v1::TokenBucketRequest,
+) -> Result<(TenantId, TokenBucketRequest), InvalidInput> {
+    let tenant = tenant_id(&req.tenant_id)?;
+    validate::bucket("bucket", &req.bucket)?;
+    let target_request_period = match req.target_request_period {
+        None => DEFAULT_TARGET_REQUEST_PERIOD,
+        Some(d) => duration("target_request_period", d)?,
+    };
+    let request = TokenBucketRequest {
+        instance_id: req.instance_id,
+        lease: req.instance_lease,
+        seq: req.seq,
+        requested_tokens: req.requested_tokens,
+        shares: req.shares,
+        target_request_period,
+        consumption: req
+            .consumption_since_last_request
+            .map(consumption)
+            .unwrap_or_default(),
+        next_live_instance_id: req.next_live_instance_id,
+    };
+    request.validate()?;
+    Ok((tenant, request))
+}
+
+pub fn limits_update(
+    req: v1::UpdateTenantResourceLimitsRequest,
+) -> Result<(TenantId, LimitsUpdate), InvalidInput> {
+    let tenant = tenant_id(&req.tenant_id)?;
+    validate::bucket("bucket", &req.bucket)?;
+    let update = LimitsUpdate {
+        available_tokens: req.available_tokens,
+        limits: Limits {
+            refill_rate: req.refill_rate,
+            burst_limit: req.burst_limit,
+        },
+        as_of: req.as_of.map(|t| timestamp("as_of", t)).transpose()?,
+        as_of_consumed_tokens: req.as_of_consumed_tokens,
+    };
+    update.validate()?;
+    Ok((tenant, update))
+}
+
+fn duration(field: &str, d: prost_types::Duration) -> Result<Duration, InvalidInput> {
+    Duration::try_from(d).map_err(|_| {
+        InvalidInput::new(
+            field,
+            format!("must be a non-negative, normalized duration, got {}s {}ns", d.seconds, d.nanos),
+        )
+    })
+}
+
+fn timestamp(field: &str, t: prost_types::Timestamp) -> Result<Timestamp, InvalidInput> {
+    if !(0..1_000_000_000).contains(&t.nanos) || !(0..=MAX_TIMESTAMP_SECONDS).contains(&t.seconds)
+    {
+        return Err(InvalidInput::new(
+            field,
+            format!(
+                "must be between 1970-01-01 and 9999-12-31 with nanos in [0, 1e9), got {}s {}ns",
+                t.seconds, t.nanos
+            ),
+        ));
+    }
+    Ok(Timestamp::from_unix_micros(
+        t.seconds * 1_000_000 + i64::from(t.nanos / 1_000),
+    ))
+}
+
+pub fn consumption(c: v1::Consumption) -> Consumption {
+    Consumption {
+        request_units: c.request_units,
+        read_batches: c.read_batches,
+        read_requests: c.read_requests,
+        read_bytes: c.read_bytes,
+        write_batches: c.write_batches,
+        write_requests: c.write_requests,
+        write_bytes: c.write_bytes,
+        cpu_seconds: c.cpu_seconds,
+        egress_bytes: c.egress_bytes,
+    }
+}
+
+fn consumption_to_proto(c: &Consumption) -> v1::Consumption {
+    v1::Consumption {
+        request_units: c.request_units,
+        read_batches: c.read_batches,
+        read_requests: c.read_requests,
+        read_bytes: c.read_bytes,
+        write_batches: c.write_batches,
+        write_requests: c.write_requests,
+        write_bytes: c.write_bytes,
+        cpu_seconds: c.cpu_seconds,
+        egress_bytes: c.egress_bytes,
+    }
+}
+
+fn duration_to_proto(d: Duration) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+fn timestamp_to_proto(t: Timestamp) -> prost_types::Timestamp {
+    let micros = t.unix_micros();
+    prost_types::Timestamp {
+        seconds: micros.div_euclid(1_000_000),
+        nanos: i32::try_from(micros.rem_euclid(1_000_000) * 1_000).unwrap_or(0),
+    }
+}
+
+pub fn grant_to_proto(g: &Grant) -> v1::TokenBucketResponse {
+    v1::TokenBucketResponse {
+        granted_tokens: g.granted_tokens,
+        trickle_duration: Some(duration_to_proto(g.trickle_duration)),
+        max_burst_tokens: g.max_burst_tokens,
+        fallback_rate: g.fallback_rate,
+    }
+}
+
+fn instance_to_proto(snapshot: &TenantSnapshot, i: &InstanceState) -> v1::Instance {
+    v1::Instance {
+        instance_id: i.instance_id,
+        next_instance_id: i.next_instance_id,
+        lease: i.lease.clone(),
+        seq: i.seq,
+        shares: i.shares,
+        last_update: Some(timestamp_to_proto(i.last_update)),
+        silent_for: Some(duration_to_proto(snapshot.silent_for(i))),
+    }
+}
+
+pub fn tenant_to_proto(snapshot: &TenantSnapshot) -> v1::Tenant {
+    let state = &snapshot.state;
+    v1::Tenant {
+        tenant_id: snapshot.tenant_id.to_string(),
+        bucket: String::new(),
+        limits: Some(v1::ResourceLimits {
+            refill_rate: state.limits.refill_rate,
+            burst_limit: state.limits.burst_limit,
+        }),
+        configured: state.configured,
+        current_tokens: snapshot.current_tokens(),
+        share_sum: state.share_sum,
+        consumption: Some(consumption_to_proto(&state.consumption)),
+        instances: snapshot
+            .instances
+            .iter()
+            .map(|i| instance_to_proto(snapshot, i))
+            .collect(),
+        live_instances: state.live_instances,
+        created_at: Some(timestamp_to_proto(state.created_at)),
+        updated_at: Some(timestamp_to_proto(state.updated_at)),
+        granted_tokens: state.granted_tokens,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_round_trip_at_microsecond_resolution() {
+        for micros in [0, 1, 999_999, 1_700_000_000_123_456] {
+            let t = Timestamp::from_unix_micros(micros);
+            assert_eq!(timestamp("t", timestamp_to_proto(t)).expect("valid"), t);
+        }
+    }
+
+    #[test]
+    fn malformed_timestamps_and_durations_are_refused() {
+        let bad = [
+            prost_types::Timestamp { seconds: -1, nanos: 0 },
+            prost_types::Timestamp { seconds: 0, nanos: -1 },
+            prost_types::Timestamp { seconds: 0, nanos: 1_000_000_000 },
+            prost_types::Timestamp { seconds: MAX_TIMESTAMP_SECONDS + 1, nanos: 0 },
+        ];
+        for t in bad {
+            assert_eq!(timestamp("as_of", t).expect_err("bad").field, "as_of");
+        }
+        let negative = prost_types::Duration { seconds: -5, nanos: 0 };
+        assert!(duration("d", negative).is_err());
+    }
+}

@@ -1,0 +1,46 @@
+//! The gRPC services.
+//!
+//! Every input is validated here, at the edge, before any store transaction
+//! starts: a refused request changes nothing and names the offending field.
+//! Store errors are mapped to gRPC status codes in one place, [`status`],
+//! which is also where they are logged.
+
+mod admin;
+mod convert;
+mod token_bucket;
+
+pub use admin::AdminService;
+pub use token_bucket::TokenBucketService;
+
+use tollgate_core::{InvalidInput, RequestError};
+use tonic::Status;
+
+use crate::store::StoreError;
+
+fn invalid(e: InvalidInput) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+/// Maps a store error to the status a client sees, logging what the client
+/// cannot act on.
+fn status(operation: &'static str, err: StoreError) -> Status {
+    match err {
+        e @ StoreError::TenantNotFound(_) => Status::not_found(e.to_string()),
+        StoreError::Rejected(RequestError::InvalidInput(e)) => invalid(e),
+        StoreError::Rejected(e @ RequestError::StaleSequence { .. }) => {
+            Status::failed_precondition(e.to_string())
+        }
+        StoreError::Rejected(e @ RequestError::Inconsistent(_)) => {
+            tracing::error!(operation, error = %e, "store holds an inconsistent instance list");
+            Status::internal(format!("{operation}: {e}"))
+        }
+        StoreError::Unavailable(msg) => {
+            tracing::warn!(operation, error = %msg, "store unavailable");
+            Status::unavailable(msg)
+        }
+        e @ StoreError::Internal { .. } => {
+            tracing::error!(operation, error = %e, "store operation failed");
+            Status::internal(format!("{operation}: {e}"))
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! The pod-facing `TokenBucketService`.
+
+use std::sync::Arc;
+
+use tollgate_proto::v1::{self, token_bucket_service_server};
+use tonic::{Request, Response, Status};
+
+use super::{convert, invalid, status};
+use crate::store::Store;
+
+/// Serves pods' token-bucket requests from the store.
+#[derive(Debug, Clone)]
+pub struct TokenBucketService {
+    store: Arc<dyn Store>,
+}
+
+impl TokenBucketService {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        TokenBucketService { store }
+    }
+}
+
+#[tonic::async_trait]
+impl token_bucket_service_server::TokenBucketService for TokenBucketService {
+    async fn token_bucket(
+        &self,
+        request: Request<v1::TokenBucketRequest>,
+    ) -> Result<Response<v1::TokenBucketResponse>, Status> {
+        let (tenant, req) = convert::token_bucket_request(request.into_inner()).map_err(invalid)?;
+        let grant = self
+            .store
+            .token_bucket(&tenant, &req)
+            .await
+            .map_err(|e| status("token bucket request", e))?;
+        Ok(Response::new(convert::grant_to_proto(&grant)))
+    }
+}

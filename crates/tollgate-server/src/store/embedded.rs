@@ -1,0 +1,576 @@
+//! The default store: one crash-safe file, kept with `redb`.
+//!
+//! `redb` gives ACID transactions with copy-on-write B-trees and a checksummed
+//! commit, so a crash or power loss leaves either the old or the new state.
+//!
+//! Writes go through one writer thread that drains whatever operations are
+//! queued and runs them in a single write transaction (group commit): one
+//! `fsync` serves many requests. Each operation still stands alone: a refused
+//! operation writes nothing, and no caller hears back before the commit that
+//! holds its change is durable. Reads run concurrently on their own snapshots.
+//!
+//! Layout (schema version 1):
+//! - `meta`: `"schema_version"` → 1
+//! - `tenants`: tenant id → JSON [`TenantState`] (the tenant row, instance 0)
+//! - `instances`: (tenant id, instance id) → JSON [`InstanceState`]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use tokio::sync::{mpsc, oneshot};
+use tollgate_core::global_bucket::{self, BucketRows};
+use tollgate_core::{
+    Grant, InstanceState, LimitsUpdate, TenantId, TenantState, Timestamp, TokenBucketRequest,
+};
+
+use super::{
+    BucketSettings, LimitsChange, Store, StoreError, TenantSnapshot, UnconfiguredTenants,
+};
+
+const SCHEMA_VERSION: u64 = 1;
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenants");
+const INSTANCES: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("instances");
+/// The most operations committed together.
+const MAX_BATCH: usize = 512;
+
+/// The store's clock.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+fn system_clock() -> Timestamp {
+    let micros = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+    Timestamp::from_unix_micros(micros)
+}
+
+/// A store in one file (or in memory, for tests).
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: Arc<Database>,
+    clock: Clock,
+    writes: Mutex<Option<mpsc::UnboundedSender<Box<dyn PendingWrite>>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore").finish_non_exhaustive()
+    }
+}
+
+/// One queued write: it runs inside the writer's batch transaction and is
+/// answered after the batch commits (or fails).
+trait PendingWrite: Send {
+    /// Runs the operation. `Err` is a storage failure that dooms the batch;
+    /// a refused operation is `Ok` and writes nothing.
+    fn apply(&mut self, writer: &Writer, txn: &WriteTransaction, now: Timestamp)
+    -> Result<(), StoreError>;
+    /// Answers the caller: with the operation's result if the batch committed,
+    /// or with the batch's failure.
+    fn answer(self: Box<Self>, batch_failure: Option<&str>);
+}
+
+type Work<T> = Box<
+    dyn FnOnce(&Writer, &WriteTransaction, Timestamp) -> Result<Result<T, StoreError>, StoreError>
+        + Send,
+>;
+
+struct Write<T> {
+    work: Option<Work<T>>,
+    result: Option<Result<T, StoreError>>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T: Send> PendingWrite for Write<T> {
+    fn apply(
+        &mut self,
+        writer: &Writer,
+        txn: &WriteTransaction,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        if let Some(work) = self.work.take() {
+            self.result = Some(work(writer, txn, now)?);
+        }
+        Ok(())
+    }
+
+    fn answer(self: Box<Self>, batch_failure: Option<&str>) {
+        let result = match (batch_failure, self.result) {
+            (None, Some(result)) => result,
+            (Some(msg), _) => Err(StoreError::internal("write to the embedded store", msg.to_owned())),
+            (None, None) => Err(closed()),
+        };
+        // A caller that went away (its RPC was cancelled) no longer needs the
+        // answer; its change stands, as it would had the answer been lost.
+        let _ = self.reply.send(result);
+    }
+}
+
+/// Maps a redb error, giving it `context`.
+fn storage<E: Into<redb::Error>>(context: &'static str) -> impl FnOnce(E) -> StoreError {
+    move |e| StoreError::internal(context, e.into())
+}
+
+impl EmbeddedStore {
+    /// Opens the store file at `path`, creating it if it does not exist.
+    pub fn open(path: impl AsRef<Path>, settings: BucketSettings) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::internal("create the store's directory", e))?;
+        }
+        let db = Database::create(path)
+            .map_err(|e| StoreError::internal("open the store file", redb::Error::from(e)))?;
+        Self::start(db, settings, Arc::new(system_clock))
+    }
+
+    /// A store that lives in memory and is gone when dropped.
+    pub fn in_memory(settings: BucketSettings) -> Result<Self, StoreError> {
+        Self::in_memory_with_clock(settings, Arc::new(system_clock))
+    }
+
+    /// An in-memory store reading time from `clock` (for tests that move time).
+    pub fn in_memory_with_clock(settings: BucketSettings, clock: Clock) -> Result<Self, StoreError> {
+        let db = Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .map_err(|e| StoreError::internal("create an in-memory store", redb::Error::from(e)))?;
+        Self::start(db, settings, clock)
+    }
+
+    fn start(db: Database, settings: BucketSettings, clock: Clock) -> Result<Self, StoreError> {
+        init_schema(&db)?;
+        let db = Arc::new(db);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let writer = Writer {
+            db: Arc::clone(&db),
+            settings,
+            clock: Arc::clone(&clock),
+        };
+        let handle = std::thread::Builder::new()
+            .name("tollgate-store-writer".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|e| StoreError::internal("start the store writer thread", e))?;
+        Ok(EmbeddedStore {
+            inner: Arc::new(Inner {
+                db,
+                clock,
+                writes: Mutex::new(Some(tx)),
+                writer: Mutex::new(Some(handle)),
+            }),
+        })
+    }
+
+    async fn write<T: Send + 'static>(&self, work: Work<T>) -> Result<T, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let op = Box::new(Write {
+            work: Some(work),
+            result: None,
+            reply,
+        });
+        {
+            let writes = self.inner.writes.lock().map_err(|_| closed())?;
+            let tx = writes.as_ref().ok_or_else(closed)?;
+            tx.send(op).map_err(|_| closed())?;
+        }
+        answer.await.map_err(|_| closed())?
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Database, Timestamp) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        if self.inner.writes.lock().map_err(|_| closed())?.is_none() {
+            return Err(closed());
+        }
+        let db = Arc::clone(&self.inner.db);
+        let now = (self.inner.clock)();
+        tokio::task::spawn_blocking(move || f(&db, now))
+            .await
+            .map_err(|e| StoreError::internal("run a store read", e))?
+    }
+}
+
+fn closed() -> StoreError {
+    StoreError::Unavailable("the embedded store is closed".into())
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Ok(mut writes) = self.writes.lock() {
+            writes.take();
+        }
+        if let Some(handle) = self.writer.lock().ok().and_then(|mut w| w.take()) {
+            let _ = handle.join();
+        }
+    }
+}
+
+fn init_schema(db: &Database) -> Result<(), StoreError> {
+    let txn = db
+        .begin_write()
+        .map_err(|e| StoreError::internal("begin schema transaction", redb::Error::from(e)))?;
+    {
+        let mut meta = txn
+            .open_table(META)
+            .map_err(|e| StoreError::internal("open meta table", redb::Error::from(e)))?;
+        let found = meta
+            .get("schema_version")
+            .map_err(|e| StoreError::internal("read schema version", redb::Error::from(e)))?
+            .map(|v| v.value());
+        match found {
+            None => {
+                meta.insert("schema_version", SCHEMA_VERSION).map_err(|e| {
+                    StoreError::internal("write schema version", redb::Error::from(e))
+                })?;
+            }
+            Some(SCHEMA_VERSION) => {}
+            Some(other) => {
+                return Err(StoreError::internal(
+                    "check schema version",
+                    format!(
+                        "store file has schema version {other}; this server understands {SCHEMA_VERSION}"
+                    ),
+                ));
+            }
+        }
+        txn.open_table(TENANTS)
+            .map_err(|e| StoreError::internal("create tenants table", redb::Error::from(e)))?;
+        txn.open_table(INSTANCES)
+            .map_err(|e| StoreError::internal("create instances table", redb::Error::from(e)))?;
+    }
+    txn.commit()
+        .map_err(|e| StoreError::internal("commit schema", redb::Error::from(e)))
+}
+
+fn decode<T: serde::de::DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::internal(what, e))
+}
+
+fn encode<T: serde::Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(value).map_err(|e| StoreError::internal(what, e))
+}
+
+/// The single writer: batches queued operations into one transaction each.
+struct Writer {
+    db: Arc<Database>,
+    settings: BucketSettings,
+    clock: Clock,
+}
+
+impl Writer {
+    fn run(self, mut rx: mpsc::UnboundedReceiver<Box<dyn PendingWrite>>) {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        while let Some(first) = rx.blocking_recv() {
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            let failure = self.commit_batch(&mut batch).err().map(|e| {
+                tracing::error!(error = %e, ops = batch.len(), "embedded store: write batch failed, nothing committed");
+                e.to_string()
+            });
+            for op in batch.drain(..) {
+                op.answer(failure.as_deref());
+            }
+        }
+    }
+
+    fn commit_batch(&self, batch: &mut [Box<dyn PendingWrite>]) -> Result<(), StoreError> {
+        let now = (self.clock)();
+        let txn = self.db.begin_write().map_err(storage("begin write transaction"))?;
+        for op in batch.iter_mut() {
+            op.apply(self, &txn, now)?;
+        }
+        txn.commit().map_err(storage("commit write transaction"))
+    }
+
+    fn token_bucket(
+        &self,
+        txn: &WriteTransaction,
+        tenant: &TenantId,
+        request: &TokenBucketRequest,
+        now: Timestamp,
+    ) -> Result<Result<Grant, StoreError>, StoreError> {
+        let mut tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
+        let mut instances = txn.open_table(INSTANCES).map_err(storage("open instances"))?;
+        let state = match tenants.get(tenant.as_str()).map_err(storage("read tenant row"))? {
+            Some(row) => decode::<TenantState>("decode tenant row", row.value())?,
+            None => match &self.settings.unconfigured_tenants {
+                UnconfiguredTenants::Reject => {
+                    return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
+                }
+                UnconfiguredTenants::UseDefaults(d) => {
+                    TenantState::new(d.limits, d.initial_tokens, false, now)
+                }
+            },
+        };
+        let loaded = load_instance_window(
+            &instances,
+            tenant,
+            request.instance_id,
+            self.settings.bucket.cleanup_window,
+        )?;
+        let mut rows = BucketRows {
+            tenant: state,
+            instances: loaded,
+        };
+        let outcome = match global_bucket::request(&mut rows, request, now, &self.settings.bucket)
+        {
+            Ok(outcome) => outcome,
+            Err(e) => return Ok(Err(e.into())),
+        };
+        if outcome.duplicate {
+            return Ok(Ok(outcome.grant));
+        }
+        let bytes = encode("encode tenant row", &rows.tenant)?;
+        tenants
+            .insert(tenant.as_str(), bytes.as_slice())
+            .map_err(storage("write tenant row"))?;
+        for id in &outcome.changes.upserted {
+            if let Some(row) = rows.instances.get(id) {
+                let bytes = encode("encode instance row", row)?;
+                instances
+                    .insert((tenant.as_str(), *id), bytes.as_slice())
+                    .map_err(storage("write instance row"))?;
+            }
+        }
+        for removed in &outcome.changes.removed {
+            instances
+                .remove((tenant.as_str(), removed.instance_id))
+                .map_err(storage("delete instance row"))?;
+            tracing::info!(
+                tenant = %tenant,
+                instance = removed.instance_id,
+                silent_for = ?now.duration_since(removed.last_update),
+                "removed silent instance"
+            );
+        }
+        Ok(Ok(outcome.grant))
+    }
+
+    fn update_limits(
+        &self,
+        txn: &WriteTransaction,
+        tenant: &TenantId,
+        update: &LimitsUpdate,
+        now: Timestamp,
+    ) -> Result<Result<LimitsChange, StoreError>, StoreError> {
+        let mut tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
+        let before = tenants
+            .get(tenant.as_str())
+            .map_err(storage("read tenant row"))?
+            .map(|row| decode::<TenantState>("decode tenant row", row.value()))
+            .transpose()?;
+        let mut state = before
+            .clone()
+            .unwrap_or_else(|| TenantState::new(update.limits, 0.0, true, now));
+        if let Err(e) = global_bucket::reconfigure(&mut state, update, now) {
+            return Ok(Err(e.into()));
+        }
+        let bytes = encode("encode tenant row", &state)?;
+        tenants
+            .insert(tenant.as_str(), bytes.as_slice())
+            .map_err(storage("write tenant row"))?;
+        let instances = txn.open_table(INSTANCES).map_err(storage("open instances"))?;
+        Ok(Ok(LimitsChange {
+            before,
+            after: TenantSnapshot {
+                tenant_id: tenant.clone(),
+                state,
+                instances: read_all_instances(&instances, tenant)?,
+                read_at: now,
+            },
+        }))
+    }
+}
+
+fn delete(txn: &WriteTransaction, tenant: &TenantId) -> Result<Result<(), StoreError>, StoreError> {
+    let mut tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
+    let existed = tenants
+        .remove(tenant.as_str())
+        .map_err(storage("delete tenant row"))?
+        .is_some();
+    if !existed {
+        return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
+    }
+    let mut instances = txn.open_table(INSTANCES).map_err(storage("open instances"))?;
+    instances
+        .retain_in((tenant.as_str(), 0)..=(tenant.as_str(), u32::MAX), |_, _| false)
+        .map_err(storage("delete instance rows"))?;
+    Ok(Ok(()))
+}
+
+/// Loads the instance rows a request needs (see [`BucketRows`]).
+fn load_instance_window(
+    instances: &impl ReadableTable<(&'static str, u32), &'static [u8]>,
+    tenant: &TenantId,
+    id: u32,
+    window: usize,
+) -> Result<BTreeMap<u32, InstanceState>, StoreError> {
+    let t = tenant.as_str();
+    let mut rows = BTreeMap::new();
+    let mut put = |value: &[u8]| -> Result<(), StoreError> {
+        let row: InstanceState = decode("decode instance row", value)?;
+        rows.insert(row.instance_id, row);
+        Ok(())
+    };
+    if let Some(row) = instances.get((t, id)).map_err(storage("read instance row"))? {
+        put(row.value())?;
+    } else if let Some(entry) = instances
+        .range((t, 1)..(t, id))
+        .map_err(storage("read predecessor row"))?
+        .next_back()
+    {
+        put(entry.map_err(storage("read predecessor row"))?.1.value())?;
+    }
+    let after = instances
+        .range((t, id.saturating_add(1))..=(t, u32::MAX))
+        .map_err(storage("read following rows"))?;
+    let wrapped = instances
+        .range((t, 1)..(t, id))
+        .map_err(storage("read following rows"))?;
+    for entry in after.chain(wrapped).take(window) {
+        put(entry.map_err(storage("read following rows"))?.1.value())?;
+    }
+    Ok(rows)
+}
+
+fn read_all_instances(
+    instances: &impl ReadableTable<(&'static str, u32), &'static [u8]>,
+    tenant: &TenantId,
+) -> Result<Vec<InstanceState>, StoreError> {
+    let t = tenant.as_str();
+    let mut rows = Vec::new();
+    for entry in instances
+        .range((t, 0)..=(t, u32::MAX))
+        .map_err(storage("read instance rows"))?
+    {
+        let (_, value) = entry.map_err(storage("read instance rows"))?;
+        rows.push(decode("decode instance row", value.value())?);
+    }
+    Ok(rows)
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    async fn token_bucket(
+        &self,
+        tenant: &TenantId,
+        request: &TokenBucketRequest,
+    ) -> Result<Grant, StoreError> {
+        let (tenant, request) = (tenant.clone(), request.clone());
+        self.write(Box::new(move |w, txn, now| {
+            w.token_bucket(txn, &tenant, &request, now)
+        }))
+        .await
+    }
+
+    async fn update_limits(
+        &self,
+        tenant: &TenantId,
+        update: &LimitsUpdate,
+    ) -> Result<LimitsChange, StoreError> {
+        let (tenant, update) = (tenant.clone(), update.clone());
+        self.write(Box::new(move |w, txn, now| {
+            w.update_limits(txn, &tenant, &update, now)
+        }))
+        .await
+    }
+
+    async fn get_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError> {
+        let tenant = tenant.clone();
+        self.read(move |db, now| {
+            let txn = db
+                .begin_read()
+                .map_err(storage("begin read transaction"))?;
+            let tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
+            let state = match tenants
+                .get(tenant.as_str())
+                .map_err(storage("read tenant row"))?
+            {
+                Some(row) => decode::<TenantState>("decode tenant row", row.value())?,
+                None => return Err(StoreError::TenantNotFound(tenant)),
+            };
+            let instances =
+                txn.open_table(INSTANCES).map_err(storage("open instances"))?;
+            let instances = read_all_instances(&instances, &tenant)?;
+            Ok(TenantSnapshot {
+                tenant_id: tenant,
+                state,
+                instances,
+                read_at: now,
+            })
+        })
+        .await
+    }
+
+    async fn list_tenants(
+        &self,
+        after: Option<&TenantId>,
+        limit: usize,
+    ) -> Result<Vec<TenantSnapshot>, StoreError> {
+        let after = after.cloned();
+        self.read(move |db, now| {
+            let txn = db
+                .begin_read()
+                .map_err(storage("begin read transaction"))?;
+            let tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
+            let range = match &after {
+                Some(a) => tenants.range::<&str>((
+                    std::ops::Bound::Excluded(a.as_str()),
+                    std::ops::Bound::Unbounded,
+                )),
+                None => tenants.range::<&str>(..),
+            }
+            .map_err(storage("list tenant rows"))?;
+            let mut out = Vec::new();
+            for entry in range.take(limit) {
+                let (key, value) = entry.map_err(storage("list tenant rows"))?;
+                let tenant_id = TenantId::parse("tenant_id", key.value())
+                    .map_err(|e| StoreError::internal("decode tenant id", e))?;
+                out.push(TenantSnapshot {
+                    tenant_id,
+                    state: decode("decode tenant row", value.value())?,
+                    instances: Vec::new(),
+                    read_at: now,
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn delete_tenant(&self, tenant: &TenantId) -> Result<(), StoreError> {
+        let tenant = tenant.clone();
+        self.write(Box::new(move |_, txn, _| delete(txn, &tenant)))
+            .await
+    }
+
+    async fn close(&self) -> Result<(), StoreError> {
+        // Stop taking writes; the writer finishes what is queued, then exits.
+        let sender = self.inner.writes.lock().map_err(|_| closed())?.take();
+        drop(sender);
+        let handle = self.inner.writer.lock().map_err(|_| closed())?.take();
+        if let Some(handle) = handle {
+            tokio::task::spawn_blocking(move || handle.join())
+                .await
+                .map_err(|e| StoreError::internal("wait for the store writer", e))?
+                .map_err(|_| StoreError::internal("store writer", "the writer thread panicked"))?;
+        }
+        Ok(())
+    }
+}
+

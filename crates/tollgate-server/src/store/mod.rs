@@ -1,0 +1,168 @@
+//! Where tenants' buckets live, behind one [`Store`] trait.
+//!
+//! The server is stateless: every piece of bucket state is in the store, and
+//! every operation is one store transaction that reads the rows it needs,
+//! runs a `tollgate-core` state machine on them with the store's clock, and
+//! writes the changed rows back. Any number of server replicas can therefore
+//! share a store.
+//!
+//! Stores: [`EmbeddedStore`] (one crash-safe file, the default).
+
+mod embedded;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tollgate_core::global_bucket::GlobalBucketConfig;
+use tollgate_core::{
+    Grant, InstanceState, Limits, LimitsUpdate, RequestError, TenantId, TenantState, Timestamp,
+    TokenBucketRequest,
+};
+
+pub use embedded::EmbeddedStore;
+
+/// What every store is told at construction: how buckets behave and what
+/// happens to tenants nobody configured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketSettings {
+    pub bucket: GlobalBucketConfig,
+    pub unconfigured_tenants: UnconfiguredTenants,
+}
+
+impl Default for BucketSettings {
+    fn default() -> Self {
+        BucketSettings {
+            bucket: GlobalBucketConfig::default(),
+            unconfigured_tenants: UnconfiguredTenants::UseDefaults(DefaultLimits::default()),
+        }
+    }
+}
+
+/// What a pod request for a tenant that was never configured gets.
+#[derive(Clone, Debug, PartialEq)]
+pub enum UnconfiguredTenants {
+    /// The tenant is created with these limits.
+    UseDefaults(DefaultLimits),
+    /// The request fails with `NOT_FOUND`.
+    Reject,
+}
+
+/// The limits a tenant gets before an operator configures it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DefaultLimits {
+    pub limits: Limits,
+    /// Tokens a new tenant starts with.
+    pub initial_tokens: f64,
+}
+
+impl Default for DefaultLimits {
+    fn default() -> Self {
+        DefaultLimits {
+            limits: Limits {
+                refill_rate: 1_000.0,
+                burst_limit: 10_000.0,
+            },
+            initial_tokens: 10_000.0,
+        }
+    }
+}
+
+/// A consistent read of one tenant, as of the store's clock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TenantSnapshot {
+    pub tenant_id: TenantId,
+    pub state: TenantState,
+    /// The instance rows in list order; empty in listings.
+    pub instances: Vec<InstanceState>,
+    /// The store's clock when the snapshot was read.
+    pub read_at: Timestamp,
+}
+
+impl TenantSnapshot {
+    /// The bucket level at `read_at`, refill included.
+    pub fn current_tokens(&self) -> f64 {
+        self.state.tokens_at(self.read_at)
+    }
+
+    /// How long the server has not heard from `instance`.
+    pub fn silent_for(&self, instance: &InstanceState) -> Duration {
+        self.read_at.duration_since(instance.last_update)
+    }
+}
+
+/// The result of a limits update: the tenant before (if it existed) and after.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LimitsChange {
+    pub before: Option<TenantState>,
+    pub after: TenantSnapshot,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("tenant \"{0}\" not found")]
+    TenantNotFound(TenantId),
+    /// The state machine refused the operation; nothing was changed.
+    #[error(transparent)]
+    Rejected(#[from] RequestError),
+    /// The store cannot be reached right now; the operation may be retried.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The store failed in a way a retry will not fix.
+    #[error("{context}: {source}")]
+    Internal {
+        context: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl StoreError {
+    pub(crate) fn internal(
+        context: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        StoreError::Internal {
+            context,
+            source: source.into(),
+        }
+    }
+}
+
+/// A transactional home for tenants' buckets.
+///
+/// Every method is one transaction: it either happens completely or not at
+/// all. Time is the store's own clock.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    /// Serves a pod's token-bucket request (see `tollgate_core::global_bucket::request`).
+    async fn token_bucket(
+        &self,
+        tenant: &TenantId,
+        request: &TokenBucketRequest,
+    ) -> Result<Grant, StoreError>;
+
+    /// Sets a tenant's limits, creating the tenant if needed.
+    async fn update_limits(
+        &self,
+        tenant: &TenantId,
+        update: &LimitsUpdate,
+    ) -> Result<LimitsChange, StoreError>;
+
+    /// Reads a tenant with its instances.
+    async fn get_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError>;
+
+    /// Reads up to `limit` tenants with ids after `after`, in id order, without instances.
+    async fn list_tenants(
+        &self,
+        after: Option<&TenantId>,
+        limit: usize,
+    ) -> Result<Vec<TenantSnapshot>, StoreError>;
+
+    /// Deletes a tenant and its instances.
+    async fn delete_tenant(&self, tenant: &TenantId) -> Result<(), StoreError>;
+
+    /// Finishes pending work and releases the store (files, connections).
+    /// Operations after `close` fail.
+    async fn close(&self) -> Result<(), StoreError>;
+}

@@ -1,0 +1,60 @@
+//! `tollgate`: runs the server and administers tenants.
+//!
+//! - `tollgate serve`: the gRPC server on the embedded store.
+//! - `tollgate tenant …`: set limits, show, list and delete tenants on a
+//!   running server through its `Admin` service.
+
+mod serve;
+mod tenant;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// Tollgate: hierarchical multi-tenant cost control.
+#[derive(Debug, Parser)]
+#[command(name = "tollgate", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the server.
+    Serve(serve::ServeArgs),
+    /// Configure and inspect tenants on a running server.
+    Tenant(tenant::TenantArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve::serve(args).await,
+            Command::Tenant(args) => tenant::run(args).await,
+        }
+    })
+}

@@ -1,0 +1,351 @@
+//! `tollgate tenant …` and `tollgate pod request`: operator commands that
+//! talk to a running server over gRPC.
+//!
+//! Human output is an aligned table; `--json` prints one JSON document for
+//! scripts. Errors from the server are shown with their gRPC code and message.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use tollgate_proto::v1::{self, admin_client::AdminClient};
+use tonic::transport::Channel;
+
+#[derive(Debug, Args)]
+pub struct TenantArgs {
+    /// The server's gRPC endpoint.
+    #[arg(long, global = true, env = "TOLLGATE_SERVER", default_value = "http://127.0.0.1:50051")]
+    server: String,
+
+    #[command(subcommand)]
+    command: TenantCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum TenantCommand {
+    /// Set a tenant's limits, creating it if needed.
+    SetLimits(SetLimitsArgs),
+    /// Show a tenant's limits, tokens, consumption and instances.
+    Show {
+        #[arg(long)]
+        tenant: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List all tenants.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a tenant and its instances.
+    Delete {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct SetLimitsArgs {
+    #[arg(long)]
+    tenant: String,
+    /// Tokens in the bucket (as of --as-of, if given).
+    #[arg(long, allow_negative_numbers = true)]
+    available: f64,
+    /// Tokens added per second.
+    #[arg(long, allow_negative_numbers = true)]
+    refill_rate: f64,
+    /// Refill pauses at this many tokens; 0 means no burst.
+    #[arg(long, allow_negative_numbers = true)]
+    burst_limit: f64,
+    /// When the consumption these limits are based on was read (RFC 3339,
+    /// e.g. 2026-01-02T03:04:05Z); the server corrects for what happened since.
+    #[arg(long, value_parser = humantime::parse_rfc3339)]
+    as_of: Option<SystemTime>,
+    /// The tenant's cumulative request units at --as-of.
+    #[arg(long, default_value_t = 0.0, requires = "as_of", allow_negative_numbers = true)]
+    as_of_consumed: f64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+async fn connect(server: &str) -> anyhow::Result<AdminClient<Channel>> {
+    let endpoint = Channel::from_shared(server.to_owned())
+        .with_context(|| format!("invalid --server URL {server:?}"))?
+        .connect_timeout(Duration::from_secs(5));
+    let channel = endpoint
+        .connect()
+        .await
+        .with_context(|| format!("connect to {server}"))?;
+    Ok(AdminClient::new(channel))
+}
+
+/// Turns a gRPC status into an error that reads well on a terminal.
+fn rpc_error(status: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!("{:?}: {}", status.code(), status.message())
+}
+
+pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
+    let mut client = connect(&args.server).await?;
+    match args.command {
+        TenantCommand::SetLimits(a) => {
+            let response = client
+                .update_tenant_resource_limits(v1::UpdateTenantResourceLimitsRequest {
+                    tenant_id: a.tenant,
+                    bucket: String::new(),
+                    available_tokens: a.available,
+                    refill_rate: a.refill_rate,
+                    burst_limit: a.burst_limit,
+                    as_of: a.as_of.map(prost_types::Timestamp::from),
+                    as_of_consumed_tokens: a.as_of_consumed,
+                })
+                .await
+                .map_err(rpc_error)?;
+            let tenant = response.into_inner().tenant.unwrap_or_default();
+            print_tenant(&tenant, a.json)
+        }
+        TenantCommand::Show { tenant, json } => {
+            let response = client
+                .get_tenant(v1::GetTenantRequest {
+                    tenant_id: tenant,
+                    bucket: String::new(),
+                })
+                .await
+                .map_err(rpc_error)?;
+            print_tenant(&response.into_inner().tenant.unwrap_or_default(), json)
+        }
+        TenantCommand::List { json } => {
+            let mut tenants = Vec::new();
+            let mut page_token = String::new();
+            loop {
+                let page = client
+                    .list_tenants(v1::ListTenantsRequest {
+                        page_size: 1000,
+                        page_token,
+                    })
+                    .await
+                    .map_err(rpc_error)?
+                    .into_inner();
+                tenants.extend(page.tenants);
+                if page.next_page_token.is_empty() {
+                    break;
+                }
+                page_token = page.next_page_token;
+            }
+            print_list(&tenants, json)
+        }
+        TenantCommand::Delete { tenant } => {
+            client
+                .delete_tenant(v1::DeleteTenantRequest {
+                    tenant_id: tenant.clone(),
+                })
+                .await
+                .map_err(rpc_error)?;
+            println!("deleted tenant {tenant}");
+            Ok(())
+        }
+    }
+}
+
+/// A tenant as `--json` prints it.
+#[derive(Debug, Serialize)]
+struct TenantJson {
+    tenant_id: String,
+    configured: bool,
+    refill_rate: f64,
+    burst_limit: f64,
+    current_tokens: f64,
+    share_sum: f64,
+    granted_tokens: f64,
+    live_instances: u32,
+    consumption: ConsumptionJson,
+    created_at: Option<String>,
+    updated_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instances: Option<Vec<InstanceJson>>,
+}
+
+#[derive(Debug, Serialize)]
+struct ConsumptionJson {
+    request_units: f64,
+    read_batches: u64,
+    read_requests: u64,
+    read_bytes: u64,
+    write_batches: u64,
+    write_requests: u64,
+    write_bytes: u64,
+    cpu_seconds: f64,
+    egress_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct InstanceJson {
+    instance_id: u32,
+    next_instance_id: u32,
+    seq: u64,
+    shares: f64,
+    last_update: Option<String>,
+    silent_for_seconds: f64,
+}
+
+fn rfc3339(t: Option<prost_types::Timestamp>) -> Option<String> {
+    let t = t?;
+    let secs = u64::try_from(t.seconds).ok()?;
+    let nanos = u32::try_from(t.nanos).ok()?;
+    let time = UNIX_EPOCH.checked_add(Duration::new(secs, nanos))?;
+    Some(humantime::format_rfc3339_millis(time).to_string())
+}
+
+fn seconds(d: Option<prost_types::Duration>) -> f64 {
+    d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
+}
+
+fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {
+    let limits = t.limits.unwrap_or_default();
+    let c = t.consumption.unwrap_or_default();
+    TenantJson {
+        tenant_id: t.tenant_id.clone(),
+        configured: t.configured,
+        refill_rate: limits.refill_rate,
+        burst_limit: limits.burst_limit,
+        current_tokens: t.current_tokens,
+        share_sum: t.share_sum,
+        granted_tokens: t.granted_tokens,
+        live_instances: t.live_instances,
+        consumption: ConsumptionJson {
+            request_units: c.request_units,
+            read_batches: c.read_batches,
+            read_requests: c.read_requests,
+            read_bytes: c.read_bytes,
+            write_batches: c.write_batches,
+            write_requests: c.write_requests,
+            write_bytes: c.write_bytes,
+            cpu_seconds: c.cpu_seconds,
+            egress_bytes: c.egress_bytes,
+        },
+        created_at: rfc3339(t.created_at),
+        updated_at: rfc3339(t.updated_at),
+        instances: with_instances.then(|| {
+            t.instances
+                .iter()
+                .map(|i| InstanceJson {
+                    instance_id: i.instance_id,
+                    next_instance_id: i.next_instance_id,
+                    seq: i.seq,
+                    shares: i.shares,
+                    last_update: rfc3339(i.last_update),
+                    silent_for_seconds: seconds(i.silent_for),
+                })
+                .collect()
+        }),
+    }
+}
+
+/// Prints rows as columns separated by two spaces, each as wide as its widest cell.
+fn print_table(rows: &[Vec<String>]) {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .collect();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
+}
+
+fn print_tenant(t: &v1::Tenant, json: bool) -> anyhow::Result<()> {
+    let view = tenant_json(t, true);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&view)?);
+        return Ok(());
+    }
+    let c = &view.consumption;
+    let field = |k: &str, v: String| vec![k.to_owned(), v];
+    print_table(&[
+        field("tenant", view.tenant_id.clone()),
+        field(
+            "configured",
+            if view.configured { "yes" } else { "no (server defaults)" }.to_owned(),
+        ),
+        field("refill rate", format!("{} tokens/s", view.refill_rate)),
+        field("burst limit", format!("{} tokens", view.burst_limit)),
+        field("current tokens", format!("{:.1}", view.current_tokens)),
+        field("granted tokens", format!("{:.1}", view.granted_tokens)),
+        field("share sum", format!("{:.3}", view.share_sum)),
+        field("request units", format!("{:.1}", c.request_units)),
+        field(
+            "reads",
+            format!("{} batches, {} requests, {} bytes", c.read_batches, c.read_requests, c.read_bytes),
+        ),
+        field(
+            "writes",
+            format!(
+                "{} batches, {} requests, {} bytes",
+                c.write_batches, c.write_requests, c.write_bytes
+            ),
+        ),
+        field("cpu", format!("{:.3} s", c.cpu_seconds)),
+        field("egress", format!("{} bytes", c.egress_bytes)),
+        field("live instances", view.live_instances.to_string()),
+    ]);
+    if let Some(instances) = view.instances.as_ref().filter(|i| !i.is_empty()) {
+        println!();
+        let mut rows = vec![
+            ["INSTANCE", "NEXT", "SEQ", "SHARES", "SILENT FOR"]
+                .map(String::from)
+                .to_vec(),
+        ];
+        rows.extend(instances.iter().map(|i| {
+            vec![
+                i.instance_id.to_string(),
+                i.next_instance_id.to_string(),
+                i.seq.to_string(),
+                format!("{:.3}", i.shares),
+                format!("{:.1}s", i.silent_for_seconds),
+            ]
+        }));
+        print_table(&rows);
+    }
+    Ok(())
+}
+
+fn print_list(tenants: &[v1::Tenant], json: bool) -> anyhow::Result<()> {
+    let views: Vec<TenantJson> = tenants.iter().map(|t| tenant_json(t, false)).collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&views)?);
+        return Ok(());
+    }
+    let mut rows = vec![
+        [
+            "TENANT",
+            "CONFIGURED",
+            "REFILL/S",
+            "BURST",
+            "TOKENS",
+            "INSTANCES",
+            "REQUEST UNITS",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    rows.extend(views.iter().map(|v| {
+        vec![
+            v.tenant_id.clone(),
+            if v.configured { "yes" } else { "no" }.to_owned(),
+            v.refill_rate.to_string(),
+            v.burst_limit.to_string(),
+            format!("{:.1}", v.current_tokens),
+            v.live_instances.to_string(),
+            format!("{:.1}", v.consumption.request_units),
+        ]
+    }));
+    print_table(&rows);
+    Ok(())
+}
