@@ -3,7 +3,9 @@
 //! - `tollgate serve`: the gRPC server on the embedded store.
 //! - `tollgate tenant …`: set limits, show, list and delete tenants on a
 //!   running server through its `Admin` service.
+//! - `tollgate pod request`: one token-bucket request, as a pod would send it.
 
+mod pod;
 mod serve;
 mod tenant;
 
@@ -27,6 +29,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Configure and inspect tenants on a running server.
     Tenant(tenant::TenantArgs),
+    /// Act as a pod against a running server (for trying things out).
+    Pod(pod::PodArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +59,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         match cli.command {
             Command::Serve(args) => serve::serve(args).await,
             Command::Tenant(args) => tenant::run(args).await,
+            Command::Pod(args) => pod::run(args).await,
         }
     })
 }

@@ -21,7 +21,12 @@ pub struct ServeArgs {
     listen: SocketAddr,
 
     /// File of the embedded store; created if missing.
-    #[arg(long, env = "TOLLGATE_STORE", default_value = "tollgate.redb", conflicts_with = "in_memory")]
+    #[arg(
+        long,
+        env = "TOLLGATE_STORE",
+        default_value = "tollgate.redb",
+        conflicts_with = "in_memory"
+    )]
     store: PathBuf,
 
     /// Keep all state in memory (lost when the server stops).

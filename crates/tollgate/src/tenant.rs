@@ -15,7 +15,12 @@ use tonic::transport::Channel;
 #[derive(Debug, Args)]
 pub struct TenantArgs {
     /// The server's gRPC endpoint.
-    #[arg(long, global = true, env = "TOLLGATE_SERVER", default_value = "http://127.0.0.1:50051")]
+    #[arg(
+        long,
+        global = true,
+        env = "TOLLGATE_SERVER",
+        default_value = "http://127.0.0.1:50051"
+    )]
     server: String,
 
     #[command(subcommand)]
@@ -65,7 +70,12 @@ struct SetLimitsArgs {
     #[arg(long, value_parser = humantime::parse_rfc3339)]
     as_of: Option<SystemTime>,
     /// The tenant's cumulative request units at --as-of.
-    #[arg(long, default_value_t = 0.0, requires = "as_of", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        requires = "as_of",
+        allow_negative_numbers = true
+    )]
     as_of_consumed: f64,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -84,7 +94,7 @@ async fn connect(server: &str) -> anyhow::Result<AdminClient<Channel>> {
 }
 
 /// Turns a gRPC status into an error that reads well on a terminal.
-fn rpc_error(status: tonic::Status) -> anyhow::Error {
+pub fn rpc_error(status: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{:?}: {}", status.code(), status.message())
 }
 
@@ -248,7 +258,13 @@ fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {
 fn print_table(rows: &[Vec<String>]) {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     for row in rows {
         let line: Vec<String> = row
@@ -272,7 +288,12 @@ fn print_tenant(t: &v1::Tenant, json: bool) -> anyhow::Result<()> {
         field("tenant", view.tenant_id.clone()),
         field(
             "configured",
-            if view.configured { "yes" } else { "no (server defaults)" }.to_owned(),
+            if view.configured {
+                "yes"
+            } else {
+                "no (server defaults)"
+            }
+            .to_owned(),
         ),
         field("refill rate", format!("{} tokens/s", view.refill_rate)),
         field("burst limit", format!("{} tokens", view.burst_limit)),
@@ -282,7 +303,10 @@ fn print_tenant(t: &v1::Tenant, json: bool) -> anyhow::Result<()> {
         field("request units", format!("{:.1}", c.request_units)),
         field(
             "reads",
-            format!("{} batches, {} requests, {} bytes", c.read_batches, c.read_requests, c.read_bytes),
+            format!(
+                "{} batches, {} requests, {} bytes",
+                c.read_batches, c.read_requests, c.read_bytes
+            ),
         ),
         field(
             "writes",

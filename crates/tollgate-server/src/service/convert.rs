@@ -67,14 +67,16 @@ fn duration(field: &str, d: prost_types::Duration) -> Result<Duration, InvalidIn
     Duration::try_from(d).map_err(|_| {
         InvalidInput::new(
             field,
-            format!("must be a non-negative, normalized duration, got {}s {}ns", d.seconds, d.nanos),
+            format!(
+                "must be a non-negative, normalized duration, got {}s {}ns",
+                d.seconds, d.nanos
+            ),
         )
     })
 }
 
 fn timestamp(field: &str, t: prost_types::Timestamp) -> Result<Timestamp, InvalidInput> {
-    if !(0..1_000_000_000).contains(&t.nanos) || !(0..=MAX_TIMESTAMP_SECONDS).contains(&t.seconds)
-    {
+    if !(0..1_000_000_000).contains(&t.nanos) || !(0..=MAX_TIMESTAMP_SECONDS).contains(&t.seconds) {
         return Err(InvalidInput::new(
             field,
             format!(
@@ -192,15 +194,30 @@ mod tests {
     #[test]
     fn malformed_timestamps_and_durations_are_refused() {
         let bad = [
-            prost_types::Timestamp { seconds: -1, nanos: 0 },
-            prost_types::Timestamp { seconds: 0, nanos: -1 },
-            prost_types::Timestamp { seconds: 0, nanos: 1_000_000_000 },
-            prost_types::Timestamp { seconds: MAX_TIMESTAMP_SECONDS + 1, nanos: 0 },
+            prost_types::Timestamp {
+                seconds: -1,
+                nanos: 0,
+            },
+            prost_types::Timestamp {
+                seconds: 0,
+                nanos: -1,
+            },
+            prost_types::Timestamp {
+                seconds: 0,
+                nanos: 1_000_000_000,
+            },
+            prost_types::Timestamp {
+                seconds: MAX_TIMESTAMP_SECONDS + 1,
+                nanos: 0,
+            },
         ];
         for t in bad {
             assert_eq!(timestamp("as_of", t).expect_err("bad").field, "as_of");
         }
-        let negative = prost_types::Duration { seconds: -5, nanos: 0 };
+        let negative = prost_types::Duration {
+            seconds: -5,
+            nanos: 0,
+        };
         assert!(duration("d", negative).is_err());
     }
 }

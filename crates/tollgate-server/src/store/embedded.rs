@@ -28,9 +28,7 @@ use tollgate_core::{
     Grant, InstanceState, LimitsUpdate, TenantId, TenantState, Timestamp, TokenBucketRequest,
 };
 
-use super::{
-    BucketSettings, LimitsChange, Store, StoreError, TenantSnapshot, UnconfiguredTenants,
-};
+use super::{BucketSettings, LimitsChange, Store, StoreError, TenantSnapshot, UnconfiguredTenants};
 
 const SCHEMA_VERSION: u64 = 1;
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -73,8 +71,12 @@ impl std::fmt::Debug for EmbeddedStore {
 trait PendingWrite: Send {
     /// Runs the operation. `Err` is a storage failure that dooms the batch;
     /// a refused operation is `Ok` and writes nothing.
-    fn apply(&mut self, writer: &Writer, txn: &WriteTransaction, now: Timestamp)
-    -> Result<(), StoreError>;
+    fn apply(
+        &mut self,
+        writer: &Writer,
+        txn: &WriteTransaction,
+        now: Timestamp,
+    ) -> Result<(), StoreError>;
     /// Answers the caller: with the operation's result if the batch committed,
     /// or with the batch's failure.
     fn answer(self: Box<Self>, batch_failure: Option<&str>);
@@ -107,7 +109,10 @@ impl<T: Send> PendingWrite for Write<T> {
     fn answer(self: Box<Self>, batch_failure: Option<&str>) {
         let result = match (batch_failure, self.result) {
             (None, Some(result)) => result,
-            (Some(msg), _) => Err(StoreError::internal("write to the embedded store", msg.to_owned())),
+            (Some(msg), _) => Err(StoreError::internal(
+                "write to the embedded store",
+                msg.to_owned(),
+            )),
             (None, None) => Err(closed()),
         };
         // A caller that went away (its RPC was cancelled) no longer needs the
@@ -140,7 +145,10 @@ impl EmbeddedStore {
     }
 
     /// An in-memory store reading time from `clock` (for tests that move time).
-    pub fn in_memory_with_clock(settings: BucketSettings, clock: Clock) -> Result<Self, StoreError> {
+    pub fn in_memory_with_clock(
+        settings: BucketSettings,
+        clock: Clock,
+    ) -> Result<Self, StoreError> {
         let db = Database::builder()
             .create_with_backend(redb::backends::InMemoryBackend::new())
             .map_err(|e| StoreError::internal("create an in-memory store", redb::Error::from(e)))?;
@@ -252,7 +260,10 @@ fn init_schema(db: &Database) -> Result<(), StoreError> {
         .map_err(|e| StoreError::internal("commit schema", redb::Error::from(e)))
 }
 
-fn decode<T: serde::de::DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
+fn decode<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    bytes: &[u8],
+) -> Result<T, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::internal(what, e))
 }
 
@@ -290,7 +301,10 @@ impl Writer {
 
     fn commit_batch(&self, batch: &mut [Box<dyn PendingWrite>]) -> Result<(), StoreError> {
         let now = (self.clock)();
-        let txn = self.db.begin_write().map_err(storage("begin write transaction"))?;
+        let txn = self
+            .db
+            .begin_write()
+            .map_err(storage("begin write transaction"))?;
         for op in batch.iter_mut() {
             op.apply(self, &txn, now)?;
         }
@@ -305,8 +319,13 @@ impl Writer {
         now: Timestamp,
     ) -> Result<Result<Grant, StoreError>, StoreError> {
         let mut tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
-        let mut instances = txn.open_table(INSTANCES).map_err(storage("open instances"))?;
-        let state = match tenants.get(tenant.as_str()).map_err(storage("read tenant row"))? {
+        let mut instances = txn
+            .open_table(INSTANCES)
+            .map_err(storage("open instances"))?;
+        let state = match tenants
+            .get(tenant.as_str())
+            .map_err(storage("read tenant row"))?
+        {
             Some(row) => decode::<TenantState>("decode tenant row", row.value())?,
             None => match &self.settings.unconfigured_tenants {
                 UnconfiguredTenants::Reject => {
@@ -327,8 +346,7 @@ impl Writer {
             tenant: state,
             instances: loaded,
         };
-        let outcome = match global_bucket::request(&mut rows, request, now, &self.settings.bucket)
-        {
+        let outcome = match global_bucket::request(&mut rows, request, now, &self.settings.bucket) {
             Ok(outcome) => outcome,
             Err(e) => return Ok(Err(e.into())),
         };
@@ -384,7 +402,9 @@ impl Writer {
         tenants
             .insert(tenant.as_str(), bytes.as_slice())
             .map_err(storage("write tenant row"))?;
-        let instances = txn.open_table(INSTANCES).map_err(storage("open instances"))?;
+        let instances = txn
+            .open_table(INSTANCES)
+            .map_err(storage("open instances"))?;
         Ok(Ok(LimitsChange {
             before,
             after: TenantSnapshot {
@@ -406,9 +426,14 @@ fn delete(txn: &WriteTransaction, tenant: &TenantId) -> Result<Result<(), StoreE
     if !existed {
         return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
     }
-    let mut instances = txn.open_table(INSTANCES).map_err(storage("open instances"))?;
+    let mut instances = txn
+        .open_table(INSTANCES)
+        .map_err(storage("open instances"))?;
     instances
-        .retain_in((tenant.as_str(), 0)..=(tenant.as_str(), u32::MAX), |_, _| false)
+        .retain_in(
+            (tenant.as_str(), 0)..=(tenant.as_str(), u32::MAX),
+            |_, _| false,
+        )
         .map_err(storage("delete instance rows"))?;
     Ok(Ok(()))
 }
@@ -427,7 +452,10 @@ fn load_instance_window(
         rows.insert(row.instance_id, row);
         Ok(())
     };
-    if let Some(row) = instances.get((t, id)).map_err(storage("read instance row"))? {
+    if let Some(row) = instances
+        .get((t, id))
+        .map_err(storage("read instance row"))?
+    {
         put(row.value())?;
     } else if let Some(entry) = instances
         .range((t, 1)..(t, id))
@@ -493,9 +521,7 @@ impl Store for EmbeddedStore {
     async fn get_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError> {
         let tenant = tenant.clone();
         self.read(move |db, now| {
-            let txn = db
-                .begin_read()
-                .map_err(storage("begin read transaction"))?;
+            let txn = db.begin_read().map_err(storage("begin read transaction"))?;
             let tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
             let state = match tenants
                 .get(tenant.as_str())
@@ -504,8 +530,9 @@ impl Store for EmbeddedStore {
                 Some(row) => decode::<TenantState>("decode tenant row", row.value())?,
                 None => return Err(StoreError::TenantNotFound(tenant)),
             };
-            let instances =
-                txn.open_table(INSTANCES).map_err(storage("open instances"))?;
+            let instances = txn
+                .open_table(INSTANCES)
+                .map_err(storage("open instances"))?;
             let instances = read_all_instances(&instances, &tenant)?;
             Ok(TenantSnapshot {
                 tenant_id: tenant,
@@ -524,9 +551,7 @@ impl Store for EmbeddedStore {
     ) -> Result<Vec<TenantSnapshot>, StoreError> {
         let after = after.cloned();
         self.read(move |db, now| {
-            let txn = db
-                .begin_read()
-                .map_err(storage("begin read transaction"))?;
+            let txn = db.begin_read().map_err(storage("begin read transaction"))?;
             let tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
             let range = match &after {
                 Some(a) => tenants.range::<&str>((
@@ -573,4 +598,3 @@ impl Store for EmbeddedStore {
         Ok(())
     }
 }
-

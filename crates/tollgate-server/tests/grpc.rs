@@ -1,0 +1,807 @@
+//! End-to-end tests: a real server on `127.0.0.1:0`, real gRPC clients, the
+//! embedded store (in memory, or in a file to test restarts).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
+use tollgate_proto::v1::{self, admin_client::AdminClient};
+use tollgate_server::store::{BucketSettings, EmbeddedStore, Store, UnconfiguredTenants};
+use tonic::Code;
+use tonic::transport::Channel;
+
+struct TestServer {
+    addr: SocketAddr,
+    shutdown: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), tonic::transport::Error>>,
+    store: Arc<dyn Store>,
+}
+
+impl TestServer {
+    async fn start(store: Arc<dyn Store>) -> TestServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let (shutdown, signal) = oneshot::channel::<()>();
+        let task = tokio::spawn(tollgate_server::run(listener, Arc::clone(&store), async {
+            let _ = signal.await;
+        }));
+        TestServer {
+            addr,
+            shutdown,
+            task,
+            store,
+        }
+    }
+
+    async fn in_memory(settings: BucketSettings) -> TestServer {
+        TestServer::start(Arc::new(EmbeddedStore::in_memory(settings).expect("store"))).await
+    }
+
+    async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    async fn admin(&self) -> AdminClient<Channel> {
+        AdminClient::new(self.channel().await)
+    }
+
+    async fn pods(&self) -> TokenBucketServiceClient<Channel> {
+        TokenBucketServiceClient::new(self.channel().await)
+    }
+
+    /// Stops serving, waits for in-flight requests, and closes the store.
+    async fn stop(self) {
+        let _ = self.shutdown.send(());
+        self.task.await.expect("server task").expect("server ran");
+        self.store.close().await.expect("store closes");
+    }
+}
+
+fn limits(
+    tenant: &str,
+    available: f64,
+    refill_rate: f64,
+    burst_limit: f64,
+) -> v1::UpdateTenantResourceLimitsRequest {
+    v1::UpdateTenantResourceLimitsRequest {
+        tenant_id: tenant.into(),
+        bucket: String::new(),
+        available_tokens: available,
+        refill_rate,
+        burst_limit,
+        as_of: None,
+        as_of_consumed_tokens: 0.0,
+    }
+}
+
+fn pod_request(
+    tenant: &str,
+    instance: u32,
+    seq: u64,
+    tokens: f64,
+    ru: f64,
+) -> v1::TokenBucketRequest {
+    v1::TokenBucketRequest {
+        tenant_id: tenant.into(),
+        bucket: String::new(),
+        instance_id: instance,
+        instance_lease: format!("lease-{instance}").into_bytes(),
+        seq,
+        requested_tokens: tokens,
+        shares: 1.0,
+        target_request_period: Some(prost_types::Duration {
+            seconds: 10,
+            nanos: 0,
+        }),
+        consumption_since_last_request: Some(v1::Consumption {
+            request_units: ru,
+            read_requests: 1,
+            read_bytes: 100,
+            write_requests: 2,
+            write_bytes: 200,
+            cpu_seconds: 0.01,
+            ..v1::Consumption::default()
+        }),
+        next_live_instance_id: None,
+    }
+}
+
+async fn get(admin: &mut AdminClient<Channel>, tenant: &str) -> Result<v1::Tenant, tonic::Status> {
+    let response = admin
+        .get_tenant(v1::GetTenantRequest {
+            tenant_id: tenant.into(),
+            bucket: String::new(),
+        })
+        .await?;
+    Ok(response.into_inner().tenant.expect("tenant in response"))
+}
+
+/// The stored part of a tenant view: drops what depends on when it was read.
+fn stored(mut t: v1::Tenant) -> v1::Tenant {
+    t.current_tokens = 0.0;
+    for i in &mut t.instances {
+        i.silent_for = None;
+    }
+    t
+}
+
+async fn tenant_ids(admin: &mut AdminClient<Channel>) -> Vec<String> {
+    let page = admin
+        .list_tenants(v1::ListTenantsRequest::default())
+        .await
+        .expect("list")
+        .into_inner();
+    page.tenants.into_iter().map(|t| t.tenant_id).collect()
+}
+
+#[tokio::test]
+async fn several_instances_share_a_configured_tenant() {
+    let server = TestServer::in_memory(BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    let configured = admin
+        .update_tenant_resource_limits(limits("acme", 1000.0, 10.0, 2000.0))
+        .await
+        .expect("configure")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+    assert!(configured.configured);
+    assert_eq!(configured.current_tokens, 1000.0);
+
+    // Eight pods, each with its own connection, ask concurrently.
+    let mut tasks = Vec::new();
+    for instance in 1..=8u32 {
+        let mut pods = server.pods().await;
+        tasks.push(tokio::spawn(async move {
+            let mut granted = 0.0;
+            for seq in 1..=10 {
+                let grant = pods
+                    .token_bucket(pod_request("acme", instance, seq, 10.0, 2.5))
+                    .await
+                    .expect("grant")
+                    .into_inner();
+                granted += grant.granted_tokens;
+                assert!(grant.fallback_rate > 0.0);
+            }
+            granted
+        }));
+    }
+    let mut granted = 0.0;
+    for task in tasks {
+        granted += task.await.expect("pod task");
+    }
+    // 80 requests of 10 tokens against 1000 available: all granted at once.
+    assert_eq!(granted, 800.0);
+
+    let tenant = get(&mut admin, "acme").await.expect("get");
+    assert_eq!(tenant.live_instances, 8);
+    assert_eq!(tenant.granted_tokens, 800.0);
+    assert!((tenant.share_sum - 8.0).abs() < 1e-9);
+    let c = tenant.consumption.expect("consumption");
+    assert_eq!(c.request_units, 80.0 * 2.5);
+    assert_eq!(c.read_requests, 80);
+    assert_eq!(c.read_bytes, 8000);
+    assert_eq!(c.write_requests, 160);
+    assert!((c.cpu_seconds - 0.8).abs() < 1e-9);
+    // The list is 1 → 2 → … → 8 → 0.
+    let ids: Vec<u32> = tenant.instances.iter().map(|i| i.instance_id).collect();
+    assert_eq!(ids, (1..=8).collect::<Vec<_>>());
+    for pair in tenant.instances.windows(2) {
+        assert_eq!(pair[0].next_instance_id, pair[1].instance_id);
+    }
+    assert_eq!(tenant.instances[7].next_instance_id, 0);
+    assert!(tenant.instances.iter().all(|i| i.seq == 10));
+    // Refill since the configuration tops up what was taken.
+    assert!(tenant.current_tokens >= 200.0 && tenant.current_tokens <= 2000.0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_duplicate_request_is_answered_from_the_first_response() {
+    let server = TestServer::in_memory(BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    admin
+        .update_tenant_resource_limits(limits("dup", 0.0, 100.0, 0.0))
+        .await
+        .expect("configure");
+    let mut pods = server.pods().await;
+    let first = pods
+        .token_bucket(pod_request("dup", 1, 1, 5000.0, 7.0))
+        .await
+        .expect("first")
+        .into_inner();
+    assert!(
+        first.trickle_duration.expect("trickle").seconds > 0,
+        "a trickle grant"
+    );
+    let after_first = stored(get(&mut admin, "dup").await.expect("get"));
+    let retry = pods
+        .token_bucket(pod_request("dup", 1, 1, 5000.0, 7.0))
+        .await
+        .expect("retry")
+        .into_inner();
+    assert_eq!(retry, first);
+    assert_eq!(
+        stored(get(&mut admin, "dup").await.expect("get")),
+        after_first
+    );
+    assert_eq!(after_first.consumption.expect("c").request_units, 7.0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn state_survives_a_restart_on_the_same_store_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("data").join("tollgate.redb");
+    let open = || Arc::new(EmbeddedStore::open(&path, BucketSettings::default()).expect("open"));
+
+    let server = TestServer::start(open()).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+    admin
+        .update_tenant_resource_limits(limits("durable", 500.0, 0.0, 1000.0))
+        .await
+        .expect("configure");
+    let mut last = None;
+    for instance in 1..=3 {
+        for seq in 1..=4 {
+            let grant = pods
+                .token_bucket(pod_request("durable", instance, seq, 20.0, 3.0))
+                .await
+                .expect("grant")
+                .into_inner();
+            last = Some(grant);
+        }
+    }
+    // A tenant nobody configured, served on the defaults.
+    pods.token_bucket(pod_request("walk-in", 1, 1, 1.0, 1.0))
+        .await
+        .expect("default limits");
+    let before = stored(get(&mut admin, "durable").await.expect("get"));
+    let before_ids = tenant_ids(&mut admin).await;
+    server.stop().await;
+
+    let server = TestServer::start(open()).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+    let after = stored(get(&mut admin, "durable").await.expect("get after restart"));
+    assert_eq!(after, before);
+    assert_eq!(after.granted_tokens, 240.0);
+    assert_eq!(after.consumption.expect("c").request_units, 36.0);
+    assert_eq!(
+        get(&mut admin, "durable")
+            .await
+            .expect("get")
+            .current_tokens,
+        260.0,
+        "refill 0: the level is exactly what is left"
+    );
+    assert_eq!(tenant_ids(&mut admin).await, before_ids);
+    assert!(
+        !get(&mut admin, "walk-in")
+            .await
+            .expect("walk-in")
+            .configured
+    );
+    // The idempotency record survived too: a retry of the last request
+    // gets the same answer and changes nothing.
+    let retry = pods
+        .token_bucket(pod_request("durable", 3, 4, 20.0, 3.0))
+        .await
+        .expect("retry")
+        .into_inner();
+    assert_eq!(Some(retry), last);
+    assert_eq!(
+        stored(get(&mut admin, "durable").await.expect("get")),
+        before
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_pod_requests_get_clear_errors_and_change_nothing() {
+    let server = TestServer::in_memory(BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+    // Refill 0 so the level read back is exact.
+    admin
+        .update_tenant_resource_limits(limits("acme", 100.0, 0.0, 100.0))
+        .await
+        .expect("configure");
+    pods.token_bucket(pod_request("acme", 1, 5, 10.0, 1.0))
+        .await
+        .expect("a good request first");
+    let before = get(&mut admin, "acme").await.expect("get");
+    let before_ids = tenant_ids(&mut admin).await;
+
+    let good = || pod_request("acme", 1, 6, 10.0, 1.0);
+    let with_consumption = |f: fn(&mut v1::Consumption)| {
+        let mut r = good();
+        if let Some(c) = r.consumption_since_last_request.as_mut() {
+            f(c);
+        }
+        r
+    };
+    let period = |seconds: i64, nanos: i32| v1::TokenBucketRequest {
+        target_request_period: Some(prost_types::Duration { seconds, nanos }),
+        ..good()
+    };
+    let cases: Vec<(v1::TokenBucketRequest, Code, &str)> = vec![
+        (
+            v1::TokenBucketRequest {
+                tenant_id: String::new(),
+                ..good()
+            },
+            Code::InvalidArgument,
+            "tenant_id",
+        ),
+        (
+            v1::TokenBucketRequest {
+                tenant_id: "no spaces".into(),
+                ..good()
+            },
+            Code::InvalidArgument,
+            "tenant_id",
+        ),
+        (
+            v1::TokenBucketRequest {
+                tenant_id: "x".repeat(129),
+                ..good()
+            },
+            Code::InvalidArgument,
+            "tenant_id",
+        ),
+        // Must not create the tenant either.
+        (
+            v1::TokenBucketRequest {
+                tenant_id: "newcomer".into(),
+                requested_tokens: f64::NAN,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "requested_tokens",
+        ),
+        (
+            v1::TokenBucketRequest {
+                bucket: "emails".into(),
+                ..good()
+            },
+            Code::InvalidArgument,
+            "bucket",
+        ),
+        (
+            v1::TokenBucketRequest {
+                instance_id: 0,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "instance_id",
+        ),
+        (
+            v1::TokenBucketRequest {
+                instance_lease: Vec::new(),
+                ..good()
+            },
+            Code::InvalidArgument,
+            "instance_lease",
+        ),
+        (
+            v1::TokenBucketRequest {
+                instance_lease: vec![7; 300],
+                ..good()
+            },
+            Code::InvalidArgument,
+            "instance_lease",
+        ),
+        (
+            v1::TokenBucketRequest {
+                seq: u64::MAX,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "seq",
+        ),
+        (
+            v1::TokenBucketRequest {
+                requested_tokens: f64::NAN,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "requested_tokens",
+        ),
+        (
+            v1::TokenBucketRequest {
+                requested_tokens: f64::INFINITY,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "requested_tokens",
+        ),
+        (
+            v1::TokenBucketRequest {
+                requested_tokens: -1.0,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "requested_tokens",
+        ),
+        (
+            v1::TokenBucketRequest {
+                requested_tokens: 1e300,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "requested_tokens",
+        ),
+        (
+            v1::TokenBucketRequest {
+                shares: f64::NEG_INFINITY,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "shares",
+        ),
+        (
+            v1::TokenBucketRequest {
+                shares: -3.0,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "shares",
+        ),
+        (
+            period(-1, 0),
+            Code::InvalidArgument,
+            "target_request_period",
+        ),
+        (period(0, 0), Code::InvalidArgument, "target_request_period"),
+        (
+            period(3600, 0),
+            Code::InvalidArgument,
+            "target_request_period",
+        ),
+        (
+            with_consumption(|c| c.request_units = f64::NAN),
+            Code::InvalidArgument,
+            "consumption_since_last_request.request_units",
+        ),
+        (
+            with_consumption(|c| c.cpu_seconds = f64::INFINITY),
+            Code::InvalidArgument,
+            "consumption_since_last_request.cpu_seconds",
+        ),
+        (
+            with_consumption(|c| c.request_units = -5.0),
+            Code::InvalidArgument,
+            "consumption_since_last_request.request_units",
+        ),
+        (
+            with_consumption(|c| c.read_bytes = u64::MAX),
+            Code::InvalidArgument,
+            "consumption_since_last_request.read_bytes",
+        ),
+        // An older sequence number than the last one seen.
+        (
+            pod_request("acme", 1, 4, 10.0, 1.0),
+            Code::FailedPrecondition,
+            "seq 4",
+        ),
+    ];
+    for (request, code, names) in cases {
+        let what = format!("{request:?}");
+        let status = pods.token_bucket(request).await.expect_err(&what);
+        assert_eq!(status.code(), code, "{what}: {}", status.message());
+        assert!(
+            status.message().contains(names),
+            "{what}: message {:?} should name {names}",
+            status.message()
+        );
+    }
+    let after = get(&mut admin, "acme").await.expect("get");
+    assert_eq!(
+        after.current_tokens, before.current_tokens,
+        "refill 0: exact"
+    );
+    assert_eq!(stored(after), stored(before));
+    assert_eq!(tenant_ids(&mut admin).await, before_ids);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_admin_requests_get_clear_errors_and_change_nothing() {
+    let server = TestServer::in_memory(BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    admin
+        .update_tenant_resource_limits(limits("acme", 100.0, 0.0, 100.0))
+        .await
+        .expect("configure");
+    let before = get(&mut admin, "acme").await.expect("get");
+
+    let good = || limits("acme", 50.0, 5.0, 500.0);
+    let as_of = |seconds: i64, nanos: i32, consumed: f64| v1::UpdateTenantResourceLimitsRequest {
+        as_of: Some(prost_types::Timestamp { seconds, nanos }),
+        as_of_consumed_tokens: consumed,
+        ..good()
+    };
+    let cases: Vec<(v1::UpdateTenantResourceLimitsRequest, &str)> = vec![
+        (
+            v1::UpdateTenantResourceLimitsRequest {
+                tenant_id: "a/b".into(),
+                ..good()
+            },
+            "tenant_id",
+        ),
+        (
+            v1::UpdateTenantResourceLimitsRequest {
+                bucket: "ai".into(),
+                ..good()
+            },
+            "bucket",
+        ),
+        (
+            v1::UpdateTenantResourceLimitsRequest {
+                available_tokens: f64::NAN,
+                ..good()
+            },
+            "available_tokens",
+        ),
+        (
+            v1::UpdateTenantResourceLimitsRequest {
+                available_tokens: -1.0,
+                ..good()
+            },
+            "available_tokens",
+        ),
+        (
+            v1::UpdateTenantResourceLimitsRequest {
+                refill_rate: f64::INFINITY,
+                ..good()
+            },
+            "refill_rate",
+        ),
+        (
+            v1::UpdateTenantResourceLimitsRequest {
+                refill_rate: -0.5,
+                ..good()
+            },
+            "refill_rate",
+        ),
+        (
+            v1::UpdateTenantResourceLimitsRequest {
+                burst_limit: 1e200,
+                ..good()
+            },
+            "burst_limit",
+        ),
+        (
+            v1::UpdateTenantResourceLimitsRequest {
+                burst_limit: f64::NAN,
+                ..good()
+            },
+            "burst_limit",
+        ),
+        (as_of(1_700_000_000, -1, 0.0), "as_of"),
+        (as_of(-10, 0, 0.0), "as_of"),
+        (as_of(1_700_000_000, 0, f64::NAN), "as_of_consumed_tokens"),
+        // More consumed at as_of than the tenant has consumed in total.
+        (as_of(1_700_000_000, 0, 10.0), "as_of_consumed_tokens"),
+        (
+            v1::UpdateTenantResourceLimitsRequest {
+                as_of_consumed_tokens: 3.0,
+                ..good()
+            },
+            "as_of_consumed_tokens",
+        ),
+        // Must not create a tenant.
+        (
+            v1::UpdateTenantResourceLimitsRequest {
+                tenant_id: "newcomer".into(),
+                refill_rate: f64::NAN,
+                ..good()
+            },
+            "refill_rate",
+        ),
+    ];
+    for (request, field) in cases {
+        let what = format!("{request:?}");
+        let status = admin
+            .update_tenant_resource_limits(request)
+            .await
+            .expect_err(&what);
+        assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "{what}: {}",
+            status.message()
+        );
+        assert!(
+            status.message().contains(field),
+            "{what}: {:?} should name {field}",
+            status.message()
+        );
+    }
+
+    let not_found = get(&mut admin, "nobody").await.expect_err("unknown tenant");
+    assert_eq!(not_found.code(), Code::NotFound);
+    assert!(not_found.message().contains("nobody"));
+    let status = admin
+        .get_tenant(v1::GetTenantRequest {
+            tenant_id: String::new(),
+            bucket: String::new(),
+        })
+        .await
+        .expect_err("empty id");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    let status = admin
+        .delete_tenant(v1::DeleteTenantRequest {
+            tenant_id: "nobody".into(),
+        })
+        .await
+        .expect_err("unknown tenant");
+    assert_eq!(status.code(), Code::NotFound);
+    let status = admin
+        .list_tenants(v1::ListTenantsRequest {
+            page_size: 5000,
+            page_token: String::new(),
+        })
+        .await
+        .expect_err("page too large");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("page_size"));
+    let status = admin
+        .list_tenants(v1::ListTenantsRequest {
+            page_size: 10,
+            page_token: "not a token".into(),
+        })
+        .await
+        .expect_err("bad token");
+    assert!(status.message().contains("page_token"));
+
+    let after = get(&mut admin, "acme").await.expect("get");
+    assert_eq!(
+        after.current_tokens, before.current_tokens,
+        "refill 0: exact"
+    );
+    assert_eq!(stored(after), stored(before));
+    assert_eq!(tenant_ids(&mut admin).await, vec!["acme".to_owned()]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn limits_updates_apply_the_as_of_correction() {
+    let server = TestServer::in_memory(BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+    admin
+        .update_tenant_resource_limits(limits("acme", 1000.0, 0.0, 1000.0))
+        .await
+        .expect("configure");
+    for seq in 1..=4 {
+        pods.token_bucket(pod_request("acme", 1, seq, 0.0, 25.0))
+            .await
+            .expect("report");
+    }
+    // The controller read 40 RU consumed; 60 more were consumed since. With
+    // no refill, the new level is 500 - 60.
+    let as_of = prost_types::Timestamp::from(std::time::SystemTime::now());
+    let updated = admin
+        .update_tenant_resource_limits(v1::UpdateTenantResourceLimitsRequest {
+            as_of: Some(as_of),
+            as_of_consumed_tokens: 40.0,
+            ..limits("acme", 500.0, 0.0, 1000.0)
+        })
+        .await
+        .expect("update")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+    assert_eq!(updated.current_tokens, 440.0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn unconfigured_tenants_get_defaults_or_not_found() {
+    let server = TestServer::in_memory(BucketSettings::default()).await;
+    let mut pods = server.pods().await;
+    let grant = pods
+        .token_bucket(pod_request("walk-in", 1, 1, 100.0, 0.0))
+        .await
+        .expect("served on defaults")
+        .into_inner();
+    assert_eq!(grant.granted_tokens, 100.0);
+    let mut admin = server.admin().await;
+    let tenant = get(&mut admin, "walk-in").await.expect("created");
+    assert!(!tenant.configured);
+    assert_eq!(tenant.limits.expect("limits").refill_rate, 1000.0);
+    server.stop().await;
+
+    let strict = TestServer::in_memory(BucketSettings {
+        unconfigured_tenants: UnconfiguredTenants::Reject,
+        ..BucketSettings::default()
+    })
+    .await;
+    let mut pods = strict.pods().await;
+    let status = pods
+        .token_bucket(pod_request("walk-in", 1, 1, 100.0, 0.0))
+        .await
+        .expect_err("not configured");
+    assert_eq!(status.code(), Code::NotFound);
+    assert!(status.message().contains("walk-in"));
+    let mut admin = strict.admin().await;
+    assert!(tenant_ids(&mut admin).await.is_empty());
+    admin
+        .update_tenant_resource_limits(limits("walk-in", 100.0, 1.0, 100.0))
+        .await
+        .expect("configure");
+    pods.token_bucket(pod_request("walk-in", 1, 1, 100.0, 0.0))
+        .await
+        .expect("served once configured");
+    strict.stop().await;
+}
+
+#[tokio::test]
+async fn tenants_are_listed_in_pages_and_deleted() {
+    let server = TestServer::in_memory(BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+    let mut ids: Vec<String> = (0..25).map(|i| format!("tenant-{i:02}")).collect();
+    for id in &ids {
+        admin
+            .update_tenant_resource_limits(limits(id, 10.0, 1.0, 10.0))
+            .await
+            .expect("configure");
+    }
+    pods.token_bucket(pod_request("tenant-03", 1, 1, 1.0, 1.0))
+        .await
+        .expect("grant");
+    let mut listed = Vec::new();
+    let mut page_token = String::new();
+    let mut pages = 0;
+    loop {
+        let page = admin
+            .list_tenants(v1::ListTenantsRequest {
+                page_size: 10,
+                page_token,
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        pages += 1;
+        assert!(page.tenants.len() <= 10);
+        listed.extend(page.tenants.into_iter().map(|t| t.tenant_id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(listed, ids);
+
+    admin
+        .delete_tenant(v1::DeleteTenantRequest {
+            tenant_id: "tenant-03".into(),
+        })
+        .await
+        .expect("delete");
+    ids.retain(|id| id != "tenant-03");
+    let status = get(&mut admin, "tenant-03").await.expect_err("deleted");
+    assert_eq!(status.code(), Code::NotFound);
+    // Its instances went with it: a returning pod starts a fresh tenant.
+    pods.token_bucket(pod_request("tenant-03", 1, 1, 1.0, 1.0))
+        .await
+        .expect("grant");
+    let fresh = get(&mut admin, "tenant-03")
+        .await
+        .expect("recreated on defaults");
+    assert!(!fresh.configured);
+    assert_eq!(fresh.live_instances, 1);
+    assert_eq!(fresh.consumption.expect("c").request_units, 1.0);
+    server.stop().await;
+}
