@@ -1,0 +1,223 @@
+//! Store behaviour every `Store` implementation must show, written once as
+//! functions over `&dyn Store` with a clock the test moves.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use tollgate_core::{Consumption, Limits, LimitsUpdate, TenantId, Timestamp, TokenBucketRequest};
+use tollgate_server::store::{BucketSettings, EmbeddedStore, Store, StoreError};
+
+/// A clock the test sets by hand.
+#[derive(Clone, Default)]
+struct ManualClock(Arc<AtomicI64>);
+
+impl ManualClock {
+    fn set_secs(&self, secs: f64) {
+        self.0.store(
+            Timestamp::from_secs_f64(secs).unix_micros(),
+            Ordering::SeqCst,
+        );
+    }
+    fn now(&self) -> Timestamp {
+        Timestamp::from_unix_micros(self.0.load(Ordering::SeqCst))
+    }
+}
+
+fn embedded(clock: &ManualClock) -> Arc<dyn Store> {
+    let clock = clock.clone();
+    Arc::new(
+        EmbeddedStore::in_memory_with_clock(
+            BucketSettings::default(),
+            Arc::new(move || clock.now()),
+        )
+        .expect("store"),
+    )
+}
+
+fn tenant(id: &str) -> TenantId {
+    TenantId::parse("tenant_id", id).expect("valid id")
+}
+
+fn request(instance_id: u32, seq: u64, tokens: f64) -> TokenBucketRequest {
+    TokenBucketRequest {
+        instance_id,
+        lease: b"lease".to_vec(),
+        seq,
+        requested_tokens: tokens,
+        shares: 1.0,
+        target_request_period: Duration::from_secs(10),
+        consumption: Consumption {
+            request_units: 1.0,
+            ..Consumption::default()
+        },
+        next_live_instance_id: None,
+    }
+}
+
+async fn configure(store: &dyn Store, id: &TenantId, refill_rate: f64) {
+    store
+        .update_limits(
+            id,
+            &LimitsUpdate {
+                available_tokens: 0.0,
+                limits: Limits {
+                    refill_rate,
+                    burst_limit: 0.0,
+                },
+                as_of: None,
+                as_of_consumed_tokens: 0.0,
+            },
+        )
+        .await
+        .expect("configure");
+}
+
+/// Instance ids in list order, following the stored pointers, and checks
+/// they are exactly the stored rows in ascending order.
+async fn list_order(store: &dyn Store, id: &TenantId) -> Vec<u32> {
+    let snapshot = store.get_tenant(id).await.expect("get");
+    let ids: Vec<u32> = snapshot.instances.iter().map(|i| i.instance_id).collect();
+    let mut walked = Vec::new();
+    let mut cur = snapshot.state.first_instance_id;
+    while cur != 0 {
+        assert!(walked.len() <= ids.len(), "cycle that misses the sentinel");
+        walked.push(cur);
+        cur = snapshot
+            .instances
+            .iter()
+            .find(|i| i.instance_id == cur)
+            .map_or(0, |i| i.next_instance_id);
+    }
+    assert_eq!(walked, ids, "pointers follow ascending ids");
+    assert_eq!(snapshot.state.live_instances as usize, ids.len());
+    let sum: f64 = snapshot.instances.iter().map(|i| i.shares).sum();
+    assert!((snapshot.state.share_sum - sum).abs() < 1e-9);
+    walked
+}
+
+async fn new_instances_are_linked_in_order(store: &dyn Store, clock: &ManualClock) {
+    let t = tenant("linking");
+    configure(store, &t, 10.0).await;
+    for (i, id) in [20, 10, 30, 15, 25, 1].into_iter().enumerate() {
+        clock.set_secs(i as f64);
+        store
+            .token_bucket(&t, &request(id, 1, 0.0))
+            .await
+            .expect("request");
+        list_order(store, &t).await;
+    }
+    assert_eq!(list_order(store, &t).await, vec![1, 10, 15, 20, 25, 30]);
+}
+
+async fn silent_instances_are_removed_a_window_at_a_time(store: &dyn Store, clock: &ManualClock) {
+    let t = tenant("cleanup");
+    configure(store, &t, 100.0).await;
+    clock.set_secs(0.0);
+    for id in 1..=20 {
+        store
+            .token_bucket(&t, &request(id, 1, 0.0))
+            .await
+            .expect("request");
+    }
+    // Only instance 13 is alive a minute later; each of its requests
+    // removes at most a window (8) of the silent ones behind it.
+    clock.set_secs(61.0);
+    let mut seq = 1;
+    let mut remaining = Vec::new();
+    for _ in 0..3 {
+        seq += 1;
+        store
+            .token_bucket(&t, &request(13, seq, 0.0))
+            .await
+            .expect("request");
+        remaining.push(list_order(store, &t).await.len());
+    }
+    assert_eq!(remaining, vec![12, 4, 1]);
+    // The survivor now gets the whole refill rate.
+    seq += 1;
+    let grant = store
+        .token_bucket(&t, &request(13, seq, 1e6))
+        .await
+        .expect("request");
+    let rate = grant.granted_tokens / grant.trickle_duration.as_secs_f64();
+    assert!((rate - 100.0).abs() < 1e-6, "rate {rate}");
+}
+
+async fn duplicates_and_stale_requests_change_nothing(store: &dyn Store, clock: &ManualClock) {
+    let t = tenant("dups");
+    configure(store, &t, 5.0).await;
+    clock.set_secs(1.0);
+    let first = store
+        .token_bucket(&t, &request(4, 9, 100.0))
+        .await
+        .expect("request");
+    let before = store.get_tenant(&t).await.expect("get");
+    clock.set_secs(2.0);
+    let again = store
+        .token_bucket(&t, &request(4, 9, 100.0))
+        .await
+        .expect("duplicate");
+    assert_eq!(again, first);
+    let stale = store.token_bucket(&t, &request(4, 8, 100.0)).await;
+    assert!(matches!(stale, Err(StoreError::Rejected(_))), "{stale:?}");
+    let after = store.get_tenant(&t).await.expect("get");
+    assert_eq!(after.state, before.state);
+    assert_eq!(after.instances, before.instances);
+}
+
+async fn deleting_a_tenant_removes_its_instances(store: &dyn Store, clock: &ManualClock) {
+    let t = tenant("short-lived");
+    let other = tenant("short-lived-neighbour");
+    configure(store, &t, 5.0).await;
+    configure(store, &other, 5.0).await;
+    clock.set_secs(3.0);
+    for id in 1..=3 {
+        store
+            .token_bucket(&t, &request(id, 1, 0.0))
+            .await
+            .expect("request");
+        store
+            .token_bucket(&other, &request(id, 1, 0.0))
+            .await
+            .expect("request");
+    }
+    store.delete_tenant(&t).await.expect("delete");
+    assert!(matches!(
+        store.get_tenant(&t).await,
+        Err(StoreError::TenantNotFound(_))
+    ));
+    assert!(matches!(
+        store.delete_tenant(&t).await,
+        Err(StoreError::TenantNotFound(_))
+    ));
+    assert_eq!(
+        list_order(store, &other).await,
+        vec![1, 2, 3],
+        "the neighbour is untouched"
+    );
+}
+
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod embedded_store {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let clock = ManualClock::default();
+                    let store = embedded(&clock);
+                    super::$name(store.as_ref(), &clock).await;
+                    store.close().await.expect("close");
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    new_instances_are_linked_in_order,
+    silent_instances_are_removed_a_window_at_a_time,
+    duplicates_and_stale_requests_change_nothing,
+    deleting_a_tenant_removes_its_instances,
+);
