@@ -692,11 +692,5 @@ pub fn reconfigure(
     Ok(())
 }
 
-/// True if the instance has been silent longer than the inactivity timeout
-/// (it will be removed by the next request that examines it).
-pub fn is_silent(instance: &InstanceState, now: Timestamp, config: &GlobalBucketConfig) -> bool {
-    now.duration_since(instance.last_update) > config.inactivity_timeout
-}
-
 #[cfg(test)]
 mod tests;
