@@ -20,6 +20,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)
+        // Plain counters: printable as JSON by the CLI without a copy type.
+        .type_attribute("tollgate.v1.Consumption", "#[derive(serde::Serialize)]")
         .compile_fds(descriptors)?;
     Ok(())
 }

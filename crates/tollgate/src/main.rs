@@ -6,6 +6,7 @@
 //! - `tollgate pod request`: one token-bucket request, as a pod would send it.
 
 mod pod;
+mod remote;
 mod serve;
 mod tenant;
 

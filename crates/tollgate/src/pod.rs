@@ -4,23 +4,18 @@
 //! hand; real pods embed the client library instead. Each run is a new pod
 //! incarnation: a fresh lease with sequence number 1.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use tollgate_proto::v1::{self, token_bucket_service_client::TokenBucketServiceClient};
-use tonic::transport::Channel;
+
+use crate::remote::{ServerArg, rpc_error};
 
 #[derive(Debug, Args)]
 pub struct PodArgs {
-    /// The server's gRPC endpoint.
-    #[arg(
-        long,
-        global = true,
-        env = "TOLLGATE_SERVER",
-        default_value = "http://127.0.0.1:50051"
-    )]
-    server: String,
+    #[command(flatten)]
+    server: ServerArg,
 
     #[command(subcommand)]
     command: PodCommand,
@@ -52,12 +47,7 @@ struct RequestArgs {
 
 pub async fn run(args: PodArgs) -> anyhow::Result<()> {
     let PodCommand::Request(a) = args.command;
-    let channel = Channel::from_shared(args.server.clone())
-        .with_context(|| format!("invalid --server URL {:?}", args.server))?
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .with_context(|| format!("connect to {}", args.server))?;
+    let channel = args.server.connect().await?;
     let lease = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| format!("cli-{}-{}", std::process::id(), d.as_nanos()))
@@ -79,7 +69,7 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
             next_live_instance_id: None,
         })
         .await
-        .map_err(crate::tenant::rpc_error)?
+        .map_err(rpc_error)?
         .into_inner();
     let trickle = grant
         .trickle_duration

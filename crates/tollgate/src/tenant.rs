@@ -6,22 +6,16 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use tollgate_proto::v1::{self, admin_client::AdminClient};
-use tonic::transport::Channel;
+
+use crate::remote::{ServerArg, rpc_error};
 
 #[derive(Debug, Args)]
 pub struct TenantArgs {
-    /// The server's gRPC endpoint.
-    #[arg(
-        long,
-        global = true,
-        env = "TOLLGATE_SERVER",
-        default_value = "http://127.0.0.1:50051"
-    )]
-    server: String,
+    #[command(flatten)]
+    server: ServerArg,
 
     #[command(subcommand)]
     command: TenantCommand,
@@ -82,24 +76,8 @@ struct SetLimitsArgs {
     json: bool,
 }
 
-async fn connect(server: &str) -> anyhow::Result<AdminClient<Channel>> {
-    let endpoint = Channel::from_shared(server.to_owned())
-        .with_context(|| format!("invalid --server URL {server:?}"))?
-        .connect_timeout(Duration::from_secs(5));
-    let channel = endpoint
-        .connect()
-        .await
-        .with_context(|| format!("connect to {server}"))?;
-    Ok(AdminClient::new(channel))
-}
-
-/// Turns a gRPC status into an error that reads well on a terminal.
-pub fn rpc_error(status: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{:?}: {}", status.code(), status.message())
-}
-
 pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
-    let mut client = connect(&args.server).await?;
+    let mut client = AdminClient::new(args.server.connect().await?);
     match args.command {
         TenantCommand::SetLimits(a) => {
             let response = client
@@ -171,24 +149,11 @@ struct TenantJson {
     share_sum: f64,
     granted_tokens: f64,
     live_instances: u32,
-    consumption: ConsumptionJson,
+    consumption: v1::Consumption,
     created_at: Option<String>,
     updated_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     instances: Option<Vec<InstanceJson>>,
-}
-
-#[derive(Debug, Serialize)]
-struct ConsumptionJson {
-    request_units: f64,
-    read_batches: u64,
-    read_requests: u64,
-    read_bytes: u64,
-    write_batches: u64,
-    write_requests: u64,
-    write_bytes: u64,
-    cpu_seconds: f64,
-    egress_bytes: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -215,7 +180,6 @@ fn seconds(d: Option<prost_types::Duration>) -> f64 {
 
 fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {
     let limits = t.limits.unwrap_or_default();
-    let c = t.consumption.unwrap_or_default();
     TenantJson {
         tenant_id: t.tenant_id.clone(),
         configured: t.configured,
@@ -225,17 +189,7 @@ fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {
         share_sum: t.share_sum,
         granted_tokens: t.granted_tokens,
         live_instances: t.live_instances,
-        consumption: ConsumptionJson {
-            request_units: c.request_units,
-            read_batches: c.read_batches,
-            read_requests: c.read_requests,
-            read_bytes: c.read_bytes,
-            write_batches: c.write_batches,
-            write_requests: c.write_requests,
-            write_bytes: c.write_bytes,
-            cpu_seconds: c.cpu_seconds,
-            egress_bytes: c.egress_bytes,
-        },
+        consumption: t.consumption.unwrap_or_default(),
         created_at: rfc3339(t.created_at),
         updated_at: rfc3339(t.updated_at),
         instances: with_instances.then(|| {
