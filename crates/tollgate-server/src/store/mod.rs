@@ -19,7 +19,7 @@ use tollgate_core::{
     TokenBucketRequest,
 };
 
-pub use embedded::EmbeddedStore;
+pub use embedded::{Clock, EmbeddedStore};
 
 /// What every store is told at construction: how buckets behave and what
 /// happens to tenants nobody configured.
