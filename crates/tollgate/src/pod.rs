@@ -71,9 +71,7 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
         .await
         .map_err(rpc_error)?
         .into_inner();
-    let trickle = grant
-        .trickle_duration
-        .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9);
+    let trickle = crate::tenant::seconds(grant.trickle_duration);
     println!("granted tokens    {:.3}", grant.granted_tokens);
     println!("trickle duration  {trickle:.3}s");
     println!("max burst tokens  {:.3}", grant.max_burst_tokens);

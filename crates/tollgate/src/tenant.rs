@@ -174,7 +174,7 @@ fn rfc3339(t: Option<prost_types::Timestamp>) -> Option<String> {
     Some(humantime::format_rfc3339_millis(time).to_string())
 }
 
-fn seconds(d: Option<prost_types::Duration>) -> f64 {
+pub fn seconds(d: Option<prost_types::Duration>) -> f64 {
     d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
 }
 

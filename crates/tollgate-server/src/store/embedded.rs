@@ -322,11 +322,8 @@ impl Writer {
         let mut instances = txn
             .open_table(INSTANCES)
             .map_err(storage("open instances"))?;
-        let state = match tenants
-            .get(tenant.as_str())
-            .map_err(storage("read tenant row"))?
-        {
-            Some(row) => decode::<TenantState>("decode tenant row", row.value())?,
+        let state = match read_tenant(&tenants, tenant)? {
+            Some(state) => state,
             None => match &self.settings.unconfigured_tenants {
                 UnconfiguredTenants::Reject => {
                     return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
@@ -353,10 +350,7 @@ impl Writer {
         if outcome.duplicate {
             return Ok(Ok(outcome.grant));
         }
-        let bytes = encode("encode tenant row", &rows.tenant)?;
-        tenants
-            .insert(tenant.as_str(), bytes.as_slice())
-            .map_err(storage("write tenant row"))?;
+        write_tenant(&mut tenants, tenant, &rows.tenant)?;
         for id in &outcome.changes.upserted {
             if let Some(row) = rows.instances.get(id) {
                 let bytes = encode("encode instance row", row)?;
@@ -387,21 +381,14 @@ impl Writer {
         now: Timestamp,
     ) -> Result<Result<LimitsChange, StoreError>, StoreError> {
         let mut tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
-        let before = tenants
-            .get(tenant.as_str())
-            .map_err(storage("read tenant row"))?
-            .map(|row| decode::<TenantState>("decode tenant row", row.value()))
-            .transpose()?;
+        let before = read_tenant(&tenants, tenant)?;
         let mut state = before
             .clone()
             .unwrap_or_else(|| TenantState::new(update.limits, 0.0, true, now));
         if let Err(e) = global_bucket::reconfigure(&mut state, update, now) {
             return Ok(Err(e.into()));
         }
-        let bytes = encode("encode tenant row", &state)?;
-        tenants
-            .insert(tenant.as_str(), bytes.as_slice())
-            .map_err(storage("write tenant row"))?;
+        write_tenant(&mut tenants, tenant, &state)?;
         let instances = txn
             .open_table(INSTANCES)
             .map_err(storage("open instances"))?;
@@ -436,6 +423,29 @@ fn delete(txn: &WriteTransaction, tenant: &TenantId) -> Result<Result<(), StoreE
         )
         .map_err(storage("delete instance rows"))?;
     Ok(Ok(()))
+}
+
+fn read_tenant(
+    tenants: &impl ReadableTable<&'static str, &'static [u8]>,
+    tenant: &TenantId,
+) -> Result<Option<TenantState>, StoreError> {
+    tenants
+        .get(tenant.as_str())
+        .map_err(storage("read tenant row"))?
+        .map(|row| decode("decode tenant row", row.value()))
+        .transpose()
+}
+
+fn write_tenant(
+    tenants: &mut redb::Table<'_, &'static str, &'static [u8]>,
+    tenant: &TenantId,
+    state: &TenantState,
+) -> Result<(), StoreError> {
+    let bytes = encode("encode tenant row", state)?;
+    tenants
+        .insert(tenant.as_str(), bytes.as_slice())
+        .map_err(storage("write tenant row"))?;
+    Ok(())
 }
 
 /// Loads the instance rows a request needs (see [`BucketRows`]).
@@ -523,12 +533,8 @@ impl Store for EmbeddedStore {
         self.read(move |db, now| {
             let txn = db.begin_read().map_err(storage("begin read transaction"))?;
             let tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
-            let state = match tenants
-                .get(tenant.as_str())
-                .map_err(storage("read tenant row"))?
-            {
-                Some(row) => decode::<TenantState>("decode tenant row", row.value())?,
-                None => return Err(StoreError::TenantNotFound(tenant)),
+            let Some(state) = read_tenant(&tenants, &tenant)? else {
+                return Err(StoreError::TenantNotFound(tenant));
             };
             let instances = txn
                 .open_table(INSTANCES)
