@@ -26,6 +26,14 @@ pub struct Consumption {
 }
 
 impl Consumption {
+    /// Consumption of `request_units` and nothing else counted.
+    pub fn from_tokens(request_units: f64) -> Self {
+        Consumption {
+            request_units,
+            ..Consumption::default()
+        }
+    }
+
     /// Checks a delta reported by a pod: finite, non-negative, not absurd.
     pub fn validate(&self) -> Result<(), InvalidInput> {
         validate::non_negative("request_units", self.request_units, MAX_TOKENS)?;

@@ -22,9 +22,14 @@
 //!   fraction of the refill rate (`shares / sum(shares)`) over at most one
 //!   target request period, delivered at a constant rate.
 //! - **Systematic debt**: pre-distributing tokens over a period puts the
-//!   bucket up to `refill_rate × period` into debt by design; debt beyond that
-//!   lowers the rate handed out so it is paid back over the next period. Debt
-//!   is therefore bounded by `2 × refill_rate × period`.
+//!   bucket into debt by design, by what the trickles have yet to deliver.
+//!   The tenant row tracks that commitment (`committed_tokens`, delivered at
+//!   `committed_rate`); debt beyond it — or beyond `refill_rate × period`,
+//!   whichever is less — lowers the rate handed out so it is paid back over
+//!   the next period. Debt is therefore bounded by `2 × refill_rate × period`.
+//!   (The RFC excuses a full period of refill; pods renew at different
+//!   times, so on average only half of it is committed, and excusing the
+//!   rest lets a saturated tenant overspend by up to half a period.)
 //! - **Bucket-level EMA** ([`GrantPolicy::BucketLevelEma`]): CockroachDB's
 //!   2023 policy, kept as an alternative for the simulator to compare.
 //! - **Instances**: a pod's first request links it into the list; every
@@ -140,6 +145,14 @@ pub struct TenantState {
     pub consumption: Consumption,
     /// Cumulative tokens granted since the tenant was created.
     pub granted_tokens: f64,
+    /// Trickle tokens granted but not yet delivered to the pods, as of
+    /// `last_refill`: the debt the bucket is in by design.
+    #[serde(default)]
+    pub committed_tokens: f64,
+    /// The rate at which `committed_tokens` are being delivered: the sum of
+    /// the instances' trickle rates.
+    #[serde(default)]
+    pub committed_rate: f64,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }
@@ -158,6 +171,8 @@ impl TenantState {
             first_instance_id: 0,
             consumption: Consumption::default(),
             granted_tokens: 0.0,
+            committed_tokens: 0.0,
+            committed_rate: 0.0,
             created_at: now,
             updated_at: now,
         }
@@ -177,7 +192,17 @@ impl TenantState {
     /// not refill the same interval twice.
     pub fn refill(&mut self, now: Timestamp) {
         self.tokens = self.tokens_at(now);
+        let delivered = self.committed_rate * now.seconds_since(self.last_refill);
+        self.committed_tokens = (self.committed_tokens - delivered).max(0.0);
         self.last_refill = self.last_refill.max(now);
+    }
+
+    /// Takes an instance's trickle out of the commitments (it was replaced,
+    /// folded into a new grant, or its instance removed).
+    fn release_trickle(&mut self, instance: &InstanceState, now: Timestamp) {
+        let undelivered = instance.trickle_rate * instance.trickle_until.seconds_since(now);
+        self.committed_tokens = (self.committed_tokens - undelivered).max(0.0);
+        self.committed_rate = (self.committed_rate - instance.trickle_rate).max(0.0);
     }
 }
 
@@ -203,6 +228,12 @@ pub struct InstanceState {
     pub last_update: Timestamp,
     /// The response to `(lease, seq)`, replayed to a duplicate.
     pub last_grant: Grant,
+    /// The trickle the pod is receiving: its rate (the last grant plus the
+    /// undelivered rest of the one before, which pods fold in) and end.
+    #[serde(default)]
+    pub trickle_rate: f64,
+    #[serde(default)]
+    pub trickle_until: Timestamp,
 }
 
 /// The answer to a token-bucket request.
@@ -416,10 +447,29 @@ pub fn request(
 
     remove_silent_instances(&mut next, req, now, config, &mut changes)?;
 
+    // The pod folds what is left of its trickle into the new grant.
+    let undelivered = match next.instances.get(&id) {
+        Some(instance) => {
+            let undelivered = instance.trickle_rate * instance.trickle_until.seconds_since(now);
+            next.tenant.release_trickle(instance, now);
+            undelivered
+        }
+        None => 0.0,
+    };
     let grant = grant(&mut next, req, config);
     next.tenant.granted_tokens += grant.granted_tokens;
     if let Some(instance) = next.instances.get_mut(&id) {
         instance.last_grant = grant;
+        if grant.trickle_duration.is_zero() {
+            instance.trickle_rate = 0.0;
+            instance.trickle_until = now;
+        } else {
+            let total = grant.granted_tokens + undelivered;
+            instance.trickle_rate = total / grant.trickle_duration.as_secs_f64();
+            instance.trickle_until = now.saturating_add(grant.trickle_duration);
+            next.tenant.committed_tokens += total;
+            next.tenant.committed_rate += instance.trickle_rate;
+        }
     }
     *rows = next;
     Ok(RequestOutcome {
@@ -479,6 +529,8 @@ fn link_instance(
             shares: 0.0,
             last_update: now,
             last_grant: Grant::default(),
+            trickle_rate: 0.0,
+            trickle_until: now,
         },
     );
     set_next(rows, pred, id);
@@ -546,6 +598,7 @@ fn remove_silent_instances(
             changes.upsert(cur);
             changes.upserted.remove(&candidate);
             let tenant = &mut rows.tenant;
+            tenant.release_trickle(&removed, now);
             tenant.share_sum = (tenant.share_sum - removed.shares).max(0.0);
             tenant.live_instances = tenant.live_instances.checked_sub(1).ok_or_else(|| {
                 RequestError::Inconsistent("live instance count would go below zero".into())
@@ -609,7 +662,10 @@ fn grant(rows: &mut BucketRows, req: &TokenBucketRequest, config: &GlobalBucketC
     let needed = requested - available_now;
     let (granted, trickle_secs) = match config.policy {
         GrantPolicy::Shares => {
-            let expected_debt = refill_rate * period;
+            // Trickles put the bucket in debt by design: what they have yet
+            // to deliver. Only debt beyond that is systematic. Never more
+            // than a period of refill is excused, whatever was committed.
+            let expected_debt = tenant.committed_tokens.min(refill_rate * period);
             let systematic_debt = (-tenant.tokens - expected_debt).max(0.0);
             let effective_rate = (refill_rate - systematic_debt / period).max(0.0);
             let rate = effective_rate * share;

@@ -8,19 +8,28 @@
 //!
 //! - [`global_bucket`]: a tenant's global bucket — refill, grants, shares,
 //!   debt correction, the instance list, idempotency, reconfiguration.
+//! - [`local_bucket`]: a pod's local bucket — the FIFO gate, when and how
+//!   much to ask the server for, trickle delivery, debt, shares, fallback.
+//! - [`cost_model`]: what reads, writes, CPU and egress cost in tokens.
 //! - [`consumption`]: what pods report they used.
 //! - [`validate`]: input checks shared by every edge (gRPC, CLI, stores).
 //! - [`time`]: the timestamp type all state machines take.
 
 pub mod consumption;
+pub mod cost_model;
 pub mod global_bucket;
+pub mod local_bucket;
 pub mod time;
 pub mod validate;
 
 pub use consumption::Consumption;
+pub use cost_model::{Batch, CostModel};
 pub use global_bucket::{
     BucketRows, GlobalBucketConfig, Grant, GrantPolicy, InstanceId, InstanceState, Limits,
     LimitsUpdate, RequestError, RequestOutcome, RowChanges, TenantState, TokenBucketRequest,
+};
+pub use local_bucket::{
+    Admission, LocalBucket, LocalBucketConfig, LocalBucketStatus, PollOutcome, WaiterId,
 };
 pub use time::Timestamp;
 pub use validate::{InvalidInput, TenantId};

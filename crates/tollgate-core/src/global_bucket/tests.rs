@@ -183,20 +183,27 @@ fn the_refill_rate_is_split_by_shares() {
 
 #[test]
 fn systematic_debt_lowers_the_rate_handed_out() {
-    // Refill 10/s, period 10 s: up to 100 tokens of debt is expected.
-    // (debt, expected delivery rate for a lone pod)
+    // Refill 10/s, period 10 s. Debt up to what trickles have yet to deliver
+    // (`committed`), and never more than one period of refill (100), is
+    // expected; the rest is paid back over the next period.
+    // (debt, committed, expected delivery rate for a lone pod)
     let cases = [
-        (0.0, 10.0),
-        (100.0, 10.0),
-        (150.0, 5.0),
-        (190.0, 1.0),
-        (200.0, 0.0),
-        (500.0, 0.0),
+        (0.0, 0.0, 10.0),
+        (100.0, 100.0, 10.0),
+        (100.0, 50.0, 5.0),
+        (100.0, 0.0, 0.0),
+        (50.0, 0.0, 5.0),
+        (150.0, 150.0, 5.0),
+        (150.0, 1000.0, 5.0),
+        (190.0, 190.0, 1.0),
+        (200.0, 200.0, 0.0),
+        (500.0, 500.0, 0.0),
     ];
-    for (debt, rate) in cases {
+    for (debt, committed, rate) in cases {
         let mut rows = bucket(10.0, 1000.0, -debt);
+        rows.tenant.committed_tokens = committed;
         let g = serve(&mut rows, &req(1, 1, 1e6, 1.0), 0.0);
-        let what = format!("debt {debt}");
+        let what = format!("debt {debt}, committed {committed}");
         if rate > 0.0 {
             assert_close(delivery_rate(&g), rate, &what);
             assert_eq!(g.trickle_duration, PERIOD, "{what}");
@@ -209,6 +216,32 @@ fn systematic_debt_lowers_the_rate_handed_out() {
             "{what}: debt bound"
         );
     }
+}
+
+#[test]
+fn commitments_follow_the_trickles_handed_out() {
+    // An empty bucket, refill 10/s: a trickle grant commits its tokens.
+    let mut rows = bucket(10.0, 1000.0, 0.0);
+    let g = serve(&mut rows, &req(1, 1, 1e6, 1.0), 0.0);
+    assert_close(g.granted_tokens, 100.0, "one period of refill");
+    assert_close(rows.tenant.committed_tokens, 100.0, "committed");
+    assert_close(rows.tenant.committed_rate, 10.0, "committed rate");
+    // Four seconds later 40 were delivered; the pod asks again and folds
+    // the 60 left into its new trickle, so they stay committed.
+    let g2 = serve(&mut rows, &req(1, 2, 1e6, 1.0), 4.0);
+    assert_close(
+        rows.tenant.committed_tokens,
+        60.0 + g2.granted_tokens,
+        "fold",
+    );
+    assert_close(
+        rows.tenant.committed_rate,
+        (60.0 + g2.granted_tokens) / g2.trickle_duration.as_secs_f64(),
+        "rate after fold",
+    );
+    // Once everything is delivered nothing is committed any more.
+    rows.tenant.refill(Timestamp::from_secs_f64(100.0));
+    assert_eq!(rows.tenant.committed_tokens, 0.0);
 }
 
 #[test]

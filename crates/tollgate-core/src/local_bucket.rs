@@ -1,0 +1,878 @@
+//! A pod's local token bucket: the gate in front of the pod's work, and the
+//! protocol that keeps it filled from the tenant's global bucket.
+//!
+//! The pod's work waits on this bucket only, never on the network. The bucket
+//! decides, with time passed in, when to ask the server for more tokens, how
+//! many, with which shares and which consumption report, and what to do with
+//! the answer — or with its absence. The client crate runs it behind a lock
+//! and does the IO; the tests and the simulator run it in virtual time.
+//!
+//! # The rules
+//! - **Initial allowance**: a new bucket holds `initial_tokens` before any
+//!   answer, so a pod starts working at once. They are a loan: the first
+//!   request asks the server for them on top of what the pod needs, and the
+//!   pod repays them as debt once granted. Tokens the pod gives itself in
+//!   fallback are repaid the same way. A pod never uses tokens the global
+//!   bucket does not eventually pay for.
+//! - **When to ask**: at start; when the tokens on hand (with what a trickle
+//!   delivers) would not last `low_tokens_horizon` (1 s) at the current usage;
+//!   when work is queued; `trickle_anticipation` (1 s) before a trickle ends;
+//!   and at least every `report_interval` while there is consumption to report.
+//!   One request is in flight at a time.
+//! - **How much**: `usage × target_request_period + buffer_tokens + queued +
+//!   loans − tokens on hand`, with usage an EWMA (factor 0.5, per second) of
+//!   the tokens the pod's work asked for, so one grant lasts about a period.
+//! - **Grants**: an immediate grant adds to the bucket. A trickle grant
+//!   delivers `granted / trickle_duration` per second, holding at most
+//!   `max_burst_tokens` unused; what arrives beyond that is discarded. A new
+//!   grant folds the undelivered rest of the previous trickle into itself.
+//! - **Debt**: work charged after the fact (bytes read, CPU) is debt, paid
+//!   from the bucket evenly over `debt_spread` (2 s) rather than at once, so
+//!   a CPU report does not stall every waiting request.
+//! - **Shares**: the EWMA of usage plus the backlog term: every queued
+//!   acquisition adds `backlog_factor × tokens × e^(age / backlog_time_scale)`,
+//!   so a pod whose queue is older gets a larger part of the refill rate.
+//! - **Fallback**: with no answer `fallback_after` (1 s) after sending, the
+//!   pod runs on its own at the server's last `fallback_rate` until an answer
+//!   comes. Before any answer it assumes its initial allowance per period.
+//! - **Retries** repeat the request unchanged, sequence number included, so
+//!   the server answers a retry of a request it already served with the same
+//!   grant and counts nothing twice. Failed attempts back off exponentially.
+//! - **The FIFO queue**: work that cannot be admitted waits in arrival order;
+//!   nothing is admitted past a waiter. An acquisition larger than a trickle
+//!   can ever hold is admitted once the bucket holds as much as it can, and
+//!   puts the bucket in debt for the rest.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::consumption::Consumption;
+use crate::global_bucket::{Grant, InstanceId, TokenBucketRequest};
+use crate::time::Timestamp;
+use crate::validate::{
+    self, InvalidInput, MAX_LEASE_LEN, MAX_TARGET_REQUEST_PERIOD, MAX_TOKENS,
+    MIN_TARGET_REQUEST_PERIOD,
+};
+
+/// How often usage is folded into its moving average.
+pub const USAGE_TICK: Duration = Duration::from_secs(1);
+/// The largest exponent of the backlog term; keeps shares finite however old
+/// a waiter grows.
+const MAX_BACKLOG_EXPONENT: f64 = 30.0;
+/// The largest shares value sent (the server refuses more).
+const MAX_SHARES: f64 = 1e12;
+
+/// The knobs of a pod's local bucket. The defaults follow CockroachDB's client.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocalBucketConfig {
+    /// How long one grant should last; sent with every request.
+    pub target_request_period: Duration,
+    /// Tokens usable before the first answer (a loan repaid from the first grant).
+    pub initial_tokens: f64,
+    /// Tokens asked for beyond one period of usage.
+    pub buffer_tokens: f64,
+    /// Weight of the latest second in the usage EWMA.
+    pub usage_smoothing: f64,
+    /// Ask for more when the tokens on hand would last less than this.
+    pub low_tokens_horizon: Duration,
+    /// Ask again this long before a trickle ends.
+    pub trickle_anticipation: Duration,
+    /// After-the-fact charges are paid over this long.
+    pub debt_spread: Duration,
+    /// Run at the fallback rate once a request has gone unanswered this long.
+    pub fallback_after: Duration,
+    /// Time scale of the backlog term's exponential.
+    pub backlog_time_scale: Duration,
+    /// Weight of the backlog term in the shares.
+    pub backlog_factor: f64,
+    /// Report consumption at least this often while there is any.
+    pub report_interval: Duration,
+    /// After a grant of nothing, wait this long before asking again.
+    pub empty_grant_retry: Duration,
+    /// First wait after a failed request; doubles per failure.
+    pub retry_initial_backoff: Duration,
+    /// Longest wait between attempts.
+    pub retry_max_backoff: Duration,
+}
+
+impl Default for LocalBucketConfig {
+    fn default() -> Self {
+        LocalBucketConfig {
+            target_request_period: validate::DEFAULT_TARGET_REQUEST_PERIOD,
+            initial_tokens: 1000.0,
+            buffer_tokens: 100.0,
+            usage_smoothing: 0.5,
+            low_tokens_horizon: Duration::from_secs(1),
+            trickle_anticipation: Duration::from_secs(1),
+            debt_spread: Duration::from_secs(2),
+            fallback_after: Duration::from_secs(1),
+            backlog_time_scale: Duration::from_secs(10),
+            backlog_factor: 0.01,
+            report_interval: validate::DEFAULT_TARGET_REQUEST_PERIOD,
+            empty_grant_retry: Duration::from_secs(1),
+            retry_initial_backoff: Duration::from_millis(100),
+            retry_max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+impl LocalBucketConfig {
+    /// Checks every knob; field names are the config's.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        let period = self.target_request_period;
+        if !(MIN_TARGET_REQUEST_PERIOD..=MAX_TARGET_REQUEST_PERIOD).contains(&period) {
+            return Err(InvalidInput::new(
+                "target_request_period",
+                format!(
+                    "must be between {MIN_TARGET_REQUEST_PERIOD:?} and {MAX_TARGET_REQUEST_PERIOD:?}, got {period:?}"
+                ),
+            ));
+        }
+        validate::non_negative("initial_tokens", self.initial_tokens, MAX_TOKENS)?;
+        validate::non_negative("buffer_tokens", self.buffer_tokens, MAX_TOKENS)?;
+        validate::non_negative("backlog_factor", self.backlog_factor, MAX_TOKENS)?;
+        if !(self.usage_smoothing > 0.0 && self.usage_smoothing <= 1.0) {
+            return Err(InvalidInput::new(
+                "usage_smoothing",
+                format!("must be in (0, 1], got {}", self.usage_smoothing),
+            ));
+        }
+        let positive = [
+            ("low_tokens_horizon", self.low_tokens_horizon),
+            ("debt_spread", self.debt_spread),
+            ("fallback_after", self.fallback_after),
+            ("backlog_time_scale", self.backlog_time_scale),
+            ("report_interval", self.report_interval),
+            ("empty_grant_retry", self.empty_grant_retry),
+            ("retry_initial_backoff", self.retry_initial_backoff),
+            ("retry_max_backoff", self.retry_max_backoff),
+        ];
+        for (field, value) in positive {
+            if value.is_zero() {
+                return Err(InvalidInput::new(field, "must be greater than zero"));
+            }
+        }
+        if self.retry_max_backoff < self.retry_initial_backoff {
+            return Err(InvalidInput::new(
+                "retry_max_backoff",
+                "must be at least retry_initial_backoff",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Identifies a queued acquisition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WaiterId(u64);
+
+/// What [`LocalBucket::acquire`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// The tokens were taken.
+    Admitted,
+    /// The acquisition waits in the queue; [`LocalBucket::poll`] admits it.
+    Queued(WaiterId),
+    /// The bucket is closed; nothing was taken.
+    Closed,
+}
+
+/// What the driver of a bucket must do after [`LocalBucket::poll`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PollOutcome {
+    /// Queued acquisitions now admitted, in queue order. Their tokens are taken.
+    pub admitted: Vec<WaiterId>,
+    /// A request to send to the server, if one is due (a retry repeats the
+    /// previous request exactly).
+    pub request: Option<TokenBucketRequest>,
+    /// When to poll again if nothing else happens first.
+    pub wake_at: Option<Timestamp>,
+}
+
+/// A snapshot for metrics and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct LocalBucketStatus {
+    /// Tokens usable now (lent ones included); negative while paying debt.
+    pub tokens: f64,
+    /// Debt not yet paid from the bucket.
+    pub debt: f64,
+    /// Tokens per second arriving from a trickle grant, or 0.
+    pub trickle_rate: f64,
+    /// True while running on the fallback rate.
+    pub fallback_active: bool,
+    pub fallback_rate: f64,
+    /// Queued acquisitions and the tokens they wait for.
+    pub waiters: usize,
+    pub queued_tokens: f64,
+    /// The usage EWMA, tokens per second.
+    pub usage_rate: f64,
+    /// True while a request is in flight.
+    pub request_in_flight: bool,
+    /// Cumulative tokens granted by the server.
+    pub granted_tokens: f64,
+    /// Cumulative tokens charged for the pod's work (its request units).
+    pub charged_tokens: f64,
+    /// Cumulative trickle tokens discarded over `max_burst_tokens`.
+    pub discarded_tokens: f64,
+    /// Cumulative tokens the pod gave itself in fallback.
+    pub fallback_tokens: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Trickle {
+    rate: f64,
+    until: Timestamp,
+    /// Most unused tokens the bucket may hold while the trickle runs.
+    cap: f64,
+}
+
+impl Trickle {
+    fn undelivered(&self, now: Timestamp) -> f64 {
+        self.rate * self.until.seconds_since(now)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Waiter {
+    id: WaiterId,
+    tokens: f64,
+    since: Timestamp,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct InFlight {
+    request: TokenBucketRequest,
+    /// Loans the request asks the server to pay for.
+    loans: f64,
+    first_sent_at: Timestamp,
+    /// Set while the last attempt failed: when to try again.
+    retry_at: Option<Timestamp>,
+    failures: u32,
+}
+
+/// A pod's local bucket. See the module docs for the rules.
+#[derive(Clone, Debug)]
+pub struct LocalBucket {
+    config: LocalBucketConfig,
+    instance_id: InstanceId,
+    lease: Vec<u8>,
+
+    /// Usable tokens, excluding those lent out; negative while paying debt.
+    tokens: f64,
+    /// Tokens lent to a driver's lock-free fast path (see [`LocalBucket::lend`]).
+    lent: f64,
+    debt: f64,
+    debt_rate: f64,
+    trickle: Option<Trickle>,
+    last_advance: Timestamp,
+
+    fallback_rate: f64,
+    fallback_active: bool,
+
+    usage_rate: f64,
+    demand_since_tick: f64,
+    last_tick: Timestamp,
+
+    waiters: VecDeque<Waiter>,
+    queued_tokens: f64,
+    next_waiter: u64,
+
+    seq: u64,
+    in_flight: Option<InFlight>,
+    /// Tokens the pod gave itself and has not yet asked the server to pay for.
+    loans: f64,
+    unreported: Consumption,
+    last_request_at: Option<Timestamp>,
+    answered: bool,
+    empty_until: Option<Timestamp>,
+    closed: bool,
+
+    granted_total: f64,
+    charged_total: f64,
+    discarded_total: f64,
+    fallback_total: f64,
+}
+
+impl LocalBucket {
+    /// A new bucket for one process lifetime of a pod, holding its initial
+    /// allowance. `lease` must be new for every process start.
+    pub fn new(
+        config: LocalBucketConfig,
+        instance_id: InstanceId,
+        lease: Vec<u8>,
+        now: Timestamp,
+    ) -> Result<Self, InvalidInput> {
+        config.validate()?;
+        if instance_id == 0 {
+            return Err(InvalidInput::new(
+                "instance_id",
+                "must be >= 1 (0 is reserved for the tenant)",
+            ));
+        }
+        if lease.is_empty() || lease.len() > MAX_LEASE_LEN {
+            return Err(InvalidInput::new(
+                "instance_lease",
+                format!("must be 1 to {MAX_LEASE_LEN} bytes, got {}", lease.len()),
+            ));
+        }
+        let initial = config.initial_tokens;
+        let fallback_rate = initial / config.target_request_period.as_secs_f64();
+        Ok(LocalBucket {
+            instance_id,
+            lease,
+            tokens: initial,
+            lent: 0.0,
+            debt: 0.0,
+            debt_rate: 0.0,
+            trickle: None,
+            last_advance: now,
+            fallback_rate,
+            fallback_active: false,
+            usage_rate: 0.0,
+            demand_since_tick: 0.0,
+            last_tick: now,
+            waiters: VecDeque::new(),
+            queued_tokens: 0.0,
+            next_waiter: 0,
+            seq: 0,
+            in_flight: None,
+            loans: initial,
+            unreported: Consumption::default(),
+            last_request_at: None,
+            answered: false,
+            empty_until: None,
+            closed: false,
+            granted_total: 0.0,
+            charged_total: 0.0,
+            discarded_total: 0.0,
+            fallback_total: 0.0,
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &LocalBucketConfig {
+        &self.config
+    }
+
+    /// Takes `tokens` for work about to run, or queues the acquisition.
+    ///
+    /// Admitted at once only if nobody is queued (FIFO) and the bucket holds
+    /// enough. `tokens` must be finite and non-negative.
+    pub fn acquire(&mut self, tokens: f64, now: Timestamp) -> Result<Admission, InvalidInput> {
+        validate::non_negative("tokens", tokens, MAX_TOKENS)?;
+        if self.closed {
+            return Ok(Admission::Closed);
+        }
+        self.advance(now);
+        self.demand_since_tick += tokens;
+        if self.waiters.is_empty() && self.tokens >= self.admission_level(tokens) {
+            self.charge(tokens);
+            return Ok(Admission::Admitted);
+        }
+        let id = WaiterId(self.next_waiter);
+        self.next_waiter += 1;
+        self.waiters.push_back(Waiter {
+            id,
+            tokens,
+            since: now,
+        });
+        self.queued_tokens += tokens;
+        Ok(Admission::Queued(id))
+    }
+
+    /// Takes `tokens` if that is possible at once; never queues.
+    pub fn try_acquire(&mut self, tokens: f64, now: Timestamp) -> Result<bool, InvalidInput> {
+        validate::non_negative("tokens", tokens, MAX_TOKENS)?;
+        if self.closed {
+            return Ok(false);
+        }
+        self.advance(now);
+        if self.waiters.is_empty() && self.tokens >= self.admission_level(tokens) {
+            self.demand_since_tick += tokens;
+            self.charge(tokens);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Removes a queued acquisition that is no longer wanted. Returns false
+    /// if it was not queued (already admitted, or unknown).
+    pub fn cancel(&mut self, id: WaiterId) -> bool {
+        let Some(pos) = self.waiters.iter().position(|w| w.id == id) else {
+            return false;
+        };
+        if let Some(waiter) = self.waiters.remove(pos) {
+            self.queued_tokens = (self.queued_tokens - waiter.tokens).max(0.0);
+        }
+        if self.waiters.is_empty() {
+            self.queued_tokens = 0.0;
+        }
+        true
+    }
+
+    /// Gives back tokens of an admission whose work never ran (its waiter
+    /// went away before it learned it was admitted). Uncharges them.
+    pub fn refund(&mut self, tokens: f64) {
+        if !(tokens.is_finite() && tokens > 0.0) {
+            return;
+        }
+        self.tokens += tokens;
+        self.charged_total -= tokens;
+        self.unreported.request_units = (self.unreported.request_units - tokens).max(0.0);
+    }
+
+    /// Records the counters of work whose tokens were already acquired
+    /// (reads, writes…). `consumption.request_units` is ignored: acquiring
+    /// charged them.
+    pub fn record_counters(&mut self, consumption: &Consumption) -> Result<(), InvalidInput> {
+        consumption.validate()?;
+        let counters = Consumption {
+            request_units: 0.0,
+            ..*consumption
+        };
+        self.unreported.add(&counters);
+        Ok(())
+    }
+
+    /// Charges work after the fact (bytes read, CPU, egress): its request
+    /// units become debt, paid from the bucket over `debt_spread`.
+    pub fn charge_after(
+        &mut self,
+        consumption: &Consumption,
+        now: Timestamp,
+    ) -> Result<(), InvalidInput> {
+        consumption.validate()?;
+        self.advance(now);
+        let tokens = consumption.request_units;
+        self.unreported.add(consumption);
+        self.charged_total += tokens;
+        self.demand_since_tick += tokens;
+        self.debt += tokens;
+        self.debt_rate = self.debt / self.config.debt_spread.as_secs_f64();
+        Ok(())
+    }
+
+    /// Lends every usable token to a lock-free fast path, which admits work
+    /// without this bucket (and without queueing, so only while nobody
+    /// waits). Returns the amount, in whole micro-tokens; [`settle`] must be
+    /// called with what is left before anything else uses the bucket.
+    ///
+    /// [`settle`]: LocalBucket::settle
+    pub fn lend(&mut self) -> f64 {
+        if self.closed || !self.waiters.is_empty() || self.tokens < 1e-6 {
+            return 0.0;
+        }
+        let amount = (self.tokens * 1e6).floor() / 1e6;
+        self.tokens -= amount;
+        self.lent += amount;
+        amount
+    }
+
+    /// Takes back what is left of the lent tokens and charges what the fast
+    /// path admitted.
+    pub fn settle(&mut self, returned: f64) {
+        let returned = returned.clamp(0.0, self.lent);
+        let used = self.lent - returned;
+        self.lent = 0.0;
+        self.tokens += returned;
+        self.demand_since_tick += used;
+        self.charged_total += used;
+        self.unreported.request_units += used;
+    }
+
+    /// Brings the bucket to `now`, admits what can be admitted, and says
+    /// whether to send a request and when to poll next.
+    pub fn poll(&mut self, now: Timestamp) -> PollOutcome {
+        self.advance(now);
+        let admitted = self.admit_waiters();
+        let request = self.next_request(now);
+        PollOutcome {
+            admitted,
+            request,
+            wake_at: self.wake_at(now),
+        }
+    }
+
+    /// The server's answer to request `seq`. Answers to anything but the
+    /// request in flight are ignored (returns false).
+    pub fn on_response(&mut self, seq: u64, grant: &Grant, now: Timestamp) -> bool {
+        if self.in_flight.as_ref().map(|f| f.request.seq) != Some(seq) {
+            return false;
+        }
+        self.advance(now);
+        let Some(in_flight) = self.in_flight.take() else {
+            return false;
+        };
+        self.answered = true;
+        self.fallback_active = false;
+        if grant.fallback_rate.is_finite() && grant.fallback_rate >= 0.0 {
+            self.fallback_rate = grant.fallback_rate;
+        }
+        // The server paid for the loans: repay them like any debt.
+        if in_flight.loans > 0.0 {
+            self.debt += in_flight.loans;
+            self.debt_rate = self.debt / self.config.debt_spread.as_secs_f64();
+        }
+        let granted = if grant.granted_tokens.is_finite() {
+            grant.granted_tokens.max(0.0)
+        } else {
+            0.0
+        };
+        self.granted_total += granted;
+        let undelivered = self
+            .trickle
+            .take()
+            .map_or(0.0, |trickle| trickle.undelivered(now));
+        let total = granted + undelivered;
+        if grant.trickle_duration.is_zero() {
+            self.tokens += total;
+        } else {
+            self.trickle = Some(Trickle {
+                rate: total / grant.trickle_duration.as_secs_f64(),
+                until: now.saturating_add(grant.trickle_duration),
+                cap: grant.max_burst_tokens.max(0.0),
+            });
+        }
+        self.empty_until = if total <= 0.0 && in_flight.request.requested_tokens > 0.0 {
+            Some(now.saturating_add(self.config.empty_grant_retry))
+        } else {
+            None
+        };
+        true
+    }
+
+    /// Request `seq` failed (transport error, timeout, error status). It is
+    /// sent again after a backoff; `jitter` in `[0, 1)` spreads the retries
+    /// of many pods.
+    pub fn on_failure(&mut self, seq: u64, now: Timestamp, jitter: f64) -> bool {
+        let config = &self.config;
+        let Some(in_flight) = self.in_flight.as_mut() else {
+            return false;
+        };
+        if in_flight.request.seq != seq {
+            return false;
+        }
+        in_flight.failures = in_flight.failures.saturating_add(1);
+        let doublings = in_flight.failures.saturating_sub(1).min(20);
+        let backoff = config
+            .retry_initial_backoff
+            .saturating_mul(1 << doublings)
+            .min(config.retry_max_backoff);
+        let jitter = if jitter.is_finite() {
+            jitter.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        in_flight.retry_at = Some(now.saturating_add(backoff.mul_f64(0.5 + jitter / 2.0)));
+        true
+    }
+
+    /// Stops admitting: every queued acquisition is returned to be refused.
+    /// The bucket still reports its consumption through [`poll`]; it asks
+    /// for no more tokens.
+    ///
+    /// [`poll`]: LocalBucket::poll
+    pub fn close(&mut self) -> Vec<WaiterId> {
+        self.closed = true;
+        self.queued_tokens = 0.0;
+        self.waiters.drain(..).map(|w| w.id).collect()
+    }
+
+    /// True once closed, with nothing in flight and nothing left to report.
+    pub fn is_finished(&self) -> bool {
+        self.closed && self.in_flight.is_none() && self.unreported == Consumption::default()
+    }
+
+    /// The tokens acquisition `id` waits for, if it is queued.
+    pub fn queued(&self, id: WaiterId) -> Option<f64> {
+        self.waiters.iter().find(|w| w.id == id).map(|w| w.tokens)
+    }
+
+    /// Consumption charged but not yet in a request.
+    pub fn unreported(&self) -> &Consumption {
+        &self.unreported
+    }
+
+    pub fn status(&self) -> LocalBucketStatus {
+        LocalBucketStatus {
+            tokens: self.tokens + self.lent,
+            debt: self.debt,
+            trickle_rate: self.trickle.as_ref().map_or(0.0, |t| t.rate),
+            fallback_active: self.fallback_active,
+            fallback_rate: self.fallback_rate,
+            waiters: self.waiters.len(),
+            queued_tokens: self.queued_tokens,
+            usage_rate: self.usage_rate,
+            request_in_flight: self.in_flight.is_some(),
+            granted_tokens: self.granted_total,
+            charged_tokens: self.charged_total,
+            discarded_tokens: self.discarded_total,
+            fallback_tokens: self.fallback_total,
+        }
+    }
+
+    /// The pod's shares: usage EWMA plus the age-weighted backlog.
+    pub fn shares(&self, now: Timestamp) -> f64 {
+        let scale = self.config.backlog_time_scale.as_secs_f64();
+        let backlog: f64 = self
+            .waiters
+            .iter()
+            .map(|w| {
+                let exponent = (now.seconds_since(w.since) / scale).min(MAX_BACKLOG_EXPONENT);
+                w.tokens * exponent.exp()
+            })
+            .sum();
+        (self.usage_rate + self.config.backlog_factor * backlog).min(MAX_SHARES)
+    }
+
+    fn charge(&mut self, tokens: f64) {
+        self.tokens -= tokens;
+        self.charged_total += tokens;
+        self.unreported.request_units += tokens;
+    }
+
+    /// The level the bucket must reach to admit `tokens`: all of them, unless
+    /// the bucket can never hold that many (a trickle's cap, or the fallback
+    /// level), in which case as much as it can hold.
+    fn admission_level(&self, tokens: f64) -> f64 {
+        let ceiling = match (&self.trickle, self.fallback_active) {
+            (Some(trickle), _) => trickle.cap,
+            (None, true) => self.fallback_cap(),
+            (None, false) => f64::INFINITY,
+        };
+        if ceiling > 0.0 {
+            tokens.min(ceiling)
+        } else {
+            tokens
+        }
+    }
+
+    fn fallback_cap(&self) -> f64 {
+        self.fallback_rate * self.config.low_tokens_horizon.as_secs_f64()
+    }
+
+    /// Delivers trickle and fallback tokens, pays debt and folds usage into
+    /// its average, up to `now`.
+    fn advance(&mut self, now: Timestamp) {
+        let from = self.last_advance;
+        if now <= from {
+            return;
+        }
+        let elapsed = now.seconds_since(from);
+        self.last_advance = now;
+
+        // Debt first: what it takes makes room under a trickle's cap.
+        if self.debt > 0.0 {
+            let paid = (self.debt_rate * elapsed).min(self.debt);
+            self.tokens -= paid;
+            self.debt -= paid;
+            if self.debt <= 1e-9 {
+                self.debt = 0.0;
+                self.debt_rate = 0.0;
+            }
+        }
+
+        if let Some(trickle) = &self.trickle {
+            let delivered = trickle.rate * trickle.until.min(now).seconds_since(from);
+            let cap = trickle.cap;
+            let ends = trickle.until <= now;
+            self.add_capped(delivered, cap);
+            if ends {
+                self.trickle = None;
+            }
+        } else if self.fallback_active {
+            let before = self.tokens;
+            self.add_capped(self.fallback_rate * elapsed, self.fallback_cap());
+            let given = (self.tokens - before).max(0.0);
+            self.fallback_total += given;
+            self.loans += given;
+        }
+
+        let since_tick = now.seconds_since(self.last_tick);
+        if since_tick >= USAGE_TICK.as_secs_f64() {
+            // One EWMA step per whole tick, all with the rate seen since the
+            // last one: the average moves towards it as far as that many
+            // steps would have moved it.
+            let alpha = self.config.usage_smoothing;
+            let ticks = (since_tick / USAGE_TICK.as_secs_f64()).floor().min(1000.0);
+            let latest = self.demand_since_tick / since_tick;
+            self.usage_rate = latest + (self.usage_rate - latest) * (1.0 - alpha).powf(ticks);
+            self.demand_since_tick = 0.0;
+            self.last_tick = now;
+        }
+
+        if let Some(in_flight) = &self.in_flight
+            && now.duration_since(in_flight.first_sent_at) >= self.config.fallback_after
+        {
+            self.fallback_active = true;
+        }
+    }
+
+    /// Adds `delivered` tokens, keeping at most `cap` unused (lent ones count).
+    /// A cap of zero means none.
+    fn add_capped(&mut self, delivered: f64, cap: f64) {
+        let room = if cap > 0.0 {
+            (cap - self.lent - self.tokens).max(0.0)
+        } else {
+            f64::INFINITY
+        };
+        let kept = delivered.min(room);
+        self.discarded_total += delivered - kept;
+        self.tokens += kept;
+    }
+
+    fn admit_waiters(&mut self) -> Vec<WaiterId> {
+        let mut admitted = Vec::new();
+        while let Some(head) = self.waiters.front() {
+            if self.tokens < self.admission_level(head.tokens) {
+                break;
+            }
+            let tokens = head.tokens;
+            if let Some(waiter) = self.waiters.pop_front() {
+                admitted.push(waiter.id);
+            }
+            self.queued_tokens = (self.queued_tokens - tokens).max(0.0);
+            self.charge(tokens);
+        }
+        if self.waiters.is_empty() {
+            self.queued_tokens = 0.0;
+        }
+        admitted
+    }
+
+    /// Tokens on hand now and due from the current trickle, net of debt.
+    fn on_hand(&self, now: Timestamp) -> f64 {
+        let trickle = self.trickle.as_ref().map_or(0.0, |t| t.undelivered(now));
+        self.tokens + self.lent + trickle - self.debt
+    }
+
+    fn tokens_needed(&self, now: Timestamp) -> f64 {
+        let period = self.config.target_request_period.as_secs_f64();
+        let want =
+            self.usage_rate * period + self.config.buffer_tokens + self.queued_tokens + self.loans;
+        (want - self.on_hand(now)).clamp(0.0, MAX_TOKENS)
+    }
+
+    fn request_due(&self, now: Timestamp) -> bool {
+        let Some(last) = self.last_request_at else {
+            return true; // the first request: pay for the initial allowance
+        };
+        let reporting = self.unreported != Consumption::default()
+            && now.duration_since(last) >= self.config.report_interval;
+        if self.closed {
+            return self.unreported != Consumption::default();
+        }
+        if reporting {
+            return true;
+        }
+        if self.empty_until.is_some_and(|until| now < until) {
+            return false;
+        }
+        if self.tokens_needed(now) <= 0.0 {
+            return false;
+        }
+        if let Some(trickle) = &self.trickle {
+            // A trickle covers the period it was sized for; ask again only
+            // shortly before it ends (anticipation), not on every shortfall.
+            return trickle.until.duration_since(now) <= self.config.trickle_anticipation;
+        }
+        let horizon = self.config.low_tokens_horizon.as_secs_f64();
+        let low = self.tokens + self.lent - self.debt < self.usage_rate * horizon;
+        low || !self.waiters.is_empty() || self.loans > 0.0
+    }
+
+    fn next_request(&mut self, now: Timestamp) -> Option<TokenBucketRequest> {
+        if let Some(in_flight) = self.in_flight.as_mut() {
+            // A retry: the same request, once its backoff is over.
+            let retry_at = in_flight.retry_at?;
+            if now < retry_at {
+                return None;
+            }
+            in_flight.retry_at = None;
+            return Some(in_flight.request.clone());
+        }
+        if !self.request_due(now) {
+            return None;
+        }
+        let requested = if self.closed {
+            0.0
+        } else {
+            self.tokens_needed(now)
+        };
+        let loans = if self.closed { 0.0 } else { self.loans };
+        self.seq += 1;
+        let request = TokenBucketRequest {
+            instance_id: self.instance_id,
+            lease: self.lease.clone(),
+            seq: self.seq,
+            requested_tokens: requested,
+            shares: self.shares(now),
+            target_request_period: self.config.target_request_period,
+            consumption: std::mem::take(&mut self.unreported),
+            next_live_instance_id: None,
+        };
+        self.loans -= loans;
+        self.last_request_at = Some(now);
+        self.in_flight = Some(InFlight {
+            request: request.clone(),
+            loans,
+            first_sent_at: now,
+            retry_at: None,
+            failures: 0,
+        });
+        Some(request)
+    }
+
+    fn wake_at(&self, now: Timestamp) -> Option<Timestamp> {
+        let mut wake: Option<Timestamp> = None;
+        let mut at = |t: Timestamp| {
+            let t = t.max(now);
+            wake = Some(wake.map_or(t, |w| w.min(t)));
+        };
+        at(self.last_tick.saturating_add(USAGE_TICK));
+        if let Some(in_flight) = &self.in_flight {
+            if let Some(retry) = in_flight.retry_at {
+                at(retry);
+            }
+            if !self.fallback_active {
+                at(in_flight
+                    .first_sent_at
+                    .saturating_add(self.config.fallback_after));
+            }
+        } else {
+            if let Some(until) = self.empty_until {
+                at(until);
+            }
+            if let Some(last) = self.last_request_at
+                && self.unreported != Consumption::default()
+            {
+                at(last.saturating_add(self.config.report_interval));
+            }
+        }
+        if let Some(trickle) = &self.trickle {
+            at(trickle
+                .until
+                .saturating_sub(self.config.trickle_anticipation));
+            at(trickle.until);
+        }
+        if let Some(head) = self.waiters.front() {
+            let incoming = match (&self.trickle, self.fallback_active) {
+                (Some(trickle), _) => trickle.rate,
+                (None, true) => self.fallback_rate,
+                (None, false) => 0.0,
+            };
+            let short = self.admission_level(head.tokens) - self.tokens;
+            if incoming > 0.0 && short > 0.0 {
+                let secs = (short / incoming).min(MAX_TARGET_REQUEST_PERIOD.as_secs_f64());
+                // A millisecond late rather than early: no wasted wake-ups.
+                at(now.saturating_add(Duration::from_secs_f64(secs) + Duration::from_millis(1)));
+            }
+        }
+        wake
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,496 @@
+//! The local bucket, scripted second by second through the situations
+//! CockroachDB's client tests cover, plus a closed loop of pods against the
+//! real global bucket.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::*;
+use crate::global_bucket::{self, BucketRows, GlobalBucketConfig, Limits, TenantState};
+
+const EPS: f64 = 1e-6;
+
+fn at(secs: f64) -> Timestamp {
+    Timestamp::from_secs_f64(secs)
+}
+
+fn config() -> LocalBucketConfig {
+    LocalBucketConfig {
+        initial_tokens: 1000.0,
+        buffer_tokens: 100.0,
+        ..LocalBucketConfig::default()
+    }
+}
+
+fn bucket(config: LocalBucketConfig) -> LocalBucket {
+    LocalBucket::new(config, 1, b"lease-1".to_vec(), at(0.0)).expect("valid config")
+}
+
+fn immediate(tokens: f64) -> Grant {
+    Grant {
+        granted_tokens: tokens,
+        fallback_rate: 50.0,
+        ..Grant::default()
+    }
+}
+
+fn trickle(tokens: f64, secs: f64, cap: f64) -> Grant {
+    Grant {
+        granted_tokens: tokens,
+        trickle_duration: Duration::from_secs_f64(secs),
+        max_burst_tokens: cap,
+        fallback_rate: 50.0,
+    }
+}
+
+fn assert_close(actual: f64, expected: f64) {
+    assert!(
+        (actual - expected).abs() < 1e-6 * expected.abs().max(1.0),
+        "expected {expected}, got {actual}"
+    );
+}
+
+/// Sends the first request and answers it with `grant` at `t`, then lets
+/// the loan of the initial allowance be repaid.
+fn started(grant: Grant, t: f64) -> LocalBucket {
+    let mut b = bucket(config());
+    let first = b.poll(at(0.0)).request.expect("first request at once");
+    assert!(b.on_response(first.seq, &grant, at(t)));
+    b
+}
+
+fn queued(admission: Admission) -> WaiterId {
+    match admission {
+        Admission::Queued(id) => id,
+        other => panic!("expected to queue, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_initial_allowance_is_usable_before_any_answer_and_is_paid_for() {
+    let mut b = bucket(config());
+    assert_eq!(
+        b.acquire(600.0, at(0.0)).expect("valid"),
+        Admission::Admitted
+    );
+    let first = b.poll(at(0.0)).request.expect("first request");
+    assert_eq!(first.seq, 1);
+    // 600 used of the 1000 lent + 100 buffer: asking for what was used and the buffer.
+    assert_close(first.requested_tokens, 700.0);
+    assert_close(first.consumption.request_units, 600.0);
+    assert!(b.on_response(1, &immediate(700.0), at(0.1)));
+    // The loan of 1000 is repaid over 2 s: 400 + 700 − 1000 = 100 remain.
+    b.poll(at(3.0));
+    assert_close(b.status().tokens, 100.0);
+    assert_eq!(b.status().debt, 0.0);
+}
+
+#[test]
+fn throttling_delivers_a_trickle_at_its_rate() {
+    let mut b = started(trickle(1000.0, 10.0, 500.0), 0.0);
+    // Repay the loan of 1000 from the 1000 initial tokens first.
+    b.poll(at(2.0));
+    assert_close(b.status().tokens, 200.0); // 2 s of 100/s trickle
+    let id = queued(b.acquire(300.0, at(2.0)).expect("valid"));
+    let outcome = b.poll(at(2.5));
+    assert!(outcome.admitted.is_empty());
+    let wake = outcome.wake_at.expect("wakes for the waiter");
+    assert!(wake <= at(3.01), "wakes when 300 are there, got {wake:?}");
+    assert_eq!(b.poll(at(3.0)).admitted, vec![id]);
+    assert_close(b.status().tokens, 0.0);
+    assert_close(b.status().trickle_rate, 100.0);
+}
+
+#[test]
+fn unused_trickle_tokens_beyond_max_burst_are_discarded() {
+    let mut b = started(trickle(1000.0, 10.0, 150.0), 0.0);
+    b.poll(at(2.0)); // loan repaid, bucket capped at 150 meanwhile
+    b.poll(at(6.0));
+    assert_close(b.status().tokens, 150.0);
+    assert!(b.status().discarded_tokens > 0.0);
+}
+
+#[test]
+fn trickle_anticipation_asks_one_second_before_the_end_and_folds_the_rest() {
+    let mut b = started(trickle(1000.0, 10.0, 2000.0), 0.0);
+    // Steady usage of 100/s, all admitted from the trickle.
+    for s in 1..=8 {
+        let t = f64::from(s);
+        b.acquire(100.0, at(t)).expect("valid");
+        let outcome = b.poll(at(t));
+        assert!(
+            outcome.request.is_none(),
+            "no request before anticipation, at {t}"
+        );
+    }
+    let outcome = b.poll(at(9.0));
+    let second = outcome.request.expect("asks 1 s before the trickle ends");
+    assert_eq!(second.seq, 2);
+    // Answered at 9.5 with a new trickle: the 50 tokens still due fold in.
+    assert!(b.on_response(2, &trickle(1000.0, 10.0, 2000.0), at(9.5)));
+    assert_close(b.status().trickle_rate, 105.0);
+}
+
+#[test]
+fn debt_is_paid_over_two_seconds_without_stalling() {
+    let mut b = started(immediate(2000.0), 0.0);
+    b.poll(at(2.0)); // loan repaid: 1000 + 2000 − 1000
+    assert_close(b.status().tokens, 2000.0);
+    b.charge_after(&Consumption::from_tokens(1000.0), at(2.0))
+        .expect("valid");
+    // Half the debt is paid after one second; work still runs meanwhile.
+    b.poll(at(3.0));
+    assert_close(b.status().tokens, 1500.0);
+    assert_close(b.status().debt, 500.0);
+    assert_eq!(
+        b.acquire(1400.0, at(3.0)).expect("valid"),
+        Admission::Admitted
+    );
+    b.poll(at(4.0));
+    assert_close(b.status().tokens, -400.0);
+    assert_eq!(b.status().debt, 0.0);
+    // In debt now: the next acquisition waits for tokens.
+    assert!(matches!(
+        b.acquire(1.0, at(4.0)).expect("valid"),
+        Admission::Queued(_)
+    ));
+}
+
+#[test]
+fn a_request_larger_than_the_bucket_can_hold_runs_into_debt() {
+    let mut b = started(trickle(2000.0, 20.0, 200.0), 0.0);
+    b.poll(at(2.0)); // loan repaid; 200 on hand (the cap)
+    // Admitted at once: the bucket holds all a trickle with cap 200 ever can.
+    assert_eq!(
+        b.acquire(1000.0, at(2.0)).expect("valid"),
+        Admission::Admitted
+    );
+    assert_close(b.status().tokens, -800.0);
+    let small = queued(b.acquire(1.0, at(2.0)).expect("valid"));
+    assert!(b.poll(at(10.0)).admitted.is_empty());
+    // 8.01 s of 100/s pays the 800 back and the 1 for the next one.
+    assert_eq!(b.poll(at(10.02)).admitted, vec![small]);
+}
+
+#[test]
+fn low_tokens_trigger_a_request_sized_for_one_period() {
+    let mut b = started(immediate(3000.0), 0.0);
+    b.poll(at(2.0));
+    assert_close(b.status().tokens, 3000.0);
+    // 400 tokens a second: plenty on hand, no request until under 1 s left.
+    let mut t = 2.0;
+    let mut asked = None;
+    while t < 12.0 {
+        t += 0.25;
+        assert_eq!(b.acquire(100.0, at(t)).expect("valid"), Admission::Admitted);
+        if let Some(request) = b.poll(at(t)).request {
+            asked = Some((t, request));
+            break;
+        }
+    }
+    let (when, request) = asked.expect("asks before running out");
+    let left = b.status().tokens;
+    assert!(left > 0.0, "asked before running out, {left} left");
+    assert!(left < 400.0 + EPS, "asked with < 1 s of usage left: {left}");
+    assert!(when > 8.0, "not asked early: {when}");
+    // One period of usage (≈400/s × 10 s) plus the buffer, less what is on hand.
+    let usage = b.status().usage_rate;
+    assert!((300.0..=400.0).contains(&usage), "usage {usage}");
+    assert_close(request.requested_tokens, usage * 10.0 + 100.0 - left);
+}
+
+#[test]
+fn no_tokens_means_asking_again_after_a_pause_not_in_a_loop() {
+    let mut b = bucket(config());
+    let first = b.poll(at(0.0)).request.expect("first request");
+    b.on_response(first.seq, &immediate(1000.0), at(0.0));
+    b.poll(at(2.0));
+    // Use everything, then ask: the server has nothing (a zero grant).
+    assert_eq!(
+        b.acquire(1000.0, at(2.0)).expect("valid"),
+        Admission::Admitted
+    );
+    let id = queued(b.acquire(10.0, at(2.0)).expect("valid"));
+    let second = b.poll(at(2.0)).request.expect("asks for the waiter");
+    b.on_response(second.seq, &immediate(0.0), at(2.0));
+    assert!(
+        b.poll(at(2.5)).request.is_none(),
+        "pauses after a zero grant"
+    );
+    let third = b.poll(at(3.0)).request.expect("asks again after the pause");
+    assert_eq!(third.seq, 3);
+    b.on_response(third.seq, &immediate(50.0), at(3.0));
+    assert_eq!(b.poll(at(3.0)).admitted, vec![id]);
+}
+
+#[test]
+fn fallback_runs_at_the_servers_rate_after_a_second_without_answer() {
+    let mut b = started(immediate(100.0), 0.0);
+    b.poll(at(2.0));
+    assert_close(b.status().tokens, 100.0);
+    assert_eq!(
+        b.acquire(100.0, at(2.0)).expect("valid"),
+        Admission::Admitted
+    );
+    let id = queued(b.acquire(30.0, at(2.0)).expect("valid"));
+    let request = b.poll(at(2.0)).request.expect("asks");
+    // No answer. Nothing for the first second…
+    assert!(b.poll(at(2.9)).admitted.is_empty());
+    assert!(!b.status().fallback_active);
+    // …then 50 tokens/s (the last grant's fallback rate).
+    b.poll(at(3.0));
+    assert!(b.status().fallback_active);
+    assert_eq!(b.poll(at(3.61)).admitted, vec![id]);
+    // The server comes back: the answer ends fallback, and the next request
+    // asks the server to pay for what fallback gave.
+    let given = b.status().fallback_tokens;
+    assert!(given > 29.0, "fallback gave {given}");
+    assert!(b.on_response(request.seq, &immediate(0.0), at(4.0)));
+    assert!(!b.status().fallback_active);
+    b.acquire(10.0, at(4.0)).expect("valid");
+    let next = b.poll(at(5.1)).request.expect("asks to repay the loan");
+    assert!(next.requested_tokens >= given - EPS);
+}
+
+#[test]
+fn fallback_while_throttled_takes_over_when_the_trickle_ends() {
+    let mut b = started(trickle(1000.0, 10.0, 1000.0), 0.0);
+    b.poll(at(2.0)); // loan repaid
+    // Use everything as it arrives.
+    let mut t = 2.0;
+    while t < 8.5 {
+        t += 0.5;
+        b.acquire(50.0, at(t)).expect("valid");
+        assert!(b.poll(at(t)).request.is_none(), "the trickle covers {t}");
+    }
+    let request = b.poll(at(9.0)).request.expect("anticipation");
+    assert_eq!(request.seq, 2);
+    // The server is gone. The trickle runs out at 10, fallback starts at 10
+    // (1 s after sending) at the last grant's 50/s.
+    b.poll(at(10.0));
+    assert!(b.status().fallback_active);
+    let left = b.status().tokens;
+    assert_eq!(
+        b.acquire(left, at(10.0)).expect("valid"),
+        Admission::Admitted
+    );
+    b.poll(at(10.5));
+    assert_close(b.status().tokens, 25.0);
+    // A retry of the same request goes out after a failure and its backoff.
+    assert!(b.on_failure(2, at(10.5), 0.0));
+    assert!(b.poll(at(10.52)).request.is_none());
+    let retry = b.poll(at(10.6)).request.expect("retried after backoff");
+    assert_eq!(retry, request, "a retry repeats the request exactly");
+}
+
+#[test]
+fn consumption_is_reported_once_retries_repeat_it_and_nothing_is_lost() {
+    let mut b = bucket(config());
+    b.acquire(10.0, at(0.0)).expect("valid");
+    b.record_counters(&Consumption {
+        write_batches: 1,
+        write_requests: 2,
+        write_bytes: 300,
+        request_units: 999.0, // ignored: acquiring charged the tokens
+        ..Consumption::default()
+    })
+    .expect("valid");
+    let first = b.poll(at(0.0)).request.expect("first");
+    assert_close(first.consumption.request_units, 10.0);
+    assert_eq!(first.consumption.write_requests, 2);
+    // Charged while the request is out: kept for the next one.
+    b.charge_after(
+        &Consumption {
+            request_units: 5.0,
+            cpu_seconds: 0.015,
+            ..Consumption::default()
+        },
+        at(0.5),
+    )
+    .expect("valid");
+    b.on_failure(first.seq, at(0.5), 0.5);
+    let retry = b.poll(at(1.0)).request.expect("retry");
+    assert_eq!(retry, first);
+    b.on_response(first.seq, &immediate(1000.0), at(1.0));
+    // Nothing needed, but the report interval forces a report.
+    assert!(b.poll(at(5.0)).request.is_none());
+    let report = b
+        .poll(at(10.0))
+        .request
+        .expect("reported within the interval");
+    assert_close(report.consumption.request_units, 5.0);
+    assert_eq!(report.consumption.cpu_seconds, 0.015);
+    assert_close(b.status().charged_tokens, 15.0);
+}
+
+#[test]
+fn answers_to_other_requests_are_ignored() {
+    let mut b = bucket(config());
+    let first = b.poll(at(0.0)).request.expect("first");
+    assert!(!b.on_response(first.seq + 1, &immediate(5.0), at(0.1)));
+    assert!(!b.on_failure(first.seq + 1, at(0.1), 0.0));
+    assert!(b.on_response(first.seq, &immediate(5.0), at(0.1)));
+    assert!(
+        !b.on_response(first.seq, &immediate(5.0), at(0.2)),
+        "answered once"
+    );
+}
+
+#[test]
+fn the_queue_is_fifo_and_cancelling_lets_the_next_through() {
+    let mut b = started(immediate(0.0), 0.0);
+    b.poll(at(2.0));
+    assert_close(b.status().tokens, 0.0);
+    let big = queued(b.acquire(500.0, at(2.0)).expect("valid"));
+    let small = queued(b.acquire(5.0, at(2.0)).expect("valid"));
+    let request = b.poll(at(2.0)).request.expect("asks for the queue");
+    assert!(request.requested_tokens >= 505.0);
+    b.on_response(request.seq, &immediate(100.0), at(2.1));
+    // 100 on hand would do for the small one, but it is behind the big one.
+    assert!(b.poll(at(2.1)).admitted.is_empty());
+    assert!(
+        !b.try_acquire(1.0, at(2.1)).expect("valid"),
+        "no overtaking"
+    );
+    assert!(b.cancel(big));
+    assert!(!b.cancel(big));
+    assert_eq!(b.poll(at(2.1)).admitted, vec![small]);
+    assert_close(b.status().tokens, 95.0);
+}
+
+#[test]
+fn the_backlog_term_grows_with_the_age_of_queued_work() {
+    let mut b = started(immediate(0.0), 0.0);
+    b.poll(at(2.0));
+    let fresh = b.shares(at(2.0));
+    queued(b.acquire(100.0, at(2.0)).expect("valid"));
+    let young = b.shares(at(2.0));
+    let old = b.shares(at(22.0));
+    assert_close(young - fresh, 0.01 * 100.0);
+    // 20 s old with a 10 s time scale: e² as much.
+    assert_close(old - b.status().usage_rate, 0.01 * 100.0 * 2f64.exp());
+    // Absurd ages keep shares finite and within what the server accepts.
+    assert!(b.shares(at(1e9)) <= MAX_SHARES);
+}
+
+#[test]
+fn refunds_uncharge_and_lending_charges_what_the_fast_path_used() {
+    let mut b = started(immediate(2000.0), 0.0);
+    b.poll(at(2.0));
+    let lent = b.lend();
+    assert_close(lent, 2000.0);
+    assert_close(b.status().tokens, 2000.0);
+    b.settle(lent - 300.0);
+    assert_close(b.status().tokens, 1700.0);
+    assert_close(b.status().charged_tokens, 300.0);
+    b.acquire(50.0, at(2.0)).expect("valid");
+    b.refund(50.0);
+    assert_close(b.status().charged_tokens, 300.0);
+    assert_close(b.status().tokens, 1700.0);
+    // Nothing is lent while somebody waits (the fast path must not overtake).
+    queued(b.acquire(5000.0, at(2.0)).expect("valid"));
+    assert_eq!(b.lend(), 0.0);
+}
+
+#[test]
+fn closing_refuses_waiters_and_sends_a_final_report() {
+    let mut b = started(immediate(500.0), 0.0);
+    b.acquire(20.0, at(0.5)).expect("valid");
+    let waiter = queued(b.acquire(1e6, at(0.5)).expect("valid"));
+    b.poll(at(0.5));
+    assert_eq!(b.close(), vec![waiter]);
+    assert_eq!(b.acquire(1.0, at(0.6)).expect("valid"), Admission::Closed);
+    // Whatever request was in flight is answered first, then the report.
+    if let Some(in_flight) = b.in_flight.as_ref().map(|f| f.request.seq) {
+        b.on_response(in_flight, &immediate(0.0), at(0.7));
+    }
+    // CPU used while shutting down is still charged and reported.
+    b.charge_after(&Consumption::from_tokens(3.0), at(0.7))
+        .expect("valid");
+    let last = b.poll(at(0.7)).request.expect("final report");
+    assert_eq!(last.requested_tokens, 0.0);
+    assert!(!b.is_finished());
+    b.on_response(last.seq, &immediate(0.0), at(0.8));
+    assert!(b.is_finished());
+    assert!(b.poll(at(0.9)).request.is_none());
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let mut b = bucket(config());
+    let before = b.status();
+    for bad in [f64::NAN, -1.0, f64::INFINITY] {
+        assert!(b.acquire(bad, at(0.0)).is_err());
+        assert!(b.try_acquire(bad, at(0.0)).is_err());
+        assert!(
+            b.charge_after(&Consumption::from_tokens(bad), at(0.0))
+                .is_err()
+        );
+    }
+    assert_eq!(b.status(), before);
+    let bad_config = LocalBucketConfig {
+        usage_smoothing: 0.0,
+        ..config()
+    };
+    assert_eq!(
+        LocalBucket::new(bad_config, 1, b"l".to_vec(), at(0.0))
+            .expect_err("bad smoothing")
+            .field,
+        "usage_smoothing"
+    );
+    assert!(LocalBucket::new(config(), 0, b"l".to_vec(), at(0.0)).is_err());
+    assert!(LocalBucket::new(config(), 1, Vec::new(), at(0.0)).is_err());
+}
+
+/// Three pods with unlimited demand against the real global bucket, in
+/// virtual time: what they admit over 60 s is what an ideal bucket allows.
+#[test]
+fn pods_against_the_global_bucket_admit_refill_times_time_plus_burst() {
+    let limits = Limits {
+        refill_rate: 1000.0,
+        burst_limit: 5000.0,
+    };
+    let mut rows = BucketRows {
+        tenant: TenantState::new(limits, 5000.0, true, at(0.0)),
+        instances: BTreeMap::new(),
+    };
+    let server = GlobalBucketConfig::default();
+    let mut pods: Vec<LocalBucket> = (1..=3)
+        .map(|i| {
+            LocalBucket::new(config(), i, format!("lease-{i}").into_bytes(), at(0.0))
+                .expect("valid")
+        })
+        .collect();
+    let step = 0.01;
+    let mut admitted = 0.0;
+    let mut t = 0.0;
+    while t < 60.0 - EPS {
+        t += step;
+        for pod in &mut pods {
+            // Each pod wants 20 tokens per step (2000/s), far above its share.
+            if pod.status().waiters == 0
+                && pod.acquire(20.0, at(t)).expect("valid") == Admission::Admitted
+            {
+                admitted += 20.0;
+            }
+            let mut outcome = pod.poll(at(t));
+            admitted += 20.0 * outcome.admitted.len() as f64;
+            while let Some(request) = outcome.request {
+                let answer = global_bucket::request(&mut rows, &request, at(t), &server)
+                    .expect("valid request");
+                assert!(pod.on_response(request.seq, &answer.grant, at(t)));
+                outcome = pod.poll(at(t));
+                admitted += 20.0 * outcome.admitted.len() as f64;
+            }
+        }
+    }
+    let ideal = 1000.0 * 60.0 + 5000.0;
+    let error = (admitted - ideal) / ideal;
+    assert!(
+        error.abs() < 0.05,
+        "admitted {admitted}, ideal {ideal}, error {:.2}%",
+        error * 100.0
+    );
+    let charged: f64 = pods.iter().map(|p| p.status().charged_tokens).sum();
+    assert_close(charged, admitted);
+}
