@@ -585,6 +585,24 @@ impl LocalBucket {
         self.closed && self.in_flight.is_none() && self.unreported == Consumption::default()
     }
 
+    /// While tokens are lent (see [`lend`]), the level of the lent tokens
+    /// below which a request becomes due: the driver's fast path wakes the
+    /// driver when it goes below. `None` while no level can make a request
+    /// due (one is in flight, a trickle runs, or the bucket is closed).
+    ///
+    /// [`lend`]: LocalBucket::lend
+    pub fn low_water(&self) -> Option<f64> {
+        if self.closed
+            || self.in_flight.is_some()
+            || self.trickle.is_some()
+            || self.last_request_at.is_none()
+        {
+            return None;
+        }
+        let horizon = self.config.low_tokens_horizon.as_secs_f64();
+        Some(self.usage_rate * horizon + self.debt - self.tokens)
+    }
+
     /// The tokens acquisition `id` waits for, if it is queued.
     pub fn queued(&self, id: WaiterId) -> Option<f64> {
         self.waiters.iter().find(|w| w.id == id).map(|w| w.tokens)
@@ -826,10 +844,13 @@ impl LocalBucket {
     }
 
     fn wake_at(&self, now: Timestamp) -> Option<Timestamp> {
+        // Only moments still ahead: anything already due was handled by
+        // this poll, and waking for it again would spin.
         let mut wake: Option<Timestamp> = None;
         let mut at = |t: Timestamp| {
-            let t = t.max(now);
-            wake = Some(wake.map_or(t, |w| w.min(t)));
+            if t > now {
+                wake = Some(wake.map_or(t, |w| w.min(t)));
+            }
         };
         at(self.last_tick.saturating_add(USAGE_TICK));
         if let Some(in_flight) = &self.in_flight {

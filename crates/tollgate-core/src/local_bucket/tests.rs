@@ -387,6 +387,9 @@ fn refunds_uncharge_and_lending_charges_what_the_fast_path_used() {
     b.refund(50.0);
     assert_close(b.status().charged_tokens, 300.0);
     assert_close(b.status().tokens, 1700.0);
+    // Below the low-water level of the lent tokens, a request is due.
+    let low = b.low_water().expect("no request in flight, no trickle");
+    assert_close(low, b.status().usage_rate - b.status().tokens);
     // Nothing is lent while somebody waits (the fast path must not overtake).
     queued(b.acquire(5000.0, at(2.0)).expect("valid"));
     assert_eq!(b.lend(), 0.0);

@@ -1,0 +1,26 @@
+//! The client's errors.
+
+use tollgate_core::InvalidInput;
+
+/// What can go wrong using a [`Controller`](crate::Controller).
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// An argument was refused; nothing was charged.
+    #[error("invalid argument: {0}")]
+    InvalidInput(#[from] InvalidInput),
+    /// The server address could not be used.
+    #[error("invalid server endpoint {endpoint:?}: {reason}")]
+    Endpoint { endpoint: String, reason: String },
+    /// The metrics could not be registered (usually: the same tenant and
+    /// instance registered twice in one registry).
+    #[error("registering client metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// The controller is shut down; nothing was charged.
+    #[error("the tollgate controller is shut down")]
+    Closed,
+}
+
+/// Why one request to the server failed. The controller retries it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct TransportError(pub String);

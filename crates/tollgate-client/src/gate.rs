@@ -1,0 +1,148 @@
+//! The gate: the core local bucket behind a lock, with a lock-free fast path.
+//!
+//! Admitting work when tokens are available is the hot path of every pod, so
+//! it must cost no more than a plain rate limiter. Whenever nobody waits, the
+//! bucket lends all its usable tokens to an atomic *reservoir*; an admission
+//! that fits takes from it with one compare-and-swap, with no lock and no
+//! clock read. Everything else — queueing, trickle delivery, debt, requests
+//! to the server — happens under the lock, which first takes back what is
+//! left in the reservoir ([`LocalBucket::settle`]) so the core bucket always
+//! decides with the whole truth, and lends again afterwards.
+//!
+//! The reservoir holds micro-tokens. Only a lock holder swaps or stores it;
+//! the fast path only ever subtracts from a non-negative value, so the
+//! amount taken back is exact and nothing is charged twice or lost.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
+use tollgate_core::{LocalBucket, Timestamp, WaiterId};
+
+use crate::metrics::Metrics;
+
+/// The reservoir's value while nothing is lent: below any admission.
+const CLOSED: i64 = i64::MIN;
+const MICROS: f64 = 1e6;
+
+/// Tokens in whole micro-tokens, rounded up so the fast path never admits
+/// more than asked for. `None` if too large for the fast path.
+pub(crate) fn micros(tokens: f64) -> Option<i64> {
+    let scaled = (tokens * MICROS).ceil();
+    (scaled < 9e18).then_some(scaled as i64)
+}
+
+pub(crate) struct Inner {
+    pub bucket: LocalBucket,
+    /// Queued acquisitions: how to tell each it is admitted, and its tokens.
+    pub waiters: HashMap<WaiterId, (oneshot::Sender<()>, f64)>,
+    pub metrics: Option<Metrics>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("bucket", &self.bucket.status())
+            .field("waiters", &self.waiters.len())
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Gate {
+    reservoir: AtomicI64,
+    /// Below this reservoir level the driver must look at the bucket.
+    low_water: AtomicI64,
+    inner: Mutex<Inner>,
+    /// Wakes the driver: work queued, tokens low, shutdown.
+    pub wake: Notify,
+    origin: Instant,
+}
+
+impl Gate {
+    pub fn new(bucket: LocalBucket, metrics: Option<Metrics>, origin: Instant) -> Self {
+        let gate = Gate {
+            reservoir: AtomicI64::new(CLOSED),
+            low_water: AtomicI64::new(CLOSED),
+            inner: Mutex::new(Inner {
+                bucket,
+                waiters: HashMap::new(),
+                metrics,
+            }),
+            wake: Notify::new(),
+            origin,
+        };
+        gate.with_bucket(|_, _| ());
+        gate
+    }
+
+    /// The bucket's clock: time since the controller started, so that paused
+    /// tokio time drives it in tests.
+    pub fn now(&self) -> Timestamp {
+        let micros = self.origin.elapsed().as_micros();
+        Timestamp::from_unix_micros(i64::try_from(micros).unwrap_or(i64::MAX))
+    }
+
+    /// Admits `micros` from the reservoir if it holds that many.
+    #[inline]
+    pub fn fast_take(&self, micros: i64) -> bool {
+        let mut current = self.reservoir.load(Ordering::Relaxed);
+        loop {
+            if current < micros {
+                return false;
+            }
+            match self.reservoir.compare_exchange_weak(
+                current,
+                current - micros,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    if current - micros < self.low_water.load(Ordering::Relaxed) {
+                        self.wake.notify_one();
+                    }
+                    return true;
+                }
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding the lock leaves the bucket in a
+        // state that is still consistent enough to keep admitting work.
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `f` on the whole bucket: takes the reservoir back first, lends
+    /// again afterwards, and keeps the metrics current.
+    pub fn with_bucket<R>(&self, f: impl FnOnce(&mut Inner, Timestamp) -> R) -> R {
+        let mut inner = self.lock();
+        let left = self.reservoir.swap(CLOSED, Ordering::AcqRel);
+        if left != CLOSED {
+            inner.bucket.settle(left as f64 / MICROS);
+        }
+        let now = self.now();
+        let result = f(&mut inner, now);
+        let lent = inner.bucket.lend();
+        if lent > 0.0 {
+            let lent_micros = (lent * MICROS).round() as i64;
+            let low = inner
+                .bucket
+                .low_water()
+                .map_or(CLOSED, |level| micros(level.max(0.0)).unwrap_or(i64::MAX));
+            self.low_water.store(low, Ordering::Relaxed);
+            self.reservoir.store(lent_micros, Ordering::Release);
+        } else {
+            self.low_water.store(CLOSED, Ordering::Relaxed);
+        }
+        let status = inner.bucket.status();
+        if let Some(metrics) = inner.metrics.as_mut() {
+            metrics.observe(&status);
+            metrics.waiting.set(i64::try_from(status.waiters).unwrap_or(i64::MAX));
+        }
+        result
+    }
+}

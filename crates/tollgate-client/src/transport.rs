@@ -1,0 +1,171 @@
+//! How a controller reaches its tenant's global bucket.
+//!
+//! [`GrpcTransport`] speaks the wire contract to a `tollgate serve`. The
+//! [`Transport`] trait exists so that tests can put a deterministic bucket
+//! behind the same controller, and so that users can route requests their
+//! own way (through a sidecar, a proxy, another RPC stack).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tollgate_core::{Consumption, Grant, TenantId, TokenBucketRequest};
+use tollgate_proto::v1;
+use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::{ClientError, TransportError};
+
+/// Sends one token-bucket request and returns the server's grant.
+#[async_trait]
+pub trait Transport: Send + Sync + 'static {
+    async fn token_bucket(&self, request: TokenBucketRequest) -> Result<Grant, TransportError>;
+}
+
+/// The gRPC transport to a Tollgate server.
+#[derive(Clone, Debug)]
+pub struct GrpcTransport {
+    client: TokenBucketServiceClient<Channel>,
+    tenant: TenantId,
+}
+
+impl GrpcTransport {
+    /// A transport to `endpoint` (`http://host:port`) for `tenant`. It
+    /// connects lazily and reconnects as needed: creating it never waits
+    /// for the server.
+    pub fn new(
+        endpoint: &str,
+        tenant: TenantId,
+        connect_timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        let endpoint_err = |reason: String| ClientError::Endpoint {
+            endpoint: endpoint.to_string(),
+            reason,
+        };
+        let channel = Endpoint::from_shared(endpoint.to_string())
+            .map_err(|e| endpoint_err(e.to_string()))?
+            .connect_timeout(connect_timeout)
+            .tcp_nodelay(true)
+            .connect_lazy();
+        Ok(GrpcTransport {
+            client: TokenBucketServiceClient::new(channel),
+            tenant,
+        })
+    }
+}
+
+#[async_trait]
+impl Transport for GrpcTransport {
+    async fn token_bucket(&self, request: TokenBucketRequest) -> Result<Grant, TransportError> {
+        let wire = to_wire(&self.tenant, request);
+        let response = self
+            .client
+            .clone()
+            .token_bucket(wire)
+            .await
+            .map_err(|status| {
+                TransportError(format!("{}: {}", status.code(), status.message()))
+            })?
+            .into_inner();
+        from_wire(&response)
+    }
+}
+
+fn to_wire(tenant: &TenantId, request: TokenBucketRequest) -> v1::TokenBucketRequest {
+    let period = request.target_request_period;
+    v1::TokenBucketRequest {
+        tenant_id: tenant.as_str().to_string(),
+        bucket: String::new(),
+        instance_id: request.instance_id,
+        instance_lease: request.lease,
+        seq: request.seq,
+        requested_tokens: request.requested_tokens,
+        shares: request.shares,
+        target_request_period: Some(prost_types::Duration {
+            seconds: i64::try_from(period.as_secs()).unwrap_or(i64::MAX),
+            nanos: i32::try_from(period.subsec_nanos()).unwrap_or(0),
+        }),
+        consumption_since_last_request: Some(consumption(&request.consumption)),
+        next_live_instance_id: request.next_live_instance_id,
+    }
+}
+
+fn consumption(c: &Consumption) -> v1::Consumption {
+    v1::Consumption {
+        request_units: c.request_units,
+        read_batches: c.read_batches,
+        read_requests: c.read_requests,
+        read_bytes: c.read_bytes,
+        write_batches: c.write_batches,
+        write_requests: c.write_requests,
+        write_bytes: c.write_bytes,
+        cpu_seconds: c.cpu_seconds,
+        egress_bytes: c.egress_bytes,
+    }
+}
+
+/// The server's answer, checked: a server is trusted with grants, not with
+/// the pod's ability to compute.
+fn from_wire(response: &v1::TokenBucketResponse) -> Result<Grant, TransportError> {
+    let trickle_duration = match response.trickle_duration {
+        None => Duration::ZERO,
+        Some(d) => {
+            let secs = u64::try_from(d.seconds).ok();
+            let nanos = u32::try_from(d.nanos).ok();
+            match (secs, nanos) {
+                (Some(secs), Some(nanos)) if nanos < 1_000_000_000 => Duration::new(secs, nanos),
+                _ => {
+                    return Err(TransportError(format!(
+                        "server sent an invalid trickle_duration {d:?}"
+                    )));
+                }
+            }
+        }
+    };
+    let finite = |field: &str, value: f64| {
+        if value.is_finite() && value >= 0.0 {
+            Ok(value)
+        } else {
+            Err(TransportError(format!("server sent {field} = {value}")))
+        }
+    };
+    Ok(Grant {
+        granted_tokens: finite("granted_tokens", response.granted_tokens)?,
+        trickle_duration,
+        max_burst_tokens: finite("max_burst_tokens", response.max_burst_tokens)?,
+        fallback_rate: finite("fallback_rate", response.fallback_rate)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_with_impossible_values_are_refused() {
+        let bad = v1::TokenBucketResponse {
+            granted_tokens: f64::NAN,
+            ..v1::TokenBucketResponse::default()
+        };
+        assert!(from_wire(&bad).is_err());
+        let negative_duration = v1::TokenBucketResponse {
+            trickle_duration: Some(prost_types::Duration {
+                seconds: -1,
+                nanos: 0,
+            }),
+            ..v1::TokenBucketResponse::default()
+        };
+        assert!(from_wire(&negative_duration).is_err());
+        let good = v1::TokenBucketResponse {
+            granted_tokens: 5.0,
+            trickle_duration: Some(prost_types::Duration {
+                seconds: 2,
+                nanos: 500_000_000,
+            }),
+            max_burst_tokens: 1.0,
+            fallback_rate: 3.0,
+        };
+        let grant = from_wire(&good).expect("valid");
+        assert_eq!(grant.trickle_duration, Duration::from_millis(2500));
+        assert_eq!(grant.granted_tokens, 5.0);
+    }
+}
