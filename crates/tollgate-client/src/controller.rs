@@ -190,8 +190,8 @@ impl Controller {
         {
             return Ok(());
         }
-        let waiting = gate.with_bucket(|inner, now| {
-            match inner.bucket.acquire(tokens, now)? {
+        let waiting =
+            gate.with_bucket(|inner, now| match inner.bucket.acquire(tokens, now)? {
                 Admission::Admitted => Ok(None),
                 Admission::Closed => Err(ClientError::Closed),
                 Admission::Queued(id) => {
@@ -199,8 +199,7 @@ impl Controller {
                     inner.waiters.insert(id, (tx, tokens));
                     Ok(Some((id, rx)))
                 }
-            }
-        })?;
+            })?;
         let Some((id, rx)) = waiting else {
             return Ok(());
         };
@@ -219,7 +218,11 @@ impl Controller {
                 metrics.wait_seconds.observe(waited);
             }
         });
-        if admitted { Ok(()) } else { Err(ClientError::Closed) }
+        if admitted {
+            Ok(())
+        } else {
+            Err(ClientError::Closed)
+        }
     }
 
     /// Takes `tokens` if they are available now; never waits, never queues.
@@ -278,7 +281,9 @@ impl Controller {
 
     /// The local bucket as it is now.
     pub fn status(&self) -> LocalBucketStatus {
-        self.shared.gate.with_bucket(|inner, _| inner.bucket.status())
+        self.shared
+            .gate
+            .with_bucket(|inner, _| inner.bucket.status())
     }
 
     /// Stops admitting (waiting acquisitions fail with

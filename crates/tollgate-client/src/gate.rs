@@ -113,7 +113,9 @@ impl Gate {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic elsewhere while holding the lock leaves the bucket in a
         // state that is still consistent enough to keep admitting work.
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Runs `f` on the whole bucket: takes the reservoir back first, lends
@@ -141,7 +143,9 @@ impl Gate {
         let status = inner.bucket.status();
         if let Some(metrics) = inner.metrics.as_mut() {
             metrics.observe(&status);
-            metrics.waiting.set(i64::try_from(status.waiters).unwrap_or(i64::MAX));
+            metrics
+                .waiting
+                .set(i64::try_from(status.waiters).unwrap_or(i64::MAX));
         }
         result
     }

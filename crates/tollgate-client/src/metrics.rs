@@ -2,7 +2,7 @@
 //! passes in (never a global one), labelled with the tenant and instance so
 //! several controllers can share a registry.
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry, Gauge, Counter};
+use prometheus::{Counter, Gauge, Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry};
 use tollgate_core::{InstanceId, LocalBucketStatus, TenantId};
 
 /// Wait-time buckets, seconds: from a millisecond to a target period and beyond.

@@ -62,9 +62,7 @@ impl Transport for GrpcTransport {
             .clone()
             .token_bucket(wire)
             .await
-            .map_err(|status| {
-                TransportError(format!("{}: {}", status.code(), status.message()))
-            })?
+            .map_err(|status| TransportError(format!("{}: {}", status.code(), status.message())))?
             .into_inner();
         from_wire(&response)
     }

@@ -13,8 +13,8 @@ use tollgate_client::{
     ClientError, Controller, Grant, LocalBucketConfig, Options, TenantId, TokenBucketRequest,
     Transport, TransportError,
 };
-use tollgate_core::global_bucket::{self, BucketRows, GlobalBucketConfig, Limits, TenantState};
 use tollgate_core::Timestamp;
+use tollgate_core::global_bucket::{self, BucketRows, GlobalBucketConfig, Limits, TenantState};
 
 /// The global bucket in-process, on tokio's (paused) clock.
 struct LocalServer {
@@ -40,7 +40,12 @@ impl LocalServer {
     }
 
     fn consumed(&self) -> f64 {
-        self.rows.lock().expect("lock").tenant.consumption.request_units
+        self.rows
+            .lock()
+            .expect("lock")
+            .tenant
+            .consumption
+            .request_units
     }
 }
 
@@ -144,9 +149,15 @@ async fn no_waiter_starves_behind_a_stream_of_small_ones() {
     // FIFO: only the few small acquisitions queued before it go first. It
     // waits at most one target period (for the grant sized to the queue)
     // plus its own 3 s of refill — not for as long as small ones keep coming.
-    assert!(waited < Duration::from_secs(13), "big waiter waited {waited:?}");
+    assert!(
+        waited < Duration::from_secs(13),
+        "big waiter waited {waited:?}"
+    );
     for task in small {
-        assert!(task.await.expect("task ran") > 0, "small waiters progress too");
+        assert!(
+            task.await.expect("task ran") > 0,
+            "small waiters progress too"
+        );
     }
 }
 
@@ -171,7 +182,10 @@ async fn without_a_server_the_pod_runs_on_the_fallback_rate_and_recovers() {
     server.down.store(false, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert!(!controller.status().fallback_active, "recovered");
-    controller.acquire(10.0).await.expect("admitted after recovery");
+    controller
+        .acquire(10.0)
+        .await
+        .expect("admitted after recovery");
     let report = controller.shutdown().await;
     assert!(report.consumption_reported);
     assert!((server.consumed() - report.status.charged_tokens).abs() < 1e-6);
@@ -195,7 +209,10 @@ async fn shutdown_refuses_waiters_and_reports_everything_charged() {
         waiter.await.expect("task ran"),
         Err(ClientError::Closed)
     ));
-    assert!(matches!(controller.acquire(1.0).await, Err(ClientError::Closed)));
+    assert!(matches!(
+        controller.acquire(1.0).await,
+        Err(ClientError::Closed)
+    ));
     let charged = 60.0 + 333.3 * 0.003;
     assert!((report.status.charged_tokens - charged).abs() < 1e-6);
     assert!((server.consumed() - charged).abs() < 1e-6);

@@ -62,6 +62,8 @@ pub type InstanceId = u32;
 const BUCKET_LEVEL_EMA_FACTOR: f64 = 0.25;
 /// The EMA policy refuses to go deeper in debt than this many periods of refill.
 const BUCKET_LEVEL_EMA_MAX_DEBT_PERIODS: f64 = 1.5;
+/// The shortest trickle handed out, seconds (unless the period is shorter).
+const MIN_TRICKLE_SECS: f64 = 1.0;
 /// Tolerance when comparing an operator's `as_of_consumed_tokens` with the
 /// stored total, relative to the total (float sums may differ in the last bits).
 const AS_OF_CONSUMED_TOLERANCE: f64 = 1e-9;
@@ -646,7 +648,17 @@ fn grant(rows: &mut BucketRows, req: &TokenBucketRequest, config: &GlobalBucketC
             ..Grant::default()
         };
     }
-    if tenant.tokens >= requested {
+    let period = req.target_request_period.as_secs_f64();
+    let refill_rate = tenant.limits.refill_rate;
+    // Under the shares policy the bucket is judged as an ideal bucket would
+    // hold it: its tokens plus what trickles have yet to deliver (they were
+    // taken in advance), excusing at most one period of refill.
+    let excused = match config.policy {
+        GrantPolicy::Shares => tenant.committed_tokens.min(refill_rate * period),
+        GrantPolicy::BucketLevelEma => 0.0,
+    };
+    let level = tenant.tokens + excused;
+    if level >= requested {
         tenant.tokens -= requested;
         return Grant {
             granted_tokens: requested,
@@ -656,21 +668,19 @@ fn grant(rows: &mut BucketRows, req: &TokenBucketRequest, config: &GlobalBucketC
         };
     }
 
-    let period = req.target_request_period.as_secs_f64();
-    let refill_rate = tenant.limits.refill_rate;
-    let available_now = tenant.tokens.max(0.0);
+    let available_now = level.max(0.0);
     let needed = requested - available_now;
     let (granted, trickle_secs) = match config.policy {
         GrantPolicy::Shares => {
-            // Trickles put the bucket in debt by design: what they have yet
-            // to deliver. Only debt beyond that is systematic. Never more
-            // than a period of refill is excused, whatever was committed.
-            let expected_debt = tenant.committed_tokens.min(refill_rate * period);
-            let systematic_debt = (-tenant.tokens - expected_debt).max(0.0);
+            // Debt beyond the trickles' commitments is systematic: the rate
+            // handed out drops so it is paid back over the next period.
+            let systematic_debt = (-level).max(0.0);
             let effective_rate = (refill_rate - systematic_debt / period).max(0.0);
             let rate = effective_rate * share;
             if rate > 0.0 {
-                let trickle = (needed / rate).min(period);
+                // At least a second (or the period, if shorter): a shorter
+                // trickle would have the pod ask again at once.
+                let trickle = (needed / rate).clamp(MIN_TRICKLE_SECS.min(period), period);
                 (available_now + rate * trickle, trickle)
             } else {
                 (available_now, 0.0)

@@ -224,6 +224,9 @@ pub struct LocalBucketStatus {
 struct Trickle {
     rate: f64,
     until: Timestamp,
+    /// When to ask for the next grant: `trickle_anticipation` before the
+    /// end, but not before half of the trickle has arrived.
+    renew_at: Timestamp,
     /// Most unused tokens the bucket may hold while the trickle runs.
     cap: f64,
 }
@@ -526,12 +529,19 @@ impl LocalBucket {
             .take()
             .map_or(0.0, |trickle| trickle.undelivered(now));
         let total = granted + undelivered;
-        if grant.trickle_duration.is_zero() {
+        // Timestamps count whole microseconds: the rate is computed over
+        // the rounded duration so that every granted token arrives.
+        let until = now.saturating_add(grant.trickle_duration);
+        let duration = until.seconds_since(now);
+        if duration <= 0.0 {
             self.tokens += total;
         } else {
+            let half = now.saturating_add(grant.trickle_duration / 2);
+            let anticipated = until.saturating_sub(self.config.trickle_anticipation);
             self.trickle = Some(Trickle {
-                rate: total / grant.trickle_duration.as_secs_f64(),
-                until: now.saturating_add(grant.trickle_duration),
+                rate: total / duration,
+                until,
+                renew_at: half.max(anticipated),
                 cap: grant.max_burst_tokens.max(0.0),
             });
         }
@@ -794,7 +804,7 @@ impl LocalBucket {
         if let Some(trickle) = &self.trickle {
             // A trickle covers the period it was sized for; ask again only
             // shortly before it ends (anticipation), not on every shortfall.
-            return trickle.until.duration_since(now) <= self.config.trickle_anticipation;
+            return now >= trickle.renew_at;
         }
         let horizon = self.config.low_tokens_horizon.as_secs_f64();
         let low = self.tokens + self.lent - self.debt < self.usage_rate * horizon;
@@ -873,9 +883,7 @@ impl LocalBucket {
             }
         }
         if let Some(trickle) = &self.trickle {
-            at(trickle
-                .until
-                .saturating_sub(self.config.trickle_anticipation));
+            at(trickle.renew_at);
             at(trickle.until);
         }
         if let Some(head) = self.waiters.front() {
