@@ -14,7 +14,7 @@
 //! use tollgate_client::{Controller, Options, Request};
 //!
 //! # async fn example() -> Result<(), tollgate_client::ClientError> {
-//! let registry = prometheus::Registry::new();
+//! let registry = tollgate_client::Registry::new();
 //! let controller = Controller::connect(
 //!     "http://127.0.0.1:50051",
 //!     "acme",
