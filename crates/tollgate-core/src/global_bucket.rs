@@ -50,10 +50,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::consumption::Consumption;
 use crate::time::Timestamp;
-use crate::validate::{
-    self, InvalidInput, MAX_LEASE_LEN, MAX_REFILL_RATE, MAX_SEQ, MAX_TARGET_REQUEST_PERIOD,
-    MAX_TOKENS, MIN_TARGET_REQUEST_PERIOD,
-};
+use crate::validate::{self, InvalidInput, MAX_LEASE_LEN, MAX_REFILL_RATE, MAX_SEQ, MAX_TOKENS};
 
 /// A pod's id within its tenant. 0 is the tenant row (the list's sentinel).
 pub type InstanceId = u32;
@@ -287,15 +284,7 @@ impl TokenBucketRequest {
         validate::counter("seq", self.seq, MAX_SEQ)?;
         validate::non_negative("requested_tokens", self.requested_tokens, MAX_TOKENS)?;
         validate::non_negative("shares", self.shares, MAX_TOKENS)?;
-        let period = self.target_request_period;
-        if !(MIN_TARGET_REQUEST_PERIOD..=MAX_TARGET_REQUEST_PERIOD).contains(&period) {
-            return Err(InvalidInput::new(
-                "target_request_period",
-                format!(
-                    "must be between {MIN_TARGET_REQUEST_PERIOD:?} and {MAX_TARGET_REQUEST_PERIOD:?}, got {period:?}"
-                ),
-            ));
-        }
+        validate::target_request_period("target_request_period", self.target_request_period)?;
         self.consumption
             .validate()
             .map_err(|e| e.within("consumption_since_last_request"))?;

@@ -51,10 +51,7 @@ use serde::Serialize;
 use crate::consumption::Consumption;
 use crate::global_bucket::{Grant, InstanceId, TokenBucketRequest};
 use crate::time::Timestamp;
-use crate::validate::{
-    self, InvalidInput, MAX_LEASE_LEN, MAX_TARGET_REQUEST_PERIOD, MAX_TOKENS,
-    MIN_TARGET_REQUEST_PERIOD,
-};
+use crate::validate::{self, InvalidInput, MAX_LEASE_LEN, MAX_TARGET_REQUEST_PERIOD, MAX_TOKENS};
 
 /// How often usage is folded into its moving average.
 pub const USAGE_TICK: Duration = Duration::from_secs(1);
@@ -121,15 +118,7 @@ impl Default for LocalBucketConfig {
 impl LocalBucketConfig {
     /// Checks every knob; field names are the config's.
     pub fn validate(&self) -> Result<(), InvalidInput> {
-        let period = self.target_request_period;
-        if !(MIN_TARGET_REQUEST_PERIOD..=MAX_TARGET_REQUEST_PERIOD).contains(&period) {
-            return Err(InvalidInput::new(
-                "target_request_period",
-                format!(
-                    "must be between {MIN_TARGET_REQUEST_PERIOD:?} and {MAX_TARGET_REQUEST_PERIOD:?}, got {period:?}"
-                ),
-            ));
-        }
+        validate::target_request_period("target_request_period", self.target_request_period)?;
         validate::non_negative("initial_tokens", self.initial_tokens, MAX_TOKENS)?;
         validate::non_negative("buffer_tokens", self.buffer_tokens, MAX_TOKENS)?;
         validate::non_negative("backlog_factor", self.backlog_factor, MAX_TOKENS)?;

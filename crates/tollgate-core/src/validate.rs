@@ -87,6 +87,19 @@ pub fn non_negative(field: &str, value: f64, max: f64) -> Result<(), InvalidInpu
     Ok(())
 }
 
+/// Checks that a target request period is within the accepted range.
+pub fn target_request_period(field: &str, period: Duration) -> Result<(), InvalidInput> {
+    if !(MIN_TARGET_REQUEST_PERIOD..=MAX_TARGET_REQUEST_PERIOD).contains(&period) {
+        return Err(InvalidInput::new(
+            field,
+            format!(
+                "must be between {MIN_TARGET_REQUEST_PERIOD:?} and {MAX_TARGET_REQUEST_PERIOD:?}, got {period:?}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks that an integer counter is at most `max`.
 pub fn counter(field: &str, value: u64, max: u64) -> Result<(), InvalidInput> {
     if value > max {
