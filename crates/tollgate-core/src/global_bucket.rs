@@ -31,7 +31,8 @@
 //!   times, so on average only half of it is committed, and excusing the
 //!   rest lets a saturated tenant overspend by up to half a period.)
 //! - **Bucket-level EMA** ([`GrantPolicy::BucketLevelEma`]): CockroachDB's
-//!   2023 policy, kept as an alternative for the simulator to compare.
+//!   2023 policy, kept as an alternative for the simulator to compare, as is
+//!   plain first-come greed ([`GrantPolicy::Greedy`]).
 //! - **Instances**: a pod's first request links it into the list; every
 //!   request looks at the next few instances and removes those silent longer
 //!   than the inactivity timeout, taking their shares out of the sum.
@@ -77,6 +78,10 @@ pub enum GrantPolicy {
     /// period of refill minus the smoothed debt, and never more than 1.5
     /// periods of debt.
     BucketLevelEma,
+    /// Plain first-come greed: a request gets what the bucket holds, up to
+    /// what it asks for, at once; no trickles, no debt. A baseline for the
+    /// simulator, not meant for production: whoever asks first takes all.
+    Greedy,
 }
 
 /// Knobs of the global bucket, set per server.
@@ -644,7 +649,7 @@ fn grant(rows: &mut BucketRows, req: &TokenBucketRequest, config: &GlobalBucketC
     // taken in advance), excusing at most one period of refill.
     let excused = match config.policy {
         GrantPolicy::Shares => tenant.committed_tokens.min(refill_rate * period),
-        GrantPolicy::BucketLevelEma => 0.0,
+        GrantPolicy::BucketLevelEma | GrantPolicy::Greedy => 0.0,
     };
     let level = tenant.tokens + excused;
     if level >= requested {
@@ -685,6 +690,7 @@ fn grant(rows: &mut BucketRows, req: &TokenBucketRequest, config: &GlobalBucketC
                 if future > 0.0 { period } else { 0.0 },
             )
         }
+        GrantPolicy::Greedy => (available_now, 0.0),
     };
     tenant.tokens -= granted;
 

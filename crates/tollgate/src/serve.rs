@@ -69,6 +69,9 @@ enum Policy {
     Shares,
     /// The bucket level's moving average limits each grant (shares ignored).
     BucketLevelEma,
+    /// First come, first served from what the bucket holds; a baseline for
+    /// comparison, not for production.
+    Greedy,
 }
 
 impl ServeArgs {
@@ -98,6 +101,7 @@ impl ServeArgs {
                 policy: match self.grant_policy {
                     Policy::Shares => GrantPolicy::Shares,
                     Policy::BucketLevelEma => GrantPolicy::BucketLevelEma,
+                    Policy::Greedy => GrantPolicy::Greedy,
                 },
                 inactivity_timeout: self.inactivity_timeout,
                 reported_dead_timeout: self.reported_dead_timeout,

@@ -283,6 +283,31 @@ fn bucket_level_ema_policy_grants_a_period_minus_the_smoothed_debt() {
 }
 
 #[test]
+fn greedy_policy_hands_out_what_the_bucket_holds_and_no_more() {
+    let config = GlobalBucketConfig {
+        policy: GrantPolicy::Greedy,
+        ..GlobalBucketConfig::default()
+    };
+    // (tokens, requested, granted)
+    let cases = [
+        (100.0, 50.0, 50.0),
+        (100.0, 500.0, 100.0),
+        (0.0, 500.0, 0.0),
+        (-40.0, 500.0, 0.0),
+    ];
+    for (tokens, requested, granted) in cases {
+        let mut rows = bucket(10.0, 1000.0, tokens);
+        let g = request(&mut rows, &req(1, 1, requested, 1.0), at(0.0), &config)
+            .expect("valid")
+            .grant;
+        let what = format!("{tokens} tokens, {requested} requested");
+        assert_close(g.granted_tokens, granted, &what);
+        assert_eq!(g.trickle_duration, Duration::ZERO, "{what}: never a trickle");
+        assert_close(rows.tenant.tokens, tokens - granted, &what);
+    }
+}
+
+#[test]
 fn instances_form_a_sorted_circular_list() {
     // Pods arrive in any order; the list stays sorted with 0 as sentinel.
     let orders: [&[InstanceId]; 3] = [&[5, 2, 9, 7], &[1, 2, 3], &[9, 8, 7, 1]];
@@ -783,7 +808,11 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 fn policy() -> impl Strategy<Value = GrantPolicy> {
-    prop_oneof![Just(GrantPolicy::Shares), Just(GrantPolicy::BucketLevelEma)]
+    prop_oneof![
+        Just(GrantPolicy::Shares),
+        Just(GrantPolicy::BucketLevelEma),
+        Just(GrantPolicy::Greedy)
+    ]
 }
 
 proptest! {

@@ -1,0 +1,113 @@
+//! Tollgate's simulator: the real algorithms in virtual time, measured
+//! against an ideal token bucket.
+//!
+//! A [`Workload`](workload::Workload) describes a tenant, its pods' demand
+//! and the network. [`engine::simulate`] runs it with `tollgate-core`'s local
+//! and global buckets under one grant policy; [`engine::simulate_ideal`] runs
+//! the same demand through one instantly synchronised bucket. [`measures`]
+//! compares the two, [`check`] holds the measures to their thresholds, and
+//! [`report`] writes the markdown summary and the plots.
+//!
+//! Runs are deterministic: the same workload and seed give the same report,
+//! byte for byte.
+
+pub mod check;
+pub mod engine;
+pub mod ideal;
+pub mod measures;
+pub mod plot;
+pub mod record;
+pub mod report;
+pub mod workload;
+
+use std::path::{Path, PathBuf};
+
+use engine::Policy;
+use measures::Measures;
+use record::Record;
+use workload::Workload;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid workload: {0}")]
+    Invalid(String),
+    #[error("server refused a request of {pod} at {at:.3} s: {message}")]
+    Server {
+        pod: String,
+        at: f64,
+        message: String,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot draw {path}: {message}")]
+    Plot { path: PathBuf, message: String },
+}
+
+impl SimError {
+    /// Names the workload file in a validation error.
+    fn in_file(self, path: &Path) -> SimError {
+        match self {
+            SimError::Invalid(msg) => SimError::Invalid(format!("{}: {msg}", path.display())),
+            other => other,
+        }
+    }
+}
+
+/// One policy's run of a workload and its measures.
+#[derive(Debug)]
+pub struct PolicyRun {
+    pub policy: Policy,
+    pub record: Record,
+    pub measures: Measures,
+}
+
+/// A workload run under every policy, and the ideal.
+#[derive(Debug)]
+pub struct WorkloadRun {
+    pub workload: Workload,
+    pub ideal: Record,
+    /// The ideal measured against itself: its overshoot and waits.
+    pub ideal_measures: Measures,
+    pub runs: Vec<PolicyRun>,
+}
+
+impl WorkloadRun {
+    pub fn policy(&self, policy: Policy) -> Option<&PolicyRun> {
+        self.runs.iter().find(|r| r.policy == policy)
+    }
+}
+
+/// Runs `workload` under each of `policies` and against the ideal.
+pub fn run_workload(workload: Workload, policies: &[Policy]) -> Result<WorkloadRun, SimError> {
+    let ideal = engine::simulate_ideal(&workload);
+    let ideal_measures = measures::measure(&workload, &ideal, &ideal);
+    let mut runs = Vec::new();
+    for &policy in policies {
+        let record = engine::simulate(&workload, policy)?;
+        let measures = measures::measure(&workload, &record, &ideal);
+        runs.push(PolicyRun {
+            policy,
+            record,
+            measures,
+        });
+    }
+    Ok(WorkloadRun {
+        workload,
+        ideal,
+        ideal_measures,
+        runs,
+    })
+}
+
+/// A duration as people write it: `10ms`, `5m`, `1h 30m`.
+pub fn humantime_short(d: std::time::Duration) -> String {
+    humantime::format_duration(d).to_string()
+}

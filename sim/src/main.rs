@@ -1,0 +1,154 @@
+//! `tollgate-sim`: runs workloads through the real algorithms in virtual
+//! time, measures them against the ideal bucket, writes a report, and with
+//! `--check` fails when a measure misses its threshold.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tollgate_sim::engine::Policy;
+use tollgate_sim::workload::Workload;
+use tollgate_sim::{check, plot, report, run_workload};
+
+#[derive(Debug, Parser)]
+#[command(name = "tollgate-sim", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one workload under every policy and write its report.
+    Run {
+        /// The workload file (YAML).
+        workload: PathBuf,
+        #[command(flatten)]
+        options: Options,
+    },
+    /// Run every workload of a directory into one report.
+    Suite {
+        /// Directory of workload files (*.yaml).
+        #[arg(long, default_value = "sim/workloads")]
+        workloads: PathBuf,
+        #[command(flatten)]
+        options: Options,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct Options {
+    /// Directory for the report (summary.md and the plots); created if missing.
+    #[arg(long)]
+    out: PathBuf,
+    /// Exit with an error when a measure misses its threshold.
+    #[arg(long)]
+    check: bool,
+    /// Replace each workload's seed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Cut each workload to at most this much virtual time (e.g. `2m`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    max_duration: Option<std::time::Duration>,
+    /// Skip the plots (the summary only).
+    #[arg(long)]
+    no_plots: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Returns false when `--check` found a miss.
+fn run(cli: Cli) -> anyhow::Result<bool> {
+    let (files, options, title) = match cli.command {
+        Command::Run { workload, options } => {
+            let title = format!("Simulation of {}", workload.display());
+            (vec![workload], options, title)
+        }
+        Command::Suite { workloads, options } => {
+            (workload_files(&workloads)?, options, "Simulation suite".to_string())
+        }
+    };
+    let mut loaded = Vec::new();
+    for file in &files {
+        let mut workload = Workload::load(file)?;
+        if let Some(seed) = options.seed {
+            workload.seed = seed;
+        }
+        if let Some(max) = options.max_duration {
+            workload.duration = workload.duration.min(max);
+            workload.validate()?;
+        }
+        loaded.push(workload);
+    }
+    std::fs::create_dir_all(&options.out)
+        .with_context(|| format!("create {}", options.out.display()))?;
+
+    let mut sections = Vec::new();
+    let mut failures = Vec::new();
+    for workload in loaded {
+        let name = workload.name.clone();
+        let started = Instant::now();
+        let run = run_workload(workload, &Policy::ALL)?;
+        let elapsed = started.elapsed();
+        let plots = if options.no_plots {
+            Vec::new()
+        } else {
+            plot::write_plots(&run, &options.out)?
+        };
+        let checks = check::check(&run);
+        for c in &checks {
+            let line = c.describe(&name);
+            if !c.passed {
+                failures.push(line.clone());
+            }
+            if options.check {
+                eprintln!("{line}");
+            }
+        }
+        eprintln!(
+            "{name}: {} pods, {} virtual, {} policies + ideal in {:.2} s",
+            run.workload.pod_specs().len(),
+            tollgate_sim::humantime_short(run.workload.duration),
+            run.runs.len(),
+            elapsed.as_secs_f64()
+        );
+        sections.push(report::workload_section(&run, &plots, &checks));
+    }
+    let summary = report::document(&title, &sections, &failures);
+    let path = options.out.join("summary.md");
+    std::fs::write(&path, summary).with_context(|| format!("write {}", path.display()))?;
+    eprintln!("report: {}", path.display());
+    if options.check && !failures.is_empty() {
+        eprintln!("{} check(s) failed:", failures.len());
+        for f in &failures {
+            eprintln!("  {f}");
+        }
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+fn workload_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("read workload directory {}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        anyhow::bail!("no workload files (*.yaml) in {}", dir.display());
+    }
+    Ok(files)
+}

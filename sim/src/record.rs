@@ -1,0 +1,176 @@
+//! What a run records: per-pod series at the workload's sample resolution,
+//! the bucket level, and the distribution of waits.
+
+use serde::Serialize;
+
+/// Token-weighted distribution of how long admitted work waited.
+///
+/// One bin per millisecond up to the workload's `max_wait`: waits are
+/// bounded by it, and a millisecond is finer than any tick.
+#[derive(Clone, Debug)]
+pub struct WaitHistogram {
+    bins: Vec<f64>,
+    total: f64,
+    waited: f64,
+    max: f64,
+}
+
+/// Percentiles of a [`WaitHistogram`], in seconds, weighted by tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct WaitSummary {
+    /// Share of admitted tokens that waited at all (1 ms or more).
+    pub throttled: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+const BIN_SECS: f64 = 0.001;
+
+impl WaitHistogram {
+    pub fn new(max_wait_secs: f64) -> WaitHistogram {
+        let bins = (max_wait_secs / BIN_SECS).ceil() as usize + 2;
+        WaitHistogram {
+            bins: vec![0.0; bins],
+            total: 0.0,
+            waited: 0.0,
+            max: 0.0,
+        }
+    }
+
+    pub fn record(&mut self, wait_secs: f64, tokens: f64) {
+        if !(tokens > 0.0) {
+            return;
+        }
+        let wait = wait_secs.max(0.0);
+        let bin = ((wait / BIN_SECS) as usize).min(self.bins.len() - 1);
+        self.bins[bin] += tokens;
+        self.total += tokens;
+        if bin > 0 {
+            self.waited += tokens;
+        }
+        self.max = self.max.max(wait);
+    }
+
+    pub fn summary(&self) -> WaitSummary {
+        if self.total <= 0.0 {
+            return WaitSummary::default();
+        }
+        let quantile = |q: f64| {
+            let target = q * self.total;
+            let mut seen = 0.0;
+            for (i, weight) in self.bins.iter().enumerate() {
+                seen += weight;
+                if seen >= target && *weight > 0.0 {
+                    return i as f64 * BIN_SECS;
+                }
+            }
+            self.max
+        };
+        WaitSummary {
+            throttled: self.waited / self.total,
+            p50: quantile(0.5),
+            p90: quantile(0.9),
+            p99: quantile(0.99),
+            max: self.max,
+        }
+    }
+}
+
+/// One run (of a policy, or of the ideal bucket) as recorded.
+#[derive(Clone, Debug)]
+pub struct Record {
+    /// Seconds per sample.
+    pub sample_secs: f64,
+    /// End of each sample interval, seconds.
+    pub times: Vec<f64>,
+    /// `[pod][sample]`: tokens the pod's work asked for in the interval.
+    pub demand: Vec<Vec<f64>>,
+    /// `[pod][sample]`: tokens admitted to the pod's work in the interval.
+    pub admitted: Vec<Vec<f64>>,
+    /// Tokens in the (global or ideal) bucket at the end of each interval.
+    pub level: Vec<f64>,
+    pub waits: WaitHistogram,
+    /// Tokens of work that gave up waiting, or was refused at shutdown.
+    pub timed_out: f64,
+    /// Token-bucket requests the server answered (retries included).
+    pub server_requests: u64,
+    /// Requests that failed at the pod (lost, timed out, server down).
+    pub failed_requests: u64,
+    /// Pod-minutes of pods running (between joining and leaving).
+    pub pod_minutes: f64,
+    /// Tokens pods gave themselves while on fallback.
+    pub fallback_tokens: f64,
+}
+
+impl Record {
+    pub fn new(pods: usize, sample_secs: f64, max_wait_secs: f64) -> Record {
+        Record {
+            sample_secs,
+            times: Vec::new(),
+            demand: vec![Vec::new(); pods],
+            admitted: vec![Vec::new(); pods],
+            level: Vec::new(),
+            waits: WaitHistogram::new(max_wait_secs),
+            timed_out: 0.0,
+            server_requests: 0,
+            failed_requests: 0,
+            pod_minutes: 0.0,
+            fallback_tokens: 0.0,
+        }
+    }
+
+    /// Closes a sample interval ending at `t`.
+    pub fn push_sample(&mut self, t: f64, demand: &mut [f64], admitted: &mut [f64], level: f64) {
+        self.times.push(t);
+        for (series, value) in self.demand.iter_mut().zip(demand.iter_mut()) {
+            series.push(std::mem::take(value));
+        }
+        for (series, value) in self.admitted.iter_mut().zip(admitted.iter_mut()) {
+            series.push(std::mem::take(value));
+        }
+        self.level.push(level);
+    }
+
+    pub fn pods(&self) -> usize {
+        self.admitted.len()
+    }
+
+    /// Total admitted per sample, all pods together.
+    pub fn admitted_total(&self) -> Vec<f64> {
+        sum_rows(&self.admitted, self.times.len())
+    }
+
+    pub fn demand_total(&self) -> Vec<f64> {
+        sum_rows(&self.demand, self.times.len())
+    }
+}
+
+fn sum_rows(rows: &[Vec<f64>], len: usize) -> Vec<f64> {
+    let mut total = vec![0.0; len];
+    for row in rows {
+        for (t, v) in total.iter_mut().zip(row) {
+            *t += v;
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_percentiles_are_weighted_by_tokens() {
+        let mut h = WaitHistogram::new(10.0);
+        h.record(0.0, 90.0);
+        h.record(2.0, 9.0);
+        h.record(5.0, 1.0);
+        let s = h.summary();
+        assert_eq!(s.p50, 0.0);
+        assert!((s.p99 - 2.0).abs() < 1e-9, "{s:?}");
+        assert_eq!(s.max, 5.0);
+        assert!((s.throttled - 0.1).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,175 @@
+//! The markdown summary: one table per workload, every policy side by side
+//! with the ideal, the checks, and links to the plots.
+
+use std::fmt::Write;
+use std::path::PathBuf;
+
+use crate::check::{self, CHECKED_POLICY, Check};
+use crate::measures::{CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW_SECS, Measures};
+use crate::{WorkloadRun, humantime_short};
+
+/// One workload's section of the report.
+pub fn workload_section(run: &WorkloadRun, plots: &[PathBuf], checks: &[Check]) -> String {
+    let w = &run.workload;
+    let mut out = String::new();
+    let pods = w.pod_specs().len();
+    let _ = writeln!(out, "## {}\n", w.name);
+    if !w.description.is_empty() {
+        let _ = writeln!(out, "{}\n", w.description.trim());
+    }
+    let outages: Vec<String> = w
+        .outages
+        .iter()
+        .map(|o| {
+            format!(
+                "{} from {}",
+                humantime_short(o.duration),
+                humantime_short(o.start)
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "{pods} pods, {} virtual, refill {} tokens/s, burst {}, seed {}, round trip {}, loss {}%{}.\n",
+        humantime_short(w.duration),
+        w.limits.refill_rate,
+        w.limits.burst_limit,
+        w.seed,
+        humantime_short(w.network.rtt),
+        w.network.loss * 100.0,
+        if outages.is_empty() {
+            String::new()
+        } else {
+            format!(", server down {}", outages.join(", "))
+        }
+    );
+    let _ = writeln!(
+        out,
+        "| policy | admitted / ideal | divergence end | divergence max | overshoot 10 s | overshoot 60 s | pod error max | Jain | convergence max | req/pod/min | throttled | wait p50 | wait p99 | gave up |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "{}", ideal_row(&run.ideal_measures));
+    for policy_run in &run.runs {
+        let _ = writeln!(out, "{}", policy_row(policy_run.policy.name(), &policy_run.measures));
+    }
+    out.push('\n');
+    if !checks.is_empty() {
+        let _ = writeln!(out, "Checks ({}):\n", CHECKED_POLICY.name());
+        for c in checks {
+            let _ = writeln!(out, "- {}", c.describe(&w.name));
+        }
+        out.push('\n');
+    }
+    if !plots.is_empty() {
+        let links: Vec<String> = plots
+            .iter()
+            .map(|p| {
+                let name = p.display().to_string();
+                format!("[{name}]({name})")
+            })
+            .collect();
+        let _ = writeln!(out, "Plots: {}\n", links.join(", "));
+    }
+    out
+}
+
+fn percent(v: f64) -> String {
+    if v.is_finite() {
+        format!("{:+.2}%", v * 100.0)
+    } else {
+        "∞".into()
+    }
+}
+
+fn seconds(v: f64) -> String {
+    format!("{v:.2} s")
+}
+
+fn ideal_row(m: &Measures) -> String {
+    format!(
+        "| ideal | {:.0} | | | {} | {} | | | | | {:.1}% | {} | {} | {:.2}% |",
+        m.admitted,
+        percent(m.overshoot_10s),
+        percent(m.overshoot_60s),
+        m.waits.throttled * 100.0,
+        seconds(m.waits.p50),
+        seconds(m.waits.p99),
+        m.timed_out * 100.0,
+    )
+}
+
+fn policy_row(name: &str, m: &Measures) -> String {
+    let convergence = match m.convergence_max() {
+        None => "–".to_string(),
+        Some(c) if c.is_finite() => seconds(c),
+        Some(_) => "never".to_string(),
+    };
+    format!(
+        "| {name} | {:.4} | {} | {} | {} | {} | {:.2}% | {:.4} | {convergence} | {:.1} | {:.1}% | {} | {} | {:.2}% |",
+        if m.ideal_admitted > 0.0 {
+            m.admitted / m.ideal_admitted
+        } else {
+            0.0
+        },
+        percent(m.divergence_end),
+        percent(m.divergence_max),
+        percent(m.overshoot_10s),
+        percent(m.overshoot_60s),
+        m.pod_error_max * 100.0,
+        m.jain_index,
+        m.requests_per_pod_minute,
+        m.waits.throttled * 100.0,
+        seconds(m.waits.p50),
+        seconds(m.waits.p99),
+        m.timed_out * 100.0,
+    )
+}
+
+/// The explanation of the columns, once per report.
+pub fn legend() -> String {
+    format!(
+        "Columns, per policy against the ideal bucket (one instantly synchronised bucket, \
+oldest demand first, ties split in proportion):\n\
+- **divergence**: (admitted − ideal) / ideal, cumulative since the start; at the end, and the largest at any \
+second after the first target request period.\n\
+- **overshoot T**: the most admitted in any window of T, minus `max(burst, initial) + refill × T`, \
+as a share of `refill × T`; negative when no window reaches the limit.\n\
+- **pod error max**, **Jain**: per pod, admitted after the first target period over the ideal's; the largest \
+relative error, and Jain's index of the ratios.\n\
+- **convergence max**: after each abrupt demand change, the time until the allocation error \
+(Σ over pods of |admitted − ideal| / Σ ideal, over {CONVERGENCE_WINDOW_SECS} s windows) is within \
+{:.0}% and stays so for a target period; the slowest change.\n\
+- **req/pod/min**: token-bucket requests answered per pod per minute.\n\
+- **throttled**, **wait p50/p99**: share of admitted tokens that waited, and token-weighted wait percentiles.\n\
+- **gave up**: share of demand that waited `max_wait` (or was refused at shutdown).\n",
+        CONVERGENCE_TOLERANCE * 100.0
+    )
+}
+
+/// A report of several workloads.
+pub fn document(title: &str, sections: &[String], failures: &[String]) -> String {
+    let mut out = format!("# {title}\n\n{}\n", legend());
+    let thresholds = format!(
+        "Goal thresholds ({} policy): cumulative divergence ≤ {}%, overshoot over 60 s ≤ {}%, \
+convergence ≤ {} target periods, Jain's index ≥ {} when every pod wants the same.\n\n",
+        CHECKED_POLICY.name(),
+        check::GOAL_CUMULATIVE_DIVERGENCE * 100.0,
+        check::GOAL_OVERSHOOT_60S * 100.0,
+        check::GOAL_CONVERGENCE_PERIODS,
+        check::GOAL_JAIN_INDEX,
+    );
+    out.push_str(&thresholds);
+    if failures.is_empty() {
+        out.push_str("Every check passed.\n\n");
+    } else {
+        out.push_str("Failed checks:\n\n");
+        for f in failures {
+            let _ = writeln!(out, "- {f}");
+        }
+        out.push('\n');
+    }
+    for section in sections {
+        out.push_str(section);
+    }
+    out
+}

@@ -1,0 +1,777 @@
+//! Workloads: what the simulated pods want, read from YAML.
+//!
+//! A workload names a tenant's limits, the network between pods and server,
+//! the server's outages, and groups of pods whose demand is a sum of terms
+//! (tokens per second as a function of virtual time). Everything has a
+//! default except the duration, the limits and the pods, so a workload file
+//! says only what makes it different. Unknown fields are errors: a typo must
+//! not silently run a different experiment.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
+use serde::Deserialize;
+use tollgate_core::local_bucket::LocalBucketConfig;
+
+use crate::SimError;
+
+/// The longest virtual time a workload may run.
+const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The most pods a workload may have.
+const MAX_PODS: usize = 100_000;
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Virtual time simulated.
+    #[serde(with = "humantime_serde")]
+    pub duration: Duration,
+    /// Seeds demand noise, lost messages and retry jitter.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Pods' demand arrives as one acquisition per pod per tick.
+    #[serde(default = "default_tick", with = "humantime_serde")]
+    pub tick: Duration,
+    /// The resolution of the recorded series and of every windowed measure.
+    #[serde(default = "default_sample", with = "humantime_serde")]
+    pub sample: Duration,
+    /// Work waiting longer than this gives up, in the ideal bucket too.
+    #[serde(default = "default_max_wait", with = "humantime_serde")]
+    pub max_wait: Duration,
+    pub limits: LimitsSpec,
+    #[serde(default)]
+    pub network: Network,
+    #[serde(default)]
+    pub outages: Vec<Outage>,
+    #[serde(default)]
+    pub client: ClientSpec,
+    pub pods: Vec<PodGroup>,
+    /// Overrides of the goal thresholds, each with its reason.
+    #[serde(default)]
+    pub thresholds: ThresholdOverrides,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+fn default_tick() -> Duration {
+    Duration::from_millis(100)
+}
+fn default_sample() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_max_wait() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// The tenant's limits.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSpec {
+    pub refill_rate: f64,
+    pub burst_limit: f64,
+    /// Tokens in the bucket at the start [default: `burst_limit`].
+    #[serde(default)]
+    pub initial_tokens: Option<f64>,
+}
+
+impl LimitsSpec {
+    pub fn initial(&self) -> f64 {
+        self.initial_tokens.unwrap_or(self.burst_limit)
+    }
+}
+
+/// The network between the pods and the server.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    /// Round-trip time of a request and its answer.
+    #[serde(default = "default_rtt", with = "humantime_serde")]
+    pub rtt: Duration,
+    /// Probability that a message (a request, or its answer) is lost.
+    #[serde(default)]
+    pub loss: f64,
+    /// A pod gives up on an unanswered request after this long, and retries.
+    #[serde(default = "default_request_timeout", with = "humantime_serde")]
+    pub request_timeout: Duration,
+}
+
+fn default_rtt() -> Duration {
+    Duration::from_millis(10)
+}
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+impl Default for Network {
+    fn default() -> Self {
+        Network {
+            rtt: default_rtt(),
+            loss: 0.0,
+            request_timeout: default_request_timeout(),
+        }
+    }
+}
+
+/// A time the server is unreachable: requests fail after one round trip.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Outage {
+    #[serde(with = "humantime_serde")]
+    pub start: Duration,
+    #[serde(with = "humantime_serde")]
+    pub duration: Duration,
+}
+
+impl Outage {
+    pub fn covers(&self, t: Duration) -> bool {
+        t >= self.start && t < self.start + self.duration
+    }
+}
+
+/// Overrides of the pods' local bucket configuration; unset knobs keep
+/// the client's defaults.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSpec {
+    #[serde(default, with = "humantime_serde")]
+    pub target_request_period: Option<Duration>,
+    #[serde(default)]
+    pub initial_tokens: Option<f64>,
+    #[serde(default)]
+    pub buffer_tokens: Option<f64>,
+    #[serde(default)]
+    pub backlog_factor: Option<f64>,
+}
+
+impl ClientSpec {
+    pub fn config(&self) -> LocalBucketConfig {
+        let mut config = LocalBucketConfig::default();
+        if let Some(period) = self.target_request_period {
+            config.target_request_period = period;
+            config.report_interval = period;
+        }
+        if let Some(initial) = self.initial_tokens {
+            config.initial_tokens = initial;
+        }
+        if let Some(buffer) = self.buffer_tokens {
+            config.buffer_tokens = buffer;
+        }
+        if let Some(factor) = self.backlog_factor {
+            config.backlog_factor = factor;
+        }
+        config
+    }
+}
+
+/// `count` pods with the same demand.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PodGroup {
+    /// Names the pods in plots: `name-0`, `name-1`… [default: `pod`].
+    #[serde(default = "default_group_name")]
+    pub name: String,
+    #[serde(default = "default_count")]
+    pub count: usize,
+    /// When the group's first pod starts.
+    #[serde(default, with = "humantime_serde")]
+    pub join: Duration,
+    /// The group's pods start evenly spread over this long after `join`.
+    #[serde(default, with = "humantime_serde")]
+    pub join_spread: Duration,
+    /// When the group's pods shut down [default: never].
+    #[serde(default, with = "humantime_serde")]
+    pub leave: Option<Duration>,
+    /// Tokens per second wanted: the sum of these terms, never below zero.
+    /// Each term is a one-key map, `{ constant: 100 }`.
+    #[serde(deserialize_with = "serde_norway::with::singleton_map_recursive::deserialize")]
+    pub demand: Vec<Term>,
+}
+
+fn default_group_name() -> String {
+    "pod".into()
+}
+fn default_count() -> usize {
+    1
+}
+
+/// One term of a pod's demand, in tokens per second.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Term {
+    /// Always this rate.
+    Constant(f64),
+    /// Grows linearly by `by` between `start` and `end`, then holds.
+    Ramp {
+        #[serde(with = "humantime_serde")]
+        start: Duration,
+        #[serde(with = "humantime_serde")]
+        end: Duration,
+        by: f64,
+    },
+    /// Changes by `by` at `at`.
+    Step {
+        #[serde(with = "humantime_serde")]
+        at: Duration,
+        by: f64,
+    },
+    /// `amplitude × sin(2π (t / period + phase))`.
+    Sine {
+        amplitude: f64,
+        #[serde(with = "humantime_serde")]
+        period: Duration,
+        #[serde(default)]
+        phase: f64,
+    },
+    /// A gaussian bump of `height` centred on `at`, `width` its standard deviation.
+    Bump {
+        #[serde(with = "humantime_serde")]
+        at: Duration,
+        #[serde(with = "humantime_serde")]
+        width: Duration,
+        height: f64,
+    },
+    /// Gaussian noise of `stddev`, drawn anew every `every` (per pod).
+    Noise {
+        stddev: f64,
+        #[serde(default = "default_noise_every", with = "humantime_serde")]
+        every: Duration,
+    },
+    /// `rate` while on, nothing while off, starting on at `start`.
+    OnOff {
+        #[serde(with = "humantime_serde")]
+        on: Duration,
+        #[serde(with = "humantime_serde")]
+        off: Duration,
+        rate: f64,
+        #[serde(default, with = "humantime_serde")]
+        start: Duration,
+    },
+}
+
+fn default_noise_every() -> Duration {
+    Duration::from_secs(1)
+}
+
+/// A threshold a workload loosens or tightens, with the reason why.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Override {
+    pub limit: f64,
+    pub reason: String,
+}
+
+/// The goal thresholds a workload overrides (see `crate::check`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ThresholdOverrides {
+    #[serde(default)]
+    pub cumulative_divergence: Option<Override>,
+    #[serde(default)]
+    pub overshoot_60s: Option<Override>,
+    #[serde(default)]
+    pub convergence_periods: Option<Override>,
+    #[serde(default)]
+    pub jain_index: Option<Override>,
+}
+
+/// One simulated pod, as expanded from its group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodSpec {
+    pub name: String,
+    pub group: usize,
+    pub join: Duration,
+    pub leave: Option<Duration>,
+    pub demand: Vec<Term>,
+}
+
+impl Workload {
+    pub fn load(path: &Path) -> Result<Workload, SimError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Workload::parse(&text).map_err(|e| e.in_file(path))
+    }
+
+    pub fn parse(text: &str) -> Result<Workload, SimError> {
+        let workload: Workload =
+            serde_norway::from_str(text).map_err(|e| SimError::Invalid(e.to_string()))?;
+        workload.validate()?;
+        Ok(workload)
+    }
+
+    /// Checks what serde cannot: ranges, orders, and that the run fits.
+    pub fn validate(&self) -> Result<(), SimError> {
+        let bad = |msg: String| Err(SimError::Invalid(msg));
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return bad(format!(
+                "name: {:?} must be non-empty letters, digits, '-' or '_' (it names output files)",
+                self.name
+            ));
+        }
+        if self.duration.is_zero() || self.duration > MAX_DURATION {
+            return bad(format!(
+                "duration: must be more than zero and at most {}",
+                humantime::format_duration(MAX_DURATION)
+            ));
+        }
+        if self.tick < Duration::from_millis(1) || self.tick > Duration::from_secs(1) {
+            return bad("tick: must be between 1ms and 1s".into());
+        }
+        if self.sample < self.tick || self.sample.as_micros() % self.tick.as_micros() != 0 {
+            return bad("sample: must be a whole multiple of tick".into());
+        }
+        if self.max_wait < self.tick {
+            return bad("max_wait: must be at least one tick".into());
+        }
+        let limits = tollgate_core::global_bucket::Limits {
+            refill_rate: self.limits.refill_rate,
+            burst_limit: self.limits.burst_limit,
+        };
+        limits
+            .validate()
+            .map_err(|e| SimError::Invalid(format!("limits.{e}")))?;
+        if self.limits.refill_rate <= 0.0 {
+            return bad("limits.refill_rate: must be more than zero".into());
+        }
+        if let Some(initial) = self.limits.initial_tokens
+            && !(initial.is_finite() && initial >= 0.0)
+        {
+            return bad("limits.initial_tokens: must be finite and non-negative".into());
+        }
+        if !(0.0..1.0).contains(&self.network.loss) {
+            return bad("network.loss: must be in [0, 1)".into());
+        }
+        if self.network.request_timeout <= self.network.rtt {
+            return bad("network.request_timeout: must be longer than network.rtt".into());
+        }
+        for (i, outage) in self.outages.iter().enumerate() {
+            if outage.duration.is_zero() {
+                return bad(format!("outages[{i}].duration: must be more than zero"));
+            }
+        }
+        self.client
+            .config()
+            .validate()
+            .map_err(|e| SimError::Invalid(format!("client.{e}")))?;
+        if self.pods.is_empty() {
+            return bad("pods: at least one group".into());
+        }
+        let mut total = 0usize;
+        for (g, group) in self.pods.iter().enumerate() {
+            let at = |field: &str| format!("pods[{g}].{field}");
+            if group.count == 0 {
+                return bad(format!("{}: must be at least 1", at("count")));
+            }
+            total = total.saturating_add(group.count);
+            if let Some(leave) = group.leave
+                && leave <= group.join + group.join_spread
+            {
+                return bad(format!(
+                    "{}: must be after join + join_spread",
+                    at("leave")
+                ));
+            }
+            if group.demand.is_empty() {
+                return bad(format!("{}: at least one term", at("demand")));
+            }
+            for (k, term) in group.demand.iter().enumerate() {
+                term.validate()
+                    .map_err(|msg| SimError::Invalid(format!("{}[{k}]: {msg}", at("demand"))))?;
+            }
+        }
+        if total > MAX_PODS {
+            return bad(format!("pods: {total} in all, at most {MAX_PODS}"));
+        }
+        for (field, o) in [
+            ("cumulative_divergence", &self.thresholds.cumulative_divergence),
+            ("overshoot_60s", &self.thresholds.overshoot_60s),
+            ("convergence_periods", &self.thresholds.convergence_periods),
+            ("jain_index", &self.thresholds.jain_index),
+        ] {
+            if let Some(o) = o {
+                if !(o.limit.is_finite() && o.limit >= 0.0) {
+                    return bad(format!("thresholds.{field}.limit: must be finite and >= 0"));
+                }
+                if o.reason.trim().is_empty() {
+                    return bad(format!(
+                        "thresholds.{field}.reason: say why the goal does not apply"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every pod, in a fixed order (the instance id is the index + 1).
+    pub fn pod_specs(&self) -> Vec<PodSpec> {
+        let mut pods = Vec::new();
+        for (g, group) in self.pods.iter().enumerate() {
+            for i in 0..group.count {
+                let offset = if group.count > 1 {
+                    group.join_spread.mul_f64(i as f64 / group.count as f64)
+                } else {
+                    Duration::ZERO
+                };
+                pods.push(PodSpec {
+                    name: format!("{}-{i}", group.name),
+                    group: g,
+                    join: group.join + offset,
+                    leave: group.leave,
+                    demand: group.demand.clone(),
+                });
+            }
+        }
+        pods
+    }
+
+    /// True if every pod wants the same (noise aside) over the same lifetime.
+    pub fn equal_demand(&self) -> bool {
+        let Some(first) = self.pods.first() else {
+            return true;
+        };
+        self.pods.iter().all(|g| {
+            g.demand == first.demand && g.join == first.join && g.leave == first.leave
+        }) && self.pods.iter().all(|g| g.join_spread.is_zero())
+    }
+
+    /// Moments where demand changes abruptly: steps, on/off edges, pods
+    /// joining or leaving. Convergence is measured after each.
+    pub fn demand_changes(&self) -> Vec<Duration> {
+        let mut times = Vec::new();
+        for pod in self.pod_specs() {
+            if !pod.join.is_zero() {
+                times.push(pod.join);
+            }
+            if let Some(leave) = pod.leave {
+                times.push(leave);
+            }
+            for term in &pod.demand {
+                match term {
+                    Term::Step { at, .. } => times.push(*at),
+                    Term::OnOff {
+                        on, off, start, ..
+                    } => {
+                        let mut t = *start;
+                        while t < self.duration {
+                            times.push(t);
+                            times.push(t + *on);
+                            t += *on + *off;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        times.retain(|t| !t.is_zero() && *t < self.duration);
+        times.sort();
+        times.dedup();
+        times
+    }
+
+    pub fn outage_at(&self, t: Duration) -> bool {
+        self.outages.iter().any(|o| o.covers(t))
+    }
+}
+
+impl Term {
+    fn validate(&self) -> Result<(), String> {
+        let finite = |name: &str, v: f64| {
+            if v.is_finite() {
+                Ok(())
+            } else {
+                Err(format!("{name} must be finite"))
+            }
+        };
+        match self {
+            Term::Constant(rate) => finite("constant", *rate),
+            Term::Ramp { start, end, by } => {
+                finite("by", *by)?;
+                if end <= start {
+                    return Err("ramp end must be after its start".into());
+                }
+                Ok(())
+            }
+            Term::Step { by, .. } => finite("by", *by),
+            Term::Sine {
+                amplitude,
+                period,
+                phase,
+            } => {
+                finite("amplitude", *amplitude)?;
+                finite("phase", *phase)?;
+                if period.is_zero() {
+                    return Err("sine period must be more than zero".into());
+                }
+                Ok(())
+            }
+            Term::Bump { width, height, .. } => {
+                finite("height", *height)?;
+                if width.is_zero() {
+                    return Err("bump width must be more than zero".into());
+                }
+                Ok(())
+            }
+            Term::Noise { stddev, every } => {
+                if !(stddev.is_finite() && *stddev >= 0.0) {
+                    return Err("noise stddev must be finite and non-negative".into());
+                }
+                if every.is_zero() {
+                    return Err("noise every must be more than zero".into());
+                }
+                Ok(())
+            }
+            Term::OnOff { on, off, rate, .. } => {
+                finite("rate", *rate)?;
+                if on.is_zero() || off.is_zero() {
+                    return Err("on_off on and off must be more than zero".into());
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A pod's demand over time: the terms, with the pod's own noise.
+///
+/// Noise is drawn from a generator seeded by the workload seed and the pod's
+/// index alone, so every policy and the ideal bucket see the same demand.
+#[derive(Debug)]
+pub struct Demand {
+    terms: Vec<Term>,
+    noise: Vec<NoiseState>,
+}
+
+#[derive(Debug)]
+struct NoiseState {
+    rng: ChaCha8Rng,
+    interval: Option<u128>,
+    value: f64,
+}
+
+impl Demand {
+    pub fn new(terms: &[Term], seed: u64, pod_index: usize) -> Demand {
+        let noise = terms
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| matches!(t, Term::Noise { .. }))
+            .map(|(k, _)| {
+                let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                rng.set_stream(((pod_index as u64) << 8) | (k as u64 & 0xff));
+                NoiseState {
+                    rng,
+                    interval: None,
+                    value: 0.0,
+                }
+            })
+            .collect();
+        Demand {
+            terms: terms.to_vec(),
+            noise,
+        }
+    }
+
+    /// Tokens per second wanted at `t` (never negative). Calls must come in
+    /// non-decreasing `t` for the noise to be the same in every run.
+    pub fn rate(&mut self, t: Duration) -> f64 {
+        let secs = t.as_secs_f64();
+        let mut noise = self.noise.iter_mut();
+        let mut rate = 0.0;
+        for term in &self.terms {
+            rate += match term {
+                Term::Constant(r) => *r,
+                Term::Ramp { start, end, by } => {
+                    let span = end.as_secs_f64() - start.as_secs_f64();
+                    by * ((secs - start.as_secs_f64()) / span).clamp(0.0, 1.0)
+                }
+                Term::Step { at, by } => {
+                    if t >= *at {
+                        *by
+                    } else {
+                        0.0
+                    }
+                }
+                Term::Sine {
+                    amplitude,
+                    period,
+                    phase,
+                } => {
+                    amplitude
+                        * (std::f64::consts::TAU * (secs / period.as_secs_f64() + phase)).sin()
+                }
+                Term::Bump { at, width, height } => {
+                    let z = (secs - at.as_secs_f64()) / width.as_secs_f64();
+                    height * (-0.5 * z * z).exp()
+                }
+                Term::Noise { stddev, every } => match noise.next() {
+                    Some(state) => {
+                        let interval = t.as_micros() / every.as_micros().max(1);
+                        if state.interval != Some(interval) {
+                            state.interval = Some(interval);
+                            state.value = Normal::new(0.0, *stddev)
+                                .map_or(0.0, |n| n.sample(&mut state.rng));
+                        }
+                        state.value
+                    }
+                    None => 0.0,
+                },
+                Term::OnOff {
+                    on,
+                    off,
+                    rate,
+                    start,
+                } => {
+                    if t < *start {
+                        0.0
+                    } else {
+                        let cycle = (*on + *off).as_micros();
+                        let phase = (t - *start).as_micros() % cycle;
+                        if phase < on.as_micros() { *rate } else { 0.0 }
+                    }
+                }
+            };
+        }
+        rate.max(0.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "
+name: t
+duration: 60s
+limits: { refill_rate: 100, burst_limit: 1000 }
+pods:
+  - count: 2
+    demand: [ { constant: 50 } ]
+";
+
+    #[test]
+    fn defaults_fill_in_what_a_workload_leaves_out() {
+        let w = Workload::parse(MINIMAL).expect("valid");
+        assert_eq!(w.tick, Duration::from_millis(100));
+        assert_eq!(w.network.rtt, Duration::from_millis(10));
+        assert_eq!(w.limits.initial(), 1000.0);
+        assert_eq!(w.pod_specs().len(), 2);
+        assert!(w.equal_demand());
+    }
+
+    #[test]
+    fn bad_workloads_are_refused_with_the_field_named() {
+        let cases = [
+            ("duration: 60s", "duration: 0s", "duration"),
+            ("refill_rate: 100", "refill_rate: -1", "refill_rate"),
+            ("count: 2", "count: 0", "count"),
+            ("{ constant: 50 }", "{ constnt: 50 }", "constnt"),
+            ("name: t", "name: a/b", "name"),
+            (
+                "count: 2",
+                "count: 2\n    leave: 0s",
+                "leave",
+            ),
+        ];
+        for (from, to, field) in cases {
+            let text = MINIMAL.replace(from, to);
+            let err = Workload::parse(&text).expect_err(to).to_string();
+            assert!(err.contains(field), "{to}: {err}");
+        }
+        let loosened = format!(
+            "{MINIMAL}thresholds:\n  jain_index: {{ limit: 0.5, reason: \"\" }}\n"
+        );
+        let err = Workload::parse(&loosened).expect_err("no reason").to_string();
+        assert!(err.contains("reason"), "{err}");
+    }
+
+    #[test]
+    fn terms_add_up_and_never_go_below_zero() {
+        let secs = Duration::from_secs;
+        let terms = vec![
+            Term::Constant(100.0),
+            Term::Step {
+                at: secs(10),
+                by: -300.0,
+            },
+            Term::Ramp {
+                start: secs(20),
+                end: secs(40),
+                by: 400.0,
+            },
+            Term::OnOff {
+                on: secs(5),
+                off: secs(5),
+                rate: 50.0,
+                start: secs(100),
+            },
+        ];
+        let mut d = Demand::new(&terms, 1, 0);
+        assert_eq!(d.rate(secs(0)), 100.0);
+        assert_eq!(d.rate(secs(10)), 0.0);
+        assert_eq!(d.rate(secs(30)), 0.0);
+        assert_eq!(d.rate(secs(40)), 200.0);
+        assert_eq!(d.rate(secs(102)), 250.0);
+        assert_eq!(d.rate(secs(107)), 200.0);
+        let bump = [Term::Bump {
+            at: secs(10),
+            width: secs(2),
+            height: 80.0,
+        }];
+        let mut b = Demand::new(&bump, 1, 0);
+        assert_eq!(b.rate(secs(10)), 80.0);
+        assert!(b.rate(secs(30)) < 1e-6);
+    }
+
+    #[test]
+    fn noise_depends_on_the_seed_and_the_pod_only() {
+        let terms = [
+            Term::Constant(1000.0),
+            Term::Noise {
+                stddev: 100.0,
+                every: Duration::from_secs(1),
+            },
+        ];
+        let series = |seed, pod| {
+            let mut d = Demand::new(&terms, seed, pod);
+            (0..50)
+                .map(|i| d.rate(Duration::from_millis(i * 100)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(series(7, 3), series(7, 3));
+        assert_ne!(series(7, 3), series(7, 4));
+        assert_ne!(series(7, 3), series(8, 3));
+        // Held for a whole `every`.
+        let s = series(7, 3);
+        assert_eq!(s[0], s[9]);
+        assert_ne!(s[9], s[10]);
+    }
+
+    #[test]
+    fn demand_changes_list_steps_edges_and_lifetimes() {
+        let text = MINIMAL.replace(
+            "demand: [ { constant: 50 } ]",
+            "join: 5s\n    leave: 50s\n    demand: [ { step: { at: 20s, by: 10 } } ]",
+        );
+        let w = Workload::parse(&text).expect("valid");
+        assert_eq!(
+            w.demand_changes(),
+            vec![
+                Duration::from_secs(5),
+                Duration::from_secs(20),
+                Duration::from_secs(50)
+            ]
+        );
+    }
+}
