@@ -292,6 +292,29 @@ impl Sim<'_> {
             }
         }
         self.finish(end);
+        if std::env::var_os("SIM_DEBUG").is_some() {
+            let t = &self.store.tenant;
+            let mut held = 0.0;
+            let mut granted = 0.0;
+            let mut charged = 0.0;
+            let mut discarded = 0.0;
+            for pod in &self.pods {
+                if let Some(b) = &pod.bucket {
+                    let s = b.status();
+                    held += s.tokens - s.debt;
+                    granted += s.granted_tokens;
+                    charged += s.charged_tokens;
+                    discarded += s.discarded_tokens;
+                }
+            }
+            eprintln!(
+                "DEBUG tokens {:.0} committed {:.0} rate {:.0} granted(server) {:.0} granted(pods) {granted:.0} charged {charged:.0} held {held:.0} discarded {discarded:.0}",
+                t.tokens_at(end),
+                t.committed_tokens - t.committed_rate * end.seconds_since(t.last_refill),
+                t.committed_rate,
+                t.granted_tokens
+            );
+        }
         Ok(())
     }
 
@@ -411,7 +434,10 @@ impl Sim<'_> {
 
     fn send(&mut self, p: usize, request: TokenBucketRequest, now: Timestamp) {
         let seq = request.seq;
-        if self.workload.outage_at(now.duration_since(Timestamp::EPOCH)) {
+        if self
+            .workload
+            .outage_at(now.duration_since(Timestamp::EPOCH))
+        {
             // Refused at once: the pod hears of it after a round trip.
             self.schedule(now.saturating_add(self.rtt), Kind::Fail(p, seq));
         } else if self.lost() {
@@ -432,7 +458,10 @@ impl Sim<'_> {
         now: Timestamp,
     ) -> Result<(), SimError> {
         let seq = request.seq;
-        if self.workload.outage_at(now.duration_since(Timestamp::EPOCH)) {
+        if self
+            .workload
+            .outage_at(now.duration_since(Timestamp::EPOCH))
+        {
             self.schedule(now.saturating_add(self.half_rtt), Kind::Fail(p, seq));
             return Ok(());
         }
@@ -445,6 +474,21 @@ impl Sim<'_> {
                 message: e.to_string(),
             })?;
         self.record.server_requests += 1;
+        if std::env::var_os("SIM_TRACE").is_some() && secs(now) < 25.0 {
+            let t = &self.store.tenant;
+            eprintln!(
+                "TRACE {:.3} pod {p} seq {} req {:.0} shares {:.0} -> granted {:.0} over {:.2}s | tokens {:.0} committed {:.0} crate {:.0}",
+                secs(now),
+                request.seq,
+                request.requested_tokens,
+                request.shares,
+                grant.granted_tokens,
+                grant.trickle_duration.as_secs_f64(),
+                t.tokens,
+                t.committed_tokens,
+                t.committed_rate
+            );
+        }
         if self.lost() {
             // The answer is lost: the pod times out and sends the request again.
             let sent = now.saturating_sub(self.half_rtt);

@@ -55,6 +55,9 @@ struct Options {
     /// Skip the plots (the summary only).
     #[arg(long)]
     no_plots: bool,
+    /// Also write each workload's series as CSV (`NAME-series.csv`).
+    #[arg(long)]
+    csv: bool,
 }
 
 fn main() -> ExitCode {
@@ -76,9 +79,11 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
             let title = format!("Simulation of {}", workload.display());
             (vec![workload], options, title)
         }
-        Command::Suite { workloads, options } => {
-            (workload_files(&workloads)?, options, "Simulation suite".to_string())
-        }
+        Command::Suite { workloads, options } => (
+            workload_files(&workloads)?,
+            options,
+            "Simulation suite".to_string(),
+        ),
     };
     let mut loaded = Vec::new();
     for file in &files {
@@ -107,6 +112,11 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         } else {
             plot::write_plots(&run, &options.out)?
         };
+        if options.csv {
+            let path = options.out.join(format!("{name}-series.csv"));
+            std::fs::write(&path, report::series_csv(&run))
+                .with_context(|| format!("write {}", path.display()))?;
+        }
         let checks = check::check(&run);
         for c in &checks {
             let line = c.describe(&name);

@@ -298,7 +298,11 @@ mod tests {
         assert_eq!(m.convergence.len(), 1);
         assert_eq!(m.convergence[0].after, Some(0.0));
         // 10/s over 10 s, burst 100: 100 admitted of 200 allowed.
-        assert!((m.overshoot_10s - (-1.0)).abs() < 1e-9, "{}", m.overshoot_10s);
+        assert!(
+            (m.overshoot_10s - (-1.0)).abs() < 1e-9,
+            "{}",
+            m.overshoot_10s
+        );
     }
 
     #[test]
@@ -315,7 +319,11 @@ mod tests {
         let run = record(&[a, b]);
         let m = measure(&w, &run, &ideal);
         assert_eq!(m.divergence_end, 0.0);
-        assert!(m.pod_error_max > 0.2 && m.pod_error_max < 0.25, "{}", m.pod_error_max);
+        assert!(
+            m.pod_error_max > 0.2 && m.pod_error_max < 0.25,
+            "{}",
+            m.pod_error_max
+        );
         assert!(m.jain_index < 1.0);
         assert_eq!(m.convergence[0].after, Some(20.0));
         // Too much in a burst: 20/s for 10 s against 10/s + burst 100.

@@ -244,9 +244,8 @@ fn pod_lines(
     pods: &[usize],
     specs: &[crate::workload::PodSpec],
 ) -> Vec<Line> {
-    let per_second = |values: &[f64]| -> Vec<f64> {
-        values.iter().map(|v| v / record.sample_secs).collect()
-    };
+    let per_second =
+        |values: &[f64]| -> Vec<f64> { values.iter().map(|v| v / record.sample_secs).collect() };
     let mut lines = Vec::new();
     for (i, &p) in pods.iter().enumerate() {
         let color = POD_COLORS[i % POD_COLORS.len()];

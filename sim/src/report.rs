@@ -47,10 +47,17 @@ pub fn workload_section(run: &WorkloadRun, plots: &[PathBuf], checks: &[Check]) 
         out,
         "| policy | admitted / ideal | divergence end | divergence max | overshoot 10 s | overshoot 60 s | pod error max | Jain | convergence max | req/pod/min | throttled | wait p50 | wait p99 | gave up |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     let _ = writeln!(out, "{}", ideal_row(&run.ideal_measures));
     for policy_run in &run.runs {
-        let _ = writeln!(out, "{}", policy_row(policy_run.policy.name(), &policy_run.measures));
+        let _ = writeln!(
+            out,
+            "{}",
+            policy_row(policy_run.policy.name(), &policy_run.measures)
+        );
     }
     out.push('\n');
     if !checks.is_empty() {
@@ -170,6 +177,30 @@ convergence ≤ {} target periods, Jain's index ≥ {} when every pod wants the 
     }
     for section in sections {
         out.push_str(section);
+    }
+    out
+}
+
+/// The run's main series as CSV, one row per sample: cumulative admitted
+/// (ideal, then each policy) and bucket levels, for analysis elsewhere.
+pub fn series_csv(run: &WorkloadRun) -> String {
+    let mut out = String::from("time_s,ideal_admitted,ideal_level");
+    for r in &run.runs {
+        let _ = write!(out, ",{0}_admitted,{0}_level", r.policy.name());
+    }
+    out.push('\n');
+    let ideal = run.ideal.admitted_total();
+    let totals: Vec<Vec<f64>> = run.runs.iter().map(|r| r.record.admitted_total()).collect();
+    let mut sums = vec![0.0; totals.len() + 1];
+    for (k, t) in run.ideal.times.iter().enumerate() {
+        sums[0] += ideal[k];
+        let _ = write!(out, "{t},{:.3},{:.3}", sums[0], run.ideal.level[k]);
+        for (i, r) in run.runs.iter().enumerate() {
+            sums[i + 1] += totals[i].get(k).copied().unwrap_or(0.0);
+            let level = r.record.level.get(k).copied().unwrap_or(0.0);
+            let _ = write!(out, ",{:.3},{:.3}", sums[i + 1], level);
+        }
+        out.push('\n');
     }
     out
 }

@@ -379,10 +379,7 @@ impl Workload {
             if let Some(leave) = group.leave
                 && leave <= group.join + group.join_spread
             {
-                return bad(format!(
-                    "{}: must be after join + join_spread",
-                    at("leave")
-                ));
+                return bad(format!("{}: must be after join + join_spread", at("leave")));
             }
             if group.demand.is_empty() {
                 return bad(format!("{}: at least one term", at("demand")));
@@ -396,7 +393,10 @@ impl Workload {
             return bad(format!("pods: {total} in all, at most {MAX_PODS}"));
         }
         for (field, o) in [
-            ("cumulative_divergence", &self.thresholds.cumulative_divergence),
+            (
+                "cumulative_divergence",
+                &self.thresholds.cumulative_divergence,
+            ),
             ("overshoot_60s", &self.thresholds.overshoot_60s),
             ("convergence_periods", &self.thresholds.convergence_periods),
             ("jain_index", &self.thresholds.jain_index),
@@ -442,9 +442,10 @@ impl Workload {
         let Some(first) = self.pods.first() else {
             return true;
         };
-        self.pods.iter().all(|g| {
-            g.demand == first.demand && g.join == first.join && g.leave == first.leave
-        }) && self.pods.iter().all(|g| g.join_spread.is_zero())
+        self.pods
+            .iter()
+            .all(|g| g.demand == first.demand && g.join == first.join && g.leave == first.leave)
+            && self.pods.iter().all(|g| g.join_spread.is_zero())
     }
 
     /// Moments where demand changes abruptly: steps, on/off edges, pods
@@ -461,9 +462,7 @@ impl Workload {
             for term in &pod.demand {
                 match term {
                     Term::Step { at, .. } => times.push(*at),
-                    Term::OnOff {
-                        on, off, start, ..
-                    } => {
+                    Term::OnOff { on, off, start, .. } => {
                         let mut t = *start;
                         while t < self.duration {
                             times.push(t);
@@ -620,8 +619,8 @@ impl Demand {
                         let interval = t.as_micros() / every.as_micros().max(1);
                         if state.interval != Some(interval) {
                             state.interval = Some(interval);
-                            state.value = Normal::new(0.0, *stddev)
-                                .map_or(0.0, |n| n.sample(&mut state.rng));
+                            state.value =
+                                Normal::new(0.0, *stddev).map_or(0.0, |n| n.sample(&mut state.rng));
                         }
                         state.value
                     }
@@ -678,21 +677,18 @@ pods:
             ("count: 2", "count: 0", "count"),
             ("{ constant: 50 }", "{ constnt: 50 }", "constnt"),
             ("name: t", "name: a/b", "name"),
-            (
-                "count: 2",
-                "count: 2\n    leave: 0s",
-                "leave",
-            ),
+            ("count: 2", "count: 2\n    leave: 0s", "leave"),
         ];
         for (from, to, field) in cases {
             let text = MINIMAL.replace(from, to);
             let err = Workload::parse(&text).expect_err(to).to_string();
             assert!(err.contains(field), "{to}: {err}");
         }
-        let loosened = format!(
-            "{MINIMAL}thresholds:\n  jain_index: {{ limit: 0.5, reason: \"\" }}\n"
-        );
-        let err = Workload::parse(&loosened).expect_err("no reason").to_string();
+        let loosened =
+            format!("{MINIMAL}thresholds:\n  jain_index: {{ limit: 0.5, reason: \"\" }}\n");
+        let err = Workload::parse(&loosened)
+            .expect_err("no reason")
+            .to_string();
         assert!(err.contains("reason"), "{err}");
     }
 

@@ -204,9 +204,9 @@ impl TenantState {
     /// Takes an instance's trickle out of the commitments (it was replaced,
     /// folded into a new grant, or its instance removed).
     fn release_trickle(&mut self, instance: &InstanceState, now: Timestamp) {
-        let undelivered = instance.trickle_rate * instance.trickle_until.seconds_since(now);
+        let undelivered = instance.committed_rate * instance.committed_until.seconds_since(now);
         self.committed_tokens = (self.committed_tokens - undelivered).max(0.0);
-        self.committed_rate = (self.committed_rate - instance.trickle_rate).max(0.0);
+        self.committed_rate = (self.committed_rate - instance.committed_rate).max(0.0);
     }
 }
 
@@ -232,12 +232,13 @@ pub struct InstanceState {
     pub last_update: Timestamp,
     /// The response to `(lease, seq)`, replayed to a duplicate.
     pub last_grant: Grant,
-    /// The trickle the pod is receiving: its rate (the last grant plus the
-    /// undelivered rest of the one before, which pods fold in) and end.
-    #[serde(default)]
-    pub trickle_rate: f64,
-    #[serde(default)]
-    pub trickle_until: Timestamp,
+    /// The part of the pod's trickle that future refill pays for: the rate
+    /// at which it is delivered, and until when. (Tokens the bucket already
+    /// held when the trickle was granted are not a commitment.)
+    #[serde(default, alias = "trickle_rate")]
+    pub committed_rate: f64,
+    #[serde(default, alias = "trickle_until")]
+    pub committed_until: Timestamp,
 }
 
 /// The answer to a token-bucket request.
@@ -443,28 +444,28 @@ pub fn request(
 
     remove_silent_instances(&mut next, req, now, config, &mut changes)?;
 
-    // The pod folds what is left of its trickle into the new grant.
-    let undelivered = match next.instances.get(&id) {
+    // The pod folds what is left of its trickle into the new grant; the
+    // commitment it carries moves into the new one.
+    let still_committed = match next.instances.get(&id) {
         Some(instance) => {
-            let undelivered = instance.trickle_rate * instance.trickle_until.seconds_since(now);
+            let left = instance.committed_rate * instance.committed_until.seconds_since(now);
             next.tenant.release_trickle(instance, now);
-            undelivered
+            left
         }
         None => 0.0,
     };
-    let grant = grant(&mut next, req, config);
+    let (grant, commitment) = grant(&mut next, req, config, still_committed);
     next.tenant.granted_tokens += grant.granted_tokens;
     if let Some(instance) = next.instances.get_mut(&id) {
         instance.last_grant = grant;
         if grant.trickle_duration.is_zero() {
-            instance.trickle_rate = 0.0;
-            instance.trickle_until = now;
+            instance.committed_rate = 0.0;
+            instance.committed_until = now;
         } else {
-            let total = grant.granted_tokens + undelivered;
-            instance.trickle_rate = total / grant.trickle_duration.as_secs_f64();
-            instance.trickle_until = now.saturating_add(grant.trickle_duration);
-            next.tenant.committed_tokens += total;
-            next.tenant.committed_rate += instance.trickle_rate;
+            instance.committed_rate = commitment / grant.trickle_duration.as_secs_f64();
+            instance.committed_until = now.saturating_add(grant.trickle_duration);
+            next.tenant.committed_tokens += commitment;
+            next.tenant.committed_rate += instance.committed_rate;
         }
     }
     *rows = next;
@@ -525,8 +526,8 @@ fn link_instance(
             shares: 0.0,
             last_update: now,
             last_grant: Grant::default(),
-            trickle_rate: 0.0,
-            trickle_until: now,
+            committed_rate: 0.0,
+            committed_until: now,
         },
     );
     set_next(rows, pred, id);
@@ -623,8 +624,19 @@ fn fraction(tenant: &TenantState, shares: f64) -> f64 {
     }
 }
 
-/// Decides the grant and takes it from the bucket.
-fn grant(rows: &mut BucketRows, req: &TokenBucketRequest, config: &GlobalBucketConfig) -> Grant {
+/// Decides the grant and takes it from the bucket. `still_committed` is the
+/// refill the pod's previous trickle had yet to deliver; the pod folds it
+/// into the new one.
+///
+/// Returns the grant and, for a trickle, the commitment it carries: the
+/// tokens of the new trickle (folded ones included) that future refill pays
+/// for, as opposed to tokens the bucket held when it was granted.
+fn grant(
+    rows: &mut BucketRows,
+    req: &TokenBucketRequest,
+    config: &GlobalBucketConfig,
+    still_committed: f64,
+) -> (Grant, f64) {
     let tenant = &mut rows.tenant;
     tenant.tokens_avg = BUCKET_LEVEL_EMA_FACTOR * tenant.tokens
         + (1.0 - BUCKET_LEVEL_EMA_FACTOR) * tenant.tokens_avg;
@@ -637,29 +649,35 @@ fn grant(rows: &mut BucketRows, req: &TokenBucketRequest, config: &GlobalBucketC
     let fallback_rate = tenant.limits.refill_rate * share.max(even_share);
     let requested = req.requested_tokens;
     if requested <= 0.0 {
-        return Grant {
+        let grant = Grant {
             fallback_rate,
             ..Grant::default()
         };
+        return (grant, 0.0);
     }
     let period = req.target_request_period.as_secs_f64();
     let refill_rate = tenant.limits.refill_rate;
     // Under the shares policy the bucket is judged as an ideal bucket would
     // hold it: its tokens plus what trickles have yet to deliver (they were
     // taken in advance), excusing at most one period of refill.
+    // The requester's own commitment moves into its new trickle, so it
+    // still counts as committed.
     let excused = match config.policy {
-        GrantPolicy::Shares => tenant.committed_tokens.min(refill_rate * period),
+        GrantPolicy::Shares => {
+            (tenant.committed_tokens + still_committed).min(refill_rate * period)
+        }
         GrantPolicy::BucketLevelEma | GrantPolicy::Greedy => 0.0,
     };
     let level = tenant.tokens + excused;
     if level >= requested {
         tenant.tokens -= requested;
-        return Grant {
+        let grant = Grant {
             granted_tokens: requested,
             trickle_duration: Duration::ZERO,
             max_burst_tokens: 0.0,
             fallback_rate,
         };
+        return (grant, 0.0);
     }
 
     let available_now = level.max(0.0);
@@ -675,7 +693,11 @@ fn grant(rows: &mut BucketRows, req: &TokenBucketRequest, config: &GlobalBucketC
                 // At least a second (or the period, if shorter): a shorter
                 // trickle would have the pod ask again at once.
                 let trickle = (needed / rate).clamp(MIN_TRICKLE_SECS.min(period), period);
-                (available_now + rate * trickle, trickle)
+                // What the previous trickle still owes the pod counts
+                // towards this one: a pod renewing early must not get a
+                // period's worth of tokens more often than once a period.
+                let granted = (available_now + rate * trickle - still_committed).max(0.0);
+                (granted, trickle)
             } else {
                 (available_now, 0.0)
             }
@@ -697,22 +719,25 @@ fn grant(rows: &mut BucketRows, req: &TokenBucketRequest, config: &GlobalBucketC
     if trickle_secs == 0.0 {
         // Nothing to spread over time: what the bucket holds (maybe nothing)
         // is usable at once; a pod granted nothing asks again when it must.
-        return Grant {
+        let grant = Grant {
             granted_tokens: granted,
             trickle_duration: Duration::ZERO,
             max_burst_tokens: 0.0,
             fallback_rate,
         };
+        return (grant, 0.0);
     }
-    let delivery_rate = granted / trickle_secs;
-    Grant {
+    let delivery_rate = (granted + still_committed) / trickle_secs;
+    let commitment = granted - available_now.min(granted) + still_committed;
+    let grant = Grant {
         granted_tokens: granted,
         // Never beyond the period, whatever the float conversion rounds to.
         trickle_duration: Duration::from_secs_f64(trickle_secs).min(req.target_request_period),
         // The pod's part of the tenant's burst, but at least a second of its trickle.
         max_burst_tokens: (tenant.limits.burst_limit * share).max(delivery_rate),
         fallback_rate,
-    }
+    };
+    (grant, commitment)
 }
 
 /// Applies an operator's new limits to `tenant`.

@@ -283,6 +283,46 @@ fn bucket_level_ema_policy_grants_a_period_minus_the_smoothed_debt() {
 }
 
 #[test]
+fn tokens_the_bucket_held_are_handed_out_once_not_excused_again() {
+    // Two pods with equal shares; the bucket holds 1000, refills 100/s.
+    let mut rows = bucket(100.0, 1000.0, 1000.0);
+    serve(&mut rows, &req(2, 1, 0.0, 1.0), 0.0);
+    let a = serve(&mut rows, &req(1, 1, 2000.0, 1.0), 0.0);
+    // All the bucket held, plus half the refill for a period.
+    assert_close(a.granted_tokens, 1500.0, "first pod");
+    assert_close(
+        rows.tenant.committed_tokens,
+        500.0,
+        "only refill is committed",
+    );
+    let b = serve(&mut rows, &req(2, 2, 2000.0, 1.0), 0.0);
+    // Nothing is left but the other half of the refill.
+    assert_close(b.granted_tokens, 500.0, "second pod");
+    assert_close(
+        a.granted_tokens + b.granted_tokens,
+        1000.0 + 100.0 * PERIOD.as_secs_f64(),
+        "held + one period of refill",
+    );
+}
+
+#[test]
+fn a_pod_renewing_early_gets_one_period_of_its_rate_not_more() {
+    // One pod alone, saturated: each renewal one second before its trickle
+    // ends must top it up to a period at its rate, not add a whole period.
+    let mut rows = bucket(100.0, 0.0, 0.0);
+    let first = serve(&mut rows, &req(1, 1, 5000.0, 1.0), 0.0);
+    assert_close(first.granted_tokens, 1000.0, "a period of refill");
+    let renewed = serve(&mut rows, &req(1, 2, 5000.0, 1.0), 9.0);
+    // 100 tokens of the first trickle are still due; they count.
+    assert_close(renewed.granted_tokens, 900.0, "topped up to a period");
+    assert_close(
+        rows.tenant.committed_rate,
+        100.0,
+        "delivered at the refill rate",
+    );
+}
+
+#[test]
 fn greedy_policy_hands_out_what_the_bucket_holds_and_no_more() {
     let config = GlobalBucketConfig {
         policy: GrantPolicy::Greedy,
@@ -302,7 +342,11 @@ fn greedy_policy_hands_out_what_the_bucket_holds_and_no_more() {
             .grant;
         let what = format!("{tokens} tokens, {requested} requested");
         assert_close(g.granted_tokens, granted, &what);
-        assert_eq!(g.trickle_duration, Duration::ZERO, "{what}: never a trickle");
+        assert_eq!(
+            g.trickle_duration,
+            Duration::ZERO,
+            "{what}: never a trickle"
+        );
         assert_close(rows.tenant.tokens, tokens - granted, &what);
     }
 }
