@@ -84,6 +84,7 @@ fn to_wire(tenant: &TenantId, request: TokenBucketRequest) -> v1::TokenBucketReq
         }),
         consumption_since_last_request: Some(consumption(&request.consumption)),
         next_live_instance_id: request.next_live_instance_id,
+        returned_tokens: request.returned_tokens,
     }
 }
 

@@ -201,6 +201,15 @@ impl TenantState {
         self.last_refill = self.last_refill.max(now);
     }
 
+    /// Puts tokens a pod gave back into the bucket, never lifting it above
+    /// the burst limit (or above where it already was).
+    fn take_back(&mut self, returned: f64) {
+        if returned > 0.0 {
+            let ceiling = self.limits.burst_limit.max(self.tokens);
+            self.tokens = (self.tokens + returned).min(ceiling);
+        }
+    }
+
     /// Takes an instance's trickle out of the commitments (it was replaced,
     /// folded into a new grant, or its instance removed).
     fn release_trickle(&mut self, instance: &InstanceState, now: Timestamp) {
@@ -264,6 +273,9 @@ pub struct TokenBucketRequest {
     pub target_request_period: Duration,
     pub consumption: Consumption,
     pub next_live_instance_id: Option<InstanceId>,
+    /// Tokens the pod gives back (at shutdown: what it held and what its
+    /// trickle had yet to deliver).
+    pub returned_tokens: f64,
 }
 
 impl TokenBucketRequest {
@@ -291,6 +303,7 @@ impl TokenBucketRequest {
         validate::non_negative("requested_tokens", self.requested_tokens, MAX_TOKENS)?;
         validate::non_negative("shares", self.shares, MAX_TOKENS)?;
         validate::target_request_period("target_request_period", self.target_request_period)?;
+        validate::non_negative("returned_tokens", self.returned_tokens, MAX_TOKENS)?;
         self.consumption
             .validate()
             .map_err(|e| e.within("consumption_since_last_request"))?;
@@ -424,6 +437,7 @@ pub fn request(
     let mut next = rows.clone();
     let mut changes = RowChanges::default();
     next.tenant.refill(now);
+    next.tenant.take_back(req.returned_tokens);
     if !next.instances.contains_key(&id) {
         link_instance(&mut next, id, now)?;
         changes.upsert(predecessor_of(&next, id));

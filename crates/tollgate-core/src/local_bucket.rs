@@ -38,6 +38,9 @@
 //! - **Retries** repeat the request unchanged, sequence number included, so
 //!   the server answers a retry of a request it already served with the same
 //!   grant and counts nothing twice. Failed attempts back off exponentially.
+//! - **Shutdown**: [`LocalBucket::close`] refuses the waiters; the final
+//!   request reports the last consumption and gives back the tokens the pod
+//!   holds and what its trickle has yet to deliver, for other pods to use.
 //! - **The FIFO queue**: work that cannot be admitted waits in arrival order;
 //!   nothing is admitted past a waiter. An acquisition larger than a trickle
 //!   can ever hold is admitted once the bucket holds as much as it can, and
@@ -60,6 +63,8 @@ pub const USAGE_TICK: Duration = Duration::from_secs(1);
 const MAX_BACKLOG_EXPONENT: f64 = 30.0;
 /// The largest shares value sent (the server refuses more).
 const MAX_SHARES: f64 = 1e12;
+/// Less than this is not worth a request to give back.
+const RETURN_EPSILON: f64 = 1e-6;
 
 /// The knobs of a pod's local bucket. The defaults follow CockroachDB's client.
 #[derive(Clone, Debug, PartialEq)]
@@ -280,6 +285,8 @@ pub struct LocalBucket {
     answered: bool,
     empty_until: Option<Timestamp>,
     closed: bool,
+    /// Set once a closed bucket has sent what it held back to the server.
+    returned: bool,
 
     granted_total: f64,
     charged_total: f64,
@@ -336,6 +343,7 @@ impl LocalBucket {
             answered: false,
             empty_until: None,
             closed: false,
+            returned: false,
             granted_total: 0.0,
             charged_total: 0.0,
             discarded_total: 0.0,
@@ -581,7 +589,17 @@ impl LocalBucket {
 
     /// True once closed, with nothing in flight and nothing left to report.
     pub fn is_finished(&self) -> bool {
-        self.closed && self.in_flight.is_none() && self.unreported == Consumption::default()
+        self.closed
+            && self.in_flight.is_none()
+            && self.unreported == Consumption::default()
+            && (self.returned || self.returnable(self.last_advance) <= RETURN_EPSILON)
+    }
+
+    /// What a closed bucket gives back: the tokens it holds and what its
+    /// trickle has yet to deliver, net of debt.
+    fn returnable(&self, now: Timestamp) -> f64 {
+        let trickle = self.trickle.as_ref().map_or(0.0, |t| t.undelivered(now));
+        (self.tokens + trickle - self.debt).max(0.0)
     }
 
     /// While tokens are lent (see [`lend`]), the level of the lent tokens
@@ -779,7 +797,8 @@ impl LocalBucket {
         let reporting = self.unreported != Consumption::default()
             && now.duration_since(last) >= self.config.report_interval;
         if self.closed {
-            return self.unreported != Consumption::default();
+            return self.unreported != Consumption::default()
+                || (!self.returned && self.returnable(now) > RETURN_EPSILON);
         }
         if reporting {
             return true;
@@ -819,6 +838,18 @@ impl LocalBucket {
             self.tokens_needed(now)
         };
         let loans = if self.closed { 0.0 } else { self.loans };
+        let returned_tokens = if self.closed && !self.returned {
+            // The final report gives back what the pod will never use.
+            let returned = self.returnable(now);
+            self.returned = true;
+            self.trickle = None;
+            self.tokens = 0.0;
+            self.debt = 0.0;
+            self.debt_rate = 0.0;
+            returned
+        } else {
+            0.0
+        };
         self.seq += 1;
         let request = TokenBucketRequest {
             instance_id: self.instance_id,
@@ -829,6 +860,7 @@ impl LocalBucket {
             target_request_period: self.config.target_request_period,
             consumption: std::mem::take(&mut self.unreported),
             next_live_instance_id: None,
+            returned_tokens,
         };
         self.loans -= loans;
         self.last_request_at = Some(now);

@@ -110,6 +110,7 @@ fn pod_request(
             ..v1::Consumption::default()
         }),
         next_live_instance_id: None,
+        returned_tokens: 0.0,
     }
 }
 

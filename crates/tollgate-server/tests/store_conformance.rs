@@ -52,6 +52,7 @@ fn request(instance_id: u32, seq: u64, tokens: f64) -> TokenBucketRequest {
             ..Consumption::default()
         },
         next_live_instance_id: None,
+        returned_tokens: 0.0,
     }
 }
 

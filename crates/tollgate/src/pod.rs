@@ -67,6 +67,7 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
                 ..v1::Consumption::default()
             }),
             next_live_instance_id: None,
+            returned_tokens: 0.0,
         })
         .await
         .map_err(rpc_error)?

@@ -40,6 +40,7 @@ fn req(
         target_request_period: PERIOD,
         consumption: Consumption::default(),
         next_live_instance_id: None,
+        returned_tokens: 0.0,
     }
 }
 

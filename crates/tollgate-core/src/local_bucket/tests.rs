@@ -412,6 +412,9 @@ fn closing_refuses_waiters_and_sends_a_final_report() {
         .expect("valid");
     let last = b.poll(at(0.7)).request.expect("final report");
     assert_eq!(last.requested_tokens, 0.0);
+    // It gives back what it holds: the allowance and the grant, less the
+    // work admitted, the CPU charged and the allowance it repays.
+    assert_close(last.returned_tokens, 1000.0 + 500.0 - 20.0 - 3.0 - 1000.0);
     assert!(!b.is_finished());
     b.on_response(last.seq, &immediate(0.0), at(0.8));
     assert!(b.is_finished());

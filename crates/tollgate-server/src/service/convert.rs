@@ -40,6 +40,7 @@ pub fn token_bucket_request(
             .map(consumption)
             .unwrap_or_default(),
         next_live_instance_id: req.next_live_instance_id,
+        returned_tokens: req.returned_tokens,
     };
     request.validate()?;
     Ok((tenant, request))
