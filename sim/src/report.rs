@@ -60,6 +60,25 @@ pub fn workload_section(run: &WorkloadRun, plots: &[PathBuf], checks: &[Check]) 
         );
     }
     out.push('\n');
+    if let Some(checked) = run.policy(CHECKED_POLICY)
+        && !checked.measures.convergence.is_empty()
+    {
+        let list: Vec<String> = checked
+            .measures
+            .convergence
+            .iter()
+            .map(|c| match c.after {
+                Some(after) => format!("{:.0} s → {after:.0} s", c.change_at),
+                None => format!("{:.0} s → not within {:.0} s", c.change_at, c.observed),
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "Convergence after each demand change ({}): {}.\n",
+            CHECKED_POLICY.name(),
+            list.join("; ")
+        );
+    }
     if !checks.is_empty() {
         let _ = writeln!(out, "Checks ({}):\n", CHECKED_POLICY.name());
         for c in checks {

@@ -449,8 +449,23 @@ impl Workload {
     }
 
     /// Moments where demand changes abruptly: steps, on/off edges, pods
-    /// joining or leaving. Convergence is measured after each.
+    /// joining or leaving. Convergence is measured after each. Changes less
+    /// than a target request period apart (pods joining one after another)
+    /// count as one, at the last of them.
     pub fn demand_changes(&self) -> Vec<Duration> {
+        let period = self.client.config().target_request_period;
+        let all = self.all_demand_changes();
+        let mut merged: Vec<Duration> = Vec::new();
+        for t in all {
+            match merged.last_mut() {
+                Some(last) if t < *last + period => *last = t,
+                _ => merged.push(t),
+            }
+        }
+        merged
+    }
+
+    fn all_demand_changes(&self) -> Vec<Duration> {
         let mut times = Vec::new();
         for pod in self.pod_specs() {
             if !pod.join.is_zero() {

@@ -856,7 +856,9 @@ impl LocalBucket {
             lease: self.lease.clone(),
             seq: self.seq,
             requested_tokens: requested,
-            shares: self.shares(now),
+            // A pod shutting down wants nothing more: its shares must not
+            // hold back the others until the server times it out.
+            shares: if self.closed { 0.0 } else { self.shares(now) },
             target_request_period: self.config.target_request_period,
             consumption: std::mem::take(&mut self.unreported),
             next_live_instance_id: None,

@@ -412,6 +412,7 @@ fn closing_refuses_waiters_and_sends_a_final_report() {
         .expect("valid");
     let last = b.poll(at(0.7)).request.expect("final report");
     assert_eq!(last.requested_tokens, 0.0);
+    assert_eq!(last.shares, 0.0, "leaves the refill to the others");
     // It gives back what it holds: the allowance and the grant, less the
     // work admitted, the CPU charged and the allowance it repays.
     assert_close(last.returned_tokens, 1000.0 + 500.0 - 20.0 - 3.0 - 1000.0);
