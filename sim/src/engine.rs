@@ -292,36 +292,13 @@ impl Sim<'_> {
             }
         }
         self.finish(end);
-        if std::env::var_os("SIM_DEBUG").is_some() {
-            let t = &self.store.tenant;
-            let mut held = 0.0;
-            let mut granted = 0.0;
-            let mut charged = 0.0;
-            let mut discarded = 0.0;
-            for pod in &self.pods {
-                if let Some(b) = &pod.bucket {
-                    let s = b.status();
-                    held += s.tokens - s.debt;
-                    granted += s.granted_tokens;
-                    charged += s.charged_tokens;
-                    discarded += s.discarded_tokens;
-                }
-            }
-            eprintln!(
-                "DEBUG tokens {:.0} committed {:.0} rate {:.0} granted(server) {:.0} granted(pods) {granted:.0} charged {charged:.0} held {held:.0} discarded {discarded:.0}",
-                t.tokens_at(end),
-                t.committed_tokens - t.committed_rate * end.seconds_since(t.last_refill),
-                t.committed_rate,
-                t.granted_tokens
-            );
-        }
         Ok(())
     }
 
     fn tick(&mut self, k: u64, now: Timestamp) -> Result<(), SimError> {
         let tick = self.workload.tick;
         let per_sample = (self.workload.sample.as_micros() / tick.as_micros()) as u64;
-        if k > 0 && k % per_sample == 0 {
+        if k > 0 && k.is_multiple_of(per_sample) {
             self.flush_sample(now);
         }
         let t = now.duration_since(Timestamp::EPOCH);
@@ -474,21 +451,6 @@ impl Sim<'_> {
                 message: e.to_string(),
             })?;
         self.record.server_requests += 1;
-        if std::env::var_os("SIM_TRACE").is_some() && secs(now) < 25.0 {
-            let t = &self.store.tenant;
-            eprintln!(
-                "TRACE {:.3} pod {p} seq {} req {:.0} shares {:.0} -> granted {:.0} over {:.2}s | tokens {:.0} committed {:.0} crate {:.0}",
-                secs(now),
-                request.seq,
-                request.requested_tokens,
-                request.shares,
-                grant.granted_tokens,
-                grant.trickle_duration.as_secs_f64(),
-                t.tokens,
-                t.committed_tokens,
-                t.committed_rate
-            );
-        }
         if self.lost() {
             // The answer is lost: the pod times out and sends the request again.
             let sent = now.saturating_sub(self.half_rtt);
@@ -556,7 +518,7 @@ pub fn simulate_ideal(workload: &Workload) -> Record {
     for k in 0..ticks {
         let t = tick * u32::try_from(k).unwrap_or(u32::MAX);
         let now = t.as_secs_f64();
-        if k > 0 && k % per_sample == 0 {
+        if k > 0 && k.is_multiple_of(per_sample) {
             record.push_sample(
                 now,
                 &mut sample_demand,

@@ -312,10 +312,8 @@ mod tests {
         // Pod 0 takes everything for 20 s after the change, then all is right.
         let mut a = vec![5.0; 100];
         let mut b = vec![5.0; 100];
-        for k in 50..70 {
-            a[k] = 10.0;
-            b[k] = 0.0;
-        }
+        a[50..70].fill(10.0);
+        b[50..70].fill(0.0);
         let run = record(&[a, b]);
         let m = measure(&w, &run, &ideal);
         assert_eq!(m.divergence_end, 0.0);
@@ -328,9 +326,7 @@ mod tests {
         assert_eq!(m.convergence[0].after, Some(20.0));
         // Too much in a burst: 20/s for 10 s against 10/s + burst 100.
         let mut burst = vec![vec![5.0; 100], vec![5.0; 100]];
-        for k in 10..20 {
-            burst[0][k] = 25.0;
-        }
+        burst[0][10..20].fill(25.0);
         let m = measure(&w, &record(&burst), &ideal);
         // Window of 10 s: 300 admitted vs 100 + 100.
         assert!((m.overshoot_10s - 1.0).abs() < 1e-9, "{}", m.overshoot_10s);

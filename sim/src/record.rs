@@ -40,7 +40,7 @@ impl WaitHistogram {
     }
 
     pub fn record(&mut self, wait_secs: f64, tokens: f64) {
-        if !(tokens > 0.0) {
+        if tokens.is_nan() || tokens <= 0.0 {
             return;
         }
         let wait = wait_secs.max(0.0);

@@ -330,7 +330,12 @@ impl Workload {
         if self.tick < Duration::from_millis(1) || self.tick > Duration::from_secs(1) {
             return bad("tick: must be between 1ms and 1s".into());
         }
-        if self.sample < self.tick || self.sample.as_micros() % self.tick.as_micros() != 0 {
+        if self.sample < self.tick
+            || !self
+                .sample
+                .as_micros()
+                .is_multiple_of(self.tick.as_micros())
+        {
             return bad("sample: must be a whole multiple of tick".into());
         }
         if self.max_wait < self.tick {
