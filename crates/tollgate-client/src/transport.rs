@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tollgate_core::{Consumption, Grant, TenantId, TokenBucketRequest};
+use tollgate_core::{Grant, TenantId, TokenBucketRequest};
 use tollgate_proto::v1;
 use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
 use tonic::transport::{Channel, Endpoint};
@@ -78,27 +78,10 @@ fn to_wire(tenant: &TenantId, request: TokenBucketRequest) -> v1::TokenBucketReq
         seq: request.seq,
         requested_tokens: request.requested_tokens,
         shares: request.shares,
-        target_request_period: Some(prost_types::Duration {
-            seconds: i64::try_from(period.as_secs()).unwrap_or(i64::MAX),
-            nanos: i32::try_from(period.subsec_nanos()).unwrap_or(0),
-        }),
-        consumption_since_last_request: Some(consumption(&request.consumption)),
+        target_request_period: Some(tollgate_proto::duration(period)),
+        consumption_since_last_request: Some((&request.consumption).into()),
         next_live_instance_id: request.next_live_instance_id,
         returned_tokens: request.returned_tokens,
-    }
-}
-
-fn consumption(c: &Consumption) -> v1::Consumption {
-    v1::Consumption {
-        request_units: c.request_units,
-        read_batches: c.read_batches,
-        read_requests: c.read_requests,
-        read_bytes: c.read_bytes,
-        write_batches: c.write_batches,
-        write_requests: c.write_requests,
-        write_bytes: c.write_bytes,
-        cpu_seconds: c.cpu_seconds,
-        egress_bytes: c.egress_bytes,
     }
 }
 

@@ -16,3 +16,52 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/tollgate_descriptor.bin"));
 
 pub use prost_types::{Duration, Timestamp};
+
+mod convert {
+    //! Conversions between the wire's messages and the core's types that
+    //! need no validation, written once for the server and the client.
+
+    use tollgate_core::consumption::Consumption;
+
+    use crate::v1;
+
+    impl From<v1::Consumption> for Consumption {
+        fn from(c: v1::Consumption) -> Self {
+            Consumption {
+                request_units: c.request_units,
+                read_batches: c.read_batches,
+                read_requests: c.read_requests,
+                read_bytes: c.read_bytes,
+                write_batches: c.write_batches,
+                write_requests: c.write_requests,
+                write_bytes: c.write_bytes,
+                cpu_seconds: c.cpu_seconds,
+                egress_bytes: c.egress_bytes,
+            }
+        }
+    }
+
+    impl From<&Consumption> for v1::Consumption {
+        fn from(c: &Consumption) -> Self {
+            v1::Consumption {
+                request_units: c.request_units,
+                read_batches: c.read_batches,
+                read_requests: c.read_requests,
+                read_bytes: c.read_bytes,
+                write_batches: c.write_batches,
+                write_requests: c.write_requests,
+                write_bytes: c.write_bytes,
+                cpu_seconds: c.cpu_seconds,
+                egress_bytes: c.egress_bytes,
+            }
+        }
+    }
+}
+
+/// A duration as the wire carries it; saturates at the largest representable.
+pub fn duration(d: std::time::Duration) -> Duration {
+    Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}

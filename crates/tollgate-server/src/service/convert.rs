@@ -37,7 +37,7 @@ pub fn token_bucket_request(
         target_request_period,
         consumption: req
             .consumption_since_last_request
-            .map(consumption)
+            .map(Consumption::from)
             .unwrap_or_default(),
         next_live_instance_id: req.next_live_instance_id,
         returned_tokens: req.returned_tokens,
@@ -91,41 +91,6 @@ fn timestamp(field: &str, t: prost_types::Timestamp) -> Result<Timestamp, Invali
     ))
 }
 
-pub fn consumption(c: v1::Consumption) -> Consumption {
-    Consumption {
-        request_units: c.request_units,
-        read_batches: c.read_batches,
-        read_requests: c.read_requests,
-        read_bytes: c.read_bytes,
-        write_batches: c.write_batches,
-        write_requests: c.write_requests,
-        write_bytes: c.write_bytes,
-        cpu_seconds: c.cpu_seconds,
-        egress_bytes: c.egress_bytes,
-    }
-}
-
-fn consumption_to_proto(c: &Consumption) -> v1::Consumption {
-    v1::Consumption {
-        request_units: c.request_units,
-        read_batches: c.read_batches,
-        read_requests: c.read_requests,
-        read_bytes: c.read_bytes,
-        write_batches: c.write_batches,
-        write_requests: c.write_requests,
-        write_bytes: c.write_bytes,
-        cpu_seconds: c.cpu_seconds,
-        egress_bytes: c.egress_bytes,
-    }
-}
-
-fn duration_to_proto(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
-    }
-}
-
 fn timestamp_to_proto(t: Timestamp) -> prost_types::Timestamp {
     let micros = t.unix_micros();
     prost_types::Timestamp {
@@ -137,7 +102,7 @@ fn timestamp_to_proto(t: Timestamp) -> prost_types::Timestamp {
 pub fn grant_to_proto(g: &Grant) -> v1::TokenBucketResponse {
     v1::TokenBucketResponse {
         granted_tokens: g.granted_tokens,
-        trickle_duration: Some(duration_to_proto(g.trickle_duration)),
+        trickle_duration: Some(tollgate_proto::duration(g.trickle_duration)),
         max_burst_tokens: g.max_burst_tokens,
         fallback_rate: g.fallback_rate,
     }
@@ -151,7 +116,7 @@ fn instance_to_proto(snapshot: &TenantSnapshot, i: &InstanceState) -> v1::Instan
         seq: i.seq,
         shares: i.shares,
         last_update: Some(timestamp_to_proto(i.last_update)),
-        silent_for: Some(duration_to_proto(snapshot.silent_for(i))),
+        silent_for: Some(tollgate_proto::duration(snapshot.silent_for(i))),
     }
 }
 
@@ -167,7 +132,7 @@ pub fn tenant_to_proto(snapshot: &TenantSnapshot) -> v1::Tenant {
         configured: state.configured,
         current_tokens: snapshot.current_tokens(),
         share_sum: state.share_sum,
-        consumption: Some(consumption_to_proto(&state.consumption)),
+        consumption: Some((&state.consumption).into()),
         instances: snapshot
             .instances
             .iter()
