@@ -1,5 +1,7 @@
-//! End-to-end tests: a real server on `127.0.0.1:0`, real gRPC clients, the
-//! embedded store (in memory, or in a file to test restarts).
+//! End-to-end tests: a real server on `127.0.0.1:0`, real gRPC clients, and
+//! every test run twice: on the embedded store and on PostgreSQL.
+
+mod support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,7 +11,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
 use tollgate_proto::v1::{self, admin_client::AdminClient};
-use tollgate_server::store::{BucketSettings, EmbeddedStore, Store, UnconfiguredTenants};
+use support::{Backend, Backing};
+use tollgate_server::store::{BucketSettings, Store, UnconfiguredTenants};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -18,6 +21,8 @@ struct TestServer {
     shutdown: oneshot::Sender<()>,
     task: JoinHandle<Result<(), tonic::transport::Error>>,
     store: Arc<dyn Store>,
+    /// Keeps the test's database (or directory) until the server is gone.
+    backing: Option<Backing>,
 }
 
 impl TestServer {
@@ -33,11 +38,16 @@ impl TestServer {
             shutdown,
             task,
             store,
+            backing: None,
         }
     }
 
-    async fn in_memory(settings: BucketSettings) -> TestServer {
-        TestServer::start(Arc::new(EmbeddedStore::in_memory(settings).expect("store"))).await
+    /// A server on a fresh store of `backend`.
+    async fn new(backend: Backend, settings: BucketSettings) -> TestServer {
+        let backing = Backing::new(backend).await;
+        let mut server = TestServer::start(backing.open(settings).await).await;
+        server.backing = Some(backing);
+        server
     }
 
     async fn channel(&self) -> Channel {
@@ -61,6 +71,7 @@ impl TestServer {
         let _ = self.shutdown.send(());
         self.task.await.expect("server task").expect("server ran");
         self.store.close().await.expect("store closes");
+        drop(self.backing);
     }
 }
 
@@ -142,9 +153,8 @@ async fn tenant_ids(admin: &mut AdminClient<Channel>) -> Vec<String> {
     page.tenants.into_iter().map(|t| t.tenant_id).collect()
 }
 
-#[tokio::test]
-async fn several_instances_share_a_configured_tenant() {
-    let server = TestServer::in_memory(BucketSettings::default()).await;
+async fn several_instances_share_a_configured_tenant(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
     let mut admin = server.admin().await;
     let configured = admin
         .update_tenant_resource_limits(limits("acme", 1000.0, 10.0, 2000.0))
@@ -204,9 +214,8 @@ async fn several_instances_share_a_configured_tenant() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_duplicate_request_is_answered_from_the_first_response() {
-    let server = TestServer::in_memory(BucketSettings::default()).await;
+async fn a_duplicate_request_is_answered_from_the_first_response(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
     let mut admin = server.admin().await;
     admin
         .update_tenant_resource_limits(limits("dup", 0.0, 100.0, 0.0))
@@ -237,13 +246,9 @@ async fn a_duplicate_request_is_answered_from_the_first_response() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn state_survives_a_restart_on_the_same_store_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("data").join("tollgate.redb");
-    let open = || Arc::new(EmbeddedStore::open(&path, BucketSettings::default()).expect("open"));
-
-    let server = TestServer::start(open()).await;
+async fn state_survives_a_restart_on_the_same_store(backend: Backend) {
+    let backing = Backing::new(backend).await;
+    let server = TestServer::start(backing.open(BucketSettings::default()).await).await;
     let mut admin = server.admin().await;
     let mut pods = server.pods().await;
     admin
@@ -269,7 +274,7 @@ async fn state_survives_a_restart_on_the_same_store_file() {
     let before_ids = tenant_ids(&mut admin).await;
     server.stop().await;
 
-    let server = TestServer::start(open()).await;
+    let server = TestServer::start(backing.open(BucketSettings::default()).await).await;
     let mut admin = server.admin().await;
     let mut pods = server.pods().await;
     let after = stored(get(&mut admin, "durable").await.expect("get after restart"));
@@ -306,9 +311,8 @@ async fn state_survives_a_restart_on_the_same_store_file() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn bad_pod_requests_get_clear_errors_and_change_nothing() {
-    let server = TestServer::in_memory(BucketSettings::default()).await;
+async fn bad_pod_requests_get_clear_errors_and_change_nothing(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
     let mut admin = server.admin().await;
     let mut pods = server.pods().await;
     // Refill 0 so the level read back is exact.
@@ -515,9 +519,8 @@ async fn bad_pod_requests_get_clear_errors_and_change_nothing() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn bad_admin_requests_get_clear_errors_and_change_nothing() {
-    let server = TestServer::in_memory(BucketSettings::default()).await;
+async fn bad_admin_requests_get_clear_errors_and_change_nothing(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
     let mut admin = server.admin().await;
     admin
         .update_tenant_resource_limits(limits("acme", 100.0, 0.0, 100.0))
@@ -675,9 +678,8 @@ async fn bad_admin_requests_get_clear_errors_and_change_nothing() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn limits_updates_apply_the_as_of_correction() {
-    let server = TestServer::in_memory(BucketSettings::default()).await;
+async fn limits_updates_apply_the_as_of_correction(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
     let mut admin = server.admin().await;
     let mut pods = server.pods().await;
     admin
@@ -707,9 +709,8 @@ async fn limits_updates_apply_the_as_of_correction() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn unconfigured_tenants_get_defaults_or_not_found() {
-    let server = TestServer::in_memory(BucketSettings::default()).await;
+async fn unconfigured_tenants_get_defaults_or_not_found(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
     let mut pods = server.pods().await;
     let grant = pods
         .token_bucket(pod_request("walk-in", 1, 1, 100.0, 0.0))
@@ -723,7 +724,7 @@ async fn unconfigured_tenants_get_defaults_or_not_found() {
     assert_eq!(tenant.limits.expect("limits").refill_rate, 1000.0);
     server.stop().await;
 
-    let strict = TestServer::in_memory(BucketSettings {
+    let strict = TestServer::new(backend, BucketSettings {
         unconfigured_tenants: UnconfiguredTenants::Reject,
         ..BucketSettings::default()
     })
@@ -747,9 +748,8 @@ async fn unconfigured_tenants_get_defaults_or_not_found() {
     strict.stop().await;
 }
 
-#[tokio::test]
-async fn tenants_are_listed_in_pages_and_deleted() {
-    let server = TestServer::in_memory(BucketSettings::default()).await;
+async fn tenants_are_listed_in_pages_and_deleted(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
     let mut admin = server.admin().await;
     let mut pods = server.pods().await;
     let mut ids: Vec<String> = (0..25).map(|i| format!("tenant-{i:02}")).collect();
@@ -806,3 +806,14 @@ async fn tenants_are_listed_in_pages_and_deleted() {
     assert_eq!(fresh.consumption.expect("c").request_units, 1.0);
     server.stop().await;
 }
+
+for_each_store!(
+    several_instances_share_a_configured_tenant,
+    a_duplicate_request_is_answered_from_the_first_response,
+    state_survives_a_restart_on_the_same_store,
+    bad_pod_requests_get_clear_errors_and_change_nothing,
+    bad_admin_requests_get_clear_errors_and_change_nothing,
+    limits_updates_apply_the_as_of_correction,
+    unconfigured_tenants_get_defaults_or_not_found,
+    tenants_are_listed_in_pages_and_deleted,
+);

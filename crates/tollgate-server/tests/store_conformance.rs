@@ -1,12 +1,16 @@
 //! Store behaviour every `Store` implementation must show, written once as
-//! functions over `&dyn Store` with a clock the test moves.
+//! functions over `&dyn Store` with a clock the test moves, and run against
+//! the embedded store and PostgreSQL.
+
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use tollgate_core::{Consumption, Limits, LimitsUpdate, TenantId, Timestamp, TokenBucketRequest};
-use tollgate_server::store::{BucketSettings, EmbeddedStore, Store, StoreError};
+use support::{Backend, Backing};
+use tollgate_server::store::{BucketSettings, Store, StoreError};
 
 /// A clock the test sets by hand.
 #[derive(Clone, Default)]
@@ -24,15 +28,14 @@ impl ManualClock {
     }
 }
 
-fn embedded(clock: &ManualClock) -> Arc<dyn Store> {
+/// A store on a fresh backing, its time read from `clock`.
+async fn store_on(backend: Backend, clock: &ManualClock) -> (Backing, Arc<dyn Store>) {
+    let backing = Backing::new(backend).await;
     let clock = clock.clone();
-    Arc::new(
-        EmbeddedStore::in_memory_with_clock(
-            BucketSettings::default(),
-            Arc::new(move || clock.now()),
-        )
-        .expect("store"),
-    )
+    let store = backing
+        .open_with_clock(BucketSettings::default(), Arc::new(move || clock.now()))
+        .await;
+    (backing, store)
 }
 
 fn tenant(id: &str) -> TenantId {
@@ -199,20 +202,34 @@ async fn deleting_a_tenant_removes_its_instances(store: &dyn Store, clock: &Manu
     );
 }
 
+/// Runs `test` on a fresh store of `backend` and closes it.
+async fn with_store<F>(backend: Backend, test: F)
+where
+    F: AsyncFnOnce(&dyn Store, &ManualClock),
+{
+    let clock = ManualClock::default();
+    let (_backing, store) = store_on(backend, &clock).await;
+    test(store.as_ref(), &clock).await;
+    store.close().await.expect("close");
+}
+
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
-        mod embedded_store {
-            use super::*;
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    let clock = ManualClock::default();
-                    let store = embedded(&clock);
-                    super::$name(store.as_ref(), &clock).await;
-                    store.close().await.expect("close");
+        $(
+            mod $name {
+                use super::*;
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn embedded_store() {
+                    with_store(Backend::Embedded, super::$name).await;
                 }
-            )*
-        }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres_store() {
+                    with_store(Backend::Postgres, super::$name).await;
+                }
+            }
+        )*
     };
 }
 

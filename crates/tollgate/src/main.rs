@@ -1,6 +1,7 @@
 //! `tollgate`: runs the server and administers tenants.
 //!
-//! - `tollgate serve`: the gRPC server on the embedded store.
+//! - `tollgate serve`: the gRPC server on the embedded store or PostgreSQL.
+//! - `tollgate migrate`: brings a store's schema up to date.
 //! - `tollgate tenant …`: set limits, show, list and delete tenants on a
 //!   running server through its `Admin` service.
 //! - `tollgate pod request`: one token-bucket request, as a pod would send it.
@@ -8,6 +9,7 @@
 mod pod;
 mod remote;
 mod serve;
+mod store;
 mod tenant;
 
 use std::io::IsTerminal;
@@ -28,6 +30,8 @@ struct Cli {
 enum Command {
     /// Run the server.
     Serve(serve::ServeArgs),
+    /// Bring a store's schema up to date (the server also does it at start).
+    Migrate(store::MigrateArgs),
     /// Configure and inspect tenants on a running server.
     Tenant(tenant::TenantArgs),
     /// Act as a pod against a running server (for trying things out).
@@ -38,7 +42,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,tokio_postgres=warn,refinery_core=warn")),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
@@ -59,6 +63,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => serve::serve(args).await,
+            Command::Migrate(args) => store::migrate(args).await,
             Command::Tenant(args) => tenant::run(args).await,
             Command::Pod(args) => pod::run(args).await,
         }

@@ -1,7 +1,6 @@
-//! `tollgate serve`: the server on the embedded store.
+//! `tollgate serve`: the server on the embedded store or PostgreSQL.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,20 +13,22 @@ use tollgate_server::store::{
     BucketSettings, DefaultLimits, EmbeddedStore, Store, UnconfiguredTenants,
 };
 
+use crate::store::{self as location, PostgresArgs, StoreLocation};
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Address to serve gRPC on.
     #[arg(long, env = "TOLLGATE_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
 
-    /// File of the embedded store; created if missing.
-    #[arg(
-        long,
-        env = "TOLLGATE_STORE",
-        default_value = "tollgate.redb",
-        conflicts_with = "in_memory"
-    )]
-    store: PathBuf,
+    /// Where state is kept: a PostgreSQL URL (`postgres://user@host/db`,
+    /// migrated at start) or an embedded store file (created if missing)
+    /// [default: $DATABASE_URL, else tollgate.redb].
+    #[arg(long, env = "TOLLGATE_STORE", conflicts_with = "in_memory")]
+    store: Option<String>,
+
+    #[command(flatten)]
+    postgres: PostgresArgs,
 
     /// Keep all state in memory (lost when the server stops).
     #[arg(long)]
@@ -118,10 +119,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!("in-memory store: all state is lost when the server stops");
         Arc::new(EmbeddedStore::in_memory(settings)?)
     } else {
-        let store = EmbeddedStore::open(&args.store, settings)
-            .with_context(|| format!("open store {}", args.store.display()))?;
-        tracing::info!(path = %args.store.display(), "embedded store opened");
-        Arc::new(store)
+        let store = StoreLocation::resolve(args.store.as_deref());
+        location::open(&store, &args.postgres, settings).await?
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

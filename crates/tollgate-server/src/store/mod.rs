@@ -6,9 +6,12 @@
 //! writes the changed rows back. Any number of server replicas can therefore
 //! share a store.
 //!
-//! Stores: [`EmbeddedStore`] (one crash-safe file, the default).
+//! Stores: [`EmbeddedStore`] (one crash-safe file, the default) and
+//! [`PostgresStore`] (PostgreSQL and compatible databases, for several
+//! replicas).
 
 mod embedded;
+pub mod postgres;
 
 use std::time::Duration;
 
@@ -20,6 +23,7 @@ use tollgate_core::{
 };
 
 pub use embedded::{Clock, EmbeddedStore};
+pub use postgres::{PostgresOptions, PostgresStore};
 
 /// What every store is told at construction: how buckets behave and what
 /// happens to tenants nobody configured.

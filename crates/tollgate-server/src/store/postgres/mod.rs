@@ -1,0 +1,818 @@
+//! The production store: PostgreSQL (and PostgreSQL-compatible distributed
+//! SQL), shared by any number of server replicas.
+//!
+//! State lives in one table, `tenant_usage` (schema in `sql/migrations`,
+//! applied at start by [`migrate`]). The SQL lives in `sql/queries`, one
+//! statement per file, and is portable: no advisory locks, no session state,
+//! the database's default isolation level. Correctness across replicas rests
+//! on one rule: every transaction that changes a tenant first locks its
+//! tenant row (`SELECT … FOR UPDATE`), reads the clock and the instance rows
+//! after that, and writes back what the core changed. Under READ COMMITTED
+//! (PostgreSQL's default) the lock orders the transactions of a tenant;
+//! under SERIALIZABLE (CockroachDB's) a conflict aborts one of them with
+//! 40001 and it is retried.
+//!
+//! Token-bucket requests are batched (group commit): one worker per pooled
+//! connection takes whatever requests are queued, up to `max_batch`, and
+//! serves them in one transaction. It locks the batch's tenant rows in id
+//! order, loads each request's instance window, and runs the core state
+//! machine on each request in turn, on the same in-memory rows, so requests
+//! of one tenant see each other's changes exactly as if they had been
+//! separate transactions. Each request stays atomic (a refused one changes
+//! nothing) and idempotent (its lease and sequence number are in the rows),
+//! and nobody hears back before the commit that holds their change. One
+//! case is not batched: once a request has removed silent instances, the
+//! rest of its tenant's requests wait for the next transaction, since the
+//! rows they need may no longer all be loaded.
+//!
+//! Every transaction is retried on conflicts and lost connections (see
+//! [`retry`]); retries are logged and counted in [`PostgresStats`].
+
+mod retry;
+mod rows;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{
+    Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts, tokio_postgres,
+};
+use futures_util::future::try_join_all;
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio_postgres::NoTls;
+use tokio_postgres::types::ToSql;
+use tollgate_core::global_bucket::{self, BucketRows};
+use tollgate_core::{
+    Grant, InstanceState, LimitsUpdate, TenantId, TenantState, Timestamp, TokenBucketRequest,
+};
+
+use self::retry::{TxError, Verdict};
+use self::rows::{InstanceParams, TenantParams};
+use super::{BucketSettings, Clock, LimitsChange, Store, StoreError, TenantSnapshot, UnconfiguredTenants};
+
+pub use self::retry::RetryPolicy;
+
+mod sql {
+    pub const LOCK_TENANTS: &str = include_str!("../../../../../sql/queries/lock_tenants.sql");
+    pub const CLOCK: &str = include_str!("../../../../../sql/queries/clock.sql");
+    pub const LOAD_WINDOW: &str = include_str!("../../../../../sql/queries/load_window.sql");
+    pub const INSERT_TENANT: &str = include_str!("../../../../../sql/queries/insert_tenant.sql");
+    pub const UPDATE_TENANT: &str = include_str!("../../../../../sql/queries/update_tenant.sql");
+    pub const UPSERT_INSTANCE: &str =
+        include_str!("../../../../../sql/queries/upsert_instance.sql");
+    pub const DELETE_INSTANCE: &str =
+        include_str!("../../../../../sql/queries/delete_instance.sql");
+    pub const READ_INSTANCES: &str = include_str!("../../../../../sql/queries/read_instances.sql");
+    pub const READ_TENANT: &str = include_str!("../../../../../sql/queries/read_tenant.sql");
+    pub const LIST_TENANTS: &str = include_str!("../../../../../sql/queries/list_tenants.sql");
+    pub const DELETE_TENANT: &str = include_str!("../../../../../sql/queries/delete_tenant.sql");
+}
+
+mod embedded_migrations {
+    refinery::embed_migrations!("../../sql/migrations");
+}
+
+/// How to reach the database and how hard to work it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PostgresOptions {
+    /// A libpq-style URL or key/value string, e.g. `postgres://user@host:5432/db`.
+    pub url: String,
+    /// Connections in the pool; also the number of transactions in flight.
+    pub pool_size: usize,
+    /// The most token-bucket requests served by one transaction.
+    pub max_batch: usize,
+    /// How long to wait for a new connection or a free one from the pool.
+    pub connect_timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl PostgresOptions {
+    /// Options with the defaults for `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        PostgresOptions {
+            url: url.into(),
+            pool_size: 16,
+            max_batch: 64,
+            connect_timeout: Duration::from_secs(5),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Counters of the store's transactions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PostgresStats {
+    /// Transactions committed (a batch of token-bucket requests counts once).
+    pub transactions: u64,
+    /// Token-bucket requests served by those transactions.
+    pub requests: u64,
+    /// Attempts that failed and were run again.
+    pub retries: u64,
+    /// Operations that failed after their last attempt.
+    pub failures: u64,
+    /// Instances removed for being silent.
+    pub instances_removed: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    transactions: AtomicU64,
+    requests: AtomicU64,
+    retries: AtomicU64,
+    failures: AtomicU64,
+    instances_removed: AtomicU64,
+}
+
+/// Applies the schema migrations in `sql/migrations` to the database at
+/// `url`. Applying them again is harmless; several replicas starting at
+/// once are fine too (a loser of the race retries and finds them applied).
+pub async fn migrate(url: &str) -> Result<(), StoreError> {
+    let config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| StoreError::internal("parse the PostgreSQL URL", e))?;
+    let policy = RetryPolicy::default();
+    let mut attempt = 1;
+    loop {
+        match migrate_once(&config).await {
+            Ok(applied) => {
+                for name in applied {
+                    tracing::info!(migration = %name, "applied schema migration");
+                }
+                return Ok(());
+            }
+            Err(e) if attempt < 5 => {
+                tracing::warn!(error = %e, attempt, "schema migration failed; retrying");
+                tokio::time::sleep(policy.delay(attempt).max(Duration::from_millis(50))).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn migrate_once(config: &tokio_postgres::Config) -> Result<Vec<String>, StoreError> {
+    let (mut client, connection) = config
+        .connect(NoTls)
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("connect to PostgreSQL: {e}")))?;
+    let connection = tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "migration connection closed");
+        }
+    });
+    let report = embedded_migrations::migrations::runner()
+        .run_async(&mut client)
+        .await
+        .map_err(|e| StoreError::internal("apply schema migrations", e));
+    drop(client);
+    let _ = connection.await;
+    Ok(report?
+        .applied_migrations()
+        .iter()
+        .map(ToString::to_string)
+        .collect())
+}
+
+/// A store in a PostgreSQL database.
+///
+/// Clones share the pool and the batching workers. The workers stop when
+/// the store is closed or its last clone dropped.
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+    queue: Arc<Queue>,
+}
+
+/// What the workers share.
+struct Inner {
+    pool: Pool,
+    settings: BucketSettings,
+    options: PostgresOptions,
+    counters: Counters,
+    /// Replaces the database's clock (tests that move time).
+    clock: Option<Clock>,
+}
+
+impl Inner {
+    /// The store's clock: the database's, read in the transaction, unless
+    /// a test replaced it.
+    fn now(&self, database_clock: Timestamp) -> Timestamp {
+        self.clock.as_ref().map_or(database_clock, |clock| clock())
+    }
+}
+
+/// The way into the workers; only the store's handles hold it, so dropping
+/// the last handle closes the queue and lets the workers finish.
+struct Queue {
+    requests: std::sync::Mutex<Option<mpsc::Sender<Pending>>>,
+    workers: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("pool_size", &self.inner.options.pool_size)
+            .field("max_batch", &self.inner.options.max_batch)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A queued token-bucket request.
+struct Pending {
+    tenant: TenantId,
+    request: TokenBucketRequest,
+    reply: oneshot::Sender<Result<Grant, StoreError>>,
+}
+
+impl PostgresStore {
+    /// Applies the migrations, then connects a pool to the database.
+    /// Must be called within a tokio runtime.
+    pub async fn connect(
+        options: PostgresOptions,
+        settings: BucketSettings,
+    ) -> Result<Self, StoreError> {
+        Self::start(options, settings, None).await
+    }
+
+    /// Like [`connect`](Self::connect), but time comes from `clock` instead
+    /// of the database (for tests that move time by hand).
+    pub async fn connect_with_clock(
+        options: PostgresOptions,
+        settings: BucketSettings,
+        clock: Clock,
+    ) -> Result<Self, StoreError> {
+        Self::start(options, settings, Some(clock)).await
+    }
+
+    async fn start(
+        options: PostgresOptions,
+        settings: BucketSettings,
+        clock: Option<Clock>,
+    ) -> Result<Self, StoreError> {
+        if options.pool_size == 0 || options.max_batch == 0 {
+            return Err(StoreError::internal(
+                "configure the PostgreSQL store",
+                "pool size and batch size must be at least 1",
+            ));
+        }
+        migrate(&options.url).await?;
+        let mut config: tokio_postgres::Config = options
+            .url
+            .parse()
+            .map_err(|e| StoreError::internal("parse the PostgreSQL URL", e))?;
+        if config.get_application_name().is_none() {
+            config.application_name("tollgate");
+        }
+        config.connect_timeout(options.connect_timeout);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size)
+            .runtime(Runtime::Tokio1)
+            .timeouts(Timeouts {
+                wait: Some(options.connect_timeout),
+                create: Some(options.connect_timeout),
+                recycle: Some(options.connect_timeout),
+            })
+            .build()
+            .map_err(|e| StoreError::internal("build the connection pool", e))?;
+        let (tx, rx) = mpsc::channel(options.pool_size * options.max_batch * 4);
+        let inner = Arc::new(Inner {
+            pool,
+            settings,
+            options,
+            counters: Counters::default(),
+            clock,
+        });
+        let rx = Arc::new(Mutex::new(rx));
+        let workers = (0..inner.options.pool_size)
+            .map(|_| tokio::spawn(Arc::clone(&inner).work(Arc::clone(&rx))))
+            .collect();
+        Ok(PostgresStore {
+            inner,
+            queue: Arc::new(Queue {
+                requests: std::sync::Mutex::new(Some(tx)),
+                workers: std::sync::Mutex::new(workers),
+            }),
+        })
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> PostgresStats {
+        let c = &self.inner.counters;
+        PostgresStats {
+            transactions: c.transactions.load(Ordering::Relaxed),
+            requests: c.requests.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+            failures: c.failures.load(Ordering::Relaxed),
+            instances_removed: c.instances_removed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn closed() -> StoreError {
+    StoreError::Unavailable("the PostgreSQL store is closed".into())
+}
+
+impl Inner {
+    /// Runs `attempt` until it succeeds, fails for good, or runs out of
+    /// attempts; logs and counts the retries.
+    async fn run<T, F, Fut>(
+        &self,
+        op: &'static str,
+        idempotent: bool,
+        mut attempt: F,
+    ) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, TxError>>,
+    {
+        let policy = self.options.retry;
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            let error = match attempt().await {
+                Ok(value) => {
+                    if tries > 1 {
+                        tracing::info!(op, retries = tries - 1, "transaction succeeded after retries");
+                    }
+                    return Ok(value);
+                }
+                Err(e) => e,
+            };
+            let verdict = error.verdict(idempotent);
+            if verdict == Verdict::Fatal || tries >= policy.max_attempts {
+                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                let error = error.into_store_error(op);
+                tracing::error!(op, attempts = tries, error = %error, "store transaction failed");
+                return Err(error);
+            }
+            self.counters.retries.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(op, attempt = tries, ?verdict, error = ?error, "retrying store transaction");
+            tokio::time::sleep(policy.delay(tries)).await;
+        }
+    }
+
+    /// A batching worker: takes what is queued, serves it in one transaction.
+    async fn work(self: Arc<Self>, queue: Arc<Mutex<mpsc::Receiver<Pending>>>) {
+        let max = self.options.max_batch;
+        loop {
+            let mut batch = Vec::with_capacity(max);
+            {
+                let mut rx = queue.lock().await;
+                if rx.recv_many(&mut batch, max).await == 0 {
+                    return;
+                }
+            }
+            while !batch.is_empty() {
+                batch = self.serve_batch(batch).await;
+            }
+        }
+    }
+
+    /// Serves a batch in one transaction and answers its requests; returns
+    /// the requests deferred to another transaction.
+    async fn serve_batch(&self, batch: Vec<Pending>) -> Vec<Pending> {
+        let result = self
+            .run("token bucket request", true, || token_bucket_batch(self, &batch))
+            .await;
+        let outcome = match result {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                let message = e.to_string();
+                let unavailable = matches!(e, StoreError::Unavailable(_));
+                for p in batch {
+                    let error = if unavailable {
+                        StoreError::Unavailable(message.clone())
+                    } else {
+                        StoreError::internal("token bucket request", message.clone())
+                    };
+                    let _ = p.reply.send(Err(error));
+                }
+                return Vec::new();
+            }
+        };
+        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        let mut deferred = Vec::new();
+        let mut served = 0;
+        for (p, answer) in batch.into_iter().zip(outcome.answers) {
+            match answer {
+                Some(answer) => {
+                    served += 1;
+                    // A caller that went away no longer needs the answer; its
+                    // change stands, as it would had the answer been lost.
+                    let _ = p.reply.send(answer);
+                }
+                None => deferred.push(p),
+            }
+        }
+        self.counters.requests.fetch_add(served, Ordering::Relaxed);
+        for (tenant, removed) in outcome.removed {
+            self.counters
+                .instances_removed
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                tenant = %tenant,
+                instance = removed.instance_id,
+                silent_for = ?outcome.now.duration_since(removed.last_update),
+                "removed silent instance"
+            );
+        }
+        deferred
+    }
+}
+
+/// What a committed batch did.
+struct BatchOutcome {
+    /// Per request, in batch order: its answer, or `None` if it was deferred.
+    answers: Vec<Option<Result<Grant, StoreError>>>,
+    removed: Vec<(TenantId, InstanceState)>,
+    now: Timestamp,
+}
+
+/// One tenant's rows within a batch.
+struct TenantWork {
+    rows: BucketRows,
+    /// The tenant row exists in the database (else it is inserted).
+    exists: bool,
+    /// A request changed the rows (else nothing is written).
+    dirty: bool,
+    upserted: BTreeSet<u32>,
+    removed: Vec<InstanceState>,
+}
+
+async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOutcome, TxError> {
+    let mut client = store.pool.get().await?;
+    let lock = client.prepare_cached(sql::LOCK_TENANTS).await?;
+    let clock = client.prepare_cached(sql::CLOCK).await?;
+    let window = client.prepare_cached(sql::LOAD_WINDOW).await?;
+    let insert_tenant = client.prepare_cached(sql::INSERT_TENANT).await?;
+    let update_tenant = client.prepare_cached(sql::UPDATE_TENANT).await?;
+    let upsert_instance = client.prepare_cached(sql::UPSERT_INSTANCE).await?;
+    let delete_instance = client.prepare_cached(sql::DELETE_INSTANCE).await?;
+    let txn = client.transaction().await?;
+
+    let tenant_ids: Vec<&str> = batch
+        .iter()
+        .map(|p| p.tenant.as_str())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let cleanup_window = i64::try_from(store.settings.bucket.cleanup_window).unwrap_or(i64::MAX);
+    let window_keys: Vec<(&str, i64)> = batch
+        .iter()
+        .map(|p| (p.tenant.as_str(), i64::from(p.request.instance_id)))
+        .collect();
+    let window_params: Vec<[&(dyn ToSql + Sync); 3]> = window_keys
+        .iter()
+        .map(|(tenant, id)| -> [&(dyn ToSql + Sync); 3] { [tenant, id, &cleanup_window] })
+        .collect();
+    let lock_params: [&(dyn ToSql + Sync); 1] = [&tenant_ids];
+    // One round trip: the lock first, then (once it is held) the clock and
+    // the instance windows.
+    let (tenant_rows, clock_row, windows) = tokio::try_join!(
+        txn.query(&lock, &lock_params),
+        txn.query_one(&clock, &[]),
+        try_join_all(
+            window_params
+                .iter()
+                .map(|params| txn.query(&window, params))
+        ),
+    )?;
+    let now = store.now(rows::clock(&clock_row, "now")?);
+
+    let mut tenants: HashMap<&str, Option<TenantWork>> = HashMap::new();
+    for row in &tenant_rows {
+        let state = rows::tenant_from_row(row)?;
+        let id = tenant_ids
+            .iter()
+            .find(|id| row.get::<_, &str>("tenant_id") == **id)
+            .copied()
+            .ok_or_else(|| StoreError::internal("lock tenant rows", "unexpected tenant row"))?;
+        tenants.insert(
+            id,
+            Some(TenantWork {
+                rows: BucketRows {
+                    tenant: state,
+                    instances: BTreeMap::new(),
+                },
+                exists: true,
+                dirty: false,
+                upserted: BTreeSet::new(),
+                removed: Vec::new(),
+            }),
+        );
+    }
+    for id in &tenant_ids {
+        tenants.entry(*id).or_insert_with(|| match &store.settings.unconfigured_tenants {
+            UnconfiguredTenants::Reject => None,
+            UnconfiguredTenants::UseDefaults(d) => Some(TenantWork {
+                rows: BucketRows {
+                    tenant: TenantState::new(d.limits, d.initial_tokens, false, now),
+                    instances: BTreeMap::new(),
+                },
+                exists: false,
+                dirty: false,
+                upserted: BTreeSet::new(),
+                removed: Vec::new(),
+            }),
+        });
+    }
+    for (p, window_rows) in batch.iter().zip(&windows) {
+        if let Some(Some(work)) = tenants.get_mut(p.tenant.as_str()) {
+            for row in window_rows {
+                let instance = rows::instance_from_row(row)?;
+                work.rows
+                    .instances
+                    .entry(instance.instance_id)
+                    .or_insert(instance);
+            }
+        }
+    }
+
+    let mut answers = Vec::with_capacity(batch.len());
+    for p in batch {
+        let Some(entry) = tenants.get_mut(p.tenant.as_str()) else {
+            answers.push(Some(Err(StoreError::internal(
+                "token bucket request",
+                "tenant missing from its batch",
+            ))));
+            continue;
+        };
+        let Some(work) = entry else {
+            answers.push(Some(Err(StoreError::TenantNotFound(p.tenant.clone()))));
+            continue;
+        };
+        if !work.removed.is_empty() {
+            answers.push(None);
+            continue;
+        }
+        match global_bucket::request(&mut work.rows, &p.request, now, &store.settings.bucket) {
+            Ok(outcome) => {
+                if !outcome.duplicate {
+                    work.dirty = true;
+                    work.upserted.extend(outcome.changes.upserted);
+                    work.removed.extend(outcome.changes.removed);
+                }
+                answers.push(Some(Ok(outcome.grant)));
+            }
+            Err(e) => answers.push(Some(Err(e.into()))),
+        }
+    }
+
+    // Write back, in one round trip.
+    let mut tenant_params = Vec::new();
+    let mut instance_params = Vec::new();
+    let mut deletes = Vec::new();
+    let mut removed = Vec::new();
+    for id in &tenant_ids {
+        let Some(Some(work)) = tenants.get(id) else {
+            continue;
+        };
+        if !work.dirty {
+            continue;
+        }
+        let tenant = TenantId::parse("tenant_id", id)
+            .map_err(|e| StoreError::internal("token bucket request", e))?;
+        tenant_params.push((work.exists, TenantParams::new(&tenant, &work.rows.tenant)?));
+        let gone: BTreeSet<u32> = work.removed.iter().map(|r| r.instance_id).collect();
+        for instance in work.upserted.difference(&gone) {
+            if let Some(row) = work.rows.instances.get(instance) {
+                instance_params.push(InstanceParams::new(&tenant, row)?);
+            }
+        }
+        for row in &work.removed {
+            deletes.push((*id, i64::from(row.instance_id)));
+            removed.push((tenant.clone(), row.clone()));
+        }
+    }
+    let tenant_writes: Vec<_> = tenant_params
+        .iter()
+        .map(|(exists, params)| (*exists, params.as_params()))
+        .collect();
+    let instance_writes: Vec<_> = instance_params.iter().map(InstanceParams::as_params).collect();
+    let delete_params: Vec<[&(dyn ToSql + Sync); 2]> = deletes
+        .iter()
+        .map(|(tenant, id)| -> [&(dyn ToSql + Sync); 2] { [tenant, id] })
+        .collect();
+    try_join_all(
+        tenant_writes
+            .iter()
+            .map(|(exists, params)| {
+                let statement = if *exists { &update_tenant } else { &insert_tenant };
+                txn.execute(statement, params)
+            })
+            .chain(
+                instance_writes
+                    .iter()
+                    .map(|params| txn.execute(&upsert_instance, params)),
+            )
+            .chain(
+                delete_params
+                    .iter()
+                    .map(|params| txn.execute(&delete_instance, params)),
+            ),
+    )
+    .await?;
+    txn.commit().await.map_err(TxError::Commit)?;
+    Ok(BatchOutcome {
+        answers,
+        removed,
+        now,
+    })
+}
+
+fn snapshot_from_rows(
+    inner: &Inner,
+    tenant: &TenantId,
+    rows: &[tokio_postgres::Row],
+    read_at_column: &'static str,
+) -> Result<Option<TenantSnapshot>, StoreError> {
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    if rows::row_instance_id(first)? != 0 {
+        return Ok(None);
+    }
+    let instances = rows[1..]
+        .iter()
+        .map(rows::instance_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(TenantSnapshot {
+        tenant_id: tenant.clone(),
+        state: rows::tenant_from_row(first)?,
+        instances,
+        read_at: inner.now(rows::clock(first, read_at_column)?),
+    }))
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn token_bucket(
+        &self,
+        tenant: &TenantId,
+        request: &TokenBucketRequest,
+    ) -> Result<Grant, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending {
+            tenant: tenant.clone(),
+            request: request.clone(),
+            reply,
+        };
+        let sender = self
+            .queue
+            .requests
+            .lock()
+            .map_err(|_| closed())?
+            .clone()
+            .ok_or_else(closed)?;
+        sender.send(pending).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+
+    async fn update_limits(
+        &self,
+        tenant: &TenantId,
+        update: &LimitsUpdate,
+    ) -> Result<LimitsChange, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("update tenant limits", false, || async move {
+                let mut client = inner.pool.get().await?;
+                let lock = client.prepare_cached(sql::LOCK_TENANTS).await?;
+                let clock = client.prepare_cached(sql::CLOCK).await?;
+                let insert = client.prepare_cached(sql::INSERT_TENANT).await?;
+                let update_row = client.prepare_cached(sql::UPDATE_TENANT).await?;
+                let read_instances = client.prepare_cached(sql::READ_INSTANCES).await?;
+                let txn = client.transaction().await?;
+                let ids = [tenant.as_str()];
+                let ids = ids.as_slice();
+                let lock_params: [&(dyn ToSql + Sync); 1] = [&ids];
+                let (found, clock_row) = tokio::try_join!(
+                    txn.query(&lock, &lock_params),
+                    txn.query_one(&clock, &[]),
+                )?;
+                let now = inner.now(rows::clock(&clock_row, "now")?);
+                let before = found.first().map(rows::tenant_from_row).transpose()?;
+                let mut state = before
+                    .clone()
+                    .unwrap_or_else(|| TenantState::new(update.limits, 0.0, true, now));
+                if let Err(e) = global_bucket::reconfigure(&mut state, update, now) {
+                    return Err(TxError::Store(e.into()));
+                }
+                let params = TenantParams::new(tenant, &state)?;
+                let statement = if before.is_some() { &update_row } else { &insert };
+                let write_params = params.as_params();
+                let tenant_id = tenant.as_str();
+                let read_params: [&(dyn ToSql + Sync); 1] = [&tenant_id];
+                let (_, instance_rows) = tokio::try_join!(
+                    txn.execute(statement, &write_params),
+                    txn.query(&read_instances, &read_params),
+                )?;
+                let instances = instance_rows
+                    .iter()
+                    .map(rows::instance_from_row)
+                    .collect::<Result<Vec<_>, _>>()?;
+                txn.commit().await.map_err(TxError::Commit)?;
+                Ok(LimitsChange {
+                    before,
+                    after: TenantSnapshot {
+                        tenant_id: tenant.clone(),
+                        state,
+                        instances,
+                        read_at: now,
+                    },
+                })
+            })
+            .await
+    }
+
+    async fn get_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("read tenant", true, || async move {
+                let client = inner.pool.get().await?;
+                let read = client.prepare_cached(sql::READ_TENANT).await?;
+                let found = client.query(&read, &[&tenant.as_str()]).await?;
+                snapshot_from_rows(inner, tenant, &found, "read_at")?
+                    .ok_or_else(|| TxError::Store(StoreError::TenantNotFound(tenant.clone())))
+            })
+            .await
+    }
+
+    async fn list_tenants(
+        &self,
+        after: Option<&TenantId>,
+        limit: usize,
+    ) -> Result<Vec<TenantSnapshot>, StoreError> {
+        let after = after.map_or("", TenantId::as_str);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let inner = &*self.inner;
+        inner
+            .run("list tenants", true, || async move {
+                let client = inner.pool.get().await?;
+                let list = client.prepare_cached(sql::LIST_TENANTS).await?;
+                let found = client.query(&list, &[&after, &limit]).await?;
+                found
+                    .iter()
+                    .map(|row| {
+                        Ok(TenantSnapshot {
+                            tenant_id: rows::tenant_id(row)?,
+                            state: rows::tenant_from_row(row)?,
+                            instances: Vec::new(),
+                            read_at: inner.now(rows::clock(row, "read_at")?),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()
+                    .map_err(TxError::Store)
+            })
+            .await
+    }
+
+    async fn delete_tenant(&self, tenant: &TenantId) -> Result<(), StoreError> {
+        let inner = &*self.inner;
+        let deleted = inner
+            .run("delete tenant", false, || async move {
+                let client = inner.pool.get().await?;
+                let delete = client.prepare_cached(sql::DELETE_TENANT).await?;
+                // One statement: atomic without an explicit transaction.
+                let deleted = client
+                    .query(&delete, &[&tenant.as_str()])
+                    .await
+                    .map_err(TxError::Commit)?;
+                deleted
+                    .iter()
+                    .map(rows::row_instance_id)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(TxError::Store)
+            })
+            .await?;
+        if deleted.contains(&0) {
+            Ok(())
+        } else {
+            Err(StoreError::TenantNotFound(tenant.clone()))
+        }
+    }
+
+    async fn close(&self) -> Result<(), StoreError> {
+        // Stop taking requests; the workers serve what is queued, then exit.
+        let sender = self.queue.requests.lock().map_err(|_| closed())?.take();
+        drop(sender);
+        let workers = std::mem::take(&mut *self.queue.workers.lock().map_err(|_| closed())?);
+        for worker in workers {
+            worker
+                .await
+                .map_err(|e| StoreError::internal("stop a store worker", e))?;
+        }
+        self.inner.pool.close();
+        Ok(())
+    }
+}

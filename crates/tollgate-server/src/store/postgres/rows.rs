@@ -1,0 +1,300 @@
+//! Conversions between `tenant_usage` rows and the core's state.
+//!
+//! Columns are read by name, so a query may return them in any order (the
+//! queries select `*`). Every value the core keeps round-trips exactly:
+//! FLOAT8 is an IEEE double, TIMESTAMPTZ has the core's microsecond
+//! resolution, and grant durations are kept in nanoseconds.
+
+use std::time::{Duration, SystemTime};
+
+use tokio_postgres::Row;
+use tokio_postgres::types::{FromSql, ToSql};
+use tollgate_core::{Consumption, Grant, InstanceState, Limits, TenantId, TenantState, Timestamp};
+
+use crate::store::StoreError;
+
+/// A core timestamp as PostgreSQL's TIMESTAMPTZ.
+pub(super) fn to_system_time(t: Timestamp) -> SystemTime {
+    let micros = t.unix_micros();
+    let magnitude = Duration::from_micros(micros.unsigned_abs());
+    if micros >= 0 {
+        SystemTime::UNIX_EPOCH + magnitude
+    } else {
+        SystemTime::UNIX_EPOCH - magnitude
+    }
+}
+
+/// A TIMESTAMPTZ as a core timestamp.
+pub(super) fn from_system_time(t: SystemTime) -> Timestamp {
+    let micros = match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_micros()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_micros()).map_or(i64::MIN, |m| -m),
+    };
+    Timestamp::from_unix_micros(micros)
+}
+
+fn get<'a, T: FromSql<'a>>(row: &'a Row, column: &'static str) -> Result<T, StoreError> {
+    row.try_get(column)
+        .map_err(|e| StoreError::internal("read a tenant_usage column", e))
+}
+
+fn counter(row: &Row, column: &'static str) -> Result<u64, StoreError> {
+    let value: i64 = get(row, column)?;
+    u64::try_from(value).map_err(|_| {
+        StoreError::internal(
+            "read a tenant_usage column",
+            format!("{column} is negative ({value})"),
+        )
+    })
+}
+
+fn instance_id(row: &Row, column: &'static str) -> Result<u32, StoreError> {
+    let value: i64 = get(row, column)?;
+    u32::try_from(value).map_err(|_| {
+        StoreError::internal(
+            "read a tenant_usage column",
+            format!("{column} is out of range ({value})"),
+        )
+    })
+}
+
+fn timestamp(row: &Row, column: &'static str) -> Result<Timestamp, StoreError> {
+    Ok(from_system_time(get(row, column)?))
+}
+
+/// The row's instance id (0 for a tenant row).
+pub(super) fn row_instance_id(row: &Row) -> Result<u32, StoreError> {
+    instance_id(row, "instance_id")
+}
+
+pub(super) fn tenant_id(row: &Row) -> Result<TenantId, StoreError> {
+    let id: &str = get(row, "tenant_id")?;
+    TenantId::parse("tenant_id", id).map_err(|e| StoreError::internal("read tenant_id", e))
+}
+
+/// The store's clock as returned by a query's `column`.
+pub(super) fn clock(row: &Row, column: &'static str) -> Result<Timestamp, StoreError> {
+    timestamp(row, column)
+}
+
+/// A tenant row (instance_id = 0).
+pub(super) fn tenant_from_row(row: &Row) -> Result<TenantState, StoreError> {
+    Ok(TenantState {
+        limits: Limits {
+            refill_rate: get(row, "refill_rate")?,
+            burst_limit: get(row, "burst_limit")?,
+        },
+        configured: get(row, "configured")?,
+        tokens: get(row, "tokens")?,
+        tokens_avg: get(row, "tokens_avg")?,
+        last_refill: timestamp(row, "last_refill")?,
+        share_sum: get(row, "share_sum")?,
+        live_instances: instance_id(row, "live_instances")?,
+        first_instance_id: instance_id(row, "next_instance_id")?,
+        consumption: Consumption {
+            request_units: get(row, "total_request_units")?,
+            read_batches: counter(row, "total_read_batches")?,
+            read_requests: counter(row, "total_read_requests")?,
+            read_bytes: counter(row, "total_read_bytes")?,
+            write_batches: counter(row, "total_write_batches")?,
+            write_requests: counter(row, "total_write_requests")?,
+            write_bytes: counter(row, "total_write_bytes")?,
+            cpu_seconds: get(row, "total_cpu_seconds")?,
+            egress_bytes: counter(row, "total_egress_bytes")?,
+        },
+        granted_tokens: get(row, "granted_tokens")?,
+        committed_tokens: get(row, "committed_tokens")?,
+        committed_rate: get(row, "committed_rate")?,
+        created_at: timestamp(row, "created_at")?,
+        updated_at: timestamp(row, "updated_at")?,
+    })
+}
+
+/// An instance row (instance_id >= 1).
+pub(super) fn instance_from_row(row: &Row) -> Result<InstanceState, StoreError> {
+    let trickle_nanos = counter(row, "last_grant_trickle_nanos")?;
+    Ok(InstanceState {
+        instance_id: instance_id(row, "instance_id")?,
+        next_instance_id: instance_id(row, "next_instance_id")?,
+        lease: get(row, "lease")?,
+        seq: counter(row, "seq")?,
+        shares: get(row, "shares")?,
+        last_update: timestamp(row, "last_update")?,
+        last_grant: Grant {
+            granted_tokens: get(row, "last_grant_tokens")?,
+            trickle_duration: Duration::from_nanos(trickle_nanos),
+            max_burst_tokens: get(row, "last_grant_max_burst")?,
+            fallback_rate: get(row, "last_grant_fallback_rate")?,
+        },
+        committed_rate: get(row, "committed_rate")?,
+        committed_until: timestamp(row, "committed_until")?,
+    })
+}
+
+fn to_i64(what: &'static str, value: u64) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| {
+        StoreError::internal(
+            "write a tenant_usage row",
+            format!("{what} ({value}) does not fit a BIGINT column"),
+        )
+    })
+}
+
+/// The parameters of `insert_tenant.sql` and `update_tenant.sql`, in order.
+pub(super) struct TenantParams {
+    tenant_id: String,
+    next_instance_id: i64,
+    refill_rate: f64,
+    burst_limit: f64,
+    configured: bool,
+    tokens: f64,
+    tokens_avg: f64,
+    last_refill: SystemTime,
+    share_sum: f64,
+    live_instances: i64,
+    granted_tokens: f64,
+    committed_tokens: f64,
+    committed_rate: f64,
+    request_units: f64,
+    read_batches: i64,
+    read_requests: i64,
+    read_bytes: i64,
+    write_batches: i64,
+    write_requests: i64,
+    write_bytes: i64,
+    cpu_seconds: f64,
+    egress_bytes: i64,
+    created_at: SystemTime,
+    updated_at: SystemTime,
+}
+
+impl TenantParams {
+    pub(super) fn new(tenant: &TenantId, state: &TenantState) -> Result<Self, StoreError> {
+        let c = &state.consumption;
+        Ok(TenantParams {
+            tenant_id: tenant.as_str().to_owned(),
+            next_instance_id: i64::from(state.first_instance_id),
+            refill_rate: state.limits.refill_rate,
+            burst_limit: state.limits.burst_limit,
+            configured: state.configured,
+            tokens: state.tokens,
+            tokens_avg: state.tokens_avg,
+            last_refill: to_system_time(state.last_refill),
+            share_sum: state.share_sum,
+            live_instances: i64::from(state.live_instances),
+            granted_tokens: state.granted_tokens,
+            committed_tokens: state.committed_tokens,
+            committed_rate: state.committed_rate,
+            request_units: c.request_units,
+            read_batches: to_i64("total_read_batches", c.read_batches)?,
+            read_requests: to_i64("total_read_requests", c.read_requests)?,
+            read_bytes: to_i64("total_read_bytes", c.read_bytes)?,
+            write_batches: to_i64("total_write_batches", c.write_batches)?,
+            write_requests: to_i64("total_write_requests", c.write_requests)?,
+            write_bytes: to_i64("total_write_bytes", c.write_bytes)?,
+            cpu_seconds: c.cpu_seconds,
+            egress_bytes: to_i64("total_egress_bytes", c.egress_bytes)?,
+            created_at: to_system_time(state.created_at),
+            updated_at: to_system_time(state.updated_at),
+        })
+    }
+
+    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 24] {
+        [
+            &self.tenant_id,
+            &self.next_instance_id,
+            &self.refill_rate,
+            &self.burst_limit,
+            &self.configured,
+            &self.tokens,
+            &self.tokens_avg,
+            &self.last_refill,
+            &self.share_sum,
+            &self.live_instances,
+            &self.granted_tokens,
+            &self.committed_tokens,
+            &self.committed_rate,
+            &self.request_units,
+            &self.read_batches,
+            &self.read_requests,
+            &self.read_bytes,
+            &self.write_batches,
+            &self.write_requests,
+            &self.write_bytes,
+            &self.cpu_seconds,
+            &self.egress_bytes,
+            &self.created_at,
+            &self.updated_at,
+        ]
+    }
+}
+
+/// The parameters of `upsert_instance.sql`, in order.
+pub(super) struct InstanceParams {
+    tenant_id: String,
+    instance_id: i64,
+    next_instance_id: i64,
+    lease: Vec<u8>,
+    seq: i64,
+    shares: f64,
+    last_update: SystemTime,
+    committed_rate: f64,
+    committed_until: SystemTime,
+    grant_tokens: f64,
+    grant_trickle_nanos: i64,
+    grant_max_burst: f64,
+    grant_fallback_rate: f64,
+}
+
+impl InstanceParams {
+    pub(super) fn new(tenant: &TenantId, row: &InstanceState) -> Result<Self, StoreError> {
+        let trickle_nanos = u64::try_from(row.last_grant.trickle_duration.as_nanos())
+            .unwrap_or(u64::MAX);
+        Ok(InstanceParams {
+            tenant_id: tenant.as_str().to_owned(),
+            instance_id: i64::from(row.instance_id),
+            next_instance_id: i64::from(row.next_instance_id),
+            lease: row.lease.clone(),
+            seq: to_i64("seq", row.seq)?,
+            shares: row.shares,
+            last_update: to_system_time(row.last_update),
+            committed_rate: row.committed_rate,
+            committed_until: to_system_time(row.committed_until),
+            grant_tokens: row.last_grant.granted_tokens,
+            grant_trickle_nanos: to_i64("last_grant_trickle_nanos", trickle_nanos)?,
+            grant_max_burst: row.last_grant.max_burst_tokens,
+            grant_fallback_rate: row.last_grant.fallback_rate,
+        })
+    }
+
+    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 13] {
+        [
+            &self.tenant_id,
+            &self.instance_id,
+            &self.next_instance_id,
+            &self.lease,
+            &self.seq,
+            &self.shares,
+            &self.last_update,
+            &self.committed_rate,
+            &self.committed_until,
+            &self.grant_tokens,
+            &self.grant_trickle_nanos,
+            &self.grant_max_burst,
+            &self.grant_fallback_rate,
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_round_trip_through_system_time() {
+        for micros in [0, 1, -1, 1_700_000_000_123_456, -86_400_000_001] {
+            let t = Timestamp::from_unix_micros(micros);
+            assert_eq!(from_system_time(to_system_time(t)), t);
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The stores the shared tests run against: every behaviour test runs once
+//! on the embedded store and once on PostgreSQL (a fresh database per test,
+//! from `tollgate-testdb`).
+#![allow(dead_code)] // each test binary uses part of it
+
+use std::sync::Arc;
+
+use tempfile::TempDir;
+use tollgate_server::store::{
+    BucketSettings, Clock, EmbeddedStore, PostgresOptions, PostgresStore, Store,
+};
+use tollgate_testdb::TestDatabase;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Embedded,
+    Postgres,
+}
+
+/// Where a test's state lives; stores opened on it share that state.
+pub struct Backing {
+    backend: Backend,
+    dir: TempDir,
+    db: Option<TestDatabase>,
+}
+
+impl Backing {
+    pub async fn new(backend: Backend) -> Backing {
+        let db = match backend {
+            Backend::Embedded => None,
+            Backend::Postgres => Some(TestDatabase::create().await.expect("a test database")),
+        };
+        Backing {
+            backend,
+            dir: tempfile::tempdir().expect("tempdir"),
+            db,
+        }
+    }
+
+    /// The database URL, for PostgreSQL backings.
+    pub fn url(&self) -> Option<&str> {
+        self.db.as_ref().map(TestDatabase::url)
+    }
+
+    /// A store on this backing that keeps its state across reopening (the
+    /// embedded store in a file).
+    pub async fn open(&self, settings: BucketSettings) -> Arc<dyn Store> {
+        match &self.db {
+            None => Arc::new(
+                EmbeddedStore::open(self.dir.path().join("tollgate.redb"), settings)
+                    .expect("open the embedded store"),
+            ),
+            Some(db) => Arc::new(
+                PostgresStore::connect(PostgresOptions::new(db.url()), settings)
+                    .await
+                    .expect("connect the PostgreSQL store"),
+            ),
+        }
+    }
+
+    /// A store on this backing whose time comes from `clock` (the embedded
+    /// store in memory).
+    pub async fn open_with_clock(&self, settings: BucketSettings, clock: Clock) -> Arc<dyn Store> {
+        match &self.db {
+            None => Arc::new(
+                EmbeddedStore::in_memory_with_clock(settings, clock)
+                    .expect("open the embedded store"),
+            ),
+            Some(db) => Arc::new(
+                PostgresStore::connect_with_clock(PostgresOptions::new(db.url()), settings, clock)
+                    .await
+                    .expect("connect the PostgreSQL store"),
+            ),
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+}
+
+/// Generates, for each named `async fn(Backend)`, one `#[tokio::test]` per
+/// store: `embedded_store::name` and `postgres_store::name`.
+#[macro_export]
+macro_rules! for_each_store {
+    ($($name:ident),* $(,)?) => {
+        mod embedded_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::support::Backend::Embedded).await;
+                }
+            )*
+        }
+        mod postgres_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::support::Backend::Postgres).await;
+                }
+            )*
+        }
+    };
+}

@@ -1,0 +1,195 @@
+//! Where the server keeps its state: `--store` names an embedded store file
+//! or a PostgreSQL database, and `tollgate migrate` prepares either.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use tollgate_server::store::postgres;
+use tollgate_server::store::{
+    BucketSettings, EmbeddedStore, PostgresOptions, PostgresStore, Store,
+};
+
+/// The embedded store file used when neither `--store`, `TOLLGATE_STORE`
+/// nor `DATABASE_URL` says otherwise.
+pub const DEFAULT_STORE_FILE: &str = "tollgate.redb";
+
+/// Where state is kept.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreLocation {
+    /// An embedded store file, created if missing.
+    File(PathBuf),
+    /// A PostgreSQL (or compatible) database URL.
+    Postgres(String),
+}
+
+impl StoreLocation {
+    /// `postgres://…` and `postgresql://…` name a database; anything else is
+    /// a file path.
+    pub fn parse(location: &str) -> StoreLocation {
+        if location.starts_with("postgres://") || location.starts_with("postgresql://") {
+            StoreLocation::Postgres(location.to_owned())
+        } else {
+            StoreLocation::File(PathBuf::from(location))
+        }
+    }
+
+    /// The `--store` flag (or `TOLLGATE_STORE`), else `DATABASE_URL`, else
+    /// the default file.
+    pub fn resolve(flag: Option<&str>) -> StoreLocation {
+        match flag {
+            Some(location) => StoreLocation::parse(location),
+            None => match std::env::var("DATABASE_URL") {
+                Ok(url) if !url.is_empty() => StoreLocation::parse(&url),
+                _ => StoreLocation::File(PathBuf::from(DEFAULT_STORE_FILE)),
+            },
+        }
+    }
+
+    /// A description for logs and errors, without any password.
+    pub fn describe(&self) -> String {
+        match self {
+            StoreLocation::File(path) => format!("file {}", path.display()),
+            StoreLocation::Postgres(url) => match url.parse::<tokio_postgres::Config>() {
+                Ok(config) => {
+                    let hosts: Vec<String> = config
+                        .get_hosts()
+                        .iter()
+                        .map(|h| match h {
+                            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                            tokio_postgres::config::Host::Unix(path) => {
+                                path.display().to_string()
+                            }
+                        })
+                        .collect();
+                    format!(
+                        "PostgreSQL database {} on {}",
+                        config.get_dbname().unwrap_or("(default)"),
+                        hosts.join(",")
+                    )
+                }
+                Err(_) => "PostgreSQL database (unparsable URL)".to_owned(),
+            },
+        }
+    }
+}
+
+/// How the PostgreSQL store uses its database.
+#[derive(Debug, Args)]
+pub struct PostgresArgs {
+    /// PostgreSQL: connections in the pool (transactions in flight at once).
+    #[arg(long, env = "TOLLGATE_PG_POOL_SIZE", default_value_t = 16)]
+    pg_pool_size: usize,
+
+    /// PostgreSQL: the most token-bucket requests served by one transaction.
+    #[arg(long, env = "TOLLGATE_PG_MAX_BATCH", default_value_t = 64)]
+    pg_max_batch: usize,
+
+    /// PostgreSQL: how long to wait for a connection.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pg_connect_timeout: Duration,
+}
+
+impl PostgresArgs {
+    fn options(&self, url: &str) -> anyhow::Result<PostgresOptions> {
+        if self.pg_pool_size == 0 {
+            anyhow::bail!("--pg-pool-size: must be at least 1");
+        }
+        if self.pg_max_batch == 0 {
+            anyhow::bail!("--pg-max-batch: must be at least 1");
+        }
+        if self.pg_connect_timeout.is_zero() {
+            anyhow::bail!("--pg-connect-timeout: must be more than zero");
+        }
+        url.parse::<tokio_postgres::Config>()
+            .context("--store: not a valid PostgreSQL URL")?;
+        let mut options = PostgresOptions::new(url);
+        options.pool_size = self.pg_pool_size;
+        options.max_batch = self.pg_max_batch;
+        options.connect_timeout = self.pg_connect_timeout;
+        Ok(options)
+    }
+}
+
+/// Opens the store at `location` (applying PostgreSQL migrations first).
+pub async fn open(
+    location: &StoreLocation,
+    postgres: &PostgresArgs,
+    settings: BucketSettings,
+) -> anyhow::Result<Arc<dyn Store>> {
+    let store: Arc<dyn Store> = match location {
+        StoreLocation::File(path) => Arc::new(
+            EmbeddedStore::open(path, settings)
+                .with_context(|| format!("open the store {}", location.describe()))?,
+        ),
+        StoreLocation::Postgres(url) => Arc::new(
+            PostgresStore::connect(postgres.options(url)?, settings)
+                .await
+                .with_context(|| format!("open the store {}", location.describe()))?,
+        ),
+    };
+    tracing::info!(store = %location.describe(), "store opened");
+    Ok(store)
+}
+
+/// Arguments of `tollgate migrate`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The store to prepare: a PostgreSQL URL or an embedded store file
+    /// [default: $DATABASE_URL, else tollgate.redb].
+    #[arg(long, env = "TOLLGATE_STORE")]
+    store: Option<String>,
+}
+
+/// Brings the store's schema up to date; harmless when it already is.
+pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    let location = StoreLocation::resolve(args.store.as_deref());
+    match &location {
+        StoreLocation::Postgres(url) => {
+            url.parse::<tokio_postgres::Config>()
+                .context("--store: not a valid PostgreSQL URL")?;
+            postgres::migrate(url)
+                .await
+                .with_context(|| format!("migrate {}", location.describe()))?;
+        }
+        StoreLocation::File(path) => {
+            // Opening the file creates or checks its schema.
+            let store = EmbeddedStore::open(path, BucketSettings::default())
+                .with_context(|| format!("migrate {}", location.describe()))?;
+            store.close().await?;
+        }
+    }
+    println!("{}: schema is up to date", location.describe());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_databases_and_anything_else_a_file() {
+        assert_eq!(
+            StoreLocation::parse("postgres://u@h/db"),
+            StoreLocation::Postgres("postgres://u@h/db".into())
+        );
+        assert_eq!(
+            StoreLocation::parse("postgresql://h/db"),
+            StoreLocation::Postgres("postgresql://h/db".into())
+        );
+        assert_eq!(
+            StoreLocation::parse("data/tollgate.redb"),
+            StoreLocation::File(PathBuf::from("data/tollgate.redb"))
+        );
+    }
+
+    #[test]
+    fn descriptions_leave_out_passwords() {
+        let described =
+            StoreLocation::parse("postgres://user:secret@db.internal:5432/usage").describe();
+        assert!(!described.contains("secret"), "{described}");
+        assert!(described.contains("usage") && described.contains("db.internal"));
+    }
+}
