@@ -6,12 +6,12 @@ mod support;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use support::{Backend, Backing};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
 use tollgate_proto::v1::{self, admin_client::AdminClient};
-use support::{Backend, Backing};
 use tollgate_server::store::{BucketSettings, Store, UnconfiguredTenants};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -724,10 +724,13 @@ async fn unconfigured_tenants_get_defaults_or_not_found(backend: Backend) {
     assert_eq!(tenant.limits.expect("limits").refill_rate, 1000.0);
     server.stop().await;
 
-    let strict = TestServer::new(backend, BucketSettings {
-        unconfigured_tenants: UnconfiguredTenants::Reject,
-        ..BucketSettings::default()
-    })
+    let strict = TestServer::new(
+        backend,
+        BucketSettings {
+            unconfigured_tenants: UnconfiguredTenants::Reject,
+            ..BucketSettings::default()
+        },
+    )
     .await;
     let mut pods = strict.pods().await;
     let status = pods

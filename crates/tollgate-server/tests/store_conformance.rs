@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use tollgate_core::{Consumption, Limits, LimitsUpdate, TenantId, Timestamp, TokenBucketRequest};
 use support::{Backend, Backing};
+use tollgate_core::{Consumption, Limits, LimitsUpdate, TenantId, Timestamp, TokenBucketRequest};
 use tollgate_server::store::{BucketSettings, Store, StoreError};
 
 /// A clock the test sets by hand.
@@ -202,6 +202,66 @@ async fn deleting_a_tenant_removes_its_instances(store: &dyn Store, clock: &Manu
     );
 }
 
+/// Many requests at once (a PostgreSQL store batches them into shared
+/// transactions): pods joining, pods returning after a silence that gets
+/// others removed, and every request sent twice. Each is counted once and
+/// the list stays whole.
+async fn concurrent_requests_are_each_counted_once(store: &dyn Store, clock: &ManualClock) {
+    let t = tenant("crowd");
+    let other = tenant("crowd-neighbour");
+    configure(store, &t, 1000.0).await;
+    configure(store, &other, 1000.0).await;
+    clock.set_secs(0.0);
+    for id in (2..=40).step_by(2) {
+        store
+            .token_bucket(&t, &request(id, 1, 10.0))
+            .await
+            .expect("request");
+    }
+    // A minute later the old pods are silent; new odd ones join while a
+    // few old ones come back, all at once, each request sent twice.
+    clock.set_secs(61.0);
+    let mut sent = Vec::new();
+    for id in (1..=39).step_by(2).chain([4, 18, 30]) {
+        let seq = if id % 2 == 0 { 2 } else { 1 };
+        for tenant_id in [&t, &other] {
+            let mut r = request(id, seq, 10.0);
+            r.consumption.request_units = f64::from(id);
+            sent.push((tenant_id, r.clone()));
+            sent.push((tenant_id, r));
+        }
+    }
+    let answers = futures_util::future::join_all(
+        sent.iter()
+            .map(|(tenant_id, r)| store.token_bucket(tenant_id, r)),
+    )
+    .await;
+    for pair in answers.chunks(2) {
+        let first = pair[0].as_ref().expect("request");
+        let again = pair[1].as_ref().expect("duplicate");
+        assert_eq!(first, again, "a duplicate gets the first answer");
+    }
+    let reported = |filter: &TenantId| -> f64 {
+        sent.iter()
+            .step_by(2)
+            .filter(|(tenant_id, _)| *tenant_id == filter)
+            .map(|(_, r)| r.consumption.request_units)
+            .sum()
+    };
+    for tenant_id in [&t, &other] {
+        let ids = list_order(store, tenant_id).await;
+        for id in (1..=39).step_by(2).chain([4, 18, 30]) {
+            assert!(
+                ids.contains(&id),
+                "{tenant_id}: live instance {id} is listed"
+            );
+        }
+        let state = store.get_tenant(tenant_id).await.expect("get").state;
+        let expected = reported(tenant_id) + if *tenant_id == t { 20.0 } else { 0.0 };
+        assert_eq!(state.consumption.request_units, expected, "{tenant_id}");
+    }
+}
+
 /// Runs `test` on a fresh store of `backend` and closes it.
 async fn with_store<F>(backend: Backend, test: F)
 where
@@ -238,4 +298,5 @@ conformance!(
     silent_instances_are_removed_a_window_at_a_time,
     duplicates_and_stale_requests_change_nothing,
     deleting_a_tenant_removes_its_instances,
+    concurrent_requests_are_each_counted_once,
 );

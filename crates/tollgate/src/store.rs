@@ -59,9 +59,7 @@ impl StoreLocation {
                         .iter()
                         .map(|h| match h {
                             tokio_postgres::config::Host::Tcp(name) => name.clone(),
-                            tokio_postgres::config::Host::Unix(path) => {
-                                path.display().to_string()
-                            }
+                            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
                         })
                         .collect();
                     format!(

@@ -51,7 +51,9 @@ use tollgate_core::{
 
 use self::retry::{TxError, Verdict};
 use self::rows::{InstanceParams, TenantParams};
-use super::{BucketSettings, Clock, LimitsChange, Store, StoreError, TenantSnapshot, UnconfiguredTenants};
+use super::{
+    BucketSettings, Clock, LimitsChange, Store, StoreError, TenantSnapshot, UnconfiguredTenants,
+};
 
 pub use self::retry::RetryPolicy;
 
@@ -342,7 +344,11 @@ impl Inner {
             let error = match attempt().await {
                 Ok(value) => {
                     if tries > 1 {
-                        tracing::info!(op, retries = tries - 1, "transaction succeeded after retries");
+                        tracing::info!(
+                            op,
+                            retries = tries - 1,
+                            "transaction succeeded after retries"
+                        );
                     }
                     return Ok(value);
                 }
@@ -382,7 +388,9 @@ impl Inner {
     /// the requests deferred to another transaction.
     async fn serve_batch(&self, batch: Vec<Pending>) -> Vec<Pending> {
         let result = self
-            .run("token bucket request", true, || token_bucket_batch(self, &batch))
+            .run("token bucket request", true, || {
+                token_bucket_batch(self, &batch)
+            })
             .await;
         let outcome = match result {
             Ok(outcome) => outcome,
@@ -512,19 +520,21 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
         );
     }
     for id in &tenant_ids {
-        tenants.entry(*id).or_insert_with(|| match &store.settings.unconfigured_tenants {
-            UnconfiguredTenants::Reject => None,
-            UnconfiguredTenants::UseDefaults(d) => Some(TenantWork {
-                rows: BucketRows {
-                    tenant: TenantState::new(d.limits, d.initial_tokens, false, now),
-                    instances: BTreeMap::new(),
-                },
-                exists: false,
-                dirty: false,
-                upserted: BTreeSet::new(),
-                removed: Vec::new(),
-            }),
-        });
+        tenants
+            .entry(*id)
+            .or_insert_with(|| match &store.settings.unconfigured_tenants {
+                UnconfiguredTenants::Reject => None,
+                UnconfiguredTenants::UseDefaults(d) => Some(TenantWork {
+                    rows: BucketRows {
+                        tenant: TenantState::new(d.limits, d.initial_tokens, false, now),
+                        instances: BTreeMap::new(),
+                    },
+                    exists: false,
+                    dirty: false,
+                    upserted: BTreeSet::new(),
+                    removed: Vec::new(),
+                }),
+            });
     }
     for (p, window_rows) in batch.iter().zip(&windows) {
         if let Some(Some(work)) = tenants.get_mut(p.tenant.as_str()) {
@@ -598,7 +608,10 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
         .iter()
         .map(|(exists, params)| (*exists, params.as_params()))
         .collect();
-    let instance_writes: Vec<_> = instance_params.iter().map(InstanceParams::as_params).collect();
+    let instance_writes: Vec<_> = instance_params
+        .iter()
+        .map(InstanceParams::as_params)
+        .collect();
     let delete_params: Vec<[&(dyn ToSql + Sync); 2]> = deletes
         .iter()
         .map(|(tenant, id)| -> [&(dyn ToSql + Sync); 2] { [tenant, id] })
@@ -607,7 +620,11 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
         tenant_writes
             .iter()
             .map(|(exists, params)| {
-                let statement = if *exists { &update_tenant } else { &insert_tenant };
+                let statement = if *exists {
+                    &update_tenant
+                } else {
+                    &insert_tenant
+                };
                 txn.execute(statement, params)
             })
             .chain(
@@ -696,10 +713,8 @@ impl Store for PostgresStore {
                 let ids = [tenant.as_str()];
                 let ids = ids.as_slice();
                 let lock_params: [&(dyn ToSql + Sync); 1] = [&ids];
-                let (found, clock_row) = tokio::try_join!(
-                    txn.query(&lock, &lock_params),
-                    txn.query_one(&clock, &[]),
-                )?;
+                let (found, clock_row) =
+                    tokio::try_join!(txn.query(&lock, &lock_params), txn.query_one(&clock, &[]),)?;
                 let now = inner.now(rows::clock(&clock_row, "now")?);
                 let before = found.first().map(rows::tenant_from_row).transpose()?;
                 let mut state = before
@@ -709,7 +724,11 @@ impl Store for PostgresStore {
                     return Err(TxError::Store(e.into()));
                 }
                 let params = TenantParams::new(tenant, &state)?;
-                let statement = if before.is_some() { &update_row } else { &insert };
+                let statement = if before.is_some() {
+                    &update_row
+                } else {
+                    &insert
+                };
                 let write_params = params.as_params();
                 let tenant_id = tenant.as_str();
                 let read_params: [&(dyn ToSql + Sync); 1] = [&tenant_id];

@@ -118,10 +118,14 @@ impl TxError {
     pub(super) fn into_store_error(self, op: &'static str) -> StoreError {
         match self {
             TxError::Store(e) => e,
-            TxError::Pool(e) => StoreError::Unavailable(format!("{op}: no database connection: {e}")),
-            TxError::Commit(e) if classify(&e) != Verdict::Conflict => StoreError::Unavailable(
-                format!("{op}: the connection failed while committing, so the change may or may not have been applied: {e}"),
-            ),
+            TxError::Pool(e) => {
+                StoreError::Unavailable(format!("{op}: no database connection: {e}"))
+            }
+            TxError::Commit(e) if classify(&e) != Verdict::Conflict => {
+                StoreError::Unavailable(format!(
+                    "{op}: the connection failed while committing, so the change may or may not have been applied: {e}"
+                ))
+            }
             TxError::Db(e) | TxError::Commit(e) => match classify(&e) {
                 Verdict::Fatal => StoreError::internal(op, e),
                 Verdict::Conflict => StoreError::Unavailable(format!(

@@ -248,8 +248,8 @@ pub(super) struct InstanceParams {
 
 impl InstanceParams {
     pub(super) fn new(tenant: &TenantId, row: &InstanceState) -> Result<Self, StoreError> {
-        let trickle_nanos = u64::try_from(row.last_grant.trickle_duration.as_nanos())
-            .unwrap_or(u64::MAX);
+        let trickle_nanos =
+            u64::try_from(row.last_grant.trickle_duration.as_nanos()).unwrap_or(u64::MAX);
         Ok(InstanceParams {
             tenant_id: tenant.as_str().to_owned(),
             instance_id: i64::from(row.instance_id),
