@@ -7,6 +7,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+pub mod usage;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 
 pub struct Server {
@@ -23,6 +25,15 @@ impl Server {
             .expect("free port")
             .port();
         Server::start_on(store, port, &[])
+    }
+
+    /// Serves `store` (a file or a database URL) on a free port with `extra` flags.
+    pub fn start_with(store: &Path, extra: &[&str]) -> Server {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        Server::start_on(store, port, extra)
     }
 
     /// Serves `store` on `port` (a restart reuses the port pods know).
