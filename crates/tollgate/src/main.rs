@@ -4,7 +4,10 @@
 //! - `tollgate tenant …`: set limits, show, list and delete tenants on a
 //!   running server through its `Admin` service.
 //! - `tollgate pod request`: one token-bucket request, as a pod would send it.
+//! - `tollgate bench`: a load generator: many simulated pods against one or
+//!   more servers, with throughput, latency and per-tenant consumption sums.
 
+mod bench;
 mod pod;
 mod remote;
 mod serve;
@@ -32,6 +35,8 @@ enum Command {
     Tenant(tenant::TenantArgs),
     /// Act as a pod against a running server (for trying things out).
     Pod(pod::PodArgs),
+    /// Load a running server with simulated pods and measure it.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +66,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Serve(args) => serve::serve(args).await,
             Command::Tenant(args) => tenant::run(args).await,
             Command::Pod(args) => pod::run(args).await,
+            Command::Bench(args) => bench::run(args).await,
         }
     })
 }
