@@ -170,6 +170,30 @@ async fn duplicates_and_stale_requests_change_nothing(store: &dyn Store, clock: 
     assert_eq!(after.instances, before.instances);
 }
 
+/// Grants computed from fractions of the refill rate are floats with every
+/// digit in use; the stored copy a duplicate gets back must not lose any.
+async fn duplicates_get_the_first_grant_bit_for_bit(store: &dyn Store, clock: &ManualClock) {
+    let t = tenant("fractions");
+    configure(store, &t, 10.0).await;
+    clock.set_secs(1.0);
+    let mut firsts = Vec::new();
+    for id in 1..=7 {
+        clock.set_secs(1.0 + f64::from(id) / 7.0);
+        let request = request(id, 1, 1000.0 / f64::from(id));
+        let first = store.token_bucket(&t, &request).await.expect("request");
+        firsts.push((request, first));
+    }
+    clock.set_secs(3.0);
+    for (request, first) in firsts {
+        let again = store.token_bucket(&t, &request).await.expect("duplicate");
+        assert_eq!(
+            again, first,
+            "instance {}: the duplicate's grant differs",
+            request.instance_id
+        );
+    }
+}
+
 async fn deleting_a_tenant_removes_its_instances(store: &dyn Store, clock: &ManualClock) {
     let t = tenant("short-lived");
     let other = tenant("short-lived-neighbour");
@@ -297,6 +321,7 @@ conformance!(
     new_instances_are_linked_in_order,
     silent_instances_are_removed_a_window_at_a_time,
     duplicates_and_stale_requests_change_nothing,
+    duplicates_get_the_first_grant_bit_for_bit,
     deleting_a_tenant_removes_its_instances,
     concurrent_requests_are_each_counted_once,
 );

@@ -5,7 +5,10 @@
 //! - `tollgate tenant …`: set limits, show, list and delete tenants on a
 //!   running server through its `Admin` service.
 //! - `tollgate pod request`: one token-bucket request, as a pod would send it.
+//! - `tollgate bench`: a load generator: many simulated pods against one or
+//!   more servers, with throughput, latency and per-tenant consumption sums.
 
+mod bench;
 mod pod;
 mod remote;
 mod serve;
@@ -36,6 +39,8 @@ enum Command {
     Tenant(tenant::TenantArgs),
     /// Act as a pod against a running server (for trying things out).
     Pod(pod::PodArgs),
+    /// Load a running server with simulated pods and measure it.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +72,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Migrate(args) => store::migrate(args).await,
             Command::Tenant(args) => tenant::run(args).await,
             Command::Pod(args) => pod::run(args).await,
+            Command::Bench(args) => bench::run(args).await,
         }
     })
 }

@@ -209,7 +209,7 @@ fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {
 }
 
 /// Prints rows as columns separated by two spaces, each as wide as its widest cell.
-fn print_table(rows: &[Vec<String>]) {
+pub(crate) fn print_table(rows: &[Vec<String>]) {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {

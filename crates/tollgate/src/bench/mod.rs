@@ -1,0 +1,472 @@
+//! `tollgate bench`: a load generator for the pod-facing `TokenBucket` RPC.
+//!
+//! It answers "how much does this deployment sustain, and how fast" before
+//! real pods depend on it. Simulated pods (tenants × instances, each a fresh
+//! lease) send token-bucket requests over real gRPC connections to one or
+//! more servers, either closed loop (one request in flight per pod, for the
+//! most throughput) or open loop at a fixed total rate, where latency counts
+//! from the time a request was due so a server that falls behind cannot hide
+//! its queueing (no coordinated omission).
+//!
+//! It also checks what can be checked from outside: a duplicate must get the
+//! first answer back, and the consumption the pods reported is summed per
+//! tenant, counting each request once however often it was sent, so that it
+//! can be compared with the tenant's totals on the server.
+//!
+//! - `mod.rs`: the options, their validation, the connections and the run.
+//! - `pod.rs`: one pod's request stream, retries and duplicates.
+//! - `report.rs`: the counts merged over pods, as a table or JSON.
+
+mod pod;
+mod report;
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tollgate_core::validate::{MAX_TOKENS, TenantId};
+use tonic::transport::{Channel, Endpoint};
+
+use self::pod::{Pod, PodReport};
+use self::report::Report;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// A server's gRPC endpoint. Repeat it (or separate URLs with commas) for
+    /// several replicas: pod i talks to server i mod n. Every server must be
+    /// reachable when the run starts.
+    #[arg(
+        long = "server",
+        value_name = "URL",
+        env = "TOLLGATE_SERVER",
+        default_value = "http://127.0.0.1:50051",
+        value_delimiter = ','
+    )]
+    servers: Vec<String>,
+
+    /// HTTP/2 connections per server; the server's pods are spread over them
+    /// (one connection can be the bottleneck).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    connections: u32,
+
+    /// Number of tenants.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    tenants: u32,
+
+    /// Pods per tenant, instance ids 1 to N.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    instances_per_tenant: u32,
+
+    /// Tenants are named PREFIX-0 to PREFIX-{N-1}.
+    #[arg(long, value_name = "PREFIX", default_value = "bench")]
+    tenant_prefix: String,
+
+    /// How long to measure, after the warmup.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+
+    /// How long to send requests before measuring; their answers count in
+    /// the consumption sums but not in throughput or latency.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+
+    /// Open loop: send this many requests per second in total, on a fixed
+    /// schedule spread evenly over the pods, and measure latency from when
+    /// each request was due [default: closed loop, each pod sends its next
+    /// request as soon as the answer arrives].
+    #[arg(long, value_name = "R", allow_negative_numbers = true)]
+    rate: Option<f64>,
+
+    /// Requested tokens are drawn uniformly from the integers 0 to 2 × T.
+    #[arg(long, value_name = "T", default_value_t = 100)]
+    tokens: u64,
+
+    /// Fraction of requests that ask for no tokens and only report
+    /// consumption.
+    #[arg(
+        long,
+        value_name = "F",
+        default_value_t = 0.1,
+        allow_negative_numbers = true
+    )]
+    report_only: f64,
+
+    /// Fraction of answered requests a pod sends again unchanged (same seq),
+    /// as a pod retrying a lost answer would; the second answer must equal
+    /// the first.
+    #[arg(
+        long,
+        value_name = "F",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    duplicates: f64,
+
+    /// Deadline of one RPC attempt (also the connect timeout); an attempt
+    /// that misses it is retried.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+
+    /// Print one JSON object instead of tables (and no progress bar).
+    #[arg(long)]
+    json: bool,
+
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// The most pods one run simulates; each is a task with its own state.
+const MAX_PODS: u64 = 1_000_000;
+
+/// The most connections per server; more than its pods would sit idle anyway.
+const MAX_CONNECTIONS: u32 = 1024;
+
+/// How often the progress bar is redrawn.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Latency histograms are sharded so pods seldom wait on each other's lock,
+/// without holding one (tens of kilobytes) per pod.
+const LATENCY_SHARDS: usize = 16;
+
+/// Closed loop or open loop.
+#[derive(Debug, Clone, Copy)]
+enum Load {
+    Closed,
+    Open { rate: f64 },
+}
+
+/// What the pods ask for; validated.
+#[derive(Debug, Clone, Copy)]
+struct Mix {
+    tokens: u64,
+    report_only: f64,
+    duplicates: f64,
+}
+
+/// The run the options describe, once validated.
+#[derive(Debug)]
+struct Plan {
+    endpoints: Vec<Endpoint>,
+    servers: Vec<String>,
+    connections: usize,
+    tenants: Vec<String>,
+    instances_per_tenant: u32,
+    pods: usize,
+    warmup: Duration,
+    duration: Duration,
+    load: Load,
+    mix: Mix,
+    timeout: Duration,
+}
+
+fn fraction(option: &str, value: f64) -> anyhow::Result<f64> {
+    if !(0.0..=1.0).contains(&value) {
+        bail!("{option}: must be between 0 and 1, got {value}");
+    }
+    Ok(value)
+}
+
+impl BenchArgs {
+    fn plan(&self) -> anyhow::Result<Plan> {
+        if self.servers.is_empty() {
+            bail!("--server: at least one server is needed");
+        }
+        let endpoints = self
+            .servers
+            .iter()
+            .map(|url| {
+                Endpoint::from_shared(url.clone())
+                    .with_context(|| format!("--server: invalid URL {url:?}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if !(1..=MAX_CONNECTIONS).contains(&self.connections) {
+            bail!(
+                "--connections: must be between 1 and {MAX_CONNECTIONS}, got {}",
+                self.connections
+            );
+        }
+        if self.tenants == 0 {
+            bail!("--tenants: must be at least 1");
+        }
+        if self.instances_per_tenant == 0 {
+            bail!("--instances-per-tenant: must be at least 1");
+        }
+        let pods = u64::from(self.tenants) * u64::from(self.instances_per_tenant);
+        if pods > MAX_PODS {
+            bail!("--tenants × --instances-per-tenant: at most {MAX_PODS} pods, got {pods}");
+        }
+        let tenants = (0..self.tenants)
+            .map(|i| {
+                let id = format!("{}-{i}", self.tenant_prefix);
+                TenantId::parse(&format!("--tenant-prefix (tenant id {id:?})"), &id)
+                    .map(String::from)
+                    .map_err(anyhow::Error::from)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if self.duration.is_zero() {
+            bail!("--duration: must be more than zero");
+        }
+        if self.timeout.is_zero() {
+            bail!("--timeout: must be more than zero");
+        }
+        let load = match self.rate {
+            None => Load::Closed,
+            Some(rate) if rate.is_finite() && rate > 0.0 => Load::Open { rate },
+            Some(rate) => bail!("--rate: must be a number above zero, got {rate}"),
+        };
+        if self.tokens as f64 * 2.0 > MAX_TOKENS {
+            bail!(
+                "--tokens: at most {}, got {}",
+                MAX_TOKENS / 2.0,
+                self.tokens
+            );
+        }
+        let mix = Mix {
+            tokens: self.tokens,
+            report_only: fraction("--report-only", self.report_only)?,
+            duplicates: fraction("--duplicates", self.duplicates)?,
+        };
+        Ok(Plan {
+            endpoints,
+            servers: self.servers.clone(),
+            connections: self.connections as usize,
+            tenants,
+            instances_per_tenant: self.instances_per_tenant,
+            // At most MAX_PODS, so it fits.
+            pods: pods as usize,
+            warmup: self.warmup,
+            duration: self.duration,
+            load,
+            mix,
+            timeout: self.timeout,
+        })
+    }
+}
+
+/// What every pod of a run shares.
+#[derive(Debug)]
+struct RunContext {
+    /// When the pods start.
+    start: Instant,
+    /// When measuring starts: requests started from here on are measured.
+    window_start: Instant,
+    /// When the pods stop starting requests.
+    end: Instant,
+    load: Load,
+    pods: usize,
+    mix: Mix,
+    timeout: Duration,
+    latency: Latencies,
+    /// Answers so far, for the progress bar.
+    answers: AtomicU64,
+}
+
+impl RunContext {
+    /// When pod `index` is due to send its `k`-th request in open loop, or
+    /// `None` if that is past the end of the run. Pods are offset by one
+    /// interval of the total rate, so the requests are evenly spread.
+    fn due(&self, index: usize, k: u64) -> Option<Instant> {
+        let Load::Open { rate } = self.load else {
+            return None;
+        };
+        let seconds = (index as f64 + k as f64 * self.pods as f64) / rate;
+        let due = self
+            .start
+            .checked_add(Duration::try_from_secs_f64(seconds).ok()?)?;
+        (due < self.end).then_some(due)
+    }
+
+    fn measured(&self, started: Instant) -> bool {
+        started >= self.window_start && started < self.end
+    }
+}
+
+/// Latency histograms in microseconds, one per shard.
+#[derive(Debug)]
+struct Latencies {
+    shards: Vec<Mutex<Histogram<u64>>>,
+}
+
+impl Latencies {
+    fn new() -> Self {
+        Latencies {
+            // Auto-resizing: grows to the largest latency seen.
+            shards: (0..LATENCY_SHARDS)
+                .map(|_| Mutex::new(new_histogram()))
+                .collect(),
+        }
+    }
+
+    fn record(&self, shard: usize, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        let mut histogram = self.shards[shard % self.shards.len()]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if histogram.record(micros).is_err() {
+            histogram.saturating_record(micros);
+        }
+    }
+
+    fn merged(self) -> Histogram<u64> {
+        let mut all = new_histogram();
+        for shard in self.shards {
+            let shard = shard.into_inner().unwrap_or_else(PoisonError::into_inner);
+            // An auto-resizing histogram takes any other's values.
+            let _ = all.add(&shard);
+        }
+        all
+    }
+}
+
+/// An auto-resizing histogram with 3 significant figures (0.1 %).
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new(3).expect("3 significant figures are within 0..=5")
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let plan = args.plan()?;
+    let channels = connect(&plan).await?;
+    let mut progress = Progress::new(&plan, args.json || args.quiet);
+
+    let start = Instant::now();
+    let window_start = start
+        .checked_add(plan.warmup)
+        .context("--warmup: too long")?;
+    let end = window_start
+        .checked_add(plan.duration)
+        .context("--duration: too long")?;
+    let context = Arc::new(RunContext {
+        start,
+        window_start,
+        end,
+        load: plan.load,
+        pods: plan.pods,
+        mix: plan.mix,
+        timeout: plan.timeout,
+        latency: Latencies::new(),
+        answers: AtomicU64::new(0),
+    });
+
+    let mut pods = JoinSet::new();
+    let per_tenant = plan.instances_per_tenant as usize;
+    for index in 0..plan.pods {
+        let server = index % channels.len();
+        let connection = (index / channels.len()) % plan.connections;
+        let pod = Pod::new(
+            index,
+            index / per_tenant,
+            plan.tenants[index / per_tenant].clone(),
+            // At most instances_per_tenant, a u32.
+            (index % per_tenant) as u32 + 1,
+            channels[server][connection].clone(),
+            Arc::clone(&context),
+        );
+        pods.spawn(pod.run());
+    }
+
+    let mut reports: Vec<PodReport> = Vec::with_capacity(plan.pods);
+    let mut tick = tokio::time::interval(PROGRESS_INTERVAL);
+    loop {
+        tokio::select! {
+            joined = pods.join_next() => match joined {
+                None => break,
+                Some(report) => reports.push(report.context("a pod task failed")?),
+            },
+            _ = tick.tick() => progress.update(&context),
+        }
+    }
+    progress.finish();
+
+    let context = Arc::into_inner(context).context("pods still hold the run context")?;
+    let report = Report::new(&plan, reports, context.latency.merged());
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        report.print();
+    }
+    Ok(())
+}
+
+/// Opens `--connections` HTTP/2 connections to every server, so an
+/// unreachable server is reported before the run starts.
+async fn connect(plan: &Plan) -> anyhow::Result<Vec<Vec<Channel>>> {
+    let mut channels = Vec::with_capacity(plan.endpoints.len());
+    for (endpoint, url) in plan.endpoints.iter().zip(&plan.servers) {
+        let endpoint = endpoint.clone().connect_timeout(plan.timeout);
+        let mut connections = Vec::with_capacity(plan.connections);
+        for _ in 0..plan.connections {
+            connections.push(
+                endpoint
+                    .connect()
+                    .await
+                    .with_context(|| format!("cannot reach server {url}"))?,
+            );
+        }
+        channels.push(connections);
+    }
+    Ok(channels)
+}
+
+/// The progress bar on stderr: elapsed time and the current answer rate.
+#[derive(Debug)]
+struct Progress {
+    bar: ProgressBar,
+    /// When the rate was last computed, and the answers then.
+    last: (Instant, u64),
+}
+
+impl Progress {
+    fn new(plan: &Plan, hidden: bool) -> Self {
+        let total = plan.warmup + plan.duration;
+        let bar = if hidden || !std::io::stderr().is_terminal() {
+            ProgressBar::hidden()
+        } else {
+            let bar = ProgressBar::new(u64::try_from(total.as_millis()).unwrap_or(u64::MAX));
+            if let Ok(style) =
+                ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {percent:>3}% {msg}")
+            {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar
+        };
+        Progress {
+            bar,
+            last: (Instant::now(), 0),
+        }
+    }
+
+    fn update(&mut self, context: &RunContext) {
+        let now = Instant::now();
+        let answers = context.answers.load(Ordering::Relaxed);
+        let seconds = now.duration_since(self.last.0).as_secs_f64();
+        let rate = if seconds > 0.0 {
+            answers.saturating_sub(self.last.1) as f64 / seconds
+        } else {
+            0.0
+        };
+        self.last = (now, answers);
+        let elapsed = now.duration_since(context.start);
+        self.bar
+            .set_position(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX));
+        let phase = if now < context.window_start {
+            "warming up, "
+        } else if now >= context.end {
+            "draining, "
+        } else {
+            ""
+        };
+        self.bar.set_message(format!("{phase}{rate:.0} answers/s"));
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}

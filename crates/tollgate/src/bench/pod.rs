@@ -1,0 +1,334 @@
+//! One simulated pod: the requests it sends, how it retries, and what it
+//! counts.
+//!
+//! A pod behaves as the client library does on the wire: a fresh random
+//! lease, `seq` counting up from 1, a retry keeps the `seq` of the request it
+//! retries, and each request reports the consumption since the previous one.
+//! Consumption is made of integers (request units as an integer-valued
+//! float), so sums over any number of requests are exact and can be compared
+//! with the server's totals for equality.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+use tollgate_proto::v1::{self, token_bucket_service_client::TokenBucketServiceClient};
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use super::{Load, RunContext};
+
+/// The target request period every request asks for.
+const TARGET_REQUEST_PERIOD: Duration = Duration::from_secs(10);
+/// The first retry waits about this long; each further one twice as long.
+const INITIAL_BACKOFF: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_millis(500);
+
+/// Requests answered, by kind.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Answers {
+    /// New requests (a new seq) answered, each once however often it was sent.
+    pub requests: u64,
+    /// Duplicates answered.
+    pub duplicates: u64,
+}
+
+/// What one pod counted over the run.
+#[derive(Debug, Default)]
+pub(super) struct PodReport {
+    pub tenant: usize,
+    /// Answers to requests started in the measured window.
+    pub measured: Answers,
+    /// Answers over the whole run, warmup and drain included.
+    pub total: Answers,
+    pub duplicate_mismatches: u64,
+    /// Failed attempts that were retried, by gRPC code.
+    pub retried: BTreeMap<String, u64>,
+    /// Requests refused with a code that is not retried, by gRPC code.
+    pub errors: BTreeMap<String, u64>,
+    /// The first message seen for each code in `errors`.
+    pub error_messages: BTreeMap<String, String>,
+    /// Requests still being retried when the run ended.
+    pub abandoned: u64,
+    /// Tokens granted to new requests.
+    pub granted_tokens: f64,
+    /// Consumption reported in answered new requests.
+    pub consumption: v1::Consumption,
+    /// Consumption reported in abandoned requests: the server may or may not
+    /// have applied it.
+    pub unconfirmed: v1::Consumption,
+}
+
+/// How one request (with its retries) ended.
+enum Outcome {
+    Answered {
+        response: v1::TokenBucketResponse,
+        /// From when the request was due (open loop) or the successful
+        /// attempt was sent (closed loop).
+        latency: Duration,
+    },
+    /// Refused with a code that is not retried; counted in `errors`.
+    Refused,
+    /// Still being retried when the run ended.
+    Abandoned,
+}
+
+#[derive(Debug)]
+pub(super) struct Pod {
+    index: usize,
+    tenant_id: String,
+    instance_id: u32,
+    lease: Vec<u8>,
+    seq: u64,
+    /// Tokens granted by the previous answer: what the pod reports as
+    /// consumed (rounded) in its next request.
+    last_granted: f64,
+    client: TokenBucketServiceClient<Channel>,
+    rng: SmallRng,
+    context: Arc<RunContext>,
+    report: PodReport,
+}
+
+impl Pod {
+    pub fn new(
+        index: usize,
+        tenant: usize,
+        tenant_id: String,
+        instance_id: u32,
+        channel: Channel,
+        context: Arc<RunContext>,
+    ) -> Self {
+        let mut rng = SmallRng::from_rng(&mut rand::rng());
+        let lease: [u8; 16] = rng.random();
+        Pod {
+            index,
+            tenant_id,
+            instance_id,
+            lease: lease.to_vec(),
+            seq: 0,
+            last_granted: 0.0,
+            client: TokenBucketServiceClient::new(channel),
+            rng,
+            context,
+            report: PodReport {
+                tenant,
+                ..PodReport::default()
+            },
+        }
+    }
+
+    /// Sends requests until the run ends, then returns what it counted.
+    pub async fn run(mut self) -> PodReport {
+        let context = Arc::clone(&self.context);
+        for k in 0.. {
+            let due = match context.load {
+                Load::Closed => None,
+                Load::Open { .. } => match context.due(self.index, k) {
+                    Some(due) => {
+                        tokio::time::sleep_until(due).await;
+                        Some(due)
+                    }
+                    None => break,
+                },
+            };
+            let started = Instant::now();
+            if started >= context.end {
+                break;
+            }
+            let measured = context.measured(due.unwrap_or(started));
+            self.seq += 1;
+            let request = self.next_request();
+            match self.call(&request, due).await {
+                Outcome::Answered { response, latency } => {
+                    self.answered(latency, measured);
+                    self.report.total.requests += 1;
+                    if measured {
+                        self.report.measured.requests += 1;
+                    }
+                    self.report.granted_tokens += response.granted_tokens;
+                    if let Some(c) = &request.consumption_since_last_request {
+                        add(&mut self.report.consumption, c);
+                    }
+                    self.last_granted = response.granted_tokens;
+                    self.maybe_duplicate(&request, &response).await;
+                }
+                Outcome::Refused => {}
+                Outcome::Abandoned => {
+                    if let Some(c) = &request.consumption_since_last_request {
+                        add(&mut self.report.unconfirmed, c);
+                    }
+                    break;
+                }
+            }
+        }
+        self.report
+    }
+
+    /// With probability `--duplicates`, sends `request` again and checks
+    /// that the answer is `first`.
+    async fn maybe_duplicate(
+        &mut self,
+        request: &v1::TokenBucketRequest,
+        first: &v1::TokenBucketResponse,
+    ) {
+        let probability = self.context.mix.duplicates;
+        if probability == 0.0 || !self.rng.random_bool(probability) {
+            return;
+        }
+        let started = Instant::now();
+        if started >= self.context.end {
+            return;
+        }
+        let measured = self.context.measured(started);
+        if let Outcome::Answered { response, latency } = self.call(request, None).await {
+            self.answered(latency, measured);
+            self.report.total.duplicates += 1;
+            if measured {
+                self.report.measured.duplicates += 1;
+            }
+            if response != *first {
+                self.report.duplicate_mismatches += 1;
+                // The first of each pod is enough to investigate.
+                if self.report.duplicate_mismatches > 1 {
+                    return;
+                }
+                tracing::warn!(
+                    tenant = %self.tenant_id,
+                    instance = self.instance_id,
+                    seq = self.seq,
+                    ?first,
+                    duplicate = ?response,
+                    "a duplicate got a different answer"
+                );
+            }
+        }
+    }
+
+    /// Counts an answer for the progress bar and records its latency if its
+    /// request was started in the measured window.
+    fn answered(&self, latency: Duration, measured: bool) {
+        self.context.answers.fetch_add(1, Ordering::Relaxed);
+        if measured {
+            self.context.latency.record(self.index, latency);
+        }
+    }
+
+    /// Sends `request` until it is answered, refused with a code that is not
+    /// retried, or the run ends while it is being retried.
+    async fn call(&mut self, request: &v1::TokenBucketRequest, due: Option<Instant>) -> Outcome {
+        let mut backoff = INITIAL_BACKOFF;
+        loop {
+            let sent = Instant::now();
+            let attempt = self.client.token_bucket(request.clone());
+            let status = match tokio::time::timeout(self.context.timeout, attempt).await {
+                Ok(Ok(response)) => {
+                    return Outcome::Answered {
+                        response: response.into_inner(),
+                        latency: due.unwrap_or(sent).elapsed(),
+                    };
+                }
+                Ok(Err(status)) => status,
+                Err(_) => Status::deadline_exceeded("no answer within --timeout"),
+            };
+            let code = code_name(status.code());
+            if !retryable(&status) {
+                *self.report.errors.entry(code.clone()).or_default() += 1;
+                self.report
+                    .error_messages
+                    .entry(code)
+                    .or_insert_with(|| status.message().to_owned());
+                return Outcome::Refused;
+            }
+            *self.report.retried.entry(code).or_default() += 1;
+            // Between half and all of the backoff, so pods that failed
+            // together do not retry together.
+            let delay = backoff.mul_f64(self.rng.random_range(0.5..=1.0));
+            if Instant::now() + delay >= self.context.end {
+                self.report.abandoned += 1;
+                return Outcome::Abandoned;
+            }
+            tokio::time::sleep(delay).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// The next new request: random tokens and the consumption since the
+    /// previous request.
+    fn next_request(&mut self) -> v1::TokenBucketRequest {
+        let mix = self.context.mix;
+        let rng = &mut self.rng;
+        let requested = if rng.random_bool(mix.report_only) {
+            0
+        } else {
+            rng.random_range(0..=2 * mix.tokens)
+        };
+        let read_batches = rng.random_range(0..=4);
+        let read_requests = read_batches * rng.random_range(1..=8);
+        let write_batches = rng.random_range(0..=2);
+        let write_requests = write_batches * rng.random_range(1..=4);
+        let consumption = v1::Consumption {
+            request_units: self.last_granted.round(),
+            read_batches,
+            read_requests,
+            read_bytes: read_requests * rng.random_range(0..=4096),
+            write_batches,
+            write_requests,
+            write_bytes: write_requests * rng.random_range(0..=1024),
+            cpu_seconds: 0.0,
+            egress_bytes: rng.random_range(0..=8192),
+        };
+        v1::TokenBucketRequest {
+            tenant_id: self.tenant_id.clone(),
+            bucket: String::new(),
+            instance_id: self.instance_id,
+            instance_lease: self.lease.clone(),
+            seq: self.seq,
+            // Below 2^53 (validated against MAX_TOKENS), so exact.
+            requested_tokens: requested as f64,
+            shares: requested.max(1) as f64,
+            target_request_period: Some(tollgate_proto::duration(TARGET_REQUEST_PERIOD)),
+            consumption_since_last_request: Some(consumption),
+            next_live_instance_id: None,
+            returned_tokens: 0.0,
+        }
+    }
+}
+
+/// Codes after which the same request is sent again: the server may not
+/// have seen it, or may answer it next time. A transport failure shows as
+/// `Unknown` with the local error as its source; an `Unknown` the server sent
+/// has none.
+fn retryable(status: &Status) -> bool {
+    use std::error::Error;
+    match status.code() {
+        Code::Unavailable
+        | Code::DeadlineExceeded
+        | Code::Cancelled
+        | Code::ResourceExhausted
+        | Code::Aborted => true,
+        Code::Unknown => status.source().is_some(),
+        _ => false,
+    }
+}
+
+/// A gRPC code as the report names it, e.g. `Unavailable`.
+pub(super) fn code_name(code: Code) -> String {
+    format!("{code:?}")
+}
+
+/// Adds `delta` to `sum`, field by field.
+pub(super) fn add(sum: &mut v1::Consumption, delta: &v1::Consumption) {
+    sum.request_units += delta.request_units;
+    sum.read_batches = sum.read_batches.saturating_add(delta.read_batches);
+    sum.read_requests = sum.read_requests.saturating_add(delta.read_requests);
+    sum.read_bytes = sum.read_bytes.saturating_add(delta.read_bytes);
+    sum.write_batches = sum.write_batches.saturating_add(delta.write_batches);
+    sum.write_requests = sum.write_requests.saturating_add(delta.write_requests);
+    sum.write_bytes = sum.write_bytes.saturating_add(delta.write_bytes);
+    sum.cpu_seconds += delta.cpu_seconds;
+    sum.egress_bytes = sum.egress_bytes.saturating_add(delta.egress_bytes);
+}

@@ -1,0 +1,302 @@
+//! The result of a run: the pods' counts merged, printed as tables or as
+//! one JSON object.
+//!
+//! Throughput and latency cover the measured window only: requests started
+//! (or, in open loop, due) after the warmup and before the end. Everything
+//! else covers the whole run, warmup and the final drain included, because
+//! the server counted all of it: the per-tenant sums are meant to be
+//! compared with `tollgate tenant show`.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tollgate_proto::v1;
+
+use super::pod::{PodReport, add};
+use super::{Load, Plan};
+use crate::tenant::print_table;
+
+#[derive(Debug, Serialize)]
+pub(super) struct Report {
+    /// `closed_loop` or `open_loop`.
+    mode: &'static str,
+    /// Requests per second asked for in open loop; `null` in closed loop.
+    target_rate: Option<f64>,
+    servers: Vec<String>,
+    connections_per_server: usize,
+    pods: usize,
+    warmup_seconds: f64,
+    measured_seconds: f64,
+    /// Answers (new requests and duplicates) per second in the measured
+    /// window.
+    requests_per_second: f64,
+    measured: Counts,
+    /// Latency of the answers in the measured window, in microseconds.
+    latency_us: Latency,
+    total: Totals,
+    /// Keyed by tenant id.
+    tenants: BTreeMap<String, TenantReport>,
+    /// The tenants in the order they were numbered, for the table.
+    #[serde(skip)]
+    tenant_order: Vec<String>,
+}
+
+/// Answers, of new requests and of duplicates.
+#[derive(Debug, Default, Serialize)]
+struct Counts {
+    answers: u64,
+    requests: u64,
+    duplicates: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct Latency {
+    count: u64,
+    mean: f64,
+    p50: u64,
+    p90: u64,
+    p99: u64,
+    p99_9: u64,
+    max: u64,
+}
+
+/// The whole run.
+#[derive(Debug, Default, Serialize)]
+struct Totals {
+    answers: u64,
+    requests: u64,
+    duplicates: u64,
+    /// Duplicates whose answer differed from the first: a server bug.
+    duplicate_mismatches: u64,
+    /// Failed attempts that were retried, by gRPC code.
+    retried: BTreeMap<String, u64>,
+    /// Requests refused with a code that is not retried, by gRPC code; the
+    /// pod moved on to a new seq.
+    errors: BTreeMap<String, u64>,
+    /// The first message seen for each code in `errors`.
+    error_messages: BTreeMap<String, String>,
+    /// Requests still being retried when the run ended.
+    abandoned: u64,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct TenantReport {
+    /// New requests answered (each once, however often it was sent).
+    requests: u64,
+    duplicates: u64,
+    /// Tokens granted to new requests (duplicates get the same grant again
+    /// and take nothing).
+    granted_tokens: f64,
+    /// Consumption reported in answered new requests: what the server must
+    /// have added to the tenant's totals.
+    consumption: v1::Consumption,
+    /// Consumption reported in abandoned requests, which the server may or
+    /// may not have applied.
+    unconfirmed: v1::Consumption,
+}
+
+fn merge(into: &mut BTreeMap<String, u64>, from: BTreeMap<String, u64>) {
+    for (code, count) in from {
+        *into.entry(code).or_default() += count;
+    }
+}
+
+impl Report {
+    pub fn new(plan: &Plan, pods: Vec<PodReport>, latency: Histogram<u64>) -> Self {
+        let mut measured = Counts::default();
+        let mut total = Totals::default();
+        let mut tenants: Vec<TenantReport> = plan
+            .tenants
+            .iter()
+            .map(|_| TenantReport::default())
+            .collect();
+        for pod in pods {
+            measured.requests += pod.measured.requests;
+            measured.duplicates += pod.measured.duplicates;
+            total.requests += pod.total.requests;
+            total.duplicates += pod.total.duplicates;
+            total.duplicate_mismatches += pod.duplicate_mismatches;
+            total.abandoned += pod.abandoned;
+            merge(&mut total.retried, pod.retried);
+            merge(&mut total.errors, pod.errors);
+            for (code, message) in pod.error_messages {
+                total.error_messages.entry(code).or_insert(message);
+            }
+            let tenant = &mut tenants[pod.tenant];
+            tenant.requests += pod.total.requests;
+            tenant.duplicates += pod.total.duplicates;
+            tenant.granted_tokens += pod.granted_tokens;
+            add(&mut tenant.consumption, &pod.consumption);
+            add(&mut tenant.unconfirmed, &pod.unconfirmed);
+        }
+        measured.answers = measured.requests + measured.duplicates;
+        total.answers = total.requests + total.duplicates;
+        let measured_seconds = plan.duration.as_secs_f64();
+        Report {
+            mode: match plan.load {
+                Load::Closed => "closed_loop",
+                Load::Open { .. } => "open_loop",
+            },
+            target_rate: match plan.load {
+                Load::Closed => None,
+                Load::Open { rate } => Some(rate),
+            },
+            servers: plan.servers.clone(),
+            connections_per_server: plan.connections,
+            pods: plan.pods,
+            warmup_seconds: plan.warmup.as_secs_f64(),
+            measured_seconds,
+            requests_per_second: measured.answers as f64 / measured_seconds,
+            measured,
+            latency_us: Latency {
+                count: latency.len(),
+                mean: if latency.is_empty() {
+                    0.0
+                } else {
+                    latency.mean()
+                },
+                p50: latency.value_at_quantile(0.5),
+                p90: latency.value_at_quantile(0.9),
+                p99: latency.value_at_quantile(0.99),
+                p99_9: latency.value_at_quantile(0.999),
+                max: latency.max(),
+            },
+            total,
+            tenants: plan.tenants.iter().cloned().zip(tenants).collect(),
+            tenant_order: plan.tenants.clone(),
+        }
+    }
+
+    /// Prints the summary and the per-tenant table to stdout.
+    pub fn print(&self) {
+        let field = |k: &str, v: String| vec![k.to_owned(), v];
+        let mode = match self.target_rate {
+            None => "closed loop".to_owned(),
+            Some(rate) => format!("open loop at {rate} requests/s"),
+        };
+        let servers = self.servers.len();
+        let l = &self.latency_us;
+        let t = &self.total;
+        print_table(&[
+            field(
+                "load",
+                format!(
+                    "{mode}, {} pods ({} tenant{} × {}), {servers} server{} × {} connection{}",
+                    self.pods,
+                    self.tenants.len(),
+                    plural(self.tenants.len()),
+                    self.pods / self.tenants.len().max(1),
+                    plural(servers),
+                    self.connections_per_server,
+                    plural(self.connections_per_server),
+                ),
+            ),
+            field(
+                "measured",
+                format!(
+                    "{:.1} s after a {:.1} s warmup",
+                    self.measured_seconds, self.warmup_seconds
+                ),
+            ),
+            field("requests/s", format!("{:.1}", self.requests_per_second)),
+            field(
+                "answers",
+                format!(
+                    "{} ({} new, {} duplicates)",
+                    self.measured.answers, self.measured.requests, self.measured.duplicates
+                ),
+            ),
+            field(
+                "latency",
+                if l.count == 0 {
+                    "no answers".to_owned()
+                } else {
+                    format!(
+                        "p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+                        micros(l.p50),
+                        micros(l.p90),
+                        micros(l.p99),
+                        micros(l.p99_9),
+                        micros(l.max)
+                    )
+                },
+            ),
+            field(
+                "whole run",
+                format!(
+                    "{} answers ({} new, {} duplicates)",
+                    t.answers, t.requests, t.duplicates
+                ),
+            ),
+            field("duplicate mismatches", t.duplicate_mismatches.to_string()),
+            field("retried", codes(&t.retried)),
+            field("errors", codes(&t.errors)),
+            field("abandoned", t.abandoned.to_string()),
+        ]);
+        for (code, message) in &t.error_messages {
+            println!("  {code}: {message}");
+        }
+        println!();
+        let mut rows = vec![
+            [
+                "TENANT",
+                "REQUESTS",
+                "DUPLICATES",
+                "GRANTED",
+                "REQUEST UNITS",
+                "READS B/R/BYTES",
+                "WRITES B/R/BYTES",
+                "CPU S",
+                "EGRESS BYTES",
+                "UNCONFIRMED RU",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for id in &self.tenant_order {
+            let Some(tenant) = self.tenants.get(id) else {
+                continue;
+            };
+            let c = &tenant.consumption;
+            rows.push(vec![
+                id.clone(),
+                tenant.requests.to_string(),
+                tenant.duplicates.to_string(),
+                format!("{:.0}", tenant.granted_tokens),
+                format!("{:.0}", c.request_units),
+                format!("{}/{}/{}", c.read_batches, c.read_requests, c.read_bytes),
+                format!("{}/{}/{}", c.write_batches, c.write_requests, c.write_bytes),
+                format!("{:.3}", c.cpu_seconds),
+                c.egress_bytes.to_string(),
+                format!("{:.0}", tenant.unconfirmed.request_units),
+            ]);
+        }
+        print_table(&rows);
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// `Unavailable 3, DeadlineExceeded 1`, or `none`.
+fn codes(counts: &BTreeMap<String, u64>) -> String {
+    if counts.is_empty() {
+        return "none".to_owned();
+    }
+    counts
+        .iter()
+        .map(|(code, n)| format!("{code} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A latency in microseconds, in the unit that reads best.
+fn micros(us: u64) -> String {
+    match us {
+        0..1_000 => format!("{us} µs"),
+        1_000..1_000_000 => format!("{:.2} ms", us as f64 / 1e3),
+        _ => format!("{:.2} s", us as f64 / 1e6),
+    }
+}
