@@ -104,7 +104,11 @@ async fn the_server_survives_killed_connections_and_a_database_restart() {
     assert_eq!(total["duplicate_mismatches"], 0, "{stormy}");
     let retried = total["retried"].as_object().expect("retried");
     assert!(
-        retried.get("Unavailable").and_then(|v| v.as_u64()).unwrap_or(0) > 0,
+        retried
+            .get("Unavailable")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0)
+            > 0,
         "the pods noticed the database was down: {stormy}"
     );
     assert!(

@@ -50,7 +50,10 @@ async fn replicas_share_one_database_without_counting_twice() {
     for server in &servers {
         args.extend(["--server", server.url.as_str()]);
     }
-    let out = Command::new(BIN).args(&args).output().expect("run the bench");
+    let out = Command::new(BIN)
+        .args(&args)
+        .output()
+        .expect("run the bench");
     assert!(
         out.status.success(),
         "bench failed: {}",
@@ -58,8 +61,16 @@ async fn replicas_share_one_database_without_counting_twice() {
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
     let total = &report["total"];
-    assert_eq!(total["errors"], serde_json::json!({}), "no errors: {report}");
-    assert_eq!(total["retried"], serde_json::json!({}), "nothing retried: {report}");
+    assert_eq!(
+        total["errors"],
+        serde_json::json!({}),
+        "no errors: {report}"
+    );
+    assert_eq!(
+        total["retried"],
+        serde_json::json!({}),
+        "nothing retried: {report}"
+    );
     assert_eq!(total["duplicate_mismatches"], 0, "{report}");
     assert_eq!(total["abandoned"], 0, "{report}");
     assert!(total["duplicates"].as_u64().unwrap_or(0) > 0, "{report}");
@@ -88,7 +99,10 @@ async fn replicas_share_one_database_without_counting_twice() {
             "{tenant}: granted {} above the bound {bound}",
             stored.granted_tokens
         );
-        assert!(stored.tokens >= -2.0 * REFILL * PERIOD_SECS - 1e-6, "{tenant}");
+        assert!(
+            stored.tokens >= -2.0 * REFILL * PERIOD_SECS - 1e-6,
+            "{tenant}"
+        );
         assert!(
             stored.granted_tokens >= 0.5 * REFILL * stored.lifetime_secs,
             "{tenant}: the pods were served ({} granted)",

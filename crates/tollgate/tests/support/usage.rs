@@ -61,7 +61,10 @@ pub async fn read_tenant(db: &Client, tenant: &str) -> Stored {
             .1;
     }
     let ids: Vec<i64> = instances.iter().map(|(id, _)| *id).collect();
-    assert_eq!(walked, ids, "{tenant}: every instance is reachable, in order");
+    assert_eq!(
+        walked, ids,
+        "{tenant}: every instance is reachable, in order"
+    );
     let live: i64 = head.get("live_instances");
     assert_eq!(live as usize, ids.len(), "{tenant}: live_instances");
     let share_sum: f64 = head.get("share_sum");

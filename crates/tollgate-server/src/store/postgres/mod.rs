@@ -357,9 +357,13 @@ impl Inner {
             let verdict = error.verdict(idempotent);
             if verdict == Verdict::Fatal || tries >= policy.max_attempts {
                 self.counters.failures.fetch_add(1, Ordering::Relaxed);
-                let error = error.into_store_error(op);
-                tracing::error!(op, attempts = tries, error = %error, "store transaction failed");
-                return Err(error);
+                // Logged where it is handled (the service), with the count here.
+                return Err(match error.into_store_error(op) {
+                    StoreError::Unavailable(message) if tries > 1 => StoreError::Unavailable(
+                        format!("{message} (gave up after {tries} attempts)"),
+                    ),
+                    other => other,
+                });
             }
             self.counters.retries.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(op, attempt = tries, ?verdict, error = ?error, "retrying store transaction");
