@@ -4,9 +4,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tollgate_proto::v1::admin_server::AdminServer;
 use tollgate_proto::v1::token_bucket_service_server::TokenBucketServiceServer;
+use tonic::transport::server::TcpIncoming;
 
 use crate::service::{AdminService, TokenBucketService};
 use crate::store::Store;
@@ -29,7 +29,11 @@ pub async fn run(
             Arc::clone(&store),
         )))
         .add_service(AdminServer::new(AdminService::new(store)))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        // No Nagle delay: answers are small and latency is what pods wait on.
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
         .await?;
     tracing::info!(address = ?local, "tollgate server stopped");
     Ok(())

@@ -12,13 +12,17 @@
 //! under SERIALIZABLE (CockroachDB's) a conflict aborts one of them with
 //! 40001 and it is retried.
 //!
-//! Token-bucket requests are batched (group commit): one worker per pooled
-//! connection takes whatever requests are queued, up to `max_batch`, and
-//! serves them in one transaction. It locks the batch's tenant rows in id
-//! order, loads each request's instance window, and runs the core state
-//! machine on each request in turn, on the same in-memory rows, so requests
-//! of one tenant see each other's changes exactly as if they had been
-//! separate transactions. Each request stays atomic (a refused one changes
+//! Token-bucket requests are batched (group commit). There is one worker
+//! per pooled connection, and each tenant belongs to one worker (by a hash
+//! of its id): the transactions of a tenant serialize on its row lock
+//! anyway, so within a replica they queue in memory instead of in the
+//! database, and workers never wait on each other's locks. A worker takes
+//! whatever requests are queued for it, up to `max_batch`, and serves them
+//! in one transaction. It locks the batch's tenant rows in id order, loads
+//! each request's instance window, and runs the core state machine on each
+//! request in turn, on the same in-memory rows, so requests of one tenant
+//! see each other's changes exactly as if they had been separate
+//! transactions. Each request stays atomic (a refused one changes
 //! nothing) and idempotent (its lease and sequence number are in the rows),
 //! and nobody hears back before the commit that holds their change. One
 //! case is not batched: once a request has removed silent instances, the
@@ -41,7 +45,7 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts, tokio_postgres,
 };
 use futures_util::future::try_join_all;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 use tollgate_core::global_bucket::{self, BucketRows};
@@ -209,7 +213,8 @@ impl Inner {
 /// The way into the workers; only the store's handles hold it, so dropping
 /// the last handle closes the queue and lets the workers finish.
 struct Queue {
-    requests: std::sync::Mutex<Option<mpsc::Sender<Pending>>>,
+    /// One queue per worker; a tenant's requests go to `shard(tenant)`.
+    requests: std::sync::Mutex<Option<Vec<mpsc::Sender<Pending>>>>,
     workers: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -286,7 +291,9 @@ impl PostgresStore {
             })
             .build()
             .map_err(|e| StoreError::internal("build the connection pool", e))?;
-        let (tx, rx) = mpsc::channel(options.pool_size * options.max_batch * 4);
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..options.pool_size)
+            .map(|_| mpsc::channel(options.max_batch * 4))
+            .unzip();
         let inner = Arc::new(Inner {
             pool,
             settings,
@@ -294,14 +301,14 @@ impl PostgresStore {
             counters: Counters::default(),
             clock,
         });
-        let rx = Arc::new(Mutex::new(rx));
-        let workers = (0..inner.options.pool_size)
-            .map(|_| tokio::spawn(Arc::clone(&inner).work(Arc::clone(&rx))))
+        let workers = receivers
+            .into_iter()
+            .map(|rx| tokio::spawn(Arc::clone(&inner).work(rx)))
             .collect();
         Ok(PostgresStore {
             inner,
             queue: Arc::new(Queue {
-                requests: std::sync::Mutex::new(Some(tx)),
+                requests: std::sync::Mutex::new(Some(senders)),
                 workers: std::sync::Mutex::new(workers),
             }),
         })
@@ -318,6 +325,15 @@ impl PostgresStore {
             instances_removed: c.instances_removed.load(Ordering::Relaxed),
         }
     }
+}
+
+/// The worker that serves `tenant`'s requests, of `workers`.
+fn shard(tenant: &TenantId, workers: usize) -> usize {
+    use std::hash::{Hash, Hasher};
+    // Fixed keys: the same tenant goes to the same worker in every process.
+    let mut hasher = std::hash::DefaultHasher::new();
+    tenant.as_str().hash(&mut hasher);
+    usize::try_from(hasher.finish() % workers.max(1) as u64).unwrap_or(0)
 }
 
 fn closed() -> StoreError {
@@ -372,15 +388,12 @@ impl Inner {
     }
 
     /// A batching worker: takes what is queued, serves it in one transaction.
-    async fn work(self: Arc<Self>, queue: Arc<Mutex<mpsc::Receiver<Pending>>>) {
+    async fn work(self: Arc<Self>, mut queue: mpsc::Receiver<Pending>) {
         let max = self.options.max_batch;
         loop {
             let mut batch = Vec::with_capacity(max);
-            {
-                let mut rx = queue.lock().await;
-                if rx.recv_many(&mut batch, max).await == 0 {
-                    return;
-                }
+            if queue.recv_many(&mut batch, max).await == 0 {
+                return;
             }
             while !batch.is_empty() {
                 batch = self.serve_batch(batch).await;
@@ -688,13 +701,11 @@ impl Store for PostgresStore {
             request: request.clone(),
             reply,
         };
-        let sender = self
-            .queue
-            .requests
-            .lock()
-            .map_err(|_| closed())?
-            .clone()
-            .ok_or_else(closed)?;
+        let sender = {
+            let queues = self.queue.requests.lock().map_err(|_| closed())?;
+            let queues = queues.as_ref().ok_or_else(closed)?;
+            queues[shard(tenant, queues.len())].clone()
+        };
         sender.send(pending).await.map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
     }
