@@ -44,9 +44,10 @@ use async_trait::async_trait;
 use deadpool_postgres::{
     Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts, tokio_postgres,
 };
-use futures_util::future::try_join_all;
+use futures_util::future::join_all;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tollgate_core::global_bucket::{self, BucketRows};
 use tollgate_core::{
@@ -327,6 +328,34 @@ impl PostgresStore {
     }
 }
 
+/// The results of a pipelined flight of statements, or the error that
+/// caused its failure. Once a statement fails, PostgreSQL refuses the rest
+/// of the transaction's statements with 25P02 (in failed transaction); the
+/// first other error, in statement order, is the cause, and it decides
+/// whether the transaction is retried.
+fn settle<T>(
+    results: Vec<Result<T, tokio_postgres::Error>>,
+) -> Result<Vec<T>, tokio_postgres::Error> {
+    let aborted =
+        |e: &tokio_postgres::Error| e.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION);
+    let mut values = Vec::with_capacity(results.len());
+    let mut cause: Option<tokio_postgres::Error> = None;
+    for result in results {
+        match result {
+            Ok(value) => values.push(value),
+            Err(e) => {
+                if cause.as_ref().is_none_or(|c| aborted(c) && !aborted(&e)) {
+                    cause = Some(e);
+                }
+            }
+        }
+    }
+    match cause {
+        Some(e) => Err(e),
+        None => Ok(values),
+    }
+}
+
 /// The worker that serves `tenant`'s requests, of `workers`.
 fn shard(tenant: &TenantId, workers: usize) -> usize {
     use std::hash::{Hash, Hasher};
@@ -503,16 +532,32 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
     let lock_params: [&(dyn ToSql + Sync); 1] = [&tenant_ids];
     // One round trip: the lock first, then (once it is held) the clock and
     // the instance windows.
-    let (tenant_rows, clock_row, windows) = tokio::try_join!(
-        txn.query(&lock, &lock_params),
-        txn.query_one(&clock, &[]),
-        try_join_all(
-            window_params
-                .iter()
-                .map(|params| txn.query(&window, params))
-        ),
-    )?;
-    let now = store.now(rows::clock(&clock_row, "now")?);
+    let no_params: [&(dyn ToSql + Sync); 0] = [];
+    let mut read = settle(
+        join_all(
+            [
+                txn.query(&lock, &lock_params[..]),
+                txn.query(&clock, &no_params[..]),
+            ]
+            .into_iter()
+            .chain(
+                window_params
+                    .iter()
+                    .map(|params| txn.query(&window, &params[..])),
+            ),
+        )
+        .await,
+    )?
+    .into_iter();
+    let (tenant_rows, clock_rows) = (
+        read.next().unwrap_or_default(),
+        read.next().unwrap_or_default(),
+    );
+    let windows: Vec<_> = read.collect();
+    let clock_row = clock_rows
+        .first()
+        .ok_or_else(|| StoreError::internal("read the clock", "no row"))?;
+    let now = store.now(rows::clock(clock_row, "now")?);
 
     let mut tenants: HashMap<&str, Option<TenantWork>> = HashMap::new();
     for row in &tenant_rows {
@@ -633,29 +678,31 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
         .iter()
         .map(|(tenant, id)| -> [&(dyn ToSql + Sync); 2] { [tenant, id] })
         .collect();
-    try_join_all(
-        tenant_writes
-            .iter()
-            .map(|(exists, params)| {
-                let statement = if *exists {
-                    &update_tenant
-                } else {
-                    &insert_tenant
-                };
-                txn.execute(statement, params)
-            })
-            .chain(
-                instance_writes
-                    .iter()
-                    .map(|params| txn.execute(&upsert_instance, params)),
-            )
-            .chain(
-                delete_params
-                    .iter()
-                    .map(|params| txn.execute(&delete_instance, params)),
-            ),
-    )
-    .await?;
+    settle(
+        join_all(
+            tenant_writes
+                .iter()
+                .map(|(exists, params)| {
+                    let statement = if *exists {
+                        &update_tenant
+                    } else {
+                        &insert_tenant
+                    };
+                    txn.execute(statement, params)
+                })
+                .chain(
+                    instance_writes
+                        .iter()
+                        .map(|params| txn.execute(&upsert_instance, params)),
+                )
+                .chain(
+                    delete_params
+                        .iter()
+                        .map(|params| txn.execute(&delete_instance, params)),
+                ),
+        )
+        .await,
+    )?;
     txn.commit().await.map_err(TxError::Commit)?;
     Ok(BatchOutcome {
         answers,
@@ -728,9 +775,23 @@ impl Store for PostgresStore {
                 let ids = [tenant.as_str()];
                 let ids = ids.as_slice();
                 let lock_params: [&(dyn ToSql + Sync); 1] = [&ids];
-                let (found, clock_row) =
-                    tokio::try_join!(txn.query(&lock, &lock_params), txn.query_one(&clock, &[]),)?;
-                let now = inner.now(rows::clock(&clock_row, "now")?);
+                let no_params: [&(dyn ToSql + Sync); 0] = [];
+                let mut read = settle(
+                    join_all([
+                        txn.query(&lock, &lock_params[..]),
+                        txn.query(&clock, &no_params[..]),
+                    ])
+                    .await,
+                )?
+                .into_iter();
+                let (found, clock_rows) = (
+                    read.next().unwrap_or_default(),
+                    read.next().unwrap_or_default(),
+                );
+                let clock_row = clock_rows
+                    .first()
+                    .ok_or_else(|| StoreError::internal("read the clock", "no row"))?;
+                let now = inner.now(rows::clock(clock_row, "now")?);
                 let before = found.first().map(rows::tenant_from_row).transpose()?;
                 let mut state = before
                     .clone()
@@ -747,10 +808,26 @@ impl Store for PostgresStore {
                 let write_params = params.as_params();
                 let tenant_id = tenant.as_str();
                 let read_params: [&(dyn ToSql + Sync); 1] = [&tenant_id];
-                let (_, instance_rows) = tokio::try_join!(
+                let (written, instance_rows) = tokio::join!(
                     txn.execute(statement, &write_params),
                     txn.query(&read_instances, &read_params),
-                )?;
+                );
+                let instance_rows = match (written, instance_rows) {
+                    (Ok(_), Ok(rows)) => rows,
+                    (written, read) => {
+                        return Err(settle(vec![written.map(|_| ()), read.map(|_| ())])
+                            .err()
+                            .map_or_else(
+                                || {
+                                    TxError::Store(StoreError::internal(
+                                        "update tenant limits",
+                                        "lost error",
+                                    ))
+                                },
+                                TxError::Db,
+                            ));
+                    }
+                };
                 let instances = instance_rows
                     .iter()
                     .map(rows::instance_from_row)

@@ -119,23 +119,46 @@ impl TxError {
         match self {
             TxError::Store(e) => e,
             TxError::Pool(e) => {
-                StoreError::Unavailable(format!("{op}: no database connection: {e}"))
+                StoreError::Unavailable(format!("{op}: no database connection: {}", chain(&e)))
             }
             TxError::Commit(e) if classify(&e) != Verdict::Conflict => {
                 StoreError::Unavailable(format!(
-                    "{op}: the connection failed while committing, so the change may or may not have been applied: {e}"
+                    "{op}: the connection failed while committing, so the change may or may not have been applied: {}",
+                    describe(&e)
                 ))
             }
             TxError::Db(e) | TxError::Commit(e) => match classify(&e) {
-                Verdict::Fatal => StoreError::internal(op, e),
+                Verdict::Fatal => StoreError::internal(op, describe(&e)),
                 Verdict::Conflict => StoreError::Unavailable(format!(
-                    "{op}: still conflicting with other transactions after retrying: {e}"
+                    "{op}: still conflicting with other transactions after retrying: {}",
+                    describe(&e)
                 )),
                 Verdict::Unreachable => {
-                    StoreError::Unavailable(format!("{op}: database unreachable: {e}"))
+                    StoreError::Unavailable(format!("{op}: database unreachable: {}", describe(&e)))
                 }
             },
         }
+    }
+}
+
+/// An error with its causes: tokio-postgres's own message is only the
+/// kind ("db error", "error connecting to server").
+pub(super) fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// A database error with its SQLSTATE, or the error with its causes.
+pub(super) fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => chain(e),
     }
 }
 
