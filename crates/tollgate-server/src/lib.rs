@@ -4,8 +4,10 @@
 //! - [`service`]: the pod-facing `TokenBucketService` and operator-facing
 //!   `Admin` service, which validate every input at the edge and map store
 //!   errors to gRPC status codes.
-//! - [`run`]: serves both on an already-bound listener until a shutdown
-//!   signal; the binary and the integration tests share it.
+//! - [`telemetry`]: Prometheus metrics, gRPC health and `/readyz`.
+//! - [`run`]: serves both services, gRPC health and reflection on an
+//!   already-bound listener until a shutdown signal; the binary and the
+//!   integration tests share it.
 //!
 //! # Example
 //!
@@ -35,7 +37,8 @@
 
 pub mod service;
 pub mod store;
+pub mod telemetry;
 
 mod server;
 
-pub use server::run;
+pub use server::{ServeError, run, run_with_telemetry};

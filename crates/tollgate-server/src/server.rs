@@ -10,10 +10,24 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::service::{AdminService, TokenBucketService};
 use crate::store::Store;
+use crate::telemetry::health::PROBE_INTERVAL;
+use crate::telemetry::rpc::RpcMetricsLayer;
+use crate::telemetry::{MetricsError, Telemetry};
 
-/// Serves the pod-facing and operator-facing services on `listener` until
-/// `shutdown` completes, then stops accepting connections and waits for
-/// in-flight requests to finish.
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
+    #[error("set up gRPC reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+}
+
+/// Serves the pod-facing and operator-facing services, gRPC health and
+/// reflection on `listener` until `shutdown` completes, then stops
+/// accepting connections and waits for in-flight requests to finish.
 ///
 /// Takes an already-bound listener so tests can bind `127.0.0.1:0`. The store
 /// is not closed; its owner does that once `run` returns.
@@ -21,20 +35,51 @@ pub async fn run(
     listener: TcpListener,
     store: Arc<dyn Store>,
     shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), tonic::transport::Error> {
+) -> Result<(), ServeError> {
+    run_with_telemetry(listener, store, Telemetry::new()?, shutdown).await
+}
+
+/// [`run`], counting into `telemetry`, whose metrics and readiness the
+/// caller also serves over HTTP ([`crate::telemetry::serve_http`]).
+///
+/// When `shutdown` completes, health turns NOT_SERVING first, then the
+/// server stops accepting and drains.
+pub async fn run_with_telemetry(
+    listener: TcpListener,
+    store: Arc<dyn Store>,
+    telemetry: Telemetry,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
     let local = listener.local_addr().ok();
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(tollgate_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    telemetry.health.register().await;
+    let probe =
+        tokio::spawn(Arc::clone(&telemetry.health).probe(Arc::clone(&store), PROBE_INTERVAL));
+    let health = Arc::clone(&telemetry.health);
+    let shutdown = async move {
+        shutdown.await;
+        health.stopping().await;
+    };
     tracing::info!(address = ?local, "tollgate server listening");
-    tonic::transport::Server::builder()
-        .add_service(TokenBucketServiceServer::new(TokenBucketService::new(
-            Arc::clone(&store),
-        )))
+    let served = tonic::transport::Server::builder()
+        .layer(RpcMetricsLayer::new(Arc::clone(&telemetry.metrics)))
+        .add_service(TokenBucketServiceServer::new(
+            TokenBucketService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics)),
+        ))
         .add_service(AdminServer::new(AdminService::new(store)))
+        .add_service(telemetry.health_service())
+        .add_service(reflection)
         // No Nagle delay: answers are small and latency is what pods wait on.
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,
         )
-        .await?;
+        .await;
+    probe.abort();
+    served?;
     tracing::info!(address = ?local, "tollgate server stopped");
     Ok(())
 }

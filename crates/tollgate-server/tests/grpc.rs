@@ -19,7 +19,7 @@ use tonic::transport::Channel;
 struct TestServer {
     addr: SocketAddr,
     shutdown: oneshot::Sender<()>,
-    task: JoinHandle<Result<(), tonic::transport::Error>>,
+    task: JoinHandle<Result<(), tollgate_server::ServeError>>,
     store: Arc<dyn Store>,
     /// Keeps the test's database (or directory) until the server is gone.
     backing: Option<Backing>,

@@ -7,16 +7,29 @@ use tonic::{Request, Response, Status};
 
 use super::{convert, invalid, status};
 use crate::store::Store;
+use crate::telemetry::Metrics;
 
 /// Serves pods' token-bucket requests from the store.
 #[derive(Debug, Clone)]
 pub struct TokenBucketService {
     store: Arc<dyn Store>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl TokenBucketService {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        TokenBucketService { store }
+        TokenBucketService {
+            store,
+            metrics: None,
+        }
+    }
+
+    /// Counts every answer in `metrics`, by tenant and kind of grant.
+    pub fn with_metrics(store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
+        TokenBucketService {
+            store,
+            metrics: Some(metrics),
+        }
     }
 }
 
@@ -32,6 +45,9 @@ impl token_bucket_service_server::TokenBucketService for TokenBucketService {
             .token_bucket(&tenant, &req)
             .await
             .map_err(|e| status("token bucket request", e))?;
+        if let Some(metrics) = &self.metrics {
+            metrics.observe_grant(&tenant, &grant);
+        }
         Ok(Response::new(convert::grant_to_proto(&grant)))
     }
 }

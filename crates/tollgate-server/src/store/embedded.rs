@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
@@ -28,7 +29,10 @@ use tollgate_core::{
     Grant, InstanceState, LimitsUpdate, TenantId, TenantState, Timestamp, TokenBucketRequest,
 };
 
-use super::{BucketSettings, LimitsChange, Store, StoreError, TenantSnapshot, UnconfiguredTenants};
+use super::{
+    BucketSettings, Counters, LimitsChange, Store, StoreError, StoreStats, TenantSnapshot,
+    UnconfiguredTenants,
+};
 
 const SCHEMA_VERSION: u64 = 1;
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -56,6 +60,7 @@ pub struct EmbeddedStore {
 struct Inner {
     db: Arc<Database>,
     clock: Clock,
+    counters: Arc<Counters>,
     writes: Mutex<Option<mpsc::UnboundedSender<Box<dyn PendingWrite>>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -159,10 +164,13 @@ impl EmbeddedStore {
         init_schema(&db)?;
         let db = Arc::new(db);
         let (tx, rx) = mpsc::unbounded_channel();
+        let counters = Arc::new(Counters::default());
         let writer = Writer {
             db: Arc::clone(&db),
             settings,
             clock: Arc::clone(&clock),
+            counters: Arc::clone(&counters),
+            batch: BatchCounts::default(),
         };
         let handle = std::thread::Builder::new()
             .name("tollgate-store-writer".into())
@@ -172,6 +180,7 @@ impl EmbeddedStore {
             inner: Arc::new(Inner {
                 db,
                 clock,
+                counters,
                 writes: Mutex::new(Some(tx)),
                 writer: Mutex::new(Some(handle)),
             }),
@@ -276,6 +285,15 @@ struct Writer {
     db: Arc<Database>,
     settings: BucketSettings,
     clock: Clock,
+    counters: Arc<Counters>,
+    /// What the batch being written did; counted once it commits.
+    batch: BatchCounts,
+}
+
+#[derive(Default)]
+struct BatchCounts {
+    requests: AtomicU64,
+    instances_removed: AtomicU64,
 }
 
 impl Writer {
@@ -293,6 +311,21 @@ impl Writer {
                 tracing::error!(error = %e, ops = batch.len(), "embedded store: write batch failed, nothing committed");
                 e.to_string()
             });
+            let requests = self.batch.requests.swap(0, Ordering::Relaxed);
+            let removed = self.batch.instances_removed.swap(0, Ordering::Relaxed);
+            if failure.is_some() {
+                self.counters
+                    .failures
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            } else {
+                self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .requests
+                    .fetch_add(requests, Ordering::Relaxed);
+                self.counters
+                    .instances_removed
+                    .fetch_add(removed, Ordering::Relaxed);
+            }
             for op in batch.drain(..) {
                 op.answer(failure.as_deref());
             }
@@ -347,9 +380,13 @@ impl Writer {
             Ok(outcome) => outcome,
             Err(e) => return Ok(Err(e.into())),
         };
+        self.batch.requests.fetch_add(1, Ordering::Relaxed);
         if outcome.duplicate {
             return Ok(Ok(outcome.grant));
         }
+        self.batch
+            .instances_removed
+            .fetch_add(outcome.changes.removed.len() as u64, Ordering::Relaxed);
         write_tenant(&mut tenants, tenant, &rows.tenant)?;
         for id in &outcome.changes.upserted {
             if let Some(row) = rows.instances.get(id) {
@@ -588,6 +625,10 @@ impl Store for EmbeddedStore {
         let tenant = tenant.clone();
         self.write(Box::new(move |_, txn, _| delete(txn, &tenant)))
             .await
+    }
+
+    fn stats(&self) -> StoreStats {
+        self.inner.counters.snapshot()
     }
 
     async fn close(&self) -> Result<(), StoreError> {

@@ -13,6 +13,7 @@
 mod embedded;
 pub mod postgres;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -133,6 +134,44 @@ impl StoreError {
     }
 }
 
+/// Counters of a store's work since it was opened, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Write transactions committed (a batch of token-bucket requests
+    /// counts once).
+    pub transactions: u64,
+    /// Token-bucket requests served by those transactions.
+    pub requests: u64,
+    /// Attempts that failed and were run again.
+    pub retries: u64,
+    /// Operations that failed for good (after their last attempt).
+    pub failures: u64,
+    /// Instances removed for being silent.
+    pub instances_removed: u64,
+}
+
+/// The atomic counters behind [`StoreStats`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) transactions: AtomicU64,
+    pub(crate) requests: AtomicU64,
+    pub(crate) retries: AtomicU64,
+    pub(crate) failures: AtomicU64,
+    pub(crate) instances_removed: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> StoreStats {
+        StoreStats {
+            transactions: self.transactions.load(Ordering::Relaxed),
+            requests: self.requests.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+            instances_removed: self.instances_removed.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// A transactional home for tenants' buckets.
 ///
 /// Every method is one transaction: it either happens completely or not at
@@ -165,6 +204,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Deletes a tenant and its instances.
     async fn delete_tenant(&self, tenant: &TenantId) -> Result<(), StoreError>;
+
+    /// Counters of the store's work so far.
+    fn stats(&self) -> StoreStats;
 
     /// Finishes pending work and releases the store (files, connections).
     /// Operations after `close` fail.

@@ -30,14 +30,14 @@
 //! rows they need may no longer all be loaded.
 //!
 //! Every transaction is retried on conflicts and lost connections (see
-//! [`retry`]); retries are logged and counted in [`PostgresStats`].
+//! [`retry`]); retries are logged and counted in [`StoreStats`].
 
 mod retry;
 mod rows;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -57,7 +57,8 @@ use tollgate_core::{
 use self::retry::{TxError, Verdict};
 use self::rows::{InstanceParams, TenantParams};
 use super::{
-    BucketSettings, Clock, LimitsChange, Store, StoreError, TenantSnapshot, UnconfiguredTenants,
+    BucketSettings, Clock, Counters, LimitsChange, Store, StoreError, StoreStats, TenantSnapshot,
+    UnconfiguredTenants,
 };
 
 pub use self::retry::RetryPolicy;
@@ -107,30 +108,6 @@ impl PostgresOptions {
             retry: RetryPolicy::default(),
         }
     }
-}
-
-/// Counters of the store's transactions.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PostgresStats {
-    /// Transactions committed (a batch of token-bucket requests counts once).
-    pub transactions: u64,
-    /// Token-bucket requests served by those transactions.
-    pub requests: u64,
-    /// Attempts that failed and were run again.
-    pub retries: u64,
-    /// Operations that failed after their last attempt.
-    pub failures: u64,
-    /// Instances removed for being silent.
-    pub instances_removed: u64,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    transactions: AtomicU64,
-    requests: AtomicU64,
-    retries: AtomicU64,
-    failures: AtomicU64,
-    instances_removed: AtomicU64,
 }
 
 /// Applies the schema migrations in `sql/migrations` to the database at
@@ -313,18 +290,6 @@ impl PostgresStore {
                 workers: std::sync::Mutex::new(workers),
             }),
         })
-    }
-
-    /// The counters so far.
-    pub fn stats(&self) -> PostgresStats {
-        let c = &self.inner.counters;
-        PostgresStats {
-            transactions: c.transactions.load(Ordering::Relaxed),
-            requests: c.requests.load(Ordering::Relaxed),
-            retries: c.retries.load(Ordering::Relaxed),
-            failures: c.failures.load(Ordering::Relaxed),
-            instances_removed: c.instances_removed.load(Ordering::Relaxed),
-        }
     }
 }
 
@@ -911,6 +876,10 @@ impl Store for PostgresStore {
         } else {
             Err(StoreError::TenantNotFound(tenant.clone()))
         }
+    }
+
+    fn stats(&self) -> StoreStats {
+        self.inner.counters.snapshot()
     }
 
     async fn close(&self) -> Result<(), StoreError> {

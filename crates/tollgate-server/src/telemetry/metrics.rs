@@ -1,0 +1,380 @@
+//! Prometheus metrics, in an explicit registry.
+//!
+//! Two kinds, aggregated differently across replicas:
+//! - **Per tenant, from the store** (`tollgate_tenant_*`): cumulative
+//!   consumption, tokens granted, the bucket level and limits, live
+//!   instances. They are read from the store at every scrape, so every
+//!   replica sharing a store exports the same values: aggregate them with
+//!   `max by (tenant_id)`, never `sum`.
+//! - **Per replica** (RPCs, grants answered, store transactions, retries,
+//!   failures, instances removed): this process's own counts; aggregate with
+//!   `sum`.
+//!
+//! When the store cannot be read, a scrape still succeeds: it carries the
+//! per-replica metrics and `tollgate_store_up 0`, without tenant metrics.
+
+use std::time::Duration;
+
+use prometheus::proto::{self, MetricFamily, MetricType};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+};
+use tollgate_core::{Grant, TenantId};
+use tonic::Code;
+
+use crate::store::{Store, StoreError, StoreStats, TenantSnapshot};
+
+/// Tenants read per store call while scraping.
+const SCRAPE_PAGE: usize = 1000;
+
+/// RPC latency buckets, in seconds: 250 µs to 10 s.
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+/// The methods the RPC metrics name; anything else is `other`.
+const METHODS: [&str; 8] = [
+    "TokenBucket",
+    "UpdateTenantResourceLimits",
+    "GetTenant",
+    "ListTenants",
+    "DeleteTenant",
+    "Check",
+    "Watch",
+    "ServerReflectionInfo",
+];
+
+/// Why metrics could not be set up or rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("register metric: {0}")]
+    Register(#[from] prometheus::Error),
+    #[error("encode metrics: {0}")]
+    Encode(String),
+}
+
+/// The process's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    rpc_requests: IntCounterVec,
+    rpc_duration: HistogramVec,
+    grants: IntCounterVec,
+}
+
+impl Metrics {
+    pub fn new() -> Result<Metrics, MetricsError> {
+        let registry = Registry::new();
+        let rpc_requests = IntCounterVec::new(
+            Opts::new(
+                "tollgate_rpc_requests_total",
+                "gRPC requests this replica answered, by method and status code.",
+            ),
+            &["method", "code"],
+        )?;
+        let rpc_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "tollgate_rpc_duration_seconds",
+                "Time from receiving a gRPC request to sending its response headers, by method and status code.",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["method", "code"],
+        )?;
+        let grants = IntCounterVec::new(
+            Opts::new(
+                "tollgate_token_bucket_grants_total",
+                "Token-bucket answers this replica gave, by tenant and kind: immediate (the bucket held the tokens) or trickle (delivered over time: the pod is throttled).",
+            ),
+            &["tenant_id", "grant"],
+        )?;
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "tollgate_build_info",
+                "Always 1; the version label names the running build.",
+            ),
+            &["version"],
+        )?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        registry.register(Box::new(rpc_requests.clone()))?;
+        registry.register(Box::new(rpc_duration.clone()))?;
+        registry.register(Box::new(grants.clone()))?;
+        registry.register(Box::new(build_info))?;
+        Ok(Metrics {
+            registry,
+            rpc_requests,
+            rpc_duration,
+            grants,
+        })
+    }
+
+    /// Counts one answered RPC.
+    pub fn observe_rpc(&self, method: &str, code: Code, elapsed: Duration) {
+        let method = METHODS
+            .iter()
+            .find(|m| **m == method)
+            .copied()
+            .unwrap_or("other");
+        let code = code_name(code);
+        self.rpc_requests.with_label_values(&[method, code]).inc();
+        self.rpc_duration
+            .with_label_values(&[method, code])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts one token-bucket answer for `tenant`.
+    pub fn observe_grant(&self, tenant: &TenantId, grant: &Grant) {
+        let kind = if grant.trickle_duration.is_zero() {
+            "immediate"
+        } else {
+            "trickle"
+        };
+        self.grants
+            .with_label_values(&[tenant.as_str(), kind])
+            .inc();
+    }
+
+    /// The metrics in Prometheus's text format, tenants read from `store`.
+    pub async fn render(&self, store: &dyn Store) -> Result<String, MetricsError> {
+        let tenants = read_all_tenants(store).await;
+        let mut families = self.registry.gather();
+        families.extend(store_families(store.stats(), tenants.is_ok()));
+        match tenants {
+            Ok(tenants) => families.extend(tenant_families(&tenants)),
+            Err(e) => tracing::warn!(error = %e, "metrics: cannot read tenants from the store"),
+        }
+        families.retain(|f| !f.get_metric().is_empty());
+        families.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut out = Vec::new();
+        prometheus::TextEncoder::new()
+            .encode(&families, &mut out)
+            .map_err(|e| MetricsError::Encode(e.to_string()))?;
+        String::from_utf8(out).map_err(|e| MetricsError::Encode(e.to_string()))
+    }
+}
+
+async fn read_all_tenants(store: &dyn Store) -> Result<Vec<TenantSnapshot>, StoreError> {
+    let mut tenants: Vec<TenantSnapshot> = Vec::new();
+    loop {
+        let after = tenants.last().map(|t| t.tenant_id.clone());
+        let page = store.list_tenants(after.as_ref(), SCRAPE_PAGE).await?;
+        let full = page.len() == SCRAPE_PAGE;
+        tenants.extend(page);
+        if !full {
+            return Ok(tenants);
+        }
+    }
+}
+
+/// gRPC's canonical name of a status code, as gRPC's own metrics spell it.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<proto::Metric>) -> MetricFamily {
+    let mut family = MetricFamily::default();
+    family.set_name(name.to_owned());
+    family.set_help(help.to_owned());
+    family.set_field_type(kind);
+    family.set_metric(metrics);
+    family
+}
+
+fn sample(labels: &[(&str, &str)], kind: MetricType, value: f64) -> proto::Metric {
+    let mut metric = proto::Metric::default();
+    metric.set_label(
+        labels
+            .iter()
+            .map(|(name, value)| {
+                let mut pair = proto::LabelPair::default();
+                pair.set_name((*name).to_owned());
+                pair.set_value((*value).to_owned());
+                pair
+            })
+            .collect(),
+    );
+    match kind {
+        MetricType::COUNTER => {
+            let mut counter = proto::Counter::default();
+            counter.set_value(value);
+            metric.set_counter(counter);
+        }
+        _ => {
+            let mut gauge = proto::Gauge::default();
+            gauge.set_value(value);
+            metric.set_gauge(gauge);
+        }
+    }
+    metric
+}
+
+fn store_families(stats: StoreStats, store_up: bool) -> Vec<MetricFamily> {
+    let one = |name: &str, help: &str, kind: MetricType, value: f64| {
+        family(name, help, kind, vec![sample(&[], kind, value)])
+    };
+    vec![
+        one(
+            "tollgate_store_up",
+            "1 if this replica could read the store for this scrape, else 0.",
+            MetricType::GAUGE,
+            if store_up { 1.0 } else { 0.0 },
+        ),
+        one(
+            "tollgate_store_transactions_total",
+            "Write transactions this replica committed (a batch of token-bucket requests counts once).",
+            MetricType::COUNTER,
+            stats.transactions as f64,
+        ),
+        one(
+            "tollgate_store_retries_total",
+            "Store transaction attempts that failed (conflicts, lost connections) and were run again.",
+            MetricType::COUNTER,
+            stats.retries as f64,
+        ),
+        one(
+            "tollgate_store_failures_total",
+            "Store operations that failed after their last attempt.",
+            MetricType::COUNTER,
+            stats.failures as f64,
+        ),
+        one(
+            "tollgate_instances_removed_total",
+            "Instances this replica removed from their tenant's list for being silent too long.",
+            MetricType::COUNTER,
+            stats.instances_removed as f64,
+        ),
+    ]
+}
+
+type TenantValue = fn(&TenantSnapshot) -> f64;
+
+/// The per-tenant metrics: name, help, type, value.
+const TENANT_METRICS: [(&str, &str, MetricType, TenantValue); 14] = [
+    (
+        "tollgate_tenant_request_units_total",
+        "Request units the tenant's pods reported consuming, since the tenant was created (read from the store).",
+        MetricType::COUNTER,
+        |t| t.state.consumption.request_units,
+    ),
+    (
+        "tollgate_tenant_read_batches_total",
+        "Read batches the tenant's pods reported.",
+        MetricType::COUNTER,
+        |t| t.state.consumption.read_batches as f64,
+    ),
+    (
+        "tollgate_tenant_read_requests_total",
+        "Read requests the tenant's pods reported.",
+        MetricType::COUNTER,
+        |t| t.state.consumption.read_requests as f64,
+    ),
+    (
+        "tollgate_tenant_read_bytes_total",
+        "Bytes read that the tenant's pods reported.",
+        MetricType::COUNTER,
+        |t| t.state.consumption.read_bytes as f64,
+    ),
+    (
+        "tollgate_tenant_write_batches_total",
+        "Write batches the tenant's pods reported.",
+        MetricType::COUNTER,
+        |t| t.state.consumption.write_batches as f64,
+    ),
+    (
+        "tollgate_tenant_write_requests_total",
+        "Write requests the tenant's pods reported.",
+        MetricType::COUNTER,
+        |t| t.state.consumption.write_requests as f64,
+    ),
+    (
+        "tollgate_tenant_write_bytes_total",
+        "Bytes written that the tenant's pods reported.",
+        MetricType::COUNTER,
+        |t| t.state.consumption.write_bytes as f64,
+    ),
+    (
+        "tollgate_tenant_cpu_seconds_total",
+        "CPU seconds the tenant's pods reported.",
+        MetricType::COUNTER,
+        |t| t.state.consumption.cpu_seconds,
+    ),
+    (
+        "tollgate_tenant_egress_bytes_total",
+        "Egress bytes the tenant's pods reported.",
+        MetricType::COUNTER,
+        |t| t.state.consumption.egress_bytes as f64,
+    ),
+    (
+        "tollgate_tenant_granted_tokens_total",
+        "Tokens granted to the tenant's pods since the tenant was created.",
+        MetricType::COUNTER,
+        |t| t.state.granted_tokens,
+    ),
+    (
+        "tollgate_tenant_tokens",
+        "Tokens in the tenant's global bucket now, refill included (negative: debt).",
+        MetricType::GAUGE,
+        TenantSnapshot::current_tokens,
+    ),
+    (
+        "tollgate_tenant_refill_rate",
+        "Tokens per second added to the tenant's bucket.",
+        MetricType::GAUGE,
+        |t| t.state.limits.refill_rate,
+    ),
+    (
+        "tollgate_tenant_burst_limit",
+        "Tokens at which the tenant's bucket stops refilling.",
+        MetricType::GAUGE,
+        |t| t.state.limits.burst_limit,
+    ),
+    (
+        "tollgate_tenant_instances",
+        "Live instances (pods) in the tenant's list.",
+        MetricType::GAUGE,
+        |t| f64::from(t.state.live_instances),
+    ),
+];
+
+fn tenant_families(tenants: &[TenantSnapshot]) -> Vec<MetricFamily> {
+    let mut families: Vec<MetricFamily> = TENANT_METRICS
+        .iter()
+        .map(|(name, help, kind, value)| {
+            family(
+                name,
+                help,
+                *kind,
+                tenants
+                    .iter()
+                    .map(|t| sample(&[("tenant_id", t.tenant_id.as_str())], *kind, value(t)))
+                    .collect(),
+            )
+        })
+        .collect();
+    families.push(family(
+        "tollgate_tenants",
+        "Tenants in the store.",
+        MetricType::GAUGE,
+        vec![sample(&[], MetricType::GAUGE, tenants.len() as f64)],
+    ));
+    families
+}

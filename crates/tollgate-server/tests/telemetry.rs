@@ -1,0 +1,361 @@
+//! What operators watch, from a real server: `/metrics` after traffic for
+//! two tenants (checked against the store's own totals, and by `promtool
+//! check metrics` where it is installed), gRPC health, `/healthz` and
+//! `/readyz`, and gRPC reflection. Run on both stores.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::{Backend, Backing};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tollgate_core::TenantId;
+use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
+use tollgate_proto::v1::{self, admin_client::AdminClient};
+use tollgate_server::store::{BucketSettings, Store};
+use tollgate_server::telemetry::{Telemetry, serve_http};
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+/// A server with its HTTP side.
+struct Observed {
+    grpc: SocketAddr,
+    http: SocketAddr,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    store: Arc<dyn Store>,
+    _backing: Backing,
+}
+
+async fn start(backend: Backend) -> Observed {
+    let backing = Backing::new(backend).await;
+    let store = backing.open(BucketSettings::default()).await;
+    let telemetry = Telemetry::new().expect("telemetry");
+    let grpc_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let http_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let (grpc, http) = (
+        grpc_listener.local_addr().expect("addr"),
+        http_listener.local_addr().expect("addr"),
+    );
+    let (stop, stopped) = watch::channel(false);
+    let signal = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let tasks = vec![
+        tokio::spawn({
+            let (store, telemetry, signal) = (
+                Arc::clone(&store),
+                telemetry.clone(),
+                signal(stopped.clone()),
+            );
+            async move {
+                tollgate_server::run_with_telemetry(grpc_listener, store, telemetry, signal)
+                    .await
+                    .expect("gRPC server ran");
+            }
+        }),
+        tokio::spawn({
+            let (store, signal) = (Arc::clone(&store), signal(stopped));
+            async move {
+                serve_http(http_listener, store, telemetry, signal)
+                    .await
+                    .expect("HTTP server ran");
+            }
+        }),
+    ];
+    Observed {
+        grpc,
+        http,
+        stop,
+        tasks,
+        store,
+        _backing: backing,
+    }
+}
+
+impl Observed {
+    async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.grpc))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    /// GET `path`: the status code and body.
+    async fn get(&self, path: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(self.http).await.expect("connect");
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes())
+            .await
+            .expect("send");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.expect("read");
+        let (head, body) = response.split_once("\r\n\r\n").expect("HTTP response");
+        let code = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .expect("status code");
+        (code, body.to_owned())
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            task.await.expect("server task");
+        }
+        self.store.close().await.expect("close");
+    }
+}
+
+/// `name{labels}` → value, from the text format.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            Some((key.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+fn pod_request(tenant: &str, instance: u32, seq: u64, ru: f64) -> v1::TokenBucketRequest {
+    v1::TokenBucketRequest {
+        tenant_id: tenant.into(),
+        instance_id: instance,
+        instance_lease: b"lease".to_vec(),
+        seq,
+        requested_tokens: 50.0,
+        shares: 1.0,
+        consumption_since_last_request: Some(v1::Consumption {
+            request_units: ru,
+            read_batches: 1,
+            read_requests: 2,
+            read_bytes: 300,
+            write_batches: 1,
+            write_requests: 4,
+            write_bytes: 500,
+            cpu_seconds: 0.25,
+            egress_bytes: 60,
+        }),
+        ..Default::default()
+    }
+}
+
+async fn metrics_match_the_store_after_traffic(backend: Backend) {
+    let server = start(backend).await;
+    let channel = server.channel().await;
+    let mut admin = AdminClient::new(channel.clone());
+    let mut pods = TokenBucketServiceClient::new(channel);
+    admin
+        .update_tenant_resource_limits(v1::UpdateTenantResourceLimitsRequest {
+            tenant_id: "alpha".into(),
+            available_tokens: 100.0,
+            refill_rate: 10.0,
+            burst_limit: 500.0,
+            ..Default::default()
+        })
+        .await
+        .expect("configure alpha");
+    let mut answered = 0;
+    for seq in 1..=5 {
+        for instance in 1..=3 {
+            pods.token_bucket(pod_request("alpha", instance, seq, f64::from(instance)))
+                .await
+                .expect("alpha");
+            answered += 1;
+        }
+        pods.token_bucket(pod_request("beta", 7, seq, 2.5))
+            .await
+            .expect("beta");
+        answered += 1;
+    }
+    let refused = pods
+        .token_bucket(pod_request("", 1, 1, 1.0))
+        .await
+        .expect_err("no tenant id");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+
+    let (code, text) = server.get("/metrics").await;
+    assert_eq!(code, 200, "{text}");
+    let m = samples(&text);
+    for tenant in ["alpha", "beta"] {
+        let stored = server
+            .store
+            .get_tenant(&TenantId::parse("t", tenant).expect("id"))
+            .await
+            .expect("stored")
+            .state;
+        let c = &stored.consumption;
+        let expect = [
+            ("request_units_total", c.request_units),
+            ("read_batches_total", c.read_batches as f64),
+            ("read_requests_total", c.read_requests as f64),
+            ("read_bytes_total", c.read_bytes as f64),
+            ("write_batches_total", c.write_batches as f64),
+            ("write_requests_total", c.write_requests as f64),
+            ("write_bytes_total", c.write_bytes as f64),
+            ("cpu_seconds_total", c.cpu_seconds),
+            ("egress_bytes_total", c.egress_bytes as f64),
+            ("granted_tokens_total", stored.granted_tokens),
+            ("refill_rate", stored.limits.refill_rate),
+            ("burst_limit", stored.limits.burst_limit),
+            ("instances", f64::from(stored.live_instances)),
+        ];
+        for (name, value) in expect {
+            let key = format!("tollgate_tenant_{name}{{tenant_id=\"{tenant}\"}}");
+            assert_eq!(m.get(&key), Some(&value), "{key} in\n{text}");
+        }
+        assert!(c.request_units > 0.0 && c.read_batches == 5 * stored.live_instances as u64);
+        let tokens = m[&format!("tollgate_tenant_tokens{{tenant_id=\"{tenant}\"}}")];
+        assert!(
+            tokens <= stored.limits.burst_limit.max(stored.tokens),
+            "{tokens}"
+        );
+    }
+    assert_eq!(
+        m["tollgate_tenant_request_units_total{tenant_id=\"alpha\"}"],
+        30.0
+    );
+    assert_eq!(
+        m["tollgate_tenant_request_units_total{tenant_id=\"beta\"}"],
+        12.5
+    );
+    assert_eq!(m["tollgate_tenants"], 2.0);
+    assert_eq!(m["tollgate_store_up"], 1.0);
+    assert_eq!(
+        m["tollgate_rpc_requests_total{code=\"OK\",method=\"TokenBucket\"}"],
+        f64::from(answered)
+    );
+    assert_eq!(
+        m["tollgate_rpc_requests_total{code=\"INVALID_ARGUMENT\",method=\"TokenBucket\"}"],
+        1.0
+    );
+    assert_eq!(
+        m["tollgate_rpc_duration_seconds_count{code=\"OK\",method=\"TokenBucket\"}"],
+        f64::from(answered)
+    );
+    let grants: f64 = m
+        .iter()
+        .filter(|(k, _)| k.starts_with("tollgate_token_bucket_grants_total{"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(grants, f64::from(answered));
+    assert!(m["tollgate_store_transactions_total"] >= 1.0);
+    assert_eq!(m["tollgate_store_failures_total"], 0.0);
+    assert!(m.contains_key("tollgate_build_info{version=\"0.1.0\"}"));
+    promtool_accepts(&text);
+    server.stop().await;
+}
+
+/// `promtool check metrics` finds nothing to complain about, where
+/// promtool is installed (CI installs it).
+fn promtool_accepts(text: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let Ok(mut child) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        eprintln!("promtool is not installed: the metrics lint is left to CI");
+        return;
+    };
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool: {said}"
+    );
+}
+
+async fn health_readiness_and_reflection(backend: Backend) {
+    let server = start(backend).await;
+    let channel = server.channel().await;
+    let mut health = HealthClient::new(channel.clone());
+    for service in ["", "tollgate.v1.TokenBucketService", "tollgate.v1.Admin"] {
+        let mut status = ServingStatus::Unknown;
+        for _ in 0..100 {
+            status = health
+                .check(HealthCheckRequest {
+                    service: service.into(),
+                })
+                .await
+                .expect("health check")
+                .into_inner()
+                .status();
+            if status == ServingStatus::Serving {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(status, ServingStatus::Serving, "service {service:?}");
+    }
+    assert_eq!(server.get("/healthz").await.0, 200);
+    assert_eq!(server.get("/readyz").await.0, 200);
+    assert_eq!(server.get("/nothing-here").await.0, 404);
+
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let mut reflection = ServerReflectionClient::new(channel);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = reflection
+        .server_reflection_info(tokio_stream_once(request))
+        .await
+        .expect("reflection")
+        .into_inner();
+    let answer = answers
+        .message()
+        .await
+        .expect("answer")
+        .expect("one answer");
+    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+        panic!("not a service list: {answer:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for expected in [
+        "tollgate.v1.TokenBucketService",
+        "tollgate.v1.Admin",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} in {names:?}"
+        );
+    }
+    server.stop().await;
+}
+
+fn tokio_stream_once<T: Send + 'static>(item: T) -> impl futures_util::Stream<Item = T> + Send {
+    futures_util::stream::iter([item])
+}
+
+for_each_store!(
+    metrics_match_the_store_after_traffic,
+    health_readiness_and_reflection,
+);
