@@ -253,7 +253,41 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
     assert_eq!(m["tollgate_store_failures_total"], 0.0);
     assert!(m.contains_key("tollgate_build_info{version=\"0.1.0\"}"));
     promtool_accepts(&text);
+    exported_as_listed(&text);
     server.stop().await;
+}
+
+/// The families exported are exactly those `deploy/metric-names.txt` lists
+/// (which the dashboard, the alert rules and the docs are checked against),
+/// with the types it gives.
+fn exported_as_listed(text: &str) {
+    let listed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/metric-names.txt"
+    ))
+    .expect("deploy/metric-names.txt");
+    let listed: BTreeMap<String, String> = listed
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let mut fields = l.split_whitespace();
+            let name = fields.next().expect("name").to_owned();
+            let kind = fields.next().expect("type").to_owned();
+            (name, kind)
+        })
+        .collect();
+    let exported: BTreeMap<String, String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| {
+            let (name, kind) = l.split_once(' ')?;
+            Some((name.to_owned(), kind.to_owned()))
+        })
+        .collect();
+    assert_eq!(
+        exported, listed,
+        "exported families vs deploy/metric-names.txt"
+    );
 }
 
 /// `promtool check metrics` finds nothing to complain about, where
