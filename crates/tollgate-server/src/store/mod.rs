@@ -163,8 +163,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         limit: usize,
     ) -> Result<Vec<TenantSnapshot>, StoreError>;
 
-    /// Deletes a tenant and its instances.
-    async fn delete_tenant(&self, tenant: &TenantId) -> Result<(), StoreError>;
+    /// Deletes a tenant and its instances, answering with the tenant as it
+    /// was when deleted (its limits, tokens and totals; without instances).
+    async fn delete_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError>;
 
     /// Finishes pending work and releases the store (files, connections).
     /// Operations after `close` fail.
