@@ -357,7 +357,7 @@ impl ServeConfig {
             layers.add(Source::Env(name), &options)?;
         }
         layers.add(Source::Flag, flags)?;
-        layers.resolve(env, file.map(|f| f.path.clone()))
+        layers.into_config(env, file.map(|f| f.path.clone()))
     }
 
     /// The layers that set options, in the order they apply, e.g.
@@ -474,7 +474,7 @@ impl Layers {
     }
 
     /// Validates the merged options into a [`ServeConfig`].
-    fn resolve(
+    fn into_config(
         mut self,
         env: EnvLookup<'_>,
         config_file: Option<PathBuf>,

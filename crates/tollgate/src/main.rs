@@ -66,10 +66,10 @@ fn main() -> ExitCode {
                 Err(e) => (Err(e), LogFormat::Text),
             }
         }
-        command => {
-            init_logging(LogFormat::Text);
-            (block_on(run(command)), LogFormat::Text)
-        }
+        Command::Migrate(args) => with_text_logs(store::migrate(args)),
+        Command::Tenant(args) => with_text_logs(tenant::run(args)),
+        Command::Pod(args) => with_text_logs(pod::run(args)),
+        Command::Bench(args) => with_text_logs(bench::run(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -97,6 +97,7 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// Runs `work` to completion on a multi-threaded runtime.
 fn block_on(work: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -104,12 +105,10 @@ fn block_on(work: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()
         .block_on(work)
 }
 
-async fn run(command: Command) -> anyhow::Result<()> {
-    match command {
-        Command::Serve(_) => unreachable!("serve runs from main"),
-        Command::Migrate(args) => store::migrate(args).await,
-        Command::Tenant(args) => tenant::run(args).await,
-        Command::Pod(args) => pod::run(args).await,
-        Command::Bench(args) => bench::run(args).await,
-    }
+/// Runs a command other than `serve`: its logs are always text.
+fn with_text_logs(
+    work: impl Future<Output = anyhow::Result<()>>,
+) -> (anyhow::Result<()>, LogFormat) {
+    init_logging(LogFormat::Text);
+    (block_on(work), LogFormat::Text)
 }

@@ -44,8 +44,10 @@ impl Server {
     pub fn start_logged(args: &[&str], envs: &[(&str, &str)], port: u16, log: &Path) -> Server {
         let mut command = Command::new(BIN);
         command.arg("serve").args(args);
-        for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("TOLLGATE_")) {
-            command.env_remove(name);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("TOLLGATE_") {
+                command.env_remove(name);
+            }
         }
         let stderr = File::create(log).expect("create the server log");
         let child = command
