@@ -17,6 +17,15 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 
 pub use prost_types::{Duration, Timestamp};
 
+/// The gRPC metadata key naming who asks for an `Admin` change (an
+/// operator's user name, say). The server only logs it: it authenticates
+/// nothing, and a value that is not printable ASCII of at most
+/// [`MAX_ACTOR_LEN`] characters is left out of the log.
+pub const ACTOR_METADATA: &str = "x-tollgate-actor";
+
+/// The longest `x-tollgate-actor` value the server logs.
+pub const MAX_ACTOR_LEN: usize = 128;
+
 mod convert {
     //! Conversions between the wire's messages and the core's types that
     //! need no validation, written once for the server and the client.

@@ -210,7 +210,14 @@ async fn deleting_a_tenant_removes_its_instances(store: &dyn Store, clock: &Manu
             .await
             .expect("request");
     }
-    store.delete_tenant(&t).await.expect("delete");
+    let deleted = store.delete_tenant(&t).await.expect("delete");
+    assert_eq!(deleted.tenant_id, t);
+    assert_eq!(
+        deleted.state.limits.refill_rate, 5.0,
+        "the answer is the deleted tenant"
+    );
+    assert_eq!(deleted.state.live_instances, 3);
+    assert!(deleted.instances.is_empty());
     assert!(matches!(
         store.get_tenant(&t).await,
         Err(StoreError::TenantNotFound(_))

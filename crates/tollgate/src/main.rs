@@ -1,6 +1,7 @@
 //! `tollgate`: runs the server and administers tenants.
 //!
-//! - `tollgate serve`: the gRPC server on the embedded store or PostgreSQL.
+//! - `tollgate serve`: the gRPC server on the embedded store or PostgreSQL,
+//!   configured by defaults, a TOML file, `TOLLGATE_*` variables and flags.
 //! - `tollgate migrate`: brings a store's schema up to date.
 //! - `tollgate tenant …`: set limits, show, list and delete tenants on a
 //!   running server through its `Admin` service.
@@ -9,6 +10,7 @@
 //!   more servers, with throughput, latency and per-tenant consumption sums.
 
 mod bench;
+mod config;
 mod pod;
 mod remote;
 mod serve;
@@ -21,6 +23,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+use crate::config::{LogFormat, ServeConfig};
+
+/// What `RUST_LOG` falls back to.
+const DEFAULT_LOG_FILTER: &str = "info,tokio_postgres=warn,refinery_core=warn";
+
 /// Tollgate: hierarchical multi-tenant cost control.
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about, propagate_version = true)]
@@ -32,7 +39,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the server.
-    Serve(serve::ServeArgs),
+    Serve(config::ServeArgs),
     /// Bring a store's schema up to date (the server also does it at start).
     Migrate(store::MigrateArgs),
     /// Configure and inspect tenants on a running server.
@@ -45,34 +52,63 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("info,tokio_postgres=warn,refinery_core=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-    match run(cli) {
+    let (result, log_format) = match cli.command {
+        Command::Serve(args) => {
+            // The log format is part of the configuration, so logging
+            // starts only once the configuration is known; until then
+            // errors go to stderr as plain text.
+            match ServeConfig::load(&args, &|name| std::env::var(name).ok()) {
+                Ok(config) => {
+                    let log_format = config.log_format;
+                    init_logging(log_format);
+                    (block_on(serve::serve(config)), log_format)
+                }
+                Err(e) => (Err(e), LogFormat::Text),
+            }
+        }
+        Command::Migrate(args) => with_text_logs(store::migrate(args)),
+        Command::Tenant(args) => with_text_logs(tenant::run(args)),
+        Command::Pod(args) => with_text_logs(pod::run(args)),
+        Command::Bench(args) => with_text_logs(bench::run(args)),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            match log_format {
+                // Keep stderr one JSON object per line.
+                LogFormat::Json => tracing::error!(error = %format!("{e:#}"), "tollgate failed"),
+                LogFormat::Text => eprintln!("error: {e:#}"),
+            }
             ExitCode::FAILURE
         }
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// Logs to stderr, filtered by `RUST_LOG` (default [`DEFAULT_LOG_FILTER`]).
+fn init_logging(format: LogFormat) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs.json().with_ansi(false).init(),
+    }
+}
+
+/// Runs `work` to completion on a multi-threaded runtime.
+fn block_on(work: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        match cli.command {
-            Command::Serve(args) => serve::serve(args).await,
-            Command::Migrate(args) => store::migrate(args).await,
-            Command::Tenant(args) => tenant::run(args).await,
-            Command::Pod(args) => pod::run(args).await,
-            Command::Bench(args) => bench::run(args).await,
-        }
-    })
+        .build()?
+        .block_on(work)
+}
+
+/// Runs a command other than `serve`: its logs are always text.
+fn with_text_logs(
+    work: impl Future<Output = anyhow::Result<()>>,
+) -> (anyhow::Result<()>, LogFormat) {
+    init_logging(LogFormat::Text);
+    (block_on(work), LogFormat::Text)
 }

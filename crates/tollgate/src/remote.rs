@@ -1,10 +1,13 @@
 //! Reaching a running server: the `--server` option the client commands
-//! share, and how gRPC errors read on a terminal.
+//! share, the `--actor` that changes carry, and how gRPC errors read on a
+//! terminal.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use tollgate_proto::{ACTOR_METADATA, MAX_ACTOR_LEN};
+use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 #[derive(Debug, Args)]
@@ -27,6 +30,52 @@ impl ServerArg {
             .connect()
             .await
             .with_context(|| format!("connect to {}", self.server))
+    }
+}
+
+/// Who makes a change, sent with it as `x-tollgate-actor` metadata for the
+/// server's log. The server authenticates nothing; the name only says who
+/// an operator claims to be.
+#[derive(Debug, Args)]
+pub struct ActorArg {
+    /// Who makes the change, for the server's log: printable ASCII, at most
+    /// 128 characters [default: $USER]
+    #[arg(long, env = "TOLLGATE_ACTOR", value_name = "NAME")]
+    actor: Option<String>,
+}
+
+impl ActorArg {
+    /// `--actor` (or `TOLLGATE_ACTOR`), else `USER`, else nobody.
+    fn name(&self) -> Option<String> {
+        self.actor
+            .clone()
+            .or_else(|| std::env::var("USER").ok())
+            .filter(|name| !name.is_empty())
+    }
+
+    /// `message` as a request carrying the actor. A name the server will
+    /// not log is sent all the same (the server notes that it ignored it),
+    /// unless it cannot travel as metadata at all; either way a warning
+    /// says so and the change goes ahead.
+    pub fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        let Some(name) = self.name() else {
+            return request;
+        };
+        let printable = name.bytes().all(|b| (b' '..=b'~').contains(&b));
+        if !printable || name.len() > MAX_ACTOR_LEN {
+            eprintln!(
+                "warning: actor {name:?} is not printable ASCII of at most {MAX_ACTOR_LEN} \
+                 characters; the server will leave it out of its log"
+            );
+        }
+        match AsciiMetadataValue::try_from(name.as_bytes()) {
+            Ok(value) => {
+                request.metadata_mut().insert(ACTOR_METADATA, value);
+            }
+            Err(_) => eprintln!("warning: actor {name:?} cannot be sent as gRPC metadata"),
+        }
+        request
     }
 }
 

@@ -1,5 +1,6 @@
 //! Where the server keeps its state: `--store` names an embedded store file
-//! or a PostgreSQL database, and `tollgate migrate` prepares either.
+//! or a PostgreSQL database (`--in-memory` keeps it in memory), and
+//! `tollgate migrate` prepares either.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,6 +24,8 @@ pub enum StoreLocation {
     File(PathBuf),
     /// A PostgreSQL (or compatible) database URL.
     Postgres(String),
+    /// Memory: everything is lost when the server stops.
+    Memory,
 }
 
 impl StoreLocation {
@@ -43,9 +46,14 @@ impl StoreLocation {
             Some(location) => StoreLocation::parse(location),
             None => match std::env::var("DATABASE_URL") {
                 Ok(url) if !url.is_empty() => StoreLocation::parse(&url),
-                _ => StoreLocation::File(PathBuf::from(DEFAULT_STORE_FILE)),
+                _ => StoreLocation::default_file(),
             },
         }
+    }
+
+    /// `tollgate.redb` in the working directory.
+    pub fn default_file() -> StoreLocation {
+        StoreLocation::File(PathBuf::from(DEFAULT_STORE_FILE))
     }
 
     /// A description for logs and errors, without any password.
@@ -70,60 +78,49 @@ impl StoreLocation {
                 }
                 Err(_) => "PostgreSQL database (unparsable URL)".to_owned(),
             },
+            StoreLocation::Memory => "memory".to_owned(),
         }
     }
 }
 
-/// How the PostgreSQL store uses its database.
-#[derive(Debug, Args)]
-pub struct PostgresArgs {
-    /// PostgreSQL: connections in the pool (transactions in flight at once).
-    #[arg(long, env = "TOLLGATE_PG_POOL_SIZE", default_value_t = 16)]
-    pg_pool_size: usize,
-
-    /// PostgreSQL: the most token-bucket requests served by one transaction.
-    #[arg(long, env = "TOLLGATE_PG_MAX_BATCH", default_value_t = 64)]
-    pg_max_batch: usize,
-
-    /// PostgreSQL: how long to wait for a connection.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    pg_connect_timeout: Duration,
+/// How the PostgreSQL store uses its database (`--pg-*`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PostgresPool {
+    /// Connections in the pool (transactions in flight at once).
+    pub pool_size: usize,
+    /// The most token-bucket requests served by one transaction.
+    pub max_batch: usize,
+    /// How long to wait for a new or a free connection.
+    pub connect_timeout: Duration,
 }
 
-impl PostgresArgs {
-    fn options(&self, url: &str) -> anyhow::Result<PostgresOptions> {
-        if self.pg_pool_size == 0 {
-            anyhow::bail!("--pg-pool-size: must be at least 1");
-        }
-        if self.pg_max_batch == 0 {
-            anyhow::bail!("--pg-max-batch: must be at least 1");
-        }
-        if self.pg_connect_timeout.is_zero() {
-            anyhow::bail!("--pg-connect-timeout: must be more than zero");
-        }
-        url.parse::<tokio_postgres::Config>()
-            .context("--store: not a valid PostgreSQL URL")?;
+impl PostgresPool {
+    fn options(&self, url: &str) -> PostgresOptions {
         let mut options = PostgresOptions::new(url);
-        options.pool_size = self.pg_pool_size;
-        options.max_batch = self.pg_max_batch;
-        options.connect_timeout = self.pg_connect_timeout;
-        Ok(options)
+        options.pool_size = self.pool_size;
+        options.max_batch = self.max_batch;
+        options.connect_timeout = self.connect_timeout;
+        options
     }
 }
 
 /// Opens the store at `location` (applying PostgreSQL migrations first).
 pub async fn open(
     location: &StoreLocation,
-    postgres: &PostgresArgs,
+    postgres: &PostgresPool,
     settings: BucketSettings,
 ) -> anyhow::Result<Arc<dyn Store>> {
     let store: Arc<dyn Store> = match location {
+        StoreLocation::Memory => {
+            tracing::warn!("in-memory store: all state is lost when the server stops");
+            Arc::new(EmbeddedStore::in_memory(settings)?)
+        }
         StoreLocation::File(path) => Arc::new(
             EmbeddedStore::open(path, settings)
                 .with_context(|| format!("open the store {}", location.describe()))?,
         ),
         StoreLocation::Postgres(url) => Arc::new(
-            PostgresStore::connect(postgres.options(url)?, settings)
+            PostgresStore::connect(postgres.options(url), settings)
                 .await
                 .with_context(|| format!("open the store {}", location.describe()))?,
         ),
@@ -158,6 +155,7 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("migrate {}", location.describe()))?;
             store.close().await?;
         }
+        StoreLocation::Memory => {}
     }
     println!("{}: schema is up to date", location.describe());
     Ok(())

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use tollgate_proto::v1::{self, admin_client::AdminClient};
 
-use crate::remote::{ServerArg, rpc_error};
+use crate::remote::{ActorArg, ServerArg, rpc_error};
 
 #[derive(Debug, Args)]
 pub struct TenantArgs {
@@ -43,6 +43,8 @@ enum TenantCommand {
     Delete {
         #[arg(long)]
         tenant: String,
+        #[command(flatten)]
+        actor: ActorArg,
     },
 }
 
@@ -74,6 +76,8 @@ struct SetLimitsArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    actor: ActorArg,
 }
 
 pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
@@ -81,15 +85,17 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
     match args.command {
         TenantCommand::SetLimits(a) => {
             let response = client
-                .update_tenant_resource_limits(v1::UpdateTenantResourceLimitsRequest {
-                    tenant_id: a.tenant,
-                    bucket: String::new(),
-                    available_tokens: a.available,
-                    refill_rate: a.refill_rate,
-                    burst_limit: a.burst_limit,
-                    as_of: a.as_of.map(prost_types::Timestamp::from),
-                    as_of_consumed_tokens: a.as_of_consumed,
-                })
+                .update_tenant_resource_limits(a.actor.request(
+                    v1::UpdateTenantResourceLimitsRequest {
+                        tenant_id: a.tenant,
+                        bucket: String::new(),
+                        available_tokens: a.available,
+                        refill_rate: a.refill_rate,
+                        burst_limit: a.burst_limit,
+                        as_of: a.as_of.map(prost_types::Timestamp::from),
+                        as_of_consumed_tokens: a.as_of_consumed,
+                    },
+                ))
                 .await
                 .map_err(rpc_error)?;
             let tenant = response.into_inner().tenant.unwrap_or_default();
@@ -125,11 +131,11 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
             }
             print_list(&tenants, json)
         }
-        TenantCommand::Delete { tenant } => {
+        TenantCommand::Delete { tenant, actor } => {
             client
-                .delete_tenant(v1::DeleteTenantRequest {
+                .delete_tenant(actor.request(v1::DeleteTenantRequest {
                     tenant_id: tenant.clone(),
-                })
+                }))
                 .await
                 .map_err(rpc_error)?;
             println!("deleted tenant {tenant}");

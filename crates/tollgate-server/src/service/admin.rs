@@ -6,6 +6,7 @@ use tollgate_core::{InvalidInput, TenantId};
 use tollgate_proto::v1::{self, admin_server};
 use tonic::{Request, Response, Status};
 
+use super::audit::{self, Caller};
 use super::{convert, invalid, status};
 use crate::store::Store;
 
@@ -26,47 +27,20 @@ impl AdminService {
     }
 }
 
-fn peer<T>(request: &Request<T>) -> String {
-    request
-        .remote_addr()
-        .map_or_else(|| "unknown".to_owned(), |a| a.to_string())
-}
-
 #[tonic::async_trait]
 impl admin_server::Admin for AdminService {
     async fn update_tenant_resource_limits(
         &self,
         request: Request<v1::UpdateTenantResourceLimitsRequest>,
     ) -> Result<Response<v1::UpdateTenantResourceLimitsResponse>, Status> {
-        let peer = peer(&request);
+        let caller = Caller::of(&request);
         let (tenant, update) = convert::limits_update(request.into_inner()).map_err(invalid)?;
         let change = self
             .store
             .update_limits(&tenant, &update)
             .await
             .map_err(|e| status("update tenant limits", e))?;
-        let after = &change.after.state;
-        match &change.before {
-            Some(before) => tracing::info!(
-                %peer,
-                %tenant,
-                before.refill_rate = before.limits.refill_rate,
-                before.burst_limit = before.limits.burst_limit,
-                before.tokens = before.tokens_at(change.after.read_at),
-                after.refill_rate = after.limits.refill_rate,
-                after.burst_limit = after.limits.burst_limit,
-                after.tokens = after.tokens,
-                "tenant limits updated"
-            ),
-            None => tracing::info!(
-                %peer,
-                %tenant,
-                after.refill_rate = after.limits.refill_rate,
-                after.burst_limit = after.limits.burst_limit,
-                after.tokens = after.tokens,
-                "tenant created"
-            ),
-        }
+        audit::limits_updated(&caller, &tenant, &update, &change);
         Ok(Response::new(v1::UpdateTenantResourceLimitsResponse {
             tenant: Some(convert::tenant_to_proto(&change.after)),
         }))
@@ -134,13 +108,14 @@ impl admin_server::Admin for AdminService {
         &self,
         request: Request<v1::DeleteTenantRequest>,
     ) -> Result<Response<v1::DeleteTenantResponse>, Status> {
-        let peer = peer(&request);
+        let caller = Caller::of(&request);
         let tenant = convert::tenant_id(&request.into_inner().tenant_id).map_err(invalid)?;
-        self.store
+        let deleted = self
+            .store
             .delete_tenant(&tenant)
             .await
             .map_err(|e| status("delete tenant", e))?;
-        tracing::info!(%peer, %tenant, "tenant deleted");
+        audit::tenant_deleted(&caller, &deleted);
         Ok(Response::new(v1::DeleteTenantResponse {}))
     }
 }

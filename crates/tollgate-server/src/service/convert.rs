@@ -91,7 +91,7 @@ fn timestamp(field: &str, t: prost_types::Timestamp) -> Result<Timestamp, Invali
     ))
 }
 
-fn timestamp_to_proto(t: Timestamp) -> prost_types::Timestamp {
+pub(super) fn timestamp_to_proto(t: Timestamp) -> prost_types::Timestamp {
     let micros = t.unix_micros();
     prost_types::Timestamp {
         seconds: micros.div_euclid(1_000_000),

@@ -6,6 +6,7 @@
 //! which is also where they are logged.
 
 mod admin;
+mod audit;
 mod convert;
 mod token_bucket;
 

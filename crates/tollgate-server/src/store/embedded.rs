@@ -441,15 +441,20 @@ impl Writer {
     }
 }
 
-fn delete(txn: &WriteTransaction, tenant: &TenantId) -> Result<Result<(), StoreError>, StoreError> {
+fn delete(
+    txn: &WriteTransaction,
+    tenant: &TenantId,
+    now: Timestamp,
+) -> Result<Result<TenantSnapshot, StoreError>, StoreError> {
     let mut tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
-    let existed = tenants
+    let removed = tenants
         .remove(tenant.as_str())
-        .map_err(storage("delete tenant row"))?
-        .is_some();
-    if !existed {
+        .map_err(storage("delete tenant row"))?;
+    let Some(row) = removed else {
         return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
-    }
+    };
+    let state: TenantState = decode("decode tenant row", row.value())?;
+    drop(row);
     let mut instances = txn
         .open_table(INSTANCES)
         .map_err(storage("open instances"))?;
@@ -459,7 +464,12 @@ fn delete(txn: &WriteTransaction, tenant: &TenantId) -> Result<Result<(), StoreE
             |_, _| false,
         )
         .map_err(storage("delete instance rows"))?;
-    Ok(Ok(()))
+    Ok(Ok(TenantSnapshot {
+        tenant_id: tenant.clone(),
+        state,
+        instances: Vec::new(),
+        read_at: now,
+    }))
 }
 
 fn read_tenant(
@@ -621,9 +631,9 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn delete_tenant(&self, tenant: &TenantId) -> Result<(), StoreError> {
+    async fn delete_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError> {
         let tenant = tenant.clone();
-        self.write(Box::new(move |_, txn, _| delete(txn, &tenant)))
+        self.write(Box::new(move |_, txn, now| delete(txn, &tenant, now)))
             .await
     }
 

@@ -202,8 +202,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         limit: usize,
     ) -> Result<Vec<TenantSnapshot>, StoreError>;
 
-    /// Deletes a tenant and its instances.
-    async fn delete_tenant(&self, tenant: &TenantId) -> Result<(), StoreError>;
+    /// Deletes a tenant and its instances, answering with the tenant as it
+    /// was when deleted (its limits, tokens and totals; without instances).
+    async fn delete_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError>;
 
     /// Counters of the store's work so far.
     fn stats(&self) -> StoreStats;

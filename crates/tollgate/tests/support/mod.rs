@@ -1,8 +1,9 @@
 //! A `tollgate serve` process for the end-to-end tests.
 #![allow(dead_code)] // each test binary uses part of it
 
+use std::fs::File;
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -15,25 +16,54 @@ pub struct Server {
     child: Child,
     pub url: String,
     pub port: u16,
+    /// The file the server's stderr goes to, if it is kept.
+    log: Option<PathBuf>,
+}
+
+/// A port nobody listens on; a server binds it right after.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
 }
 
 impl Server {
     pub fn start(store: &Path) -> Server {
-        // Find a free port; the server binds it right after.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        Server::start_on(store, port, &[])
+        Server::start_on(store, free_port(), &[])
     }
 
     /// Serves `store` (a file or a database URL) on a free port with `extra` flags.
     pub fn start_with(store: &Path, extra: &[&str]) -> Server {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        Server::start_on(store, port, extra)
+        Server::start_on(store, free_port(), extra)
+    }
+
+    /// Runs `tollgate serve` with exactly `args` (its configuration must
+    /// put it on `port`) and `envs`, none of the caller's `TOLLGATE_*`
+    /// variables, `RUST_LOG=info`, and stderr kept in `log`.
+    pub fn start_logged(args: &[&str], envs: &[(&str, &str)], port: u16, log: &Path) -> Server {
+        let mut command = Command::new(BIN);
+        command.arg("serve").args(args);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("TOLLGATE_") {
+                command.env_remove(name);
+            }
+        }
+        let stderr = File::create(log).expect("create the server log");
+        let child = command
+            .envs(envs.iter().copied())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn tollgate serve");
+        Server::wait_until_up(child, port, Some(log.to_owned()))
+    }
+
+    /// What the server wrote to stderr so far (see [`Server::start_logged`]).
+    pub fn log(&self) -> String {
+        let path = self.log.as_ref().expect("a server started with a log");
+        std::fs::read_to_string(path).expect("read the server log")
     }
 
     /// Serves `store` on `port` (a restart reuses the port pods know).
@@ -47,13 +77,26 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn tollgate serve");
-        let server = Server {
+        Server::wait_until_up(child, port, None)
+    }
+
+    fn wait_until_up(child: Child, port: u16, log: Option<PathBuf>) -> Server {
+        let mut server = Server {
             child,
             url: format!("http://127.0.0.1:{port}"),
             port,
+            log,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !server.tollgate(&["tenant", "list"]).status.success() {
+            if let Some(status) = server.child.try_wait().expect("wait") {
+                let log = server
+                    .log
+                    .as_ref()
+                    .map(|_| server.log())
+                    .unwrap_or_default();
+                panic!("server exited with {status} before it came up: {log}");
+            }
             assert!(Instant::now() < deadline, "server did not come up");
             sleep(Duration::from_millis(50));
         }

@@ -700,6 +700,25 @@ fn snapshot_from_rows(
     }))
 }
 
+/// The tenant a `DELETE … RETURNING` removed, from its rows in any order.
+fn deleted_tenant(
+    inner: &Inner,
+    tenant: &TenantId,
+    deleted: &[tokio_postgres::Row],
+) -> Result<TenantSnapshot, StoreError> {
+    for row in deleted {
+        if rows::row_instance_id(row)? == 0 {
+            return Ok(TenantSnapshot {
+                tenant_id: tenant.clone(),
+                state: rows::tenant_from_row(row)?,
+                instances: Vec::new(),
+                read_at: inner.now(rows::clock(row, "read_at")?),
+            });
+        }
+    }
+    Err(StoreError::TenantNotFound(tenant.clone()))
+}
+
 #[async_trait]
 impl Store for PostgresStore {
     async fn token_bucket(
@@ -853,9 +872,9 @@ impl Store for PostgresStore {
             .await
     }
 
-    async fn delete_tenant(&self, tenant: &TenantId) -> Result<(), StoreError> {
+    async fn delete_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError> {
         let inner = &*self.inner;
-        let deleted = inner
+        inner
             .run("delete tenant", false, || async move {
                 let client = inner.pool.get().await?;
                 let delete = client.prepare_cached(sql::DELETE_TENANT).await?;
@@ -864,18 +883,9 @@ impl Store for PostgresStore {
                     .query(&delete, &[&tenant.as_str()])
                     .await
                     .map_err(TxError::Commit)?;
-                deleted
-                    .iter()
-                    .map(rows::row_instance_id)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(TxError::Store)
+                deleted_tenant(inner, tenant, &deleted).map_err(TxError::Store)
             })
-            .await?;
-        if deleted.contains(&0) {
-            Ok(())
-        } else {
-            Err(StoreError::TenantNotFound(tenant.clone()))
-        }
+            .await
     }
 
     fn stats(&self) -> StoreStats {

@@ -1,0 +1,236 @@
+//! The log line every `Admin` change leaves: who asked for it, what it was,
+//! and the tenant before and after.
+//!
+//! Who is the connection's peer address and, when the request carries it,
+//! the `x-tollgate-actor` metadata (`tollgate tenant` sends the operator's
+//! name). The actor is only what the client claims, so it is logged only
+//! when it is printable ASCII of at most [`MAX_ACTOR_LEN`] characters; any
+//! other value is replaced by a note saying why, and the change goes ahead:
+//! a log field never makes an operator's change fail.
+//!
+//! Each line is one `info` event with structured fields (`operation`,
+//! `peer`, `actor`, `actor_note`, `tenant`, `before.*`, `after.*`) and a
+//! message that reads on its own.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use tollgate_core::{LimitsUpdate, TenantId};
+use tollgate_proto::{ACTOR_METADATA, MAX_ACTOR_LEN};
+use tonic::Request;
+
+use super::convert;
+use crate::store::{LimitsChange, TenantSnapshot};
+
+/// Who asked for a change.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Caller {
+    peer: Option<SocketAddr>,
+    actor: Actor,
+}
+
+/// The `x-tollgate-actor` metadata of a request.
+#[derive(Clone, Debug, PartialEq)]
+enum Actor {
+    Absent,
+    Named(String),
+    /// Present but not logged; why.
+    Ignored(&'static str),
+}
+
+impl Caller {
+    pub(super) fn of<T>(request: &Request<T>) -> Caller {
+        let actor = match request.metadata().get(ACTOR_METADATA) {
+            None => Actor::Absent,
+            Some(value) => actor(value.as_encoded_bytes()),
+        };
+        Caller {
+            peer: request.remote_addr(),
+            actor,
+        }
+    }
+
+    fn actor(&self) -> Option<&str> {
+        match &self.actor {
+            Actor::Named(name) => Some(name),
+            Actor::Absent | Actor::Ignored(_) => None,
+        }
+    }
+
+    fn actor_note(&self) -> Option<&'static str> {
+        match self.actor {
+            Actor::Ignored(why) => Some(why),
+            Actor::Absent | Actor::Named(_) => None,
+        }
+    }
+}
+
+fn actor(value: &[u8]) -> Actor {
+    if value.is_empty() {
+        Actor::Ignored("x-tollgate-actor ignored: empty")
+    } else if value.len() > MAX_ACTOR_LEN {
+        Actor::Ignored("x-tollgate-actor ignored: longer than 128 characters")
+    } else if !value.iter().all(|b| (b' '..=b'~').contains(b)) {
+        Actor::Ignored("x-tollgate-actor ignored: not printable ASCII")
+    } else {
+        // Printable ASCII is UTF-8.
+        Actor::Named(String::from_utf8_lossy(value).into_owned())
+    }
+}
+
+impl fmt::Display for Caller {
+    /// `alice at 10.0.0.7:51234`, or the address alone.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(actor) = self.actor() {
+            write!(f, "{actor} at ")?;
+        }
+        match self.peer {
+            Some(peer) => write!(f, "{peer}"),
+            None => f.write_str("an unknown peer"),
+        }
+    }
+}
+
+fn peer(caller: &Caller) -> String {
+    caller
+        .peer
+        .map_or_else(|| "unknown".to_owned(), |p| p.to_string())
+}
+
+/// Logs a limits update: the limits and tokens before (if the tenant
+/// existed) and as set.
+pub(super) fn limits_updated(
+    caller: &Caller,
+    tenant: &TenantId,
+    update: &LimitsUpdate,
+    change: &LimitsChange,
+) {
+    let before = change.before.as_ref();
+    let before_tokens = before.map(|b| b.tokens_at(change.after.read_at));
+    let after = &change.after.state;
+    let as_of = update
+        .as_of
+        .map(|t| convert::timestamp_to_proto(t).to_string());
+    let (action, summary) = match (before, before_tokens) {
+        (Some(b), Some(tokens)) => (
+            "set the limits of",
+            format!(
+                "refill rate {} -> {} tokens/s, burst limit {} -> {} tokens, tokens {:.1} -> {:.1}",
+                b.limits.refill_rate,
+                after.limits.refill_rate,
+                b.limits.burst_limit,
+                after.limits.burst_limit,
+                tokens,
+                after.tokens,
+            ),
+        ),
+        _ => (
+            "created",
+            format!(
+                "refill rate {} tokens/s, burst limit {} tokens, tokens {:.1}",
+                after.limits.refill_rate, after.limits.burst_limit, after.tokens,
+            ),
+        ),
+    };
+    tracing::info!(
+        operation = "update_tenant_resource_limits",
+        peer = %peer(caller),
+        actor = caller.actor(),
+        actor_note = caller.actor_note(),
+        tenant = %tenant,
+        created = before.is_none(),
+        before.configured = before.map(|b| b.configured),
+        before.refill_rate = before.map(|b| b.limits.refill_rate),
+        before.burst_limit = before.map(|b| b.limits.burst_limit),
+        before.tokens = before_tokens,
+        after.refill_rate = after.limits.refill_rate,
+        after.burst_limit = after.limits.burst_limit,
+        after.tokens = after.tokens,
+        available_tokens = update.available_tokens,
+        as_of = as_of.as_deref(),
+        as_of_consumed_tokens = update.as_of.map(|_| update.as_of_consumed_tokens),
+        "{caller} {action} tenant {tenant}: {summary}"
+    );
+}
+
+/// Logs a deletion: what the tenant was when it went.
+pub(super) fn tenant_deleted(caller: &Caller, deleted: &TenantSnapshot) {
+    let state = &deleted.state;
+    let tenant = &deleted.tenant_id;
+    let tokens = deleted.current_tokens();
+    tracing::info!(
+        operation = "delete_tenant",
+        peer = %peer(caller),
+        actor = caller.actor(),
+        actor_note = caller.actor_note(),
+        tenant = %tenant,
+        before.configured = state.configured,
+        before.refill_rate = state.limits.refill_rate,
+        before.burst_limit = state.limits.burst_limit,
+        before.tokens = tokens,
+        before.live_instances = state.live_instances,
+        before.granted_tokens = state.granted_tokens,
+        before.request_units = state.consumption.request_units,
+        "{caller} deleted tenant {tenant}: refill rate {} tokens/s, burst limit {} tokens, \
+         tokens {tokens:.1}, live instances {}, granted {:.1} tokens, consumed {:.1} request units",
+        state.limits.refill_rate,
+        state.limits.burst_limit,
+        state.live_instances,
+        state.granted_tokens,
+        state.consumption.request_units,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::metadata::MetadataValue;
+
+    use super::*;
+
+    fn caller_with(actor: Option<MetadataValue<tonic::metadata::Ascii>>) -> Caller {
+        let mut request = Request::new(());
+        if let Some(value) = actor {
+            request.metadata_mut().insert(ACTOR_METADATA, value);
+        }
+        Caller::of(&request)
+    }
+
+    #[test]
+    fn a_printable_actor_is_named() {
+        let caller = caller_with(Some(MetadataValue::from_static("alice@ops")));
+        assert_eq!(caller.actor(), Some("alice@ops"));
+        assert_eq!(caller.actor_note(), None);
+        assert_eq!(caller.to_string(), "alice@ops at an unknown peer");
+    }
+
+    #[test]
+    fn no_actor_leaves_the_address_alone() {
+        let caller = caller_with(None);
+        assert_eq!((caller.actor(), caller.actor_note()), (None, None));
+        assert_eq!(caller.to_string(), "an unknown peer");
+    }
+
+    #[test]
+    fn unprintable_long_or_empty_actors_are_ignored_with_a_note() {
+        let longest = "a".repeat(MAX_ACTOR_LEN);
+        assert_eq!(actor(longest.as_bytes()), Actor::Named(longest.clone()));
+        let too_long = format!("{longest}a");
+        for (value, why) in [
+            (too_long.as_bytes(), "longer than 128"),
+            (b"tab\there".as_slice(), "not printable"),
+            (b"caf\xc3\xa9".as_slice(), "not printable"),
+            (b"\x7f".as_slice(), "not printable"),
+            (b"".as_slice(), "empty"),
+        ] {
+            match actor(value) {
+                Actor::Ignored(note) => assert!(note.contains(why), "{value:?}: {note}"),
+                other => panic!("{value:?} accepted as {other:?}"),
+            }
+        }
+        let caller = caller_with(Some(
+            MetadataValue::try_from(too_long.as_str()).expect("ASCII"),
+        ));
+        assert_eq!(caller.actor(), None);
+        assert!(caller.actor_note().is_some());
+    }
+}

@@ -1,0 +1,705 @@
+//! The configuration of `tollgate serve`, from four layers, each later one
+//! winning: built-in defaults, an optional TOML file (`--config`,
+//! `TOLLGATE_CONFIG`), `TOLLGATE_*` environment variables, and flags.
+//!
+//! Every option is declared once, as a field of [`ServeOptions`]: its flag
+//! is the field's name in kebab case (`--pg-pool-size`), its key in the file
+//! is the same name (`pg-pool-size = 16`), its environment variable is that
+//! name in upper snake case after `TOLLGATE_` (`TOLLGATE_PG_POOL_SIZE`), and
+//! its default is the flag's `default_value`. Each layer is a `ServeOptions`
+//! in which only what that layer sets is `Some`. [`ServeConfig::resolve`]
+//! lays them over each other, remembering which layer set what, and
+//! validates the result into a [`ServeConfig`]; an error names the option
+//! and where its value came from.
+//!
+//! The layers meet as TOML tables: the file is one already, and a layer of
+//! flags or environment variables becomes one through `Serialize` (a `None`
+//! field is simply absent). That is what lets one generic merge serve every
+//! option.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use clap::builder::BoolishValueParser;
+use clap::{Arg, ArgAction, Args, Command, FromArgMatches, ValueEnum};
+use serde::{Deserialize, Serialize};
+use tollgate_core::global_bucket::GlobalBucketConfig;
+use tollgate_core::validate::{self, MAX_REFILL_RATE, MAX_TOKENS};
+use tollgate_core::{GrantPolicy, Limits};
+use tollgate_server::store::{BucketSettings, DefaultLimits, UnconfiguredTenants};
+
+use crate::store::{PostgresPool, StoreLocation};
+
+/// The prefix of every option's environment variable.
+const ENV_PREFIX: &str = "TOLLGATE_";
+/// The environment variable naming the config file, if `--config` does not.
+const CONFIG_ENV: &str = "TOLLGATE_CONFIG";
+/// Where the store is when no layer sets `store`.
+const DATABASE_URL_ENV: &str = "DATABASE_URL";
+
+/// Reads an environment variable; the process's own is `std::env::var`,
+/// tests pass a map.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// `tollgate serve`'s command line: `--config` and every option's flag.
+///
+/// The flags have no defaults here (a flag not given is `None`, so a file
+/// or an environment variable can set it); their help shows the default
+/// and the environment variable instead.
+#[derive(Debug, Clone, Default, Args)]
+#[command(mut_args = document_layers)]
+pub struct ServeArgs {
+    /// A TOML file of options, each written under its flag's name, e.g.
+    /// `listen = "0.0.0.0:50051"` or `pg-pool-size = 32`. Environment
+    /// variables and flags override it [default: none].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub options: ServeOptions,
+}
+
+/// Every option of `tollgate serve`, each `None` unless the layer at hand
+/// sets it.
+#[derive(Debug, Clone, Default, PartialEq, Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServeOptions {
+    /// Address to serve gRPC on (`TokenBucketService` and `Admin`).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:50051")]
+    pub listen: Option<SocketAddr>,
+
+    /// Where state is kept: a PostgreSQL URL (`postgres://user@host/db`,
+    /// migrated at start) or an embedded store file (created if missing)
+    /// [default: $DATABASE_URL, else tollgate.redb].
+    #[arg(long, value_name = "PATH|URL")]
+    pub store: Option<String>,
+
+    /// Keep all state in memory (lost when the server stops). Not with
+    /// --store.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        action = ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value = "false",
+        value_parser = BoolishValueParser::new()
+    )]
+    pub in_memory: Option<bool>,
+
+    /// Refill rate (tokens/s) of tenants nobody has configured.
+    #[arg(long, value_name = "TOKENS", default_value = "1000")]
+    pub default_refill_rate: Option<f64>,
+
+    /// Burst limit (tokens) of tenants nobody has configured.
+    #[arg(long, value_name = "TOKENS", default_value = "10000")]
+    pub default_burst_limit: Option<f64>,
+
+    /// Tokens a tenant nobody has configured starts with [default: the
+    /// default burst limit].
+    #[arg(long, value_name = "TOKENS")]
+    pub default_initial_tokens: Option<f64>,
+
+    /// Refuse pod requests (NOT_FOUND) for tenants nobody has configured,
+    /// instead of serving them with the default limits.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        action = ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value = "false",
+        value_parser = BoolishValueParser::new()
+    )]
+    pub require_configured_tenants: Option<bool>,
+
+    /// How tokens are handed out when a bucket cannot grant at once.
+    #[arg(long, value_name = "POLICY", value_enum, default_value = "shares")]
+    pub grant_policy: Option<Policy>,
+
+    /// Instances silent longer than this are removed and their shares
+    /// dropped; more than zero.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub inactivity_timeout: Option<HumanDuration>,
+
+    /// Instances a live pod reports dead are removed once silent this long.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub reported_dead_timeout: Option<HumanDuration>,
+
+    /// PostgreSQL: connections in the pool (transactions in flight at once).
+    #[arg(long, value_name = "N", default_value = "16")]
+    pub pg_pool_size: Option<usize>,
+
+    /// PostgreSQL: the most token-bucket requests served by one transaction.
+    #[arg(long, value_name = "N", default_value = "64")]
+    pub pg_max_batch: Option<usize>,
+
+    /// PostgreSQL: how long to wait for a new or a free connection.
+    #[arg(long, value_name = "DURATION", default_value = "5s")]
+    pub pg_connect_timeout: Option<HumanDuration>,
+
+    /// Log lines on stderr as text, or as one JSON object per line.
+    #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
+    pub log_format: Option<LogFormat>,
+
+    /// Address to serve Prometheus metrics on over HTTP, or `off`.
+    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:9464")]
+    pub metrics_listen: Option<MetricsListen>,
+}
+
+/// `--grant-policy`: the names of [`GrantPolicy`]'s variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// Each pod gets its shares' fraction of the refill rate.
+    Shares,
+    /// The bucket level's moving average limits each grant (shares ignored).
+    BucketLevelEma,
+    /// First come, first served from what the bucket holds; a baseline for
+    /// comparison, not for production.
+    Greedy,
+}
+
+impl From<Policy> for GrantPolicy {
+    fn from(policy: Policy) -> Self {
+        match policy {
+            Policy::Shares => GrantPolicy::Shares,
+            Policy::BucketLevelEma => GrantPolicy::BucketLevelEma,
+            Policy::Greedy => GrantPolicy::Greedy,
+        }
+    }
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        })
+    }
+}
+
+/// A duration written for people (`500ms`, `90s`, `2m`), in flags, the
+/// environment and the file alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct HumanDuration(pub Duration);
+
+impl FromStr for HumanDuration {
+    type Err = humantime::DurationError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        humantime::parse_duration(s).map(HumanDuration)
+    }
+}
+
+impl TryFrom<String> for HumanDuration {
+    type Error = humantime::DurationError;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<HumanDuration> for String {
+    fn from(d: HumanDuration) -> String {
+        humantime::format_duration(d.0).to_string()
+    }
+}
+
+/// `--metrics-listen`: an address, or `off` (`None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct MetricsListen(pub Option<SocketAddr>);
+
+impl FromStr for MetricsListen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "off" {
+            return Ok(MetricsListen(None));
+        }
+        s.parse()
+            .map(|addr| MetricsListen(Some(addr)))
+            .map_err(|e| format!("{e}; expected an address such as 127.0.0.1:9464, or off"))
+    }
+}
+
+impl TryFrom<String> for MetricsListen {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<MetricsListen> for String {
+    fn from(m: MetricsListen) -> String {
+        m.0.map_or_else(|| "off".to_owned(), |addr| addr.to_string())
+    }
+}
+
+/// Which layer set an option.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    File(PathBuf),
+    /// The variable's name.
+    Env(String),
+    Flag,
+}
+
+impl Source {
+    /// The layer's short name; `None` for the defaults.
+    fn layer(&self) -> Option<&'static str> {
+        match self {
+            Source::Default => None,
+            Source::File(_) => Some("file"),
+            Source::Env(_) => Some("env"),
+            Source::Flag => Some("flags"),
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("the default"),
+            Source::File(path) => write!(f, "config file {}", path.display()),
+            Source::Env(name) => write!(f, "environment variable {name}"),
+            Source::Flag => f.write_str("the command line"),
+        }
+    }
+}
+
+/// A config file's path and contents.
+#[derive(Debug, Clone)]
+pub struct ConfigFile {
+    pub path: PathBuf,
+    pub text: String,
+}
+
+impl ConfigFile {
+    pub fn read(path: &Path) -> anyhow::Result<ConfigFile> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("read config file {}", path.display()))?;
+        Ok(ConfigFile {
+            path: path.to_owned(),
+            text,
+        })
+    }
+}
+
+/// The configuration `tollgate serve` runs with: every layer applied,
+/// every value validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeConfig {
+    /// The TOML file read, if any.
+    pub config_file: Option<PathBuf>,
+    pub listen: SocketAddr,
+    pub store: StoreLocation,
+    pub postgres: PostgresPool,
+    /// How buckets behave and what unconfigured tenants get.
+    pub settings: BucketSettings,
+    pub log_format: LogFormat,
+    /// Where Prometheus metrics are served over HTTP; `None` when `off`.
+    pub metrics_listen: Option<SocketAddr>,
+    /// The layer each option came from, by option name; options no layer
+    /// set are absent.
+    pub sources: BTreeMap<String, Source>,
+}
+
+impl ServeConfig {
+    /// Reads the file `--config` (else `TOLLGATE_CONFIG`) names, if any,
+    /// and resolves the configuration with it.
+    pub fn load(args: &ServeArgs, env: EnvLookup<'_>) -> anyhow::Result<ServeConfig> {
+        let path = match &args.config {
+            Some(path) => Some(path.clone()),
+            None => non_empty(env, CONFIG_ENV).map(PathBuf::from),
+        };
+        let file = path.as_deref().map(ConfigFile::read).transpose()?;
+        ServeConfig::resolve(&args.options, env, file.as_ref())
+    }
+
+    /// Lays defaults, `file`, the `TOLLGATE_*` variables `env` finds and
+    /// `flags` over each other, later winning, and validates the result.
+    /// `store` set nowhere falls back to `DATABASE_URL`, then to
+    /// `tollgate.redb`.
+    pub fn resolve(
+        flags: &ServeOptions,
+        env: EnvLookup<'_>,
+        file: Option<&ConfigFile>,
+    ) -> anyhow::Result<ServeConfig> {
+        let mut layers = Layers::default();
+        layers.add(Source::Default, &defaults()?)?;
+        if let Some(file) = file {
+            layers.add_file(file)?;
+        }
+        for (name, options) in env_layers(env)? {
+            layers.add(Source::Env(name), &options)?;
+        }
+        layers.add(Source::Flag, flags)?;
+        layers.into_config(env, file.map(|f| f.path.clone()))
+    }
+
+    /// The layers that set options, in the order they apply, e.g.
+    /// `file: listen; env: store; flags: log-format`.
+    pub fn describe_sources(&self) -> String {
+        let described: Vec<String> = ["file", "env", "flags"]
+            .iter()
+            .filter_map(|layer| {
+                let options: Vec<String> = self
+                    .sources
+                    .iter()
+                    .filter(|(_, source)| source.layer() == Some(layer))
+                    .map(|(option, source)| match source {
+                        Source::Env(name) if name == DATABASE_URL_ENV => {
+                            format!("{option} ({DATABASE_URL_ENV})")
+                        }
+                        _ => option.clone(),
+                    })
+                    .collect();
+                (!options.is_empty()).then(|| format!("{layer}: {}", options.join(", ")))
+            })
+            .collect();
+        if described.is_empty() {
+            "defaults only".to_owned()
+        } else {
+            described.join("; ")
+        }
+    }
+
+    /// Logs the configuration in effect, in one line, without passwords.
+    pub fn log_effective(&self) {
+        let (default_refill_rate, default_burst_limit, default_initial_tokens) =
+            match &self.settings.unconfigured_tenants {
+                UnconfiguredTenants::UseDefaults(d) => (
+                    Some(d.limits.refill_rate),
+                    Some(d.limits.burst_limit),
+                    Some(d.initial_tokens),
+                ),
+                UnconfiguredTenants::Reject => (None, None, None),
+            };
+        let bucket = &self.settings.bucket;
+        let postgres = matches!(self.store, StoreLocation::Postgres(_)).then_some(&self.postgres);
+        tracing::info!(
+            config_file = self.config_file.as_ref().map(|p| p.display().to_string()),
+            listen = %self.listen,
+            store = %self.store.describe(),
+            pg_pool_size = postgres.map(|p| p.pool_size),
+            pg_max_batch = postgres.map(|p| p.max_batch),
+            pg_connect_timeout = postgres.map(|p| humantime::format_duration(p.connect_timeout).to_string()),
+            require_configured_tenants = default_refill_rate.is_none(),
+            default_refill_rate,
+            default_burst_limit,
+            default_initial_tokens,
+            grant_policy = policy_name(bucket.policy),
+            inactivity_timeout = %humantime::format_duration(bucket.inactivity_timeout),
+            reported_dead_timeout = %humantime::format_duration(bucket.reported_dead_timeout),
+            log_format = %self.log_format,
+            metrics_listen = %self.metrics_listen.map_or_else(|| "off".to_owned(), |a| a.to_string()),
+            set_by = %self.describe_sources(),
+            "effective configuration"
+        );
+    }
+}
+
+/// The options merged so far, as one TOML table, and who set each.
+#[derive(Debug, Default)]
+struct Layers {
+    values: toml::Table,
+    sources: BTreeMap<String, Source>,
+}
+
+impl Layers {
+    /// Lays `options` over what is there.
+    fn add(&mut self, source: Source, options: &ServeOptions) -> anyhow::Result<()> {
+        let table = match toml::Value::try_from(options) {
+            Ok(toml::Value::Table(table)) => table,
+            Ok(other) => return Err(anyhow!("{source}: not a table: {other:?}")),
+            Err(e) => return Err(anyhow!("{source}: {e}")),
+        };
+        self.set(source, table);
+        Ok(())
+    }
+
+    /// Lays a config file over what is there. Each key is checked on its
+    /// own, so an error names the key.
+    fn add_file(&mut self, file: &ConfigFile) -> anyhow::Result<()> {
+        let source = Source::File(file.path.clone());
+        let table: toml::Table = file
+            .text
+            .parse()
+            .map_err(|e: toml::de::Error| anyhow!("{source}: {e}"))?;
+        for (key, value) in &table {
+            let single = toml::Table::from_iter([(key.clone(), value.clone())]);
+            toml::Value::Table(single)
+                .try_into::<ServeOptions>()
+                .map_err(|e| anyhow!("{source}: key `{key}`: {}", e.message()))?;
+        }
+        self.set(source, table);
+        Ok(())
+    }
+
+    fn set(&mut self, source: Source, table: toml::Table) {
+        for (key, value) in table {
+            self.sources.insert(key.clone(), source.clone());
+            self.values.insert(key, value);
+        }
+    }
+
+    /// Where `option`'s value came from, for an error message.
+    fn origin(&self, option: &str) -> String {
+        self.sources
+            .get(option)
+            .map_or_else(String::new, |source| format!(" (from {source})"))
+    }
+
+    /// Validates the merged options into a [`ServeConfig`].
+    fn into_config(
+        mut self,
+        env: EnvLookup<'_>,
+        config_file: Option<PathBuf>,
+    ) -> anyhow::Result<ServeConfig> {
+        let mut options: ServeOptions = toml::Value::Table(self.values.clone())
+            .try_into()
+            .map_err(|e| anyhow!("merge the configuration layers: {}", e.message()))?;
+        if options.store.is_none()
+            && options.in_memory != Some(true)
+            && let Some(url) = non_empty(env, DATABASE_URL_ENV)
+        {
+            options.store = Some(url);
+            self.sources
+                .insert("store".to_owned(), Source::Env(DATABASE_URL_ENV.to_owned()));
+        }
+        let bad = |option: &str, problem: &dyn fmt::Display| {
+            anyhow!("--{option}: {problem}{}", self.origin(option))
+        };
+
+        let store = match (options.store.as_deref(), options.in_memory == Some(true)) {
+            (Some(_), true) => {
+                return Err(anyhow!(
+                    "--in-memory{} and --store{}: choose one",
+                    self.origin("in-memory"),
+                    self.origin("store")
+                ));
+            }
+            (Some(""), false) => return Err(bad("store", &"must not be empty")),
+            (Some(location), false) => StoreLocation::parse(location),
+            (None, true) => StoreLocation::Memory,
+            (None, false) => StoreLocation::default_file(),
+        };
+        if let StoreLocation::Postgres(url) = &store {
+            url.parse::<tokio_postgres::Config>()
+                .map_err(|e| bad("store", &format!("not a valid PostgreSQL URL: {e}")))?;
+        }
+
+        let postgres = PostgresPool {
+            pool_size: required(options.pg_pool_size, "pg-pool-size")?,
+            max_batch: required(options.pg_max_batch, "pg-max-batch")?,
+            connect_timeout: required(options.pg_connect_timeout, "pg-connect-timeout")?.0,
+        };
+        if postgres.pool_size == 0 {
+            return Err(bad("pg-pool-size", &"must be at least 1"));
+        }
+        if postgres.max_batch == 0 {
+            return Err(bad("pg-max-batch", &"must be at least 1"));
+        }
+        if postgres.connect_timeout.is_zero() {
+            return Err(bad("pg-connect-timeout", &"must be more than zero"));
+        }
+
+        let refill_rate = required(options.default_refill_rate, "default-refill-rate")?;
+        let burst_limit = required(options.default_burst_limit, "default-burst-limit")?;
+        for (option, value, max) in [
+            ("default-refill-rate", refill_rate, MAX_REFILL_RATE),
+            ("default-burst-limit", burst_limit, MAX_TOKENS),
+        ] {
+            validate::non_negative("value", value, max).map_err(|e| bad(option, &e.reason))?;
+        }
+        let initial_tokens = options.default_initial_tokens.unwrap_or(burst_limit);
+        validate::non_negative("value", initial_tokens, MAX_TOKENS)
+            .map_err(|e| bad("default-initial-tokens", &e.reason))?;
+        let unconfigured_tenants = if required(
+            options.require_configured_tenants,
+            "require-configured-tenants",
+        )? {
+            UnconfiguredTenants::Reject
+        } else {
+            UnconfiguredTenants::UseDefaults(DefaultLimits {
+                limits: Limits {
+                    refill_rate,
+                    burst_limit,
+                },
+                initial_tokens,
+            })
+        };
+
+        let inactivity_timeout = required(options.inactivity_timeout, "inactivity-timeout")?.0;
+        if inactivity_timeout.is_zero() {
+            return Err(bad("inactivity-timeout", &"must be more than zero"));
+        }
+        let settings = BucketSettings {
+            bucket: GlobalBucketConfig {
+                policy: required(options.grant_policy, "grant-policy")?.into(),
+                inactivity_timeout,
+                reported_dead_timeout: required(
+                    options.reported_dead_timeout,
+                    "reported-dead-timeout",
+                )?
+                .0,
+                ..GlobalBucketConfig::default()
+            },
+            unconfigured_tenants,
+        };
+
+        Ok(ServeConfig {
+            config_file,
+            listen: required(options.listen, "listen")?,
+            store,
+            postgres,
+            settings,
+            log_format: required(options.log_format, "log-format")?,
+            metrics_listen: required(options.metrics_listen, "metrics-listen")?.0,
+            sources: self.sources,
+        })
+    }
+}
+
+fn policy_name(policy: GrantPolicy) -> &'static str {
+    match policy {
+        GrantPolicy::Shares => "shares",
+        GrantPolicy::BucketLevelEma => "bucket-level-ema",
+        GrantPolicy::Greedy => "greedy",
+    }
+}
+
+/// An option the defaults layer sets; missing only if its declaration lost
+/// its `default_value`.
+fn required<T>(value: Option<T>, option: &str) -> anyhow::Result<T> {
+    value.ok_or_else(|| anyhow!("--{option}: no value and no default"))
+}
+
+fn non_empty(env: EnvLookup<'_>, name: &str) -> Option<String> {
+    env(name).filter(|value| !value.is_empty())
+}
+
+/// An option's environment variable: `pg-pool-size` → `TOLLGATE_PG_POOL_SIZE`.
+pub fn env_var(option: &str) -> String {
+    format!("{ENV_PREFIX}{}", option.to_uppercase().replace('-', "_"))
+}
+
+/// The options' flags as declared, defaults included.
+fn declared() -> Command {
+    ServeOptions::augment_args(Command::new("serve").no_binary_name(true))
+}
+
+/// The declared flags without their defaults: parses one layer.
+fn layer_parser() -> Command {
+    declared().mut_args(|arg| arg.default_value(None))
+}
+
+fn parse_layer(args: &[String]) -> Result<ServeOptions, clap::Error> {
+    let matches = layer_parser().try_get_matches_from(args)?;
+    ServeOptions::from_arg_matches(&matches)
+}
+
+/// The defaults layer: every `default_value`, parsed as if given as a flag.
+fn defaults() -> anyhow::Result<ServeOptions> {
+    let args: Vec<String> = declared()
+        .get_arguments()
+        .filter_map(|arg| {
+            let long = arg.get_long()?;
+            let default = arg.get_default_values().first()?;
+            Some(format!("--{long}={}", default.to_string_lossy()))
+        })
+        .collect();
+    parse_layer(&args).map_err(|e| anyhow!("built-in defaults: {}", clap_message(&e)))
+}
+
+/// One layer per `TOLLGATE_*` variable that is set (and not empty), parsed
+/// as its flag would be.
+fn env_layers(env: EnvLookup<'_>) -> anyhow::Result<Vec<(String, ServeOptions)>> {
+    let mut layers = Vec::new();
+    for arg in declared().get_arguments() {
+        let Some(long) = arg.get_long() else {
+            continue;
+        };
+        let name = env_var(long);
+        let Some(value) = non_empty(env, &name) else {
+            continue;
+        };
+        let options = parse_layer(&[format!("--{long}={value}")])
+            .map_err(|e| anyhow!("environment variable {name}: {}", clap_message(&e)))?;
+        layers.push((name, options));
+    }
+    Ok(layers)
+}
+
+/// A clap error on one line, without clap's `error: ` and its hints.
+fn clap_message(e: &clap::Error) -> String {
+    let rendered = e.to_string();
+    let lines: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|line| {
+            !line.is_empty()
+                && !line.starts_with("For more information")
+                && !line.starts_with("tip:")
+        })
+        .collect();
+    let message = lines.join(" ");
+    message
+        .strip_prefix("error: ")
+        .map_or(message.clone(), str::to_owned)
+}
+
+/// Completes each flag's help with its default (if it has a plain one) and
+/// its environment variable, then drops the default, so that a flag not
+/// given stays `None`.
+fn document_layers(arg: Arg) -> Arg {
+    let Some(long) = arg.get_long() else {
+        return arg;
+    };
+    let defaults: Vec<String> = arg
+        .get_default_values()
+        .iter()
+        .map(|v| v.to_string_lossy().into_owned())
+        .collect();
+    let mut tags = String::new();
+    if !defaults.is_empty() {
+        tags.push_str(&format!(" [default: {}]", defaults.join(",")));
+    }
+    tags.push_str(&format!(" [env: {}]", env_var(long)));
+    let help = arg.get_help().map(|h| format!("{h}{tags}"));
+    let long_help = arg.get_long_help().map(|h| format!("{h}{tags}"));
+    let mut arg = arg.default_value(None);
+    if let Some(help) = help {
+        arg = arg.help(help);
+    }
+    if let Some(long_help) = long_help {
+        arg = arg.long_help(long_help);
+    }
+    arg
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,278 @@
+//! `tollgate serve`'s configuration end to end: a config file taking
+//! effect, the environment and flags overriding it, a bad file stopping the
+//! server with a message naming the problem, JSON logs, and the audit line
+//! an admin change leaves in the server's log.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use support::{BIN, Server, free_port};
+
+/// The limits a pod request for a tenant nobody configured gives it.
+fn walk_in_limits(server: &Server, tenant: &str) -> (f64, f64) {
+    server.ok(&[
+        "pod",
+        "request",
+        "--tenant",
+        tenant,
+        "--instance",
+        "1",
+        "--tokens",
+        "1",
+    ]);
+    let shown = server.json(&["tenant", "show", "--tenant", tenant, "--json"]);
+    assert_eq!(shown["configured"], false);
+    (
+        shown["refill_rate"].as_f64().expect("refill rate"),
+        shown["burst_limit"].as_f64().expect("burst limit"),
+    )
+}
+
+fn write_config(path: &Path, text: &str) -> String {
+    std::fs::write(path, text).expect("write the config file");
+    path.display().to_string()
+}
+
+#[test]
+fn a_config_file_configures_the_server_and_environment_and_flags_override_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let config = write_config(
+        &dir.path().join("tollgate.toml"),
+        &format!(
+            "listen = \"127.0.0.1:{port}\"\nstore = \"{}\"\ndefault-refill-rate = 7\ndefault-burst-limit = 70\n",
+            dir.path().join("state.redb").display()
+        ),
+    );
+    let log = dir.path().join("serve.log");
+
+    // The server comes up on the file's address, with the file's defaults.
+    let server = Server::start_logged(&["--config", &config], &[], port, &log);
+    assert_eq!(walk_in_limits(&server, "walk-in-1"), (7.0, 70.0));
+    let log_text = server.log();
+    let startup = log_text
+        .lines()
+        .find(|l| l.contains("effective configuration"))
+        .expect("the configuration is logged at startup");
+    assert!(
+        startup.contains(&format!("listen=127.0.0.1:{port}")),
+        "{startup}"
+    );
+    assert!(
+        startup.contains("set_by=file: default-burst-limit, default-refill-rate, listen, store"),
+        "{startup}"
+    );
+    server.stop();
+
+    // The environment beats the file, a flag beats both; the same file
+    // also works through TOLLGATE_CONFIG.
+    let server = Server::start_logged(
+        &["--default-refill-rate", "9"],
+        &[
+            ("TOLLGATE_CONFIG", &config),
+            ("TOLLGATE_DEFAULT_REFILL_RATE", "8"),
+            ("TOLLGATE_DEFAULT_BURST_LIMIT", "80"),
+        ],
+        port,
+        &log,
+    );
+    assert_eq!(walk_in_limits(&server, "walk-in-2"), (9.0, 80.0));
+    let listed = server.json(&["tenant", "list", "--json"]);
+    assert_eq!(
+        listed.as_array().expect("array").len(),
+        2,
+        "the store is the file's"
+    );
+    server.stop();
+}
+
+#[test]
+fn a_bad_config_file_stops_the_server_with_a_message_naming_the_problem() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let serve = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("serve")
+            .args(args)
+            .env_remove("TOLLGATE_CONFIG")
+            .output()
+            .expect("run tollgate serve");
+        assert!(!out.status.success(), "serve {args:?} started");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+
+    let unknown = write_config(
+        &dir.path().join("unknown.toml"),
+        "in-memory = true\nlisten-adress = \"127.0.0.1:1\"\n",
+    );
+    let stderr = serve(&["--config", &unknown]);
+    assert!(stderr.contains("listen-adress"), "{stderr}");
+    assert!(stderr.contains(&unknown), "names the file: {stderr}");
+
+    let wrong_type = write_config(&dir.path().join("type.toml"), "pg-pool-size = \"many\"\n");
+    let stderr = serve(&["--config", &wrong_type]);
+    assert!(stderr.contains("pg-pool-size"), "{stderr}");
+
+    let bad_value = write_config(
+        &dir.path().join("value.toml"),
+        "in-memory = true\ninactivity-timeout = \"0s\"\n",
+    );
+    let stderr = serve(&["--config", &bad_value]);
+    assert!(
+        stderr.contains("--inactivity-timeout: must be more than zero (from config file"),
+        "{stderr}"
+    );
+
+    let missing = dir.path().join("missing.toml").display().to_string();
+    let stderr = serve(&["--config", &missing]);
+    assert!(stderr.contains(&missing), "{stderr}");
+}
+
+#[test]
+fn json_logs_are_one_object_per_line_and_the_audit_line_has_its_fields() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let log = dir.path().join("serve.log");
+    let server = Server::start_logged(
+        &["--in-memory", "--listen", &listen, "--log-format", "json"],
+        &[],
+        port,
+        &log,
+    );
+    server.ok(&[
+        "tenant",
+        "set-limits",
+        "--tenant",
+        "acme",
+        "--available",
+        "10",
+        "--refill-rate",
+        "0",
+        "--burst-limit",
+        "100",
+        "--actor",
+        "alice",
+    ]);
+    server.stop();
+
+    let text = std::fs::read_to_string(&log).expect("read the log");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}")))
+        .collect();
+    assert!(
+        lines.len() >= 3,
+        "startup, audit and shutdown lines: {text}"
+    );
+    let startup = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "effective configuration")
+        .expect("the configuration is logged");
+    assert_eq!(startup["fields"]["log_format"], "json");
+    assert_eq!(startup["fields"]["listen"], listen);
+    let audit = lines
+        .iter()
+        .find(|l| l["fields"]["operation"] == "update_tenant_resource_limits")
+        .expect("an audit line");
+    assert_eq!(audit["level"], "INFO");
+    let fields = &audit["fields"];
+    assert_eq!(fields["actor"], "alice");
+    assert_eq!(fields["tenant"], "acme");
+    assert_eq!(fields["created"], true);
+    assert_eq!(fields["after.refill_rate"], 0.0);
+    assert_eq!(fields["after.burst_limit"], 100.0);
+    assert_eq!(fields["after.tokens"], 10.0);
+    assert!(
+        fields["peer"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("127.0.0.1:")),
+        "{audit}"
+    );
+}
+
+#[test]
+fn set_limits_and_delete_leave_an_audit_line_with_actor_tenant_and_values() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let log = dir.path().join("serve.log");
+    let server = Server::start_logged(&["--in-memory", "--listen", &listen], &[], port, &log);
+    let set_limits = |available: &str, refill: &str, burst: &str, actor: &str| {
+        server.ok(&[
+            "tenant",
+            "set-limits",
+            "--tenant",
+            "acme",
+            "--available",
+            available,
+            "--refill-rate",
+            refill,
+            "--burst-limit",
+            burst,
+            "--actor",
+            actor,
+        ]);
+    };
+    set_limits("10", "0", "100", "alice");
+    set_limits("50", "7", "200", "alice");
+    // Without --actor the client sends $USER.
+    let out = Command::new(BIN)
+        .args(["tenant", "delete", "--tenant", "acme"])
+        .env("TOLLGATE_SERVER", &server.url)
+        .env_remove("TOLLGATE_ACTOR")
+        .env("USER", "bob")
+        .output()
+        .expect("run tollgate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A name the server will not log does not fail the change.
+    set_limits("1", "1", "1", "caf\u{e9}");
+    server.stop();
+
+    let text = std::fs::read_to_string(&log).expect("read the log");
+    let audit: Vec<&str> = text.lines().filter(|l| l.contains("operation=")).collect();
+    assert_eq!(audit.len(), 4, "one line per change: {text}");
+
+    let created = audit[0];
+    assert!(created.contains("alice at 127.0.0.1:"), "{created}");
+    assert!(created.contains("created tenant acme"), "{created}");
+    assert!(created.contains("actor=\"alice\""), "{created}");
+
+    let updated = audit[1];
+    for expected in [
+        "alice at 127.0.0.1:",
+        "set the limits of tenant acme",
+        "refill rate 0 -> 7 tokens/s",
+        "burst limit 100 -> 200 tokens",
+        "tokens 10.0 -> 50.0",
+        "tenant=acme",
+        "before.refill_rate=0.0",
+        "before.burst_limit=100.0",
+        "before.tokens=10.0",
+        "after.refill_rate=7.0",
+        "after.burst_limit=200.0",
+        "after.tokens=50.0",
+    ] {
+        assert!(updated.contains(expected), "{expected:?} in {updated}");
+    }
+
+    let deleted = audit[2];
+    for expected in [
+        "bob at 127.0.0.1:",
+        "deleted tenant acme",
+        "operation=\"delete_tenant\"",
+        "before.refill_rate=7.0",
+        "before.burst_limit=200.0",
+    ] {
+        assert!(deleted.contains(expected), "{expected:?} in {deleted}");
+    }
+
+    let unnamed = audit[3];
+    assert!(unnamed.contains("x-tollgate-actor ignored"), "{unnamed}");
+    assert!(!unnamed.contains("actor=\""), "{unnamed}");
+}
