@@ -52,7 +52,7 @@ stop_server() {
 trap stop_server EXIT
 
 start_server() {
-    RUST_LOG=warn "$BIN" serve --listen "127.0.0.1:${PORT}" "$@" 2>>"$OUT/server.log" &
+    RUST_LOG=warn "$BIN" serve --listen "127.0.0.1:${PORT}" --metrics-listen off "$@" 2>>"$OUT/server.log" &
     server_pid=$!
     for _ in $(seq 1 100); do
         if TOLLGATE_SERVER=$SERVER "$BIN" tenant list >/dev/null 2>&1; then return; fi

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use tollgate_server::store::Store;
+use tollgate_server::telemetry::{Telemetry, serve_http};
 
 use crate::config::ServeConfig;
 use crate::store as location;
@@ -16,10 +17,45 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listen on {}", config.listen))?;
-    tollgate_server::run(listener, Arc::clone(&store), shutdown_signal())
-        .await
-        .context("serve gRPC")?;
+    let telemetry = Telemetry::new().context("set up metrics")?;
+    // One signal, two servers: gRPC drains first; the HTTP side (metrics,
+    // health) keeps answering until gRPC has stopped.
+    let (grpc_done, grpc_stopped) = tokio::sync::watch::channel(false);
+    let http = match config.metrics_listen {
+        Some(address) => {
+            let http_listener = tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("listen for metrics on {address}"))?;
+            let mut stopped = grpc_stopped;
+            Some(tokio::spawn(serve_http(
+                http_listener,
+                Arc::clone(&store),
+                telemetry.clone(),
+                async move {
+                    let _ = stopped.wait_for(|done| *done).await;
+                },
+            )))
+        }
+        None => None,
+    };
+    let served = tollgate_server::run_with_telemetry(
+        listener,
+        Arc::clone(&store),
+        telemetry,
+        shutdown_signal(),
+    )
+    .await;
+    let _ = grpc_done.send(true);
+    if let Some(http) = http {
+        match http.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "the metrics server failed"),
+            Err(e) => tracing::error!(error = %e, "the metrics server panicked"),
+        }
+    }
+    served.context("serve gRPC")?;
     store.close().await.context("close the store")?;
+    tracing::info!("store closed; bye");
     Ok(())
 }
 

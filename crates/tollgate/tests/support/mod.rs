@@ -50,7 +50,10 @@ impl Server {
             }
         }
         let stderr = File::create(log).expect("create the server log");
+        // Several test servers run at once: no fixed metrics port unless a
+        // test asks for one.
         let child = command
+            .env("TOLLGATE_METRICS_LISTEN", "off")
             .envs(envs.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -73,6 +76,7 @@ impl Server {
             .arg(store)
             .args(extra)
             .env("RUST_LOG", "warn")
+            .env("TOLLGATE_METRICS_LISTEN", "off")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
