@@ -276,3 +276,36 @@ fn set_limits_and_delete_leave_an_audit_line_with_actor_tenant_and_values() {
     assert!(unnamed.contains("x-tollgate-actor ignored"), "{unnamed}");
     assert!(!unnamed.contains("actor=\""), "{unnamed}");
 }
+
+/// `deploy/serve-options.txt`, against which the deployment files are
+/// validated, lists exactly the options `tollgate serve` has (but for
+/// `--config`, which cannot be set in a file, and `--in-memory`).
+#[test]
+fn the_deploy_option_list_matches_serve() {
+    let listed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/serve-options.txt"
+    ))
+    .expect("deploy/serve-options.txt");
+    let listed: std::collections::BTreeSet<String> = listed
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    let help = std::process::Command::new(support::BIN)
+        .args(["serve", "--help"])
+        .output()
+        .expect("serve --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    let real: std::collections::BTreeSet<String> = help
+        .lines()
+        .filter_map(|l| {
+            let flag = l.trim_start().trim_start_matches("-h, ");
+            let name = flag.strip_prefix("--")?;
+            Some(name.split([' ', '=', '[']).next()?.to_owned())
+        })
+        .filter(|name| !["config", "in-memory", "help"].contains(&name.as_str()))
+        .collect();
+    assert_eq!(listed, real);
+}
