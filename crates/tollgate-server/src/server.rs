@@ -78,7 +78,10 @@ pub async fn run_with_telemetry(
             shutdown,
         )
         .await;
+    // The probe holds the store: make sure it is gone before the owner
+    // closes or reopens the store.
     probe.abort();
+    let _ = probe.await;
     served?;
     tracing::info!(address = ?local, "tollgate server stopped");
     Ok(())
