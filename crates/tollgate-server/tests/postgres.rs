@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use tollgate_core::{Consumption, Limits, LimitsUpdate, TenantId, TokenBucketRequest};
-use tollgate_server::store::postgres::migrate;
+use tollgate_server::store::postgres::{PostgresTls, migrate};
 use tollgate_server::store::{BucketSettings, PostgresOptions, PostgresStore, Store, StoreError};
 use tollgate_testdb::TestDatabase;
 
@@ -32,11 +32,14 @@ fn request(instance_id: u32, seq: u64, request_units: f64) -> TokenBucketRequest
 async fn migrations_apply_once_however_often_they_run() {
     let db = TestDatabase::create().await.expect("test database");
     // Three replicas starting at once, then one more later.
-    let results = join_all((0..3).map(|_| migrate(db.url()))).await;
+    let plain = PostgresTls::default();
+    let results = join_all((0..3).map(|_| migrate(db.url(), &plain))).await;
     for result in results {
         result.expect("migrate");
     }
-    migrate(db.url()).await.expect("migrate again");
+    migrate(db.url(), &PostgresTls::default())
+        .await
+        .expect("migrate again");
     let client = tollgate_testdb::connect(db.url()).await.expect("connect");
     let applied: i64 = client
         .query_one("SELECT count(*) FROM refinery_schema_history", &[])

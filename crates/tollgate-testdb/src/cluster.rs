@@ -62,6 +62,8 @@ pub struct TempCluster {
     data_dir: PathBuf,
     /// The TCP port, chosen once and kept across restarts.
     port: u16,
+    /// Settings a test added with [`TempCluster::configure`].
+    extra_settings: std::sync::Mutex<String>,
     /// The temporary directory; the unix socket is in it too.
     // Dropped after `Drop::drop` has stopped the server: first the directory,
     // then the guardian, which then finds nothing left to clean.
@@ -103,6 +105,7 @@ impl TempCluster {
             as_postgres,
             data_dir,
             port: 0,
+            extra_settings: std::sync::Mutex::new(String::new()),
             dir,
             _guardian: guardian,
         };
@@ -152,6 +155,38 @@ impl TempCluster {
     pub fn restart(&self) -> Result<(), HarnessError> {
         self.stop()?;
         self.start_again()
+    }
+
+    /// Adds `settings` (lines of `postgresql.conf`) to the cluster's
+    /// configuration; they take effect at the next start or restart.
+    pub fn configure(&self, settings: &str) -> Result<(), HarnessError> {
+        if let Ok(mut extra) = self.extra_settings.lock() {
+            extra.push_str(settings);
+            extra.push('\n');
+        }
+        self.write_settings()
+    }
+
+    /// Writes a file into the data directory, owned by the server's user
+    /// and, if `private`, readable by it alone (as a TLS key must be).
+    /// Returns its path; settings may name it relative to the data directory.
+    pub fn write_data_file(
+        &self,
+        name: &str,
+        contents: &[u8],
+        private: bool,
+    ) -> Result<PathBuf, HarnessError> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.data_dir.join(name);
+        std::fs::write(&path, contents)
+            .map_err(|e| HarnessError::io(format!("write {}", path.display()), e))?;
+        let mode = if private { 0o600 } else { 0o644 };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| HarnessError::io(format!("chmod {}", path.display()), e))?;
+        if self.as_postgres {
+            run(chown_to_postgres(&path))?;
+        }
+        Ok(path)
     }
 
     /// Runs `initdb` and makes `postgresql.conf` include the harness's
@@ -208,9 +243,15 @@ impl TempCluster {
              max_connections = 100\n\
              # Durability against a crash of the server (what tests simulate)\n\
              # does not need fsync, only against a crash of the machine.\n\
-             fsync = off\n",
+             fsync = off\n\
+             {extra}",
             port = self.port,
             socket_dir = self.dir.path().display().to_string().replace('\'', "''"),
+            extra = self
+                .extra_settings
+                .lock()
+                .map(|extra| extra.clone())
+                .unwrap_or_default(),
         );
         let path = self.data_dir.join(SETTINGS_FILE);
         std::fs::write(&path, settings)

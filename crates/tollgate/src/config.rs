@@ -145,6 +145,13 @@ pub struct ServeOptions {
     #[arg(long, value_name = "DURATION", default_value = "5s")]
     pub pg_connect_timeout: Option<HumanDuration>,
 
+    /// PostgreSQL: a PEM file of certificate authorities to trust besides
+    /// the system's. Turns TLS on, as `sslmode=require` in the URL does; with
+    /// TLS the server's certificate and host name are always verified
+    /// [default: none].
+    #[arg(long, value_name = "FILE")]
+    pub pg_ca_file: Option<PathBuf>,
+
     /// Log lines on stderr as text, or as one JSON object per line.
     #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
     pub log_format: Option<LogFormat>,
@@ -407,6 +414,7 @@ impl ServeConfig {
             pg_pool_size = postgres.map(|p| p.pool_size),
             pg_max_batch = postgres.map(|p| p.max_batch),
             pg_connect_timeout = postgres.map(|p| humantime::format_duration(p.connect_timeout).to_string()),
+            pg_ca_file = postgres.and_then(|p| p.ca_file.as_ref()).map(|f| f.display().to_string()),
             require_configured_tenants = default_refill_rate.is_none(),
             default_refill_rate,
             default_burst_limit,
@@ -516,6 +524,7 @@ impl Layers {
             pool_size: required(options.pg_pool_size, "pg-pool-size")?,
             max_batch: required(options.pg_max_batch, "pg-max-batch")?,
             connect_timeout: required(options.pg_connect_timeout, "pg-connect-timeout")?.0,
+            ca_file: options.pg_ca_file.clone(),
         };
         if postgres.pool_size == 0 {
             return Err(bad("pg-pool-size", &"must be at least 1"));

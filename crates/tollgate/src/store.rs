@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use tollgate_server::store::postgres;
+use tollgate_server::store::postgres::{self, PostgresTls};
 use tollgate_server::store::{
     BucketSettings, EmbeddedStore, PostgresOptions, PostgresStore, Store,
 };
@@ -92,6 +92,8 @@ pub struct PostgresPool {
     pub max_batch: usize,
     /// How long to wait for a new or a free connection.
     pub connect_timeout: Duration,
+    /// CA certificates to trust besides the system's; turns TLS on.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl PostgresPool {
@@ -100,6 +102,9 @@ impl PostgresPool {
         options.pool_size = self.pool_size;
         options.max_batch = self.max_batch;
         options.connect_timeout = self.connect_timeout;
+        options.tls = PostgresTls {
+            ca_file: self.ca_file.clone(),
+        };
         options
     }
 }
@@ -136,6 +141,11 @@ pub struct MigrateArgs {
     /// [default: $DATABASE_URL, else tollgate.redb].
     #[arg(long, env = "TOLLGATE_STORE")]
     store: Option<String>,
+
+    /// PostgreSQL: a PEM file of certificate authorities to trust besides
+    /// the system's; turns TLS on (as `sslmode=require` in the URL does).
+    #[arg(long, env = "TOLLGATE_PG_CA_FILE", value_name = "FILE")]
+    pg_ca_file: Option<PathBuf>,
 }
 
 /// Brings the store's schema up to date; harmless when it already is.
@@ -145,7 +155,10 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         StoreLocation::Postgres(url) => {
             url.parse::<tokio_postgres::Config>()
                 .context("--store: not a valid PostgreSQL URL")?;
-            postgres::migrate(url)
+            let tls = PostgresTls {
+                ca_file: args.pg_ca_file.clone(),
+            };
+            postgres::migrate(url, &tls)
                 .await
                 .with_context(|| format!("migrate {}", location.describe()))?;
         }

@@ -115,6 +115,7 @@ fn without_any_layer_every_option_has_its_default() {
             pool_size: 16,
             max_batch: 64,
             connect_timeout: Duration::from_secs(5),
+            ca_file: None,
         }
     );
     assert_eq!(

@@ -34,6 +34,7 @@
 
 mod retry;
 mod rows;
+mod tls;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -54,7 +55,7 @@ use tollgate_core::{
     Grant, InstanceState, LimitsUpdate, TenantId, TenantState, Timestamp, TokenBucketRequest,
 };
 
-use self::retry::{TxError, Verdict};
+use self::retry::{TxError, Verdict, chain};
 use self::rows::{InstanceParams, TenantParams};
 use super::{
     BucketSettings, Clock, Counters, LimitsChange, Store, StoreError, StoreStats, TenantSnapshot,
@@ -62,6 +63,7 @@ use super::{
 };
 
 pub use self::retry::RetryPolicy;
+pub use self::tls::PostgresTls;
 
 mod sql {
     pub const LOCK_TENANTS: &str = include_str!("../../../../../sql/queries/lock_tenants.sql");
@@ -95,6 +97,8 @@ pub struct PostgresOptions {
     /// How long to wait for a new connection or a free one from the pool.
     pub connect_timeout: Duration,
     pub retry: RetryPolicy,
+    /// TLS: on with `sslmode=require` in the URL or a CA file.
+    pub tls: PostgresTls,
 }
 
 impl PostgresOptions {
@@ -106,21 +110,28 @@ impl PostgresOptions {
             max_batch: 64,
             connect_timeout: Duration::from_secs(5),
             retry: RetryPolicy::default(),
+            tls: PostgresTls::default(),
         }
     }
 }
 
 /// Applies the schema migrations in `sql/migrations` to the database at
-/// `url`. Applying them again is harmless; several replicas starting at
-/// once are fine too (a loser of the race retries and finds them applied).
-pub async fn migrate(url: &str) -> Result<(), StoreError> {
+/// `url`, over TLS as `tls` and the URL say. Applying them again is
+/// harmless; several replicas starting at once are fine too (a loser of the
+/// race retries and finds them applied).
+pub async fn migrate(url: &str, tls: &PostgresTls) -> Result<(), StoreError> {
     let config: tokio_postgres::Config = url
         .parse()
         .map_err(|e| StoreError::internal("parse the PostgreSQL URL", e))?;
+    let connector = tls::connector(&config, tls)?;
     let policy = RetryPolicy::default();
     let mut attempt = 1;
     loop {
-        match migrate_once(&config).await {
+        let outcome = match &connector {
+            Some(tls) => migrate_once(&config, tls.clone()).await,
+            None => migrate_once(&config, NoTls).await,
+        };
+        match outcome {
             Ok(applied) => {
                 for name in applied {
                     tracing::info!(migration = %name, "applied schema migration");
@@ -137,11 +148,15 @@ pub async fn migrate(url: &str) -> Result<(), StoreError> {
     }
 }
 
-async fn migrate_once(config: &tokio_postgres::Config) -> Result<Vec<String>, StoreError> {
+async fn migrate_once<T>(config: &tokio_postgres::Config, tls: T) -> Result<Vec<String>, StoreError>
+where
+    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
+    T::Stream: Send + 'static,
+{
     let (mut client, connection) = config
-        .connect(NoTls)
+        .connect(tls)
         .await
-        .map_err(|e| StoreError::Unavailable(format!("connect to PostgreSQL: {e}")))?;
+        .map_err(|e| StoreError::Unavailable(format!("connect to PostgreSQL: {}", chain(&e))))?;
     let connection = tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "migration connection closed");
@@ -243,7 +258,7 @@ impl PostgresStore {
                 "pool size and batch size must be at least 1",
             ));
         }
-        migrate(&options.url).await?;
+        migrate(&options.url, &options.tls).await?;
         let mut config: tokio_postgres::Config = options
             .url
             .parse()
@@ -252,13 +267,13 @@ impl PostgresStore {
             config.application_name("tollgate");
         }
         config.connect_timeout(options.connect_timeout);
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match tls::connector(&config, &options.tls)? {
+            Some(tls) => Manager::from_config(config, tls, manager_config),
+            None => Manager::from_config(config, NoTls, manager_config),
+        };
         let pool = Pool::builder(manager)
             .max_size(options.pool_size)
             .runtime(Runtime::Tokio1)
