@@ -299,9 +299,10 @@ impl Pod {
 }
 
 /// Codes after which the same request is sent again: the server may not
-/// have seen it, or may answer it next time. A transport failure shows as
-/// `Unknown` with the local error as its source; an `Unknown` the server sent
-/// has none.
+/// have seen it, or may answer it next time. A transport failure (a reset
+/// connection, an HTTP/2 GOAWAY from a server shutting down) shows as
+/// `Unknown` or `Internal` with the local error as its source; a status the
+/// server sent has none.
 fn retryable(status: &Status) -> bool {
     use std::error::Error;
     match status.code() {
@@ -310,7 +311,7 @@ fn retryable(status: &Status) -> bool {
         | Code::Cancelled
         | Code::ResourceExhausted
         | Code::Aborted => true,
-        Code::Unknown => status.source().is_some(),
+        Code::Unknown | Code::Internal => status.source().is_some(),
         _ => false,
     }
 }
