@@ -321,15 +321,9 @@ pub(super) fn code_name(code: Code) -> String {
     format!("{code:?}")
 }
 
-/// Adds `delta` to `sum`, field by field.
+/// Adds `delta` to `sum`, field by field, as the server adds consumption.
 pub(super) fn add(sum: &mut v1::Consumption, delta: &v1::Consumption) {
-    sum.request_units += delta.request_units;
-    sum.read_batches = sum.read_batches.saturating_add(delta.read_batches);
-    sum.read_requests = sum.read_requests.saturating_add(delta.read_requests);
-    sum.read_bytes = sum.read_bytes.saturating_add(delta.read_bytes);
-    sum.write_batches = sum.write_batches.saturating_add(delta.write_batches);
-    sum.write_requests = sum.write_requests.saturating_add(delta.write_requests);
-    sum.write_bytes = sum.write_bytes.saturating_add(delta.write_bytes);
-    sum.cpu_seconds += delta.cpu_seconds;
-    sum.egress_bytes = sum.egress_bytes.saturating_add(delta.egress_bytes);
+    let mut total = tollgate_core::Consumption::from(*sum);
+    total.add(&tollgate_core::Consumption::from(*delta));
+    *sum = v1::Consumption::from(&total);
 }
