@@ -17,7 +17,7 @@ use tollgate_core::{
 use crate::error::{ClientError, TransportError};
 use crate::gate::{self, Gate};
 use crate::metrics::Metrics;
-use crate::transport::{GrpcTransport, Transport};
+use crate::transport::{ClientTls, GrpcTransport, Transport};
 
 /// How a controller behaves. `Options::default()` is what most pods want.
 #[derive(Clone, Debug)]
@@ -34,6 +34,8 @@ pub struct Options {
     pub shutdown_timeout: Duration,
     /// Where to register the client's metrics; none if unset.
     pub registry: Option<Registry>,
+    /// TLS for an `https://` endpoint (the system's roots if unset).
+    pub tls: Option<ClientTls>,
 }
 
 impl Default for Options {
@@ -45,6 +47,7 @@ impl Default for Options {
             connect_timeout: Duration::from_secs(2),
             shutdown_timeout: Duration::from_secs(5),
             registry: None,
+            tls: None,
         }
     }
 }
@@ -127,7 +130,12 @@ impl Controller {
         options: Options,
     ) -> Result<Self, ClientError> {
         let tenant = TenantId::parse("tenant", tenant)?;
-        let transport = GrpcTransport::new(endpoint, tenant.clone(), options.connect_timeout)?;
+        let transport = GrpcTransport::new(
+            endpoint,
+            tenant.clone(),
+            options.connect_timeout,
+            options.tls.as_ref(),
+        )?;
         Self::with_transport(transport, &tenant, instance, options)
     }
 

@@ -50,7 +50,7 @@ pub mod transport;
 
 pub use controller::{Controller, Options, Request, ShutdownReport};
 pub use error::{ClientError, TransportError};
-pub use transport::{GrpcTransport, Transport};
+pub use transport::{ClientTls, GrpcTransport, Transport, endpoint};
 
 pub use prometheus::Registry;
 pub use tollgate_core::{

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use tollgate_core::{Grant, TenantId, TokenBucketRequest};
 use tollgate_proto::v1;
 use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::error::{ClientError, TransportError};
 
@@ -19,6 +19,58 @@ use crate::error::{ClientError, TransportError};
 #[async_trait]
 pub trait Transport: Send + Sync + 'static {
     async fn token_bucket(&self, request: TokenBucketRequest) -> Result<Grant, TransportError>;
+}
+
+/// TLS to the server, for `https://` endpoints.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientTls {
+    /// Certificate authorities (PEM) to trust; the system's roots if `None`.
+    pub ca_pem: Option<Vec<u8>>,
+    /// A client certificate and its key (PEM), for servers that require
+    /// mutual TLS.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// An endpoint for `url` (`http://host:port`, or `https://host:port` for
+/// TLS, verified against `tls`'s CA or the system's roots). TLS settings
+/// with an `http://` URL are an error rather than silently unused.
+pub fn endpoint(
+    url: &str,
+    connect_timeout: Duration,
+    tls: Option<&ClientTls>,
+) -> Result<Endpoint, ClientError> {
+    let endpoint_err = |reason: String| ClientError::Endpoint {
+        endpoint: url.to_string(),
+        reason,
+    };
+    let mut endpoint = Endpoint::from_shared(url.to_string())
+        .map_err(|e| endpoint_err(e.to_string()))?
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true);
+    let https = url.starts_with("https://");
+    match (https, tls) {
+        (false, Some(tls)) if *tls != ClientTls::default() => {
+            return Err(endpoint_err(
+                "TLS settings (a CA or a client certificate) need an https:// URL".into(),
+            ));
+        }
+        (false, _) => {}
+        (true, tls) => {
+            let tls = tls.cloned().unwrap_or_default();
+            let mut config = ClientTlsConfig::new();
+            config = match &tls.ca_pem {
+                Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+                None => config.with_native_roots(),
+            };
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(Identity::from_pem(cert, key));
+            }
+            endpoint = endpoint
+                .tls_config(config)
+                .map_err(|e| endpoint_err(format!("TLS: {e}")))?;
+        }
+    }
+    Ok(endpoint)
 }
 
 /// The gRPC transport to a Tollgate server.
@@ -36,16 +88,9 @@ impl GrpcTransport {
         endpoint: &str,
         tenant: TenantId,
         connect_timeout: Duration,
+        tls: Option<&ClientTls>,
     ) -> Result<Self, ClientError> {
-        let endpoint_err = |reason: String| ClientError::Endpoint {
-            endpoint: endpoint.to_string(),
-            reason,
-        };
-        let channel = Endpoint::from_shared(endpoint.to_string())
-            .map_err(|e| endpoint_err(e.to_string()))?
-            .connect_timeout(connect_timeout)
-            .tcp_nodelay(true)
-            .connect_lazy();
+        let channel = self::endpoint(endpoint, connect_timeout, tls)?.connect_lazy();
         Ok(GrpcTransport {
             client: TokenBucketServiceClient::new(channel),
             tenant,

@@ -41,4 +41,4 @@ pub mod telemetry;
 
 mod server;
 
-pub use server::{ServeError, run, run_with_telemetry};
+pub use server::{ServeError, ServerTls, run, run_with_telemetry, run_with_tls};

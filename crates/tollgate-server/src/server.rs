@@ -6,7 +6,8 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tollgate_proto::v1::admin_server::AdminServer;
 use tollgate_proto::v1::token_bucket_service_server::TokenBucketServiceServer;
-use tonic::transport::server::TcpIncoming;
+use tonic::transport::server::{ServerTlsConfig, TcpIncoming};
+use tonic::transport::{Certificate, Identity};
 
 use crate::service::{AdminService, TokenBucketService};
 use crate::store::Store;
@@ -23,6 +24,20 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error(transparent)]
     Metrics(#[from] MetricsError),
+    #[error("set up TLS: {0}")]
+    Tls(#[source] tonic::transport::Error),
+}
+
+/// TLS on the gRPC port.
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    /// The server's certificate chain, PEM.
+    pub cert_pem: Vec<u8>,
+    /// The server's private key, PEM.
+    pub key_pem: Vec<u8>,
+    /// For mutual TLS: the certificate authorities (PEM) that must have
+    /// signed the certificate every client presents.
+    pub client_ca_pem: Option<Vec<u8>>,
 }
 
 /// Serves the pod-facing and operator-facing services, gRPC health and
@@ -50,6 +65,26 @@ pub async fn run_with_telemetry(
     telemetry: Telemetry,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    run_with_tls(listener, store, telemetry, None, shutdown).await
+}
+
+/// [`run_with_telemetry`], over TLS when `tls` is given.
+pub async fn run_with_tls(
+    listener: TcpListener,
+    store: Arc<dyn Store>,
+    telemetry: Telemetry,
+    tls: Option<ServerTls>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &tls {
+        let mut config =
+            ServerTlsConfig::new().identity(Identity::from_pem(&tls.cert_pem, &tls.key_pem));
+        if let Some(ca) = &tls.client_ca_pem {
+            config = config.client_ca_root(Certificate::from_pem(ca));
+        }
+        builder = builder.tls_config(config).map_err(ServeError::Tls)?;
+    }
     let local = listener.local_addr().ok();
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(tollgate_proto::FILE_DESCRIPTOR_SET)
@@ -63,8 +98,13 @@ pub async fn run_with_telemetry(
         shutdown.await;
         health.stopping().await;
     };
-    tracing::info!(address = ?local, "tollgate server listening");
-    let served = tonic::transport::Server::builder()
+    tracing::info!(
+        address = ?local,
+        tls = tls.is_some(),
+        mutual_tls = tls.as_ref().is_some_and(|t| t.client_ca_pem.is_some()),
+        "tollgate server listening"
+    );
+    let served = builder
         .layer(RpcMetricsLayer::new(Arc::clone(&telemetry.metrics)))
         .add_service(TokenBucketServiceServer::new(
             TokenBucketService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics)),

@@ -159,6 +159,29 @@ pub struct ServeOptions {
     /// Address to serve Prometheus metrics on over HTTP, or `off`.
     #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:9464")]
     pub metrics_listen: Option<MetricsListen>,
+
+    /// TLS on the gRPC port: the server's certificate chain, PEM (with
+    /// --tls-key) [default: none, plain gRPC].
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// TLS on the gRPC port: the server's private key, PEM (with
+    /// --tls-cert) [default: none].
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Mutual TLS: clients must present a certificate signed by one of the
+    /// authorities in this PEM file (needs --tls-cert) [default: none].
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+/// The files of the gRPC port's TLS (`--tls-*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
 }
 
 /// `--grant-policy`: the names of [`GrantPolicy`]'s variants.
@@ -329,6 +352,8 @@ pub struct ServeConfig {
     pub log_format: LogFormat,
     /// Where Prometheus metrics are served over HTTP; `None` when `off`.
     pub metrics_listen: Option<SocketAddr>,
+    /// TLS on the gRPC port; `None` for plain gRPC.
+    pub tls: Option<TlsFiles>,
     /// The layer each option came from, by option name; options no layer
     /// set are absent.
     pub sources: BTreeMap<String, Source>,
@@ -424,6 +449,8 @@ impl ServeConfig {
             reported_dead_timeout = %humantime::format_duration(bucket.reported_dead_timeout),
             log_format = %self.log_format,
             metrics_listen = %self.metrics_listen.map_or_else(|| "off".to_owned(), |a| a.to_string()),
+            tls = self.tls.is_some(),
+            mutual_tls = self.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
             set_by = %self.describe_sources(),
             "effective configuration"
         );
@@ -580,8 +607,28 @@ impl Layers {
             unconfigured_tenants,
         };
 
+        let tls = match (&options.tls_cert, &options.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: options.tls_client_ca.clone(),
+            }),
+            (None, None) => {
+                if options.tls_client_ca.is_some() {
+                    return Err(bad(
+                        "tls-client-ca",
+                        &"needs --tls-cert and --tls-key (mutual TLS is TLS first)",
+                    ));
+                }
+                None
+            }
+            (Some(_), None) => return Err(bad("tls-cert", &"needs --tls-key too")),
+            (None, Some(_)) => return Err(bad("tls-key", &"needs --tls-cert too")),
+        };
+
         Ok(ServeConfig {
             config_file,
+            tls,
             listen: required(options.listen, "listen")?,
             store,
             postgres,

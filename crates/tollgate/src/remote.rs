@@ -2,17 +2,19 @@
 //! share, the `--actor` that changes carry, and how gRPC errors read on a
 //! terminal.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use tollgate_client::ClientTls;
 use tollgate_proto::{ACTOR_METADATA, MAX_ACTOR_LEN};
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
 #[derive(Debug, Args)]
 pub struct ServerArg {
-    /// The server's gRPC endpoint.
+    /// The server's gRPC endpoint (`https://…` for TLS).
     #[arg(
         long,
         global = true,
@@ -20,16 +22,60 @@ pub struct ServerArg {
         default_value = "http://127.0.0.1:50051"
     )]
     server: String,
+
+    #[command(flatten)]
+    tls: ClientTlsArgs,
 }
 
 impl ServerArg {
     pub async fn connect(&self) -> anyhow::Result<Channel> {
-        Channel::from_shared(self.server.clone())
-            .with_context(|| format!("invalid --server URL {:?}", self.server))?
-            .connect_timeout(Duration::from_secs(5))
+        let tls = self.tls.load()?;
+        tollgate_client::endpoint(&self.server, Duration::from_secs(5), tls.as_ref())
+            .with_context(|| format!("--server {:?}", self.server))?
             .connect()
             .await
             .with_context(|| format!("connect to {}", self.server))
+    }
+}
+
+/// TLS to the server, for `https://` endpoints.
+#[derive(Debug, Args)]
+pub struct ClientTlsArgs {
+    /// Certificate authorities (PEM) to trust for an https:// server
+    /// [default: the system's].
+    #[arg(long, global = true, env = "TOLLGATE_CA_FILE", value_name = "FILE")]
+    ca_file: Option<PathBuf>,
+
+    /// A client certificate (PEM), for servers that require mutual TLS
+    /// (with --client-key).
+    #[arg(long, global = true, env = "TOLLGATE_CLIENT_CERT", value_name = "FILE")]
+    client_cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM).
+    #[arg(long, global = true, env = "TOLLGATE_CLIENT_KEY", value_name = "FILE")]
+    client_key: Option<PathBuf>,
+}
+
+impl ClientTlsArgs {
+    /// The files read, or `None` when no TLS option is given.
+    pub fn load(&self) -> anyhow::Result<Option<ClientTls>> {
+        let read = |path: &PathBuf, option: &str| {
+            std::fs::read(path).with_context(|| format!("--{option}: read {}", path.display()))
+        };
+        let identity = match (&self.client_cert, &self.client_key) {
+            (Some(cert), Some(key)) => Some((read(cert, "client-cert")?, read(key, "client-key")?)),
+            (None, None) => None,
+            _ => anyhow::bail!("--client-cert and --client-key go together"),
+        };
+        let ca_pem = self
+            .ca_file
+            .as_ref()
+            .map(|f| read(f, "ca-file"))
+            .transpose()?;
+        if ca_pem.is_none() && identity.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(ClientTls { ca_pem, identity }))
     }
 }
 

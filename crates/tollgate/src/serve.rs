@@ -4,14 +4,16 @@
 use std::sync::Arc;
 
 use anyhow::Context;
+use tollgate_server::ServerTls;
 use tollgate_server::store::Store;
 use tollgate_server::telemetry::{Telemetry, serve_http};
 
-use crate::config::ServeConfig;
+use crate::config::{ServeConfig, TlsFiles};
 use crate::store as location;
 
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     config.log_effective();
+    let tls = config.tls.as_ref().map(read_tls).transpose()?;
     let store: Arc<dyn Store> =
         location::open(&config.store, &config.postgres, config.settings.clone()).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -38,10 +40,11 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let served = tollgate_server::run_with_telemetry(
+    let served = tollgate_server::run_with_tls(
         listener,
         Arc::clone(&store),
         telemetry,
+        tls,
         shutdown_signal(),
     )
     .await;
@@ -57,6 +60,22 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     store.close().await.context("close the store")?;
     tracing::info!("store closed; bye");
     Ok(())
+}
+
+/// Reads the gRPC port's TLS files.
+fn read_tls(files: &TlsFiles) -> anyhow::Result<ServerTls> {
+    let read = |path: &std::path::Path, option: &str| {
+        std::fs::read(path).with_context(|| format!("--{option}: read {}", path.display()))
+    };
+    Ok(ServerTls {
+        cert_pem: read(&files.cert, "tls-cert")?,
+        key_pem: read(&files.key, "tls-key")?,
+        client_ca_pem: files
+            .client_ca
+            .as_deref()
+            .map(|path| read(path, "tls-client-ca"))
+            .transpose()?,
+    })
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.

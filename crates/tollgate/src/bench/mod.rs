@@ -51,6 +51,9 @@ pub struct BenchArgs {
     )]
     servers: Vec<String>,
 
+    #[command(flatten)]
+    tls: crate::remote::ClientTlsArgs,
+
     /// HTTP/2 connections per server; the server's pods are spread over them
     /// (one connection can be the bottleneck).
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -179,12 +182,13 @@ impl BenchArgs {
         if self.servers.is_empty() {
             bail!("--server: at least one server is needed");
         }
+        let tls = self.tls.load()?;
         let endpoints = self
             .servers
             .iter()
             .map(|url| {
-                Endpoint::from_shared(url.clone())
-                    .with_context(|| format!("--server: invalid URL {url:?}"))
+                tollgate_client::endpoint(url, Duration::from_secs(5), tls.as_ref())
+                    .with_context(|| format!("--server {url:?}"))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         if !(1..=MAX_CONNECTIONS).contains(&self.connections) {
