@@ -41,4 +41,4 @@ pub mod telemetry;
 
 mod server;
 
-pub use server::{ServeError, ServerTls, run, run_with_telemetry, run_with_tls};
+pub use server::{GrpcOptions, ServeError, ServerTls, run, run_with_options, run_with_telemetry};

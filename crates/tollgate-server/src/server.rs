@@ -9,7 +9,7 @@ use tollgate_proto::v1::token_bucket_service_server::TokenBucketServiceServer;
 use tonic::transport::server::{ServerTlsConfig, TcpIncoming};
 use tonic::transport::{Certificate, Identity};
 
-use crate::service::{AdminService, TokenBucketService};
+use crate::service::{AdminAuth, AdminService, AdminTokens, TokenBucketService};
 use crate::store::Store;
 use crate::telemetry::health::PROBE_INTERVAL;
 use crate::telemetry::rpc::RpcMetricsLayer;
@@ -65,17 +65,27 @@ pub async fn run_with_telemetry(
     telemetry: Telemetry,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    run_with_tls(listener, store, telemetry, None, shutdown).await
+    run_with_options(listener, store, telemetry, GrpcOptions::default(), shutdown).await
 }
 
-/// [`run_with_telemetry`], over TLS when `tls` is given.
-pub async fn run_with_tls(
+/// How the gRPC port is secured.
+#[derive(Clone, Debug, Default)]
+pub struct GrpcOptions {
+    /// TLS, or plain gRPC.
+    pub tls: Option<ServerTls>,
+    /// Tokens the `Admin` service requires, or none (open `Admin`).
+    pub admin_tokens: Option<AdminTokens>,
+}
+
+/// [`run_with_telemetry`], secured as `options` say.
+pub async fn run_with_options(
     listener: TcpListener,
     store: Arc<dyn Store>,
     telemetry: Telemetry,
-    tls: Option<ServerTls>,
+    options: GrpcOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    let GrpcOptions { tls, admin_tokens } = options;
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &tls {
         let mut config =
@@ -102,6 +112,7 @@ pub async fn run_with_tls(
         address = ?local,
         tls = tls.is_some(),
         mutual_tls = tls.as_ref().is_some_and(|t| t.client_ca_pem.is_some()),
+        admin_operators = admin_tokens.as_ref().map(AdminTokens::len),
         "tollgate server listening"
     );
     let served = builder
@@ -109,7 +120,10 @@ pub async fn run_with_tls(
         .add_service(TokenBucketServiceServer::new(
             TokenBucketService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics)),
         ))
-        .add_service(AdminServer::new(AdminService::new(store)))
+        .add_service(AdminServer::with_interceptor(
+            AdminService::new(store),
+            AdminAuth::new(admin_tokens),
+        ))
         .add_service(telemetry.health_service())
         .add_service(reflection)
         // No Nagle delay: answers are small and latency is what pods wait on.

@@ -174,6 +174,13 @@ pub struct ServeOptions {
     /// authorities in this PEM file (needs --tls-cert) [default: none].
     #[arg(long, value_name = "FILE")]
     pub tls_client_ca: Option<PathBuf>,
+
+    /// The `Admin` service requires a bearer token from this file: one
+    /// `NAME TOKEN` line per operator (tokens of 16 characters or more);
+    /// the operator's name goes into the audit log [default: none, `Admin`
+    /// open to whoever reaches the port].
+    #[arg(long, value_name = "FILE")]
+    pub admin_tokens_file: Option<PathBuf>,
 }
 
 /// The files of the gRPC port's TLS (`--tls-*`).
@@ -354,6 +361,8 @@ pub struct ServeConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// TLS on the gRPC port; `None` for plain gRPC.
     pub tls: Option<TlsFiles>,
+    /// The `Admin` service's tokens file, if any.
+    pub admin_tokens_file: Option<PathBuf>,
     /// The layer each option came from, by option name; options no layer
     /// set are absent.
     pub sources: BTreeMap<String, Source>,
@@ -451,6 +460,7 @@ impl ServeConfig {
             metrics_listen = %self.metrics_listen.map_or_else(|| "off".to_owned(), |a| a.to_string()),
             tls = self.tls.is_some(),
             mutual_tls = self.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+            admin_tokens_file = self.admin_tokens_file.as_ref().map(|f| f.display().to_string()),
             set_by = %self.describe_sources(),
             "effective configuration"
         );
@@ -629,6 +639,7 @@ impl Layers {
         Ok(ServeConfig {
             config_file,
             tls,
+            admin_tokens_file: options.admin_tokens_file.clone(),
             listen: required(options.listen, "listen")?,
             store,
             postgres,

@@ -25,9 +25,51 @@ pub struct ServerArg {
 
     #[command(flatten)]
     tls: ClientTlsArgs,
+
+    /// The bearer token the server's `Admin` service requires, if it does
+    /// (`--admin-tokens-file` on the server).
+    #[arg(
+        long,
+        global = true,
+        env = "TOLLGATE_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
+}
+
+/// Adds the `Admin` bearer token to every call.
+#[derive(Clone, Debug)]
+pub struct BearerToken(Option<AsciiMetadataValue>);
+
+impl tonic::service::Interceptor for BearerToken {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
 }
 
 impl ServerArg {
+    /// The interceptor that sends `--token`, if given.
+    pub fn bearer(&self) -> anyhow::Result<BearerToken> {
+        self.token
+            .as_deref()
+            .map(|token| {
+                format!("Bearer {token}")
+                    .parse::<AsciiMetadataValue>()
+                    .map_err(|_| anyhow::anyhow!("--token: must be printable ASCII"))
+            })
+            .transpose()
+            .map(BearerToken)
+    }
+
     pub async fn connect(&self) -> anyhow::Result<Channel> {
         let tls = self.tls.load()?;
         tollgate_client::endpoint(&self.server, Duration::from_secs(5), tls.as_ref())

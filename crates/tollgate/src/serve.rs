@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use tollgate_server::ServerTls;
+use tollgate_server::service::AdminTokens;
 use tollgate_server::store::Store;
 use tollgate_server::telemetry::{Telemetry, serve_http};
+use tollgate_server::{GrpcOptions, ServerTls};
 
 use crate::config::{ServeConfig, TlsFiles};
 use crate::store as location;
@@ -14,6 +15,20 @@ use crate::store as location;
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     config.log_effective();
     let tls = config.tls.as_ref().map(read_tls).transpose()?;
+    let admin_tokens = config
+        .admin_tokens_file
+        .as_deref()
+        .map(read_admin_tokens)
+        .transpose()?;
+    if admin_tokens.is_none()
+        && config.tls.as_ref().is_none_or(|t| t.client_ca.is_none())
+        && !config.listen.ip().is_loopback()
+    {
+        tracing::warn!(
+            listen = %config.listen,
+            "the Admin service is open to anyone who reaches this address: set --admin-tokens-file or --tls-client-ca"
+        );
+    }
     let store: Arc<dyn Store> =
         location::open(&config.store, &config.postgres, config.settings.clone()).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -40,11 +55,11 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let served = tollgate_server::run_with_tls(
+    let served = tollgate_server::run_with_options(
         listener,
         Arc::clone(&store),
         telemetry,
-        tls,
+        GrpcOptions { tls, admin_tokens },
         shutdown_signal(),
     )
     .await;
@@ -60,6 +75,13 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     store.close().await.context("close the store")?;
     tracing::info!("store closed; bye");
     Ok(())
+}
+
+/// Reads and checks the `Admin` tokens file.
+fn read_admin_tokens(path: &std::path::Path) -> anyhow::Result<AdminTokens> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--admin-tokens-file: read {}", path.display()))?;
+    AdminTokens::parse(&text).with_context(|| format!("--admin-tokens-file: {}", path.display()))
 }
 
 /// Reads the gRPC port's TLS files.

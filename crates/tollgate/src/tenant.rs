@@ -81,7 +81,8 @@ struct SetLimitsArgs {
 }
 
 pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
-    let mut client = AdminClient::new(args.server.connect().await?);
+    let mut client =
+        AdminClient::with_interceptor(args.server.connect().await?, args.server.bearer()?);
     match args.command {
         TenantCommand::SetLimits(a) => {
             let response = client

@@ -27,6 +27,8 @@ use crate::store::{LimitsChange, TenantSnapshot};
 pub(super) struct Caller {
     peer: Option<SocketAddr>,
     actor: Actor,
+    /// The operator the request's token authenticated, if tokens are on.
+    operator: Option<String>,
 }
 
 /// The `x-tollgate-actor` metadata of a request.
@@ -47,6 +49,10 @@ impl Caller {
         Caller {
             peer: request.remote_addr(),
             actor,
+            operator: request
+                .extensions()
+                .get::<super::Operator>()
+                .map(|o| o.0.clone()),
         }
     }
 
@@ -81,8 +87,13 @@ fn actor(value: &[u8]) -> Actor {
 impl fmt::Display for Caller {
     /// `alice at 10.0.0.7:51234`, or the address alone.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(operator) = &self.operator {
+            write!(f, "operator {operator} ")?;
+        }
         if let Some(actor) = self.actor() {
             write!(f, "{actor} at ")?;
+        } else if self.operator.is_some() {
+            f.write_str("at ")?;
         }
         match self.peer {
             Some(peer) => write!(f, "{peer}"),
@@ -135,6 +146,7 @@ pub(super) fn limits_updated(
     tracing::info!(
         operation = "update_tenant_resource_limits",
         peer = %peer(caller),
+        operator = caller.operator.as_deref(),
         actor = caller.actor(),
         actor_note = caller.actor_note(),
         tenant = %tenant,
@@ -161,6 +173,7 @@ pub(super) fn tenant_deleted(caller: &Caller, deleted: &TenantSnapshot) {
     tracing::info!(
         operation = "delete_tenant",
         peer = %peer(caller),
+        operator = caller.operator.as_deref(),
         actor = caller.actor(),
         actor_note = caller.actor_note(),
         tenant = %tenant,

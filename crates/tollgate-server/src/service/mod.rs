@@ -6,11 +6,13 @@
 //! which is also where they are logged.
 
 mod admin;
+pub mod admin_auth;
 mod audit;
 mod convert;
 mod token_bucket;
 
 pub use admin::AdminService;
+pub use admin_auth::{AdminAuth, AdminTokens, Operator};
 pub use token_bucket::TokenBucketService;
 
 use tollgate_core::{InvalidInput, RequestError};
