@@ -123,6 +123,19 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The same error again, for another caller that shared the failed
+    /// transaction (the source of an `Internal` one is kept as its message).
+    pub(crate) fn for_another_caller(&self) -> StoreError {
+        match self {
+            StoreError::TenantNotFound(tenant) => StoreError::TenantNotFound(tenant.clone()),
+            StoreError::Rejected(e) => StoreError::Rejected(e.clone()),
+            StoreError::Unavailable(message) => StoreError::Unavailable(message.clone()),
+            StoreError::Internal { context, source } => {
+                StoreError::internal(context, source.to_string())
+            }
+        }
+    }
+
     pub(crate) fn internal(
         context: &'static str,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,

@@ -421,15 +421,8 @@ impl Inner {
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(e) => {
-                let message = e.to_string();
-                let unavailable = matches!(e, StoreError::Unavailable(_));
                 for p in batch {
-                    let error = if unavailable {
-                        StoreError::Unavailable(message.clone())
-                    } else {
-                        StoreError::internal("token bucket request", message.clone())
-                    };
-                    let _ = p.reply.send(Err(error));
+                    let _ = p.reply.send(Err(e.for_another_caller()));
                 }
                 return Vec::new();
             }

@@ -38,24 +38,26 @@ fn get<'a, T: FromSql<'a>>(row: &'a Row, column: &'static str) -> Result<T, Stor
         .map_err(|e| StoreError::internal("read a tenant_usage column", e))
 }
 
-fn counter(row: &Row, column: &'static str) -> Result<u64, StoreError> {
+/// A BIGINT column as the narrower or unsigned type the core keeps it in.
+fn bigint<T: TryFrom<i64>>(row: &Row, column: &'static str) -> Result<T, StoreError> {
     let value: i64 = get(row, column)?;
-    u64::try_from(value).map_err(|_| {
+    T::try_from(value).map_err(|_| {
         StoreError::internal(
             "read a tenant_usage column",
-            format!("{column} is negative ({value})"),
+            format!(
+                "{column} is out of range for a {} ({value})",
+                std::any::type_name::<T>()
+            ),
         )
     })
 }
 
+fn counter(row: &Row, column: &'static str) -> Result<u64, StoreError> {
+    bigint(row, column)
+}
+
 fn instance_id(row: &Row, column: &'static str) -> Result<u32, StoreError> {
-    let value: i64 = get(row, column)?;
-    u32::try_from(value).map_err(|_| {
-        StoreError::internal(
-            "read a tenant_usage column",
-            format!("{column} is out of range ({value})"),
-        )
-    })
+    bigint(row, column)
 }
 
 fn timestamp(row: &Row, column: &'static str) -> Result<Timestamp, StoreError> {
