@@ -5,30 +5,10 @@
 
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tollgate_core::{Consumption, TenantId, TokenBucketRequest};
 use tollgate_server::store::postgres::PostgresTls;
 use tollgate_server::store::{BucketSettings, PostgresOptions, PostgresStore, Store, StoreError};
-use tollgate_testdb::TempCluster;
-
-/// A CA and a server certificate for 127.0.0.1 and localhost, in PEM:
-/// (CA certificate, server certificate, server key).
-fn certificates() -> (String, String, String) {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "tollgate test CA");
-    let ca_key = KeyPair::generate().expect("CA key");
-    let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
-    let issuer = Issuer::new(ca, ca_key);
-    let server = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-        .expect("server params");
-    let server_key = KeyPair::generate().expect("server key");
-    let server_cert = server
-        .signed_by(&server_key, &issuer)
-        .expect("server certificate");
-    (ca_cert.pem(), server_cert.pem(), server_key.serialize_pem())
-}
+use tollgate_testdb::{TempCluster, TestPki};
 
 fn options(url: String, ca_file: Option<std::path::PathBuf>) -> PostgresOptions {
     let mut options = PostgresOptions::new(url);
@@ -71,13 +51,13 @@ async fn store_connections_encrypted(admin: &tokio_postgres::Client) -> Vec<bool
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_is_verified_and_used_when_asked_for() {
-    let (ca, cert, key) = certificates();
+    let pki = TestPki::generate().expect("test certificates");
     let cluster = TempCluster::start().expect("a cluster of the test's own");
     cluster
-        .write_data_file("server.crt", cert.as_bytes(), false)
+        .write_data_file("server.crt", pki.server_cert_pem.as_bytes(), false)
         .expect("certificate");
     cluster
-        .write_data_file("server.key", key.as_bytes(), true)
+        .write_data_file("server.key", pki.server_key_pem.as_bytes(), true)
         .expect("key");
     cluster.configure("ssl = on").expect("configure");
     cluster.restart().expect("restart with TLS");
@@ -90,7 +70,7 @@ async fn tls_is_verified_and_used_when_asked_for() {
         .expect("create the database");
     let dir = tempfile::tempdir().expect("tempdir");
     let ca_file = dir.path().join("ca.pem");
-    std::fs::write(&ca_file, &ca).expect("CA file");
+    std::fs::write(&ca_file, &pki.ca_pem).expect("CA file");
     let url = cluster.url("tollgate");
 
     // sslmode=require and the CA: encrypted, and it works.

@@ -16,6 +16,8 @@
 //!   restart or kill it.
 //! - [`connect`]: a `tokio_postgres::Client` for a URL, its connection
 //!   driven in the background.
+//! - [`TestPki`]: a test CA and server and client certificates, for tests
+//!   of TLS (to PostgreSQL and to Tollgate's own server).
 //!
 //! ```no_run
 //! #[tokio::test]
@@ -42,11 +44,13 @@ mod cluster;
 mod database;
 mod error;
 mod os_user;
+mod pki;
 mod server;
 
 pub use cluster::TempCluster;
 pub use database::TestDatabase;
 pub use error::HarnessError;
+pub use pki::TestPki;
 
 /// Connects to `url` (`postgres://user@host:port/database`, or any form
 /// `tokio_postgres::Config` accepts) without TLS, and drives the connection

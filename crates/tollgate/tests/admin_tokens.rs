@@ -1,33 +1,22 @@
 //! `--admin-tokens-file`: the `Admin` service wants a known bearer token,
 //! names the operator in the audit line, and leaves pods alone.
 
-use std::process::{Child, Command, Output, Stdio};
+mod support;
+
+use std::process::{Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+use support::{Served, command, free_port};
+
 const ALICE: &str = "alice-0123456789abcdef";
 
 fn tollgate(args: &[&str], token: Option<&str>) -> Output {
-    let mut command = Command::new(BIN);
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("TOLLGATE_") {
-            command.env_remove(name);
-        }
-    }
+    let mut command = command();
     if let Some(token) = token {
         command.env("TOLLGATE_TOKEN", token);
     }
     command.args(args).output().expect("run tollgate")
-}
-
-struct Served(Child);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
@@ -40,13 +29,10 @@ fn admin_needs_a_known_token_and_pods_do_not() {
     )
     .expect("tokens file");
     let log = dir.path().join("server.log");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = free_port();
     let server_url = format!("http://127.0.0.1:{port}");
     let mut server = Served(
-        Command::new(BIN)
+        command()
             .args(["serve", "--in-memory", "--metrics-listen", "off"])
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .arg("--admin-tokens-file")

@@ -3,16 +3,12 @@
 
 mod support;
 
-use std::process::Command;
-
-use support::BIN;
 use tollgate_testdb::TestDatabase;
 
 fn tollgate(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
-    let out = Command::new(BIN)
+    let out = support::command()
         .args(args)
         .env_remove("DATABASE_URL")
-        .env_remove("TOLLGATE_STORE")
         .envs(env.iter().copied())
         .env("RUST_LOG", "warn")
         .output()

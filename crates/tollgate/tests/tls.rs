@@ -3,15 +3,16 @@
 //! pod library reach it with the CA and a client certificate, and not
 //! without.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use support::{Served, command, free_port};
 use tollgate_client::{ClientTls, Controller, Options};
-
-const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+use tollgate_testdb::TestPki;
 
 struct Pki {
     ca: PathBuf,
@@ -21,71 +22,37 @@ struct Pki {
     client_key: PathBuf,
 }
 
-/// A test CA, a server certificate for 127.0.0.1 and localhost, and a
-/// client certificate, written to `dir`.
+/// A fresh test CA and certificates, written to `dir`.
 fn pki(dir: &Path) -> Pki {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "tollgate test CA");
-    let ca_key = KeyPair::generate().expect("CA key");
-    let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
-    let issuer = Issuer::new(ca, ca_key);
-    let leaf = |names: Vec<String>| {
-        let key = KeyPair::generate().expect("key");
-        let cert = CertificateParams::new(names)
-            .expect("params")
-            .signed_by(&key, &issuer)
-            .expect("certificate");
-        (cert.pem(), key.serialize_pem())
-    };
-    let (server_cert, server_key) = leaf(vec!["127.0.0.1".into(), "localhost".into()]);
-    let (client_cert, client_key) = leaf(vec!["pod.tollgate.test".into()]);
+    let pki = TestPki::generate().expect("test certificates");
     let write = |name: &str, contents: &str| {
         let path = dir.join(name);
         std::fs::write(&path, contents).expect("write");
         path
     };
     Pki {
-        ca: write("ca.pem", &ca_cert.pem()),
-        server_cert: write("server.pem", &server_cert),
-        server_key: write("server.key", &server_key),
-        client_cert: write("client.pem", &client_cert),
-        client_key: write("client.key", &client_key),
+        ca: write("ca.pem", &pki.ca_pem),
+        server_cert: write("server.pem", &pki.server_cert_pem),
+        server_key: write("server.key", &pki.server_key_pem),
+        client_cert: write("client.pem", &pki.client_cert_pem),
+        client_key: write("client.key", &pki.client_key_pem),
     }
 }
 
 fn tollgate(args: &[&str]) -> Output {
-    let mut command = Command::new(BIN);
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("TOLLGATE_") {
-            command.env_remove(name);
-        }
-    }
+    let mut command = command();
     command.args(args).output().expect("run tollgate")
-}
-
-struct Served(Child);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_over_mutual_tls() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pki = pki(dir.path());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = free_port();
     let path = |p: &PathBuf| p.display().to_string();
     let store = dir.path().join("tollgate.redb");
     let mut server = Served(
-        Command::new(BIN)
+        command()
             .args([
                 "serve",
                 "--listen",

@@ -20,6 +20,28 @@ pub struct Server {
     log: Option<PathBuf>,
 }
 
+/// The `tollgate` binary with none of the caller's `TOLLGATE_*` variables:
+/// a test sets what it configures.
+pub fn command() -> Command {
+    let mut command = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("TOLLGATE_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+/// A process killed when the test is done with it (or panics).
+pub struct Served(pub Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A port nobody listens on; a server binds it right after.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -42,13 +64,8 @@ impl Server {
     /// put it on `port`) and `envs`, none of the caller's `TOLLGATE_*`
     /// variables, `RUST_LOG=info`, and stderr kept in `log`.
     pub fn start_logged(args: &[&str], envs: &[(&str, &str)], port: u16, log: &Path) -> Server {
-        let mut command = Command::new(BIN);
+        let mut command = command();
         command.arg("serve").args(args);
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("TOLLGATE_") {
-                command.env_remove(name);
-            }
-        }
         let stderr = File::create(log).expect("create the server log");
         // Several test servers run at once: no fixed metrics port unless a
         // test asks for one.
