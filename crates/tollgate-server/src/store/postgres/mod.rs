@@ -50,6 +50,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
+use tokio_postgres_rustls::MakeRustlsConnect;
 use tollgate_core::global_bucket::{self, BucketRows};
 use tollgate_core::{
     Grant, InstanceState, LimitsUpdate, TenantId, TenantState, Timestamp, TokenBucketRequest,
@@ -120,16 +121,27 @@ impl PostgresOptions {
 /// harmless; several replicas starting at once are fine too (a loser of the
 /// race retries and finds them applied).
 pub async fn migrate(url: &str, tls: &PostgresTls) -> Result<(), StoreError> {
-    let config: tokio_postgres::Config = url
-        .parse()
-        .map_err(|e| StoreError::internal("parse the PostgreSQL URL", e))?;
+    let config = parse_url(url)?;
     let connector = tls::connector(&config, tls)?;
+    migrate_with(&config, connector.as_ref()).await
+}
+
+fn parse_url(url: &str) -> Result<tokio_postgres::Config, StoreError> {
+    url.parse()
+        .map_err(|e| StoreError::internal("parse the PostgreSQL URL", e))
+}
+
+/// [`migrate`] with the URL parsed and the TLS connector (if any) built.
+async fn migrate_with(
+    config: &tokio_postgres::Config,
+    connector: Option<&MakeRustlsConnect>,
+) -> Result<(), StoreError> {
     let policy = RetryPolicy::default();
     let mut attempt = 1;
     loop {
-        let outcome = match &connector {
-            Some(tls) => migrate_once(&config, tls.clone()).await,
-            None => migrate_once(&config, NoTls).await,
+        let outcome = match connector {
+            Some(tls) => migrate_once(config, tls.clone()).await,
+            None => migrate_once(config, NoTls).await,
         };
         match outcome {
             Ok(applied) => {
@@ -258,11 +270,9 @@ impl PostgresStore {
                 "pool size and batch size must be at least 1",
             ));
         }
-        migrate(&options.url, &options.tls).await?;
-        let mut config: tokio_postgres::Config = options
-            .url
-            .parse()
-            .map_err(|e| StoreError::internal("parse the PostgreSQL URL", e))?;
+        let mut config = parse_url(&options.url)?;
+        let connector = tls::connector(&config, &options.tls)?;
+        migrate_with(&config, connector.as_ref()).await?;
         if config.get_application_name().is_none() {
             config.application_name("tollgate");
         }
@@ -270,7 +280,7 @@ impl PostgresStore {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
-        let manager = match tls::connector(&config, &options.tls)? {
+        let manager = match connector {
             Some(tls) => Manager::from_config(config, tls, manager_config),
             None => Manager::from_config(config, NoTls, manager_config),
         };
