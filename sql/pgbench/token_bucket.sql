@@ -34,10 +34,10 @@ UPDATE tenant_usage SET
     tokens = 5000, tokens_avg = 5000, last_refill = now(),
     share_sum = :instances, live_instances = :instances, granted_tokens = granted_tokens + 100,
     committed_tokens = 0, committed_rate = 0,
-    total_request_units = total_request_units + 100, total_read_batches = total_read_batches + 1,
+    total_request_unit_micros = total_request_unit_micros + 100000000, total_read_batches = total_read_batches + 1,
     total_read_requests = total_read_requests + 1, total_read_bytes = total_read_bytes + 1,
     total_write_batches = total_write_batches + 1, total_write_requests = total_write_requests + 1,
-    total_write_bytes = total_write_bytes + 1, total_cpu_seconds = 0, total_egress_bytes = 0,
+    total_write_bytes = total_write_bytes + 1, total_cpu_micros = 0, total_egress_bytes = 0,
     created_at = created_at, updated_at = now()
 WHERE tenant_id = 'bench-' || :tenant AND instance_id = 0;
 INSERT INTO tenant_usage (

@@ -4,9 +4,9 @@ INSERT INTO tenant_usage (
     tenant_id, instance_id, next_instance_id,
     refill_rate, burst_limit, configured, tokens, tokens_avg, last_refill,
     share_sum, live_instances, granted_tokens, committed_tokens, committed_rate,
-    total_request_units, total_read_batches, total_read_requests, total_read_bytes,
+    total_request_unit_micros, total_read_batches, total_read_requests, total_read_bytes,
     total_write_batches, total_write_requests, total_write_bytes,
-    total_cpu_seconds, total_egress_bytes, created_at, updated_at
+    total_cpu_micros, total_egress_bytes, created_at, updated_at
 ) VALUES (
     $1, 0, $2,
     $3, $4, $5, $6, $7, $8,

@@ -154,13 +154,13 @@ impl Controller {
             return Err(InvalidInput::new("request_timeout", "must be greater than zero").into());
         }
         // A new lease per process start: the server tells this life of the
-        // instance from the previous one by it.
-        let lease: [u8; 16] = rand::random();
+        // instance from the previous one by it (and refuses the previous).
+        let lease = crate::lease::new_lease(None);
         let origin = Instant::now();
         let bucket = LocalBucket::new(
             options.bucket.clone(),
             instance,
-            lease.to_vec(),
+            lease,
             tollgate_core::Timestamp::EPOCH,
         )?;
         let metrics = options
@@ -252,7 +252,7 @@ impl Controller {
             return Ok(());
         }
         let cost = self.shared.cost_model.before(request.batch);
-        self.acquire(cost.request_units).await?;
+        self.acquire(cost.request_units()).await?;
         self.shared
             .gate
             .with_bucket(|inner, _| inner.bucket.record_counters(&cost))?;
@@ -271,6 +271,11 @@ impl Controller {
     /// Charges CPU time the pod used (measured by the caller, e.g. every
     /// second). Never waits; may put the bucket in debt.
     pub fn record_cpu(&self, seconds: f64) -> Result<(), ClientError> {
+        tollgate_core::validate::non_negative(
+            "seconds",
+            seconds,
+            tollgate_core::validate::MAX_CPU_SECONDS,
+        )?;
         self.charge_after(self.shared.cost_model.cpu(seconds))
     }
 

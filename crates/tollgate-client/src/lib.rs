@@ -41,10 +41,12 @@
 //! - [`controller`]: the handle and its background task.
 //! - `gate`: the lock-free admission fast path in front of the bucket.
 //! - [`transport`]: gRPC to the server, or your own [`Transport`].
+//! - [`lease`]: the ordered leases that tell a pod's incarnations apart.
 
 pub mod controller;
 mod error;
 mod gate;
+pub mod lease;
 mod metrics;
 pub mod transport;
 

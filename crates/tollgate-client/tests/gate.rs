@@ -45,7 +45,7 @@ impl LocalServer {
             .expect("lock")
             .tenant
             .consumption
-            .request_units
+            .request_units()
     }
 }
 

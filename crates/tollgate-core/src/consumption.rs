@@ -1,83 +1,121 @@
 //! What pods report they consumed.
 //!
 //! Pods send deltas (consumption since their previous request); the global
-//! bucket keeps cumulative totals since the tenant was created. Totals only
-//! grow: deltas are validated non-negative and counters add saturating, so a
-//! total never wraps around and a billing system reading it never sees it
-//! go backwards.
+//! bucket keeps cumulative totals since the tenant was created. Operators
+//! bill from those totals, so they are exact:
+//! - every quantity is an integer: request units and CPU seconds are
+//!   counted in micro-units (millionths), converted once at the edge, so the
+//!   stored total is the sum of what pods reported, to the last micro-unit,
+//!   whatever the number of reports;
+//! - totals only grow: deltas are validated non-negative and totals add
+//!   saturating at [`MAX_TOTAL`] (2^63 − 1, the range of a SQL BIGINT, so
+//!   every store keeps the same number), so a total never wraps around and a
+//!   billing system reading it never sees it go backwards.
 
 use serde::{Deserialize, Serialize};
 
-use crate::validate::{self, InvalidInput, MAX_COUNTER, MAX_CPU_SECONDS, MAX_TOKENS};
+use crate::validate::{self, InvalidInput, MAX_COUNTER, MAX_TOTAL, MICROS_PER_UNIT};
 
 /// Resource consumption: a delta in requests, a cumulative total in state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Consumption {
-    pub request_units: f64,
+    /// Request units, in millionths of a unit.
+    pub request_unit_micros: u64,
     pub read_batches: u64,
     pub read_requests: u64,
     pub read_bytes: u64,
     pub write_batches: u64,
     pub write_requests: u64,
     pub write_bytes: u64,
-    pub cpu_seconds: f64,
+    /// CPU time, in microseconds.
+    pub cpu_micros: u64,
     pub egress_bytes: u64,
 }
 
+/// The most request units one report may carry, in micro-units.
+pub const MAX_REPORTED_REQUEST_UNIT_MICROS: u64 =
+    (validate::MAX_REPORTED_REQUEST_UNITS * MICROS_PER_UNIT) as u64;
+/// The most CPU time one report may carry, in microseconds.
+pub const MAX_REPORTED_CPU_MICROS: u64 = (validate::MAX_CPU_SECONDS * MICROS_PER_UNIT) as u64;
+
 impl Consumption {
-    /// Consumption of `request_units` and nothing else counted.
-    pub fn from_tokens(request_units: f64) -> Self {
+    /// Consumption of `request_units` (rounded to the nearest micro-unit)
+    /// and nothing else counted.
+    pub fn from_request_units(request_units: f64) -> Self {
         Consumption {
-            request_units,
+            request_unit_micros: to_micros(request_units),
             ..Consumption::default()
         }
     }
 
-    /// Checks a delta reported by a pod: finite, non-negative, not absurd.
+    /// Request units, as a (possibly rounded) number of units.
+    pub fn request_units(&self) -> f64 {
+        self.request_unit_micros as f64 / MICROS_PER_UNIT
+    }
+
+    /// CPU time, as a (possibly rounded) number of seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        self.cpu_micros as f64 / MICROS_PER_UNIT
+    }
+
+    /// Checks a delta reported by a pod: not absurd.
     pub fn validate(&self) -> Result<(), InvalidInput> {
-        validate::non_negative("request_units", self.request_units, MAX_TOKENS)?;
-        validate::non_negative("cpu_seconds", self.cpu_seconds, MAX_CPU_SECONDS)?;
         let counters = [
-            ("read_batches", self.read_batches),
-            ("read_requests", self.read_requests),
-            ("read_bytes", self.read_bytes),
-            ("write_batches", self.write_batches),
-            ("write_requests", self.write_requests),
-            ("write_bytes", self.write_bytes),
-            ("egress_bytes", self.egress_bytes),
+            (
+                "request_unit_micros",
+                self.request_unit_micros,
+                MAX_REPORTED_REQUEST_UNIT_MICROS,
+            ),
+            ("read_batches", self.read_batches, MAX_COUNTER),
+            ("read_requests", self.read_requests, MAX_COUNTER),
+            ("read_bytes", self.read_bytes, MAX_COUNTER),
+            ("write_batches", self.write_batches, MAX_COUNTER),
+            ("write_requests", self.write_requests, MAX_COUNTER),
+            ("write_bytes", self.write_bytes, MAX_COUNTER),
+            ("cpu_micros", self.cpu_micros, MAX_REPORTED_CPU_MICROS),
+            ("egress_bytes", self.egress_bytes, MAX_COUNTER),
         ];
-        for (field, value) in counters {
-            validate::counter(field, value, MAX_COUNTER)?;
+        for (field, value, max) in counters {
+            validate::counter(field, value, max)?;
         }
         Ok(())
     }
 
-    /// Adds a (validated, non-negative) delta to these totals.
+    /// Adds a (validated) delta to these totals, each saturating at [`MAX_TOTAL`].
     pub fn add(&mut self, delta: &Consumption) {
-        self.request_units += delta.request_units;
-        self.read_batches = self.read_batches.saturating_add(delta.read_batches);
-        self.read_requests = self.read_requests.saturating_add(delta.read_requests);
-        self.read_bytes = self.read_bytes.saturating_add(delta.read_bytes);
-        self.write_batches = self.write_batches.saturating_add(delta.write_batches);
-        self.write_requests = self.write_requests.saturating_add(delta.write_requests);
-        self.write_bytes = self.write_bytes.saturating_add(delta.write_bytes);
-        self.cpu_seconds += delta.cpu_seconds;
-        self.egress_bytes = self.egress_bytes.saturating_add(delta.egress_bytes);
+        let add = |total: &mut u64, delta: u64| {
+            *total = total.saturating_add(delta).min(MAX_TOTAL);
+        };
+        add(&mut self.request_unit_micros, delta.request_unit_micros);
+        add(&mut self.read_batches, delta.read_batches);
+        add(&mut self.read_requests, delta.read_requests);
+        add(&mut self.read_bytes, delta.read_bytes);
+        add(&mut self.write_batches, delta.write_batches);
+        add(&mut self.write_requests, delta.write_requests);
+        add(&mut self.write_bytes, delta.write_bytes);
+        add(&mut self.cpu_micros, delta.cpu_micros);
+        add(&mut self.egress_bytes, delta.egress_bytes);
     }
 
     /// True if every total in `self` is at least the one in `earlier`.
     pub fn dominates(&self, earlier: &Consumption) -> bool {
-        self.request_units >= earlier.request_units
+        self.request_unit_micros >= earlier.request_unit_micros
             && self.read_batches >= earlier.read_batches
             && self.read_requests >= earlier.read_requests
             && self.read_bytes >= earlier.read_bytes
             && self.write_batches >= earlier.write_batches
             && self.write_requests >= earlier.write_requests
             && self.write_bytes >= earlier.write_bytes
-            && self.cpu_seconds >= earlier.cpu_seconds
+            && self.cpu_micros >= earlier.cpu_micros
             && self.egress_bytes >= earlier.egress_bytes
     }
+}
+
+/// A non-negative quantity in micro-units, rounded to the nearest;
+/// negative or NaN gives 0 and huge values saturate (callers validate first).
+pub fn to_micros(units: f64) -> u64 {
+    (units * MICROS_PER_UNIT).round() as u64
 }
 
 #[cfg(test)]
@@ -85,40 +123,56 @@ mod tests {
     use super::*;
 
     #[test]
-    fn totals_add_and_saturate() {
+    fn totals_add_and_saturate_at_the_bigint_range() {
         let mut total = Consumption {
-            read_bytes: u64::MAX - 1,
+            read_bytes: MAX_TOTAL - 1,
+            egress_bytes: u64::MAX,
             ..Consumption::default()
         };
         let delta = Consumption {
-            request_units: 2.5,
+            request_unit_micros: 2_500_000,
             read_bytes: 10,
             write_requests: 3,
-            cpu_seconds: 0.25,
+            cpu_micros: 250_000,
+            egress_bytes: 1,
             ..Consumption::default()
         };
         total.add(&delta);
-        assert_eq!(total.read_bytes, u64::MAX);
-        assert_eq!(total.request_units, 2.5);
+        assert_eq!(total.read_bytes, MAX_TOTAL);
+        assert_eq!(total.egress_bytes, MAX_TOTAL);
+        assert_eq!(total.request_units(), 2.5);
         assert_eq!(total.write_requests, 3);
-        assert_eq!(total.cpu_seconds, 0.25);
+        assert_eq!(total.cpu_seconds(), 0.25);
+    }
+
+    #[test]
+    fn fractional_request_units_sum_exactly() {
+        let mut total = Consumption::default();
+        for _ in 0..2_000 {
+            total.add(&Consumption::from_request_units(0.1));
+        }
+        assert_eq!(total.request_unit_micros, 200_000_000);
+        assert_eq!(total.request_units(), 200.0);
+
+        // At a total of 1e16 micro-units, one more unit still counts.
+        let mut large = Consumption {
+            request_unit_micros: 10_000_000_000_000_000,
+            ..Consumption::default()
+        };
+        large.add(&Consumption::from_request_units(1.0));
+        assert_eq!(large.request_unit_micros, 10_000_000_001_000_000);
     }
 
     #[test]
     fn deltas_are_validated_field_by_field() {
         assert!(Consumption::default().validate().is_ok());
-        let nan_ru = Consumption {
-            request_units: f64::NAN,
-            ..Consumption::default()
-        };
-        assert_eq!(nan_ru.validate().expect_err("NaN").field, "request_units");
-        let negative_cpu = Consumption {
-            cpu_seconds: -1.0,
+        let absurd_ru = Consumption {
+            request_unit_micros: MAX_REPORTED_REQUEST_UNIT_MICROS + 1,
             ..Consumption::default()
         };
         assert_eq!(
-            negative_cpu.validate().expect_err("negative").field,
-            "cpu_seconds"
+            absurd_ru.validate().expect_err("absurd").field,
+            "request_unit_micros"
         );
         let absurd_bytes = Consumption {
             write_bytes: u64::MAX,

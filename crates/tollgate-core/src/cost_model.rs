@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::consumption::Consumption;
+use crate::consumption::{Consumption, to_micros};
 use crate::validate::{self, InvalidInput, MAX_TOKENS};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -87,15 +87,19 @@ impl CostModel {
     pub fn before(&self, batch: Batch) -> Consumption {
         match batch {
             Batch::Read { requests } => Consumption {
-                request_units: self.read_batch + self.read_request * requests as f64,
+                request_unit_micros: to_micros(
+                    self.read_batch + self.read_request * requests as f64,
+                ),
                 read_batches: 1,
                 read_requests: requests,
                 ..Consumption::default()
             },
             Batch::Write { requests, bytes } => Consumption {
-                request_units: self.write_batch
-                    + self.write_request * requests as f64
-                    + self.write_payload_per_mib * bytes as f64 / MIB,
+                request_unit_micros: to_micros(
+                    self.write_batch
+                        + self.write_request * requests as f64
+                        + self.write_payload_per_mib * bytes as f64 / MIB,
+                ),
                 write_batches: 1,
                 write_requests: requests,
                 write_bytes: bytes,
@@ -107,7 +111,7 @@ impl CostModel {
     /// What a response costs once it has arrived: the bytes it read.
     pub fn after_read(&self, bytes: u64) -> Consumption {
         Consumption {
-            request_units: self.read_payload_per_mib * bytes as f64 / MIB,
+            request_unit_micros: to_micros(self.read_payload_per_mib * bytes as f64 / MIB),
             read_bytes: bytes,
             ..Consumption::default()
         }
@@ -116,8 +120,8 @@ impl CostModel {
     /// What CPU time used by the pod costs.
     pub fn cpu(&self, seconds: f64) -> Consumption {
         Consumption {
-            request_units: self.cpu_per_second * seconds,
-            cpu_seconds: seconds,
+            request_unit_micros: to_micros(self.cpu_per_second * seconds),
+            cpu_micros: to_micros(seconds),
             ..Consumption::default()
         }
     }
@@ -125,7 +129,7 @@ impl CostModel {
     /// What bytes sent to the pod's users cost.
     pub fn egress(&self, bytes: u64) -> Consumption {
         Consumption {
-            request_units: self.egress_per_mib * bytes as f64 / MIB,
+            request_unit_micros: to_micros(self.egress_per_mib * bytes as f64 / MIB),
             egress_bytes: bytes,
             ..Consumption::default()
         }
@@ -141,23 +145,23 @@ mod tests {
         let model = CostModel::default();
         // A read batch of 4 requests: 0.5 + 4 × 0.125.
         let read = model.before(Batch::Read { requests: 4 });
-        assert_eq!(read.request_units, 1.0);
+        assert_eq!(read.request_units(), 1.0);
         assert_eq!((read.read_batches, read.read_requests), (1, 4));
         // 1 MiB read afterwards: 16 RU.
-        assert_eq!(model.after_read(1 << 20).request_units, 16.0);
+        assert_eq!(model.after_read(1 << 20).request_units(), 16.0);
         // A write batch of 2 requests and 512 KiB: 1 + 2 + 512.
         let write = model.before(Batch::Write {
             requests: 2,
             bytes: 512 << 10,
         });
-        assert_eq!(write.request_units, 515.0);
+        assert_eq!(write.request_units(), 515.0);
         assert_eq!(
             (write.write_batches, write.write_requests, write.write_bytes),
             (1, 2, 512 << 10)
         );
-        assert_eq!(model.cpu(3.0).request_units, 999.9000000000001);
-        assert_eq!(model.cpu(3.0).cpu_seconds, 3.0);
-        assert_eq!(model.egress(2 << 20).request_units, 2048.0);
+        assert_eq!(model.cpu(3.0).request_units(), 999.9);
+        assert_eq!(model.cpu(3.0).cpu_seconds(), 3.0);
+        assert_eq!(model.egress(2 << 20).request_units(), 2048.0);
         assert_eq!(model.egress(2 << 20).egress_bytes, 2 << 20);
     }
 

@@ -39,6 +39,14 @@
 //! - **Idempotency**: a request repeating the last `(lease, seq)` of its
 //!   instance gets the stored response back and changes nothing. A new lease
 //!   starts a new sequence.
+//! - **Incarnations**: leases of an instance id are ordered (as byte strings,
+//!   lexicographically), and a pod that restarts uses a greater lease than
+//!   before. A request with a lease below the one the instance holds comes
+//!   from an older incarnation (a late copy, or an attempt abandoned when
+//!   the pod restarted): it is refused and changes nothing, so an old
+//!   incarnation never displaces a newer one nor counts anything again.
+//!   Only once the newer incarnation has been silent past the inactivity
+//!   timeout (it would be removed anyway) may a lower lease take the id.
 //! - **Reconfiguration** ([`reconfigure`]): sets the limits, correcting the
 //!   operator's `available_tokens` for refill and consumption since `as_of`.
 //! - **Fallback rate**: every response tells the pod what it may consume per
@@ -49,7 +57,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::consumption::Consumption;
+use crate::consumption::{self, Consumption};
 use crate::time::Timestamp;
 use crate::validate::{self, InvalidInput, MAX_LEASE_LEN, MAX_REFILL_RATE, MAX_SEQ, MAX_TOKENS};
 
@@ -63,8 +71,9 @@ const BUCKET_LEVEL_EMA_MAX_DEBT_PERIODS: f64 = 1.5;
 /// The shortest trickle handed out, seconds (unless the period is shorter).
 const MIN_TRICKLE_SECS: f64 = 1.0;
 /// Tolerance when comparing an operator's `as_of_consumed_tokens` with the
-/// stored total, relative to the total (float sums may differ in the last bits).
-const AS_OF_CONSUMED_TOLERANCE: f64 = 1e-9;
+/// stored total, as a power of two the total is divided by: the operator
+/// read the total as a double, which rounds it (by at most 2^-53 of it).
+const AS_OF_CONSUMED_TOLERANCE_SHIFT: u32 = 50;
 
 /// How a tenant's tokens are handed out when the bucket cannot grant at once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -327,10 +336,12 @@ impl LimitsUpdate {
     pub fn validate(&self) -> Result<(), InvalidInput> {
         validate::non_negative("available_tokens", self.available_tokens, MAX_TOKENS)?;
         self.limits.validate()?;
+        // No bound of its own: any value up to the tenant's total is valid,
+        // and that is checked against the stored total.
         validate::non_negative(
             "as_of_consumed_tokens",
             self.as_of_consumed_tokens,
-            MAX_TOKENS,
+            f64::MAX,
         )?;
         if self.as_of.is_none() && self.as_of_consumed_tokens != 0.0 {
             return Err(InvalidInput::new(
@@ -352,6 +363,12 @@ pub enum RequestError {
         "seq {seq} is older than the last sequence number {last_seq} seen for this instance lease"
     )]
     StaleSequence { seq: u64, last_seq: u64 },
+    /// A request from an older incarnation of an instance than the one the
+    /// instance row holds.
+    #[error(
+        "instance_lease is older than the lease instance {instance_id} holds now: a newer incarnation took the instance over (a new incarnation must use a greater lease)"
+    )]
+    SupersededLease { instance_id: InstanceId },
     /// The rows handed in do not form a consistent list; a store bug.
     #[error("instance list is inconsistent: {0}")]
     Inconsistent(String),
@@ -415,21 +432,25 @@ pub fn request(
 ) -> Result<RequestOutcome, RequestError> {
     req.validate()?;
     let id = req.instance_id;
-    if let Some(existing) = rows.instances.get(&id)
-        && existing.lease == req.lease
-    {
-        if req.seq == existing.seq {
-            return Ok(RequestOutcome {
-                grant: existing.last_grant,
-                duplicate: true,
-                changes: RowChanges::default(),
-            });
-        }
-        if req.seq < existing.seq {
-            return Err(RequestError::StaleSequence {
-                seq: req.seq,
-                last_seq: existing.seq,
-            });
+    if let Some(existing) = rows.instances.get(&id) {
+        if existing.lease == req.lease {
+            if req.seq == existing.seq {
+                return Ok(RequestOutcome {
+                    grant: existing.last_grant,
+                    duplicate: true,
+                    changes: RowChanges::default(),
+                });
+            }
+            if req.seq < existing.seq {
+                return Err(RequestError::StaleSequence {
+                    seq: req.seq,
+                    last_seq: existing.seq,
+                });
+            }
+        } else if req.lease < existing.lease
+            && now.duration_since(existing.last_update) <= config.inactivity_timeout
+        {
+            return Err(RequestError::SupersededLease { instance_id: id });
         }
     }
 
@@ -768,20 +789,23 @@ pub fn reconfigure(
     update.validate()?;
     let mut tokens = update.available_tokens;
     if let Some(as_of) = update.as_of {
-        let total = tenant.consumption.request_units;
-        let consumed_since = total - update.as_of_consumed_tokens;
-        if consumed_since < -AS_OF_CONSUMED_TOLERANCE * total.max(1.0) {
+        let total = tenant.consumption.request_unit_micros;
+        let as_of_consumed = consumption::to_micros(update.as_of_consumed_tokens);
+        let tolerance = 1 + (total >> AS_OF_CONSUMED_TOLERANCE_SHIFT);
+        if as_of_consumed > total.saturating_add(tolerance) {
             return Err(InvalidInput::new(
                 "as_of_consumed_tokens",
                 format!(
-                    "{} exceeds the tenant's total consumption of {total} request units",
-                    update.as_of_consumed_tokens
+                    "{} exceeds the tenant's total consumption of {} request units",
+                    validate::number(update.as_of_consumed_tokens),
+                    validate::number(tenant.consumption.request_units())
                 ),
             )
             .into());
         }
+        let consumed_since = total.saturating_sub(as_of_consumed);
         tokens = refilled_tokens(tokens, &update.limits, now.seconds_since(as_of));
-        tokens -= consumed_since.max(0.0);
+        tokens -= consumed_since as f64 / validate::MICROS_PER_UNIT;
     }
     tenant.limits = update.limits;
     tenant.configured = true;

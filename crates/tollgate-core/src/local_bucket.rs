@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::consumption::Consumption;
+use crate::consumption::{self, Consumption};
 use crate::global_bucket::{Grant, InstanceId, TokenBucketRequest};
 use crate::time::Timestamp;
 use crate::validate::{self, InvalidInput, MAX_LEASE_LEN, MAX_TARGET_REQUEST_PERIOD, MAX_TOKENS};
@@ -420,16 +420,19 @@ impl LocalBucket {
         }
         self.tokens += tokens;
         self.charged_total -= tokens;
-        self.unreported.request_units = (self.unreported.request_units - tokens).max(0.0);
+        self.unreported.request_unit_micros = self
+            .unreported
+            .request_unit_micros
+            .saturating_sub(consumption::to_micros(tokens));
     }
 
     /// Records the counters of work whose tokens were already acquired
-    /// (reads, writes…). `consumption.request_units` is ignored: acquiring
-    /// charged them.
+    /// (reads, writes…). `consumption.request_unit_micros` is ignored:
+    /// acquiring charged them.
     pub fn record_counters(&mut self, consumption: &Consumption) -> Result<(), InvalidInput> {
         consumption.validate()?;
         let counters = Consumption {
-            request_units: 0.0,
+            request_unit_micros: 0,
             ..*consumption
         };
         self.unreported.add(&counters);
@@ -445,7 +448,7 @@ impl LocalBucket {
     ) -> Result<(), InvalidInput> {
         consumption.validate()?;
         self.advance(now);
-        let tokens = consumption.request_units;
+        let tokens = consumption.request_units();
         self.unreported.add(consumption);
         self.charged_total += tokens;
         self.demand_since_tick += tokens;
@@ -479,7 +482,7 @@ impl LocalBucket {
         self.tokens += returned;
         self.demand_since_tick += used;
         self.charged_total += used;
-        self.unreported.request_units += used;
+        self.unreported.add(&Consumption::from_request_units(used));
     }
 
     /// Brings the bucket to `now`, admits what can be admitted, and says
@@ -665,7 +668,8 @@ impl LocalBucket {
     fn charge(&mut self, tokens: f64) {
         self.tokens -= tokens;
         self.charged_total += tokens;
-        self.unreported.request_units += tokens;
+        self.unreported
+            .add(&Consumption::from_request_units(tokens));
     }
 
     /// The level the bucket must reach to admit `tokens`: all of them, unless

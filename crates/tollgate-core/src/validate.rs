@@ -8,7 +8,13 @@
 //!
 //! The upper bounds are far beyond any real workload; they exist so that an
 //! absurd value (a unit mix-up, an uninitialised variable) is refused instead
-//! of poisoning a tenant's totals, and so that sums stay exact in an `f64`.
+//! of poisoning a tenant's totals. Every bound is documented in the `.proto`
+//! files, field by field.
+//!
+//! Error messages quote what they refuse, but never at length: a value is
+//! echoed in at most [`MAX_ECHO_CHARS`] characters and a number in its
+//! shortest form, so a hostile input cannot make an error larger than the
+//! metadata a gRPC client accepts.
 
 use std::fmt;
 use std::time::Duration;
@@ -17,6 +23,16 @@ use serde::{Deserialize, Serialize};
 
 /// The most tokens any single value may hold (a quadrillion).
 pub const MAX_TOKENS: f64 = 1e15;
+/// The most request units one consumption report may carry (a trillion).
+pub const MAX_REPORTED_REQUEST_UNITS: f64 = 1e12;
+/// Micro-units (millionths) in one request unit or one CPU second: the
+/// resolution at which consumption is counted, exactly, as integers.
+pub const MICROS_PER_UNIT: f64 = 1e6;
+/// The highest value a cumulative total reaches: totals saturate here
+/// instead of wrapping (2^63 − 1, the range of a SQL BIGINT).
+pub const MAX_TOTAL: u64 = i64::MAX as u64;
+/// The most characters of a refused value an error message quotes.
+pub const MAX_ECHO_CHARS: usize = 64;
 /// The highest refill rate, in tokens per second.
 pub const MAX_REFILL_RATE: f64 = 1e12;
 /// The highest value of any integer counter in one consumption report.
@@ -30,7 +46,7 @@ pub const MAX_TARGET_REQUEST_PERIOD: Duration = Duration::from_secs(300);
 pub const DEFAULT_TARGET_REQUEST_PERIOD: Duration = Duration::from_secs(10);
 /// Longest instance lease, in bytes.
 pub const MAX_LEASE_LEN: usize = 256;
-/// Longest tenant id, in bytes.
+/// Longest tenant id, in characters (all ASCII).
 pub const MAX_TENANT_ID_LEN: usize = 128;
 /// Highest sequence number (stores keep it as a signed 64-bit integer).
 pub const MAX_SEQ: u64 = i64::MAX as u64;
@@ -75,16 +91,71 @@ pub fn non_negative(field: &str, value: f64, max: f64) -> Result<(), InvalidInpu
     if value < 0.0 {
         return Err(InvalidInput::new(
             field,
-            format!("must be >= 0, got {value}"),
+            format!("must be >= 0, got {}", number(value)),
         ));
     }
     if value > max {
         return Err(InvalidInput::new(
             field,
-            format!("must be <= {max:e}, got {value:e}"),
+            format!("must be <= {}, got {}", number(max), number(value)),
         ));
     }
     Ok(())
+}
+
+/// A quantity the wire carries both as a double (`field`, in units) and
+/// exactly as an integer (`micros_field`, in millionths), as micro-units.
+///
+/// The double is rounded to the nearest micro-unit. A request may set
+/// either form, or both if they agree; both are bounded by `max` units.
+pub fn micros(
+    field: &str,
+    value: f64,
+    micros_field: &str,
+    micros: u64,
+    max: f64,
+) -> Result<u64, InvalidInput> {
+    non_negative(field, value, max)?;
+    // `max` is far below 2^64 micro-units, so the conversions are exact enough.
+    let max_micros = (max * MICROS_PER_UNIT) as u64;
+    counter(micros_field, micros, max_micros)?;
+    let rounded = (value * MICROS_PER_UNIT).round() as u64;
+    match (rounded, micros) {
+        (0, exact) => Ok(exact),
+        (rounded, 0) => Ok(rounded),
+        // The double agrees if it is the exact value as a double would
+        // round it (above 2^53 micro-units, not every integer is a double).
+        (rounded, exact) if rounded.abs_diff(exact) <= exact >> 52 => Ok(exact),
+        (_, exact) => Err(InvalidInput::new(
+            micros_field,
+            format!(
+                "{exact} disagrees with {field} ({}); set one of the two, or both to the same amount",
+                number(value)
+            ),
+        )),
+    }
+}
+
+/// A number as an error message shows it, exactly but briefly: plainly
+/// from 1e-4 to a million, else in scientific notation (`1e15`,
+/// `-1e-300`, not 300 zeros).
+pub fn number(value: f64) -> String {
+    let magnitude = value.abs();
+    if value == 0.0 || (1e-4..1e6).contains(&magnitude) || !value.is_finite() {
+        value.to_string()
+    } else {
+        format!("{value:e}")
+    }
+}
+
+/// A value as an error message quotes it: the whole value if it is short,
+/// else its first [`MAX_ECHO_CHARS`] characters and its length.
+pub fn quote(value: &str) -> String {
+    let mut chars = value.char_indices();
+    match chars.nth(MAX_ECHO_CHARS) {
+        None => format!("{value:?}"),
+        Some((cut, _)) => format!("{:?}… ({} bytes in all)", &value[..cut], value.len()),
+    }
 }
 
 /// Checks that a target request period is within the accepted range.
@@ -111,6 +182,23 @@ pub fn counter(field: &str, value: u64, max: u64) -> Result<(), InvalidInput> {
     Ok(())
 }
 
+/// Checks a duration as the wire carries it (`google.protobuf.Duration`),
+/// strictly: seconds >= 0 and nanos in [0, 1e9). A negative or
+/// unnormalized duration (`1 s + 2e9 ns`, `1 s − 1 ns`) is refused, not
+/// normalized into something the sender did not write.
+pub fn wire_duration(field: &str, seconds: i64, nanos: i32) -> Result<Duration, InvalidInput> {
+    if seconds < 0 || !(0..1_000_000_000).contains(&nanos) {
+        return Err(InvalidInput::new(
+            field,
+            format!(
+                "must be a non-negative duration with nanos in [0, 999999999], got {seconds} s {nanos} ns"
+            ),
+        ));
+    }
+    // Both checked non-negative above.
+    Ok(Duration::new(seconds.unsigned_abs(), nanos.unsigned_abs()))
+}
+
 /// A validated tenant id: 1 to 128 characters from `[A-Za-z0-9._:-]`.
 ///
 /// The alphabet keeps ids safe as Prometheus label values, file names, URL
@@ -124,13 +212,11 @@ impl TenantId {
         if id.is_empty() {
             return Err(InvalidInput::new(field, "must not be empty"));
         }
-        if id.len() > MAX_TENANT_ID_LEN {
+        let chars = id.chars().count();
+        if chars > MAX_TENANT_ID_LEN {
             return Err(InvalidInput::new(
                 field,
-                format!(
-                    "must be at most {MAX_TENANT_ID_LEN} characters, got {}",
-                    id.len()
-                ),
+                format!("must be at most {MAX_TENANT_ID_LEN} characters, got {chars}"),
             ));
         }
         if let Some(c) = id
@@ -179,7 +265,8 @@ pub fn bucket(field: &str, name: &str) -> Result<(), InvalidInput> {
         Err(InvalidInput::new(
             field,
             format!(
-                "unknown bucket {name:?}: this server serves only the tenant's request-unit bucket (empty name)"
+                "unknown bucket {}: this server serves only the tenant's request-unit bucket (empty name)",
+                quote(name)
             ),
         ))
     }
@@ -225,6 +312,61 @@ mod tests {
         assert!(bucket("bucket", "").is_ok());
         let err = bucket("bucket", "schedule-email").expect_err("unknown bucket");
         assert!(err.reason.contains("schedule-email"));
+    }
+
+    #[test]
+    fn tenant_id_length_counts_characters_not_bytes() {
+        let err = TenantId::parse("tenant_id", &"é".repeat(65)).expect_err("not ASCII");
+        assert!(err.reason.contains("found 'é'"), "{err}");
+        let err = TenantId::parse("tenant_id", &"é".repeat(129)).expect_err("too long");
+        assert!(err.reason.contains("got 129"), "{err}");
+    }
+
+    #[test]
+    fn errors_quote_long_values_briefly() {
+        let name = "b".repeat(100_000);
+        let err = bucket("bucket", &name).expect_err("unknown bucket");
+        assert!(err.to_string().len() < 300, "{err}");
+        assert!(err.reason.contains("100000 bytes in all"), "{err}");
+        assert_eq!(quote("short"), "\"short\"");
+        let err = non_negative("x", -1e-300, 1.0).expect_err("negative");
+        assert!(err.reason.ends_with("got -1e-300"), "{err}");
+        assert!(err.to_string().len() < 40, "{err}");
+        assert_eq!(number(2.5), "2.5");
+        assert_eq!(number(1e15), "1e15");
+        assert_eq!(number(0.001), "0.001");
+    }
+
+    #[test]
+    fn wire_durations_must_be_normalized_and_non_negative() {
+        assert_eq!(
+            wire_duration("d", 1, 500_000_000).expect("valid"),
+            Duration::from_millis(1500)
+        );
+        for (seconds, nanos) in [(1, 2_000_000_000), (1, -1), (-1, 0), (0, 1_000_000_000)] {
+            let err = wire_duration("d", seconds, nanos).expect_err("refused");
+            assert_eq!(err.field, "d");
+        }
+    }
+
+    #[test]
+    fn quantities_convert_to_exact_micro_units() {
+        assert_eq!(micros("ru", 0.1, "ru_micros", 0, 1e12), Ok(100_000));
+        assert_eq!(micros("ru", 0.0, "ru_micros", 7, 1e12), Ok(7));
+        assert_eq!(
+            micros("ru", 1e12, "ru_micros", 0, 1e12),
+            Ok(1_000_000_000_000_000_000)
+        );
+        let both = micros("ru", 1.0, "ru_micros", 7, 1e12).expect_err("disagree");
+        assert_eq!(both.field, "ru_micros");
+        assert_eq!(
+            micros("ru", 1.5, "ru_micros", 1_500_000, 1e12),
+            Ok(1_500_000)
+        );
+        let nan = micros("ru", f64::NAN, "ru_micros", 0, 1e12).expect_err("NaN");
+        assert_eq!(nan.field, "ru");
+        let large = micros("ru", 0.0, "ru_micros", u64::MAX, 1e12).expect_err("too large");
+        assert_eq!(large.field, "ru_micros");
     }
 
     #[test]

@@ -27,41 +27,67 @@ pub const ACTOR_METADATA: &str = "x-tollgate-actor";
 pub const MAX_ACTOR_LEN: usize = 128;
 
 mod convert {
-    //! Conversions between the wire's messages and the core's types that
-    //! need no validation, written once for the server and the client.
+    //! Conversions between the wire's messages and the core's types,
+    //! written once for the server and the client.
 
     use tollgate_core::consumption::Consumption;
+    use tollgate_core::validate::{
+        self, InvalidInput, MAX_CPU_SECONDS, MAX_REPORTED_REQUEST_UNITS,
+    };
 
     use crate::v1;
 
-    impl From<v1::Consumption> for Consumption {
-        fn from(c: v1::Consumption) -> Self {
-            Consumption {
-                request_units: c.request_units,
+    /// A reported delta: request units and CPU time as doubles or exact
+    /// micro-units (one of the two), converted to micro-units and checked.
+    /// Field names in errors are the message's own; a caller adds the path.
+    impl TryFrom<v1::Consumption> for Consumption {
+        type Error = InvalidInput;
+
+        fn try_from(c: v1::Consumption) -> Result<Self, InvalidInput> {
+            let consumption = Consumption {
+                request_unit_micros: validate::micros(
+                    "request_units",
+                    c.request_units,
+                    "request_unit_micros",
+                    c.request_unit_micros,
+                    MAX_REPORTED_REQUEST_UNITS,
+                )?,
                 read_batches: c.read_batches,
                 read_requests: c.read_requests,
                 read_bytes: c.read_bytes,
                 write_batches: c.write_batches,
                 write_requests: c.write_requests,
                 write_bytes: c.write_bytes,
-                cpu_seconds: c.cpu_seconds,
+                cpu_micros: validate::micros(
+                    "cpu_seconds",
+                    c.cpu_seconds,
+                    "cpu_micros",
+                    c.cpu_micros,
+                    MAX_CPU_SECONDS,
+                )?,
                 egress_bytes: c.egress_bytes,
-            }
+            };
+            consumption.validate()?;
+            Ok(consumption)
         }
     }
 
+    /// Both forms of the fractional quantities: the exact micro-units, and
+    /// the double (which agrees with them) for readers that want units.
     impl From<&Consumption> for v1::Consumption {
         fn from(c: &Consumption) -> Self {
             v1::Consumption {
-                request_units: c.request_units,
+                request_units: c.request_units(),
                 read_batches: c.read_batches,
                 read_requests: c.read_requests,
                 read_bytes: c.read_bytes,
                 write_batches: c.write_batches,
                 write_requests: c.write_requests,
                 write_bytes: c.write_bytes,
-                cpu_seconds: c.cpu_seconds,
+                cpu_seconds: c.cpu_seconds(),
                 egress_bytes: c.egress_bytes,
+                request_unit_micros: c.request_unit_micros,
+                cpu_micros: c.cpu_micros,
             }
         }
     }

@@ -9,6 +9,7 @@ use tollgate_proto::v1::token_bucket_service_server::TokenBucketServiceServer;
 use tonic::transport::server::{ServerTlsConfig, TcpIncoming};
 use tonic::transport::{Certificate, Identity};
 
+use crate::service::edge::EdgeLayer;
 use crate::service::{AdminAuth, AdminService, AdminTokens, TokenBucketService};
 use crate::store::Store;
 use crate::telemetry::health::PROBE_INTERVAL;
@@ -117,6 +118,9 @@ pub async fn run_with_options(
     );
     let served = builder
         .layer(RpcMetricsLayer::new(Arc::clone(&telemetry.metrics)))
+        // Inside the metrics layer, so RPCs are counted with the codes the
+        // edge corrects.
+        .layer(EdgeLayer)
         .add_service(TokenBucketServiceServer::new(
             TokenBucketService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics)),
         ))

@@ -3,77 +3,12 @@
 
 mod support;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-
+use support::server::TestServer;
 use support::{Backend, Backing};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
 use tollgate_proto::v1::{self, admin_client::AdminClient};
-use tollgate_server::store::{BucketSettings, Store, UnconfiguredTenants};
+use tollgate_server::store::{BucketSettings, UnconfiguredTenants};
 use tonic::Code;
 use tonic::transport::Channel;
-
-struct TestServer {
-    addr: SocketAddr,
-    shutdown: oneshot::Sender<()>,
-    task: JoinHandle<Result<(), tollgate_server::ServeError>>,
-    store: Arc<dyn Store>,
-    /// Keeps the test's database (or directory) until the server is gone.
-    backing: Option<Backing>,
-}
-
-impl TestServer {
-    async fn start(store: Arc<dyn Store>) -> TestServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("local addr");
-        let (shutdown, signal) = oneshot::channel::<()>();
-        let task = tokio::spawn(tollgate_server::run(listener, Arc::clone(&store), async {
-            let _ = signal.await;
-        }));
-        TestServer {
-            addr,
-            shutdown,
-            task,
-            store,
-            backing: None,
-        }
-    }
-
-    /// A server on a fresh store of `backend`.
-    async fn new(backend: Backend, settings: BucketSettings) -> TestServer {
-        let backing = Backing::new(backend).await;
-        let mut server = TestServer::start(backing.open(settings).await).await;
-        server.backing = Some(backing);
-        server
-    }
-
-    async fn channel(&self) -> Channel {
-        Channel::from_shared(format!("http://{}", self.addr))
-            .expect("uri")
-            .connect()
-            .await
-            .expect("connect")
-    }
-
-    async fn admin(&self) -> AdminClient<Channel> {
-        AdminClient::new(self.channel().await)
-    }
-
-    async fn pods(&self) -> TokenBucketServiceClient<Channel> {
-        TokenBucketServiceClient::new(self.channel().await)
-    }
-
-    /// Stops serving, waits for in-flight requests, and closes the store.
-    async fn stop(self) {
-        let _ = self.shutdown.send(());
-        self.task.await.expect("server task").expect("server ran");
-        self.store.close().await.expect("store closes");
-        drop(self.backing);
-    }
-}
 
 fn limits(
     tenant: &str,
@@ -200,7 +135,10 @@ async fn several_instances_share_a_configured_tenant(backend: Backend) {
     assert_eq!(c.read_requests, 80);
     assert_eq!(c.read_bytes, 8000);
     assert_eq!(c.write_requests, 160);
-    assert!((c.cpu_seconds - 0.8).abs() < 1e-9);
+    // Exact: 80 reports of 0.01 s are 800 000 µs, not 0.8000000000000005 s.
+    assert_eq!(c.cpu_micros, 800_000);
+    assert_eq!(c.cpu_seconds, 0.8);
+    assert_eq!(c.request_unit_micros, 200_000_000);
     // The list is 1 → 2 → … → 8 → 0.
     let ids: Vec<u32> = tenant.instances.iter().map(|i| i.instance_id).collect();
     assert_eq!(ids, (1..=8).collect::<Vec<_>>());

@@ -26,7 +26,7 @@ async fn serve_one(store: &PostgresStore) {
         requested_tokens: 10.0,
         shares: 1.0,
         target_request_period: Duration::from_secs(10),
-        consumption: Consumption::from_tokens(3.0),
+        consumption: Consumption::from_request_units(3.0),
         next_live_instance_id: None,
         returned_tokens: 0.0,
     };

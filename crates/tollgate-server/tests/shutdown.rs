@@ -123,7 +123,8 @@ async fn in_flight_requests_are_answered_at_shutdown(backend: Backend) {
         let tenant = TenantId::parse("t", &format!("drain-{t}")).expect("id");
         let stored = store.get_tenant(&tenant).await.expect("tenant").state;
         assert_eq!(
-            stored.consumption.request_units, *confirmed,
+            stored.consumption.request_units(),
+            *confirmed,
             "tenant {tenant}"
         );
     }

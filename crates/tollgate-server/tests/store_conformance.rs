@@ -50,10 +50,7 @@ fn request(instance_id: u32, seq: u64, tokens: f64) -> TokenBucketRequest {
         requested_tokens: tokens,
         shares: 1.0,
         target_request_period: Duration::from_secs(10),
-        consumption: Consumption {
-            request_units: 1.0,
-            ..Consumption::default()
-        },
+        consumption: Consumption::from_request_units(1.0),
         next_live_instance_id: None,
         returned_tokens: 0.0,
     }
@@ -257,7 +254,7 @@ async fn concurrent_requests_are_each_counted_once(store: &dyn Store, clock: &Ma
         let seq = if id % 2 == 0 { 2 } else { 1 };
         for tenant_id in [&t, &other] {
             let mut r = request(id, seq, 10.0);
-            r.consumption.request_units = f64::from(id);
+            r.consumption = Consumption::from_request_units(f64::from(id));
             sent.push((tenant_id, r.clone()));
             sent.push((tenant_id, r));
         }
@@ -276,7 +273,7 @@ async fn concurrent_requests_are_each_counted_once(store: &dyn Store, clock: &Ma
         sent.iter()
             .step_by(2)
             .filter(|(tenant_id, _)| *tenant_id == filter)
-            .map(|(_, r)| r.consumption.request_units)
+            .map(|(_, r)| r.consumption.request_units())
             .sum()
     };
     for tenant_id in [&t, &other] {
@@ -289,7 +286,7 @@ async fn concurrent_requests_are_each_counted_once(store: &dyn Store, clock: &Ma
         }
         let state = store.get_tenant(tenant_id).await.expect("get").state;
         let expected = reported(tenant_id) + if *tenant_id == t { 20.0 } else { 0.0 };
-        assert_eq!(state.consumption.request_units, expected, "{tenant_id}");
+        assert_eq!(state.consumption.request_units(), expected, "{tenant_id}");
     }
 }
 

@@ -145,6 +145,7 @@ fn pod_request(tenant: &str, instance: u32, seq: u64, ru: f64) -> v1::TokenBucke
             write_bytes: 500,
             cpu_seconds: 0.25,
             egress_bytes: 60,
+            ..Default::default()
         }),
         ..Default::default()
     }
@@ -196,14 +197,14 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
             .state;
         let c = &stored.consumption;
         let expect = [
-            ("request_units_total", c.request_units),
+            ("request_units_total", c.request_units()),
             ("read_batches_total", c.read_batches as f64),
             ("read_requests_total", c.read_requests as f64),
             ("read_bytes_total", c.read_bytes as f64),
             ("write_batches_total", c.write_batches as f64),
             ("write_requests_total", c.write_requests as f64),
             ("write_bytes_total", c.write_bytes as f64),
-            ("cpu_seconds_total", c.cpu_seconds),
+            ("cpu_seconds_total", c.cpu_seconds()),
             ("egress_bytes_total", c.egress_bytes as f64),
             ("granted_tokens_total", stored.granted_tokens),
             ("refill_rate", stored.limits.refill_rate),
@@ -214,7 +215,7 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
             let key = format!("tollgate_tenant_{name}{{tenant_id=\"{tenant}\"}}");
             assert_eq!(m.get(&key), Some(&value), "{key} in\n{text}");
         }
-        assert!(c.request_units > 0.0 && c.read_batches == 5 * stored.live_instances as u64);
+        assert!(c.request_units() > 0.0 && c.read_batches == 5 * stored.live_instances as u64);
         let tokens = m[&format!("tollgate_tenant_tokens{{tenant_id=\"{tenant}\"}}")];
         assert!(
             tokens <= stored.limits.burst_limit.max(stored.tokens),

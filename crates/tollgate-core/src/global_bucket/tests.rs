@@ -458,7 +458,7 @@ fn a_duplicate_gets_the_first_response_and_changes_nothing() {
         let mut rows = bucket(10.0, 1000.0, tokens);
         let mut r = req(1, 7, requested, 2.0);
         r.consumption = Consumption {
-            request_units: 12.5,
+            request_unit_micros: 12_500_000,
             write_bytes: 4096,
             ..Consumption::default()
         };
@@ -474,7 +474,7 @@ fn a_duplicate_gets_the_first_response_and_changes_nothing() {
             rows, after_first,
             "neither tokens nor consumption taken again"
         );
-        assert_eq!(rows.tenant.consumption.request_units, 12.5);
+        assert_eq!(rows.tenant.consumption.request_units(), 12.5);
     }
 }
 
@@ -507,7 +507,7 @@ fn a_new_lease_resets_the_sequence() {
     // The pod restarted: new lease, sequence from 1 again.
     let mut restarted = req(1, 1, 10.0, 3.0);
     restarted.lease = b"second-incarnation".to_vec();
-    restarted.consumption.request_units = 2.0;
+    restarted.consumption = Consumption::from_request_units(2.0);
     let outcome = request(
         &mut rows,
         &restarted,
@@ -522,7 +522,99 @@ fn a_new_lease_resets_the_sequence() {
     assert_eq!(instance.seq, 1);
     assert_eq!(rows.tenant.share_sum, 3.0);
     assert_eq!(rows.tenant.live_instances, 1);
-    assert_eq!(rows.tenant.consumption.request_units, 2.0);
+    assert_eq!(rows.tenant.consumption.request_units(), 2.0);
+}
+
+/// A request of `instance` 1 from the incarnation with `lease`.
+fn incarnation(lease: &str, seq: u64, request_units: f64) -> TokenBucketRequest {
+    let mut r = req(1, seq, 5.0, 1.0);
+    r.lease = lease.as_bytes().to_vec();
+    r.consumption = Consumption::from_request_units(request_units);
+    r
+}
+
+#[test]
+fn a_late_copy_from_an_older_incarnation_is_refused_and_counts_nothing() {
+    let config = GlobalBucketConfig::default();
+    let mut rows = bucket(10.0, 1000.0, 1000.0);
+    let a3 = incarnation("A", 3, 1.0);
+    let b1 = incarnation("B", 1, 2.0);
+    let first_a = request(&mut rows, &a3, at(1.0), &config).expect("A's request");
+    let first_b = request(&mut rows, &b1, at(2.0), &config).expect("B takes over");
+    assert_eq!(rows.tenant.consumption.request_units(), 3.0);
+    assert_ne!(first_a.grant, Grant::default());
+
+    // The late copy of A's answered request, and a request A never got
+    // answered, both arrive after B took over.
+    let before = rows.clone();
+    for late in [a3.clone(), incarnation("A", 4, 7.0)] {
+        let err = request(&mut rows, &late, at(3.0), &config).expect_err("older incarnation");
+        assert_eq!(err, RequestError::SupersededLease { instance_id: 1 });
+        assert_eq!(rows, before, "nothing changed");
+    }
+    // A never-seen lease below B's is an older incarnation too: an attempt
+    // abandoned when the pod restarted, arriving after its successor.
+    let abandoned = incarnation("A0", 1, 5.0);
+    let err = request(&mut rows, &abandoned, at(3.0), &config).expect_err("older incarnation");
+    assert_eq!(err, RequestError::SupersededLease { instance_id: 1 });
+    assert_eq!(rows, before);
+
+    // B's own retry is still recognised as a duplicate.
+    let retry = request(&mut rows, &b1, at(4.0), &config).expect("B's retry");
+    assert!(retry.duplicate);
+    assert_eq!(retry.grant, first_b.grant);
+    assert_eq!(rows.tenant.consumption.request_units(), 3.0);
+    assert_eq!(rows.instances[&1].lease, b"B");
+}
+
+#[test]
+fn a_lower_lease_takes_over_only_once_the_newer_incarnation_fell_silent() {
+    let config = GlobalBucketConfig::default();
+    let mut rows = bucket(10.0, 1000.0, 1000.0);
+    request(&mut rows, &incarnation("B", 1, 1.0), at(0.0), &config).expect("B");
+    let timeout = config.inactivity_timeout.as_secs_f64();
+    let lower = incarnation("A", 1, 1.0);
+    request(&mut rows, &lower, at(timeout), &config).expect_err("B still counts as live");
+    let outcome = request(&mut rows, &lower, at(timeout + 0.001), &config)
+        .expect("B is silent past the inactivity timeout: the id is free");
+    assert!(!outcome.duplicate);
+    assert_eq!(rows.instances[&1].lease, b"A");
+    assert_eq!(rows.tenant.consumption.request_units(), 2.0);
+}
+
+#[test]
+fn as_of_consumed_tokens_may_be_any_value_up_to_the_total() {
+    let mut rows = bucket(1.0, 1.0, 0.0);
+    // Two reports of the most one report may carry.
+    for seq in 1..=2 {
+        let mut r = req(1, seq, 0.0, 1.0);
+        r.consumption = Consumption::from_request_units(validate::MAX_REPORTED_REQUEST_UNITS);
+        serve(&mut rows, &r, 0.0);
+    }
+    let total = rows.tenant.consumption.request_units();
+    assert_eq!(total, 2e12);
+    let mut update = LimitsUpdate {
+        available_tokens: 10.0,
+        limits: Limits {
+            refill_rate: 0.0,
+            burst_limit: 10.0,
+        },
+        as_of: Some(at(0.0)),
+        as_of_consumed_tokens: total,
+    };
+    reconfigure(&mut rows.tenant, &update, at(1.0)).expect("the total itself is valid");
+    assert_eq!(rows.tenant.tokens, 10.0);
+    update.as_of_consumed_tokens = total - 4.0;
+    reconfigure(&mut rows.tenant, &update, at(1.0)).expect("below the total");
+    assert_eq!(rows.tenant.tokens, 6.0);
+    for beyond in [total + 1.0, 1e300, f64::MAX] {
+        update.as_of_consumed_tokens = beyond;
+        let err = reconfigure(&mut rows.tenant, &update, at(1.0)).expect_err("beyond the total");
+        assert!(
+            err.to_string().contains("exceeds the tenant's total"),
+            "{err}"
+        );
+    }
 }
 
 #[test]
@@ -544,7 +636,7 @@ fn reconfiguration_corrects_for_refill_and_consumption_since_as_of() {
     ];
     for (available, refill_rate, burst_limit, as_of, total, as_of_consumed, expected) in cases {
         let mut tenant = bucket(1.0, 1.0, 0.0).tenant;
-        tenant.consumption.request_units = total;
+        tenant.consumption = Consumption::from_request_units(total);
         let update = LimitsUpdate {
             available_tokens: available,
             limits: Limits {
@@ -565,7 +657,7 @@ fn reconfiguration_corrects_for_refill_and_consumption_since_as_of() {
 #[test]
 fn reconfiguration_refuses_bad_input_without_change() {
     let mut tenant = bucket(1.0, 1.0, 7.0).tenant;
-    tenant.consumption.request_units = 100.0;
+    tenant.consumption = Consumption::from_request_units(100.0);
     let good = LimitsUpdate {
         available_tokens: 10.0,
         limits: Limits {
@@ -640,7 +732,7 @@ fn consumption_totals_accumulate_per_request() {
     let mut rows = bucket(10.0, 1000.0, 1000.0);
     let deltas = [
         Consumption {
-            request_units: 1.5,
+            request_unit_micros: 1_500_000,
             read_batches: 1,
             read_requests: 2,
             read_bytes: 100,
@@ -650,7 +742,7 @@ fn consumption_totals_accumulate_per_request() {
             write_batches: 1,
             write_requests: 3,
             write_bytes: 300,
-            cpu_seconds: 0.5,
+            cpu_micros: 500_000,
             egress_bytes: 7,
             ..Consumption::default()
         },
@@ -664,14 +756,14 @@ fn consumption_totals_accumulate_per_request() {
     assert_eq!(
         total,
         Consumption {
-            request_units: 1.5,
+            request_unit_micros: 1_500_000,
             read_batches: 1,
             read_requests: 2,
             read_bytes: 100,
             write_batches: 1,
             write_requests: 3,
             write_bytes: 300,
-            cpu_seconds: 0.5,
+            cpu_micros: 500_000,
             egress_bytes: 7,
         }
     );
@@ -773,11 +865,8 @@ fn invalid_requests_are_refused_without_change() {
         ),
     ];
     let mut bad_consumption = good.clone();
-    bad_consumption.consumption.cpu_seconds = f64::NAN;
-    cases.push((
-        "consumption_since_last_request.cpu_seconds",
-        bad_consumption,
-    ));
+    bad_consumption.consumption.cpu_micros = u64::MAX;
+    cases.push(("consumption_since_last_request.cpu_micros", bad_consumption));
 
     let mut rows = bucket(10.0, 1000.0, 100.0);
     serve(&mut rows, &req(1, 0, 1.0, 1.0), 0.0);
@@ -899,7 +988,7 @@ proptest! {
             }
             let mut r = req(s.instance, *seq, s.requested, s.shares);
             r.target_request_period = Duration::from_millis(s.period_ms);
-            r.consumption.request_units = s.consumed;
+            r.consumption = Consumption::from_request_units(s.consumed);
             let tokens_before = rows.tenant.tokens;
             let outcome = request(&mut rows, &r, Timestamp::from_unix_micros(now_ms * 1000), &config)
                 .expect("valid request");

@@ -77,7 +77,7 @@ fn the_initial_allowance_is_usable_before_any_answer_and_is_paid_for() {
     assert_eq!(first.seq, 1);
     // 600 used of the 1000 lent + 100 buffer: asking for what was used and the buffer.
     assert_close(first.requested_tokens, 700.0);
-    assert_close(first.consumption.request_units, 600.0);
+    assert_close(first.consumption.request_units(), 600.0);
     assert!(b.on_response(1, &immediate(700.0), at(0.1)));
     // The loan of 1000 is repaid over 2 s: 400 + 700 − 1000 = 100 remain.
     b.poll(at(3.0));
@@ -136,7 +136,7 @@ fn debt_is_paid_over_two_seconds_without_stalling() {
     let mut b = started(immediate(2000.0), 0.0);
     b.poll(at(2.0)); // loan repaid: 1000 + 2000 − 1000
     assert_close(b.status().tokens, 2000.0);
-    b.charge_after(&Consumption::from_tokens(1000.0), at(2.0))
+    b.charge_after(&Consumption::from_request_units(1000.0), at(2.0))
         .expect("valid");
     // Half the debt is paid after one second; work still runs meanwhile.
     b.poll(at(3.0));
@@ -291,18 +291,18 @@ fn consumption_is_reported_once_retries_repeat_it_and_nothing_is_lost() {
         write_batches: 1,
         write_requests: 2,
         write_bytes: 300,
-        request_units: 999.0, // ignored: acquiring charged the tokens
+        request_unit_micros: 999_000_000, // ignored: acquiring charged the tokens
         ..Consumption::default()
     })
     .expect("valid");
     let first = b.poll(at(0.0)).request.expect("first");
-    assert_close(first.consumption.request_units, 10.0);
+    assert_close(first.consumption.request_units(), 10.0);
     assert_eq!(first.consumption.write_requests, 2);
     // Charged while the request is out: kept for the next one.
     b.charge_after(
         &Consumption {
-            request_units: 5.0,
-            cpu_seconds: 0.015,
+            request_unit_micros: 5_000_000,
+            cpu_micros: 15_000,
             ..Consumption::default()
         },
         at(0.5),
@@ -318,8 +318,8 @@ fn consumption_is_reported_once_retries_repeat_it_and_nothing_is_lost() {
         .poll(at(10.0))
         .request
         .expect("reported within the interval");
-    assert_close(report.consumption.request_units, 5.0);
-    assert_eq!(report.consumption.cpu_seconds, 0.015);
+    assert_close(report.consumption.request_units(), 5.0);
+    assert_eq!(report.consumption.cpu_micros, 15_000);
     assert_close(b.status().charged_tokens, 15.0);
 }
 
@@ -408,7 +408,7 @@ fn closing_refuses_waiters_and_sends_a_final_report() {
         b.on_response(in_flight, &immediate(0.0), at(0.7));
     }
     // CPU used while shutting down is still charged and reported.
-    b.charge_after(&Consumption::from_tokens(3.0), at(0.7))
+    b.charge_after(&Consumption::from_request_units(3.0), at(0.7))
         .expect("valid");
     let last = b.poll(at(0.7)).request.expect("final report");
     assert_eq!(last.requested_tokens, 0.0);
@@ -429,11 +429,12 @@ fn bad_input_is_refused_and_changes_nothing() {
     for bad in [f64::NAN, -1.0, f64::INFINITY] {
         assert!(b.acquire(bad, at(0.0)).is_err());
         assert!(b.try_acquire(bad, at(0.0)).is_err());
-        assert!(
-            b.charge_after(&Consumption::from_tokens(bad), at(0.0))
-                .is_err()
-        );
     }
+    let absurd = Consumption {
+        request_unit_micros: u64::MAX,
+        ..Consumption::default()
+    };
+    assert!(b.charge_after(&absurd, at(0.0)).is_err());
     assert_eq!(b.status(), before);
     let bad_config = LocalBucketConfig {
         usage_smoothing: 0.0,

@@ -144,6 +144,15 @@ impl AdminAuth {
     }
 }
 
+/// The token of an `authorization: Bearer <token>` value. The scheme is
+/// case-insensitive (RFC 9110, section 11.1); spaces around the token are
+/// not part of it.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 impl Interceptor for AdminAuth {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         let Some(tokens) = &self.tokens else {
@@ -153,8 +162,7 @@ impl Interceptor for AdminAuth {
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            .and_then(bearer_token);
         let Some(presented) = presented else {
             return Err(Status::unauthenticated(
                 "the Admin service needs `authorization: Bearer <token>` (tollgate --token)",
@@ -241,17 +249,21 @@ mod tests {
             }
             request
         };
-        let ok = auth
-            .call(with(Some("Bearer 0123456789abcdef-alice")))
-            .expect("known token");
-        assert_eq!(
-            ok.extensions().get::<Operator>(),
-            Some(&Operator("alice".into()))
-        );
+        for scheme in ["Bearer", "bearer", "BEARER"] {
+            let ok = auth
+                .call(with(Some(&format!("{scheme} 0123456789abcdef-alice"))))
+                .expect("known token, the scheme in any case");
+            assert_eq!(
+                ok.extensions().get::<Operator>(),
+                Some(&Operator("alice".into()))
+            );
+        }
         for refused in [
             None,
             Some("Bearer nope-nope-nope-nope"),
             Some("0123456789abcdef-alice"),
+            Some("Bearer"),
+            Some("Basic 0123456789abcdef-alice"),
         ] {
             let status = auth.call(with(refused)).expect_err("refused");
             assert_eq!(status.code(), tonic::Code::Unauthenticated);

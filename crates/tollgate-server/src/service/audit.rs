@@ -183,14 +183,15 @@ pub(super) fn tenant_deleted(caller: &Caller, deleted: &TenantSnapshot) {
         before.tokens = tokens,
         before.live_instances = state.live_instances,
         before.granted_tokens = state.granted_tokens,
-        before.request_units = state.consumption.request_units,
+        before.request_units = state.consumption.request_units(),
+        before.request_unit_micros = state.consumption.request_unit_micros,
         "{caller} deleted tenant {tenant}: refill rate {} tokens/s, burst limit {} tokens, \
          tokens {tokens:.1}, live instances {}, granted {:.1} tokens, consumed {:.1} request units",
         state.limits.refill_rate,
         state.limits.burst_limit,
         state.live_instances,
         state.granted_tokens,
-        state.consumption.request_units,
+        state.consumption.request_units(),
     );
 }
 

@@ -37,7 +37,9 @@ pub fn token_bucket_request(
         target_request_period,
         consumption: req
             .consumption_since_last_request
-            .map(Consumption::from)
+            .map(Consumption::try_from)
+            .transpose()
+            .map_err(|e| e.within("consumption_since_last_request"))?
             .unwrap_or_default(),
         next_live_instance_id: req.next_live_instance_id,
         returned_tokens: req.returned_tokens,
@@ -65,15 +67,7 @@ pub fn limits_update(
 }
 
 fn duration(field: &str, d: prost_types::Duration) -> Result<Duration, InvalidInput> {
-    Duration::try_from(d).map_err(|_| {
-        InvalidInput::new(
-            field,
-            format!(
-                "must be a non-negative, normalized duration, got {}s {}ns",
-                d.seconds, d.nanos
-            ),
-        )
-    })
+    validate::wire_duration(field, d.seconds, d.nanos)
 }
 
 fn timestamp(field: &str, t: prost_types::Timestamp) -> Result<Timestamp, InvalidInput> {
@@ -180,10 +174,11 @@ mod tests {
         for t in bad {
             assert_eq!(timestamp("as_of", t).expect_err("bad").field, "as_of");
         }
-        let negative = prost_types::Duration {
-            seconds: -5,
-            nanos: 0,
-        };
-        assert!(duration("d", negative).is_err());
+        // Negative, or not normalized the way google.protobuf.Duration
+        // requires: refused, not normalized into something else.
+        for (seconds, nanos) in [(-5, 0), (1, 2_000_000_000), (1, -1)] {
+            let d = prost_types::Duration { seconds, nanos };
+            assert!(duration("d", d).is_err(), "{seconds} s {nanos} ns");
+        }
     }
 }

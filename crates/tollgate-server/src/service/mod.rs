@@ -9,6 +9,7 @@ mod admin;
 pub mod admin_auth;
 mod audit;
 mod convert;
+pub mod edge;
 mod token_bucket;
 
 pub use admin::AdminService;
@@ -30,9 +31,9 @@ fn status(operation: &'static str, err: StoreError) -> Status {
     match err {
         e @ StoreError::TenantNotFound(_) => Status::not_found(e.to_string()),
         StoreError::Rejected(RequestError::InvalidInput(e)) => invalid(e),
-        StoreError::Rejected(e @ RequestError::StaleSequence { .. }) => {
-            Status::failed_precondition(e.to_string())
-        }
+        StoreError::Rejected(
+            e @ (RequestError::StaleSequence { .. } | RequestError::SupersededLease { .. }),
+        ) => Status::failed_precondition(e.to_string()),
         StoreError::Rejected(e @ RequestError::Inconsistent(_)) => {
             tracing::error!(operation, error = %e, "store holds an inconsistent instance list");
             Status::internal(format!("{operation}: {e}"))

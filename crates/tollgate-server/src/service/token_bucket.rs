@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tollgate_proto::v1::{self, token_bucket_service_server};
 use tonic::{Request, Response, Status};
 
-use super::{convert, invalid, status};
+use super::{convert, edge, invalid, status};
 use crate::store::Store;
 use crate::telemetry::Metrics;
 
@@ -39,6 +39,8 @@ impl token_bucket_service_server::TokenBucketService for TokenBucketService {
         &self,
         request: Request<v1::TokenBucketRequest>,
     ) -> Result<Response<v1::TokenBucketResponse>, Status> {
+        edge::reached(&request);
+        edge::check_deadline(&request)?;
         let (tenant, req) = convert::token_bucket_request(request.into_inner()).map_err(invalid)?;
         let grant = self
             .store

@@ -9,10 +9,14 @@
 //! operation writes nothing, and no caller hears back before the commit that
 //! holds its change is durable. Reads run concurrently on their own snapshots.
 //!
-//! Layout (schema version 1):
-//! - `meta`: `"schema_version"` → 1
+//! Layout (schema version 2):
+//! - `meta`: `"schema_version"` → 2
 //! - `tenants`: tenant id → JSON [`TenantState`] (the tenant row, instance 0)
 //! - `instances`: (tenant id, instance id) → JSON [`InstanceState`]
+//!
+//! Version 1 kept request units and CPU seconds as floating-point totals;
+//! opening such a file converts them to exact micro-units, in one
+//! transaction with the version change (see [`migrate_v1_totals`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,7 +38,7 @@ use super::{
     UnconfiguredTenants,
 };
 
-const SCHEMA_VERSION: u64 = 1;
+const SCHEMA_VERSION: u64 = 2;
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenants");
 const INSTANCES: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("instances");
@@ -105,9 +109,16 @@ impl<T: Send> PendingWrite for Write<T> {
         txn: &WriteTransaction,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        if let Some(work) = self.work.take() {
-            self.result = Some(work(writer, txn, now)?);
+        let Some(work) = self.work.take() else {
+            return Ok(());
+        };
+        // A caller that has gone (its deadline passed, it cancelled) was
+        // told nothing was certain; what has not started never starts.
+        if self.reply.is_closed() {
+            self.result = Some(Err(abandoned()));
+            return Ok(());
         }
+        self.result = Some(work(writer, txn, now)?);
         Ok(())
     }
 
@@ -221,6 +232,10 @@ fn closed() -> StoreError {
     StoreError::Unavailable("the embedded store is closed".into())
 }
 
+fn abandoned() -> StoreError {
+    StoreError::Unavailable("the caller went away before the operation started".into())
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Ok(mut writes) = self.writes.lock() {
@@ -251,6 +266,17 @@ fn init_schema(db: &Database) -> Result<(), StoreError> {
                 })?;
             }
             Some(SCHEMA_VERSION) => {}
+            Some(1) => {
+                migrate_v1_totals(&txn)?;
+                meta.insert("schema_version", SCHEMA_VERSION).map_err(|e| {
+                    StoreError::internal("write schema version", redb::Error::from(e))
+                })?;
+                tracing::info!(
+                    from = 1,
+                    to = SCHEMA_VERSION,
+                    "migrated the embedded store's schema"
+                );
+            }
             Some(other) => {
                 return Err(StoreError::internal(
                     "check schema version",
@@ -267,6 +293,42 @@ fn init_schema(db: &Database) -> Result<(), StoreError> {
     }
     txn.commit()
         .map_err(|e| StoreError::internal("commit schema", redb::Error::from(e)))
+}
+
+/// Schema 1 → 2: the consumption totals `request_units` and `cpu_seconds`
+/// (floating point) become `request_unit_micros` and `cpu_micros`
+/// (integers), rounded to the nearest micro-unit.
+fn migrate_v1_totals(txn: &WriteTransaction) -> Result<(), StoreError> {
+    let mut tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
+    let mut rows = Vec::new();
+    for entry in tenants.iter().map_err(storage("read tenants"))? {
+        let (id, bytes) = entry.map_err(storage("read a tenant row"))?;
+        let mut row: serde_json::Value = decode("decode a version 1 tenant row", bytes.value())?;
+        if let Some(consumption) = row
+            .get_mut("consumption")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            for (old, new) in [
+                ("request_units", "request_unit_micros"),
+                ("cpu_seconds", "cpu_micros"),
+            ] {
+                let units = consumption
+                    .remove(old)
+                    .and_then(|v| v.as_f64())
+                    .unwrap_or(0.0);
+                let micros = tollgate_core::consumption::to_micros(units)
+                    .min(tollgate_core::validate::MAX_TOTAL);
+                consumption.insert(new.to_owned(), micros.into());
+            }
+        }
+        rows.push((id.value().to_owned(), encode("encode a tenant row", &row)?));
+    }
+    for (id, bytes) in rows {
+        tenants
+            .insert(id.as_str(), bytes.as_slice())
+            .map_err(storage("write a tenant row"))?;
+    }
+    Ok(())
 }
 
 fn decode<T: serde::de::DeserializeOwned>(

@@ -123,6 +123,16 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// True if the store failed (as opposed to answering that the tenant
+    /// does not exist or that the operation is refused): what
+    /// [`StoreStats::failures`] counts and operators are alerted on.
+    pub fn is_store_failure(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unavailable(_) | StoreError::Internal { .. }
+        )
+    }
+
     /// The same error again, for another caller that shared the failed
     /// transaction (the source of an `Internal` one is kept as its message).
     pub(crate) fn for_another_caller(&self) -> StoreError {

@@ -273,7 +273,7 @@ const TENANT_METRICS: [(&str, &str, MetricType, TenantValue); 14] = [
         "tollgate_tenant_request_units_total",
         "Request units the tenant's pods reported consuming, since the tenant was created (read from the store).",
         MetricType::COUNTER,
-        |t| t.state.consumption.request_units,
+        |t| t.state.consumption.request_units(),
     ),
     (
         "tollgate_tenant_read_batches_total",
@@ -315,7 +315,7 @@ const TENANT_METRICS: [(&str, &str, MetricType, TenantValue); 14] = [
         "tollgate_tenant_cpu_seconds_total",
         "CPU seconds the tenant's pods reported.",
         MetricType::COUNTER,
-        |t| t.state.consumption.cpu_seconds,
+        |t| t.state.consumption.cpu_seconds(),
     ),
     (
         "tollgate_tenant_egress_bytes_total",

@@ -3,6 +3,8 @@
 //! from `tollgate-testdb`).
 #![allow(dead_code)] // each test binary uses part of it
 
+pub mod server;
+
 use std::sync::Arc;
 
 use tempfile::TempDir;

@@ -14,7 +14,7 @@
 //! can be compared with the tenant's totals on the server.
 //!
 //! - `mod.rs`: the options, their validation, the connections and the run.
-//! - `pod.rs`: one pod's request stream, retries and duplicates.
+//! - `pod.rs`: one pod's request stream, retries, duplicates and restarts.
 //! - `report.rs`: the counts merged over pods, as a table or JSON.
 
 mod pod;
@@ -112,6 +112,20 @@ pub struct BenchArgs {
     )]
     duplicates: f64,
 
+    /// Fraction of new requests after which a pod crashes and restarts, as a
+    /// pod killed mid-request would: it gives up on the request a moment
+    /// after sending it (half the time after a retry on the next server was
+    /// answered), and comes back with a new, greater lease on the next
+    /// server while the first attempt may still be in flight. The bench
+    /// still learns what became of every attempt, so its sums stay exact.
+    #[arg(
+        long,
+        value_name = "F",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    restarts: f64,
+
     /// Deadline of one RPC attempt (also the connect timeout); an attempt
     /// that misses it is retried.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
@@ -152,6 +166,7 @@ struct Mix {
     tokens: u64,
     report_only: f64,
     duplicates: f64,
+    restarts: f64,
 }
 
 /// The run the options describe, once validated.
@@ -237,6 +252,7 @@ impl BenchArgs {
             tokens: self.tokens,
             report_only: fraction("--report-only", self.report_only)?,
             duplicates: fraction("--duplicates", self.duplicates)?,
+            restarts: fraction("--restarts", self.restarts)?,
         };
         Ok(Plan {
             endpoints,
@@ -370,7 +386,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             plan.tenants[index / per_tenant].clone(),
             // At most instances_per_tenant, a u32.
             (index % per_tenant) as u32 + 1,
-            channels[server][connection].clone(),
+            channels
+                .iter()
+                .map(|server| server[connection].clone())
+                .collect(),
+            server,
             Arc::clone(&context),
         );
         pods.spawn(pod.run());

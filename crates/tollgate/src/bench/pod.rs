@@ -1,12 +1,19 @@
 //! One simulated pod: the requests it sends, how it retries, and what it
 //! counts.
 //!
-//! A pod behaves as the client library does on the wire: a fresh random
-//! lease, `seq` counting up from 1, a retry keeps the `seq` of the request it
-//! retries, and each request reports the consumption since the previous one.
-//! Consumption is made of integers (request units as an integer-valued
-//! float), so sums over any number of requests are exact and can be compared
-//! with the server's totals for equality.
+//! A pod behaves as the client library does on the wire: a lease greater
+//! than its previous incarnation's, `seq` counting up from 1, a retry keeps
+//! the `seq` of the request it retries, and each request reports the
+//! consumption since the previous one. Sums are kept in the core's exact
+//! units, so they can be compared with the server's totals for equality.
+//!
+//! With `--restarts`, a pod sometimes crashes mid-request and comes back as
+//! a new incarnation while its last attempt may still be in flight: the
+//! case where a late copy from an older incarnation reaches the server
+//! after the newer one. The attempt is left running in the background, as
+//! the network would, and its fate is settled when the pod's run ends:
+//! answered OK means applied (confirmed), refused as superseded means not
+//! applied, anything else leaves it unconfirmed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +22,9 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tollgate_core::Consumption;
 use tollgate_proto::v1::{self, token_bucket_service_client::TokenBucketServiceClient};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -54,13 +63,28 @@ pub(super) struct PodReport {
     pub error_messages: BTreeMap<String, String>,
     /// Requests still being retried when the run ended.
     pub abandoned: u64,
+    /// Times the pod crashed and came back as a new incarnation.
+    pub restarts: u64,
+    /// Attempts of an older incarnation the server refused because a newer
+    /// one had taken the instance over.
+    pub superseded: u64,
     /// Tokens granted to new requests.
     pub granted_tokens: f64,
     /// Consumption reported in answered new requests.
-    pub consumption: v1::Consumption,
-    /// Consumption reported in abandoned requests: the server may or may not
-    /// have applied it.
-    pub unconfirmed: v1::Consumption,
+    pub consumption: Consumption,
+    /// Consumption reported in requests whose fate is unknown (abandoned,
+    /// or lost with a crash): the server may or may not have applied it.
+    pub unconfirmed: Consumption,
+}
+
+/// The first attempt of a request the pod gave up on when it crashed, still
+/// in flight.
+#[derive(Debug)]
+struct LateAttempt {
+    request: v1::TokenBucketRequest,
+    /// The answer the retry on another server got before the crash, if any.
+    answered: Option<v1::TokenBucketResponse>,
+    attempt: JoinHandle<Result<v1::TokenBucketResponse, Status>>,
 }
 
 /// How one request (with its retries) ended.
@@ -87,7 +111,11 @@ pub(super) struct Pod {
     /// Tokens granted by the previous answer: what the pod reports as
     /// consumed (rounded) in its next request.
     last_granted: f64,
-    client: TokenBucketServiceClient<Channel>,
+    /// One client per server; the pod talks to `server` and moves to the
+    /// next one when it restarts.
+    clients: Vec<TokenBucketServiceClient<Channel>>,
+    server: usize,
+    late: Vec<LateAttempt>,
     rng: SmallRng,
     context: Arc<RunContext>,
     report: PodReport,
@@ -99,20 +127,24 @@ impl Pod {
         tenant: usize,
         tenant_id: String,
         instance_id: u32,
-        channel: Channel,
+        channels: Vec<Channel>,
+        server: usize,
         context: Arc<RunContext>,
     ) -> Self {
-        let mut rng = SmallRng::from_rng(&mut rand::rng());
-        let lease: [u8; 16] = rng.random();
         Pod {
             index,
             tenant_id,
             instance_id,
-            lease: lease.to_vec(),
+            lease: tollgate_client::lease::new_lease(None),
             seq: 0,
             last_granted: 0.0,
-            client: TokenBucketServiceClient::new(channel),
-            rng,
+            clients: channels
+                .into_iter()
+                .map(TokenBucketServiceClient::new)
+                .collect(),
+            server,
+            late: Vec::new(),
+            rng: SmallRng::from_rng(&mut rand::rng()),
             context,
             report: PodReport {
                 tenant,
@@ -142,30 +174,122 @@ impl Pod {
             let measured = context.measured(due.unwrap_or(started));
             self.seq += 1;
             let request = self.next_request();
+            let crash = context.mix.restarts > 0.0 && self.rng.random_bool(context.mix.restarts);
+            if crash {
+                self.crash_and_restart(request, due, measured).await;
+                continue;
+            }
             match self.call(&request, due).await {
                 Outcome::Answered { response, latency } => {
                     self.answered(latency, measured);
-                    self.report.total.requests += 1;
-                    if measured {
-                        self.report.measured.requests += 1;
-                    }
-                    self.report.granted_tokens += response.granted_tokens;
-                    if let Some(c) = &request.consumption_since_last_request {
-                        add(&mut self.report.consumption, c);
-                    }
+                    self.confirm(&request, &response, measured);
                     self.last_granted = response.granted_tokens;
                     self.maybe_duplicate(&request, &response).await;
                 }
                 Outcome::Refused => {}
                 Outcome::Abandoned => {
-                    if let Some(c) = &request.consumption_since_last_request {
-                        add(&mut self.report.unconfirmed, c);
-                    }
+                    self.report.unconfirmed.add(&consumption(&request));
                     break;
                 }
             }
         }
+        self.settle_late_attempts().await;
         self.report
+    }
+
+    /// Counts the answer to a new request: its grant and its consumption.
+    fn confirm(
+        &mut self,
+        request: &v1::TokenBucketRequest,
+        response: &v1::TokenBucketResponse,
+        measured: bool,
+    ) {
+        self.report.total.requests += 1;
+        if measured {
+            self.report.measured.requests += 1;
+        }
+        self.report.granted_tokens += response.granted_tokens;
+        self.report.consumption.add(&consumption(request));
+    }
+
+    /// Sends `request` and crashes a moment later, maybe after a retry on
+    /// the next server was answered; then starts a new incarnation there.
+    async fn crash_and_restart(
+        &mut self,
+        request: v1::TokenBucketRequest,
+        due: Option<Instant>,
+        measured: bool,
+    ) {
+        let mut client = self.clients[self.server].clone();
+        let first = request.clone();
+        let timeout = self.context.timeout;
+        let attempt = tokio::spawn(async move {
+            match tokio::time::timeout(timeout, client.token_bucket(first)).await {
+                Ok(answer) => answer.map(tonic::Response::into_inner),
+                Err(_) => Err(Status::deadline_exceeded("no answer within --timeout")),
+            }
+        });
+        let pause = Duration::from_micros(self.rng.random_range(0..=2_000));
+        tokio::time::sleep(pause).await;
+        self.server = (self.server + 1) % self.clients.len();
+        let mut answered = None;
+        if self.rng.random_bool(0.5) {
+            match self.call(&request, due).await {
+                Outcome::Answered { response, latency } => {
+                    self.answered(latency, measured);
+                    self.confirm(&request, &response, measured);
+                    answered = Some(response);
+                }
+                Outcome::Refused | Outcome::Abandoned => {}
+            }
+        }
+        self.late.push(LateAttempt {
+            request,
+            answered,
+            attempt,
+        });
+        self.report.restarts += 1;
+        self.lease = tollgate_client::lease::new_lease(Some(&self.lease));
+        self.seq = 0;
+        self.last_granted = 0.0;
+    }
+
+    /// Waits for the attempts left in flight by crashes and counts what
+    /// became of them.
+    async fn settle_late_attempts(&mut self) {
+        for late in std::mem::take(&mut self.late) {
+            let outcome = match late.attempt.await {
+                Ok(outcome) => outcome,
+                Err(e) => Err(Status::unknown(format!("attempt task failed: {e}"))),
+            };
+            match (outcome, &late.answered) {
+                (Ok(response), None) => {
+                    // Applied, and this is its only answer.
+                    let measured = false;
+                    self.confirm(&late.request, &response, measured);
+                }
+                (Ok(response), Some(first)) => {
+                    self.report.total.duplicates += 1;
+                    if response != *first {
+                        self.report.duplicate_mismatches += 1;
+                    }
+                }
+                (Err(status), _) if status.code() == Code::FailedPrecondition => {
+                    self.report.superseded += 1;
+                }
+                (Err(status), answered) => {
+                    if answered.is_none() {
+                        self.report.unconfirmed.add(&consumption(&late.request));
+                    }
+                    let code = code_name(status.code());
+                    self.report
+                        .error_messages
+                        .entry(code.clone())
+                        .or_insert_with(|| status.message().to_owned());
+                    *self.report.errors.entry(code).or_default() += 1;
+                }
+            }
+        }
     }
 
     /// With probability `--duplicates`, sends `request` again and checks
@@ -223,7 +347,8 @@ impl Pod {
         let mut backoff = INITIAL_BACKOFF;
         loop {
             let sent = Instant::now();
-            let attempt = self.client.token_bucket(request.clone());
+            let mut client = self.clients[self.server].clone();
+            let attempt = client.token_bucket(request.clone());
             let status = match tokio::time::timeout(self.context.timeout, attempt).await {
                 Ok(Ok(response)) => {
                     return Outcome::Answered {
@@ -280,6 +405,8 @@ impl Pod {
             write_bytes: write_requests * rng.random_range(0..=1024),
             cpu_seconds: 0.0,
             egress_bytes: rng.random_range(0..=8192),
+            request_unit_micros: 0,
+            cpu_micros: 0,
         };
         v1::TokenBucketRequest {
             tenant_id: self.tenant_id.clone(),
@@ -321,9 +448,12 @@ pub(super) fn code_name(code: Code) -> String {
     format!("{code:?}")
 }
 
-/// Adds `delta` to `sum`, field by field, as the server adds consumption.
-pub(super) fn add(sum: &mut v1::Consumption, delta: &v1::Consumption) {
-    let mut total = tollgate_core::Consumption::from(*sum);
-    total.add(&tollgate_core::Consumption::from(*delta));
-    *sum = v1::Consumption::from(&total);
+/// The consumption `request` reports, in the core's exact units (the bench
+/// only sends valid reports).
+fn consumption(request: &v1::TokenBucketRequest) -> Consumption {
+    request
+        .consumption_since_last_request
+        .map(Consumption::try_from)
+        .and_then(Result::ok)
+        .unwrap_or_default()
 }

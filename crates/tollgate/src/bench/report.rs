@@ -13,7 +13,9 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use tollgate_proto::v1;
 
-use super::pod::{PodReport, add};
+use tollgate_core::Consumption;
+
+use super::pod::PodReport;
 use super::{Load, Plan};
 use crate::tenant::print_table;
 
@@ -78,6 +80,11 @@ struct Totals {
     error_messages: BTreeMap<String, String>,
     /// Requests still being retried when the run ended.
     abandoned: u64,
+    /// Pods that crashed and came back as a new incarnation (`--restarts`).
+    restarts: u64,
+    /// Attempts of an older incarnation refused because a newer one had
+    /// taken the instance over.
+    superseded: u64,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -90,10 +97,18 @@ struct TenantReport {
     granted_tokens: f64,
     /// Consumption reported in answered new requests: what the server must
     /// have added to the tenant's totals.
-    consumption: v1::Consumption,
+    #[serde(serialize_with = "as_wire")]
+    consumption: Consumption,
     /// Consumption reported in abandoned requests, which the server may or
     /// may not have applied.
-    unconfirmed: v1::Consumption,
+    #[serde(serialize_with = "as_wire")]
+    unconfirmed: Consumption,
+}
+
+/// Consumption as the wire's `Consumption` message shows it (units and
+/// exact micro-units), so the report reads like `tollgate tenant show`.
+fn as_wire<S: serde::Serializer>(c: &Consumption, serializer: S) -> Result<S::Ok, S::Error> {
+    v1::Consumption::from(c).serialize(serializer)
 }
 
 fn merge(into: &mut BTreeMap<String, u64>, from: BTreeMap<String, u64>) {
@@ -118,6 +133,8 @@ impl Report {
             total.duplicates += pod.total.duplicates;
             total.duplicate_mismatches += pod.duplicate_mismatches;
             total.abandoned += pod.abandoned;
+            total.restarts += pod.restarts;
+            total.superseded += pod.superseded;
             merge(&mut total.retried, pod.retried);
             merge(&mut total.errors, pod.errors);
             for (code, message) in pod.error_messages {
@@ -127,8 +144,8 @@ impl Report {
             tenant.requests += pod.total.requests;
             tenant.duplicates += pod.total.duplicates;
             tenant.granted_tokens += pod.granted_tokens;
-            add(&mut tenant.consumption, &pod.consumption);
-            add(&mut tenant.unconfirmed, &pod.unconfirmed);
+            tenant.consumption.add(&pod.consumption);
+            tenant.unconfirmed.add(&pod.unconfirmed);
         }
         measured.answers = measured.requests + measured.duplicates;
         total.answers = total.requests + total.duplicates;
@@ -264,12 +281,12 @@ impl Report {
                 tenant.requests.to_string(),
                 tenant.duplicates.to_string(),
                 format!("{:.0}", tenant.granted_tokens),
-                format!("{:.0}", c.request_units),
+                format!("{:.0}", c.request_units()),
                 format!("{}/{}/{}", c.read_batches, c.read_requests, c.read_bytes),
                 format!("{}/{}/{}", c.write_batches, c.write_requests, c.write_bytes),
-                format!("{:.3}", c.cpu_seconds),
+                format!("{:.3}", c.cpu_seconds()),
                 c.egress_bytes.to_string(),
-                format!("{:.0}", tenant.unconfirmed.request_units),
+                format!("{:.0}", tenant.unconfirmed.request_units()),
             ]);
         }
         print_table(&rows);

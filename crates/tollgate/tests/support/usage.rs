@@ -4,8 +4,11 @@
 use serde_json::Value;
 use tokio_postgres::Client;
 
-/// The integer consumption counters, as the wire and the table name them.
-pub const COUNTERS: [(&str, &str); 7] = [
+/// The consumption counters (all integers, request units and CPU in
+/// micro-units), as the wire and the table name them.
+pub const COUNTERS: [(&str, &str); 9] = [
+    ("request_unit_micros", "total_request_unit_micros"),
+    ("cpu_micros", "total_cpu_micros"),
     ("read_batches", "total_read_batches"),
     ("read_requests", "total_read_requests"),
     ("read_bytes", "total_read_bytes"),
@@ -18,7 +21,6 @@ pub const COUNTERS: [(&str, &str); 7] = [
 /// One tenant as stored.
 #[derive(Debug)]
 pub struct Stored {
-    pub request_units: f64,
     pub counters: Vec<(String, i64)>,
     pub granted_tokens: f64,
     pub tokens: f64,
@@ -76,7 +78,6 @@ pub async fn read_tenant(db: &Client, tenant: &str) -> Stored {
     let created: std::time::SystemTime = head.get("created_at");
     let last_refill: std::time::SystemTime = head.get("last_refill");
     Stored {
-        request_units: head.get("total_request_units"),
         counters: COUNTERS
             .iter()
             .map(|(name, column)| ((*name).to_owned(), head.get::<_, i64>(*column)))
@@ -92,36 +93,28 @@ pub async fn read_tenant(db: &Client, tenant: &str) -> Stored {
     }
 }
 
-fn number(v: &Value, field: &str) -> f64 {
-    v.get(field).and_then(Value::as_f64).unwrap_or(0.0)
+fn counter(v: &Value, field: &str) -> u64 {
+    v.get(field).and_then(Value::as_u64).unwrap_or(0)
 }
 
 /// Checks the stored consumption against the load generator's report for
 /// the tenant: at least what the pods saw confirmed, at most that plus what
 /// they sent without hearing back. With nothing unconfirmed, exactly equal.
 pub fn check_consumption(tenant: &str, stored: &Stored, reports: &[&Value]) {
-    let sum = |kind: &str, field: &str| -> f64 {
+    let sum = |kind: &str, field: &str| -> u64 {
         reports
             .iter()
-            .map(|r| number(&r["tenants"][tenant][kind], field))
+            .map(|r| counter(&r["tenants"][tenant][kind], field))
             .sum()
     };
-    let confirmed = sum("consumption", "request_units");
-    let unconfirmed = sum("unconfirmed", "request_units");
     assert!(
-        confirmed > 0.0,
+        sum("consumption", "request_unit_micros") > 0,
         "{tenant}: the pods reported some consumption"
-    );
-    assert!(
-        stored.request_units >= confirmed && stored.request_units <= confirmed + unconfirmed,
-        "{tenant}: stored request units {} outside [{confirmed}, {}]",
-        stored.request_units,
-        confirmed + unconfirmed
     );
     for (name, value) in &stored.counters {
         let confirmed = sum("consumption", name);
         let unconfirmed = sum("unconfirmed", name);
-        let value = *value as f64;
+        let value = u64::try_from(*value).expect("a stored counter is not negative");
         assert!(
             value >= confirmed && value <= confirmed + unconfirmed,
             "{tenant}: stored {name} {value} outside [{confirmed}, {}]",

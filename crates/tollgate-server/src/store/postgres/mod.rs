@@ -80,6 +80,8 @@ mod sql {
     pub const READ_TENANT: &str = include_str!("../../../../../sql/queries/read_tenant.sql");
     pub const LIST_TENANTS: &str = include_str!("../../../../../sql/queries/list_tenants.sql");
     pub const DELETE_TENANT: &str = include_str!("../../../../../sql/queries/delete_tenant.sql");
+    pub const DELETE_STRAY_INSTANCES: &str =
+        include_str!("../../../../../sql/queries/delete_stray_instances.sql");
 }
 
 mod embedded_migrations {
@@ -391,9 +393,14 @@ impl Inner {
             };
             let verdict = error.verdict(idempotent);
             if verdict == Verdict::Fatal || tries >= policy.max_attempts {
-                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                let error = error.into_store_error(op);
+                // An answer about the request (not found, refused) is not a
+                // failure of the store; only those count and alert.
+                if error.is_store_failure() {
+                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                }
                 // Logged where it is handled (the service), with the count here.
-                return Err(match error.into_store_error(op) {
+                return Err(match error {
                     StoreError::Unavailable(message) if tries > 1 => StoreError::Unavailable(
                         format!("{message} (gave up after {tries} attempts)"),
                     ),
@@ -422,7 +429,13 @@ impl Inner {
 
     /// Serves a batch in one transaction and answers its requests; returns
     /// the requests deferred to another transaction.
-    async fn serve_batch(&self, batch: Vec<Pending>) -> Vec<Pending> {
+    async fn serve_batch(&self, mut batch: Vec<Pending>) -> Vec<Pending> {
+        // A caller that has gone (its deadline passed, it cancelled) was
+        // told nothing was certain; what has not started never starts.
+        batch.retain(|p| !p.reply.is_closed());
+        if batch.is_empty() {
+            return batch;
+        }
         let result = self
             .run("token bucket request", true, || {
                 token_bucket_batch(self, &batch)
@@ -495,6 +508,7 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
     let update_tenant = client.prepare_cached(sql::UPDATE_TENANT).await?;
     let upsert_instance = client.prepare_cached(sql::UPSERT_INSTANCE).await?;
     let delete_instance = client.prepare_cached(sql::DELETE_INSTANCE).await?;
+    let delete_strays = client.prepare_cached(sql::DELETE_STRAY_INSTANCES).await?;
     let txn = client.transaction().await?;
 
     let tenant_ids: Vec<&str> = batch
@@ -582,7 +596,11 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
             });
     }
     for (p, window_rows) in batch.iter().zip(&windows) {
-        if let Some(Some(work)) = tenants.get_mut(p.tenant.as_str()) {
+        // Instance rows of a tenant without a tenant row are strays (see
+        // `delete_stray_instances.sql`): a new tenant starts with none.
+        if let Some(Some(work)) = tenants.get_mut(p.tenant.as_str())
+            && work.exists
+        {
             for row in window_rows {
                 let instance = rows::instance_from_row(row)?;
                 work.rows
@@ -625,6 +643,7 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
 
     // Write back, in one round trip.
     let mut tenant_params = Vec::new();
+    let mut strays = Vec::new();
     let mut instance_params = Vec::new();
     let mut deletes = Vec::new();
     let mut removed = Vec::new();
@@ -638,6 +657,9 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
         let tenant = TenantId::parse("tenant_id", id)
             .map_err(|e| StoreError::internal("token bucket request", e))?;
         tenant_params.push((work.exists, TenantParams::new(&tenant, &work.rows.tenant)?));
+        if !work.exists {
+            strays.push(*id);
+        }
         let gone: BTreeSet<u32> = work.removed.iter().map(|r| r.instance_id).collect();
         for instance in work.upserted.difference(&gone) {
             if let Some(row) = work.rows.instances.get(instance) {
@@ -661,18 +683,24 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
         .iter()
         .map(|(tenant, id)| -> [&(dyn ToSql + Sync); 2] { [tenant, id] })
         .collect();
+    let stray_params: Vec<[&(dyn ToSql + Sync); 1]> = strays
+        .iter()
+        .map(|tenant| -> [&(dyn ToSql + Sync); 1] { [tenant] })
+        .collect();
+    // Statements run in the order sent: strays go before anything is written.
     settle(
         join_all(
-            tenant_writes
+            stray_params
                 .iter()
-                .map(|(exists, params)| {
+                .map(|params| txn.execute(&delete_strays, params))
+                .chain(tenant_writes.iter().map(|(exists, params)| {
                     let statement = if *exists {
                         &update_tenant
                     } else {
                         &insert_tenant
                     };
                     txn.execute(statement, params)
-                })
+                }))
                 .chain(
                     instance_writes
                         .iter()
@@ -773,6 +801,7 @@ impl Store for PostgresStore {
                 let insert = client.prepare_cached(sql::INSERT_TENANT).await?;
                 let update_row = client.prepare_cached(sql::UPDATE_TENANT).await?;
                 let read_instances = client.prepare_cached(sql::READ_INSTANCES).await?;
+                let delete_strays = client.prepare_cached(sql::DELETE_STRAY_INSTANCES).await?;
                 let txn = client.transaction().await?;
                 let ids = [tenant.as_str()];
                 let ids = ids.as_slice();
@@ -805,6 +834,9 @@ impl Store for PostgresStore {
                 let statement = if before.is_some() {
                     &update_row
                 } else {
+                    // A new tenant starts with an empty instance list.
+                    let tenant_id = tenant.as_str();
+                    txn.execute(&delete_strays, &[&tenant_id]).await?;
                     &insert
                 };
                 let write_params = params.as_params();
@@ -894,14 +926,29 @@ impl Store for PostgresStore {
         let inner = &*self.inner;
         inner
             .run("delete tenant", false, || async move {
-                let client = inner.pool.get().await?;
+                let mut client = inner.pool.get().await?;
+                let lock = client.prepare_cached(sql::LOCK_TENANTS).await?;
                 let delete = client.prepare_cached(sql::DELETE_TENANT).await?;
-                // One statement: atomic without an explicit transaction.
-                let deleted = client
-                    .query(&delete, &[&tenant.as_str()])
-                    .await
-                    .map_err(TxError::Commit)?;
-                deleted_tenant(inner, tenant, &deleted).map_err(TxError::Store)
+                let txn = client.transaction().await?;
+                let ids = [tenant.as_str()];
+                let ids = ids.as_slice();
+                let tenant_id = tenant.as_str();
+                let lock_params: [&(dyn ToSql + Sync); 1] = [&ids];
+                let delete_params: [&(dyn ToSql + Sync); 1] = [&tenant_id];
+                // One round trip: the lock first, then (once it is held) the
+                // delete, whose snapshot sees every row committed before it.
+                let mut results = settle(
+                    join_all([
+                        txn.query(&lock, &lock_params[..]),
+                        txn.query(&delete, &delete_params[..]),
+                    ])
+                    .await,
+                )?
+                .into_iter();
+                let deleted = results.nth(1).unwrap_or_default();
+                let snapshot = deleted_tenant(inner, tenant, &deleted).map_err(TxError::Store)?;
+                txn.commit().await.map_err(TxError::Commit)?;
+                Ok(snapshot)
             })
             .await
     }

@@ -3,7 +3,9 @@
 //! Columns are read by name, so a query may return them in any order (the
 //! queries select `*`). Every value the core keeps round-trips exactly:
 //! FLOAT8 is an IEEE double, TIMESTAMPTZ has the core's microsecond
-//! resolution, and grant durations are kept in nanoseconds.
+//! resolution, grant durations are kept in nanoseconds, and consumption
+//! totals are BIGINT counters (request units and CPU in micro-units), which
+//! the core keeps within the BIGINT range.
 
 use std::time::{Duration, SystemTime};
 
@@ -35,7 +37,7 @@ pub(super) fn from_system_time(t: SystemTime) -> Timestamp {
 
 fn get<'a, T: FromSql<'a>>(row: &'a Row, column: &'static str) -> Result<T, StoreError> {
     row.try_get(column)
-        .map_err(|e| StoreError::internal("read a tenant_usage column", e))
+        .map_err(|e| StoreError::internal("read a stored row", e))
 }
 
 /// A BIGINT column as the narrower or unsigned type the core keeps it in.
@@ -43,7 +45,7 @@ fn bigint<T: TryFrom<i64>>(row: &Row, column: &'static str) -> Result<T, StoreEr
     let value: i64 = get(row, column)?;
     T::try_from(value).map_err(|_| {
         StoreError::internal(
-            "read a tenant_usage column",
+            "read a stored row",
             format!(
                 "{column} is out of range for a {} ({value})",
                 std::any::type_name::<T>()
@@ -94,14 +96,14 @@ pub(super) fn tenant_from_row(row: &Row) -> Result<TenantState, StoreError> {
         live_instances: instance_id(row, "live_instances")?,
         first_instance_id: instance_id(row, "next_instance_id")?,
         consumption: Consumption {
-            request_units: get(row, "total_request_units")?,
+            request_unit_micros: counter(row, "total_request_unit_micros")?,
             read_batches: counter(row, "total_read_batches")?,
             read_requests: counter(row, "total_read_requests")?,
             read_bytes: counter(row, "total_read_bytes")?,
             write_batches: counter(row, "total_write_batches")?,
             write_requests: counter(row, "total_write_requests")?,
             write_bytes: counter(row, "total_write_bytes")?,
-            cpu_seconds: get(row, "total_cpu_seconds")?,
+            cpu_micros: counter(row, "total_cpu_micros")?,
             egress_bytes: counter(row, "total_egress_bytes")?,
         },
         granted_tokens: get(row, "granted_tokens")?,
@@ -133,11 +135,14 @@ pub(super) fn instance_from_row(row: &Row) -> Result<InstanceState, StoreError> 
     })
 }
 
+/// A counter as a BIGINT. The core keeps every counter it hands a store
+/// within that range (totals saturate at `MAX_TOTAL`, sequence numbers are
+/// validated), so a value beyond it is a bug of ours.
 fn to_i64(what: &'static str, value: u64) -> Result<i64, StoreError> {
     i64::try_from(value).map_err(|_| {
         StoreError::internal(
-            "write a tenant_usage row",
-            format!("{what} ({value}) does not fit a BIGINT column"),
+            "write a stored row",
+            format!("{what} ({value}) is beyond the range the core keeps counters in"),
         )
     })
 }
@@ -157,14 +162,14 @@ pub(super) struct TenantParams {
     granted_tokens: f64,
     committed_tokens: f64,
     committed_rate: f64,
-    request_units: f64,
+    request_unit_micros: i64,
     read_batches: i64,
     read_requests: i64,
     read_bytes: i64,
     write_batches: i64,
     write_requests: i64,
     write_bytes: i64,
-    cpu_seconds: f64,
+    cpu_micros: i64,
     egress_bytes: i64,
     created_at: SystemTime,
     updated_at: SystemTime,
@@ -187,14 +192,14 @@ impl TenantParams {
             granted_tokens: state.granted_tokens,
             committed_tokens: state.committed_tokens,
             committed_rate: state.committed_rate,
-            request_units: c.request_units,
+            request_unit_micros: to_i64("total_request_unit_micros", c.request_unit_micros)?,
             read_batches: to_i64("total_read_batches", c.read_batches)?,
             read_requests: to_i64("total_read_requests", c.read_requests)?,
             read_bytes: to_i64("total_read_bytes", c.read_bytes)?,
             write_batches: to_i64("total_write_batches", c.write_batches)?,
             write_requests: to_i64("total_write_requests", c.write_requests)?,
             write_bytes: to_i64("total_write_bytes", c.write_bytes)?,
-            cpu_seconds: c.cpu_seconds,
+            cpu_micros: to_i64("total_cpu_micros", c.cpu_micros)?,
             egress_bytes: to_i64("total_egress_bytes", c.egress_bytes)?,
             created_at: to_system_time(state.created_at),
             updated_at: to_system_time(state.updated_at),
@@ -216,14 +221,14 @@ impl TenantParams {
             &self.granted_tokens,
             &self.committed_tokens,
             &self.committed_rate,
-            &self.request_units,
+            &self.request_unit_micros,
             &self.read_batches,
             &self.read_requests,
             &self.read_bytes,
             &self.write_batches,
             &self.write_requests,
             &self.write_bytes,
-            &self.cpu_seconds,
+            &self.cpu_micros,
             &self.egress_bytes,
             &self.created_at,
             &self.updated_at,
