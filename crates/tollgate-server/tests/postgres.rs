@@ -174,3 +174,53 @@ async fn an_unreachable_database_is_unavailable_and_a_bad_url_is_refused() {
     .expect_err("bad URL");
     assert!(error.to_string().contains("URL"), "{error}");
 }
+
+/// Migration V2 turns floating-point totals into exact micro-units, rounded
+/// to the nearest and kept within the BIGINT range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_v2_converts_totals_to_micro_units() {
+    let db = TestDatabase::create().await.expect("test database");
+    let client = tollgate_testdb::connect(db.url()).await.expect("connect");
+    let migrations = concat!(env!("CARGO_MANIFEST_DIR"), "/../../sql/migrations");
+    let v1 = std::fs::read_to_string(format!("{migrations}/V1__tenant_usage.sql")).expect("V1");
+    let v2 = std::fs::read_to_string(format!("{migrations}/V2__exact_totals.sql")).expect("V2");
+    client.batch_execute(&v1).await.expect("V1 applies");
+    for (tenant, request_units, cpu_seconds) in [
+        ("fractions", 199.99999999999292, 0.25),
+        ("huge", 1e300, 0.0),
+    ] {
+        client
+            .execute(
+                "INSERT INTO tenant_usage (tenant_id, instance_id, next_instance_id, refill_rate, \
+                 burst_limit, configured, tokens, tokens_avg, last_refill, share_sum, \
+                 live_instances, granted_tokens, committed_tokens, committed_rate, \
+                 total_request_units, total_read_batches, total_read_requests, total_read_bytes, \
+                 total_write_batches, total_write_requests, total_write_bytes, total_cpu_seconds, \
+                 total_egress_bytes, created_at, updated_at) VALUES ($1, 0, 0, 1, 1, true, 0, 0, \
+                 now(), 0, 0, 0, 0, 0, $2, 0, 0, 7, 0, 0, 0, $3, 0, now(), now())",
+                &[&tenant, &request_units, &cpu_seconds],
+            )
+            .await
+            .expect("a version 1 row");
+    }
+    client.batch_execute(&v2).await.expect("V2 applies");
+    let rows = client
+        .query(
+            "SELECT tenant_id, total_request_unit_micros, total_cpu_micros, total_read_bytes \
+             FROM tenant_usage ORDER BY tenant_id",
+            &[],
+        )
+        .await
+        .expect("read");
+    let totals: Vec<(String, i64, i64, i64)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        totals,
+        vec![
+            ("fractions".to_owned(), 200_000_000, 250_000, 7),
+            ("huge".to_owned(), i64::MAX, 0, 7),
+        ]
+    );
+}

@@ -717,3 +717,60 @@ impl Store for EmbeddedStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file written by schema version 1 (floating-point totals) opens
+    /// with its totals converted to micro-units, nothing else changed.
+    #[tokio::test]
+    async fn a_version_1_file_is_migrated_to_exact_totals() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v1.redb");
+        let mut state = TenantState::new(
+            tollgate_core::Limits {
+                refill_rate: 5.0,
+                burst_limit: 50.0,
+            },
+            20.0,
+            true,
+            Timestamp::from_unix_micros(1_700_000_000_000_000),
+        );
+        state.consumption.read_bytes = 4096;
+        let mut v1 = serde_json::to_value(&state).expect("JSON");
+        let consumption = v1["consumption"].as_object_mut().expect("consumption");
+        consumption.remove("request_unit_micros");
+        consumption.remove("cpu_micros");
+        consumption.insert("request_units".into(), 199.99999999999292.into());
+        consumption.insert("cpu_seconds".into(), 0.25.into());
+        {
+            let db = Database::create(&path).expect("create");
+            let txn = db.begin_write().expect("write");
+            {
+                let mut meta = txn.open_table(META).expect("meta");
+                meta.insert("schema_version", 1).expect("version");
+                let mut tenants = txn.open_table(TENANTS).expect("tenants");
+                let bytes = serde_json::to_vec(&v1).expect("encode");
+                tenants.insert("old", bytes.as_slice()).expect("row");
+                txn.open_table(INSTANCES).expect("instances");
+            }
+            txn.commit().expect("commit");
+        }
+        let store = EmbeddedStore::open(&path, BucketSettings::default()).expect("open");
+        let tenant = TenantId::parse("tenant_id", "old").expect("id");
+        let migrated = store.get_tenant(&tenant).await.expect("tenant").state;
+        assert_eq!(migrated.consumption.request_unit_micros, 200_000_000);
+        assert_eq!(migrated.consumption.cpu_micros, 250_000);
+        assert_eq!(migrated.consumption.read_bytes, 4096);
+        assert_eq!(migrated.limits, state.limits);
+        assert_eq!(migrated.tokens, state.tokens);
+        store.close().await.expect("close");
+        drop(store);
+        // Opening again finds version 2 and changes nothing.
+        let store = EmbeddedStore::open(&path, BucketSettings::default()).expect("reopen");
+        let again = store.get_tenant(&tenant).await.expect("tenant").state;
+        assert_eq!(again, migrated);
+        store.close().await.expect("close");
+    }
+}
