@@ -14,7 +14,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::validate::{self, InvalidInput, MAX_COUNTER, MAX_TOTAL, MICROS_PER_UNIT};
+use crate::validate::{
+    self, InvalidInput, MAX_COUNTER, MAX_TOTAL, MICROS_PER_UNIT, to_micros, units,
+};
 
 /// Resource consumption: a delta in requests, a cumulative total in state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,12 +53,12 @@ impl Consumption {
 
     /// Request units, as a (possibly rounded) number of units.
     pub fn request_units(&self) -> f64 {
-        self.request_unit_micros as f64 / MICROS_PER_UNIT
+        units(self.request_unit_micros)
     }
 
     /// CPU time, as a (possibly rounded) number of seconds.
     pub fn cpu_seconds(&self) -> f64 {
-        self.cpu_micros as f64 / MICROS_PER_UNIT
+        units(self.cpu_micros)
     }
 
     /// Checks a delta reported by a pod: not absurd.
@@ -110,12 +112,6 @@ impl Consumption {
             && self.cpu_micros >= earlier.cpu_micros
             && self.egress_bytes >= earlier.egress_bytes
     }
-}
-
-/// A non-negative quantity in micro-units, rounded to the nearest;
-/// negative or NaN gives 0 and huge values saturate (callers validate first).
-pub fn to_micros(units: f64) -> u64 {
-    (units * MICROS_PER_UNIT).round() as u64
 }
 
 #[cfg(test)]

@@ -12,8 +12,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::consumption::{Consumption, to_micros};
-use crate::validate::{self, InvalidInput, MAX_TOKENS};
+use crate::consumption::Consumption;
+use crate::validate::{self, InvalidInput, MAX_TOKENS, to_micros};
 
 const MIB: f64 = 1024.0 * 1024.0;
 

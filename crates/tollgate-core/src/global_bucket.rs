@@ -57,7 +57,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::consumption::{self, Consumption};
+use crate::consumption::Consumption;
 use crate::time::Timestamp;
 use crate::validate::{self, InvalidInput, MAX_LEASE_LEN, MAX_REFILL_RATE, MAX_SEQ, MAX_TOKENS};
 
@@ -790,7 +790,7 @@ pub fn reconfigure(
     let mut tokens = update.available_tokens;
     if let Some(as_of) = update.as_of {
         let total = tenant.consumption.request_unit_micros;
-        let as_of_consumed = consumption::to_micros(update.as_of_consumed_tokens);
+        let as_of_consumed = validate::to_micros(update.as_of_consumed_tokens);
         let tolerance = 1 + (total >> AS_OF_CONSUMED_TOLERANCE_SHIFT);
         if as_of_consumed > total.saturating_add(tolerance) {
             return Err(InvalidInput::new(
@@ -805,7 +805,7 @@ pub fn reconfigure(
         }
         let consumed_since = total.saturating_sub(as_of_consumed);
         tokens = refilled_tokens(tokens, &update.limits, now.seconds_since(as_of));
-        tokens -= consumed_since as f64 / validate::MICROS_PER_UNIT;
+        tokens -= validate::units(consumed_since);
     }
     tenant.limits = update.limits;
     tenant.configured = true;

@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::consumption::{self, Consumption};
+use crate::consumption::Consumption;
 use crate::global_bucket::{Grant, InstanceId, TokenBucketRequest};
 use crate::time::Timestamp;
 use crate::validate::{self, InvalidInput, MAX_LEASE_LEN, MAX_TARGET_REQUEST_PERIOD, MAX_TOKENS};
@@ -423,7 +423,7 @@ impl LocalBucket {
         self.unreported.request_unit_micros = self
             .unreported
             .request_unit_micros
-            .saturating_sub(consumption::to_micros(tokens));
+            .saturating_sub(validate::to_micros(tokens));
     }
 
     /// Records the counters of work whose tokens were already acquired

@@ -117,9 +117,8 @@ pub fn micros(
 ) -> Result<u64, InvalidInput> {
     non_negative(field, value, max)?;
     // `max` is far below 2^64 micro-units, so the conversions are exact enough.
-    let max_micros = (max * MICROS_PER_UNIT) as u64;
-    counter(micros_field, micros, max_micros)?;
-    let rounded = (value * MICROS_PER_UNIT).round() as u64;
+    counter(micros_field, micros, to_micros(max))?;
+    let rounded = to_micros(value);
     match (rounded, micros) {
         (0, exact) => Ok(exact),
         (rounded, 0) => Ok(rounded),
@@ -134,6 +133,17 @@ pub fn micros(
             ),
         )),
     }
+}
+
+/// A non-negative quantity in micro-units, rounded to the nearest;
+/// negative or NaN gives 0 and huge values saturate (callers validate first).
+pub fn to_micros(value: f64) -> u64 {
+    (value * MICROS_PER_UNIT).round() as u64
+}
+
+/// Micro-units as a (possibly rounded) number of units.
+pub fn units(micros: u64) -> f64 {
+    micros as f64 / MICROS_PER_UNIT
 }
 
 /// A number as an error message shows it, exactly but briefly: plainly

@@ -38,7 +38,8 @@ mod convert {
     use crate::v1;
 
     /// A reported delta: request units and CPU time as doubles or exact
-    /// micro-units (one of the two), converted to micro-units and checked.
+    /// micro-units (or both, if they agree), converted to micro-units and
+    /// checked.
     /// Field names in errors are the message's own; a caller adds the path.
     impl TryFrom<v1::Consumption> for Consumption {
         type Error = InvalidInput;

@@ -3,7 +3,7 @@
 
 mod support;
 
-use support::server::TestServer;
+use support::server::{TestServer, get_tenant};
 use support::{Backend, Backing};
 use tollgate_proto::v1::{self, admin_client::AdminClient};
 use tollgate_server::store::{BucketSettings, UnconfiguredTenants};
@@ -58,16 +58,6 @@ fn pod_request(
         next_live_instance_id: None,
         returned_tokens: 0.0,
     }
-}
-
-async fn get(admin: &mut AdminClient<Channel>, tenant: &str) -> Result<v1::Tenant, tonic::Status> {
-    let response = admin
-        .get_tenant(v1::GetTenantRequest {
-            tenant_id: tenant.into(),
-            bucket: String::new(),
-        })
-        .await?;
-    Ok(response.into_inner().tenant.expect("tenant in response"))
 }
 
 /// The stored part of a tenant view: drops what depends on when it was read.
@@ -126,7 +116,7 @@ async fn several_instances_share_a_configured_tenant(backend: Backend) {
     // 80 requests of 10 tokens against 1000 available: all granted at once.
     assert_eq!(granted, 800.0);
 
-    let tenant = get(&mut admin, "acme").await.expect("get");
+    let tenant = get_tenant(&mut admin, "acme").await.expect("get");
     assert_eq!(tenant.live_instances, 8);
     assert_eq!(tenant.granted_tokens, 800.0);
     assert!((tenant.share_sum - 8.0).abs() < 1e-9);
@@ -169,7 +159,7 @@ async fn a_duplicate_request_is_answered_from_the_first_response(backend: Backen
         first.trickle_duration.expect("trickle").seconds > 0,
         "a trickle grant"
     );
-    let after_first = stored(get(&mut admin, "dup").await.expect("get"));
+    let after_first = stored(get_tenant(&mut admin, "dup").await.expect("get"));
     let retry = pods
         .token_bucket(pod_request("dup", 1, 1, 5000.0, 7.0))
         .await
@@ -177,7 +167,7 @@ async fn a_duplicate_request_is_answered_from_the_first_response(backend: Backen
         .into_inner();
     assert_eq!(retry, first);
     assert_eq!(
-        stored(get(&mut admin, "dup").await.expect("get")),
+        stored(get_tenant(&mut admin, "dup").await.expect("get")),
         after_first
     );
     assert_eq!(after_first.consumption.expect("c").request_units, 7.0);
@@ -208,19 +198,23 @@ async fn state_survives_a_restart_on_the_same_store(backend: Backend) {
     pods.token_bucket(pod_request("walk-in", 1, 1, 1.0, 1.0))
         .await
         .expect("default limits");
-    let before = stored(get(&mut admin, "durable").await.expect("get"));
+    let before = stored(get_tenant(&mut admin, "durable").await.expect("get"));
     let before_ids = tenant_ids(&mut admin).await;
     server.stop().await;
 
     let server = TestServer::start(backing.open(BucketSettings::default()).await).await;
     let mut admin = server.admin().await;
     let mut pods = server.pods().await;
-    let after = stored(get(&mut admin, "durable").await.expect("get after restart"));
+    let after = stored(
+        get_tenant(&mut admin, "durable")
+            .await
+            .expect("get after restart"),
+    );
     assert_eq!(after, before);
     assert_eq!(after.granted_tokens, 240.0);
     assert_eq!(after.consumption.expect("c").request_units, 36.0);
     assert_eq!(
-        get(&mut admin, "durable")
+        get_tenant(&mut admin, "durable")
             .await
             .expect("get")
             .current_tokens,
@@ -229,7 +223,7 @@ async fn state_survives_a_restart_on_the_same_store(backend: Backend) {
     );
     assert_eq!(tenant_ids(&mut admin).await, before_ids);
     assert!(
-        !get(&mut admin, "walk-in")
+        !get_tenant(&mut admin, "walk-in")
             .await
             .expect("walk-in")
             .configured
@@ -243,7 +237,7 @@ async fn state_survives_a_restart_on_the_same_store(backend: Backend) {
         .into_inner();
     assert_eq!(Some(retry), last);
     assert_eq!(
-        stored(get(&mut admin, "durable").await.expect("get")),
+        stored(get_tenant(&mut admin, "durable").await.expect("get")),
         before
     );
     server.stop().await;
@@ -261,7 +255,7 @@ async fn bad_pod_requests_get_clear_errors_and_change_nothing(backend: Backend) 
     pods.token_bucket(pod_request("acme", 1, 5, 10.0, 1.0))
         .await
         .expect("a good request first");
-    let before = get(&mut admin, "acme").await.expect("get");
+    let before = get_tenant(&mut admin, "acme").await.expect("get");
     let before_ids = tenant_ids(&mut admin).await;
 
     let good = || pod_request("acme", 1, 6, 10.0, 1.0);
@@ -447,7 +441,7 @@ async fn bad_pod_requests_get_clear_errors_and_change_nothing(backend: Backend) 
             status.message()
         );
     }
-    let after = get(&mut admin, "acme").await.expect("get");
+    let after = get_tenant(&mut admin, "acme").await.expect("get");
     assert_eq!(
         after.current_tokens, before.current_tokens,
         "refill 0: exact"
@@ -464,7 +458,7 @@ async fn bad_admin_requests_get_clear_errors_and_change_nothing(backend: Backend
         .update_tenant_resource_limits(limits("acme", 100.0, 0.0, 100.0))
         .await
         .expect("configure");
-    let before = get(&mut admin, "acme").await.expect("get");
+    let before = get_tenant(&mut admin, "acme").await.expect("get");
 
     let good = || limits("acme", 50.0, 5.0, 500.0);
     let as_of = |seconds: i64, nanos: i32, consumed: f64| v1::UpdateTenantResourceLimitsRequest {
@@ -570,7 +564,9 @@ async fn bad_admin_requests_get_clear_errors_and_change_nothing(backend: Backend
         );
     }
 
-    let not_found = get(&mut admin, "nobody").await.expect_err("unknown tenant");
+    let not_found = get_tenant(&mut admin, "nobody")
+        .await
+        .expect_err("unknown tenant");
     assert_eq!(not_found.code(), Code::NotFound);
     assert!(not_found.message().contains("nobody"));
     let status = admin
@@ -606,7 +602,7 @@ async fn bad_admin_requests_get_clear_errors_and_change_nothing(backend: Backend
         .expect_err("bad token");
     assert!(status.message().contains("page_token"));
 
-    let after = get(&mut admin, "acme").await.expect("get");
+    let after = get_tenant(&mut admin, "acme").await.expect("get");
     assert_eq!(
         after.current_tokens, before.current_tokens,
         "refill 0: exact"
@@ -657,7 +653,7 @@ async fn unconfigured_tenants_get_defaults_or_not_found(backend: Backend) {
         .into_inner();
     assert_eq!(grant.granted_tokens, 100.0);
     let mut admin = server.admin().await;
-    let tenant = get(&mut admin, "walk-in").await.expect("created");
+    let tenant = get_tenant(&mut admin, "walk-in").await.expect("created");
     assert!(!tenant.configured);
     assert_eq!(tenant.limits.expect("limits").refill_rate, 1000.0);
     server.stop().await;
@@ -733,13 +729,15 @@ async fn tenants_are_listed_in_pages_and_deleted(backend: Backend) {
         .await
         .expect("delete");
     ids.retain(|id| id != "tenant-03");
-    let status = get(&mut admin, "tenant-03").await.expect_err("deleted");
+    let status = get_tenant(&mut admin, "tenant-03")
+        .await
+        .expect_err("deleted");
     assert_eq!(status.code(), Code::NotFound);
     // Its instances went with it: a returning pod starts a fresh tenant.
     pods.token_bucket(pod_request("tenant-03", 1, 1, 1.0, 1.0))
         .await
         .expect("grant");
-    let fresh = get(&mut admin, "tenant-03")
+    let fresh = get_tenant(&mut admin, "tenant-03")
         .await
         .expect("recreated on defaults");
     assert!(!fresh.configured);

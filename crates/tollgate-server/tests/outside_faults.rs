@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut};
 use futures_util::future::join_all;
-use support::server::TestServer;
+use support::server::{TestServer, get_tenant};
 use support::{Backend, Backing};
 use tollgate_proto::v1;
 use tollgate_server::store::BucketSettings;
@@ -40,19 +40,39 @@ fn units(request_units: f64) -> v1::Consumption {
 }
 
 async fn consumption(server: &TestServer, tenant: &str) -> v1::Consumption {
-    let tenant = server
-        .admin()
+    let tenant = get_tenant(&mut server.admin().await, tenant)
         .await
-        .get_tenant(v1::GetTenantRequest {
-            tenant_id: tenant.into(),
-            bucket: String::new(),
-        })
-        .await
-        .expect("tenant")
-        .into_inner()
-        .tenant
         .expect("tenant");
     tenant.consumption.expect("consumption")
+}
+
+/// `pods` pods of `tenant` on one connection, each sending `per_pod`
+/// requests (seq 1, 2, …) that report `report`, concurrently; every one
+/// must be served.
+async fn report_from_pods(
+    server: &TestServer,
+    tenant: &str,
+    pods: u32,
+    per_pod: u64,
+    report: v1::Consumption,
+) {
+    let channel = server.channel().await;
+    join_all((1..=pods).map(|instance| {
+        let mut client =
+            v1::token_bucket_service_client::TokenBucketServiceClient::new(channel.clone());
+        async move {
+            for seq in 1..=per_pod {
+                client
+                    .token_bucket(reporting(
+                        pod_request(tenant, instance, "lease", seq),
+                        report,
+                    ))
+                    .await
+                    .expect("every report is served");
+            }
+        }
+    }))
+    .await;
 }
 
 /// Issue item 1: `(A, 3)`, `(B, 1)`, then a late copy of `(A, 3)`: the copy
@@ -93,29 +113,12 @@ async fn a_late_copy_from_an_older_incarnation_counts_nothing(backend: Backend) 
 /// request fails and the store counts no failure.
 async fn totals_saturate_at_the_bigint_range_without_a_store_failure(backend: Backend) {
     let server = TestServer::new(backend, BucketSettings::default()).await;
-    const PODS: u32 = 8;
     // 2^63 / 2^53 = 1024 reports of the largest counter reach the limit.
-    const PER_POD: u64 = 130;
-    let channel = server.channel().await;
-    join_all((1..=PODS).map(|instance| {
-        let mut pods =
-            v1::token_bucket_service_client::TokenBucketServiceClient::new(channel.clone());
-        async move {
-            for seq in 1..=PER_POD {
-                let request = reporting(
-                    pod_request("saturated", instance, "lease", seq),
-                    v1::Consumption {
-                        read_bytes: 1 << 53,
-                        ..v1::Consumption::default()
-                    },
-                );
-                pods.token_bucket(request)
-                    .await
-                    .expect("every report is served");
-            }
-        }
-    }))
-    .await;
+    let largest = v1::Consumption {
+        read_bytes: 1 << 53,
+        ..v1::Consumption::default()
+    };
+    report_from_pods(&server, "saturated", 8, 130, largest).await;
     let total = consumption(&server, "saturated").await;
     assert_eq!(total.read_bytes, i64::MAX as u64);
     assert_eq!(server.store.stats().failures, 0);
@@ -178,16 +181,7 @@ async fn requests_racing_delete_tenant_see_it_before_or_after(backend: Backend) 
             .await
             .expect("served");
     }
-    let tenant = admin
-        .get_tenant(v1::GetTenantRequest {
-            tenant_id: "racing".into(),
-            bucket: String::new(),
-        })
-        .await
-        .expect("tenant")
-        .into_inner()
-        .tenant
-        .expect("tenant");
+    let tenant = get_tenant(&mut admin, "racing").await.expect("tenant");
     let ids: Vec<u32> = tenant.instances.iter().map(|i| i.instance_id).collect();
     assert_eq!(ids, (1..=8).collect::<Vec<_>>());
     assert_eq!(tenant.live_instances, 8);
@@ -409,11 +403,7 @@ async fn an_expired_deadline_is_deadline_exceeded_and_nothing_is_applied(backend
     .await;
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     let mut admin = server.admin().await;
-    let missing = admin
-        .get_tenant(v1::GetTenantRequest {
-            tenant_id: "deadline".into(),
-            bucket: String::new(),
-        })
+    let missing = get_tenant(&mut admin, "deadline")
         .await
         .expect_err("nothing was applied, not even the tenant");
     assert_eq!(missing.code(), Code::NotFound);
@@ -539,21 +529,9 @@ async fn errors_quote_what_they_refuse_briefly_and_exactly() {
 /// Issue item 9: fractional reports sum exactly, whatever their number.
 async fn fractional_reports_sum_exactly(backend: Backend) {
     let server = TestServer::new(backend, BucketSettings::default()).await;
-    let channel = server.channel().await;
-    join_all((1..=10u32).map(|instance| {
-        let mut pods =
-            v1::token_bucket_service_client::TokenBucketServiceClient::new(channel.clone());
-        async move {
-            for seq in 1..=200 {
-                let mut c = units(0.1);
-                c.cpu_seconds = 0.001;
-                pods.token_bucket(reporting(pod_request("exact", instance, "lease", seq), c))
-                    .await
-                    .expect("served");
-            }
-        }
-    }))
-    .await;
+    let mut report = units(0.1);
+    report.cpu_seconds = 0.001;
+    report_from_pods(&server, "exact", 10, 200, report).await;
     let total = consumption(&server, "exact").await;
     assert_eq!(total.request_unit_micros, 200_000_000);
     assert_eq!(total.request_units, 200.0);

@@ -33,8 +33,7 @@ impl admin_server::Admin for AdminService {
         &self,
         request: Request<v1::UpdateTenantResourceLimitsRequest>,
     ) -> Result<Response<v1::UpdateTenantResourceLimitsResponse>, Status> {
-        edge::reached(&request);
-        edge::check_deadline(&request)?;
+        edge::enter(&request)?;
         let caller = Caller::of(&request);
         let (tenant, update) = convert::limits_update(request.into_inner()).map_err(invalid)?;
         let change = self
@@ -52,7 +51,7 @@ impl admin_server::Admin for AdminService {
         &self,
         request: Request<v1::GetTenantRequest>,
     ) -> Result<Response<v1::GetTenantResponse>, Status> {
-        edge::reached(&request);
+        edge::enter(&request)?;
         let req = request.into_inner();
         let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
         tollgate_core::validate::bucket("bucket", &req.bucket).map_err(invalid)?;
@@ -70,7 +69,7 @@ impl admin_server::Admin for AdminService {
         &self,
         request: Request<v1::ListTenantsRequest>,
     ) -> Result<Response<v1::ListTenantsResponse>, Status> {
-        edge::reached(&request);
+        edge::enter(&request)?;
         let req = request.into_inner();
         let page_size = match req.page_size {
             0 => DEFAULT_PAGE_SIZE,
@@ -112,8 +111,7 @@ impl admin_server::Admin for AdminService {
         &self,
         request: Request<v1::DeleteTenantRequest>,
     ) -> Result<Response<v1::DeleteTenantResponse>, Status> {
-        edge::reached(&request);
-        edge::check_deadline(&request)?;
+        edge::enter(&request)?;
         let caller = Caller::of(&request);
         let tenant = convert::tenant_id(&request.into_inner().tenant_id).map_err(invalid)?;
         let deleted = self

@@ -9,7 +9,7 @@
 //! is what alerts treat as our bug, so [`EdgeLayer`] turns them into
 //! INVALID_ARGUMENT and RESOURCE_EXHAUSTED (gRPC's code for a message too
 //! large). It tells tonic's answers from our handlers' by a flag each
-//! handler raises when it starts ([`reached`]): an INTERNAL from a handler
+//! handler raises when it starts ([`enter`]): an INTERNAL from a handler
 //! is ours and stays INTERNAL.
 //!
 //! tonic also enforces the caller's deadline (`grpc-timeout`) by dropping
@@ -37,21 +37,18 @@ pub struct Reached(Arc<AtomicBool>);
 #[derive(Clone, Copy, Debug)]
 struct Deadline(tokio::time::Instant);
 
-/// Refuses a request whose caller's deadline has already passed, so that
-/// it is never started: the answer is DEADLINE_EXCEEDED either way, and a
-/// request not started is certainly not applied.
-pub fn check_deadline<T>(request: &tonic::Request<T>) -> Result<(), Status> {
+/// What every handler of ours calls first. It marks `request` as having
+/// reached its handler (decoded), and refuses it if the caller's deadline
+/// has already passed, so that it is never started: the answer is
+/// DEADLINE_EXCEEDED either way, and a request not started is certainly
+/// not applied.
+pub fn enter<T>(request: &tonic::Request<T>) -> Result<(), Status> {
+    if let Some(Reached(flag)) = request.extensions().get::<Reached>() {
+        flag.store(true, Ordering::Relaxed);
+    }
     match request.extensions().get::<Deadline>() {
         Some(Deadline(at)) if *at <= tokio::time::Instant::now() => Err(deadline_exceeded()),
         _ => Ok(()),
-    }
-}
-
-/// Marks `request` as having reached its handler. Every handler of ours
-/// calls it first.
-pub fn reached<T>(request: &tonic::Request<T>) {
-    if let Some(Reached(flag)) = request.extensions().get::<Reached>() {
-        flag.store(true, Ordering::Relaxed);
     }
 }
 

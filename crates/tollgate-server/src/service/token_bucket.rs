@@ -39,8 +39,7 @@ impl token_bucket_service_server::TokenBucketService for TokenBucketService {
         &self,
         request: Request<v1::TokenBucketRequest>,
     ) -> Result<Response<v1::TokenBucketResponse>, Status> {
-        edge::reached(&request);
-        edge::check_deadline(&request)?;
+        edge::enter(&request)?;
         let (tenant, req) = convert::token_bucket_request(request.into_inner()).map_err(invalid)?;
         let grant = self
             .store

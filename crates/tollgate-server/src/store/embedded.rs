@@ -316,7 +316,7 @@ fn migrate_v1_totals(txn: &WriteTransaction) -> Result<(), StoreError> {
                     .remove(old)
                     .and_then(|v| v.as_f64())
                     .unwrap_or(0.0);
-                let micros = tollgate_core::consumption::to_micros(units)
+                let micros = tollgate_core::validate::to_micros(units)
                     .min(tollgate_core::validate::MAX_TOTAL);
                 consumption.insert(new.to_owned(), micros.into());
             }

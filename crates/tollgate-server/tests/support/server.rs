@@ -71,3 +71,17 @@ impl TestServer {
         drop(self.backing);
     }
 }
+
+/// `GetTenant` for `tenant`'s request-unit bucket: the tenant, or the status.
+pub async fn get_tenant(
+    admin: &mut AdminClient<Channel>,
+    tenant: &str,
+) -> Result<tollgate_proto::v1::Tenant, tonic::Status> {
+    let response = admin
+        .get_tenant(tollgate_proto::v1::GetTenantRequest {
+            tenant_id: tenant.into(),
+            bucket: String::new(),
+        })
+        .await?;
+    Ok(response.into_inner().tenant.expect("tenant in response"))
+}

@@ -77,6 +77,30 @@ pub(super) struct PodReport {
     pub unconfirmed: Consumption,
 }
 
+impl PodReport {
+    /// Counts a request refused with a code that is not retried, and keeps
+    /// the first message of each code.
+    fn record_error(&mut self, status: &Status) {
+        let code = code_name(status.code());
+        self.error_messages
+            .entry(code.clone())
+            .or_insert_with(|| status.message().to_owned());
+        *self.errors.entry(code).or_default() += 1;
+    }
+}
+
+/// One attempt of `request`, given up after `timeout`.
+async fn send_once(
+    mut client: TokenBucketServiceClient<Channel>,
+    request: v1::TokenBucketRequest,
+    timeout: Duration,
+) -> Result<v1::TokenBucketResponse, Status> {
+    match tokio::time::timeout(timeout, client.token_bucket(request)).await {
+        Ok(answer) => answer.map(tonic::Response::into_inner),
+        Err(_) => Err(Status::deadline_exceeded("no answer within --timeout")),
+    }
+}
+
 /// The first attempt of a request the pod gave up on when it crashed, still
 /// in flight.
 #[derive(Debug)]
@@ -220,15 +244,11 @@ impl Pod {
         due: Option<Instant>,
         measured: bool,
     ) {
-        let mut client = self.clients[self.server].clone();
-        let first = request.clone();
-        let timeout = self.context.timeout;
-        let attempt = tokio::spawn(async move {
-            match tokio::time::timeout(timeout, client.token_bucket(first)).await {
-                Ok(answer) => answer.map(tonic::Response::into_inner),
-                Err(_) => Err(Status::deadline_exceeded("no answer within --timeout")),
-            }
-        });
+        let attempt = tokio::spawn(send_once(
+            self.clients[self.server].clone(),
+            request.clone(),
+            self.context.timeout,
+        ));
         let pause = Duration::from_micros(self.rng.random_range(0..=2_000));
         tokio::time::sleep(pause).await;
         self.server = (self.server + 1) % self.clients.len();
@@ -281,12 +301,7 @@ impl Pod {
                     if answered.is_none() {
                         self.report.unconfirmed.add(&consumption(&late.request));
                     }
-                    let code = code_name(status.code());
-                    self.report
-                        .error_messages
-                        .entry(code.clone())
-                        .or_insert_with(|| status.message().to_owned());
-                    *self.report.errors.entry(code).or_default() += 1;
+                    self.report.record_error(&status);
                 }
             }
         }
@@ -347,28 +362,25 @@ impl Pod {
         let mut backoff = INITIAL_BACKOFF;
         loop {
             let sent = Instant::now();
-            let mut client = self.clients[self.server].clone();
-            let attempt = client.token_bucket(request.clone());
-            let status = match tokio::time::timeout(self.context.timeout, attempt).await {
-                Ok(Ok(response)) => {
+            let client = self.clients[self.server].clone();
+            let status = match send_once(client, request.clone(), self.context.timeout).await {
+                Ok(response) => {
                     return Outcome::Answered {
-                        response: response.into_inner(),
+                        response,
                         latency: due.unwrap_or(sent).elapsed(),
                     };
                 }
-                Ok(Err(status)) => status,
-                Err(_) => Status::deadline_exceeded("no answer within --timeout"),
+                Err(status) => status,
             };
-            let code = code_name(status.code());
             if !retryable(&status) {
-                *self.report.errors.entry(code.clone()).or_default() += 1;
-                self.report
-                    .error_messages
-                    .entry(code)
-                    .or_insert_with(|| status.message().to_owned());
+                self.report.record_error(&status);
                 return Outcome::Refused;
             }
-            *self.report.retried.entry(code).or_default() += 1;
+            *self
+                .report
+                .retried
+                .entry(code_name(status.code()))
+                .or_default() += 1;
             // Between half and all of the backoff, so pods that failed
             // together do not retry together.
             let delay = backoff.mul_f64(self.rng.random_range(0.5..=1.0));
