@@ -32,4 +32,4 @@ pub use local_bucket::{
     Admission, LocalBucket, LocalBucketConfig, LocalBucketStatus, PollOutcome, WaiterId,
 };
 pub use time::Timestamp;
-pub use validate::{InvalidInput, TenantId};
+pub use validate::{BucketKey, BucketName, InvalidInput, TenantId, TierName};

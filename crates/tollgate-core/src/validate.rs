@@ -48,6 +48,8 @@ pub const DEFAULT_TARGET_REQUEST_PERIOD: Duration = Duration::from_secs(10);
 pub const MAX_LEASE_LEN: usize = 256;
 /// Longest tenant id, in characters (all ASCII).
 pub const MAX_TENANT_ID_LEN: usize = 128;
+/// Longest bucket or tier name, in characters (all ASCII).
+pub const MAX_NAME_LEN: usize = 64;
 /// Highest sequence number (stores keep it as a signed 64-bit integer).
 pub const MAX_SEQ: u64 = i64::MAX as u64;
 
@@ -209,35 +211,44 @@ pub fn wire_duration(field: &str, seconds: i64, nanos: i32) -> Result<Duration, 
     Ok(Duration::new(seconds.unsigned_abs(), nanos.unsigned_abs()))
 }
 
-/// A validated tenant id: 1 to 128 characters from `[A-Za-z0-9._:-]`.
+/// Checks a name: at most `max` characters from `[A-Za-z0-9._:-]`, and
+/// not empty unless `may_be_empty`. The one rule for every name a client
+/// chooses (tenant ids, bucket names, tier names).
 ///
-/// The alphabet keeps ids safe as Prometheus label values, file names, URL
-/// path segments and SQL text, and makes two ids equal only if they look equal.
+/// The alphabet keeps names safe as Prometheus label values, file names,
+/// URL path segments, TOML keys and SQL text, and makes two names equal only
+/// if they look equal.
+fn check_name(field: &str, name: &str, max: usize, may_be_empty: bool) -> Result<(), InvalidInput> {
+    if name.is_empty() && !may_be_empty {
+        return Err(InvalidInput::new(field, "must not be empty"));
+    }
+    let chars = name.chars().count();
+    if chars > max {
+        return Err(InvalidInput::new(
+            field,
+            format!("must be at most {max} characters, got {chars}"),
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+    {
+        return Err(InvalidInput::new(
+            field,
+            format!("may contain only A-Z a-z 0-9 . _ : -, found {c:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A validated tenant id: 1 to 128 characters from `[A-Za-z0-9._:-]`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct TenantId(String);
 
 impl TenantId {
     pub fn parse(field: &str, id: &str) -> Result<TenantId, InvalidInput> {
-        if id.is_empty() {
-            return Err(InvalidInput::new(field, "must not be empty"));
-        }
-        let chars = id.chars().count();
-        if chars > MAX_TENANT_ID_LEN {
-            return Err(InvalidInput::new(
-                field,
-                format!("must be at most {MAX_TENANT_ID_LEN} characters, got {chars}"),
-            ));
-        }
-        if let Some(c) = id
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
-        {
-            return Err(InvalidInput::new(
-                field,
-                format!("may contain only A-Z a-z 0-9 . _ : -, found {c:?}"),
-            ));
-        }
+        check_name(field, id, MAX_TENANT_ID_LEN, false)?;
         Ok(TenantId(id.to_owned()))
     }
 
@@ -246,24 +257,109 @@ impl TenantId {
     }
 }
 
-impl fmt::Display for TenantId {
+/// A validated bucket name: empty, or 1 to 64 characters from
+/// `[A-Za-z0-9._:-]`.
+///
+/// A tenant owns one bucket per rate-limited action (`schedule-email`).
+/// The empty name is the tenant's request-unit bucket, the one every pod
+/// built before buckets had names uses.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct BucketName(String);
+
+impl BucketName {
+    /// The tenant's request-unit bucket.
+    pub const REQUEST_UNITS: BucketName = BucketName(String::new());
+
+    pub fn parse(field: &str, name: &str) -> Result<BucketName, InvalidInput> {
+        check_name(field, name, MAX_NAME_LEN, true)?;
+        Ok(BucketName(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// True for the tenant's request-unit bucket (the empty name).
+    pub fn is_request_units(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A validated tier name: 1 to 64 characters from `[A-Za-z0-9._:-]`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TierName(String);
+
+impl TierName {
+    pub fn parse(field: &str, name: &str) -> Result<TierName, InvalidInput> {
+        check_name(field, name, MAX_NAME_LEN, false)?;
+        Ok(TierName(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One bucket of one tenant: what every bucket operation is keyed by.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BucketKey {
+    pub tenant: TenantId,
+    pub bucket: BucketName,
+}
+
+impl BucketKey {
+    pub fn new(tenant: TenantId, bucket: BucketName) -> Self {
+        BucketKey { tenant, bucket }
+    }
+
+    /// The tenant's request-unit bucket.
+    pub fn request_units(tenant: TenantId) -> Self {
+        BucketKey {
+            tenant,
+            bucket: BucketName::REQUEST_UNITS,
+        }
+    }
+}
+
+/// `tenant` for the request-unit bucket, `tenant/bucket` otherwise.
+impl fmt::Display for BucketKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        if self.bucket.is_request_units() {
+            write!(f, "{}", self.tenant)
+        } else {
+            write!(f, "{}/{}", self.tenant, self.bucket)
+        }
     }
 }
 
-impl TryFrom<String> for TenantId {
-    type Error = InvalidInput;
-    fn try_from(s: String) -> Result<Self, Self::Error> {
-        TenantId::parse("tenant_id", &s)
-    }
+macro_rules! name_conversions {
+    ($name:ident, $field:literal) => {
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = InvalidInput;
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                $name::parse($field, &s)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(name: $name) -> String {
+                name.0
+            }
+        }
+    };
 }
 
-impl From<TenantId> for String {
-    fn from(id: TenantId) -> String {
-        id.0
-    }
-}
+name_conversions!(TenantId, "tenant_id");
+name_conversions!(BucketName, "bucket");
+name_conversions!(TierName, "tier");
 
 /// Checks a bucket name. Only the tenant's request-unit bucket (the empty
 /// name) exists in this version; any other name is refused rather than
@@ -303,6 +399,31 @@ mod tests {
         let long = "a".repeat(MAX_TENANT_ID_LEN + 1);
         assert!(TenantId::parse("tenant_id", &long).is_err());
         assert!(TenantId::parse("tenant_id", &long[1..]).is_ok());
+    }
+
+    #[test]
+    fn bucket_and_tier_names_are_checked() {
+        let empty = BucketName::parse("bucket", "").expect("empty bucket");
+        assert!(empty.is_request_units());
+        assert_eq!(empty, BucketName::REQUEST_UNITS);
+        assert!(BucketName::parse("bucket", "schedule-email").is_ok());
+        let err = TierName::parse("tier", "").expect_err("empty tier");
+        assert_eq!(err.field, "tier");
+        for bad in ["a b", "x/y", "é"] {
+            assert_eq!(BucketName::parse("b", bad).expect_err(bad).field, "b");
+            assert_eq!(TierName::parse("t", bad).expect_err(bad).field, "t");
+        }
+        let long = "a".repeat(MAX_NAME_LEN + 1);
+        assert!(BucketName::parse("bucket", &long).is_err());
+        assert!(TierName::parse("tier", &long[1..]).is_ok());
+        let tenant = TenantId::parse("tenant_id", "t1").expect("tenant");
+        let key = BucketKey::new(
+            tenant.clone(),
+            BucketName::parse("b", "mail").expect("name"),
+        );
+        assert_eq!(key.to_string(), "t1/mail");
+        assert_eq!(BucketKey::request_units(tenant).to_string(), "t1");
+        assert_eq!(String::from(key.bucket), "mail");
     }
 
     #[test]
