@@ -22,11 +22,13 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use tollgate_core::global_bucket::{
-    self, BucketRows, GlobalBucketConfig, Grant, GrantPolicy, InstanceId, InstanceState, Limits,
-    TenantState, TokenBucketRequest,
+    self, BucketRow, GlobalBucketConfig, Grant, GrantPolicy, InstanceId, InstanceState, Limits,
+    TokenBucketRequest,
 };
 use tollgate_core::local_bucket::{Admission, LocalBucket, WaiterId};
 use tollgate_core::time::Timestamp;
+use tollgate_core::transaction::{Answer, Batch, UnconfiguredTenants};
+use tollgate_core::{BucketKey, TenantId};
 
 use crate::SimError;
 use crate::ideal::IdealBucket;
@@ -70,11 +72,13 @@ fn secs(t: Timestamp) -> f64 {
     t.seconds_since(Timestamp::EPOCH)
 }
 
-/// The tenant's rows, kept the way a store keeps them: a request loads only
-/// the rows [`BucketRows`] asks for and writes back what changed.
+/// The tenant's rows, kept the way a store keeps them, and served by the
+/// stores' transaction script ([`Batch`]): a request loads only the rows of
+/// its window and writes back what changed.
 #[derive(Debug)]
 struct Store {
-    tenant: TenantState,
+    key: BucketKey,
+    head: BucketRow,
     instances: BTreeMap<InstanceId, InstanceState>,
     config: GlobalBucketConfig,
 }
@@ -85,38 +89,26 @@ impl Store {
         request: &TokenBucketRequest,
         now: Timestamp,
     ) -> Result<Grant, global_bucket::RequestError> {
-        let id = request.instance_id;
-        let mut loaded = BTreeMap::new();
-        if let Some(row) = self.instances.get(&id) {
-            loaded.insert(id, row.clone());
-        } else if let Some((&pred, row)) = self.instances.range(..id).next_back() {
-            loaded.insert(pred, row.clone());
+        let plan = Batch::plan(
+            [(&self.key, request.instance_id)],
+            self.config.cleanup_window,
+        );
+        let heads = BTreeMap::from([(self.key.clone(), self.head.clone())]);
+        let mut batch = Batch::open(plan.lock, heads, &UnconfiguredTenants::Reject, now);
+        for window in &plan.windows {
+            batch.load(&self.key, window.select(&self.instances).into_values());
         }
-        let following = self
-            .instances
-            .range(id.saturating_add(1)..)
-            .chain(self.instances.range(1..id))
-            .take(self.config.cleanup_window);
-        for (&other, row) in following {
-            loaded.insert(other, row.clone());
+        let answer = batch.serve(&self.key, request, now, &self.config);
+        for write in batch.writes() {
+            write.apply_to(&mut self.head, &mut self.instances);
         }
-        let mut rows = BucketRows {
-            tenant: self.tenant.clone(),
-            instances: loaded,
-        };
-        let outcome = global_bucket::request(&mut rows, request, now, &self.config)?;
-        if !outcome.duplicate {
-            self.tenant = rows.tenant;
-            for id in &outcome.changes.upserted {
-                if let Some(row) = rows.instances.remove(id) {
-                    self.instances.insert(*id, row);
-                }
-            }
-            for removed in &outcome.changes.removed {
-                self.instances.remove(&removed.instance_id);
-            }
+        match answer {
+            Answer::Granted(grant) => Ok(grant),
+            Answer::Refused(e) => Err(e),
+            Answer::NotFound | Answer::Deferred => Err(global_bucket::RequestError::Inconsistent(
+                format!("a lone request got {answer:?}"),
+            )),
         }
-        Ok(outcome.grant)
     }
 }
 
@@ -203,7 +195,11 @@ pub fn simulate(workload: &Workload, policy: Policy) -> Result<Record, SimError>
         burst_limit: workload.limits.burst_limit,
     };
     let store = Store {
-        tenant: TenantState::new(limits, workload.limits.initial(), true, Timestamp::EPOCH),
+        key: BucketKey::request_units(
+            TenantId::parse("tenant_id", "simulated")
+                .map_err(|e| SimError::Invalid(e.to_string()))?,
+        ),
+        head: BucketRow::new(limits, workload.limits.initial(), true, Timestamp::EPOCH),
         instances: BTreeMap::new(),
         config: GlobalBucketConfig {
             policy: policy.grant_policy(),
@@ -466,7 +462,7 @@ impl Sim<'_> {
     }
 
     fn flush_sample(&mut self, now: Timestamp) {
-        let level = self.store.tenant.tokens_at(now);
+        let level = self.store.head.state.tokens_at(now);
         self.record.push_sample(
             secs(now),
             &mut self.sample_demand,

@@ -1,14 +1,17 @@
--- The instance rows a request from instance $2 of tenant $1 needs: its own
--- row, its predecessor (the highest id below it), and the up to $3 rows
--- that follow it in list order, wrapping past the highest id to the lowest.
--- It may return a row twice, and more rows than needed; never fewer.
-(SELECT * FROM tenant_usage WHERE tenant_id = $1 AND instance_id = $2)
+-- The instance rows a request needs from bucket ($1, $2): the four runs of
+-- ids of its window (tollgate_core::global_bucket::instance_window), each
+-- as (first id, last id, row limit): its own row ($3-$5), its predecessor
+-- (the highest id in $6..$7, descending), and the rows that follow it
+-- ($9-$11) and wrap past the highest id ($12-$14). It may return a row
+-- twice; the caller keeps one.
+(SELECT * FROM tenant_usage WHERE tenant_id = $1 AND bucket = $2
+   AND instance_id BETWEEN $3 AND $4 ORDER BY instance_id LIMIT $5)
 UNION ALL
-(SELECT * FROM tenant_usage WHERE tenant_id = $1 AND instance_id > 0 AND instance_id < $2
- ORDER BY instance_id DESC LIMIT 1)
+(SELECT * FROM tenant_usage WHERE tenant_id = $1 AND bucket = $2
+   AND instance_id BETWEEN $6 AND $7 ORDER BY instance_id DESC LIMIT $8)
 UNION ALL
-(SELECT * FROM tenant_usage WHERE tenant_id = $1 AND instance_id > $2
- ORDER BY instance_id LIMIT $3)
+(SELECT * FROM tenant_usage WHERE tenant_id = $1 AND bucket = $2
+   AND instance_id BETWEEN $9 AND $10 ORDER BY instance_id LIMIT $11)
 UNION ALL
-(SELECT * FROM tenant_usage WHERE tenant_id = $1 AND instance_id > 0 AND instance_id < $2
- ORDER BY instance_id LIMIT $3)
+(SELECT * FROM tenant_usage WHERE tenant_id = $1 AND bucket = $2
+   AND instance_id BETWEEN $12 AND $13 ORDER BY instance_id LIMIT $14)

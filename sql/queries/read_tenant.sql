@@ -1,5 +1,5 @@
--- A tenant row and its instance rows, read by one statement so they are
--- consistent with each other, and the store's clock.
+-- Every row of tenant $1's buckets, read by one statement so they are
+-- consistent with each other, in key order, and the store's clock.
 SELECT statement_timestamp() AS read_at, * FROM tenant_usage
 WHERE tenant_id = $1
-ORDER BY instance_id
+ORDER BY tenant_id, bucket, instance_id

@@ -14,7 +14,7 @@ use tollgate_client::{
     Transport, TransportError,
 };
 use tollgate_core::Timestamp;
-use tollgate_core::global_bucket::{self, BucketRows, GlobalBucketConfig, Limits, TenantState};
+use tollgate_core::global_bucket::{self, BucketRow, BucketRows, GlobalBucketConfig, Limits};
 
 /// The global bucket in-process, on tokio's (paused) clock.
 struct LocalServer {
@@ -31,7 +31,7 @@ impl LocalServer {
         };
         Arc::new(LocalServer {
             rows: Mutex::new(BucketRows {
-                tenant: TenantState::new(limits, tokens, true, Timestamp::EPOCH),
+                head: BucketRow::new(limits, tokens, true, Timestamp::EPOCH),
                 instances: BTreeMap::new(),
             }),
             origin: Instant::now(),
@@ -43,7 +43,8 @@ impl LocalServer {
         self.rows
             .lock()
             .expect("lock")
-            .tenant
+            .head
+            .totals
             .consumption
             .request_units()
     }

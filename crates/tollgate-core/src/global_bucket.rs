@@ -3,7 +3,7 @@
 //! The server keeps one global bucket per tenant in its store and runs
 //! [`request`] inside one store transaction per pod request. The state is
 //! split the way the store keeps it (the RFC's `tenant_usage` table): one
-//! [`TenantState`] row (instance 0) and one [`InstanceState`] row per live
+//! [`BucketRow`] row (instance 0) and one [`InstanceState`] row per live
 //! pod. The instance rows form a circular linked list ordered by id, with the
 //! tenant row as the sentinel: the tenant row's `first_instance_id` points at
 //! the lowest live id, each instance's `next_instance_id` at the next higher
@@ -135,11 +135,13 @@ impl Limits {
     }
 }
 
-/// The tenant row (instance 0): the bucket, the share sum and the totals.
+/// A bucket's level and limits: what refill, grants and reconfiguration
+/// change. Kept apart from the pods' membership and the totals so that a
+/// bucket without pods (a per-key limit) can reuse it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TenantState {
+pub struct BucketState {
     pub limits: Limits,
-    /// False while the tenant runs on the server's default limits.
+    /// False while the bucket runs on the server's default limits.
     pub configured: bool,
     /// Tokens in the bucket as of `last_refill`; negative is debt.
     pub tokens: f64,
@@ -148,16 +150,6 @@ pub struct TenantState {
     pub tokens_avg: f64,
     /// When `tokens` was last brought up to date.
     pub last_refill: Timestamp,
-    /// Sum of the live instances' shares.
-    pub share_sum: f64,
-    /// Number of instances in the list.
-    pub live_instances: u32,
-    /// The sentinel's `next_instance_id`: the lowest live instance, or 0.
-    pub first_instance_id: InstanceId,
-    /// Cumulative consumption since the tenant was created.
-    pub consumption: Consumption,
-    /// Cumulative tokens granted since the tenant was created.
-    pub granted_tokens: f64,
     /// Trickle tokens granted but not yet delivered to the pods, as of
     /// `last_refill`: the debt the bucket is in by design.
     #[serde(default)]
@@ -170,20 +162,60 @@ pub struct TenantState {
     pub updated_at: Timestamp,
 }
 
-impl TenantState {
-    /// A new tenant holding `initial_tokens`.
+/// The pods drawing on a bucket: the head of their list and their shares.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Membership {
+    /// Sum of the live instances' shares.
+    pub share_sum: f64,
+    /// Number of instances in the list.
+    pub live_instances: u32,
+    /// The sentinel's `next_instance_id`: the lowest live instance, or 0.
+    pub first_instance_id: InstanceId,
+}
+
+/// What a bucket has counted since it was created; only ever grows.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Cumulative consumption the pods reported.
+    pub consumption: Consumption,
+    /// Cumulative tokens granted.
+    pub granted_tokens: f64,
+}
+
+/// A bucket's head row (instance 0): its state, its pods and its totals.
+///
+/// Serialized flat (the three parts' fields side by side), the shape the
+/// stores have always kept.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BucketRow {
+    #[serde(flatten)]
+    pub state: BucketState,
+    #[serde(flatten)]
+    pub members: Membership,
+    #[serde(flatten)]
+    pub totals: Totals,
+}
+
+impl BucketRow {
+    /// A new bucket holding `initial_tokens`, with no pods and no totals.
     pub fn new(limits: Limits, initial_tokens: f64, configured: bool, now: Timestamp) -> Self {
-        TenantState {
+        BucketRow {
+            state: BucketState::new(limits, initial_tokens, configured, now),
+            members: Membership::default(),
+            totals: Totals::default(),
+        }
+    }
+}
+
+impl BucketState {
+    /// A bucket holding `initial_tokens`.
+    pub fn new(limits: Limits, initial_tokens: f64, configured: bool, now: Timestamp) -> Self {
+        BucketState {
             limits,
             configured,
             tokens: initial_tokens,
             tokens_avg: initial_tokens,
             last_refill: now,
-            share_sum: 0.0,
-            live_instances: 0,
-            first_instance_id: 0,
-            consumption: Consumption::default(),
-            granted_tokens: 0.0,
             committed_tokens: 0.0,
             committed_rate: 0.0,
             created_at: now,
@@ -374,22 +406,118 @@ pub enum RequestError {
     Inconsistent(String),
 }
 
-/// The rows of one tenant that a transaction has loaded: the tenant row and
-/// some of the instance rows.
-///
-/// For a request from instance `i`, a store must load:
-/// 1. the row of `i`, if it exists;
-/// 2. if it does not, its predecessor: the row with the highest id below `i`;
-/// 3. the up to `cleanup_window` rows that follow `i` in list order, wrapping
-///    past the highest id to the lowest (ids greater than `i` ascending, then
-///    ids from 1 ascending).
-///
-/// A store may load more (the embedded store's tests load everything); it
-/// must never load fewer.
+/// The rows of one bucket that a transaction has loaded: the head row and
+/// the instance rows of [`instance_window`] (a store may load more, never
+/// fewer).
 #[derive(Clone, Debug, PartialEq)]
 pub struct BucketRows {
-    pub tenant: TenantState,
+    pub head: BucketRow,
     pub instances: BTreeMap<InstanceId, InstanceState>,
+}
+
+/// A run of instance ids to load: `first..=last` (empty if `first >
+/// last`), in ascending order or descending, at most `limit` rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdRange {
+    pub first: InstanceId,
+    pub last: InstanceId,
+    pub descending: bool,
+    pub limit: usize,
+}
+
+impl IdRange {
+    pub fn is_empty(&self) -> bool {
+        self.first > self.last || self.limit == 0
+    }
+
+    /// The rows of `all` this range selects, in its order.
+    pub fn select<'a, V>(
+        &self,
+        all: &'a BTreeMap<InstanceId, V>,
+    ) -> Box<dyn Iterator<Item = (&'a InstanceId, &'a V)> + 'a> {
+        if self.is_empty() {
+            return Box::new(std::iter::empty());
+        }
+        let range = all.range(self.first..=self.last);
+        if self.descending {
+            Box::new(range.rev().take(self.limit))
+        } else {
+            Box::new(range.take(self.limit))
+        }
+    }
+}
+
+/// The instance rows a request from one instance needs, as four runs of
+/// ids every store can read with an index range scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InstanceWindow {
+    /// The requester's own row.
+    pub own: IdRange,
+    /// Its predecessor, the highest id below it (where a new instance is
+    /// linked in). Descending, one row.
+    pub predecessor: IdRange,
+    /// The rows after it, which the inactivity walk examines…
+    pub following: IdRange,
+    /// …wrapping past the highest id to the lowest.
+    pub wrapped: IdRange,
+}
+
+/// The one rule for which instance rows a transaction loads for a request
+/// from instance `id`: its own row, its predecessor, and the up to
+/// `cleanup_window` rows that follow it in list order, wrapping past the
+/// highest id to the lowest. [`request`] on these rows gives exactly what
+/// it gives on all of them (a property test checks it).
+pub fn instance_window(id: InstanceId, cleanup_window: usize) -> InstanceWindow {
+    let below = id.saturating_sub(1);
+    InstanceWindow {
+        own: IdRange {
+            first: id,
+            last: id,
+            descending: false,
+            limit: 1,
+        },
+        predecessor: IdRange {
+            first: 1,
+            last: below,
+            descending: true,
+            limit: 1,
+        },
+        following: IdRange {
+            first: id.saturating_add(1),
+            last: if id == InstanceId::MAX {
+                0
+            } else {
+                InstanceId::MAX
+            },
+            descending: false,
+            limit: cleanup_window,
+        },
+        wrapped: IdRange {
+            first: 1,
+            last: below,
+            descending: false,
+            limit: cleanup_window,
+        },
+    }
+}
+
+impl InstanceWindow {
+    pub fn ranges(&self) -> [IdRange; 4] {
+        [self.own, self.predecessor, self.following, self.wrapped]
+    }
+
+    /// The rows of `all` the window selects (for stores that hold every
+    /// row in memory, and for tests).
+    pub fn select(
+        &self,
+        all: &BTreeMap<InstanceId, InstanceState>,
+    ) -> BTreeMap<InstanceId, InstanceState> {
+        self.ranges()
+            .iter()
+            .flat_map(|range| range.select(all))
+            .map(|(&id, row)| (id, row.clone()))
+            .collect()
+    }
 }
 
 /// Which rows a transaction must write back.
@@ -457,25 +585,25 @@ pub fn request(
     // Work on a copy so that an error part-way leaves `rows` untouched.
     let mut next = rows.clone();
     let mut changes = RowChanges::default();
-    next.tenant.refill(now);
-    next.tenant.take_back(req.returned_tokens);
+    next.head.state.refill(now);
+    next.head.state.take_back(req.returned_tokens);
     if !next.instances.contains_key(&id) {
         link_instance(&mut next, id, now)?;
         changes.upsert(predecessor_of(&next, id));
     }
     changes.upsert(id);
 
-    let tenant = &mut next.tenant;
+    let tenant = &mut next.head;
     let instance = next.instances.get_mut(&id).ok_or_else(|| {
         RequestError::Inconsistent(format!("instance {id} missing after linking"))
     })?;
-    tenant.share_sum = (tenant.share_sum - instance.shares + req.shares).max(0.0);
+    tenant.members.share_sum = (tenant.members.share_sum - instance.shares + req.shares).max(0.0);
     instance.shares = req.shares;
     instance.lease.clone_from(&req.lease);
     instance.seq = req.seq;
     instance.last_update = now;
-    tenant.consumption.add(&req.consumption);
-    tenant.updated_at = now;
+    tenant.totals.consumption.add(&req.consumption);
+    tenant.state.updated_at = now;
 
     remove_silent_instances(&mut next, req, now, config, &mut changes)?;
 
@@ -484,13 +612,13 @@ pub fn request(
     let still_committed = match next.instances.get(&id) {
         Some(instance) => {
             let left = instance.committed_rate * instance.committed_until.seconds_since(now);
-            next.tenant.release_trickle(instance, now);
+            next.head.state.release_trickle(instance, now);
             left
         }
         None => 0.0,
     };
     let (grant, commitment) = grant(&mut next, req, config, still_committed);
-    next.tenant.granted_tokens += grant.granted_tokens;
+    next.head.totals.granted_tokens += grant.granted_tokens;
     if let Some(instance) = next.instances.get_mut(&id) {
         instance.last_grant = grant;
         if grant.trickle_duration.is_zero() {
@@ -499,8 +627,8 @@ pub fn request(
         } else {
             instance.committed_rate = commitment / grant.trickle_duration.as_secs_f64();
             instance.committed_until = now.saturating_add(grant.trickle_duration);
-            next.tenant.committed_tokens += commitment;
-            next.tenant.committed_rate += instance.committed_rate;
+            next.head.state.committed_tokens += commitment;
+            next.head.state.committed_rate += instance.committed_rate;
         }
     }
     *rows = next;
@@ -522,7 +650,7 @@ fn predecessor_of(rows: &BucketRows, id: InstanceId) -> InstanceId {
 
 fn next_of(rows: &BucketRows, id: InstanceId) -> Option<InstanceId> {
     if id == 0 {
-        Some(rows.tenant.first_instance_id)
+        Some(rows.head.members.first_instance_id)
     } else {
         rows.instances.get(&id).map(|i| i.next_instance_id)
     }
@@ -530,7 +658,7 @@ fn next_of(rows: &BucketRows, id: InstanceId) -> Option<InstanceId> {
 
 fn set_next(rows: &mut BucketRows, id: InstanceId, next: InstanceId) {
     if id == 0 {
-        rows.tenant.first_instance_id = next;
+        rows.head.members.first_instance_id = next;
     } else if let Some(instance) = rows.instances.get_mut(&id) {
         instance.next_instance_id = next;
     }
@@ -566,7 +694,7 @@ fn link_instance(
         },
     );
     set_next(rows, pred, id);
-    rows.tenant.live_instances += 1;
+    rows.head.members.live_instances += 1;
     Ok(())
 }
 
@@ -629,20 +757,24 @@ fn remove_silent_instances(
             set_next(rows, cur, after);
             changes.upsert(cur);
             changes.upserted.remove(&candidate);
-            let tenant = &mut rows.tenant;
-            tenant.release_trickle(&removed, now);
-            tenant.share_sum = (tenant.share_sum - removed.shares).max(0.0);
-            tenant.live_instances = tenant.live_instances.checked_sub(1).ok_or_else(|| {
-                RequestError::Inconsistent("live instance count would go below zero".into())
-            })?;
+            let tenant = &mut rows.head;
+            tenant.state.release_trickle(&removed, now);
+            tenant.members.share_sum = (tenant.members.share_sum - removed.shares).max(0.0);
+            tenant.members.live_instances = tenant
+                .members
+                .live_instances
+                .checked_sub(1)
+                .ok_or_else(|| {
+                    RequestError::Inconsistent("live instance count would go below zero".into())
+                })?;
             changes.removed.push(removed);
         } else {
             cur = candidate;
         }
     }
-    if rows.tenant.live_instances <= 1 {
+    if rows.head.members.live_instances <= 1 {
         // Drop rounding residue accumulated by incremental share updates.
-        rows.tenant.share_sum = rows
+        rows.head.members.share_sum = rows
             .instances
             .get(&me)
             .map_or(0.0, |instance| instance.shares);
@@ -651,11 +783,11 @@ fn remove_silent_instances(
 }
 
 /// This instance's fraction of the refill rate.
-fn fraction(tenant: &TenantState, shares: f64) -> f64 {
-    if tenant.share_sum > 0.0 {
-        (shares / tenant.share_sum).clamp(0.0, 1.0)
+fn fraction(members: &Membership, shares: f64) -> f64 {
+    if members.share_sum > 0.0 {
+        (shares / members.share_sum).clamp(0.0, 1.0)
     } else {
-        1.0 / f64::from(tenant.live_instances.max(1))
+        1.0 / f64::from(members.live_instances.max(1))
     }
 }
 
@@ -672,16 +804,16 @@ fn grant(
     config: &GlobalBucketConfig,
     still_committed: f64,
 ) -> (Grant, f64) {
-    let tenant = &mut rows.tenant;
-    tenant.tokens_avg = BUCKET_LEVEL_EMA_FACTOR * tenant.tokens
-        + (1.0 - BUCKET_LEVEL_EMA_FACTOR) * tenant.tokens_avg;
+    let tenant = &mut rows.head;
+    tenant.state.tokens_avg = BUCKET_LEVEL_EMA_FACTOR * tenant.state.tokens
+        + (1.0 - BUCKET_LEVEL_EMA_FACTOR) * tenant.state.tokens_avg;
 
-    let share = fraction(tenant, req.shares);
-    let even_share = 1.0 / f64::from(tenant.live_instances.max(1));
+    let share = fraction(&tenant.members, req.shares);
+    let even_share = 1.0 / f64::from(tenant.members.live_instances.max(1));
     // Every pod may run at least an even split on its own, so an idle pod
     // (shares 0) is never stalled by an outage; in total the fallback rates
     // stay below twice the refill rate.
-    let fallback_rate = tenant.limits.refill_rate * share.max(even_share);
+    let fallback_rate = tenant.state.limits.refill_rate * share.max(even_share);
     let requested = req.requested_tokens;
     if requested <= 0.0 {
         let grant = Grant {
@@ -691,7 +823,7 @@ fn grant(
         return (grant, 0.0);
     }
     let period = req.target_request_period.as_secs_f64();
-    let refill_rate = tenant.limits.refill_rate;
+    let refill_rate = tenant.state.limits.refill_rate;
     // Under the shares policy the bucket is judged as an ideal bucket would
     // hold it: its tokens plus what trickles have yet to deliver (they were
     // taken in advance), excusing at most one period of refill.
@@ -699,13 +831,13 @@ fn grant(
     // still counts as committed.
     let excused = match config.policy {
         GrantPolicy::Shares => {
-            (tenant.committed_tokens + still_committed).min(refill_rate * period)
+            (tenant.state.committed_tokens + still_committed).min(refill_rate * period)
         }
         GrantPolicy::BucketLevelEma | GrantPolicy::Greedy => 0.0,
     };
-    let level = tenant.tokens + excused;
+    let level = tenant.state.tokens + excused;
     if level >= requested {
-        tenant.tokens -= requested;
+        tenant.state.tokens -= requested;
         let grant = Grant {
             granted_tokens: requested,
             trickle_duration: Duration::ZERO,
@@ -739,8 +871,8 @@ fn grant(
         }
         GrantPolicy::BucketLevelEma => {
             let max_debt = BUCKET_LEVEL_EMA_MAX_DEBT_PERIODS * refill_rate * period;
-            let allowance = refill_rate * period - (-tenant.tokens_avg).max(0.0);
-            let debt_room = tenant.tokens.min(0.0) + max_debt;
+            let allowance = refill_rate * period - (-tenant.state.tokens_avg).max(0.0);
+            let debt_room = tenant.state.tokens.min(0.0) + max_debt;
             let future = needed.min(allowance).min(debt_room).max(0.0);
             (
                 available_now + future,
@@ -749,7 +881,7 @@ fn grant(
         }
         GrantPolicy::Greedy => (available_now, 0.0),
     };
-    tenant.tokens -= granted;
+    tenant.state.tokens -= granted;
 
     if trickle_secs == 0.0 {
         // Nothing to spread over time: what the bucket holds (maybe nothing)
@@ -769,27 +901,27 @@ fn grant(
         // Never beyond the period, whatever the float conversion rounds to.
         trickle_duration: Duration::from_secs_f64(trickle_secs).min(req.target_request_period),
         // The pod's part of the tenant's burst, but at least a second of its trickle.
-        max_burst_tokens: (tenant.limits.burst_limit * share).max(delivery_rate),
+        max_burst_tokens: (tenant.state.limits.burst_limit * share).max(delivery_rate),
         fallback_rate,
     };
     (grant, commitment)
 }
 
-/// Applies an operator's new limits to `tenant`.
+/// Applies an operator's new limits to a bucket.
 ///
 /// With `as_of`, the new level is `available_tokens` plus the refill from
 /// `as_of` to `now` (capped as the bucket would have capped it), minus the
-/// request units consumed beyond `as_of_consumed_tokens`. On `Err`, `tenant`
+/// request units consumed beyond `as_of_consumed_tokens`. On `Err`, `row`
 /// is unchanged.
 pub fn reconfigure(
-    tenant: &mut TenantState,
+    row: &mut BucketRow,
     update: &LimitsUpdate,
     now: Timestamp,
 ) -> Result<(), RequestError> {
     update.validate()?;
     let mut tokens = update.available_tokens;
     if let Some(as_of) = update.as_of {
-        let total = tenant.consumption.request_unit_micros;
+        let total = row.totals.consumption.request_unit_micros;
         let as_of_consumed = validate::to_micros(update.as_of_consumed_tokens);
         let tolerance = 1 + (total >> AS_OF_CONSUMED_TOLERANCE_SHIFT);
         if as_of_consumed > total.saturating_add(tolerance) {
@@ -798,7 +930,7 @@ pub fn reconfigure(
                 format!(
                     "{} exceeds the tenant's total consumption of {} request units",
                     validate::number(update.as_of_consumed_tokens),
-                    validate::number(tenant.consumption.request_units())
+                    validate::number(row.totals.consumption.request_units())
                 ),
             )
             .into());
@@ -807,12 +939,12 @@ pub fn reconfigure(
         tokens = refilled_tokens(tokens, &update.limits, now.seconds_since(as_of));
         tokens -= validate::units(consumed_since);
     }
-    tenant.limits = update.limits;
-    tenant.configured = true;
-    tenant.tokens = tokens;
-    tenant.tokens_avg = tokens;
-    tenant.last_refill = tenant.last_refill.max(now);
-    tenant.updated_at = now;
+    row.state.limits = update.limits;
+    row.state.configured = true;
+    row.state.tokens = tokens;
+    row.state.tokens_avg = tokens;
+    row.state.last_refill = row.state.last_refill.max(now);
+    row.state.updated_at = now;
     Ok(())
 }
 

@@ -20,13 +20,15 @@ pub mod cost_model;
 pub mod global_bucket;
 pub mod local_bucket;
 pub mod time;
+pub mod transaction;
 pub mod validate;
 
 pub use consumption::Consumption;
 pub use cost_model::{Batch, CostModel};
 pub use global_bucket::{
-    BucketRows, GlobalBucketConfig, Grant, GrantPolicy, InstanceId, InstanceState, Limits,
-    LimitsUpdate, RequestError, RequestOutcome, RowChanges, TenantState, TokenBucketRequest,
+    BucketRow, BucketRows, BucketState, GlobalBucketConfig, Grant, GrantPolicy, InstanceId,
+    InstanceState, Limits, LimitsUpdate, Membership, RequestError, RequestOutcome, RowChanges,
+    TokenBucketRequest, Totals,
 };
 pub use local_bucket::{
     Admission, LocalBucket, LocalBucketConfig, LocalBucketStatus, PollOutcome, WaiterId,

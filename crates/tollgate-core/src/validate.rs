@@ -361,23 +361,6 @@ name_conversions!(TenantId, "tenant_id");
 name_conversions!(BucketName, "bucket");
 name_conversions!(TierName, "tier");
 
-/// Checks a bucket name. Only the tenant's request-unit bucket (the empty
-/// name) exists in this version; any other name is refused rather than
-/// silently mapped onto it.
-pub fn bucket(field: &str, name: &str) -> Result<(), InvalidInput> {
-    if name.is_empty() {
-        Ok(())
-    } else {
-        Err(InvalidInput::new(
-            field,
-            format!(
-                "unknown bucket {}: this server serves only the tenant's request-unit bucket (empty name)",
-                quote(name)
-            ),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,13 +422,6 @@ mod tests {
     }
 
     #[test]
-    fn only_the_default_bucket_exists() {
-        assert!(bucket("bucket", "").is_ok());
-        let err = bucket("bucket", "schedule-email").expect_err("unknown bucket");
-        assert!(err.reason.contains("schedule-email"));
-    }
-
-    #[test]
     fn tenant_id_length_counts_characters_not_bytes() {
         let err = TenantId::parse("tenant_id", &"é".repeat(65)).expect_err("not ASCII");
         assert!(err.reason.contains("found 'é'"), "{err}");
@@ -456,9 +432,10 @@ mod tests {
     #[test]
     fn errors_quote_long_values_briefly() {
         let name = "b".repeat(100_000);
-        let err = bucket("bucket", &name).expect_err("unknown bucket");
-        assert!(err.to_string().len() < 300, "{err}");
-        assert!(err.reason.contains("100000 bytes in all"), "{err}");
+        let err = BucketName::parse("bucket", &name).expect_err("too long");
+        assert!(err.to_string().len() < 100, "{err}");
+        assert!(quote(&name).contains("100000 bytes in all"));
+        assert!(quote(&name).len() < 100);
         assert_eq!(quote("short"), "\"short\"");
         let err = non_negative("x", -1e-300, 1.0).expect_err("negative");
         assert!(err.reason.ends_with("got -1e-300"), "{err}");

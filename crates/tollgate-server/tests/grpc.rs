@@ -305,9 +305,26 @@ async fn bad_pod_requests_get_clear_errors_and_change_nothing(backend: Backend) 
             Code::InvalidArgument,
             "requested_tokens",
         ),
+        // A bucket the tenant does not have: not found, naming both.
         (
             v1::TokenBucketRequest {
                 bucket: "emails".into(),
+                ..good()
+            },
+            Code::NotFound,
+            "tenant \"acme\" has no bucket \"emails\"",
+        ),
+        (
+            v1::TokenBucketRequest {
+                bucket: "no spaces".into(),
+                ..good()
+            },
+            Code::InvalidArgument,
+            "bucket",
+        ),
+        (
+            v1::TokenBucketRequest {
+                bucket: "b".repeat(65),
                 ..good()
             },
             Code::InvalidArgument,
@@ -476,7 +493,7 @@ async fn bad_admin_requests_get_clear_errors_and_change_nothing(backend: Backend
         ),
         (
             v1::UpdateTenantResourceLimitsRequest {
-                bucket: "ai".into(),
+                bucket: "a/i".into(),
                 ..good()
             },
             "bucket",

@@ -5,8 +5,10 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use tollgate_core::{Consumption, Limits, LimitsUpdate, TenantId, TokenBucketRequest};
-use tollgate_server::store::postgres::{PostgresTls, migrate};
+use tollgate_core::{
+    BucketKey, BucketName, Consumption, Limits, LimitsUpdate, TenantId, TokenBucketRequest,
+};
+use tollgate_server::store::postgres::{PostgresTls, migrate, migrate_to};
 use tollgate_server::store::{BucketSettings, PostgresOptions, PostgresStore, Store, StoreError};
 use tollgate_testdb::TestDatabase;
 
@@ -89,7 +91,7 @@ async fn serialization_failures_between_replicas_are_retried() {
             .expect("connect")
     };
     let (a, b) = (open().await, open().await);
-    let tenant = TenantId::parse("tenant_id", "contended").expect("id");
+    let tenant = BucketKey::request_units(TenantId::parse("tenant_id", "contended").expect("id"));
     a.update_limits(
         &tenant,
         &LimitsUpdate {
@@ -139,10 +141,10 @@ async fn serialization_failures_between_replicas_are_retried() {
         .iter()
         .map(|(_, r)| r.consumption.request_unit_micros)
         .sum();
-    let stored = a.get_tenant(&tenant).await.expect("get").state;
-    assert_eq!(stored.consumption.request_unit_micros, expected);
-    assert_eq!(stored.consumption.read_batches, calls.len() as u64);
-    assert_eq!(stored.live_instances, 8);
+    let stored = a.get_bucket(&tenant).await.expect("get").head;
+    assert_eq!(stored.totals.consumption.request_unit_micros, expected);
+    assert_eq!(stored.totals.consumption.read_batches, calls.len() as u64);
+    assert_eq!(stored.members.live_instances, 8);
     let retries = a.stats().retries + b.stats().retries;
     assert!(
         retries > 0,
@@ -223,4 +225,110 @@ async fn migration_v2_converts_totals_to_micro_units() {
             ("huge".to_owned(), i64::MAX, 0, 7),
         ]
     );
+}
+
+/// Migration V3 keys every row by bucket too: a database filled under
+/// schema 2 keeps its tenants, pods, totals and idempotency records as the
+/// tenants' request-unit buckets, and serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_v3_turns_each_tenant_into_its_request_unit_bucket() {
+    let db = TestDatabase::create().await.expect("test database");
+    migrate_to(db.url(), &PostgresTls::default(), 2)
+        .await
+        .expect("schema 2");
+    let client = tollgate_testdb::connect(db.url()).await.expect("connect");
+    // What a schema-2 server left: tenant acme with pods 3 and 7 (pod 3's
+    // last answer recorded for its lease and seq 5), tenant beta alone.
+    client
+        .batch_execute(
+            "INSERT INTO tenant_usage (tenant_id, instance_id, next_instance_id, refill_rate, \
+             burst_limit, configured, tokens, tokens_avg, last_refill, share_sum, live_instances, \
+             granted_tokens, committed_tokens, committed_rate, total_request_unit_micros, \
+             total_read_batches, total_read_requests, total_read_bytes, total_write_batches, \
+             total_write_requests, total_write_bytes, total_cpu_micros, total_egress_bytes, \
+             created_at, updated_at) VALUES \
+             ('acme', 0, 3, 10, 100, true, 50, 50, now(), 3, 2, 400, 0, 0, 123456789, 11, 12, 13, \
+              14, 15, 16, 17, 18, now(), now()), \
+             ('beta', 0, 0, 1, 1, false, 1, 1, now(), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+              now(), now()); \
+             INSERT INTO tenant_usage (tenant_id, instance_id, next_instance_id, lease, seq, shares, \
+             last_update, committed_rate, committed_until, last_grant_tokens, \
+             last_grant_trickle_nanos, last_grant_max_burst, last_grant_fallback_rate) VALUES \
+             ('acme', 3, 7, 'lease', 5, 1, now(), 0, now(), 12.5, 0, 0, 5), \
+             ('acme', 7, 0, 'other', 2, 2, now(), 0, now(), 3, 0, 0, 5);",
+        )
+        .await
+        .expect("schema 2 rows");
+
+    let store = PostgresStore::connect(PostgresOptions::new(db.url()), BucketSettings::default())
+        .await
+        .expect("the server migrates to the latest schema");
+    let acme = TenantId::parse("tenant_id", "acme").expect("id");
+    let buckets = store.get_tenant(&acme).await.expect("acme");
+    assert_eq!(buckets.len(), 1, "one bucket: the request-unit bucket");
+    let bucket = &buckets[0];
+    assert_eq!(bucket.key, BucketKey::request_units(acme.clone()));
+    let totals = &bucket.head.totals.consumption;
+    assert_eq!(totals.request_unit_micros, 123_456_789);
+    assert_eq!(
+        (
+            totals.read_batches,
+            totals.write_bytes,
+            totals.cpu_micros,
+            totals.egress_bytes
+        ),
+        (11, 16, 17, 18)
+    );
+    assert_eq!(bucket.head.members.live_instances, 2);
+    assert_eq!(bucket.head.state.limits.burst_limit, 100.0);
+    let ids: Vec<u32> = bucket.instances.iter().map(|i| i.instance_id).collect();
+    assert_eq!(ids, vec![3, 7]);
+
+    // Pod 3's retry of seq 5 gets its recorded answer and counts nothing.
+    let key = BucketKey::request_units(acme.clone());
+    let mut retry = request(3, 5, 1000.0);
+    retry.lease = b"lease".to_vec();
+    let grant = store.token_bucket(&key, &retry).await.expect("retry");
+    assert_eq!(grant.granted_tokens, 12.5);
+    assert_eq!(grant.fallback_rate, 5.0);
+    let after = store.get_bucket(&key).await.expect("acme");
+    assert_eq!(
+        after.head.totals.consumption.request_unit_micros,
+        123_456_789
+    );
+    // Its next request is served and counted.
+    store
+        .token_bucket(&key, &request(3, 6, 1.0))
+        .await
+        .expect("next request");
+    let after = store.get_bucket(&key).await.expect("acme");
+    assert_eq!(
+        after.head.totals.consumption.request_unit_micros,
+        124_456_789
+    );
+
+    // The tenant can now own named buckets beside it.
+    let mail = BucketKey::new(
+        acme.clone(),
+        BucketName::parse("bucket", "mail").expect("name"),
+    );
+    store
+        .update_limits(
+            &mail,
+            &LimitsUpdate {
+                available_tokens: 5.0,
+                limits: Limits {
+                    refill_rate: 1.0,
+                    burst_limit: 5.0,
+                },
+                as_of: None,
+                as_of_consumed_tokens: 0.0,
+            },
+        )
+        .await
+        .expect("a named bucket");
+    let listed = store.list_buckets(None, 10).await.expect("list");
+    let keys: Vec<String> = listed.iter().map(|b| b.key.to_string()).collect();
+    assert_eq!(keys, vec!["acme", "acme/mail", "beta"]);
+    store.close().await.expect("close");
 }

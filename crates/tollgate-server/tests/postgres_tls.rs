@@ -30,7 +30,8 @@ async fn serve_one(store: &PostgresStore) {
         next_live_instance_id: None,
         returned_tokens: 0.0,
     };
-    let tenant = TenantId::parse("t", "secure").expect("id");
+    let tenant =
+        tollgate_core::BucketKey::request_units(TenantId::parse("t", "secure").expect("id"));
     store.token_bucket(&tenant, &request).await.expect("served");
 }
 

@@ -121,7 +121,12 @@ async fn in_flight_requests_are_answered_at_shutdown(backend: Backend) {
     // Everything applied was answered, and everything answered was applied.
     for (t, confirmed) in confirmed.iter().enumerate() {
         let tenant = TenantId::parse("t", &format!("drain-{t}")).expect("id");
-        let stored = store.get_tenant(&tenant).await.expect("tenant").state;
+        let stored = store
+            .get_bucket(&tollgate_core::BucketKey::request_units(tenant.clone()))
+            .await
+            .expect("tenant")
+            .head
+            .totals;
         assert_eq!(
             stored.consumption.request_units(),
             *confirmed,

@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use support::{Backend, Backing};
-use tollgate_core::{Consumption, Limits, LimitsUpdate, TenantId, Timestamp, TokenBucketRequest};
+use tollgate_core::{
+    BucketKey, BucketName, Consumption, Limits, LimitsUpdate, TenantId, Timestamp,
+    TokenBucketRequest,
+};
 use tollgate_server::store::{BucketSettings, Store, StoreError};
 
 /// A clock the test sets by hand.
@@ -38,8 +41,21 @@ async fn store_on(backend: Backend, clock: &ManualClock) -> (Backing, Arc<dyn St
     (backing, store)
 }
 
-fn tenant(id: &str) -> TenantId {
+fn tenant_id(id: &str) -> TenantId {
     TenantId::parse("tenant_id", id).expect("valid id")
+}
+
+/// The request-unit bucket of tenant `id`.
+fn tenant(id: &str) -> BucketKey {
+    BucketKey::request_units(tenant_id(id))
+}
+
+/// Bucket `bucket` of tenant `id`.
+fn bucket(id: &str, bucket: &str) -> BucketKey {
+    BucketKey::new(
+        tenant_id(id),
+        BucketName::parse("bucket", bucket).expect("valid name"),
+    )
 }
 
 fn request(instance_id: u32, seq: u64, tokens: f64) -> TokenBucketRequest {
@@ -56,7 +72,7 @@ fn request(instance_id: u32, seq: u64, tokens: f64) -> TokenBucketRequest {
     }
 }
 
-async fn configure(store: &dyn Store, id: &TenantId, refill_rate: f64) {
+async fn configure(store: &dyn Store, id: &BucketKey, refill_rate: f64) {
     store
         .update_limits(
             id,
@@ -76,11 +92,11 @@ async fn configure(store: &dyn Store, id: &TenantId, refill_rate: f64) {
 
 /// Instance ids in list order, following the stored pointers, and checks
 /// they are exactly the stored rows in ascending order.
-async fn list_order(store: &dyn Store, id: &TenantId) -> Vec<u32> {
-    let snapshot = store.get_tenant(id).await.expect("get");
+async fn list_order(store: &dyn Store, id: &BucketKey) -> Vec<u32> {
+    let snapshot = store.get_bucket(id).await.expect("get");
     let ids: Vec<u32> = snapshot.instances.iter().map(|i| i.instance_id).collect();
     let mut walked = Vec::new();
-    let mut cur = snapshot.state.first_instance_id;
+    let mut cur = snapshot.head.members.first_instance_id;
     while cur != 0 {
         assert!(walked.len() <= ids.len(), "cycle that misses the sentinel");
         walked.push(cur);
@@ -91,9 +107,9 @@ async fn list_order(store: &dyn Store, id: &TenantId) -> Vec<u32> {
             .map_or(0, |i| i.next_instance_id);
     }
     assert_eq!(walked, ids, "pointers follow ascending ids");
-    assert_eq!(snapshot.state.live_instances as usize, ids.len());
+    assert_eq!(snapshot.head.members.live_instances as usize, ids.len());
     let sum: f64 = snapshot.instances.iter().map(|i| i.shares).sum();
-    assert!((snapshot.state.share_sum - sum).abs() < 1e-9);
+    assert!((snapshot.head.members.share_sum - sum).abs() < 1e-9);
     walked
 }
 
@@ -153,7 +169,7 @@ async fn duplicates_and_stale_requests_change_nothing(store: &dyn Store, clock: 
         .token_bucket(&t, &request(4, 9, 100.0))
         .await
         .expect("request");
-    let before = store.get_tenant(&t).await.expect("get");
+    let before = store.get_bucket(&t).await.expect("get");
     clock.set_secs(2.0);
     let again = store
         .token_bucket(&t, &request(4, 9, 100.0))
@@ -162,8 +178,8 @@ async fn duplicates_and_stale_requests_change_nothing(store: &dyn Store, clock: 
     assert_eq!(again, first);
     let stale = store.token_bucket(&t, &request(4, 8, 100.0)).await;
     assert!(matches!(stale, Err(StoreError::Rejected(_))), "{stale:?}");
-    let after = store.get_tenant(&t).await.expect("get");
-    assert_eq!(after.state, before.state);
+    let after = store.get_bucket(&t).await.expect("get");
+    assert_eq!(after.head, before.head);
     assert_eq!(after.instances, before.instances);
 }
 
@@ -207,20 +223,22 @@ async fn deleting_a_tenant_removes_its_instances(store: &dyn Store, clock: &Manu
             .await
             .expect("request");
     }
-    let deleted = store.delete_tenant(&t).await.expect("delete");
-    assert_eq!(deleted.tenant_id, t);
+    let deleted = store.delete_tenant(&t.tenant).await.expect("delete");
+    assert_eq!(deleted.len(), 1);
+    let deleted = &deleted[0];
+    assert_eq!(deleted.key, t);
     assert_eq!(
-        deleted.state.limits.refill_rate, 5.0,
+        deleted.head.state.limits.refill_rate, 5.0,
         "the answer is the deleted tenant"
     );
-    assert_eq!(deleted.state.live_instances, 3);
+    assert_eq!(deleted.head.members.live_instances, 3);
     assert!(deleted.instances.is_empty());
     assert!(matches!(
-        store.get_tenant(&t).await,
+        store.get_bucket(&t).await,
         Err(StoreError::TenantNotFound(_))
     ));
     assert!(matches!(
-        store.delete_tenant(&t).await,
+        store.delete_tenant(&t.tenant).await,
         Err(StoreError::TenantNotFound(_))
     ));
     assert_eq!(
@@ -269,7 +287,7 @@ async fn concurrent_requests_are_each_counted_once(store: &dyn Store, clock: &Ma
         let again = pair[1].as_ref().expect("duplicate");
         assert_eq!(first, again, "a duplicate gets the first answer");
     }
-    let reported = |filter: &TenantId| -> f64 {
+    let reported = |filter: &BucketKey| -> f64 {
         sent.iter()
             .step_by(2)
             .filter(|(tenant_id, _)| *tenant_id == filter)
@@ -284,9 +302,108 @@ async fn concurrent_requests_are_each_counted_once(store: &dyn Store, clock: &Ma
                 "{tenant_id}: live instance {id} is listed"
             );
         }
-        let state = store.get_tenant(tenant_id).await.expect("get").state;
+        let head = store.get_bucket(tenant_id).await.expect("get").head;
         let expected = reported(tenant_id) + if *tenant_id == t { 20.0 } else { 0.0 };
-        assert_eq!(state.consumption.request_units(), expected, "{tenant_id}");
+        assert_eq!(
+            head.totals.consumption.request_units(),
+            expected,
+            "{tenant_id}"
+        );
+    }
+}
+
+/// A tenant's buckets are independent: exhausting one action's bucket
+/// leaves the other's untouched, pods and totals are per bucket, and a
+/// bucket nobody created is not found (only the request-unit bucket is
+/// created by default).
+async fn buckets_of_a_tenant_are_isolated(store: &dyn Store, clock: &ManualClock) {
+    clock.set_secs(0.0);
+    let (mail, ai) = (
+        bucket("t1234", "schedule-email"),
+        bucket("t1234", "invoke-doc-summary-ai"),
+    );
+    for (key, burst) in [(&mail, 100.0), (&ai, 20.0)] {
+        store
+            .update_limits(
+                key,
+                &LimitsUpdate {
+                    available_tokens: burst,
+                    limits: Limits {
+                        refill_rate: 1.0,
+                        burst_limit: burst,
+                    },
+                    as_of: None,
+                    as_of_consumed_tokens: 0.0,
+                },
+            )
+            .await
+            .expect("create bucket");
+    }
+    let grant = store
+        .token_bucket(&mail, &request(1, 1, 100.0))
+        .await
+        .expect("request");
+    assert_eq!(grant.granted_tokens, 100.0);
+    assert!(grant.trickle_duration.is_zero());
+    let grant = store
+        .token_bucket(&ai, &request(1, 1, 20.0))
+        .await
+        .expect("request");
+    assert_eq!(grant.granted_tokens, 20.0, "the other bucket is untouched");
+    assert!(grant.trickle_duration.is_zero());
+    let mail_after = store.get_bucket(&mail).await.expect("get");
+    let ai_after = store.get_bucket(&ai).await.expect("get");
+    assert_eq!(mail_after.current_tokens(), 0.0);
+    assert_eq!(ai_after.current_tokens(), 0.0);
+    assert_eq!(mail_after.head.totals.consumption.request_units(), 1.0);
+    assert_eq!(mail_after.instances.len(), 1);
+    assert_eq!(ai_after.instances.len(), 1);
+
+    let missing = bucket("t1234", "no-such-action");
+    let refused = store.token_bucket(&missing, &request(1, 1, 1.0)).await;
+    assert!(
+        matches!(&refused, Err(StoreError::BucketNotFound(k)) if *k == missing),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        store.get_bucket(&missing).await,
+        Err(StoreError::BucketNotFound(_))
+    ));
+    // The request-unit bucket of the same tenant is created by default.
+    let ru = tenant("t1234");
+    store
+        .token_bucket(&ru, &request(1, 1, 1.0))
+        .await
+        .expect("default bucket");
+    let all = store.get_tenant(&ru.tenant).await.expect("tenant");
+    let mut keys: Vec<_> = all.iter().map(|b| b.key.clone()).collect();
+    keys.sort();
+    let mut expected = vec![ru.clone(), mail.clone(), ai.clone()];
+    expected.sort();
+    assert_eq!(keys, expected);
+
+    // Listing pages through every bucket, in key order, once.
+    let mut listed = Vec::new();
+    let mut after: Option<BucketKey> = None;
+    loop {
+        let page = store.list_buckets(after.as_ref(), 2).await.expect("list");
+        if page.is_empty() {
+            break;
+        }
+        after = page.last().map(|b| b.key.clone());
+        listed.extend(page.into_iter().map(|b| b.key));
+    }
+    let mut sorted = listed.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    assert_eq!(sorted.len(), 3, "{listed:?}");
+
+    // Deleting the tenant deletes all its buckets.
+    let deleted = store.delete_tenant(&ru.tenant).await.expect("delete");
+    assert_eq!(deleted.len(), 3);
+    for key in [&ru, &mail, &ai] {
+        assert!(store.get_bucket(key).await.is_err(), "{key} is gone");
     }
 }
 
@@ -328,4 +445,5 @@ conformance!(
     duplicates_get_the_first_grant_bit_for_bit,
     deleting_a_tenant_removes_its_instances,
     concurrent_requests_are_each_counted_once,
+    buckets_of_a_tenant_are_isolated,
 );

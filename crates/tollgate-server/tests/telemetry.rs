@@ -14,7 +14,7 @@ use support::{Backend, Backing};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tollgate_core::TenantId;
+use tollgate_core::{BucketKey, TenantId};
 use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
 use tollgate_proto::v1::{self, admin_client::AdminClient};
 use tollgate_server::store::{BucketSettings, Store};
@@ -191,11 +191,13 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
     for tenant in ["alpha", "beta"] {
         let stored = server
             .store
-            .get_tenant(&TenantId::parse("t", tenant).expect("id"))
+            .get_bucket(&BucketKey::request_units(
+                TenantId::parse("t", tenant).expect("id"),
+            ))
             .await
             .expect("stored")
-            .state;
-        let c = &stored.consumption;
+            .head;
+        let c = &stored.totals.consumption;
         let expect = [
             ("request_units_total", c.request_units()),
             ("read_batches_total", c.read_batches as f64),
@@ -206,28 +208,30 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
             ("write_bytes_total", c.write_bytes as f64),
             ("cpu_seconds_total", c.cpu_seconds()),
             ("egress_bytes_total", c.egress_bytes as f64),
-            ("granted_tokens_total", stored.granted_tokens),
-            ("refill_rate", stored.limits.refill_rate),
-            ("burst_limit", stored.limits.burst_limit),
-            ("instances", f64::from(stored.live_instances)),
+            ("granted_tokens_total", stored.totals.granted_tokens),
+            ("refill_rate", stored.state.limits.refill_rate),
+            ("burst_limit", stored.state.limits.burst_limit),
+            ("instances", f64::from(stored.members.live_instances)),
         ];
         for (name, value) in expect {
-            let key = format!("tollgate_tenant_{name}{{tenant_id=\"{tenant}\"}}");
+            let key = format!("tollgate_tenant_{name}{{bucket=\"\",tenant_id=\"{tenant}\"}}");
             assert_eq!(m.get(&key), Some(&value), "{key} in\n{text}");
         }
-        assert!(c.request_units() > 0.0 && c.read_batches == 5 * stored.live_instances as u64);
-        let tokens = m[&format!("tollgate_tenant_tokens{{tenant_id=\"{tenant}\"}}")];
         assert!(
-            tokens <= stored.limits.burst_limit.max(stored.tokens),
+            c.request_units() > 0.0 && c.read_batches == 5 * stored.members.live_instances as u64
+        );
+        let tokens = m[&format!("tollgate_tenant_tokens{{bucket=\"\",tenant_id=\"{tenant}\"}}")];
+        assert!(
+            tokens <= stored.state.limits.burst_limit.max(stored.state.tokens),
             "{tokens}"
         );
     }
     assert_eq!(
-        m["tollgate_tenant_request_units_total{tenant_id=\"alpha\"}"],
+        m["tollgate_tenant_request_units_total{bucket=\"\",tenant_id=\"alpha\"}"],
         30.0
     );
     assert_eq!(
-        m["tollgate_tenant_request_units_total{tenant_id=\"beta\"}"],
+        m["tollgate_tenant_request_units_total{bucket=\"\",tenant_id=\"beta\"}"],
         12.5
     );
     assert_eq!(m["tollgate_tenants"], 2.0);

@@ -100,7 +100,8 @@ fn sigterm_under_load_drains_and_metrics_match_the_store() {
             "{tenant}: stored {stored} outside [{confirmed}, {}]: nothing answered is lost",
             confirmed + unconfirmed
         );
-        let line = format!("tollgate_tenant_request_units_total{{tenant_id=\"{tenant}\"}} ");
+        let line =
+            format!("tollgate_tenant_request_units_total{{bucket=\"\",tenant_id=\"{tenant}\"}} ");
         let exported: f64 = text
             .lines()
             .find_map(|l| l.strip_prefix(&line))

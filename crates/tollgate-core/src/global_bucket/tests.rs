@@ -12,7 +12,7 @@ fn at(secs: f64) -> Timestamp {
 
 fn bucket(refill_rate: f64, burst_limit: f64, tokens: f64) -> BucketRows {
     BucketRows {
-        tenant: TenantState::new(
+        head: BucketRow::new(
             Limits {
                 refill_rate,
                 burst_limit,
@@ -65,7 +65,7 @@ fn assert_close(actual: f64, expected: f64, what: &str) {
 /// set of instance rows, each once, with consistent counters.
 fn assert_list_consistent(rows: &BucketRows) {
     let mut seen = Vec::new();
-    let mut cur = rows.tenant.first_instance_id;
+    let mut cur = rows.head.members.first_instance_id;
     while cur != 0 {
         assert!(
             seen.len() <= rows.instances.len(),
@@ -76,9 +76,9 @@ fn assert_list_consistent(rows: &BucketRows) {
     }
     let ids: Vec<InstanceId> = rows.instances.keys().copied().collect();
     assert_eq!(seen, ids, "list order must be the ascending ids");
-    assert_eq!(rows.tenant.live_instances as usize, ids.len());
+    assert_eq!(rows.head.members.live_instances as usize, ids.len());
     let sum: f64 = rows.instances.values().map(|i| i.shares).sum();
-    assert_close(rows.tenant.share_sum, sum, "share_sum");
+    assert_close(rows.head.members.share_sum, sum, "share_sum");
 }
 
 #[test]
@@ -98,16 +98,16 @@ fn refill_is_capped_by_the_burst_limit() {
         (10.0, 10.0, 100.0, 5.0, 2.0, 10.0),
     ];
     for (before, rate, burst, from, to, after) in cases {
-        let mut tenant = bucket(rate, burst, before).tenant;
-        tenant.last_refill = at(from);
-        tenant.refill(at(to));
+        let mut tenant = bucket(rate, burst, before).head;
+        tenant.state.last_refill = at(from);
+        tenant.state.refill(at(to));
         assert_close(
-            tenant.tokens,
+            tenant.state.tokens,
             after,
             &format!("{before} tokens, {from}s → {to}s"),
         );
         assert_eq!(
-            tenant.last_refill,
+            tenant.state.last_refill,
             at(from.max(to)),
             "last_refill never moves back"
         );
@@ -124,7 +124,7 @@ fn a_bucket_with_enough_tokens_grants_at_once() {
         assert_eq!(g.granted_tokens, requested);
         assert_eq!(g.trickle_duration, Duration::ZERO);
         assert_eq!(g.max_burst_tokens, 0.0);
-        assert_close(rows.tenant.tokens, left, "tokens left");
+        assert_close(rows.head.state.tokens, left, "tokens left");
     }
 }
 
@@ -149,7 +149,7 @@ fn a_short_bucket_grants_over_time_within_the_target_period() {
         assert_close(g.granted_tokens, granted, &what);
         assert_close(g.trickle_duration.as_secs_f64(), trickle, &what);
         assert!(g.trickle_duration <= r.target_request_period);
-        assert_close(rows.tenant.tokens, tokens - granted, &what);
+        assert_close(rows.head.state.tokens, tokens - granted, &what);
         // One pod: its part of the burst is the whole burst.
         assert_close(g.max_burst_tokens, 1000.0, &what);
     }
@@ -202,7 +202,7 @@ fn systematic_debt_lowers_the_rate_handed_out() {
     ];
     for (debt, committed, rate) in cases {
         let mut rows = bucket(10.0, 1000.0, -debt);
-        rows.tenant.committed_tokens = committed;
+        rows.head.state.committed_tokens = committed;
         let g = serve(&mut rows, &req(1, 1, 1e6, 1.0), 0.0);
         let what = format!("debt {debt}, committed {committed}");
         if rate > 0.0 {
@@ -213,7 +213,7 @@ fn systematic_debt_lowers_the_rate_handed_out() {
         }
         // Grants never take the bucket deeper than two periods of refill.
         assert!(
-            rows.tenant.tokens >= (-debt).min(-200.0) - 1e-9,
+            rows.head.state.tokens >= (-debt).min(-200.0) - 1e-9,
             "{what}: debt bound"
         );
     }
@@ -225,24 +225,24 @@ fn commitments_follow_the_trickles_handed_out() {
     let mut rows = bucket(10.0, 1000.0, 0.0);
     let g = serve(&mut rows, &req(1, 1, 1e6, 1.0), 0.0);
     assert_close(g.granted_tokens, 100.0, "one period of refill");
-    assert_close(rows.tenant.committed_tokens, 100.0, "committed");
-    assert_close(rows.tenant.committed_rate, 10.0, "committed rate");
+    assert_close(rows.head.state.committed_tokens, 100.0, "committed");
+    assert_close(rows.head.state.committed_rate, 10.0, "committed rate");
     // Four seconds later 40 were delivered; the pod asks again and folds
     // the 60 left into its new trickle, so they stay committed.
     let g2 = serve(&mut rows, &req(1, 2, 1e6, 1.0), 4.0);
     assert_close(
-        rows.tenant.committed_tokens,
+        rows.head.state.committed_tokens,
         60.0 + g2.granted_tokens,
         "fold",
     );
     assert_close(
-        rows.tenant.committed_rate,
+        rows.head.state.committed_rate,
         (60.0 + g2.granted_tokens) / g2.trickle_duration.as_secs_f64(),
         "rate after fold",
     );
     // Once everything is delivered nothing is committed any more.
-    rows.tenant.refill(Timestamp::from_secs_f64(100.0));
-    assert_eq!(rows.tenant.committed_tokens, 0.0);
+    rows.head.state.refill(Timestamp::from_secs_f64(100.0));
+    assert_eq!(rows.head.state.committed_tokens, 0.0);
 }
 
 #[test]
@@ -272,15 +272,15 @@ fn bucket_level_ema_policy_grants_a_period_minus_the_smoothed_debt() {
         let what = format!("{tokens} tokens, {requested} requested");
         assert_close(g.granted_tokens, granted, &what);
         assert!(
-            rows.tenant.tokens >= -150.0 - 1e-9,
+            rows.head.state.tokens >= -150.0 - 1e-9,
             "{what}: 1.5 periods of debt at most"
         );
     }
     // The average follows the level with factor 0.25.
     let mut rows = bucket(10.0, 1000.0, 100.0);
-    rows.tenant.tokens_avg = 0.0;
+    rows.head.state.tokens_avg = 0.0;
     request(&mut rows, &req(1, 1, 0.0, 1.0), at(0.0), &config).expect("valid");
-    assert_close(rows.tenant.tokens_avg, 25.0, "EMA");
+    assert_close(rows.head.state.tokens_avg, 25.0, "EMA");
 }
 
 #[test]
@@ -292,7 +292,7 @@ fn tokens_the_bucket_held_are_handed_out_once_not_excused_again() {
     // All the bucket held, plus half the refill for a period.
     assert_close(a.granted_tokens, 1500.0, "first pod");
     assert_close(
-        rows.tenant.committed_tokens,
+        rows.head.state.committed_tokens,
         500.0,
         "only refill is committed",
     );
@@ -317,7 +317,7 @@ fn a_pod_renewing_early_gets_one_period_of_its_rate_not_more() {
     // 100 tokens of the first trickle are still due; they count.
     assert_close(renewed.granted_tokens, 900.0, "topped up to a period");
     assert_close(
-        rows.tenant.committed_rate,
+        rows.head.state.committed_rate,
         100.0,
         "delivered at the refill rate",
     );
@@ -348,7 +348,7 @@ fn greedy_policy_hands_out_what_the_bucket_holds_and_no_more() {
             Duration::ZERO,
             "{what}: never a trickle"
         );
-        assert_close(rows.tenant.tokens, tokens - granted, &what);
+        assert_close(rows.head.state.tokens, tokens - granted, &what);
     }
 }
 
@@ -393,7 +393,7 @@ fn silent_instances_are_removed_and_their_shares_leave_the_sum() {
         serve(&mut rows, &req(1, 2, 0.0, 1.0), silence - 1.0);
         serve(&mut rows, &req(3, 2, 0.0, 1.0), silence - 1.0);
         assert_eq!(
-            rows.tenant.live_instances, 3,
+            rows.head.members.live_instances, 3,
             "nobody is silent long enough yet"
         );
         let mut r = req(1, 3, 1e6, 1.0);
@@ -421,8 +421,8 @@ fn a_lone_survivor_gets_the_whole_rate() {
     // Instance 2 goes silent; a minute later instance 1 asks.
     let g = serve(&mut rows, &req(1, 2, 1e6, 5.0), 61.0);
     assert!(!rows.instances.contains_key(&2));
-    assert_eq!(rows.tenant.live_instances, 1);
-    assert_eq!(rows.tenant.share_sum, 5.0);
+    assert_eq!(rows.head.members.live_instances, 1);
+    assert_eq!(rows.head.members.share_sum, 5.0);
     assert_close(delivery_rate(&g), 100.0, "survivor's rate");
     assert_list_consistent(&rows);
 }
@@ -474,7 +474,7 @@ fn a_duplicate_gets_the_first_response_and_changes_nothing() {
             rows, after_first,
             "neither tokens nor consumption taken again"
         );
-        assert_eq!(rows.tenant.consumption.request_units(), 12.5);
+        assert_eq!(rows.head.totals.consumption.request_units(), 12.5);
     }
 }
 
@@ -520,9 +520,9 @@ fn a_new_lease_resets_the_sequence() {
     let instance = &rows.instances[&1];
     assert_eq!(instance.lease, b"second-incarnation");
     assert_eq!(instance.seq, 1);
-    assert_eq!(rows.tenant.share_sum, 3.0);
-    assert_eq!(rows.tenant.live_instances, 1);
-    assert_eq!(rows.tenant.consumption.request_units(), 2.0);
+    assert_eq!(rows.head.members.share_sum, 3.0);
+    assert_eq!(rows.head.members.live_instances, 1);
+    assert_eq!(rows.head.totals.consumption.request_units(), 2.0);
 }
 
 /// A request of `instance` 1 from the incarnation with `lease`.
@@ -541,7 +541,7 @@ fn a_late_copy_from_an_older_incarnation_is_refused_and_counts_nothing() {
     let b1 = incarnation("B", 1, 2.0);
     let first_a = request(&mut rows, &a3, at(1.0), &config).expect("A's request");
     let first_b = request(&mut rows, &b1, at(2.0), &config).expect("B takes over");
-    assert_eq!(rows.tenant.consumption.request_units(), 3.0);
+    assert_eq!(rows.head.totals.consumption.request_units(), 3.0);
     assert_ne!(first_a.grant, Grant::default());
 
     // The late copy of A's answered request, and a request A never got
@@ -563,7 +563,7 @@ fn a_late_copy_from_an_older_incarnation_is_refused_and_counts_nothing() {
     let retry = request(&mut rows, &b1, at(4.0), &config).expect("B's retry");
     assert!(retry.duplicate);
     assert_eq!(retry.grant, first_b.grant);
-    assert_eq!(rows.tenant.consumption.request_units(), 3.0);
+    assert_eq!(rows.head.totals.consumption.request_units(), 3.0);
     assert_eq!(rows.instances[&1].lease, b"B");
 }
 
@@ -579,7 +579,7 @@ fn a_lower_lease_takes_over_only_once_the_newer_incarnation_fell_silent() {
         .expect("B is silent past the inactivity timeout: the id is free");
     assert!(!outcome.duplicate);
     assert_eq!(rows.instances[&1].lease, b"A");
-    assert_eq!(rows.tenant.consumption.request_units(), 2.0);
+    assert_eq!(rows.head.totals.consumption.request_units(), 2.0);
 }
 
 #[test]
@@ -591,7 +591,7 @@ fn as_of_consumed_tokens_may_be_any_value_up_to_the_total() {
         r.consumption = Consumption::from_request_units(validate::MAX_REPORTED_REQUEST_UNITS);
         serve(&mut rows, &r, 0.0);
     }
-    let total = rows.tenant.consumption.request_units();
+    let total = rows.head.totals.consumption.request_units();
     assert_eq!(total, 2e12);
     let mut update = LimitsUpdate {
         available_tokens: 10.0,
@@ -602,14 +602,14 @@ fn as_of_consumed_tokens_may_be_any_value_up_to_the_total() {
         as_of: Some(at(0.0)),
         as_of_consumed_tokens: total,
     };
-    reconfigure(&mut rows.tenant, &update, at(1.0)).expect("the total itself is valid");
-    assert_eq!(rows.tenant.tokens, 10.0);
+    reconfigure(&mut rows.head, &update, at(1.0)).expect("the total itself is valid");
+    assert_eq!(rows.head.state.tokens, 10.0);
     update.as_of_consumed_tokens = total - 4.0;
-    reconfigure(&mut rows.tenant, &update, at(1.0)).expect("below the total");
-    assert_eq!(rows.tenant.tokens, 6.0);
+    reconfigure(&mut rows.head, &update, at(1.0)).expect("below the total");
+    assert_eq!(rows.head.state.tokens, 6.0);
     for beyond in [total + 1.0, 1e300, f64::MAX] {
         update.as_of_consumed_tokens = beyond;
-        let err = reconfigure(&mut rows.tenant, &update, at(1.0)).expect_err("beyond the total");
+        let err = reconfigure(&mut rows.head, &update, at(1.0)).expect_err("beyond the total");
         assert!(
             err.to_string().contains("exceeds the tenant's total"),
             "{err}"
@@ -635,8 +635,8 @@ fn reconfiguration_corrects_for_refill_and_consumption_since_as_of() {
         (500.0, 10.0, 1000.0, Some(150.0), 300.0, 300.0, 500.0),
     ];
     for (available, refill_rate, burst_limit, as_of, total, as_of_consumed, expected) in cases {
-        let mut tenant = bucket(1.0, 1.0, 0.0).tenant;
-        tenant.consumption = Consumption::from_request_units(total);
+        let mut tenant = bucket(1.0, 1.0, 0.0).head;
+        tenant.totals.consumption = Consumption::from_request_units(total);
         let update = LimitsUpdate {
             available_tokens: available,
             limits: Limits {
@@ -647,17 +647,17 @@ fn reconfiguration_corrects_for_refill_and_consumption_since_as_of() {
             as_of_consumed_tokens: as_of_consumed,
         };
         reconfigure(&mut tenant, &update, at(100.0)).expect("valid");
-        assert_close(tenant.tokens, expected, &format!("{update:?}"));
-        assert_eq!(tenant.limits, update.limits);
-        assert!(tenant.configured);
-        assert_eq!(tenant.last_refill, at(100.0));
+        assert_close(tenant.state.tokens, expected, &format!("{update:?}"));
+        assert_eq!(tenant.state.limits, update.limits);
+        assert!(tenant.state.configured);
+        assert_eq!(tenant.state.last_refill, at(100.0));
     }
 }
 
 #[test]
 fn reconfiguration_refuses_bad_input_without_change() {
-    let mut tenant = bucket(1.0, 1.0, 7.0).tenant;
-    tenant.consumption = Consumption::from_request_units(100.0);
+    let mut tenant = bucket(1.0, 1.0, 7.0).head;
+    tenant.totals.consumption = Consumption::from_request_units(100.0);
     let good = LimitsUpdate {
         available_tokens: 10.0,
         limits: Limits {
@@ -752,7 +752,7 @@ fn consumption_totals_accumulate_per_request() {
         r.consumption = *delta;
         serve(&mut rows, &r, seq as f64);
     }
-    let total = rows.tenant.consumption;
+    let total = rows.head.totals.consumption;
     assert_eq!(
         total,
         Consumption {
@@ -959,10 +959,10 @@ proptest! {
         burst in 0.0..1e5f64,
         elapsed in 0.0..1e4f64,
     ) {
-        let mut tenant = bucket(rate, burst, tokens).tenant;
-        tenant.refill(Timestamp::from_secs_f64(elapsed));
-        prop_assert!(tenant.tokens <= burst.max(tokens));
-        prop_assert!(tenant.tokens >= tokens);
+        let mut tenant = bucket(rate, burst, tokens).head;
+        tenant.state.refill(Timestamp::from_secs_f64(elapsed));
+        prop_assert!(tenant.state.tokens <= burst.max(tokens));
+        prop_assert!(tenant.state.tokens >= tokens);
     }
 
     #[test]
@@ -989,7 +989,7 @@ proptest! {
             let mut r = req(s.instance, *seq, s.requested, s.shares);
             r.target_request_period = Duration::from_millis(s.period_ms);
             r.consumption = Consumption::from_request_units(s.consumed);
-            let tokens_before = rows.tenant.tokens;
+            let tokens_before = rows.head.state.tokens;
             let outcome = request(&mut rows, &r, Timestamp::from_unix_micros(now_ms * 1000), &config)
                 .expect("valid request");
             if !outcome.duplicate {
@@ -997,8 +997,8 @@ proptest! {
                 // (or below where it already was).
                 let floor = tokens_before.min(-2.0 * rate * r.target_request_period.as_secs_f64());
                 prop_assert!(
-                    rows.tenant.tokens >= floor - 1e-6 * floor.abs().max(1.0),
-                    "tokens {} below {}", rows.tenant.tokens, floor
+                    rows.head.state.tokens >= floor - 1e-6 * floor.abs().max(1.0),
+                    "tokens {} below {}", rows.head.state.tokens, floor
                 );
                 max_period = max_period.max(r.target_request_period.as_secs_f64());
                 granted += outcome.grant.granted_tokens;
@@ -1008,8 +1008,8 @@ proptest! {
                 prop_assert!(outcome.grant.trickle_duration <= r.target_request_period);
             }
             // Totals never decrease.
-            prop_assert!(rows.tenant.consumption.dominates(&consumption));
-            consumption = rows.tenant.consumption;
+            prop_assert!(rows.head.totals.consumption.dominates(&consumption));
+            consumption = rows.head.totals.consumption;
             assert_list_consistent(&rows);
         }
         let elapsed = now_ms as f64 / 1000.0;
@@ -1020,7 +1020,7 @@ proptest! {
             "granted {} > initial {} + refill {} + debt bound {}",
             granted, initial, rate * elapsed, debt_bound
         );
-        prop_assert!((rows.tenant.granted_tokens - granted).abs() <= slack);
-        prop_assert!(rows.tenant.tokens >= -debt_bound - slack);
+        prop_assert!((rows.head.totals.granted_tokens - granted).abs() <= slack);
+        prop_assert!(rows.head.state.tokens >= -debt_bound - slack);
     }
 }

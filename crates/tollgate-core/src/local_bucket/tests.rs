@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::*;
-use crate::global_bucket::{self, BucketRows, GlobalBucketConfig, Limits, TenantState};
+use crate::global_bucket::{self, BucketRow, BucketRows, GlobalBucketConfig, Limits};
 
 const EPS: f64 = 1e-6;
 
@@ -459,7 +459,7 @@ fn pods_against_the_global_bucket_admit_refill_times_time_plus_burst() {
         burst_limit: 5000.0,
     };
     let mut rows = BucketRows {
-        tenant: TenantState::new(limits, 5000.0, true, at(0.0)),
+        head: BucketRow::new(limits, 5000.0, true, at(0.0)),
         instances: BTreeMap::new(),
     };
     let server = GlobalBucketConfig::default();

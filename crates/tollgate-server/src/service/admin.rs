@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tollgate_core::{InvalidInput, TenantId};
+use tollgate_core::InvalidInput;
 use tollgate_proto::v1::{self, admin_server};
 use tonic::{Request, Response, Status};
 
@@ -35,15 +35,15 @@ impl admin_server::Admin for AdminService {
     ) -> Result<Response<v1::UpdateTenantResourceLimitsResponse>, Status> {
         edge::enter(&request)?;
         let caller = Caller::of(&request);
-        let (tenant, update) = convert::limits_update(request.into_inner()).map_err(invalid)?;
+        let (key, update) = convert::limits_update(request.into_inner()).map_err(invalid)?;
         let change = self
             .store
-            .update_limits(&tenant, &update)
+            .update_limits(&key, &update)
             .await
             .map_err(|e| status("update tenant limits", e))?;
-        audit::limits_updated(&caller, &tenant, &update, &change);
+        audit::limits_updated(&caller, &key, &update, &change);
         Ok(Response::new(v1::UpdateTenantResourceLimitsResponse {
-            tenant: Some(convert::tenant_to_proto(&change.after)),
+            tenant: Some(convert::bucket_to_proto(&change.after)),
         }))
     }
 
@@ -53,15 +53,14 @@ impl admin_server::Admin for AdminService {
     ) -> Result<Response<v1::GetTenantResponse>, Status> {
         edge::enter(&request)?;
         let req = request.into_inner();
-        let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
-        tollgate_core::validate::bucket("bucket", &req.bucket).map_err(invalid)?;
+        let key = convert::bucket_key(&req.tenant_id, &req.bucket).map_err(invalid)?;
         let snapshot = self
             .store
-            .get_tenant(&tenant)
+            .get_bucket(&key)
             .await
             .map_err(|e| status("get tenant", e))?;
         Ok(Response::new(v1::GetTenantResponse {
-            tenant: Some(convert::tenant_to_proto(&snapshot)),
+            tenant: Some(convert::bucket_to_proto(&snapshot)),
         }))
     }
 
@@ -83,26 +82,26 @@ impl admin_server::Admin for AdminService {
         };
         let after = match req.page_token.as_str() {
             "" => None,
-            token => Some(TenantId::parse("page_token", token).map_err(invalid)?),
+            token => Some(page_token::parse(token).map_err(invalid)?),
         };
         let page_size = page_size as usize;
         // One more than asked tells whether another page follows.
-        let mut tenants = self
+        let mut buckets = self
             .store
-            .list_tenants(after.as_ref(), page_size + 1)
+            .list_buckets(after.as_ref(), page_size + 1)
             .await
             .map_err(|e| status("list tenants", e))?;
-        let next_page_token = if tenants.len() > page_size {
-            tenants.truncate(page_size);
-            tenants
+        let next_page_token = if buckets.len() > page_size {
+            buckets.truncate(page_size);
+            buckets
                 .last()
-                .map(|t| t.tenant_id.to_string())
+                .map(|b| page_token::of(&b.key))
                 .unwrap_or_default()
         } else {
             String::new()
         };
         Ok(Response::new(v1::ListTenantsResponse {
-            tenants: tenants.iter().map(convert::tenant_to_proto).collect(),
+            tenants: buckets.iter().map(convert::bucket_to_proto).collect(),
             next_page_token,
         }))
     }
@@ -119,7 +118,32 @@ impl admin_server::Admin for AdminService {
             .delete_tenant(&tenant)
             .await
             .map_err(|e| status("delete tenant", e))?;
-        audit::tenant_deleted(&caller, &deleted);
+        audit::tenant_deleted(&caller, &tenant, &deleted);
         Ok(Response::new(v1::DeleteTenantResponse {}))
+    }
+}
+
+/// Page tokens of `ListTenants`: the key of the last bucket listed,
+/// `tenant` or `tenant/bucket` (neither name may hold a `/`).
+mod page_token {
+    use tollgate_core::{BucketKey, BucketName, InvalidInput, TenantId};
+
+    pub(super) fn of(key: &BucketKey) -> String {
+        key.to_string()
+    }
+
+    pub(super) fn parse(token: &str) -> Result<BucketKey, InvalidInput> {
+        let (tenant, bucket) = token.split_once('/').unwrap_or((token, ""));
+        let bucket = BucketName::parse("page_token", bucket)?;
+        if bucket.is_request_units() && token.ends_with('/') {
+            return Err(InvalidInput::new(
+                "page_token",
+                "must be a token from a previous response",
+            ));
+        }
+        Ok(BucketKey::new(
+            TenantId::parse("page_token", tenant)?,
+            bucket,
+        ))
     }
 }

@@ -9,18 +9,19 @@
 //! a log field never makes an operator's change fail.
 //!
 //! Each line is one `info` event with structured fields (`operation`,
-//! `peer`, `actor`, `actor_note`, `tenant`, `before.*`, `after.*`) and a
+//! `peer`, `actor`, `actor_note`, `tenant`, `bucket`, `before.*`, `after.*`)
+//! and a
 //! message that reads on its own.
 
 use std::fmt;
 use std::net::SocketAddr;
 
-use tollgate_core::{LimitsUpdate, TenantId};
+use tollgate_core::{BucketKey, LimitsUpdate, TenantId};
 use tollgate_proto::{ACTOR_METADATA, MAX_ACTOR_LEN};
 use tonic::Request;
 
 use super::convert;
-use crate::store::{LimitsChange, TenantSnapshot};
+use crate::store::{BucketSnapshot, LimitsChange};
 
 /// Who asked for a change.
 #[derive(Clone, Debug, PartialEq)]
@@ -108,17 +109,17 @@ fn peer(caller: &Caller) -> String {
         .map_or_else(|| "unknown".to_owned(), |p| p.to_string())
 }
 
-/// Logs a limits update: the limits and tokens before (if the tenant
+/// Logs a limits update: the limits and tokens before (if the bucket
 /// existed) and as set.
 pub(super) fn limits_updated(
     caller: &Caller,
-    tenant: &TenantId,
+    key: &BucketKey,
     update: &LimitsUpdate,
     change: &LimitsChange,
 ) {
-    let before = change.before.as_ref();
+    let before = change.before.as_ref().map(|b| &b.state);
     let before_tokens = before.map(|b| b.tokens_at(change.after.read_at));
-    let after = &change.after.state;
+    let after = &change.after.head.state;
     let as_of = update
         .as_of
         .map(|t| convert::timestamp_to_proto(t).to_string());
@@ -149,7 +150,8 @@ pub(super) fn limits_updated(
         operator = caller.operator.as_deref(),
         actor = caller.actor(),
         actor_note = caller.actor_note(),
-        tenant = %tenant,
+        tenant = %key.tenant,
+        bucket = %key.bucket,
         created = before.is_none(),
         before.configured = before.map(|b| b.configured),
         before.refill_rate = before.map(|b| b.limits.refill_rate),
@@ -161,38 +163,56 @@ pub(super) fn limits_updated(
         available_tokens = update.available_tokens,
         as_of = as_of.as_deref(),
         as_of_consumed_tokens = update.as_of.map(|_| update.as_of_consumed_tokens),
-        "{caller} {action} tenant {tenant}: {summary}"
+        "{caller} {action} {}: {summary}",
+        describe(key)
     );
 }
 
-/// Logs a deletion: what the tenant was when it went.
-pub(super) fn tenant_deleted(caller: &Caller, deleted: &TenantSnapshot) {
-    let state = &deleted.state;
-    let tenant = &deleted.tenant_id;
-    let tokens = deleted.current_tokens();
-    tracing::info!(
-        operation = "delete_tenant",
-        peer = %peer(caller),
-        operator = caller.operator.as_deref(),
-        actor = caller.actor(),
-        actor_note = caller.actor_note(),
-        tenant = %tenant,
-        before.configured = state.configured,
-        before.refill_rate = state.limits.refill_rate,
-        before.burst_limit = state.limits.burst_limit,
-        before.tokens = tokens,
-        before.live_instances = state.live_instances,
-        before.granted_tokens = state.granted_tokens,
-        before.request_units = state.consumption.request_units(),
-        before.request_unit_micros = state.consumption.request_unit_micros,
-        "{caller} deleted tenant {tenant}: refill rate {} tokens/s, burst limit {} tokens, \
-         tokens {tokens:.1}, live instances {}, granted {:.1} tokens, consumed {:.1} request units",
-        state.limits.refill_rate,
-        state.limits.burst_limit,
-        state.live_instances,
-        state.granted_tokens,
-        state.consumption.request_units(),
-    );
+/// `tenant t1` for a request-unit bucket, `bucket mail of tenant t1` for
+/// a named one.
+fn describe(key: &BucketKey) -> String {
+    if key.bucket.is_request_units() {
+        format!("tenant {}", key.tenant)
+    } else {
+        format!("bucket {} of tenant {}", key.bucket, key.tenant)
+    }
+}
+
+/// Logs a deletion: what each of the tenant's buckets was when it went.
+pub(super) fn tenant_deleted(caller: &Caller, tenant: &TenantId, deleted: &[BucketSnapshot]) {
+    for bucket in deleted {
+        let (state, members, totals) = (
+            &bucket.head.state,
+            &bucket.head.members,
+            &bucket.head.totals,
+        );
+        let tokens = bucket.current_tokens();
+        tracing::info!(
+            operation = "delete_tenant",
+            peer = %peer(caller),
+            operator = caller.operator.as_deref(),
+            actor = caller.actor(),
+            actor_note = caller.actor_note(),
+            tenant = %tenant,
+            bucket = %bucket.key.bucket,
+            before.configured = state.configured,
+            before.refill_rate = state.limits.refill_rate,
+            before.burst_limit = state.limits.burst_limit,
+            before.tokens = tokens,
+            before.live_instances = members.live_instances,
+            before.granted_tokens = totals.granted_tokens,
+            before.request_units = totals.consumption.request_units(),
+            before.request_unit_micros = totals.consumption.request_unit_micros,
+            "{caller} deleted {}: refill rate {} tokens/s, burst limit {} tokens, \
+             tokens {tokens:.1}, live instances {}, granted {:.1} tokens, consumed {:.1} request units",
+            describe(&bucket.key),
+            state.limits.refill_rate,
+            state.limits.burst_limit,
+            members.live_instances,
+            totals.granted_tokens,
+            totals.consumption.request_units(),
+        );
+    }
 }
 
 #[cfg(test)]

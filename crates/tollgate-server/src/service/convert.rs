@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use tollgate_core::validate::{self, DEFAULT_TARGET_REQUEST_PERIOD};
 use tollgate_core::{
-    Consumption, Grant, InstanceState, InvalidInput, Limits, LimitsUpdate, TenantId, Timestamp,
-    TokenBucketRequest,
+    BucketKey, BucketName, Consumption, Grant, InstanceState, InvalidInput, Limits, LimitsUpdate,
+    TenantId, Timestamp, TokenBucketRequest,
 };
 use tollgate_proto::v1;
 
-use crate::store::TenantSnapshot;
+use crate::store::BucketSnapshot;
 
 /// The latest timestamp accepted (9999-12-31T23:59:59Z), as in RFC 3339.
 const MAX_TIMESTAMP_SECONDS: i64 = 253_402_300_799;
@@ -19,11 +19,18 @@ pub fn tenant_id(id: &str) -> Result<TenantId, InvalidInput> {
     TenantId::parse("tenant_id", id)
 }
 
+/// The bucket named by a request's `tenant_id` and `bucket` fields.
+pub fn bucket_key(tenant: &str, bucket: &str) -> Result<BucketKey, InvalidInput> {
+    Ok(BucketKey::new(
+        tenant_id(tenant)?,
+        BucketName::parse("bucket", bucket)?,
+    ))
+}
+
 pub fn token_bucket_request(
     req: v1::TokenBucketRequest,
-) -> Result<(TenantId, TokenBucketRequest), InvalidInput> {
-    let tenant = tenant_id(&req.tenant_id)?;
-    validate::bucket("bucket", &req.bucket)?;
+) -> Result<(BucketKey, TokenBucketRequest), InvalidInput> {
+    let key = bucket_key(&req.tenant_id, &req.bucket)?;
     let target_request_period = match req.target_request_period {
         None => DEFAULT_TARGET_REQUEST_PERIOD,
         Some(d) => duration("target_request_period", d)?,
@@ -45,14 +52,13 @@ pub fn token_bucket_request(
         returned_tokens: req.returned_tokens,
     };
     request.validate()?;
-    Ok((tenant, request))
+    Ok((key, request))
 }
 
 pub fn limits_update(
     req: v1::UpdateTenantResourceLimitsRequest,
-) -> Result<(TenantId, LimitsUpdate), InvalidInput> {
-    let tenant = tenant_id(&req.tenant_id)?;
-    validate::bucket("bucket", &req.bucket)?;
+) -> Result<(BucketKey, LimitsUpdate), InvalidInput> {
+    let key = bucket_key(&req.tenant_id, &req.bucket)?;
     let update = LimitsUpdate {
         available_tokens: req.available_tokens,
         limits: Limits {
@@ -63,7 +69,7 @@ pub fn limits_update(
         as_of_consumed_tokens: req.as_of_consumed_tokens,
     };
     update.validate()?;
-    Ok((tenant, update))
+    Ok((key, update))
 }
 
 fn duration(field: &str, d: prost_types::Duration) -> Result<Duration, InvalidInput> {
@@ -102,7 +108,7 @@ pub fn grant_to_proto(g: &Grant) -> v1::TokenBucketResponse {
     }
 }
 
-fn instance_to_proto(snapshot: &TenantSnapshot, i: &InstanceState) -> v1::Instance {
+fn instance_to_proto(snapshot: &BucketSnapshot, i: &InstanceState) -> v1::Instance {
     v1::Instance {
         instance_id: i.instance_id,
         next_instance_id: i.next_instance_id,
@@ -114,28 +120,33 @@ fn instance_to_proto(snapshot: &TenantSnapshot, i: &InstanceState) -> v1::Instan
     }
 }
 
-pub fn tenant_to_proto(snapshot: &TenantSnapshot) -> v1::Tenant {
-    let state = &snapshot.state;
+/// A bucket as the wire's `Tenant` view (one per bucket of a tenant).
+pub fn bucket_to_proto(snapshot: &BucketSnapshot) -> v1::Tenant {
+    let (state, members, totals) = (
+        &snapshot.head.state,
+        &snapshot.head.members,
+        &snapshot.head.totals,
+    );
     v1::Tenant {
-        tenant_id: snapshot.tenant_id.to_string(),
-        bucket: String::new(),
+        tenant_id: snapshot.key.tenant.to_string(),
+        bucket: snapshot.key.bucket.to_string(),
         limits: Some(v1::ResourceLimits {
             refill_rate: state.limits.refill_rate,
             burst_limit: state.limits.burst_limit,
         }),
         configured: state.configured,
         current_tokens: snapshot.current_tokens(),
-        share_sum: state.share_sum,
-        consumption: Some((&state.consumption).into()),
+        share_sum: members.share_sum,
+        consumption: Some((&totals.consumption).into()),
         instances: snapshot
             .instances
             .iter()
             .map(|i| instance_to_proto(snapshot, i))
             .collect(),
-        live_instances: state.live_instances,
+        live_instances: members.live_instances,
         created_at: Some(timestamp_to_proto(state.created_at)),
         updated_at: Some(timestamp_to_proto(state.updated_at)),
-        granted_tokens: state.granted_tokens,
+        granted_tokens: totals.granted_tokens,
     }
 }
 

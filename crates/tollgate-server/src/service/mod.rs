@@ -29,7 +29,9 @@ fn invalid(e: InvalidInput) -> Status {
 /// cannot act on.
 fn status(operation: &'static str, err: StoreError) -> Status {
     match err {
-        e @ StoreError::TenantNotFound(_) => Status::not_found(e.to_string()),
+        e @ (StoreError::TenantNotFound(_) | StoreError::BucketNotFound(_)) => {
+            Status::not_found(e.to_string())
+        }
         StoreError::Rejected(RequestError::InvalidInput(e)) => invalid(e),
         StoreError::Rejected(
             e @ (RequestError::StaleSequence { .. } | RequestError::SupersededLease { .. }),

@@ -24,7 +24,7 @@ impl TokenBucketService {
         }
     }
 
-    /// Counts every answer in `metrics`, by tenant and kind of grant.
+    /// Counts every answer in `metrics`, by bucket and kind of grant.
     pub fn with_metrics(store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
         TokenBucketService {
             store,
@@ -40,14 +40,14 @@ impl token_bucket_service_server::TokenBucketService for TokenBucketService {
         request: Request<v1::TokenBucketRequest>,
     ) -> Result<Response<v1::TokenBucketResponse>, Status> {
         edge::enter(&request)?;
-        let (tenant, req) = convert::token_bucket_request(request.into_inner()).map_err(invalid)?;
+        let (key, req) = convert::token_bucket_request(request.into_inner()).map_err(invalid)?;
         let grant = self
             .store
-            .token_bucket(&tenant, &req)
+            .token_bucket(&key, &req)
             .await
             .map_err(|e| status("token bucket request", e))?;
         if let Some(metrics) = &self.metrics {
-            metrics.observe_grant(&tenant, &grant);
+            metrics.observe_grant(&key, &grant);
         }
         Ok(Response::new(convert::grant_to_proto(&grant)))
     }

@@ -9,18 +9,23 @@
 //! operation writes nothing, and no caller hears back before the commit that
 //! holds its change is durable. Reads run concurrently on their own snapshots.
 //!
-//! Layout (schema version 2):
-//! - `meta`: `"schema_version"` → 2
-//! - `tenants`: tenant id → JSON [`TenantState`] (the tenant row, instance 0)
-//! - `instances`: (tenant id, instance id) → JSON [`InstanceState`]
+//! Token-bucket requests run the transaction script of
+//! `tollgate_core::transaction`; this module only reads and writes rows.
 //!
-//! Version 1 kept request units and CPU seconds as floating-point totals;
-//! opening such a file converts them to exact micro-units, in one
-//! transaction with the version change (see [`migrate_v1_totals`]).
+//! Layout (schema version 3):
+//! - `meta`: `"schema_version"` → 3
+//! - `buckets`: (tenant id, bucket name) → JSON [`BucketRow`] (the head
+//!   row, instance 0)
+//! - `bucket_instances`: (tenant id, bucket name, instance id) → JSON
+//!   [`InstanceState`]
+//!
+//! Older files are converted when opened, in one transaction with the
+//! version change: version 1 kept request units and CPU seconds as
+//! floating-point totals ([`migrate_v1_totals`]); versions 1 and 2 kept one
+//! bucket per tenant, keyed by tenant id alone ([`migrate_v2_keys`]).
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::SystemTime;
@@ -28,20 +33,25 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
-use tollgate_core::global_bucket::{self, BucketRows};
+use tollgate_core::global_bucket::{self, IdRange};
+use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
-    Grant, InstanceState, LimitsUpdate, TenantId, TenantState, Timestamp, TokenBucketRequest,
+    BucketKey, BucketName, BucketRow, Grant, InstanceState, LimitsUpdate, TenantId, Timestamp,
+    TokenBucketRequest,
 };
 
 use super::{
-    BucketSettings, Counters, LimitsChange, Store, StoreError, StoreStats, TenantSnapshot,
-    UnconfiguredTenants,
+    BucketSettings, BucketSnapshot, Counters, LimitsChange, Store, StoreError, StoreStats,
 };
 
-const SCHEMA_VERSION: u64 = 2;
+const SCHEMA_VERSION: u64 = 3;
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-const TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenants");
-const INSTANCES: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("instances");
+const BUCKETS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("buckets");
+const INSTANCES: TableDefinition<(&str, &str, u32), &[u8]> =
+    TableDefinition::new("bucket_instances");
+/// Versions 1 and 2: one bucket per tenant.
+const V2_TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenants");
+const V2_INSTANCES: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("instances");
 /// The most operations committed together.
 const MAX_BATCH: usize = 512;
 
@@ -181,7 +191,6 @@ impl EmbeddedStore {
             settings,
             clock: Arc::clone(&clock),
             counters: Arc::clone(&counters),
-            batch: BatchCounts::default(),
         };
         let handle = std::thread::Builder::new()
             .name("tollgate-store-writer".into())
@@ -250,29 +259,22 @@ impl Drop for Inner {
 fn init_schema(db: &Database) -> Result<(), StoreError> {
     let txn = db
         .begin_write()
-        .map_err(|e| StoreError::internal("begin schema transaction", redb::Error::from(e)))?;
+        .map_err(storage("begin schema transaction"))?;
     {
-        let mut meta = txn
-            .open_table(META)
-            .map_err(|e| StoreError::internal("open meta table", redb::Error::from(e)))?;
+        let mut meta = txn.open_table(META).map_err(storage("open meta table"))?;
         let found = meta
             .get("schema_version")
-            .map_err(|e| StoreError::internal("read schema version", redb::Error::from(e)))?
+            .map_err(storage("read schema version"))?
             .map(|v| v.value());
         match found {
-            None => {
-                meta.insert("schema_version", SCHEMA_VERSION).map_err(|e| {
-                    StoreError::internal("write schema version", redb::Error::from(e))
-                })?;
-            }
-            Some(SCHEMA_VERSION) => {}
-            Some(1) => {
-                migrate_v1_totals(&txn)?;
-                meta.insert("schema_version", SCHEMA_VERSION).map_err(|e| {
-                    StoreError::internal("write schema version", redb::Error::from(e))
-                })?;
+            None | Some(SCHEMA_VERSION) => {}
+            Some(from @ (1 | 2)) => {
+                if from == 1 {
+                    migrate_v1_totals(&txn)?;
+                }
+                migrate_v2_keys(&txn)?;
                 tracing::info!(
-                    from = 1,
+                    from,
                     to = SCHEMA_VERSION,
                     "migrated the embedded store's schema"
                 );
@@ -286,20 +288,23 @@ fn init_schema(db: &Database) -> Result<(), StoreError> {
                 ));
             }
         }
-        txn.open_table(TENANTS)
-            .map_err(|e| StoreError::internal("create tenants table", redb::Error::from(e)))?;
+        meta.insert("schema_version", SCHEMA_VERSION)
+            .map_err(storage("write schema version"))?;
+        txn.open_table(BUCKETS)
+            .map_err(storage("create buckets table"))?;
         txn.open_table(INSTANCES)
-            .map_err(|e| StoreError::internal("create instances table", redb::Error::from(e)))?;
+            .map_err(storage("create instances table"))?;
     }
-    txn.commit()
-        .map_err(|e| StoreError::internal("commit schema", redb::Error::from(e)))
+    txn.commit().map_err(storage("commit schema"))
 }
 
 /// Schema 1 → 2: the consumption totals `request_units` and `cpu_seconds`
 /// (floating point) become `request_unit_micros` and `cpu_micros`
 /// (integers), rounded to the nearest micro-unit.
 fn migrate_v1_totals(txn: &WriteTransaction) -> Result<(), StoreError> {
-    let mut tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
+    let mut tenants = txn
+        .open_table(V2_TENANTS)
+        .map_err(storage("open tenants"))?;
     let mut rows = Vec::new();
     for entry in tenants.iter().map_err(storage("read tenants"))? {
         let (id, bytes) = entry.map_err(storage("read a tenant row"))?;
@@ -331,6 +336,41 @@ fn migrate_v1_totals(txn: &WriteTransaction) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Schema 2 → 3: a tenant's one bucket, keyed by tenant id, becomes its
+/// request-unit bucket, keyed by (tenant id, ""). The rows' contents are
+/// unchanged; the old tables are dropped.
+fn migrate_v2_keys(txn: &WriteTransaction) -> Result<(), StoreError> {
+    let ru = BucketName::REQUEST_UNITS;
+    {
+        let old = txn
+            .open_table(V2_TENANTS)
+            .map_err(storage("open tenants"))?;
+        let mut new = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
+        for entry in old.iter().map_err(storage("read tenants"))? {
+            let (id, bytes) = entry.map_err(storage("read a tenant row"))?;
+            new.insert((id.value(), ru.as_str()), bytes.value())
+                .map_err(storage("write a bucket row"))?;
+        }
+        let old = txn
+            .open_table(V2_INSTANCES)
+            .map_err(storage("open instances"))?;
+        let mut new = txn
+            .open_table(INSTANCES)
+            .map_err(storage("open bucket instances"))?;
+        for entry in old.iter().map_err(storage("read instances"))? {
+            let (key, bytes) = entry.map_err(storage("read an instance row"))?;
+            let (tenant, id) = key.value();
+            new.insert((tenant, ru.as_str(), id), bytes.value())
+                .map_err(storage("write an instance row"))?;
+        }
+    }
+    txn.delete_table(V2_TENANTS)
+        .map_err(storage("drop the version 2 tenants table"))?;
+    txn.delete_table(V2_INSTANCES)
+        .map_err(storage("drop the version 2 instances table"))?;
+    Ok(())
+}
+
 fn decode<T: serde::de::DeserializeOwned>(
     what: &'static str,
     bytes: &[u8],
@@ -342,20 +382,23 @@ fn encode<T: serde::Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>,
     serde_json::to_vec(value).map_err(|e| StoreError::internal(what, e))
 }
 
+type BucketsTable<'t> = redb::Table<'t, (&'static str, &'static str), &'static [u8]>;
+type InstancesTable<'t> = redb::Table<'t, (&'static str, &'static str, u32), &'static [u8]>;
+
 /// The single writer: batches queued operations into one transaction each.
 struct Writer {
     db: Arc<Database>,
     settings: BucketSettings,
     clock: Clock,
     counters: Arc<Counters>,
-    /// What the batch being written did; counted once it commits.
-    batch: BatchCounts,
 }
 
-#[derive(Default)]
-struct BatchCounts {
-    requests: AtomicU64,
-    instances_removed: AtomicU64,
+/// A served token-bucket request: its grant, and the transaction that
+/// served it, to report its removals once committed.
+struct Served {
+    grant: Grant,
+    batch: Batch,
+    now: Timestamp,
 }
 
 impl Writer {
@@ -373,20 +416,12 @@ impl Writer {
                 tracing::error!(error = %e, ops = batch.len(), "embedded store: write batch failed, nothing committed");
                 e.to_string()
             });
-            let requests = self.batch.requests.swap(0, Ordering::Relaxed);
-            let removed = self.batch.instances_removed.swap(0, Ordering::Relaxed);
             if failure.is_some() {
                 self.counters
                     .failures
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
             } else {
                 self.counters.transactions.fetch_add(1, Ordering::Relaxed);
-                self.counters
-                    .requests
-                    .fetch_add(requests, Ordering::Relaxed);
-                self.counters
-                    .instances_removed
-                    .fetch_add(removed, Ordering::Relaxed);
             }
             for op in batch.drain(..) {
                 op.answer(failure.as_deref());
@@ -406,203 +441,222 @@ impl Writer {
         txn.commit().map_err(storage("commit write transaction"))
     }
 
+    /// One request, by the script of `tollgate_core::transaction`.
     fn token_bucket(
         &self,
         txn: &WriteTransaction,
-        tenant: &TenantId,
+        key: &BucketKey,
         request: &TokenBucketRequest,
         now: Timestamp,
-    ) -> Result<Result<Grant, StoreError>, StoreError> {
-        let mut tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
+    ) -> Result<Result<Served, StoreError>, StoreError> {
+        let mut buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
         let mut instances = txn
             .open_table(INSTANCES)
             .map_err(storage("open instances"))?;
-        let state = match read_tenant(&tenants, tenant)? {
-            Some(state) => state,
-            None => match &self.settings.unconfigured_tenants {
-                UnconfiguredTenants::Reject => {
-                    return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
-                }
-                UnconfiguredTenants::UseDefaults(d) => {
-                    TenantState::new(d.limits, d.initial_tokens, false, now)
-                }
-            },
-        };
-        let loaded = load_instance_window(
-            &instances,
-            tenant,
-            request.instance_id,
+        let plan = Batch::plan(
+            [(key, request.instance_id)],
             self.settings.bucket.cleanup_window,
-        )?;
-        let mut rows = BucketRows {
-            tenant: state,
-            instances: loaded,
-        };
-        let outcome = match global_bucket::request(&mut rows, request, now, &self.settings.bucket) {
-            Ok(outcome) => outcome,
-            Err(e) => return Ok(Err(e.into())),
-        };
-        self.batch.requests.fetch_add(1, Ordering::Relaxed);
-        if outcome.duplicate {
-            return Ok(Ok(outcome.grant));
-        }
-        self.batch
-            .instances_removed
-            .fetch_add(outcome.changes.removed.len() as u64, Ordering::Relaxed);
-        write_tenant(&mut tenants, tenant, &rows.tenant)?;
-        for id in &outcome.changes.upserted {
-            if let Some(row) = rows.instances.get(id) {
-                let bytes = encode("encode instance row", row)?;
-                instances
-                    .insert((tenant.as_str(), *id), bytes.as_slice())
-                    .map_err(storage("write instance row"))?;
+        );
+        let heads = read_head(&buckets, key)?
+            .map(|head| (key.clone(), head))
+            .into_iter()
+            .collect();
+        let mut batch = Batch::open(plan.lock, heads, &self.settings.unconfigured_tenants, now);
+        for window in &plan.windows {
+            for range in window.ranges() {
+                batch.load(key, read_range(&instances, key, range)?);
             }
         }
-        for removed in &outcome.changes.removed {
-            instances
-                .remove((tenant.as_str(), removed.instance_id))
-                .map_err(storage("delete instance row"))?;
-            tracing::info!(
-                tenant = %tenant,
-                instance = removed.instance_id,
-                silent_for = ?now.duration_since(removed.last_update),
-                "removed silent instance"
-            );
-        }
-        Ok(Ok(outcome.grant))
+        let answer = batch.serve(key, request, now, &self.settings.bucket);
+        write_back(&mut buckets, &mut instances, &batch)?;
+        Ok(match answer {
+            Answer::Granted(grant) => Ok(Served { grant, batch, now }),
+            Answer::Refused(e) => Err(e.into()),
+            Answer::NotFound => Err(StoreError::not_found(key)),
+            Answer::Deferred => Err(StoreError::internal(
+                "token bucket request",
+                "a lone request was deferred",
+            )),
+        })
     }
 
     fn update_limits(
         &self,
         txn: &WriteTransaction,
-        tenant: &TenantId,
+        key: &BucketKey,
         update: &LimitsUpdate,
         now: Timestamp,
     ) -> Result<Result<LimitsChange, StoreError>, StoreError> {
-        let mut tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
-        let before = read_tenant(&tenants, tenant)?;
-        let mut state = before
+        let mut buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
+        let before = read_head(&buckets, key)?;
+        let mut head = before
             .clone()
-            .unwrap_or_else(|| TenantState::new(update.limits, 0.0, true, now));
-        if let Err(e) = global_bucket::reconfigure(&mut state, update, now) {
+            .unwrap_or_else(|| BucketRow::new(update.limits, 0.0, true, now));
+        if let Err(e) = global_bucket::reconfigure(&mut head, update, now) {
             return Ok(Err(e.into()));
         }
-        write_tenant(&mut tenants, tenant, &state)?;
+        write_head(&mut buckets, key, &head)?;
         let instances = txn
             .open_table(INSTANCES)
             .map_err(storage("open instances"))?;
         Ok(Ok(LimitsChange {
             before,
-            after: TenantSnapshot {
-                tenant_id: tenant.clone(),
-                state,
-                instances: read_all_instances(&instances, tenant)?,
+            after: BucketSnapshot {
+                key: key.clone(),
+                head,
+                instances: read_all_instances(&instances, key)?,
                 read_at: now,
             },
         }))
     }
 }
 
+/// Writes back what a transaction script changed.
+fn write_back(
+    buckets: &mut BucketsTable<'_>,
+    instances: &mut InstancesTable<'_>,
+    batch: &Batch,
+) -> Result<(), StoreError> {
+    for write in batch.writes() {
+        let (t, b) = (write.key.tenant.as_str(), write.key.bucket.as_str());
+        if write.insert {
+            instances
+                .retain_in((t, b, 0)..=(t, b, u32::MAX), |_, _| false)
+                .map_err(storage("delete stray instance rows"))?;
+        }
+        write_head(buckets, write.key, write.head)?;
+        for row in &write.upsert {
+            let bytes = encode("encode instance row", row)?;
+            instances
+                .insert((t, b, row.instance_id), bytes.as_slice())
+                .map_err(storage("write instance row"))?;
+        }
+        for id in &write.delete {
+            instances
+                .remove((t, b, *id))
+                .map_err(storage("delete instance row"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The keys of a tenant's buckets, in order.
+fn tenant_bucket_keys(
+    buckets: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+    tenant: &TenantId,
+) -> Result<Vec<BucketKey>, StoreError> {
+    let t = tenant.as_str();
+    let mut keys = Vec::new();
+    for entry in buckets
+        .range((t, "")..)
+        .map_err(storage("read bucket rows"))?
+    {
+        let (key, _) = entry.map_err(storage("read bucket rows"))?;
+        let (row_tenant, bucket) = key.value();
+        if row_tenant != t {
+            break;
+        }
+        keys.push(BucketKey::new(tenant.clone(), bucket_name(bucket)?));
+    }
+    Ok(keys)
+}
+
+fn bucket_name(stored: &str) -> Result<BucketName, StoreError> {
+    BucketName::parse("bucket", stored).map_err(|e| StoreError::internal("decode bucket name", e))
+}
+
 fn delete(
     txn: &WriteTransaction,
     tenant: &TenantId,
     now: Timestamp,
-) -> Result<Result<TenantSnapshot, StoreError>, StoreError> {
-    let mut tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
-    let removed = tenants
-        .remove(tenant.as_str())
-        .map_err(storage("delete tenant row"))?;
-    let Some(row) = removed else {
-        return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
-    };
-    let state: TenantState = decode("decode tenant row", row.value())?;
-    drop(row);
+) -> Result<Result<Vec<BucketSnapshot>, StoreError>, StoreError> {
+    let mut buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
     let mut instances = txn
         .open_table(INSTANCES)
         .map_err(storage("open instances"))?;
-    instances
-        .retain_in(
-            (tenant.as_str(), 0)..=(tenant.as_str(), u32::MAX),
-            |_, _| false,
-        )
-        .map_err(storage("delete instance rows"))?;
-    Ok(Ok(TenantSnapshot {
-        tenant_id: tenant.clone(),
-        state,
-        instances: Vec::new(),
-        read_at: now,
-    }))
+    let keys = tenant_bucket_keys(&buckets, tenant)?;
+    if keys.is_empty() {
+        return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
+    }
+    let mut deleted = Vec::with_capacity(keys.len());
+    for key in keys {
+        let (t, b) = (key.tenant.as_str(), key.bucket.as_str());
+        let head = match buckets
+            .remove((t, b))
+            .map_err(storage("delete bucket row"))?
+        {
+            Some(row) => decode("decode bucket row", row.value())?,
+            None => continue,
+        };
+        instances
+            .retain_in((t, b, 0)..=(t, b, u32::MAX), |_, _| false)
+            .map_err(storage("delete instance rows"))?;
+        deleted.push(BucketSnapshot {
+            key,
+            head,
+            instances: Vec::new(),
+            read_at: now,
+        });
+    }
+    Ok(Ok(deleted))
 }
 
-fn read_tenant(
-    tenants: &impl ReadableTable<&'static str, &'static [u8]>,
-    tenant: &TenantId,
-) -> Result<Option<TenantState>, StoreError> {
-    tenants
-        .get(tenant.as_str())
-        .map_err(storage("read tenant row"))?
-        .map(|row| decode("decode tenant row", row.value()))
+fn read_head(
+    buckets: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
+    key: &BucketKey,
+) -> Result<Option<BucketRow>, StoreError> {
+    buckets
+        .get((key.tenant.as_str(), key.bucket.as_str()))
+        .map_err(storage("read bucket row"))?
+        .map(|row| decode("decode bucket row", row.value()))
         .transpose()
 }
 
-fn write_tenant(
-    tenants: &mut redb::Table<'_, &'static str, &'static [u8]>,
-    tenant: &TenantId,
-    state: &TenantState,
+fn write_head(
+    buckets: &mut BucketsTable<'_>,
+    key: &BucketKey,
+    head: &BucketRow,
 ) -> Result<(), StoreError> {
-    let bytes = encode("encode tenant row", state)?;
-    tenants
-        .insert(tenant.as_str(), bytes.as_slice())
-        .map_err(storage("write tenant row"))?;
+    let bytes = encode("encode bucket row", head)?;
+    buckets
+        .insert((key.tenant.as_str(), key.bucket.as_str()), bytes.as_slice())
+        .map_err(storage("write bucket row"))?;
     Ok(())
 }
 
-/// Loads the instance rows a request needs (see [`BucketRows`]).
-fn load_instance_window(
-    instances: &impl ReadableTable<(&'static str, u32), &'static [u8]>,
-    tenant: &TenantId,
-    id: u32,
-    window: usize,
-) -> Result<BTreeMap<u32, InstanceState>, StoreError> {
-    let t = tenant.as_str();
-    let mut rows = BTreeMap::new();
-    let mut put = |value: &[u8]| -> Result<(), StoreError> {
-        let row: InstanceState = decode("decode instance row", value)?;
-        rows.insert(row.instance_id, row);
-        Ok(())
+/// The instance rows of one run of a request's window.
+fn read_range(
+    instances: &impl ReadableTable<(&'static str, &'static str, u32), &'static [u8]>,
+    key: &BucketKey,
+    range: IdRange,
+) -> Result<Vec<InstanceState>, StoreError> {
+    if range.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (t, b) = (key.tenant.as_str(), key.bucket.as_str());
+    let entries = instances
+        .range((t, b, range.first)..=(t, b, range.last))
+        .map_err(storage("read instance rows"))?;
+    let decode_row = |entry: Result<_, redb::StorageError>| -> Result<InstanceState, StoreError> {
+        let (_, value): (_, redb::AccessGuard<'_, &[u8]>) =
+            entry.map_err(storage("read instance rows"))?;
+        decode("decode instance row", value.value())
     };
-    if let Some(row) = instances
-        .get((t, id))
-        .map_err(storage("read instance row"))?
-    {
-        put(row.value())?;
-    } else if let Some(entry) = instances
-        .range((t, 1)..(t, id))
-        .map_err(storage("read predecessor row"))?
-        .next_back()
-    {
-        put(entry.map_err(storage("read predecessor row"))?.1.value())?;
+    if range.descending {
+        entries.rev().take(range.limit).map(decode_row).collect()
+    } else {
+        entries.take(range.limit).map(decode_row).collect()
     }
-    let after = instances
-        .range((t, id.saturating_add(1))..=(t, u32::MAX))
-        .map_err(storage("read following rows"))?;
-    let wrapped = instances
-        .range((t, 1)..(t, id))
-        .map_err(storage("read following rows"))?;
-    for entry in after.chain(wrapped).take(window) {
-        put(entry.map_err(storage("read following rows"))?.1.value())?;
-    }
-    Ok(rows)
 }
 
 fn read_all_instances(
-    instances: &impl ReadableTable<(&'static str, u32), &'static [u8]>,
-    tenant: &TenantId,
+    instances: &impl ReadableTable<(&'static str, &'static str, u32), &'static [u8]>,
+    key: &BucketKey,
 ) -> Result<Vec<InstanceState>, StoreError> {
-    let t = tenant.as_str();
+    let (t, b) = (key.tenant.as_str(), key.bucket.as_str());
     let mut rows = Vec::new();
     for entry in instances
-        .range((t, 0)..=(t, u32::MAX))
+        .range((t, b, 0)..=(t, b, u32::MAX))
         .map_err(storage("read instance rows"))?
     {
         let (_, value) = entry.map_err(storage("read instance rows"))?;
@@ -615,43 +669,51 @@ fn read_all_instances(
 impl Store for EmbeddedStore {
     async fn token_bucket(
         &self,
-        tenant: &TenantId,
+        key: &BucketKey,
         request: &TokenBucketRequest,
     ) -> Result<Grant, StoreError> {
-        let (tenant, request) = (tenant.clone(), request.clone());
-        self.write(Box::new(move |w, txn, now| {
-            w.token_bucket(txn, &tenant, &request, now)
-        }))
-        .await
+        let (key, request) = (key.clone(), request.clone());
+        let served = self
+            .write(Box::new(move |w, txn, now| {
+                w.token_bucket(txn, &key, &request, now)
+            }))
+            .await?;
+        // The commit holds: count the request and report its removals.
+        let counters = &self.inner.counters;
+        counters.requests.fetch_add(1, Ordering::Relaxed);
+        counters
+            .instances_removed
+            .fetch_add(served.batch.report_removed(served.now), Ordering::Relaxed);
+        Ok(served.grant)
     }
 
     async fn update_limits(
         &self,
-        tenant: &TenantId,
+        key: &BucketKey,
         update: &LimitsUpdate,
     ) -> Result<LimitsChange, StoreError> {
-        let (tenant, update) = (tenant.clone(), update.clone());
+        let (key, update) = (key.clone(), update.clone());
         self.write(Box::new(move |w, txn, now| {
-            w.update_limits(txn, &tenant, &update, now)
+            w.update_limits(txn, &key, &update, now)
         }))
         .await
     }
 
-    async fn get_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError> {
-        let tenant = tenant.clone();
+    async fn get_bucket(&self, key: &BucketKey) -> Result<BucketSnapshot, StoreError> {
+        let key = key.clone();
         self.read(move |db, now| {
             let txn = db.begin_read().map_err(storage("begin read transaction"))?;
-            let tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
-            let Some(state) = read_tenant(&tenants, &tenant)? else {
-                return Err(StoreError::TenantNotFound(tenant));
+            let buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
+            let Some(head) = read_head(&buckets, &key)? else {
+                return Err(StoreError::not_found(&key));
             };
             let instances = txn
                 .open_table(INSTANCES)
                 .map_err(storage("open instances"))?;
-            let instances = read_all_instances(&instances, &tenant)?;
-            Ok(TenantSnapshot {
-                tenant_id: tenant,
-                state,
+            let instances = read_all_instances(&instances, &key)?;
+            Ok(BucketSnapshot {
+                key,
+                head,
                 instances,
                 read_at: now,
             })
@@ -659,31 +721,61 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn list_tenants(
+    async fn get_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError> {
+        let tenant = tenant.clone();
+        self.read(move |db, now| {
+            let txn = db.begin_read().map_err(storage("begin read transaction"))?;
+            let buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
+            let instances = txn
+                .open_table(INSTANCES)
+                .map_err(storage("open instances"))?;
+            let mut out = Vec::new();
+            for key in tenant_bucket_keys(&buckets, &tenant)? {
+                let Some(head) = read_head(&buckets, &key)? else {
+                    continue;
+                };
+                let rows = read_all_instances(&instances, &key)?;
+                out.push(BucketSnapshot {
+                    key,
+                    head,
+                    instances: rows,
+                    read_at: now,
+                });
+            }
+            if out.is_empty() {
+                return Err(StoreError::TenantNotFound(tenant));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn list_buckets(
         &self,
-        after: Option<&TenantId>,
+        after: Option<&BucketKey>,
         limit: usize,
-    ) -> Result<Vec<TenantSnapshot>, StoreError> {
+    ) -> Result<Vec<BucketSnapshot>, StoreError> {
         let after = after.cloned();
         self.read(move |db, now| {
             let txn = db.begin_read().map_err(storage("begin read transaction"))?;
-            let tenants = txn.open_table(TENANTS).map_err(storage("open tenants"))?;
+            let buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
             let range = match &after {
-                Some(a) => tenants.range::<&str>((
-                    std::ops::Bound::Excluded(a.as_str()),
+                Some(a) => buckets.range::<(&str, &str)>((
+                    std::ops::Bound::Excluded((a.tenant.as_str(), a.bucket.as_str())),
                     std::ops::Bound::Unbounded,
                 )),
-                None => tenants.range::<&str>(..),
+                None => buckets.range::<(&str, &str)>(..),
             }
-            .map_err(storage("list tenant rows"))?;
+            .map_err(storage("list bucket rows"))?;
             let mut out = Vec::new();
             for entry in range.take(limit) {
-                let (key, value) = entry.map_err(storage("list tenant rows"))?;
-                let tenant_id = TenantId::parse("tenant_id", key.value())
+                let (key, value) = entry.map_err(storage("list bucket rows"))?;
+                let (tenant, bucket) = key.value();
+                let tenant = TenantId::parse("tenant_id", tenant)
                     .map_err(|e| StoreError::internal("decode tenant id", e))?;
-                out.push(TenantSnapshot {
-                    tenant_id,
-                    state: decode("decode tenant row", value.value())?,
+                out.push(BucketSnapshot {
+                    key: BucketKey::new(tenant, bucket_name(bucket)?),
+                    head: decode("decode bucket row", value.value())?,
                     instances: Vec::new(),
                     read_at: now,
                 });
@@ -693,7 +785,7 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn delete_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError> {
+    async fn delete_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError> {
         let tenant = tenant.clone();
         self.write(Box::new(move |_, txn, now| delete(txn, &tenant, now)))
             .await
@@ -722,13 +814,36 @@ impl Store for EmbeddedStore {
 mod tests {
     use super::*;
 
-    /// A file written by schema version 1 (floating-point totals) opens
-    /// with its totals converted to micro-units, nothing else changed.
-    #[tokio::test]
-    async fn a_version_1_file_is_migrated_to_exact_totals() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("v1.redb");
-        let mut state = TenantState::new(
+    /// A store file as a schema 1 or 2 server left it.
+    fn write_old_file(
+        path: &Path,
+        version: u64,
+        tenants: &[(&str, serde_json::Value)],
+        instances: &[(&str, u32, serde_json::Value)],
+    ) {
+        let db = Database::create(path).expect("create");
+        let txn = db.begin_write().expect("write");
+        {
+            let mut meta = txn.open_table(META).expect("meta");
+            meta.insert("schema_version", version).expect("version");
+            let mut table = txn.open_table(V2_TENANTS).expect("tenants");
+            for (id, row) in tenants {
+                let bytes = serde_json::to_vec(row).expect("encode");
+                table.insert(*id, bytes.as_slice()).expect("row");
+            }
+            let mut table = txn.open_table(V2_INSTANCES).expect("instances");
+            for (id, instance, row) in instances {
+                let bytes = serde_json::to_vec(row).expect("encode");
+                table
+                    .insert((*id, *instance), bytes.as_slice())
+                    .expect("row");
+            }
+        }
+        txn.commit().expect("commit");
+    }
+
+    fn tenant_row() -> BucketRow {
+        let mut head = BucketRow::new(
             tollgate_core::Limits {
                 refill_rate: 5.0,
                 burst_limit: 50.0,
@@ -737,40 +852,96 @@ mod tests {
             true,
             Timestamp::from_unix_micros(1_700_000_000_000_000),
         );
-        state.consumption.read_bytes = 4096;
-        let mut v1 = serde_json::to_value(&state).expect("JSON");
+        head.totals.consumption.read_bytes = 4096;
+        head.members.live_instances = 1;
+        head.members.first_instance_id = 4;
+        head
+    }
+
+    fn instance_row() -> InstanceState {
+        InstanceState {
+            instance_id: 4,
+            next_instance_id: 0,
+            lease: b"lease".to_vec(),
+            seq: 9,
+            shares: 1.0,
+            last_update: Timestamp::from_unix_micros(1_700_000_000_000_000),
+            last_grant: Grant {
+                granted_tokens: 7.5,
+                ..Grant::default()
+            },
+            committed_rate: 0.0,
+            committed_until: Timestamp::from_unix_micros(1_700_000_000_000_000),
+        }
+    }
+
+    /// A file written by schema version 1 (floating-point totals, one
+    /// bucket per tenant) opens with its totals converted to micro-units
+    /// and each tenant's rows as its request-unit bucket, nothing else
+    /// changed.
+    #[tokio::test]
+    async fn a_version_1_file_is_migrated_to_exact_totals_and_bucket_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v1.redb");
+        let head = tenant_row();
+        let mut v1 = serde_json::to_value(&head).expect("JSON");
         let consumption = v1["consumption"].as_object_mut().expect("consumption");
         consumption.remove("request_unit_micros");
         consumption.remove("cpu_micros");
         consumption.insert("request_units".into(), 199.99999999999292.into());
         consumption.insert("cpu_seconds".into(), 0.25.into());
-        {
-            let db = Database::create(&path).expect("create");
-            let txn = db.begin_write().expect("write");
-            {
-                let mut meta = txn.open_table(META).expect("meta");
-                meta.insert("schema_version", 1).expect("version");
-                let mut tenants = txn.open_table(TENANTS).expect("tenants");
-                let bytes = serde_json::to_vec(&v1).expect("encode");
-                tenants.insert("old", bytes.as_slice()).expect("row");
-                txn.open_table(INSTANCES).expect("instances");
-            }
-            txn.commit().expect("commit");
-        }
+        let instance = serde_json::to_value(instance_row()).expect("JSON");
+        write_old_file(&path, 1, &[("old", v1)], &[("old", 4, instance)]);
+
         let store = EmbeddedStore::open(&path, BucketSettings::default()).expect("open");
         let tenant = TenantId::parse("tenant_id", "old").expect("id");
-        let migrated = store.get_tenant(&tenant).await.expect("tenant").state;
-        assert_eq!(migrated.consumption.request_unit_micros, 200_000_000);
-        assert_eq!(migrated.consumption.cpu_micros, 250_000);
-        assert_eq!(migrated.consumption.read_bytes, 4096);
-        assert_eq!(migrated.limits, state.limits);
-        assert_eq!(migrated.tokens, state.tokens);
+        let buckets = store.get_tenant(&tenant).await.expect("tenant");
+        assert_eq!(buckets.len(), 1);
+        let migrated = &buckets[0];
+        assert_eq!(migrated.key, BucketKey::request_units(tenant.clone()));
+        let totals = &migrated.head.totals.consumption;
+        assert_eq!(totals.request_unit_micros, 200_000_000);
+        assert_eq!(totals.cpu_micros, 250_000);
+        assert_eq!(totals.read_bytes, 4096);
+        assert_eq!(migrated.head.state, head.state);
+        assert_eq!(migrated.instances, vec![instance_row()]);
         store.close().await.expect("close");
         drop(store);
-        // Opening again finds version 2 and changes nothing.
+        // Opening again finds version 3 and changes nothing.
         let store = EmbeddedStore::open(&path, BucketSettings::default()).expect("reopen");
-        let again = store.get_tenant(&tenant).await.expect("tenant").state;
-        assert_eq!(again, migrated);
+        let again = store.get_tenant(&tenant).await.expect("tenant");
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].head, migrated.head);
+        assert_eq!(again[0].instances, migrated.instances);
+        store.close().await.expect("close");
+    }
+
+    /// A file written by schema version 2 serves on: a pod's retry of its
+    /// last request gets the recorded answer and counts nothing again.
+    #[tokio::test]
+    async fn a_version_2_file_keeps_its_pods_and_their_idempotency() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v2.redb");
+        let head = serde_json::to_value(tenant_row()).expect("JSON");
+        let instance = serde_json::to_value(instance_row()).expect("JSON");
+        write_old_file(&path, 2, &[("old", head)], &[("old", 4, instance)]);
+        let store = EmbeddedStore::open(&path, BucketSettings::default()).expect("open");
+        let key = BucketKey::request_units(TenantId::parse("tenant_id", "old").expect("id"));
+        let retry = TokenBucketRequest {
+            instance_id: 4,
+            lease: b"lease".to_vec(),
+            seq: 9,
+            requested_tokens: 1000.0,
+            shares: 1.0,
+            target_request_period: std::time::Duration::from_secs(10),
+            consumption: tollgate_core::Consumption::from_request_units(5.0),
+            next_live_instance_id: None,
+            returned_tokens: 0.0,
+        };
+        let grant = store.token_bucket(&key, &retry).await.expect("retry");
+        assert_eq!(grant.granted_tokens, 7.5);
+        let bucket = store.get_bucket(&key).await.expect("bucket");
+        assert_eq!(bucket.head.totals.consumption.request_unit_micros, 0);
         store.close().await.expect("close");
     }
 }

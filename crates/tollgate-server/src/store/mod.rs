@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tollgate_core::global_bucket::GlobalBucketConfig;
+pub use tollgate_core::transaction::{DefaultLimits, UnconfiguredTenants};
 use tollgate_core::{
-    Grant, InstanceState, Limits, LimitsUpdate, RequestError, TenantId, TenantState, Timestamp,
+    BucketKey, BucketRow, Grant, InstanceState, LimitsUpdate, RequestError, TenantId, Timestamp,
     TokenBucketRequest,
 };
 
@@ -28,65 +29,27 @@ pub use postgres::{PostgresOptions, PostgresStore};
 
 /// What every store is told at construction: how buckets behave and what
 /// happens to tenants nobody configured.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct BucketSettings {
     pub bucket: GlobalBucketConfig,
     pub unconfigured_tenants: UnconfiguredTenants,
 }
 
-impl Default for BucketSettings {
-    fn default() -> Self {
-        BucketSettings {
-            bucket: GlobalBucketConfig::default(),
-            unconfigured_tenants: UnconfiguredTenants::UseDefaults(DefaultLimits::default()),
-        }
-    }
-}
-
-/// What a pod request for a tenant that was never configured gets.
+/// A consistent read of one bucket, as of the store's clock.
 #[derive(Clone, Debug, PartialEq)]
-pub enum UnconfiguredTenants {
-    /// The tenant is created with these limits.
-    UseDefaults(DefaultLimits),
-    /// The request fails with `NOT_FOUND`.
-    Reject,
-}
-
-/// The limits a tenant gets before an operator configures it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct DefaultLimits {
-    pub limits: Limits,
-    /// Tokens a new tenant starts with.
-    pub initial_tokens: f64,
-}
-
-impl Default for DefaultLimits {
-    fn default() -> Self {
-        DefaultLimits {
-            limits: Limits {
-                refill_rate: 1_000.0,
-                burst_limit: 10_000.0,
-            },
-            initial_tokens: 10_000.0,
-        }
-    }
-}
-
-/// A consistent read of one tenant, as of the store's clock.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TenantSnapshot {
-    pub tenant_id: TenantId,
-    pub state: TenantState,
+pub struct BucketSnapshot {
+    pub key: BucketKey,
+    pub head: BucketRow,
     /// The instance rows in list order; empty in listings.
     pub instances: Vec<InstanceState>,
     /// The store's clock when the snapshot was read.
     pub read_at: Timestamp,
 }
 
-impl TenantSnapshot {
+impl BucketSnapshot {
     /// The bucket level at `read_at`, refill included.
     pub fn current_tokens(&self) -> f64 {
-        self.state.tokens_at(self.read_at)
+        self.head.state.tokens_at(self.read_at)
     }
 
     /// How long the server has not heard from `instance`.
@@ -95,11 +58,11 @@ impl TenantSnapshot {
     }
 }
 
-/// The result of a limits update: the tenant before (if it existed) and after.
+/// The result of a limits update: the bucket before (if it existed) and after.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LimitsChange {
-    pub before: Option<TenantState>,
-    pub after: TenantSnapshot,
+    pub before: Option<BucketRow>,
+    pub after: BucketSnapshot,
 }
 
 /// Why a store operation failed.
@@ -107,6 +70,10 @@ pub struct LimitsChange {
 pub enum StoreError {
     #[error("tenant \"{0}\" not found")]
     TenantNotFound(TenantId),
+    /// A named bucket the tenant does not have (a missing request-unit
+    /// bucket is [`StoreError::TenantNotFound`]).
+    #[error("tenant \"{}\" has no bucket \"{}\"", .0.tenant, .0.bucket)]
+    BucketNotFound(BucketKey),
     /// The state machine refused the operation; nothing was changed.
     #[error(transparent)]
     Rejected(#[from] RequestError),
@@ -138,11 +105,21 @@ impl StoreError {
     pub(crate) fn for_another_caller(&self) -> StoreError {
         match self {
             StoreError::TenantNotFound(tenant) => StoreError::TenantNotFound(tenant.clone()),
+            StoreError::BucketNotFound(key) => StoreError::BucketNotFound(key.clone()),
             StoreError::Rejected(e) => StoreError::Rejected(e.clone()),
             StoreError::Unavailable(message) => StoreError::Unavailable(message.clone()),
             StoreError::Internal { context, source } => {
                 StoreError::internal(context, source.to_string())
             }
+        }
+    }
+
+    /// The error for a bucket that does not exist.
+    pub fn not_found(key: &BucketKey) -> StoreError {
+        if key.bucket.is_request_units() {
+            StoreError::TenantNotFound(key.tenant.clone())
+        } else {
+            StoreError::BucketNotFound(key.clone())
         }
     }
 
@@ -198,36 +175,43 @@ impl Counters {
 /// A transactional home for tenants' buckets.
 ///
 /// Every method is one transaction: it either happens completely or not at
-/// all. Time is the store's own clock.
+/// all. Time is the store's own clock. A bucket is keyed by tenant and
+/// bucket name; the empty name is the tenant's request-unit bucket.
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
-    /// Serves a pod's token-bucket request (see `tollgate_core::global_bucket::request`).
+    /// Serves a pod's token-bucket request (the script of
+    /// `tollgate_core::transaction`).
     async fn token_bucket(
         &self,
-        tenant: &TenantId,
+        key: &BucketKey,
         request: &TokenBucketRequest,
     ) -> Result<Grant, StoreError>;
 
-    /// Sets a tenant's limits, creating the tenant if needed.
+    /// Sets a bucket's limits, creating the bucket if needed.
     async fn update_limits(
         &self,
-        tenant: &TenantId,
+        key: &BucketKey,
         update: &LimitsUpdate,
     ) -> Result<LimitsChange, StoreError>;
 
-    /// Reads a tenant with its instances.
-    async fn get_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError>;
+    /// Reads a bucket with its instances.
+    async fn get_bucket(&self, key: &BucketKey) -> Result<BucketSnapshot, StoreError>;
 
-    /// Reads up to `limit` tenants with ids after `after`, in id order, without instances.
-    async fn list_tenants(
+    /// Reads every bucket of a tenant, with instances, in bucket order;
+    /// `TenantNotFound` if it has none.
+    async fn get_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError>;
+
+    /// Reads up to `limit` buckets with keys after `after`, in key order,
+    /// without instances.
+    async fn list_buckets(
         &self,
-        after: Option<&TenantId>,
+        after: Option<&BucketKey>,
         limit: usize,
-    ) -> Result<Vec<TenantSnapshot>, StoreError>;
+    ) -> Result<Vec<BucketSnapshot>, StoreError>;
 
-    /// Deletes a tenant and its instances, answering with the tenant as it
-    /// was when deleted (its limits, tokens and totals; without instances).
-    async fn delete_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError>;
+    /// Deletes a tenant: all its buckets and their instances, answering
+    /// with the buckets as they were when deleted (without instances).
+    async fn delete_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError>;
 
     /// Counters of the store's work so far.
     fn stats(&self) -> StoreStats;

@@ -100,7 +100,7 @@ impl Health {
     /// Probes `store` now and then every `interval`, forever.
     pub async fn probe(self: Arc<Self>, store: Arc<dyn Store>, interval: Duration) {
         loop {
-            let ready = match store.list_tenants(None, 1).await {
+            let ready = match store.list_buckets(None, 1).await {
                 Ok(_) => true,
                 Err(e) => {
                     tracing::debug!(error = %e, "store probe failed");

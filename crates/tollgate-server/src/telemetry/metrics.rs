@@ -1,11 +1,12 @@
 //! Prometheus metrics, in an explicit registry.
 //!
 //! Two kinds, aggregated differently across replicas:
-//! - **Per tenant, from the store** (`tollgate_tenant_*`): cumulative
-//!   consumption, tokens granted, the bucket level and limits, live
-//!   instances. They are read from the store at every scrape, so every
+//! - **Per bucket, from the store** (`tollgate_tenant_*`, labelled
+//!   `tenant_id` and `bucket`; the request-unit bucket has `bucket=""`):
+//!   cumulative consumption, tokens granted, the bucket level and limits,
+//!   live instances. They are read from the store at every scrape, so every
 //!   replica sharing a store exports the same values: aggregate them with
-//!   `max by (tenant_id)`, never `sum`.
+//!   `max by (tenant_id, bucket)`, never `sum`.
 //! - **Per replica** (RPCs, grants answered, store transactions, retries,
 //!   failures, instances removed): this process's own counts; aggregate with
 //!   `sum`.
@@ -19,12 +20,12 @@ use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
-use tollgate_core::{Grant, TenantId};
+use tollgate_core::{BucketKey, Grant};
 use tonic::Code;
 
-use crate::store::{Store, StoreError, StoreStats, TenantSnapshot};
+use crate::store::{BucketSnapshot, Store, StoreError, StoreStats};
 
-/// Tenants read per store call while scraping.
+/// Buckets read per store call while scraping.
 const SCRAPE_PAGE: usize = 1000;
 
 /// RPC latency buckets, in seconds: 250 µs to 10 s.
@@ -83,9 +84,9 @@ impl Metrics {
         let grants = IntCounterVec::new(
             Opts::new(
                 "tollgate_token_bucket_grants_total",
-                "Token-bucket answers this replica gave, by tenant and kind: immediate (the bucket held the tokens) or trickle (delivered over time: the pod is throttled).",
+                "Token-bucket answers this replica gave, by bucket and kind: immediate (the bucket held the tokens) or trickle (delivered over time: the pod is throttled).",
             ),
-            &["tenant_id", "grant"],
+            &["tenant_id", "bucket", "grant"],
         )?;
         let build_info = IntGaugeVec::new(
             Opts::new(
@@ -123,26 +124,26 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// Counts one token-bucket answer for `tenant`.
-    pub fn observe_grant(&self, tenant: &TenantId, grant: &Grant) {
+    /// Counts one token-bucket answer for a bucket.
+    pub fn observe_grant(&self, key: &BucketKey, grant: &Grant) {
         let kind = if grant.trickle_duration.is_zero() {
             "immediate"
         } else {
             "trickle"
         };
         self.grants
-            .with_label_values(&[tenant.as_str(), kind])
+            .with_label_values(&[key.tenant.as_str(), key.bucket.as_str(), kind])
             .inc();
     }
 
     /// The metrics in Prometheus's text format, tenants read from `store`.
     pub async fn render(&self, store: &dyn Store) -> Result<String, MetricsError> {
-        let tenants = read_all_tenants(store).await;
+        let buckets = read_all_buckets(store).await;
         let mut families = self.registry.gather();
-        families.extend(store_families(store.stats(), tenants.is_ok()));
-        match tenants {
-            Ok(tenants) => families.extend(tenant_families(&tenants)),
-            Err(e) => tracing::warn!(error = %e, "metrics: cannot read tenants from the store"),
+        families.extend(store_families(store.stats(), buckets.is_ok()));
+        match buckets {
+            Ok(buckets) => families.extend(bucket_families(&buckets)),
+            Err(e) => tracing::warn!(error = %e, "metrics: cannot read buckets from the store"),
         }
         families.retain(|f| !f.get_metric().is_empty());
         families.sort_by(|a, b| a.name().cmp(b.name()));
@@ -154,15 +155,15 @@ impl Metrics {
     }
 }
 
-async fn read_all_tenants(store: &dyn Store) -> Result<Vec<TenantSnapshot>, StoreError> {
-    let mut tenants: Vec<TenantSnapshot> = Vec::new();
+async fn read_all_buckets(store: &dyn Store) -> Result<Vec<BucketSnapshot>, StoreError> {
+    let mut buckets: Vec<BucketSnapshot> = Vec::new();
     loop {
-        let after = tenants.last().map(|t| t.tenant_id.clone());
-        let page = store.list_tenants(after.as_ref(), SCRAPE_PAGE).await?;
+        let after = buckets.last().map(|b| b.key.clone());
+        let page = store.list_buckets(after.as_ref(), SCRAPE_PAGE).await?;
         let full = page.len() == SCRAPE_PAGE;
-        tenants.extend(page);
+        buckets.extend(page);
         if !full {
-            return Ok(tenants);
+            return Ok(buckets);
         }
     }
 }
@@ -265,116 +266,132 @@ fn store_families(stats: StoreStats, store_up: bool) -> Vec<MetricFamily> {
     ]
 }
 
-type TenantValue = fn(&TenantSnapshot) -> f64;
+type BucketValue = fn(&BucketSnapshot) -> f64;
 
-/// The per-tenant metrics: name, help, type, value.
-const TENANT_METRICS: [(&str, &str, MetricType, TenantValue); 14] = [
+/// The per-bucket metrics: name, help, type, value.
+const BUCKET_METRICS: [(&str, &str, MetricType, BucketValue); 14] = [
     (
         "tollgate_tenant_request_units_total",
         "Request units the tenant's pods reported consuming, since the tenant was created (read from the store).",
         MetricType::COUNTER,
-        |t| t.state.consumption.request_units(),
+        |b| b.head.totals.consumption.request_units(),
     ),
     (
         "tollgate_tenant_read_batches_total",
         "Read batches the tenant's pods reported.",
         MetricType::COUNTER,
-        |t| t.state.consumption.read_batches as f64,
+        |b| b.head.totals.consumption.read_batches as f64,
     ),
     (
         "tollgate_tenant_read_requests_total",
         "Read requests the tenant's pods reported.",
         MetricType::COUNTER,
-        |t| t.state.consumption.read_requests as f64,
+        |b| b.head.totals.consumption.read_requests as f64,
     ),
     (
         "tollgate_tenant_read_bytes_total",
         "Bytes read that the tenant's pods reported.",
         MetricType::COUNTER,
-        |t| t.state.consumption.read_bytes as f64,
+        |b| b.head.totals.consumption.read_bytes as f64,
     ),
     (
         "tollgate_tenant_write_batches_total",
         "Write batches the tenant's pods reported.",
         MetricType::COUNTER,
-        |t| t.state.consumption.write_batches as f64,
+        |b| b.head.totals.consumption.write_batches as f64,
     ),
     (
         "tollgate_tenant_write_requests_total",
         "Write requests the tenant's pods reported.",
         MetricType::COUNTER,
-        |t| t.state.consumption.write_requests as f64,
+        |b| b.head.totals.consumption.write_requests as f64,
     ),
     (
         "tollgate_tenant_write_bytes_total",
         "Bytes written that the tenant's pods reported.",
         MetricType::COUNTER,
-        |t| t.state.consumption.write_bytes as f64,
+        |b| b.head.totals.consumption.write_bytes as f64,
     ),
     (
         "tollgate_tenant_cpu_seconds_total",
         "CPU seconds the tenant's pods reported.",
         MetricType::COUNTER,
-        |t| t.state.consumption.cpu_seconds(),
+        |b| b.head.totals.consumption.cpu_seconds(),
     ),
     (
         "tollgate_tenant_egress_bytes_total",
         "Egress bytes the tenant's pods reported.",
         MetricType::COUNTER,
-        |t| t.state.consumption.egress_bytes as f64,
+        |b| b.head.totals.consumption.egress_bytes as f64,
     ),
     (
         "tollgate_tenant_granted_tokens_total",
         "Tokens granted to the tenant's pods since the tenant was created.",
         MetricType::COUNTER,
-        |t| t.state.granted_tokens,
+        |b| b.head.totals.granted_tokens,
     ),
     (
         "tollgate_tenant_tokens",
         "Tokens in the tenant's global bucket now, refill included (negative: debt).",
         MetricType::GAUGE,
-        TenantSnapshot::current_tokens,
+        BucketSnapshot::current_tokens,
     ),
     (
         "tollgate_tenant_refill_rate",
         "Tokens per second added to the tenant's bucket.",
         MetricType::GAUGE,
-        |t| t.state.limits.refill_rate,
+        |b| b.head.state.limits.refill_rate,
     ),
     (
         "tollgate_tenant_burst_limit",
         "Tokens at which the tenant's bucket stops refilling.",
         MetricType::GAUGE,
-        |t| t.state.limits.burst_limit,
+        |b| b.head.state.limits.burst_limit,
     ),
     (
         "tollgate_tenant_instances",
         "Live instances (pods) in the tenant's list.",
         MetricType::GAUGE,
-        |t| f64::from(t.state.live_instances),
+        |b| f64::from(b.head.members.live_instances),
     ),
 ];
 
-fn tenant_families(tenants: &[TenantSnapshot]) -> Vec<MetricFamily> {
-    let mut families: Vec<MetricFamily> = TENANT_METRICS
+fn bucket_families(buckets: &[BucketSnapshot]) -> Vec<MetricFamily> {
+    let mut families: Vec<MetricFamily> = BUCKET_METRICS
         .iter()
         .map(|(name, help, kind, value)| {
             family(
                 name,
                 help,
                 *kind,
-                tenants
+                buckets
                     .iter()
-                    .map(|t| sample(&[("tenant_id", t.tenant_id.as_str())], *kind, value(t)))
+                    .map(|b| {
+                        // In name order, as Prometheus writes labels.
+                        let labels = [
+                            ("bucket", b.key.bucket.as_str()),
+                            ("tenant_id", b.key.tenant.as_str()),
+                        ];
+                        sample(&labels, *kind, value(b))
+                    })
                     .collect(),
             )
         })
         .collect();
+    // Buckets come in key order, so a tenant's are adjacent.
+    let mut tenants = buckets.iter().map(|b| &b.key.tenant).collect::<Vec<_>>();
+    tenants.dedup();
     families.push(family(
         "tollgate_tenants",
         "Tenants in the store.",
         MetricType::GAUGE,
         vec![sample(&[], MetricType::GAUGE, tenants.len() as f64)],
+    ));
+    families.push(family(
+        "tollgate_buckets",
+        "Buckets in the store, over all tenants.",
+        MetricType::GAUGE,
+        vec![sample(&[], MetricType::GAUGE, buckets.len() as f64)],
     ));
     families
 }

@@ -36,7 +36,7 @@ mod retry;
 mod rows;
 mod tls;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -51,37 +51,41 @@ use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres_rustls::MakeRustlsConnect;
-use tollgate_core::global_bucket::{self, BucketRows};
+use tollgate_core::global_bucket::{self, IdRange, InstanceWindow};
+use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
-    Grant, InstanceState, LimitsUpdate, TenantId, TenantState, Timestamp, TokenBucketRequest,
+    BucketKey, BucketRow, Grant, LimitsUpdate, TenantId, Timestamp, TokenBucketRequest,
 };
 
 use self::retry::{TxError, Verdict, chain};
-use self::rows::{InstanceParams, TenantParams};
+use self::rows::{HeadParams, InstanceParams};
 use super::{
-    BucketSettings, Clock, Counters, LimitsChange, Store, StoreError, StoreStats, TenantSnapshot,
-    UnconfiguredTenants,
+    BucketSettings, BucketSnapshot, Clock, Counters, LimitsChange, Store, StoreError, StoreStats,
 };
 
 pub use self::retry::RetryPolicy;
 pub use self::tls::PostgresTls;
 
 mod sql {
-    pub const LOCK_TENANTS: &str = include_str!("../../../../../sql/queries/lock_tenants.sql");
-    pub const CLOCK: &str = include_str!("../../../../../sql/queries/clock.sql");
-    pub const LOAD_WINDOW: &str = include_str!("../../../../../sql/queries/load_window.sql");
-    pub const INSERT_TENANT: &str = include_str!("../../../../../sql/queries/insert_tenant.sql");
-    pub const UPDATE_TENANT: &str = include_str!("../../../../../sql/queries/update_tenant.sql");
-    pub const UPSERT_INSTANCE: &str =
-        include_str!("../../../../../sql/queries/upsert_instance.sql");
-    pub const DELETE_INSTANCE: &str =
-        include_str!("../../../../../sql/queries/delete_instance.sql");
-    pub const READ_INSTANCES: &str = include_str!("../../../../../sql/queries/read_instances.sql");
-    pub const READ_TENANT: &str = include_str!("../../../../../sql/queries/read_tenant.sql");
-    pub const LIST_TENANTS: &str = include_str!("../../../../../sql/queries/list_tenants.sql");
-    pub const DELETE_TENANT: &str = include_str!("../../../../../sql/queries/delete_tenant.sql");
-    pub const DELETE_STRAY_INSTANCES: &str =
-        include_str!("../../../../../sql/queries/delete_stray_instances.sql");
+    macro_rules! query {
+        ($name:ident, $file:literal) => {
+            pub const $name: &str = include_str!(concat!("../../../../../sql/queries/", $file));
+        };
+    }
+    query!(LOCK_BUCKETS, "lock_buckets.sql");
+    query!(LOCK_TENANT, "lock_tenant.sql");
+    query!(CLOCK, "clock.sql");
+    query!(LOAD_WINDOW, "load_window.sql");
+    query!(INSERT_BUCKET, "insert_bucket.sql");
+    query!(UPDATE_BUCKET, "update_bucket.sql");
+    query!(UPSERT_INSTANCE, "upsert_instance.sql");
+    query!(DELETE_INSTANCE, "delete_instance.sql");
+    query!(READ_INSTANCES, "read_instances.sql");
+    query!(READ_BUCKET, "read_bucket.sql");
+    query!(READ_TENANT, "read_tenant.sql");
+    query!(LIST_BUCKETS, "list_buckets.sql");
+    query!(DELETE_TENANT, "delete_tenant.sql");
+    query!(DELETE_STRAY_INSTANCES, "delete_stray_instances.sql");
 }
 
 mod embedded_migrations {
@@ -125,7 +129,16 @@ impl PostgresOptions {
 pub async fn migrate(url: &str, tls: &PostgresTls) -> Result<(), StoreError> {
     let config = parse_url(url)?;
     let connector = tls::connector(&config, tls)?;
-    migrate_with(&config, connector.as_ref()).await
+    migrate_with(&config, connector.as_ref(), None).await
+}
+
+/// Like [`migrate`], but stops at schema `version`: what a server of that
+/// version would have made of the database (for upgrade tests, and to
+/// stage an upgrade).
+pub async fn migrate_to(url: &str, tls: &PostgresTls, version: u32) -> Result<(), StoreError> {
+    let config = parse_url(url)?;
+    let connector = tls::connector(&config, tls)?;
+    migrate_with(&config, connector.as_ref(), Some(version)).await
 }
 
 fn parse_url(url: &str) -> Result<tokio_postgres::Config, StoreError> {
@@ -137,13 +150,14 @@ fn parse_url(url: &str) -> Result<tokio_postgres::Config, StoreError> {
 async fn migrate_with(
     config: &tokio_postgres::Config,
     connector: Option<&MakeRustlsConnect>,
+    version: Option<u32>,
 ) -> Result<(), StoreError> {
     let policy = RetryPolicy::default();
     let mut attempt = 1;
     loop {
         let outcome = match connector {
-            Some(tls) => migrate_once(config, tls.clone()).await,
-            None => migrate_once(config, NoTls).await,
+            Some(tls) => migrate_once(config, tls.clone(), version).await,
+            None => migrate_once(config, NoTls, version).await,
         };
         match outcome {
             Ok(applied) => {
@@ -162,7 +176,11 @@ async fn migrate_with(
     }
 }
 
-async fn migrate_once<T>(config: &tokio_postgres::Config, tls: T) -> Result<Vec<String>, StoreError>
+async fn migrate_once<T>(
+    config: &tokio_postgres::Config,
+    tls: T,
+    version: Option<u32>,
+) -> Result<Vec<String>, StoreError>
 where
     T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
     T::Stream: Send + 'static,
@@ -176,7 +194,11 @@ where
             tracing::debug!(error = %e, "migration connection closed");
         }
     });
+    let target = version.map_or(refinery::Target::Latest, |v| {
+        refinery::Target::Version(v.try_into().unwrap_or(refinery::SchemaVersion::MAX))
+    });
     let report = embedded_migrations::migrations::runner()
+        .set_target(target)
         .run_async(&mut client)
         .await
         .map_err(|e| StoreError::internal("apply schema migrations", e));
@@ -236,7 +258,7 @@ impl std::fmt::Debug for PostgresStore {
 
 /// A queued token-bucket request.
 struct Pending {
-    tenant: TenantId,
+    key: BucketKey,
     request: TokenBucketRequest,
     reply: oneshot::Sender<Result<Grant, StoreError>>,
 }
@@ -274,7 +296,7 @@ impl PostgresStore {
         }
         let mut config = parse_url(&options.url)?;
         let connector = tls::connector(&config, &options.tls)?;
-        migrate_with(&config, connector.as_ref()).await?;
+        migrate_with(&config, connector.as_ref(), None).await?;
         if config.get_application_name().is_none() {
             config.application_name("tollgate");
         }
@@ -348,12 +370,12 @@ fn settle<T>(
     }
 }
 
-/// The worker that serves `tenant`'s requests, of `workers`.
-fn shard(tenant: &TenantId, workers: usize) -> usize {
+/// The worker that serves a bucket's requests, of `workers`.
+fn shard(key: &BucketKey, workers: usize) -> usize {
     use std::hash::{Hash, Hasher};
-    // Fixed keys: the same tenant goes to the same worker in every process.
+    // Fixed keys: the same bucket goes to the same worker in every process.
     let mut hasher = std::hash::DefaultHasher::new();
-    tenant.as_str().hash(&mut hasher);
+    key.hash(&mut hasher);
     usize::try_from(hasher.finish() % workers.max(1) as u64).unwrap_or(0)
 }
 
@@ -465,17 +487,10 @@ impl Inner {
             }
         }
         self.counters.requests.fetch_add(served, Ordering::Relaxed);
-        for (tenant, removed) in outcome.removed {
-            self.counters
-                .instances_removed
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::info!(
-                tenant = %tenant,
-                instance = removed.instance_id,
-                silent_for = ?outcome.now.duration_since(removed.last_update),
-                "removed silent instance"
-            );
-        }
+        // The commit holds: report the removals.
+        self.counters
+            .instances_removed
+            .fetch_add(outcome.batch.report_removed(outcome.now), Ordering::Relaxed);
         deferred
     }
 }
@@ -484,49 +499,38 @@ impl Inner {
 struct BatchOutcome {
     /// Per request, in batch order: its answer, or `None` if it was deferred.
     answers: Vec<Option<Result<Grant, StoreError>>>,
-    removed: Vec<(TenantId, InstanceState)>,
+    /// The transaction script's state, to report its removals.
+    batch: Batch,
     now: Timestamp,
 }
 
-/// One tenant's rows within a batch.
-struct TenantWork {
-    rows: BucketRows,
-    /// The tenant row exists in the database (else it is inserted).
-    exists: bool,
-    /// A request changed the rows (else nothing is written).
-    dirty: bool,
-    upserted: BTreeSet<u32>,
-    removed: Vec<InstanceState>,
-}
-
-async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOutcome, TxError> {
+/// Serves `pending` in one transaction, by the script of
+/// `tollgate_core::transaction`: this function only reads and writes rows.
+async fn token_bucket_batch(store: &Inner, pending: &[Pending]) -> Result<BatchOutcome, TxError> {
     let mut client = store.pool.get().await?;
-    let lock = client.prepare_cached(sql::LOCK_TENANTS).await?;
+    let lock = client.prepare_cached(sql::LOCK_BUCKETS).await?;
     let clock = client.prepare_cached(sql::CLOCK).await?;
     let window = client.prepare_cached(sql::LOAD_WINDOW).await?;
-    let insert_tenant = client.prepare_cached(sql::INSERT_TENANT).await?;
-    let update_tenant = client.prepare_cached(sql::UPDATE_TENANT).await?;
+    let insert_head = client.prepare_cached(sql::INSERT_BUCKET).await?;
+    let update_head = client.prepare_cached(sql::UPDATE_BUCKET).await?;
     let upsert_instance = client.prepare_cached(sql::UPSERT_INSTANCE).await?;
     let delete_instance = client.prepare_cached(sql::DELETE_INSTANCE).await?;
     let delete_strays = client.prepare_cached(sql::DELETE_STRAY_INSTANCES).await?;
     let txn = client.transaction().await?;
 
-    let tenant_ids: Vec<&str> = batch
+    let plan = Batch::plan(
+        pending.iter().map(|p| (&p.key, p.request.instance_id)),
+        store.settings.bucket.cleanup_window,
+    );
+    let lock_tenants: Vec<&str> = plan.lock.iter().map(|k| k.tenant.as_str()).collect();
+    let lock_buckets: Vec<&str> = plan.lock.iter().map(|k| k.bucket.as_str()).collect();
+    let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_tenants, &lock_buckets];
+    let window_params: Vec<WindowParams<'_>> = pending
         .iter()
-        .map(|p| p.tenant.as_str())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
+        .zip(&plan.windows)
+        .map(|(p, window)| WindowParams::new(&p.key, window))
         .collect();
-    let cleanup_window = i64::try_from(store.settings.bucket.cleanup_window).unwrap_or(i64::MAX);
-    let window_keys: Vec<(&str, i64)> = batch
-        .iter()
-        .map(|p| (p.tenant.as_str(), i64::from(p.request.instance_id)))
-        .collect();
-    let window_params: Vec<[&(dyn ToSql + Sync); 3]> = window_keys
-        .iter()
-        .map(|(tenant, id)| -> [&(dyn ToSql + Sync); 3] { [tenant, id, &cleanup_window] })
-        .collect();
-    let lock_params: [&(dyn ToSql + Sync); 1] = [&tenant_ids];
+    let window_refs: Vec<_> = window_params.iter().map(WindowParams::as_params).collect();
     // One round trip: the lock first, then (once it is held) the clock and
     // the instance windows.
     let no_params: [&(dyn ToSql + Sync); 0] = [];
@@ -538,7 +542,7 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
             ]
             .into_iter()
             .chain(
-                window_params
+                window_refs
                     .iter()
                     .map(|params| txn.query(&window, &params[..])),
             ),
@@ -546,7 +550,7 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
         .await,
     )?
     .into_iter();
-    let (tenant_rows, clock_rows) = (
+    let (head_rows, clock_rows) = (
         read.next().unwrap_or_default(),
         read.next().unwrap_or_default(),
     );
@@ -556,136 +560,69 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
         .ok_or_else(|| StoreError::internal("read the clock", "no row"))?;
     let now = store.now(rows::clock(clock_row, "now")?);
 
-    let mut tenants: HashMap<&str, Option<TenantWork>> = HashMap::new();
-    for row in &tenant_rows {
-        let state = rows::tenant_from_row(row)?;
-        let id = tenant_ids
+    let heads = head_rows
+        .iter()
+        .map(|row| Ok((rows::bucket_key(row)?, rows::head_from_row(row)?)))
+        .collect::<Result<BTreeMap<_, _>, StoreError>>()?;
+    let mut batch = Batch::open(
+        plan.lock.iter().cloned(),
+        heads,
+        &store.settings.unconfigured_tenants,
+        now,
+    );
+    for (p, window_rows) in pending.iter().zip(&windows) {
+        let loaded = window_rows
             .iter()
-            .find(|id| row.get::<_, &str>("tenant_id") == **id)
-            .copied()
-            .ok_or_else(|| StoreError::internal("lock tenant rows", "unexpected tenant row"))?;
-        tenants.insert(
-            id,
-            Some(TenantWork {
-                rows: BucketRows {
-                    tenant: state,
-                    instances: BTreeMap::new(),
-                },
-                exists: true,
-                dirty: false,
-                upserted: BTreeSet::new(),
-                removed: Vec::new(),
-            }),
-        );
+            .map(rows::instance_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        batch.load(&p.key, loaded);
     }
-    for id in &tenant_ids {
-        tenants
-            .entry(*id)
-            .or_insert_with(|| match &store.settings.unconfigured_tenants {
-                UnconfiguredTenants::Reject => None,
-                UnconfiguredTenants::UseDefaults(d) => Some(TenantWork {
-                    rows: BucketRows {
-                        tenant: TenantState::new(d.limits, d.initial_tokens, false, now),
-                        instances: BTreeMap::new(),
-                    },
-                    exists: false,
-                    dirty: false,
-                    upserted: BTreeSet::new(),
-                    removed: Vec::new(),
-                }),
-            });
-    }
-    for (p, window_rows) in batch.iter().zip(&windows) {
-        // Instance rows of a tenant without a tenant row are strays (see
-        // `delete_stray_instances.sql`): a new tenant starts with none.
-        if let Some(Some(work)) = tenants.get_mut(p.tenant.as_str())
-            && work.exists
-        {
-            for row in window_rows {
-                let instance = rows::instance_from_row(row)?;
-                work.rows
-                    .instances
-                    .entry(instance.instance_id)
-                    .or_insert(instance);
-            }
-        }
-    }
-
-    let mut answers = Vec::with_capacity(batch.len());
-    for p in batch {
-        let Some(entry) = tenants.get_mut(p.tenant.as_str()) else {
-            answers.push(Some(Err(StoreError::internal(
-                "token bucket request",
-                "tenant missing from its batch",
-            ))));
-            continue;
-        };
-        let Some(work) = entry else {
-            answers.push(Some(Err(StoreError::TenantNotFound(p.tenant.clone()))));
-            continue;
-        };
-        if !work.removed.is_empty() {
-            answers.push(None);
-            continue;
-        }
-        match global_bucket::request(&mut work.rows, &p.request, now, &store.settings.bucket) {
-            Ok(outcome) => {
-                if !outcome.duplicate {
-                    work.dirty = true;
-                    work.upserted.extend(outcome.changes.upserted);
-                    work.removed.extend(outcome.changes.removed);
-                }
-                answers.push(Some(Ok(outcome.grant)));
-            }
-            Err(e) => answers.push(Some(Err(e.into()))),
-        }
-    }
+    let answers = pending
+        .iter()
+        .map(
+            |p| match batch.serve(&p.key, &p.request, now, &store.settings.bucket) {
+                Answer::Granted(grant) => Some(Ok(grant)),
+                Answer::Refused(e) => Some(Err(e.into())),
+                Answer::NotFound => Some(Err(StoreError::not_found(&p.key))),
+                Answer::Deferred => None,
+            },
+        )
+        .collect();
 
     // Write back, in one round trip.
-    let mut tenant_params = Vec::new();
+    let writes = batch.writes();
     let mut strays = Vec::new();
+    let mut head_params = Vec::new();
     let mut instance_params = Vec::new();
     let mut deletes = Vec::new();
-    let mut removed = Vec::new();
-    for id in &tenant_ids {
-        let Some(Some(work)) = tenants.get(id) else {
-            continue;
-        };
-        if !work.dirty {
-            continue;
+    for write in &writes {
+        let (tenant, bucket) = (write.key.tenant.as_str(), write.key.bucket.as_str());
+        if write.insert {
+            strays.push((tenant, bucket));
         }
-        let tenant = TenantId::parse("tenant_id", id)
-            .map_err(|e| StoreError::internal("token bucket request", e))?;
-        tenant_params.push((work.exists, TenantParams::new(&tenant, &work.rows.tenant)?));
-        if !work.exists {
-            strays.push(*id);
+        head_params.push((write.insert, HeadParams::new(write.key, write.head)?));
+        for row in &write.upsert {
+            instance_params.push(InstanceParams::new(write.key, row)?);
         }
-        let gone: BTreeSet<u32> = work.removed.iter().map(|r| r.instance_id).collect();
-        for instance in work.upserted.difference(&gone) {
-            if let Some(row) = work.rows.instances.get(instance) {
-                instance_params.push(InstanceParams::new(&tenant, row)?);
-            }
-        }
-        for row in &work.removed {
-            deletes.push((*id, i64::from(row.instance_id)));
-            removed.push((tenant.clone(), row.clone()));
+        for id in &write.delete {
+            deletes.push((tenant, bucket, i64::from(*id)));
         }
     }
-    let tenant_writes: Vec<_> = tenant_params
+    let head_writes: Vec<_> = head_params
         .iter()
-        .map(|(exists, params)| (*exists, params.as_params()))
+        .map(|(insert, params)| (*insert, params.as_params()))
         .collect();
     let instance_writes: Vec<_> = instance_params
         .iter()
         .map(InstanceParams::as_params)
         .collect();
-    let delete_params: Vec<[&(dyn ToSql + Sync); 2]> = deletes
+    let delete_params: Vec<[&(dyn ToSql + Sync); 3]> = deletes
         .iter()
-        .map(|(tenant, id)| -> [&(dyn ToSql + Sync); 2] { [tenant, id] })
+        .map(|(tenant, bucket, id)| -> [&(dyn ToSql + Sync); 3] { [tenant, bucket, id] })
         .collect();
-    let stray_params: Vec<[&(dyn ToSql + Sync); 1]> = strays
+    let stray_params: Vec<[&(dyn ToSql + Sync); 2]> = strays
         .iter()
-        .map(|tenant| -> [&(dyn ToSql + Sync); 1] { [tenant] })
+        .map(|(tenant, bucket)| -> [&(dyn ToSql + Sync); 2] { [tenant, bucket] })
         .collect();
     // Statements run in the order sent: strays go before anything is written.
     settle(
@@ -693,12 +630,8 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
             stray_params
                 .iter()
                 .map(|params| txn.execute(&delete_strays, params))
-                .chain(tenant_writes.iter().map(|(exists, params)| {
-                    let statement = if *exists {
-                        &update_tenant
-                    } else {
-                        &insert_tenant
-                    };
+                .chain(head_writes.iter().map(|(insert, params)| {
+                    let statement = if *insert { &insert_head } else { &update_head };
                     txn.execute(statement, params)
                 }))
                 .chain(
@@ -714,74 +647,106 @@ async fn token_bucket_batch(store: &Inner, batch: &[Pending]) -> Result<BatchOut
         )
         .await,
     )?;
+    drop(writes);
     txn.commit().await.map_err(TxError::Commit)?;
     Ok(BatchOutcome {
         answers,
-        removed,
+        batch,
         now,
     })
 }
 
-fn snapshot_from_rows(
-    inner: &Inner,
-    tenant: &TenantId,
-    rows: &[tokio_postgres::Row],
-    read_at_column: &'static str,
-) -> Result<Option<TenantSnapshot>, StoreError> {
-    let Some(first) = rows.first() else {
-        return Ok(None);
-    };
-    if rows::row_instance_id(first)? != 0 {
-        return Ok(None);
-    }
-    let instances = rows[1..]
-        .iter()
-        .map(rows::instance_from_row)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Some(TenantSnapshot {
-        tenant_id: tenant.clone(),
-        state: rows::tenant_from_row(first)?,
-        instances,
-        read_at: inner.now(rows::clock(first, read_at_column)?),
-    }))
+/// The parameters of `load_window.sql` for one request.
+struct WindowParams<'a> {
+    tenant: &'a str,
+    bucket: &'a str,
+    /// (first, last, limit) of each run, in the statement's order.
+    runs: [[i64; 3]; 4],
 }
 
-/// The tenant a `DELETE … RETURNING` removed, from its rows in any order.
-fn deleted_tenant(
-    inner: &Inner,
-    tenant: &TenantId,
-    deleted: &[tokio_postgres::Row],
-) -> Result<TenantSnapshot, StoreError> {
-    for row in deleted {
-        if rows::row_instance_id(row)? == 0 {
-            return Ok(TenantSnapshot {
-                tenant_id: tenant.clone(),
-                state: rows::tenant_from_row(row)?,
-                instances: Vec::new(),
-                read_at: inner.now(rows::clock(row, "read_at")?),
-            });
+impl<'a> WindowParams<'a> {
+    fn new(key: &'a BucketKey, window: &InstanceWindow) -> Self {
+        let run = |range: IdRange| {
+            [
+                i64::from(range.first),
+                i64::from(range.last),
+                i64::try_from(range.limit).unwrap_or(i64::MAX),
+            ]
+        };
+        WindowParams {
+            tenant: key.tenant.as_str(),
+            bucket: key.bucket.as_str(),
+            runs: [
+                run(window.own),
+                run(window.predecessor),
+                run(window.following),
+                run(window.wrapped),
+            ],
         }
     }
-    Err(StoreError::TenantNotFound(tenant.clone()))
+
+    fn as_params(&self) -> [&(dyn ToSql + Sync); 14] {
+        let r = &self.runs;
+        [
+            &self.tenant,
+            &self.bucket,
+            &r[0][0],
+            &r[0][1],
+            &r[0][2],
+            &r[1][0],
+            &r[1][1],
+            &r[1][2],
+            &r[2][0],
+            &r[2][1],
+            &r[2][2],
+            &r[3][0],
+            &r[3][1],
+            &r[3][2],
+        ]
+    }
+}
+
+/// The buckets in `rows` (ordered by key, then instance id), each with its
+/// instances; rows of a bucket without its head row are left out.
+fn snapshots_from_rows(
+    inner: &Inner,
+    rows: &[tokio_postgres::Row],
+    read_at_column: &'static str,
+) -> Result<Vec<BucketSnapshot>, StoreError> {
+    let mut out: Vec<BucketSnapshot> = Vec::new();
+    for row in rows {
+        let key = rows::bucket_key(row)?;
+        if rows::row_instance_id(row)? == 0 {
+            out.push(BucketSnapshot {
+                key,
+                head: rows::head_from_row(row)?,
+                instances: Vec::new(),
+                read_at: inner.now(rows::clock(row, read_at_column)?),
+            });
+        } else if let Some(last) = out.last_mut().filter(|s| s.key == key) {
+            last.instances.push(rows::instance_from_row(row)?);
+        }
+    }
+    Ok(out)
 }
 
 #[async_trait]
 impl Store for PostgresStore {
     async fn token_bucket(
         &self,
-        tenant: &TenantId,
+        key: &BucketKey,
         request: &TokenBucketRequest,
     ) -> Result<Grant, StoreError> {
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
-            tenant: tenant.clone(),
+            key: key.clone(),
             request: request.clone(),
             reply,
         };
         let sender = {
             let queues = self.queue.requests.lock().map_err(|_| closed())?;
             let queues = queues.as_ref().ok_or_else(closed)?;
-            queues[shard(tenant, queues.len())].clone()
+            queues[shard(key, queues.len())].clone()
         };
         sender.send(pending).await.map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
@@ -789,23 +754,24 @@ impl Store for PostgresStore {
 
     async fn update_limits(
         &self,
-        tenant: &TenantId,
+        key: &BucketKey,
         update: &LimitsUpdate,
     ) -> Result<LimitsChange, StoreError> {
         let inner = &*self.inner;
         inner
-            .run("update tenant limits", false, || async move {
+            .run("update bucket limits", false, || async move {
                 let mut client = inner.pool.get().await?;
-                let lock = client.prepare_cached(sql::LOCK_TENANTS).await?;
+                let lock = client.prepare_cached(sql::LOCK_BUCKETS).await?;
                 let clock = client.prepare_cached(sql::CLOCK).await?;
-                let insert = client.prepare_cached(sql::INSERT_TENANT).await?;
-                let update_row = client.prepare_cached(sql::UPDATE_TENANT).await?;
+                let insert = client.prepare_cached(sql::INSERT_BUCKET).await?;
+                let update_row = client.prepare_cached(sql::UPDATE_BUCKET).await?;
                 let read_instances = client.prepare_cached(sql::READ_INSTANCES).await?;
                 let delete_strays = client.prepare_cached(sql::DELETE_STRAY_INSTANCES).await?;
                 let txn = client.transaction().await?;
-                let ids = [tenant.as_str()];
-                let ids = ids.as_slice();
-                let lock_params: [&(dyn ToSql + Sync); 1] = [&ids];
+                let tenants = [key.tenant.as_str()];
+                let buckets = [key.bucket.as_str()];
+                let (tenants, buckets) = (tenants.as_slice(), buckets.as_slice());
+                let lock_params: [&(dyn ToSql + Sync); 2] = [&tenants, &buckets];
                 let no_params: [&(dyn ToSql + Sync); 0] = [];
                 let mut read = settle(
                     join_all([
@@ -823,28 +789,27 @@ impl Store for PostgresStore {
                     .first()
                     .ok_or_else(|| StoreError::internal("read the clock", "no row"))?;
                 let now = inner.now(rows::clock(clock_row, "now")?);
-                let before = found.first().map(rows::tenant_from_row).transpose()?;
-                let mut state = before
+                let before = found.first().map(rows::head_from_row).transpose()?;
+                let mut head = before
                     .clone()
-                    .unwrap_or_else(|| TenantState::new(update.limits, 0.0, true, now));
-                if let Err(e) = global_bucket::reconfigure(&mut state, update, now) {
+                    .unwrap_or_else(|| BucketRow::new(update.limits, 0.0, true, now));
+                if let Err(e) = global_bucket::reconfigure(&mut head, update, now) {
                     return Err(TxError::Store(e.into()));
                 }
-                let params = TenantParams::new(tenant, &state)?;
+                let params = HeadParams::new(key, &head)?;
+                let (tenant_id, bucket) = (key.tenant.as_str(), key.bucket.as_str());
+                let key_params: [&(dyn ToSql + Sync); 2] = [&tenant_id, &bucket];
                 let statement = if before.is_some() {
                     &update_row
                 } else {
-                    // A new tenant starts with an empty instance list.
-                    let tenant_id = tenant.as_str();
-                    txn.execute(&delete_strays, &[&tenant_id]).await?;
+                    // A new bucket starts with an empty instance list.
+                    txn.execute(&delete_strays, &key_params).await?;
                     &insert
                 };
                 let write_params = params.as_params();
-                let tenant_id = tenant.as_str();
-                let read_params: [&(dyn ToSql + Sync); 1] = [&tenant_id];
                 let (written, instance_rows) = tokio::join!(
                     txn.execute(statement, &write_params),
-                    txn.query(&read_instances, &read_params),
+                    txn.query(&read_instances, &key_params),
                 );
                 let instance_rows = match (written, instance_rows) {
                     (Ok(_), Ok(rows)) => rows,
@@ -854,7 +819,7 @@ impl Store for PostgresStore {
                             .map_or_else(
                                 || {
                                     TxError::Store(StoreError::internal(
-                                        "update tenant limits",
+                                        "update bucket limits",
                                         "lost error",
                                     ))
                                 },
@@ -869,9 +834,9 @@ impl Store for PostgresStore {
                 txn.commit().await.map_err(TxError::Commit)?;
                 Ok(LimitsChange {
                     before,
-                    after: TenantSnapshot {
-                        tenant_id: tenant.clone(),
-                        state,
+                    after: BucketSnapshot {
+                        key: key.clone(),
+                        head,
                         instances,
                         read_at: now,
                     },
@@ -880,75 +845,102 @@ impl Store for PostgresStore {
             .await
     }
 
-    async fn get_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError> {
+    async fn get_bucket(&self, key: &BucketKey) -> Result<BucketSnapshot, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("read bucket", true, || async move {
+                let client = inner.pool.get().await?;
+                let read = client.prepare_cached(sql::READ_BUCKET).await?;
+                let found = client
+                    .query(&read, &[&key.tenant.as_str(), &key.bucket.as_str()])
+                    .await?;
+                snapshots_from_rows(inner, &found, "read_at")?
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| TxError::Store(StoreError::not_found(key)))
+            })
+            .await
+    }
+
+    async fn get_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError> {
         let inner = &*self.inner;
         inner
             .run("read tenant", true, || async move {
                 let client = inner.pool.get().await?;
                 let read = client.prepare_cached(sql::READ_TENANT).await?;
                 let found = client.query(&read, &[&tenant.as_str()]).await?;
-                snapshot_from_rows(inner, tenant, &found, "read_at")?
-                    .ok_or_else(|| TxError::Store(StoreError::TenantNotFound(tenant.clone())))
+                let buckets = snapshots_from_rows(inner, &found, "read_at")?;
+                if buckets.is_empty() {
+                    return Err(TxError::Store(StoreError::TenantNotFound(tenant.clone())));
+                }
+                Ok(buckets)
             })
             .await
     }
 
-    async fn list_tenants(
+    async fn list_buckets(
         &self,
-        after: Option<&TenantId>,
+        after: Option<&BucketKey>,
         limit: usize,
-    ) -> Result<Vec<TenantSnapshot>, StoreError> {
-        let after = after.map_or("", TenantId::as_str);
+    ) -> Result<Vec<BucketSnapshot>, StoreError> {
+        // ('', '') sorts before every key: tenant ids are never empty.
+        let (after_tenant, after_bucket) =
+            after.map_or(("", ""), |k| (k.tenant.as_str(), k.bucket.as_str()));
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let inner = &*self.inner;
         inner
-            .run("list tenants", true, || async move {
+            .run("list buckets", true, || async move {
                 let client = inner.pool.get().await?;
-                let list = client.prepare_cached(sql::LIST_TENANTS).await?;
-                let found = client.query(&list, &[&after, &limit]).await?;
-                found
-                    .iter()
-                    .map(|row| {
-                        Ok(TenantSnapshot {
-                            tenant_id: rows::tenant_id(row)?,
-                            state: rows::tenant_from_row(row)?,
-                            instances: Vec::new(),
-                            read_at: inner.now(rows::clock(row, "read_at")?),
-                        })
-                    })
-                    .collect::<Result<Vec<_>, StoreError>>()
-                    .map_err(TxError::Store)
+                let list = client.prepare_cached(sql::LIST_BUCKETS).await?;
+                let found = client
+                    .query(&list, &[&after_tenant, &after_bucket, &limit])
+                    .await?;
+                snapshots_from_rows(inner, &found, "read_at").map_err(TxError::Store)
             })
             .await
     }
 
-    async fn delete_tenant(&self, tenant: &TenantId) -> Result<TenantSnapshot, StoreError> {
+    async fn delete_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError> {
         let inner = &*self.inner;
         inner
             .run("delete tenant", false, || async move {
                 let mut client = inner.pool.get().await?;
-                let lock = client.prepare_cached(sql::LOCK_TENANTS).await?;
+                let lock = client.prepare_cached(sql::LOCK_TENANT).await?;
                 let delete = client.prepare_cached(sql::DELETE_TENANT).await?;
                 let txn = client.transaction().await?;
-                let ids = [tenant.as_str()];
-                let ids = ids.as_slice();
                 let tenant_id = tenant.as_str();
-                let lock_params: [&(dyn ToSql + Sync); 1] = [&ids];
-                let delete_params: [&(dyn ToSql + Sync); 1] = [&tenant_id];
+                let params: [&(dyn ToSql + Sync); 1] = [&tenant_id];
                 // One round trip: the lock first, then (once it is held) the
                 // delete, whose snapshot sees every row committed before it.
                 let mut results = settle(
                     join_all([
-                        txn.query(&lock, &lock_params[..]),
-                        txn.query(&delete, &delete_params[..]),
+                        txn.query(&lock, &params[..]),
+                        txn.query(&delete, &params[..]),
                     ])
                     .await,
                 )?
                 .into_iter();
-                let deleted = results.nth(1).unwrap_or_default();
-                let snapshot = deleted_tenant(inner, tenant, &deleted).map_err(TxError::Store)?;
+                let mut deleted = results.nth(1).unwrap_or_default();
+                // RETURNING gives no order; heads come first, by key.
+                let order = |row: &tokio_postgres::Row| {
+                    (
+                        row.get::<_, String>("bucket"),
+                        row.get::<_, i64>("instance_id"),
+                    )
+                };
+                deleted.sort_by_cached_key(order);
+                let buckets: Vec<BucketSnapshot> = snapshots_from_rows(inner, &deleted, "read_at")?;
+                if buckets.is_empty() {
+                    return Err(TxError::Store(StoreError::TenantNotFound(tenant.clone())));
+                }
                 txn.commit().await.map_err(TxError::Commit)?;
-                Ok(snapshot)
+                Ok(buckets
+                    .into_iter()
+                    .map(|b| BucketSnapshot {
+                        instances: Vec::new(),
+                        ..b
+                    })
+                    .collect())
             })
             .await
     }

@@ -11,7 +11,11 @@ use std::time::{Duration, SystemTime};
 
 use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql};
-use tollgate_core::{Consumption, Grant, InstanceState, Limits, TenantId, TenantState, Timestamp};
+use tollgate_core::global_bucket::{BucketState, Membership, Totals};
+use tollgate_core::{
+    BucketKey, BucketName, BucketRow, Consumption, Grant, InstanceState, Limits, TenantId,
+    Timestamp,
+};
 
 use crate::store::StoreError;
 
@@ -66,14 +70,20 @@ fn timestamp(row: &Row, column: &'static str) -> Result<Timestamp, StoreError> {
     Ok(from_system_time(get(row, column)?))
 }
 
-/// The row's instance id (0 for a tenant row).
+/// The row's instance id (0 for a head row).
 pub(super) fn row_instance_id(row: &Row) -> Result<u32, StoreError> {
     instance_id(row, "instance_id")
 }
 
-pub(super) fn tenant_id(row: &Row) -> Result<TenantId, StoreError> {
-    let id: &str = get(row, "tenant_id")?;
-    TenantId::parse("tenant_id", id).map_err(|e| StoreError::internal("read tenant_id", e))
+/// The row's bucket key.
+pub(super) fn bucket_key(row: &Row) -> Result<BucketKey, StoreError> {
+    let tenant: &str = get(row, "tenant_id")?;
+    let bucket: &str = get(row, "bucket")?;
+    Ok(BucketKey::new(
+        TenantId::parse("tenant_id", tenant)
+            .map_err(|e| StoreError::internal("read tenant_id", e))?,
+        BucketName::parse("bucket", bucket).map_err(|e| StoreError::internal("read bucket", e))?,
+    ))
 }
 
 /// The store's clock as returned by a query's `column`.
@@ -81,36 +91,42 @@ pub(super) fn clock(row: &Row, column: &'static str) -> Result<Timestamp, StoreE
     timestamp(row, column)
 }
 
-/// A tenant row (instance_id = 0).
-pub(super) fn tenant_from_row(row: &Row) -> Result<TenantState, StoreError> {
-    Ok(TenantState {
-        limits: Limits {
-            refill_rate: get(row, "refill_rate")?,
-            burst_limit: get(row, "burst_limit")?,
+/// A bucket's head row (instance_id = 0).
+pub(super) fn head_from_row(row: &Row) -> Result<BucketRow, StoreError> {
+    Ok(BucketRow {
+        state: BucketState {
+            limits: Limits {
+                refill_rate: get(row, "refill_rate")?,
+                burst_limit: get(row, "burst_limit")?,
+            },
+            configured: get(row, "configured")?,
+            tokens: get(row, "tokens")?,
+            tokens_avg: get(row, "tokens_avg")?,
+            last_refill: timestamp(row, "last_refill")?,
+            committed_tokens: get(row, "committed_tokens")?,
+            committed_rate: get(row, "committed_rate")?,
+            created_at: timestamp(row, "created_at")?,
+            updated_at: timestamp(row, "updated_at")?,
         },
-        configured: get(row, "configured")?,
-        tokens: get(row, "tokens")?,
-        tokens_avg: get(row, "tokens_avg")?,
-        last_refill: timestamp(row, "last_refill")?,
-        share_sum: get(row, "share_sum")?,
-        live_instances: instance_id(row, "live_instances")?,
-        first_instance_id: instance_id(row, "next_instance_id")?,
-        consumption: Consumption {
-            request_unit_micros: counter(row, "total_request_unit_micros")?,
-            read_batches: counter(row, "total_read_batches")?,
-            read_requests: counter(row, "total_read_requests")?,
-            read_bytes: counter(row, "total_read_bytes")?,
-            write_batches: counter(row, "total_write_batches")?,
-            write_requests: counter(row, "total_write_requests")?,
-            write_bytes: counter(row, "total_write_bytes")?,
-            cpu_micros: counter(row, "total_cpu_micros")?,
-            egress_bytes: counter(row, "total_egress_bytes")?,
+        members: Membership {
+            share_sum: get(row, "share_sum")?,
+            live_instances: instance_id(row, "live_instances")?,
+            first_instance_id: instance_id(row, "next_instance_id")?,
         },
-        granted_tokens: get(row, "granted_tokens")?,
-        committed_tokens: get(row, "committed_tokens")?,
-        committed_rate: get(row, "committed_rate")?,
-        created_at: timestamp(row, "created_at")?,
-        updated_at: timestamp(row, "updated_at")?,
+        totals: Totals {
+            consumption: Consumption {
+                request_unit_micros: counter(row, "total_request_unit_micros")?,
+                read_batches: counter(row, "total_read_batches")?,
+                read_requests: counter(row, "total_read_requests")?,
+                read_bytes: counter(row, "total_read_bytes")?,
+                write_batches: counter(row, "total_write_batches")?,
+                write_requests: counter(row, "total_write_requests")?,
+                write_bytes: counter(row, "total_write_bytes")?,
+                cpu_micros: counter(row, "total_cpu_micros")?,
+                egress_bytes: counter(row, "total_egress_bytes")?,
+            },
+            granted_tokens: get(row, "granted_tokens")?,
+        },
     })
 }
 
@@ -147,9 +163,10 @@ fn to_i64(what: &'static str, value: u64) -> Result<i64, StoreError> {
     })
 }
 
-/// The parameters of `insert_tenant.sql` and `update_tenant.sql`, in order.
-pub(super) struct TenantParams {
+/// The parameters of `insert_bucket.sql` and `update_bucket.sql`, in order.
+pub(super) struct HeadParams {
     tenant_id: String,
+    bucket: String,
     next_instance_id: i64,
     refill_rate: f64,
     burst_limit: f64,
@@ -175,21 +192,23 @@ pub(super) struct TenantParams {
     updated_at: SystemTime,
 }
 
-impl TenantParams {
-    pub(super) fn new(tenant: &TenantId, state: &TenantState) -> Result<Self, StoreError> {
-        let c = &state.consumption;
-        Ok(TenantParams {
-            tenant_id: tenant.as_str().to_owned(),
-            next_instance_id: i64::from(state.first_instance_id),
+impl HeadParams {
+    pub(super) fn new(key: &BucketKey, head: &BucketRow) -> Result<Self, StoreError> {
+        let (state, members) = (&head.state, &head.members);
+        let c = &head.totals.consumption;
+        Ok(HeadParams {
+            tenant_id: key.tenant.as_str().to_owned(),
+            bucket: key.bucket.as_str().to_owned(),
+            next_instance_id: i64::from(members.first_instance_id),
             refill_rate: state.limits.refill_rate,
             burst_limit: state.limits.burst_limit,
             configured: state.configured,
             tokens: state.tokens,
             tokens_avg: state.tokens_avg,
             last_refill: to_system_time(state.last_refill),
-            share_sum: state.share_sum,
-            live_instances: i64::from(state.live_instances),
-            granted_tokens: state.granted_tokens,
+            share_sum: members.share_sum,
+            live_instances: i64::from(members.live_instances),
+            granted_tokens: head.totals.granted_tokens,
             committed_tokens: state.committed_tokens,
             committed_rate: state.committed_rate,
             request_unit_micros: to_i64("total_request_unit_micros", c.request_unit_micros)?,
@@ -206,9 +225,10 @@ impl TenantParams {
         })
     }
 
-    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 24] {
+    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 25] {
         [
             &self.tenant_id,
+            &self.bucket,
             &self.next_instance_id,
             &self.refill_rate,
             &self.burst_limit,
@@ -239,6 +259,7 @@ impl TenantParams {
 /// The parameters of `upsert_instance.sql`, in order.
 pub(super) struct InstanceParams {
     tenant_id: String,
+    bucket: String,
     instance_id: i64,
     next_instance_id: i64,
     lease: Vec<u8>,
@@ -254,11 +275,12 @@ pub(super) struct InstanceParams {
 }
 
 impl InstanceParams {
-    pub(super) fn new(tenant: &TenantId, row: &InstanceState) -> Result<Self, StoreError> {
+    pub(super) fn new(key: &BucketKey, row: &InstanceState) -> Result<Self, StoreError> {
         let trickle_nanos =
             u64::try_from(row.last_grant.trickle_duration.as_nanos()).unwrap_or(u64::MAX);
         Ok(InstanceParams {
-            tenant_id: tenant.as_str().to_owned(),
+            tenant_id: key.tenant.as_str().to_owned(),
+            bucket: key.bucket.as_str().to_owned(),
             instance_id: i64::from(row.instance_id),
             next_instance_id: i64::from(row.next_instance_id),
             lease: row.lease.clone(),
@@ -274,9 +296,10 @@ impl InstanceParams {
         })
     }
 
-    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 13] {
+    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 14] {
         [
             &self.tenant_id,
+            &self.bucket,
             &self.instance_id,
             &self.next_instance_id,
             &self.lease,

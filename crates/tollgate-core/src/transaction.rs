@@ -1,0 +1,302 @@
+//! The transaction script of a token-bucket request, written once for every
+//! store and the simulator.
+//!
+//! Every store serves pod requests the same way; only how it reads and
+//! writes rows differs. One transaction, for one request or a batch:
+//!
+//! 1. [`Batch::plan`]: which head rows to lock (in key order, so two
+//!    transactions never wait on each other in a cycle) and which instance
+//!    rows each request needs ([`instance_window`]).
+//! 2. The store locks and reads those head rows, reads its clock, and loads
+//!    the windows.
+//! 3. [`Batch::open`] decides, per bucket, what a missing head row means
+//!    (the unconfigured-bucket rule), and [`Batch::load`] takes the loaded
+//!    instance rows.
+//! 4. [`Batch::serve`] runs [`global_bucket::request`] for each request in
+//!    turn, on the same in-memory rows, so requests of one bucket see each
+//!    other's changes exactly as if they had been separate transactions.
+//! 5. The store writes [`Batch::writes`] back and commits.
+//! 6. [`Batch::report_removed`] logs the instances removed for being
+//!    silent and counts them, once the commit holds.
+//!
+//! The stores only read and write rows; every rule about what those rows
+//! mean is here or in [`global_bucket`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::global_bucket::{
+    self, BucketRow, BucketRows, GlobalBucketConfig, Grant, InstanceId, InstanceState,
+    InstanceWindow, Limits, RequestError, TokenBucketRequest, instance_window,
+};
+use crate::time::Timestamp;
+use crate::validate::BucketKey;
+
+/// What a pod request for a tenant's request-unit bucket gets when nobody
+/// configured it. (Named buckets exist only once provisioned; a request
+/// for one that does not exist is always refused.)
+#[derive(Clone, Debug, PartialEq)]
+pub enum UnconfiguredTenants {
+    /// The bucket is created with these limits.
+    UseDefaults(DefaultLimits),
+    /// The request is refused as not found.
+    Reject,
+}
+
+impl Default for UnconfiguredTenants {
+    fn default() -> Self {
+        UnconfiguredTenants::UseDefaults(DefaultLimits::default())
+    }
+}
+
+/// The limits a tenant's request-unit bucket gets before an operator
+/// configures it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DefaultLimits {
+    pub limits: Limits,
+    /// Tokens a new bucket starts with.
+    pub initial_tokens: f64,
+}
+
+impl Default for DefaultLimits {
+    fn default() -> Self {
+        DefaultLimits {
+            limits: Limits {
+                refill_rate: 1_000.0,
+                burst_limit: 10_000.0,
+            },
+            initial_tokens: 10_000.0,
+        }
+    }
+}
+
+/// What a batch's transaction must lock and load.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The head rows to lock, each once, in key order.
+    pub lock: Vec<BucketKey>,
+    /// Per request, in batch order: the instance rows it needs.
+    pub windows: Vec<InstanceWindow>,
+}
+
+/// The answer to one request of a batch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    Granted(Grant),
+    /// The state machine refused it; nothing changed.
+    Refused(RequestError),
+    /// The bucket does not exist (and is not created by default).
+    NotFound,
+    /// An earlier request of this transaction removed silent instances of
+    /// the bucket, so the rows this one needs may not all be loaded: serve
+    /// it in the next transaction.
+    Deferred,
+}
+
+/// One bucket's rows within a transaction, and what its requests changed.
+#[derive(Clone, Debug, PartialEq)]
+struct BucketWork {
+    rows: BucketRows,
+    /// The head row exists in the store (else it is inserted).
+    stored: bool,
+    /// A request changed the rows (else nothing is written).
+    dirty: bool,
+    upserted: BTreeSet<InstanceId>,
+    removed: Vec<InstanceState>,
+}
+
+/// What to write back for one bucket.
+#[derive(Debug, PartialEq)]
+pub struct BucketWrite<'a> {
+    pub key: &'a BucketKey,
+    pub head: &'a BucketRow,
+    /// The head row is new: insert it (a store that may hold instance rows
+    /// left without a head deletes those first, so a new bucket starts
+    /// with an empty instance list). Otherwise update it.
+    pub insert: bool,
+    /// Instance rows to insert or replace.
+    pub upsert: Vec<&'a InstanceState>,
+    /// Instance rows to delete.
+    pub delete: Vec<InstanceId>,
+}
+
+impl BucketWrite<'_> {
+    /// Applies the write to a bucket kept in memory (the simulator's store,
+    /// tests).
+    pub fn apply_to(
+        &self,
+        head: &mut BucketRow,
+        instances: &mut BTreeMap<InstanceId, InstanceState>,
+    ) {
+        if self.insert {
+            instances.clear();
+        }
+        head.clone_from(self.head);
+        for row in &self.upsert {
+            instances.insert(row.instance_id, (*row).clone());
+        }
+        for id in &self.delete {
+            instances.remove(id);
+        }
+    }
+}
+
+/// The buckets one transaction serves requests for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Batch {
+    /// `None`: the bucket does not exist and is not created.
+    buckets: BTreeMap<BucketKey, Option<BucketWork>>,
+}
+
+impl Batch {
+    /// What a transaction serving `requests` (bucket and requesting
+    /// instance, in batch order) must lock and load.
+    pub fn plan<'a>(
+        requests: impl IntoIterator<Item = (&'a BucketKey, InstanceId)>,
+        cleanup_window: usize,
+    ) -> Plan {
+        let mut lock = BTreeSet::new();
+        let mut windows = Vec::new();
+        for (key, instance) in requests {
+            lock.insert(key.clone());
+            windows.push(instance_window(instance, cleanup_window));
+        }
+        Plan {
+            lock: lock.into_iter().collect(),
+            windows,
+        }
+    }
+
+    /// Opens the buckets of `keys` with the head rows a store found
+    /// (`heads`; a key without one has no row). A missing request-unit
+    /// bucket is created by `unconfigured`; any other missing bucket does
+    /// not exist.
+    pub fn open(
+        keys: impl IntoIterator<Item = BucketKey>,
+        mut heads: BTreeMap<BucketKey, BucketRow>,
+        unconfigured: &UnconfiguredTenants,
+        now: Timestamp,
+    ) -> Batch {
+        let mut buckets = BTreeMap::new();
+        for key in keys {
+            let work = match heads.remove(&key) {
+                Some(head) => Some(BucketWork::new(head, true)),
+                None if key.bucket.is_request_units() => match unconfigured {
+                    UnconfiguredTenants::UseDefaults(d) => Some(BucketWork::new(
+                        BucketRow::new(d.limits, d.initial_tokens, false, now),
+                        false,
+                    )),
+                    UnconfiguredTenants::Reject => None,
+                },
+                None => None,
+            };
+            buckets.insert(key, work);
+        }
+        Batch { buckets }
+    }
+
+    /// Adds instance rows loaded for `key`. Rows of a bucket whose head row
+    /// did not exist are strays (left by an older delete) and are ignored:
+    /// a new bucket starts with none.
+    pub fn load(&mut self, key: &BucketKey, instances: impl IntoIterator<Item = InstanceState>) {
+        if let Some(Some(work)) = self.buckets.get_mut(key)
+            && work.stored
+        {
+            for instance in instances {
+                work.rows
+                    .instances
+                    .entry(instance.instance_id)
+                    .or_insert(instance);
+            }
+        }
+    }
+
+    /// Serves one request for `key` on the rows loaded so far.
+    pub fn serve(
+        &mut self,
+        key: &BucketKey,
+        request: &TokenBucketRequest,
+        now: Timestamp,
+        config: &GlobalBucketConfig,
+    ) -> Answer {
+        let Some(Some(work)) = self.buckets.get_mut(key) else {
+            return Answer::NotFound;
+        };
+        if !work.removed.is_empty() {
+            return Answer::Deferred;
+        }
+        match global_bucket::request(&mut work.rows, request, now, config) {
+            Ok(outcome) => {
+                if !outcome.duplicate {
+                    work.dirty = true;
+                    work.upserted.extend(outcome.changes.upserted);
+                    work.removed.extend(outcome.changes.removed);
+                }
+                Answer::Granted(outcome.grant)
+            }
+            Err(e) => Answer::Refused(e),
+        }
+    }
+
+    /// The rows to write back, bucket by bucket in key order; buckets no
+    /// request changed are left out.
+    pub fn writes(&self) -> Vec<BucketWrite<'_>> {
+        self.buckets
+            .iter()
+            .filter_map(|(key, work)| work.as_ref().map(|work| (key, work)))
+            .filter(|(_, work)| work.dirty)
+            .map(|(key, work)| {
+                let gone: BTreeSet<InstanceId> =
+                    work.removed.iter().map(|r| r.instance_id).collect();
+                BucketWrite {
+                    key,
+                    head: &work.rows.head,
+                    insert: !work.stored,
+                    upsert: work
+                        .upserted
+                        .difference(&gone)
+                        .filter_map(|id| work.rows.instances.get(id))
+                        .collect(),
+                    delete: gone.into_iter().collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// Logs every instance the committed transaction removed for being
+    /// silent, and returns how many there were. Call it once the commit
+    /// holds (a transaction that failed removed nothing).
+    pub fn report_removed(&self, now: Timestamp) -> u64 {
+        let mut count = 0;
+        for (key, work) in &self.buckets {
+            for removed in work.iter().flat_map(|w| &w.removed) {
+                count += 1;
+                tracing::info!(
+                    tenant = %key.tenant,
+                    bucket = %key.bucket,
+                    instance = removed.instance_id,
+                    silent_for_secs = now.duration_since(removed.last_update).as_secs_f64(),
+                    "removed silent instance"
+                );
+            }
+        }
+        count
+    }
+}
+
+impl BucketWork {
+    fn new(head: BucketRow, stored: bool) -> Self {
+        BucketWork {
+            rows: BucketRows {
+                head,
+                instances: BTreeMap::new(),
+            },
+            stored,
+            dirty: false,
+            upserted: BTreeSet::new(),
+            removed: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,330 @@
+//! The transaction script without a database: planning, the unconfigured
+//! rule, deferral and write-back, and the property that a request on its
+//! window's rows does exactly what it does on all rows.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::consumption::Consumption;
+use crate::validate::{BucketName, TenantId};
+
+fn key(tenant: &str, bucket: &str) -> BucketKey {
+    BucketKey::new(
+        TenantId::parse("tenant_id", tenant).expect("tenant id"),
+        BucketName::parse("bucket", bucket).expect("bucket name"),
+    )
+}
+
+fn at(secs: f64) -> Timestamp {
+    Timestamp::from_secs_f64(secs)
+}
+
+fn req(instance_id: InstanceId, seq: u64, requested_tokens: f64) -> TokenBucketRequest {
+    TokenBucketRequest {
+        instance_id,
+        lease: vec![1],
+        seq,
+        requested_tokens,
+        shares: 1.0,
+        target_request_period: Duration::from_secs(10),
+        consumption: Consumption::default(),
+        next_live_instance_id: None,
+        returned_tokens: 0.0,
+    }
+}
+
+fn limits(refill_rate: f64, burst_limit: f64) -> Limits {
+    Limits {
+        refill_rate,
+        burst_limit,
+    }
+}
+
+/// A store that keeps every row in memory, driven through [`Batch`] the
+/// way the real stores drive it.
+#[derive(Default)]
+struct MemoryStore {
+    heads: BTreeMap<BucketKey, BucketRow>,
+    instances: BTreeMap<BucketKey, BTreeMap<InstanceId, InstanceState>>,
+}
+
+impl MemoryStore {
+    fn run(
+        &mut self,
+        requests: &[(BucketKey, TokenBucketRequest)],
+        now: Timestamp,
+        unconfigured: &UnconfiguredTenants,
+    ) -> (Vec<Answer>, u64) {
+        let config = GlobalBucketConfig::default();
+        let plan = Batch::plan(
+            requests.iter().map(|(k, r)| (k, r.instance_id)),
+            config.cleanup_window,
+        );
+        let heads = plan
+            .lock
+            .iter()
+            .filter_map(|k| self.heads.get(k).map(|h| (k.clone(), h.clone())))
+            .collect();
+        let mut batch = Batch::open(plan.lock.iter().cloned(), heads, unconfigured, now);
+        let empty = BTreeMap::new();
+        for ((k, _), window) in requests.iter().zip(&plan.windows) {
+            let all = self.instances.get(k).unwrap_or(&empty);
+            batch.load(k, window.select(all).into_values());
+        }
+        let answers = requests
+            .iter()
+            .map(|(k, r)| batch.serve(k, r, now, &config))
+            .collect();
+        for write in batch.writes() {
+            let mut head = self
+                .heads
+                .get(write.key)
+                .cloned()
+                .unwrap_or_else(|| write.head.clone());
+            write.apply_to(
+                &mut head,
+                self.instances.entry(write.key.clone()).or_default(),
+            );
+            self.heads.insert(write.key.clone(), head);
+        }
+        (answers, batch.report_removed(now))
+    }
+}
+
+#[test]
+fn a_plan_locks_each_bucket_once_in_key_order_and_loads_a_window_per_request() {
+    let (a, b) = (key("t1", "mail"), key("t0", ""));
+    let plan = Batch::plan([(&a, 3), (&b, 1), (&a, 7)], 8);
+    assert_eq!(plan.lock, vec![b.clone(), a.clone()]);
+    assert_eq!(
+        plan.windows,
+        vec![
+            instance_window(3, 8),
+            instance_window(1, 8),
+            instance_window(7, 8)
+        ]
+    );
+}
+
+#[test]
+fn a_missing_request_unit_bucket_follows_the_unconfigured_rule_and_a_named_one_is_not_found() {
+    let defaults = UnconfiguredTenants::default();
+    let mut store = MemoryStore::default();
+    let (ru, mail) = (key("t", ""), key("t", "mail"));
+    let (answers, _) = store.run(
+        &[(ru.clone(), req(1, 1, 5.0)), (mail.clone(), req(1, 1, 5.0))],
+        at(1.0),
+        &defaults,
+    );
+    assert!(matches!(answers[0], Answer::Granted(g) if g.granted_tokens == 5.0));
+    assert_eq!(answers[1], Answer::NotFound);
+    let head = &store.heads[&ru];
+    assert!(!head.state.configured);
+    assert_eq!(head.state.limits, DefaultLimits::default().limits);
+    assert!(!store.heads.contains_key(&mail));
+
+    let mut strict = MemoryStore::default();
+    let (answers, _) = strict.run(
+        &[(ru.clone(), req(1, 1, 5.0))],
+        at(1.0),
+        &UnconfiguredTenants::Reject,
+    );
+    assert_eq!(answers, vec![Answer::NotFound]);
+    assert!(strict.heads.is_empty());
+}
+
+#[test]
+fn buckets_of_one_tenant_are_isolated() {
+    let mut store = MemoryStore::default();
+    let (mail, ai) = (key("t", "mail"), key("t", "ai"));
+    for k in [&mail, &ai] {
+        store.heads.insert(
+            k.clone(),
+            BucketRow::new(limits(1.0, 10.0), 10.0, true, at(0.0)),
+        );
+    }
+    let (answers, _) = store.run(
+        &[
+            (mail.clone(), req(1, 1, 10.0)),
+            (ai.clone(), req(1, 1, 4.0)),
+        ],
+        at(0.0),
+        &UnconfiguredTenants::Reject,
+    );
+    assert!(matches!(answers[0], Answer::Granted(g) if g.granted_tokens == 10.0));
+    assert!(matches!(answers[1], Answer::Granted(g) if g.granted_tokens == 4.0));
+    assert_eq!(store.heads[&mail].state.tokens, 0.0);
+    assert_eq!(store.heads[&ai].state.tokens, 6.0);
+}
+
+#[test]
+fn instance_rows_left_without_a_head_are_ignored_and_replaced() {
+    let mut store = MemoryStore::default();
+    let ru = key("t", "");
+    let mut stray = BTreeMap::new();
+    let mut old = InstanceState {
+        instance_id: 1,
+        next_instance_id: 0,
+        lease: vec![9],
+        seq: 50,
+        shares: 3.0,
+        last_update: at(0.0),
+        last_grant: Grant::default(),
+        committed_rate: 0.0,
+        committed_until: at(0.0),
+    };
+    stray.insert(1, old.clone());
+    old.instance_id = 2;
+    stray.insert(2, old);
+    store.instances.insert(ru.clone(), stray);
+    let (answers, _) = store.run(
+        &[(ru.clone(), req(1, 1, 1.0))],
+        at(1.0),
+        &UnconfiguredTenants::default(),
+    );
+    assert!(matches!(answers[0], Answer::Granted(_)));
+    let rows = &store.instances[&ru];
+    assert_eq!(rows.keys().copied().collect::<Vec<_>>(), vec![1]);
+    assert_eq!(rows[&1].seq, 1);
+    assert_eq!(store.heads[&ru].members.live_instances, 1);
+}
+
+#[test]
+fn after_a_removal_the_buckets_later_requests_are_deferred() {
+    let mut store = MemoryStore::default();
+    let ru = key("t", "");
+    let defaults = UnconfiguredTenants::default();
+    store.run(&[(ru.clone(), req(2, 1, 1.0))], at(0.0), &defaults);
+    // Instance 2 falls silent; instance 1's request removes it.
+    let (answers, removed) = store.run(
+        &[(ru.clone(), req(1, 1, 1.0)), (ru.clone(), req(3, 1, 1.0))],
+        at(100.0),
+        &defaults,
+    );
+    assert!(matches!(answers[0], Answer::Granted(_)));
+    assert_eq!(answers[1], Answer::Deferred);
+    assert_eq!(removed, 1);
+    let ids: Vec<_> = store.instances[&ru].keys().copied().collect();
+    assert_eq!(ids, vec![1]);
+    // The deferred request runs on its own next time.
+    let (answers, removed) = store.run(&[(ru.clone(), req(3, 1, 1.0))], at(100.0), &defaults);
+    assert!(matches!(answers[0], Answer::Granted(_)));
+    assert_eq!(removed, 0);
+}
+
+#[test]
+fn a_duplicate_writes_nothing() {
+    let mut store = MemoryStore::default();
+    let ru = key("t", "");
+    let defaults = UnconfiguredTenants::default();
+    store.run(&[(ru.clone(), req(1, 1, 1.0))], at(0.0), &defaults);
+    let config = GlobalBucketConfig::default();
+    let heads = store.heads.clone();
+    let mut batch = Batch::open([ru.clone()], heads, &defaults, at(1.0));
+    batch.load(&ru, store.instances[&ru].values().cloned());
+    let answer = batch.serve(&ru, &req(1, 1, 1.0), at(1.0), &config);
+    assert!(matches!(answer, Answer::Granted(_)));
+    assert!(batch.writes().is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// The window rule
+// ---------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+struct Step {
+    advance_ms: u32,
+    instance: InstanceId,
+    requested: f64,
+    shares: f64,
+    next_live: Option<InstanceId>,
+    new_lease: bool,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    (
+        prop_oneof![0u32..2_000, 0u32..90_000],
+        prop_oneof![1u32..12, Just(u32::MAX), Just(u32::MAX - 1)],
+        prop_oneof![Just(0.0), 0.0..500.0],
+        0.0..5.0,
+        proptest::option::weighted(0.3, 1u32..12),
+        proptest::bool::weighted(0.05),
+    )
+        .prop_map(
+            |(advance_ms, instance, requested, shares, next_live, new_lease)| Step {
+                advance_ms,
+                instance,
+                requested,
+                shares,
+                next_live,
+                new_lease,
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// A request on the rows of its window gives exactly the grant, and
+    /// leaves exactly the rows, that it gives and leaves on all rows.
+    #[test]
+    fn a_request_on_its_window_does_what_it_does_on_all_rows(
+        window in 1usize..5,
+        steps in proptest::collection::vec(step(), 1..120),
+    ) {
+        let config = GlobalBucketConfig { cleanup_window: window, ..GlobalBucketConfig::default() };
+        let mut all = BucketRows {
+            head: BucketRow::new(limits(100.0, 1_000.0), 500.0, true, at(0.0)),
+            instances: BTreeMap::new(),
+        };
+        let mut seqs = BTreeMap::<InstanceId, (u64, u8)>::new();
+        let mut now_ms: i64 = 0;
+        for s in &steps {
+            now_ms += i64::from(s.advance_ms);
+            let now = Timestamp::from_unix_micros(now_ms * 1000);
+            let (seq, lease) = seqs.entry(s.instance).or_insert((0, 1));
+            if s.new_lease {
+                *lease += 1;
+                *seq = 0;
+            }
+            *seq += 1;
+            let mut r = req(s.instance, *seq, s.requested);
+            r.lease = vec![*lease];
+            r.shares = s.shares;
+            r.next_live_instance_id = s.next_live;
+
+            let before = all.instances.clone();
+            // The window's rows, as a store loads them.
+            let mut windowed = BucketRows {
+                head: all.head.clone(),
+                instances: instance_window(s.instance, window).select(&all.instances),
+            };
+            let on_window = global_bucket::request(&mut windowed, &r, now, &config);
+            let on_all = global_bucket::request(&mut all, &r, now, &config);
+            match (on_window, on_all) {
+                (Ok(w), Ok(a)) => {
+                    prop_assert_eq!(w.grant, a.grant);
+                    prop_assert_eq!(w.duplicate, a.duplicate);
+                    prop_assert_eq!(&w.changes.removed, &a.changes.removed);
+                    // Writing the window's changes back gives all rows as
+                    // the request left them.
+                    let mut written = before;
+                    if !w.duplicate {
+                        for id in &w.changes.upserted {
+                            written.insert(*id, windowed.instances[id].clone());
+                        }
+                        for removed in &w.changes.removed {
+                            written.remove(&removed.instance_id);
+                        }
+                    }
+                    prop_assert_eq!(&windowed.head, &all.head);
+                    prop_assert_eq!(&written, &all.instances);
+                }
+                (Err(w), Err(a)) => prop_assert_eq!(w, a),
+                (w, a) => prop_assert!(false, "window {:?} but all rows {:?}", w, a),
+            }
+        }
+    }
+}
