@@ -201,6 +201,11 @@ impl Controller {
     /// Fails with [`ClientError::InvalidInput`] (field `bucket`) for a name
     /// that breaks the rule, and with [`ClientError::Closed`] for a new
     /// bucket after [`Controller::shutdown`].
+    ///
+    /// A server that serves only the request-unit bucket refuses a named
+    /// bucket's requests; the bucket then retries them as it does any
+    /// failed request, and works on its initial allowance and the fallback
+    /// rate meanwhile, as it would with the server down.
     pub fn bucket(&self, name: &str) -> Result<BucketHandle, ClientError> {
         self.request_units.pod().bucket(name)
     }
