@@ -199,8 +199,9 @@ impl Controller {
     /// this call looks the name up, the handle's methods do not.
     ///
     /// Fails with [`ClientError::InvalidInput`] (field `bucket`) for a name
-    /// that breaks the rule, and with [`ClientError::Closed`] for a new
-    /// bucket after [`Controller::shutdown`].
+    /// that breaks the rule, with [`ClientError::Closed`] for a new bucket
+    /// after [`Controller::shutdown`], and with [`ClientError::Metrics`] if
+    /// a new bucket's metrics cannot be registered.
     ///
     /// A server that serves only the request-unit bucket refuses a named
     /// bucket's requests; the bucket then retries them as it does any
