@@ -1,28 +1,37 @@
-//! The controller: the handle pods use, and the task that talks to the server.
+//! The controller: the one handle a pod holds on its tenant's buckets, over
+//! one connection to the server.
+//!
+//! A [`Controller`] is its request-unit bucket's [`BucketHandle`] plus the
+//! KV cost model in front of it; every other bucket is reached with
+//! [`Controller::bucket`]. The buckets are kept by the `Pod`, the state all
+//! handles of one controller share: the transport, the settings new buckets
+//! are made with, and each bucket's driver task.
 
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use prometheus::Registry;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tollgate_core::{
-    Admission, Batch, Consumption, CostModel, Grant, InstanceId, InvalidInput, LocalBucket,
-    LocalBucketConfig, LocalBucketStatus, TenantId, TokenBucketRequest, WaiterId,
+    Batch, BucketName, Consumption, CostModel, InstanceId, InvalidInput, LocalBucket,
+    LocalBucketConfig, LocalBucketStatus, TenantId,
 };
 
-use crate::error::{ClientError, TransportError};
-use crate::gate::{self, Gate};
+use crate::bucket::{Bucket, BucketHandle};
+use crate::error::ClientError;
+use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::transport::{ClientTls, GrpcTransport, Transport};
 
 /// How a controller behaves. `Options::default()` is what most pods want.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// The local bucket's knobs (target period, initial allowance, …).
+    /// The local bucket's knobs (target period, initial allowance, …), for
+    /// every bucket the controller gates.
     pub bucket: LocalBucketConfig,
     /// What reads, writes, CPU and egress cost.
     pub cost_model: CostModel,
@@ -30,9 +39,11 @@ pub struct Options {
     pub request_timeout: Duration,
     /// Give up connecting to the server after this long (and retry).
     pub connect_timeout: Duration,
-    /// How long [`Controller::shutdown`] waits to deliver the final report.
+    /// How long [`Controller::shutdown`] waits to deliver the final reports
+    /// (of all buckets together).
     pub shutdown_timeout: Duration,
-    /// Where to register the client's metrics; none if unset.
+    /// Where to register the client's metrics (each bucket's, labelled with
+    /// its name); none if unset.
     pub registry: Option<Registry>,
     /// TLS for an `https://` endpoint (the system's roots if unset).
     pub tls: Option<ClientTls>,
@@ -85,35 +96,39 @@ impl Request {
 }
 
 /// What [`Controller::shutdown`] achieved.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ShutdownReport {
-    /// True if every charge reached the server.
+    /// True if the final report of every bucket reached the server.
+    pub consumption_reported: bool,
+    /// The request-unit bucket as it was left.
+    pub status: LocalBucketStatus,
+    /// Every bucket the controller gated, by name (the request-unit bucket,
+    /// `""`, first).
+    pub buckets: Vec<BucketReport>,
+}
+
+/// What [`Controller::shutdown`] achieved for one bucket.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketReport {
+    pub bucket: BucketName,
+    /// True if this bucket's final report reached the server.
     pub consumption_reported: bool,
     /// The bucket as it was left.
     pub status: LocalBucketStatus,
 }
 
 /// A pod's handle on its tenant's tokens. Cheap to clone; every clone gates
-/// on the same local bucket. Dropping the last clone stops the background
-/// task (use [`Controller::shutdown`] to report the final consumption first).
+/// on the same buckets. Dropping the last clone (and the last
+/// [`BucketHandle`]) stops the background tasks (use
+/// [`Controller::shutdown`] to report the final consumption first).
+///
+/// The controller's own methods gate the tenant's request-unit bucket;
+/// [`Controller::bucket`] reaches the others.
 #[derive(Clone, Debug)]
 pub struct Controller {
-    shared: Arc<Shared>,
-}
-
-#[derive(Debug)]
-struct Shared {
-    gate: Arc<Gate>,
-    cost_model: CostModel,
-    stop: watch::Sender<bool>,
-    task: Mutex<Option<JoinHandle<bool>>>,
-    shutdown_timeout: Duration,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        let _ = self.stop.send(true);
-    }
+    /// The request-unit bucket, held directly so that its fast path looks
+    /// nothing up.
+    request_units: BucketHandle,
 }
 
 impl Controller {
@@ -140,6 +155,8 @@ impl Controller {
     }
 
     /// Starts a controller that reaches the server through `transport`.
+    ///
+    /// Must be called within a tokio runtime: the buckets' tasks run on it.
     pub fn with_transport(
         transport: impl Transport,
         tenant: &TenantId,
@@ -153,96 +170,64 @@ impl Controller {
         if options.request_timeout.is_zero() {
             return Err(InvalidInput::new("request_timeout", "must be greater than zero").into());
         }
-        // A new lease per process start: the server tells this life of the
-        // instance from the previous one by it (and refuses the previous).
-        let lease = crate::lease::new_lease(None);
-        let origin = Instant::now();
-        let bucket = LocalBucket::new(
-            options.bucket.clone(),
+        // No receiver yet: each bucket's driver subscribes when it starts.
+        let (stop, _) = watch::channel(false);
+        let pod = Arc::new(Pod {
+            tenant: tenant.clone(),
             instance,
-            lease,
-            tollgate_core::Timestamp::EPOCH,
-        )?;
-        let metrics = options
-            .registry
-            .as_ref()
-            .map(|registry| Metrics::register(registry, tenant, instance))
-            .transpose()?;
-        let gate = Arc::new(Gate::new(bucket, metrics, origin));
-        let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(drive(
-            Arc::clone(&gate),
-            Arc::new(transport),
-            options.request_timeout,
-            stopped,
-            format!("{tenant}/{instance}"),
-        ));
-        Ok(Controller {
-            shared: Arc::new(Shared {
-                gate,
-                cost_model: options.cost_model,
-                stop,
-                task: Mutex::new(Some(task)),
-                shutdown_timeout: options.shutdown_timeout,
-            }),
-        })
-    }
-
-    /// Waits until `tokens` are available and takes them. Waiters are served
-    /// first come, first served. Cancellation-safe: dropping the future
-    /// before it completes gives its claim back.
-    pub async fn acquire(&self, tokens: f64) -> Result<(), ClientError> {
-        let gate = &self.shared.gate;
-        if let Some(micros) = fast_micros(tokens)
-            && gate.fast_take(micros)
-        {
-            return Ok(());
-        }
-        let waiting =
-            gate.with_bucket(|inner, now| match inner.bucket.acquire(tokens, now)? {
-                Admission::Admitted => Ok(None),
-                Admission::Closed => Err(ClientError::Closed),
-                Admission::Queued(id) => {
-                    let (tx, rx) = oneshot::channel();
-                    inner.waiters.insert(id, (tx, tokens));
-                    Ok(Some((id, rx)))
-                }
-            })?;
-        let Some((id, rx)) = waiting else {
-            return Ok(());
-        };
-        gate.wake.notify_one();
-        let started = Instant::now();
-        let mut wait = Wait {
-            gate,
-            id,
-            tokens,
-            rx: Some(rx),
-        };
-        let admitted = wait.wait().await;
-        let waited = started.elapsed().as_secs_f64();
-        gate.with_bucket(|inner, _| {
-            if let Some(metrics) = &inner.metrics {
-                metrics.wait_seconds.observe(waited);
-            }
+            transport: Arc::new(transport),
+            bucket_config: options.bucket,
+            cost_model: options.cost_model,
+            request_timeout: options.request_timeout,
+            shutdown_timeout: options.shutdown_timeout,
+            registry: options.registry,
+            runtime: tokio::runtime::Handle::current(),
+            stop,
+            buckets: Mutex::new(Buckets::default()),
         });
-        if admitted {
-            Ok(())
-        } else {
-            Err(ClientError::Closed)
-        }
+        // The request-unit bucket starts at once, as it always has: the
+        // pod's first request goes out while it works on its allowance.
+        let request_units = pod.bucket(BucketName::REQUEST_UNITS.as_str())?;
+        Ok(Controller { request_units })
     }
 
-    /// Takes `tokens` if they are available now; never waits, never queues.
+    /// A handle on the tenant's bucket `name` (1 to 64 characters from
+    /// `[A-Za-z0-9._:-]`, or `""` for the request-unit bucket this
+    /// controller's own methods gate). The bucket starts on first use, with
+    /// the controller's options and its own lease, and every later call with
+    /// the same name returns a handle on that same bucket. Keep the handle:
+    /// this call looks the name up, the handle's methods do not.
+    ///
+    /// Fails with [`ClientError::InvalidInput`] (field `bucket`) for a name
+    /// that breaks the rule, with [`ClientError::Closed`] for a new bucket
+    /// after [`Controller::shutdown`], and with [`ClientError::Metrics`] if
+    /// a new bucket's metrics cannot be registered.
+    ///
+    /// A server that serves only the request-unit bucket refuses a named
+    /// bucket's requests; the bucket then retries them as it does any
+    /// failed request, and works on its initial allowance and the fallback
+    /// rate meanwhile, as it would with the server down.
+    pub fn bucket(&self, name: &str) -> Result<BucketHandle, ClientError> {
+        self.request_units.pod().bucket(name)
+    }
+
+    /// Waits until `tokens` are available in the request-unit bucket and
+    /// takes them. See [`BucketHandle::acquire`].
+    ///
+    /// Returns the handle's future itself, so the fast path costs what it
+    /// costs on the handle.
+    pub fn acquire(
+        &self,
+        tokens: f64,
+    ) -> impl Future<Output = Result<(), ClientError>> + Send + '_ {
+        self.request_units.acquire(tokens)
+    }
+
+    /// Takes `tokens` from the request-unit bucket if they are available
+    /// now; never waits, never queues.
+    #[inline]
     pub fn try_acquire(&self, tokens: f64) -> Result<bool, ClientError> {
-        let gate = &self.shared.gate;
-        if let Some(micros) = fast_micros(tokens)
-            && gate.fast_take(micros)
-        {
-            return Ok(true);
-        }
-        let admitted = gate.with_bucket(|inner, now| inner.bucket.try_acquire(tokens, now))?;
-        Ok(admitted)
+        self.request_units.try_acquire(tokens)
     }
 
     /// Gates a batch before it is sent: waits for what it costs up front
@@ -251,12 +236,9 @@ impl Controller {
         if request.exempt {
             return Ok(());
         }
-        let cost = self.shared.cost_model.before(request.batch);
-        self.acquire(cost.request_units()).await?;
-        self.shared
-            .gate
-            .with_bucket(|inner, _| inner.bucket.record_counters(&cost))?;
-        Ok(())
+        let cost = self.cost_model().before(request.batch);
+        self.request_units.acquire(cost.request_units()).await?;
+        self.request_units.record_counters(&cost)
     }
 
     /// Charges what a batch's response cost once it has arrived: the bytes
@@ -265,7 +247,7 @@ impl Controller {
         if request.exempt || read_bytes == 0 {
             return Ok(());
         }
-        self.charge_after(self.shared.cost_model.after_read(read_bytes))
+        self.charge_after(self.cost_model().after_read(read_bytes))
     }
 
     /// Charges CPU time the pod used (measured by the caller, e.g. every
@@ -276,212 +258,193 @@ impl Controller {
             seconds,
             tollgate_core::validate::MAX_CPU_SECONDS,
         )?;
-        self.charge_after(self.shared.cost_model.cpu(seconds))
+        self.charge_after(self.cost_model().cpu(seconds))
     }
 
     /// Charges bytes the pod sent to its users. Never waits.
     pub fn record_egress(&self, bytes: u64) -> Result<(), ClientError> {
-        self.charge_after(self.shared.cost_model.egress(bytes))
+        self.charge_after(self.cost_model().egress(bytes))
     }
 
-    /// Charges `consumption` after the fact, as it is.
+    /// Charges `consumption` to the request-unit bucket after the fact, as
+    /// it is.
     pub fn charge_after(&self, consumption: Consumption) -> Result<(), ClientError> {
-        self.shared
-            .gate
-            .with_bucket(|inner, now| inner.bucket.charge_after(&consumption, now))?;
-        Ok(())
+        self.request_units.charge_after(consumption)
     }
 
-    /// The local bucket as it is now.
+    /// The request-unit bucket as it is now.
     pub fn status(&self) -> LocalBucketStatus {
-        self.shared
-            .gate
-            .with_bucket(|inner, _| inner.bucket.status())
+        self.request_units.status()
     }
 
-    /// Stops admitting (waiting acquisitions fail with
-    /// [`ClientError::Closed`]), then reports the consumption not yet
-    /// reported, waiting at most the shutdown timeout for the server.
+    /// Stops admitting in every bucket (waiting acquisitions fail with
+    /// [`ClientError::Closed`], and no new bucket starts), then reports each
+    /// bucket's consumption not yet reported, with the tokens it holds
+    /// given back, waiting at most the shutdown timeout for the server.
     pub async fn shutdown(&self) -> ShutdownReport {
-        let _ = self.shared.stop.send(true);
-        self.shared.gate.wake.notify_one();
-        let task = self
-            .shared
-            .task
+        let buckets = self.request_units.pod().shutdown().await;
+        ShutdownReport {
+            consumption_reported: buckets.iter().all(|b| b.consumption_reported),
+            status: self.status(),
+            buckets,
+        }
+    }
+
+    fn cost_model(&self) -> &CostModel {
+        &self.request_units.pod().cost_model
+    }
+}
+
+/// What every handle of one controller shares: the connection, the
+/// settings buckets start with, and the buckets themselves.
+pub(crate) struct Pod {
+    tenant: TenantId,
+    instance: InstanceId,
+    /// The one connection every bucket's requests travel on.
+    transport: Arc<dyn Transport>,
+    bucket_config: LocalBucketConfig,
+    cost_model: CostModel,
+    request_timeout: Duration,
+    shutdown_timeout: Duration,
+    registry: Option<Registry>,
+    /// Where the drivers run, so that a bucket can start from any thread.
+    runtime: tokio::runtime::Handle,
+    /// Tells every driver to close and send its final report; dropped with
+    /// the last handle, which tells them too.
+    stop: watch::Sender<bool>,
+    buckets: Mutex<Buckets>,
+}
+
+#[derive(Default)]
+struct Buckets {
+    /// By name; `BTreeMap<String, _>` so a name is looked up as a `&str`
+    /// with no allocation, and reports come out in name order.
+    by_name: BTreeMap<String, Started>,
+    /// Set by shutdown: no bucket starts after it.
+    closed: bool,
+}
+
+struct Started {
+    bucket: Arc<Bucket>,
+    /// The driver, until shutdown takes it to wait for its final report.
+    task: Option<JoinHandle<bool>>,
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+    }
+}
+
+impl Pod {
+    fn lock(&self) -> MutexGuard<'_, Buckets> {
+        // Nothing panics while holding it in a way that leaves the map
+        // inconsistent: an entry is inserted whole or not at all.
+        self.buckets
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
-        let reported = match task {
-            Some(task) => match tokio::time::timeout(self.shared.shutdown_timeout, task).await {
-                Ok(Ok(reported)) => reported,
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "tollgate controller task failed");
-                    false
-                }
-                Err(_) => {
-                    tracing::warn!(
-                        timeout = ?self.shared.shutdown_timeout,
-                        "tollgate server did not take the final consumption report in time; it is lost"
-                    );
-                    false
-                }
-            },
-            None => false,
-        };
-        ShutdownReport {
-            consumption_reported: reported,
-            status: self.status(),
+    }
+
+    /// The handle on bucket `name`, starting the bucket if it is new.
+    fn bucket(self: &Arc<Self>, name: &str) -> Result<BucketHandle, ClientError> {
+        let mut buckets = self.lock();
+        if let Some(started) = buckets.by_name.get(name) {
+            return Ok(BucketHandle::new(
+                Arc::clone(&started.bucket),
+                Arc::clone(self),
+            ));
         }
+        let name = BucketName::parse("bucket", name)?;
+        if buckets.closed {
+            return Err(ClientError::Closed);
+        }
+        let started = self.start(name.clone())?;
+        let bucket = Arc::clone(&started.bucket);
+        buckets.by_name.insert(name.as_str().to_owned(), started);
+        Ok(BucketHandle::new(bucket, Arc::clone(self)))
     }
-}
 
-fn fast_micros(tokens: f64) -> Option<i64> {
-    if tokens.is_finite() && tokens >= 0.0 {
-        gate::micros(tokens)
-    } else {
-        None
-    }
-}
-
-/// A queued acquisition. Dropped before it learns the outcome, it takes
-/// itself out of the queue — or, if it was admitted meanwhile, gives the
-/// tokens back.
-struct Wait<'a> {
-    gate: &'a Gate,
-    id: WaiterId,
-    tokens: f64,
-    rx: Option<oneshot::Receiver<()>>,
-}
-
-impl Wait<'_> {
-    /// True if admitted, false if the controller shut down.
-    async fn wait(&mut self) -> bool {
-        let Some(rx) = self.rx.as_mut() else {
-            return false;
-        };
-        let admitted = rx.await.is_ok();
-        self.rx = None;
-        admitted
-    }
-}
-
-impl Drop for Wait<'_> {
-    fn drop(&mut self) {
-        let Some(mut rx) = self.rx.take() else {
-            return; // finished
-        };
-        let (id, tokens) = (self.id, self.tokens);
-        self.gate.with_bucket(|inner, _| {
-            inner.waiters.remove(&id);
-            if !inner.bucket.cancel(id) && rx.try_recv().is_ok() {
-                // Admitted, but the work will never run.
-                inner.bucket.refund(tokens);
-            }
+    /// A new local bucket for `name` and its driver.
+    fn start(&self, name: BucketName) -> Result<Started, ClientError> {
+        // A new lease per bucket per process start: the server keeps one
+        // per instance and bucket, and tells this life of the instance from
+        // the previous one by it (and refuses the previous).
+        let lease = crate::lease::new_lease(None);
+        let origin = Instant::now();
+        let local = LocalBucket::new(
+            self.bucket_config.clone(),
+            self.instance,
+            lease,
+            tollgate_core::Timestamp::EPOCH,
+        )?;
+        let metrics = self
+            .registry
+            .as_ref()
+            .map(|registry| Metrics::register(registry, &self.tenant, self.instance, &name))
+            .transpose()?;
+        let bucket = Arc::new(Bucket {
+            name,
+            gate: Gate::new(local, metrics, origin),
         });
-        // Tokens may have become usable for the next waiter.
-        self.gate.wake.notify_one();
+        let task = self.runtime.spawn(crate::driver::drive(
+            Arc::clone(&bucket),
+            Arc::clone(&self.transport),
+            self.request_timeout,
+            self.stop.subscribe(),
+            format!("{}/{}", self.tenant, self.instance),
+        ));
+        Ok(Started {
+            bucket,
+            task: Some(task),
+        })
     }
-}
 
-type InFlight = Pin<Box<dyn Future<Output = (u64, Result<Grant, TransportError>)> + Send>>;
-
-/// The controller's task: polls the bucket, sends its requests one at a
-/// time, and hands the answers back. Returns whether the final report made it.
-async fn drive(
-    gate: Arc<Gate>,
-    transport: Arc<dyn Transport>,
-    request_timeout: Duration,
-    mut stopped: watch::Receiver<bool>,
-    name: String,
-) -> bool {
-    let mut in_flight: Option<InFlight> = None;
-    let mut closing = false;
-    let mut failing = false;
-    loop {
-        let (request, wake_at, finished) = gate.with_bucket(|inner, now| {
-            let outcome = inner.bucket.poll(now);
-            for id in outcome.admitted {
-                if let Some((tx, tokens)) = inner.waiters.remove(&id)
-                    && tx.send(()).is_err()
-                {
-                    // Its acquirer is gone without running its work.
-                    inner.bucket.refund(tokens);
-                }
-            }
-            (outcome.request, outcome.wake_at, inner.bucket.is_finished())
-        });
-        if closing && finished {
-            return true;
-        }
-        if let Some(request) = request {
-            if let Some(metrics) = metrics_of(&gate) {
-                metrics.server_requests.inc();
-            }
-            in_flight = Some(send(Arc::clone(&transport), request, request_timeout));
-        }
-        let sleep = async {
-            match wake_at {
-                Some(at) => {
-                    let after = at.duration_since(gate.now());
-                    tokio::time::sleep_until(Instant::now() + after).await;
-                }
-                None => std::future::pending().await,
-            }
+    /// Closes every bucket and waits, until one shared deadline, for each
+    /// driver to deliver its final report. The drivers run on their own, so
+    /// a slow bucket takes nothing from another's time.
+    async fn shutdown(&self) -> Vec<BucketReport> {
+        let drivers: Vec<(Arc<Bucket>, Option<JoinHandle<bool>>)> = {
+            let mut buckets = self.lock();
+            buckets.closed = true;
+            self.stop.send_replace(true);
+            buckets
+                .by_name
+                .values_mut()
+                .map(|started| (Arc::clone(&started.bucket), started.task.take()))
+                .collect()
         };
-        tokio::select! {
-            (seq, result) = async { in_flight.as_mut().expect("guarded by the branch condition").await }, if in_flight.is_some() => {
-                in_flight = None;
-                match result {
-                    Ok(grant) => {
-                        if failing {
-                            tracing::info!(controller = %name, "tollgate server answers again");
-                            failing = false;
-                        }
-                        gate.with_bucket(|inner, now| inner.bucket.on_response(seq, &grant, now));
-                    }
-                    Err(e) => {
-                        if !failing {
-                            tracing::warn!(controller = %name, error = %e, "tollgate server request failed; retrying, fallback rate after 1 s");
-                            failing = true;
-                        } else {
-                            tracing::debug!(controller = %name, error = %e, "tollgate server request failed again");
-                        }
-                        if let Some(metrics) = metrics_of(&gate) {
-                            metrics.server_errors.inc();
-                        }
-                        let jitter: f64 = rand::random();
-                        gate.with_bucket(|inner, now| inner.bucket.on_failure(seq, now, jitter));
-                    }
-                }
-            }
-            () = sleep => {}
-            () = gate.wake.notified() => {}
-            changed = stopped.changed(), if !closing => {
-                // A dropped sender means every handle is gone: close too.
-                let _ = changed;
-                closing = true;
-                gate.with_bucket(|inner, _| {
-                    for id in inner.bucket.close() {
-                        inner.waiters.remove(&id); // their receivers see Closed
-                    }
-                    inner.waiters.clear();
-                });
-            }
+        for (bucket, _) in &drivers {
+            bucket.gate.wake.notify_one();
         }
+        let deadline = Instant::now() + self.shutdown_timeout;
+        let mut reports = Vec::with_capacity(drivers.len());
+        for (bucket, task) in drivers {
+            let reported = match task {
+                Some(task) => match tokio::time::timeout_at(deadline, task).await {
+                    Ok(Ok(reported)) => reported,
+                    Ok(Err(e)) => {
+                        tracing::error!(bucket = bucket.name.as_str(), error = %e, "tollgate bucket task failed");
+                        false
+                    }
+                    Err(_) => {
+                        tracing::warn!(
+                            bucket = bucket.name.as_str(),
+                            timeout = ?self.shutdown_timeout,
+                            "tollgate server did not take the final consumption report in time; it is lost"
+                        );
+                        false
+                    }
+                },
+                // An earlier shutdown already waited for it.
+                None => false,
+            };
+            let status = bucket.gate.with_bucket(|inner, _| inner.bucket.status());
+            reports.push(BucketReport {
+                bucket: bucket.name.clone(),
+                consumption_reported: reported,
+                status,
+            });
+        }
+        reports
     }
-}
-
-fn metrics_of(gate: &Gate) -> Option<Metrics> {
-    gate.with_bucket(|inner, _| inner.metrics.clone())
-}
-
-fn send(transport: Arc<dyn Transport>, request: TokenBucketRequest, timeout: Duration) -> InFlight {
-    let seq = request.seq;
-    Box::pin(async move {
-        let result = match tokio::time::timeout(timeout, transport.token_bucket(request)).await {
-            Ok(result) => result,
-            Err(_) => Err(TransportError(format!("no answer within {timeout:?}"))),
-        };
-        (seq, result)
-    })
 }

@@ -1,12 +1,17 @@
 //! The Tollgate client: the library every pod embeds to gate its work on its
 //! tenant's tokens.
 //!
-//! A [`Controller`] keeps a local token bucket (the core
+//! A tenant owns several buckets: its request-unit bucket (the empty name),
+//! which prices key-value work, and one bucket per rate-limited action
+//! (`schedule-email`, `invoke-doc-summary-ai`). A pod holds one
+//! [`Controller`], with one connection to the server, for all of them. For
+//! each bucket the pod uses it keeps a local token bucket (the core
 //! [`LocalBucket`](tollgate_core::LocalBucket)) and refills it from the
-//! tenant's global bucket on a Tollgate server, in the background. The pod's
-//! work waits on the local bucket only — never on the network: the pod
-//! starts on an initial allowance, and runs on a fallback rate while the
-//! server cannot be reached.
+//! tenant's global bucket of that name, in the background. The pod's work
+//! waits on the local bucket only — never on the network: each bucket starts
+//! on an initial allowance, and runs on a fallback rate while the server
+//! cannot be reached. Buckets are independent: one out of tokens, or with a
+//! slow request, never holds up another.
 //!
 //! # Example
 //!
@@ -22,7 +27,7 @@
 //!     Options { registry: Some(registry.clone()), ..Options::default() },
 //! )?;
 //!
-//! // Gate any work on tokens…
+//! // Gate any work on request units…
 //! controller.acquire(10.0).await?;
 //! // …or a key-value batch on what it costs (writes before, reads after).
 //! let batch = Request::read(4);
@@ -31,31 +36,44 @@
 //! controller.on_response(&batch, read_bytes)?;
 //! controller.record_cpu(0.25)?;
 //!
-//! // On the way out, report what was used.
+//! // Gate an action on its own bucket: 50 emails, claimed at once.
+//! controller.bucket("schedule-email")?.acquire(50.0).await?;
+//! // A worker that sends often keeps the handle (cheap to clone).
+//! let summaries = controller.bucket("invoke-doc-summary-ai")?;
+//! if summaries.try_acquire(1.0)? {
+//!     // …summarize now, or queue the document for later.
+//! }
+//!
+//! // On the way out, report what every bucket used.
 //! let report = controller.shutdown().await;
 //! assert!(report.consumption_reported);
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! - [`controller`]: the handle and its background task.
-//! - `gate`: the lock-free admission fast path in front of the bucket.
+//! - [`controller`]: the controller, its buckets and their shutdown.
+//! - `bucket`: [`BucketHandle`], where acquiring and charging live.
+//! - `driver`: each bucket's background task, talking to the server.
+//! - `gate`: the lock-free admission fast path in front of a bucket.
 //! - [`transport`]: gRPC to the server, or your own [`Transport`].
 //! - [`lease`]: the ordered leases that tell a pod's incarnations apart.
 
+mod bucket;
 pub mod controller;
+mod driver;
 mod error;
 mod gate;
 pub mod lease;
 mod metrics;
 pub mod transport;
 
-pub use controller::{Controller, Options, Request, ShutdownReport};
+pub use bucket::BucketHandle;
+pub use controller::{BucketReport, Controller, Options, Request, ShutdownReport};
 pub use error::{ClientError, TransportError};
 pub use transport::{ClientTls, GrpcTransport, Transport, endpoint};
 
 pub use prometheus::Registry;
 pub use tollgate_core::{
-    Batch, Consumption, CostModel, Grant, InstanceId, InvalidInput, LocalBucketConfig,
+    Batch, BucketName, Consumption, CostModel, Grant, InstanceId, InvalidInput, LocalBucketConfig,
     LocalBucketStatus, TenantId, TokenBucketRequest,
 };

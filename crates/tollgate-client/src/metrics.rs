@@ -1,9 +1,10 @@
 //! The client's Prometheus metrics, registered in the registry the caller
-//! passes in (never a global one), labelled with the tenant and instance so
-//! several controllers can share a registry.
+//! passes in (never a global one), labelled with the tenant, instance and
+//! bucket so several controllers, and the several buckets one controller
+//! gates, can share a registry. The request-unit bucket's label is `""`.
 
 use prometheus::{Counter, Gauge, Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry};
-use tollgate_core::{InstanceId, LocalBucketStatus, TenantId};
+use tollgate_core::{BucketName, InstanceId, LocalBucketStatus, TenantId};
 
 /// Wait-time buckets, seconds: from a millisecond to a target period and beyond.
 const WAIT_BUCKETS: &[f64] = &[
@@ -32,10 +33,12 @@ impl Metrics {
         registry: &Registry,
         tenant: &TenantId,
         instance: InstanceId,
+        bucket: &BucketName,
     ) -> Result<Self, prometheus::Error> {
         let labels = |opts: Opts| {
             opts.const_label("tenant", tenant.as_str())
                 .const_label("instance", instance.to_string())
+                .const_label("bucket", bucket.as_str())
         };
         let waiting = IntGauge::with_opts(labels(Opts::new(
             "tollgate_client_waiting_requests",
@@ -47,6 +50,7 @@ impl Metrics {
         )
         .const_label("tenant", tenant.as_str())
         .const_label("instance", instance.to_string())
+        .const_label("bucket", bucket.as_str())
         .buckets(WAIT_BUCKETS.to_vec());
         let wait_seconds = Histogram::with_opts(wait_opts)?;
         let granted_tokens = Counter::with_opts(labels(Opts::new(

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tollgate_core::{Grant, TenantId, TokenBucketRequest};
+use tollgate_core::{BucketName, Grant, TenantId, TokenBucketRequest};
 use tollgate_proto::v1;
 use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -16,9 +16,19 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use crate::error::{ClientError, TransportError};
 
 /// Sends one token-bucket request and returns the server's grant.
+///
+/// One transport serves every bucket of a controller, so each request names
+/// the tenant's bucket it is for ([`BucketName::REQUEST_UNITS`] for the
+/// request-unit bucket): a transport must keep the buckets apart, as the
+/// server keeps one global bucket, and one lease and sequence per instance,
+/// per bucket.
 #[async_trait]
 pub trait Transport: Send + Sync + 'static {
-    async fn token_bucket(&self, request: TokenBucketRequest) -> Result<Grant, TransportError>;
+    async fn token_bucket(
+        &self,
+        bucket: &BucketName,
+        request: TokenBucketRequest,
+    ) -> Result<Grant, TransportError>;
 }
 
 /// TLS to the server, for `https://` endpoints.
@@ -73,7 +83,8 @@ pub fn endpoint(
     Ok(endpoint)
 }
 
-/// The gRPC transport to a Tollgate server.
+/// The gRPC transport to a Tollgate server: one channel, shared by every
+/// bucket of the controller (the bucket travels in each request).
 #[derive(Clone, Debug)]
 pub struct GrpcTransport {
     client: TokenBucketServiceClient<Channel>,
@@ -100,8 +111,12 @@ impl GrpcTransport {
 
 #[async_trait]
 impl Transport for GrpcTransport {
-    async fn token_bucket(&self, request: TokenBucketRequest) -> Result<Grant, TransportError> {
-        let wire = to_wire(&self.tenant, request);
+    async fn token_bucket(
+        &self,
+        bucket: &BucketName,
+        request: TokenBucketRequest,
+    ) -> Result<Grant, TransportError> {
+        let wire = to_wire(&self.tenant, bucket, request);
         let response = self
             .client
             .clone()
@@ -113,11 +128,15 @@ impl Transport for GrpcTransport {
     }
 }
 
-fn to_wire(tenant: &TenantId, request: TokenBucketRequest) -> v1::TokenBucketRequest {
+fn to_wire(
+    tenant: &TenantId,
+    bucket: &BucketName,
+    request: TokenBucketRequest,
+) -> v1::TokenBucketRequest {
     let period = request.target_request_period;
     v1::TokenBucketRequest {
         tenant_id: tenant.as_str().to_string(),
-        bucket: String::new(),
+        bucket: bucket.as_str().to_string(),
         instance_id: request.instance_id,
         instance_lease: request.lease,
         seq: request.seq,
@@ -166,6 +185,29 @@ fn from_wire(response: &v1::TokenBucketResponse) -> Result<Grant, TransportError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wire_request_names_its_bucket() {
+        let tenant = TenantId::parse("tenant", "acme").expect("valid");
+        let request = TokenBucketRequest {
+            instance_id: 3,
+            lease: vec![1; 16],
+            seq: 9,
+            requested_tokens: 50.0,
+            shares: 1.0,
+            target_request_period: Duration::from_secs(10),
+            consumption: tollgate_core::Consumption::from_request_units(2.0),
+            next_live_instance_id: None,
+            returned_tokens: 0.0,
+        };
+        let email = BucketName::parse("bucket", "schedule-email").expect("valid");
+        let wire = to_wire(&tenant, &email, request.clone());
+        assert_eq!(wire.bucket, "schedule-email");
+        assert_eq!(wire.tenant_id, "acme");
+        assert_eq!((wire.instance_id, wire.seq), (3, 9));
+        let wire = to_wire(&tenant, &BucketName::REQUEST_UNITS, request);
+        assert_eq!(wire.bucket, "", "the request-unit bucket is the empty name");
+    }
 
     #[test]
     fn answers_with_impossible_values_are_refused() {

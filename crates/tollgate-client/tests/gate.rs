@@ -10,8 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 use tollgate_client::{
-    ClientError, Controller, Grant, LocalBucketConfig, Options, TenantId, TokenBucketRequest,
-    Transport, TransportError,
+    BucketName, ClientError, Controller, Grant, LocalBucketConfig, Options, TenantId,
+    TokenBucketRequest, Transport, TransportError,
 };
 use tollgate_core::Timestamp;
 use tollgate_core::global_bucket::{self, BucketRow, BucketRows, GlobalBucketConfig, Limits};
@@ -54,7 +54,13 @@ struct Link(Arc<LocalServer>);
 
 #[async_trait]
 impl Transport for Link {
-    async fn token_bucket(&self, request: TokenBucketRequest) -> Result<Grant, TransportError> {
+    async fn token_bucket(
+        &self,
+        bucket: &BucketName,
+        request: TokenBucketRequest,
+    ) -> Result<Grant, TransportError> {
+        // This server keeps one bucket: the request-unit bucket.
+        assert!(bucket.is_request_units(), "sent to bucket {bucket:?}");
         let server = &self.0;
         if server.down.load(Ordering::SeqCst) {
             return Err(TransportError("connection refused".into()));

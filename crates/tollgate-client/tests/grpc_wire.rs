@@ -1,0 +1,89 @@
+//! What `GrpcTransport` puts on the wire for several buckets, seen by a
+//! recording gRPC server on `127.0.0.1:0` (the real server does not serve
+//! named buckets yet): one connection, each request's `bucket` field set to
+//! its bucket's name, a final report with shares 0 for each bucket.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use tollgate_client::{Controller, LocalBucketConfig, Options};
+use tollgate_proto::v1;
+use tollgate_proto::v1::token_bucket_service_server::{
+    TokenBucketService, TokenBucketServiceServer,
+};
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+
+/// Grants whatever is asked, at once, and keeps every request.
+#[derive(Clone, Default)]
+struct Recorder {
+    received: Arc<Mutex<Vec<v1::TokenBucketRequest>>>,
+}
+
+#[async_trait::async_trait]
+impl TokenBucketService for Recorder {
+    async fn token_bucket(
+        &self,
+        request: Request<v1::TokenBucketRequest>,
+    ) -> Result<Response<v1::TokenBucketResponse>, Status> {
+        let request = request.into_inner();
+        let granted_tokens = request.requested_tokens;
+        self.received.lock().expect("lock").push(request);
+        Ok(Response::new(v1::TokenBucketResponse {
+            granted_tokens,
+            trickle_duration: None,
+            max_burst_tokens: 0.0,
+            fallback_rate: 1.0,
+        }))
+    }
+}
+
+#[tokio::test]
+async fn grpc_transport_sends_each_request_to_its_bucket() {
+    let recorder = Recorder::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TokenBucketServiceServer::new(recorder.clone()))
+            .serve_with_incoming(TcpIncoming::from(listener)),
+    );
+    let options = Options {
+        bucket: LocalBucketConfig {
+            initial_tokens: 100.0,
+            ..LocalBucketConfig::default()
+        },
+        ..Options::default()
+    };
+    let controller = Controller::connect(&url, "acme", 7, options).expect("valid options");
+    let emails = controller.bucket("schedule-email").expect("valid name");
+    emails.acquire(5.0).await.expect("initial allowance");
+    controller.acquire(3.0).await.expect("initial allowance");
+    let report = controller.shutdown().await;
+    assert!(report.consumption_reported, "{report:?}");
+
+    let mut by_bucket: BTreeMap<String, Vec<v1::TokenBucketRequest>> = BTreeMap::new();
+    for request in recorder.received.lock().expect("lock").drain(..) {
+        assert_eq!(request.tenant_id, "acme");
+        assert_eq!(request.instance_id, 7);
+        by_bucket
+            .entry(request.bucket.clone())
+            .or_default()
+            .push(request);
+    }
+    let names: Vec<&str> = by_bucket.keys().map(String::as_str).collect();
+    assert_eq!(names, ["", "schedule-email"]);
+    for (bucket, charged) in [("", 3.0), ("schedule-email", 5.0)] {
+        let sent = &by_bucket[bucket];
+        let last = sent.last().expect("a final report");
+        assert_eq!(last.shares, 0.0, "{bucket:?}");
+        let reported: f64 = sent
+            .iter()
+            .filter_map(|r| r.consumption_since_last_request.as_ref())
+            .map(|c| c.request_units)
+            .sum();
+        assert!((reported - charged).abs() < 1e-6, "{bucket:?}: {reported}");
+    }
+}
