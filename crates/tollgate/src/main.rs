@@ -11,6 +11,7 @@
 
 mod bench;
 mod config;
+mod output;
 mod pod;
 mod remote;
 mod serve;

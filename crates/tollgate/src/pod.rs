@@ -72,7 +72,7 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
         .await
         .map_err(rpc_error)?
         .into_inner();
-    let trickle = crate::tenant::seconds(grant.trickle_duration);
+    let trickle = crate::output::seconds(grant.trickle_duration);
     println!("granted tokens    {:.3}", grant.granted_tokens);
     println!("trickle duration  {trickle:.3}s");
     println!("max burst tokens  {:.3}", grant.max_burst_tokens);
