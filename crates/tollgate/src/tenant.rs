@@ -45,6 +45,9 @@ enum TenantCommand {
     Delete {
         #[arg(long)]
         tenant: String,
+        /// Print JSON instead of a line of text.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         actor: ActorArg,
     },
@@ -134,15 +137,24 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
             }
             print_list(&tenants, json)
         }
-        TenantCommand::Delete { tenant, actor } => {
+        TenantCommand::Delete {
+            tenant,
+            json,
+            actor,
+        } => {
             client
                 .delete_tenant(actor.request(v1::DeleteTenantRequest {
                     tenant_id: tenant.clone(),
                 }))
                 .await
                 .map_err(rpc_error)?;
-            println!("deleted tenant {tenant}");
-            Ok(())
+            let deleted = DeletedTenantJson {
+                tenant_id: tenant,
+                deleted: true,
+            };
+            output::print(json, &deleted, |d| {
+                format!("deleted tenant {}", d.tenant_id)
+            })
         }
     }
 }
@@ -173,6 +185,16 @@ struct InstanceJson {
     shares: f64,
     last_update: Option<String>,
     silent_for_seconds: f64,
+}
+
+/// What `tenant delete --json` prints. `DeleteTenant` answers with nothing
+/// but success, so the id is all the CLI can vouch for; the server's audit
+/// line has the tenant's last values.
+#[derive(Debug, Serialize)]
+struct DeletedTenantJson {
+    tenant_id: String,
+    /// Always true: a failed delete prints nothing on stdout.
+    deleted: bool,
 }
 
 fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {

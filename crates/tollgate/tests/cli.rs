@@ -7,7 +7,7 @@ mod support;
 
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::{BIN, Server};
 
 #[test]
@@ -230,4 +230,21 @@ fn pod_request_json_reports_the_grant_and_whether_the_pod_was_throttled() {
         "pod", "request", "--tenant", "acme", "--tokens", "-1", "--json",
     ]);
     assert_failed_with(&refused, "InvalidArgument");
+}
+
+#[test]
+fn tenant_delete_json_names_the_deleted_tenant_and_a_failed_delete_prints_nothing() {
+    let (_dir, server) = fresh_server();
+    set_limits(&server, "gone", "10", "1");
+
+    let deleted = server.json(&["tenant", "delete", "--tenant", "gone", "--json"]);
+    assert_eq!(deleted, json!({"tenant_id": "gone", "deleted": true}));
+    assert_failed_with(
+        &server.tollgate(&["tenant", "show", "--tenant", "gone", "--json"]),
+        "NotFound",
+    );
+    assert_failed_with(
+        &server.tollgate(&["tenant", "delete", "--tenant", "gone", "--json"]),
+        "NotFound",
+    );
 }
