@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::{Value, json};
@@ -247,4 +248,80 @@ fn tenant_delete_json_names_the_deleted_tenant_and_a_failed_delete_prints_nothin
         &server.tollgate(&["tenant", "delete", "--tenant", "gone", "--json"]),
         "NotFound",
     );
+}
+
+fn migrate(store: &str, json: bool) -> Output {
+    let mut command = support::command();
+    command
+        .args(["migrate", "--store", store])
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "warn");
+    if json {
+        command.arg("--json");
+    }
+    command.output().expect("run tollgate migrate")
+}
+
+fn migrate_json(store: &Path) -> Value {
+    let out = migrate(&store.display().to_string(), true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
+
+#[test]
+fn migrate_json_names_the_store_file_and_whether_it_created_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("state").join("tollgate.redb");
+    let path = store.display().to_string();
+
+    let created = migrate_json(&store);
+    assert_eq!(
+        created,
+        json!({"store": {"kind": "file", "path": path}, "created": true})
+    );
+    assert!(store.exists());
+
+    let again = migrate_json(&store);
+    assert_eq!(again["created"], false, "{again:#}");
+    assert_eq!(again["store"]["path"], path.as_str());
+
+    let text = migrate(&path, false);
+    assert_eq!(
+        String::from_utf8_lossy(&text.stdout),
+        format!("file {path}: schema is up to date\n")
+    );
+
+    assert_failed_with(
+        &migrate("postgres://user@host:notaport/db", true),
+        "not a valid PostgreSQL URL",
+    );
+}
+
+#[test]
+fn bench_json_is_one_document_with_durations_in_seconds() {
+    let (_dir, server) = fresh_server();
+    let report = server.json(&[
+        "bench",
+        "--duration",
+        "300ms",
+        "--warmup",
+        "100ms",
+        "--tenants",
+        "1",
+        "--instances-per-tenant",
+        "2",
+        "--tenant-prefix",
+        "json",
+        "--json",
+    ]);
+    assert_eq!(report["warmup_seconds"], 0.1, "{report:#}");
+    assert_eq!(report["measured_seconds"], 0.3, "{report:#}");
+    assert_eq!(report["pods"], 2, "{report:#}");
+    assert!(report["latency_us"]["p50"].is_u64(), "{report:#}");
+    let tenant = &report["tenants"]["json-0"];
+    assert!(number(&tenant["granted_tokens"]) > 0.0, "{report:#}");
 }
