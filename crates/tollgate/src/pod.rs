@@ -7,7 +7,7 @@
 //! It says whether the pod was throttled: granted fewer tokens than it asked
 //! for, or given its tokens over a trickle rather than at once.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -125,13 +125,22 @@ impl GrantJson {
     }
 }
 
+/// The lease of a run started `started` after the Unix epoch by process
+/// `pid`. Leases are compared as byte strings and each run must hold a
+/// greater one than the runs before it, so the start time leads, in a fixed
+/// number of digits (20: enough until the year 5138); the process id only
+/// tells apart runs started in the same nanosecond.
+fn lease(started: Duration, pid: u32) -> String {
+    format!("cli-{:020}-{pid}", started.as_nanos())
+}
+
 pub async fn run(args: PodArgs) -> anyhow::Result<()> {
     let PodCommand::Request(a) = args.command;
     let channel = args.server.connect().await?;
-    let lease = SystemTime::now()
+    let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| format!("cli-{}-{}", std::process::id(), d.as_nanos()))
         .context("read the system clock")?;
+    let lease = lease(started, std::process::id());
     let grant = TokenBucketServiceClient::new(channel)
         .token_bucket(v1::TokenBucketRequest {
             tenant_id: a.tenant.clone(),
@@ -153,4 +162,21 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
         .map_err(rpc_error)?
         .into_inner();
     output::print(a.json, &GrantJson::new(&a, &grant), GrantJson::text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_later_run_holds_a_greater_lease_whatever_its_process_id() {
+        let earlier = lease(Duration::from_secs(9), 32_767);
+        let later = lease(Duration::from_secs(10), 300);
+        assert!(
+            later.as_bytes() > earlier.as_bytes(),
+            "{later} vs {earlier}"
+        );
+        let now = Duration::from_nanos(1_767_322_045_678_000_000);
+        assert!(lease(now + Duration::from_nanos(1), 1) > lease(now, 1_000_000));
+    }
 }
