@@ -8,9 +8,12 @@
 //! - `tollgate pod request`: one token-bucket request, as a pod would send it.
 //! - `tollgate bench`: a load generator: many simulated pods against one or
 //!   more servers, with throughput, latency and per-tenant consumption sums.
+//!
+//! Every command that prints a result takes `--json` (see `output`).
 
 mod bench;
 mod config;
+mod output;
 mod pod;
 mod remote;
 mod serve;

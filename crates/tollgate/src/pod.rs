@@ -3,13 +3,18 @@
 //! Meant for checking a deployment end to end and for trying limits out by
 //! hand; real pods embed the client library instead. Each run is a new pod
 //! incarnation: a fresh lease with sequence number 1.
+//!
+//! It says whether the pod was throttled: granted fewer tokens than it asked
+//! for, or given its tokens over a trickle rather than at once.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use serde::Serialize;
 use tollgate_proto::v1::{self, token_bucket_service_client::TokenBucketServiceClient};
 
+use crate::output::{self, Table, field, seconds};
 use crate::remote::{ServerArg, rpc_error};
 
 #[derive(Debug, Args)]
@@ -43,18 +48,102 @@ struct RequestArgs {
     /// Request units to report as consumed.
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     report_ru: f64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A grant, with what was asked for, as `--json` prints it.
+#[derive(Debug, Serialize)]
+struct GrantJson {
+    tenant_id: String,
+    instance_id: u32,
+    requested_tokens: f64,
+    granted_tokens: f64,
+    /// 0: the tokens may be used at once; otherwise they arrive evenly over
+    /// this many seconds.
+    trickle_duration_seconds: f64,
+    max_burst_tokens: f64,
+    /// Tokens per second the pod may use on its own while the server is
+    /// unreachable.
+    fallback_rate: f64,
+    /// Fewer tokens granted than requested, or granted over a trickle.
+    throttled: bool,
+}
+
+impl GrantJson {
+    fn new(request: &RequestArgs, grant: &v1::TokenBucketResponse) -> Self {
+        let trickle = seconds(grant.trickle_duration);
+        GrantJson {
+            tenant_id: request.tenant.clone(),
+            instance_id: request.instance,
+            requested_tokens: request.tokens,
+            granted_tokens: grant.granted_tokens,
+            trickle_duration_seconds: trickle,
+            max_burst_tokens: grant.max_burst_tokens,
+            fallback_rate: grant.fallback_rate,
+            throttled: grant.granted_tokens < request.tokens || trickle > 0.0,
+        }
+    }
+
+    /// `no`, or `yes:` and how.
+    fn throttle_note(&self) -> String {
+        if !self.throttled {
+            return "no".to_owned();
+        }
+        let mut how = Vec::new();
+        if self.granted_tokens < self.requested_tokens {
+            how.push(format!(
+                "granted {:.3} of {:.3} tokens",
+                self.granted_tokens, self.requested_tokens
+            ));
+        }
+        if self.trickle_duration_seconds > 0.0 {
+            how.push(format!(
+                "tokens arrive over {:.3}s",
+                self.trickle_duration_seconds
+            ));
+        }
+        format!("yes: {}", how.join(", "))
+    }
+
+    fn text(&self) -> Table {
+        Table::new([
+            field("throttled", self.throttle_note()),
+            field("requested tokens", format!("{:.3}", self.requested_tokens)),
+            field("granted tokens", format!("{:.3}", self.granted_tokens)),
+            field(
+                "trickle duration",
+                format!("{:.3}s", self.trickle_duration_seconds),
+            ),
+            field("max burst tokens", format!("{:.3}", self.max_burst_tokens)),
+            field(
+                "fallback rate",
+                format!("{:.3} tokens/s", self.fallback_rate),
+            ),
+        ])
+    }
+}
+
+/// The lease of a run started `started` after the Unix epoch by process
+/// `pid`. Leases are compared as byte strings and each run must hold a
+/// greater one than the runs before it, so the start time leads, in a fixed
+/// number of digits (20: enough until the year 5138); the process id only
+/// tells apart runs started in the same nanosecond.
+fn lease(started: Duration, pid: u32) -> String {
+    format!("cli-{:020}-{pid}", started.as_nanos())
 }
 
 pub async fn run(args: PodArgs) -> anyhow::Result<()> {
     let PodCommand::Request(a) = args.command;
     let channel = args.server.connect().await?;
-    let lease = SystemTime::now()
+    let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| format!("cli-{}-{}", std::process::id(), d.as_nanos()))
         .context("read the system clock")?;
+    let lease = lease(started, std::process::id());
     let grant = TokenBucketServiceClient::new(channel)
         .token_bucket(v1::TokenBucketRequest {
-            tenant_id: a.tenant,
+            tenant_id: a.tenant.clone(),
             bucket: String::new(),
             instance_id: a.instance,
             instance_lease: lease.into_bytes(),
@@ -72,10 +161,22 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
         .await
         .map_err(rpc_error)?
         .into_inner();
-    let trickle = crate::tenant::seconds(grant.trickle_duration);
-    println!("granted tokens    {:.3}", grant.granted_tokens);
-    println!("trickle duration  {trickle:.3}s");
-    println!("max burst tokens  {:.3}", grant.max_burst_tokens);
-    println!("fallback rate     {:.3} tokens/s", grant.fallback_rate);
-    Ok(())
+    output::print(a.json, &GrantJson::new(&a, &grant), GrantJson::text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_later_run_holds_a_greater_lease_whatever_its_process_id() {
+        let earlier = lease(Duration::from_secs(9), 32_767);
+        let later = lease(Duration::from_secs(10), 300);
+        assert!(
+            later.as_bytes() > earlier.as_bytes(),
+            "{later} vs {earlier}"
+        );
+        let now = Duration::from_nanos(1_767_322_045_678_000_000);
+        assert!(lease(now + Duration::from_nanos(1), 1) > lease(now, 1_000_000));
+    }
 }

@@ -8,10 +8,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use serde::Serialize;
 use tollgate_server::store::postgres::{self, PostgresTls};
 use tollgate_server::store::{
     BucketSettings, EmbeddedStore, PostgresOptions, PostgresStore, Store,
 };
+
+use crate::output;
 
 /// The embedded store file used when neither `--store`, `TOLLGATE_STORE`
 /// nor `DATABASE_URL` says otherwise.
@@ -58,29 +61,61 @@ impl StoreLocation {
 
     /// A description for logs and errors, without any password.
     pub fn describe(&self) -> String {
-        match self {
-            StoreLocation::File(path) => format!("file {}", path.display()),
-            StoreLocation::Postgres(url) => match url.parse::<tokio_postgres::Config>() {
-                Ok(config) => {
-                    let hosts: Vec<String> = config
+        match self.view() {
+            Some(StoreView::File { path }) => format!("file {path}"),
+            Some(StoreView::Postgres { database, hosts }) => format!(
+                "PostgreSQL database {} on {}",
+                database.as_deref().unwrap_or("(default)"),
+                hosts.join(",")
+            ),
+            Some(StoreView::Memory) => "memory".to_owned(),
+            None => "PostgreSQL database (unparsable URL)".to_owned(),
+        }
+    }
+
+    /// Where the store is, without any password; `None` for a PostgreSQL
+    /// URL that does not parse.
+    pub fn view(&self) -> Option<StoreView> {
+        Some(match self {
+            StoreLocation::File(path) => StoreView::File {
+                path: path.display().to_string(),
+            },
+            StoreLocation::Postgres(url) => {
+                let config = url.parse::<tokio_postgres::Config>().ok()?;
+                StoreView::Postgres {
+                    database: config.get_dbname().map(str::to_owned),
+                    hosts: config
                         .get_hosts()
                         .iter()
                         .map(|h| match h {
                             tokio_postgres::config::Host::Tcp(name) => name.clone(),
                             tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
                         })
-                        .collect();
-                    format!(
-                        "PostgreSQL database {} on {}",
-                        config.get_dbname().unwrap_or("(default)"),
-                        hosts.join(",")
-                    )
+                        .collect(),
                 }
-                Err(_) => "PostgreSQL database (unparsable URL)".to_owned(),
-            },
-            StoreLocation::Memory => "memory".to_owned(),
-        }
+            }
+            StoreLocation::Memory => StoreView::Memory,
+        })
     }
+}
+
+/// Where a store is, without any password, as `migrate --json` prints it:
+/// `{"kind": "file", "path": …}` or `{"kind": "postgres", "database": …,
+/// "hosts": […]}`.
+#[derive(Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StoreView {
+    File {
+        path: String,
+    },
+    Postgres {
+        /// `None` when the URL names none (PostgreSQL then takes the user's
+        /// name).
+        database: Option<String>,
+        /// Host names, or the directories of unix sockets.
+        hosts: Vec<String>,
+    },
+    Memory,
 }
 
 /// How the PostgreSQL store uses its database (`--pg-*`).
@@ -146,11 +181,26 @@ pub struct MigrateArgs {
     /// the system's; turns TLS on (as `sslmode=require` in the URL does).
     #[arg(long, env = "TOLLGATE_PG_CA_FILE", value_name = "FILE")]
     pg_ca_file: Option<PathBuf>,
+
+    /// Print JSON instead of a line of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What `migrate --json` prints.
+#[derive(Debug, Serialize)]
+struct MigrationJson {
+    store: StoreView,
+    /// Whether migrate created the embedded store file (false: the file was
+    /// there and its schema was checked, and converted if old). `None` for
+    /// PostgreSQL, whose applied migrations are logged on stderr instead.
+    created: Option<bool>,
 }
 
 /// Brings the store's schema up to date; harmless when it already is.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     let location = StoreLocation::resolve(args.store.as_deref());
+    let mut created = None;
     match &location {
         StoreLocation::Postgres(url) => {
             url.parse::<tokio_postgres::Config>()
@@ -164,14 +214,27 @@ pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         }
         StoreLocation::File(path) => {
             // Opening the file creates or checks its schema.
+            created = Some(matches!(path.try_exists(), Ok(false)));
             let store = EmbeddedStore::open(path, BucketSettings::default())
                 .with_context(|| format!("migrate {}", location.describe()))?;
             store.close().await?;
         }
         StoreLocation::Memory => {}
     }
-    println!("{}: schema is up to date", location.describe());
-    Ok(())
+    let migration = MigrationJson {
+        store: location
+            .view()
+            .context("--store: not a valid PostgreSQL URL")?,
+        created,
+    };
+    output::print(args.json, &migration, |m| {
+        let what = if m.created == Some(true) {
+            "created, schema is up to date"
+        } else {
+            "schema is up to date"
+        };
+        format!("{}: {what}", location.describe())
+    })
 }
 
 #[cfg(test)]
@@ -200,5 +263,18 @@ mod tests {
             StoreLocation::parse("postgres://user:secret@db.internal:5432/usage").describe();
         assert!(!described.contains("secret"), "{described}");
         assert!(described.contains("usage") && described.contains("db.internal"));
+    }
+
+    #[test]
+    fn views_name_database_and_hosts_without_passwords() {
+        let view = StoreLocation::parse("postgres://user:secret@db.internal:5432/usage").view();
+        assert_eq!(
+            serde_json::to_value(view).expect("serialize"),
+            serde_json::json!({"kind": "postgres", "database": "usage", "hosts": ["db.internal"]})
+        );
+        assert_eq!(
+            StoreLocation::parse("postgres://h:notaport/db").view(),
+            None
+        );
     }
 }

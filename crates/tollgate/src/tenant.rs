@@ -1,15 +1,17 @@
-//! `tollgate tenant …` and `tollgate pod request`: operator commands that
-//! talk to a running server over gRPC.
+//! `tollgate tenant …`: operator commands that talk to a running server's
+//! `Admin` service over gRPC.
 //!
 //! Human output is an aligned table; `--json` prints one JSON document for
-//! scripts. Errors from the server are shown with their gRPC code and message.
+//! scripts (see `output`). Errors from the server are shown with their gRPC
+//! code and message.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use tollgate_proto::v1::{self, admin_client::AdminClient};
 
+use crate::output::{self, Table, field, rfc3339, seconds};
 use crate::remote::{ActorArg, ServerArg, rpc_error};
 
 #[derive(Debug, Args)]
@@ -43,6 +45,9 @@ enum TenantCommand {
     Delete {
         #[arg(long)]
         tenant: String,
+        /// Print JSON instead of a line of text.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         actor: ActorArg,
     },
@@ -132,15 +137,24 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
             }
             print_list(&tenants, json)
         }
-        TenantCommand::Delete { tenant, actor } => {
+        TenantCommand::Delete {
+            tenant,
+            json,
+            actor,
+        } => {
             client
                 .delete_tenant(actor.request(v1::DeleteTenantRequest {
                     tenant_id: tenant.clone(),
                 }))
                 .await
                 .map_err(rpc_error)?;
-            println!("deleted tenant {tenant}");
-            Ok(())
+            let deleted = DeletedTenantJson {
+                tenant_id: tenant,
+                deleted: true,
+            };
+            output::print(json, &deleted, |d| {
+                format!("deleted tenant {}", d.tenant_id)
+            })
         }
     }
 }
@@ -173,16 +187,14 @@ struct InstanceJson {
     silent_for_seconds: f64,
 }
 
-fn rfc3339(t: Option<prost_types::Timestamp>) -> Option<String> {
-    let t = t?;
-    let secs = u64::try_from(t.seconds).ok()?;
-    let nanos = u32::try_from(t.nanos).ok()?;
-    let time = UNIX_EPOCH.checked_add(Duration::new(secs, nanos))?;
-    Some(humantime::format_rfc3339_millis(time).to_string())
-}
-
-pub fn seconds(d: Option<prost_types::Duration>) -> f64 {
-    d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
+/// What `tenant delete --json` prints. `DeleteTenant` answers with nothing
+/// but success, so the id is all the CLI can vouch for; the server's audit
+/// line has the tenant's last values.
+#[derive(Debug, Serialize)]
+struct DeletedTenantJson {
+    tenant_id: String,
+    /// Always true: a failed delete prints nothing on stdout.
+    deleted: bool,
 }
 
 fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {
@@ -215,37 +227,14 @@ fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {
     }
 }
 
-/// Prints rows as columns separated by two spaces, each as wide as its widest cell.
-pub(crate) fn print_table(rows: &[Vec<String>]) {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        println!("{}", line.join("  ").trim_end());
-    }
+fn print_tenant(t: &v1::Tenant, json: bool) -> anyhow::Result<()> {
+    output::print(json, &tenant_json(t, true), tenant_text)
 }
 
-fn print_tenant(t: &v1::Tenant, json: bool) -> anyhow::Result<()> {
-    let view = tenant_json(t, true);
-    if json {
-        println!("{}", serde_json::to_string_pretty(&view)?);
-        return Ok(());
-    }
+/// A tenant as a key-value table, then its instances, if any, as a table.
+fn tenant_text(view: &TenantJson) -> String {
     let c = &view.consumption;
-    let field = |k: &str, v: String| vec![k.to_owned(), v];
-    print_table(&[
+    let mut text = Table::new([
         field("tenant", view.tenant_id.clone()),
         field(
             "configured",
@@ -279,36 +268,28 @@ fn print_tenant(t: &v1::Tenant, json: bool) -> anyhow::Result<()> {
         field("cpu", format!("{:.3} s", c.cpu_seconds)),
         field("egress", format!("{} bytes", c.egress_bytes)),
         field("live instances", view.live_instances.to_string()),
-    ]);
+    ])
+    .to_string();
     if let Some(instances) = view.instances.as_ref().filter(|i| !i.is_empty()) {
-        println!();
-        let mut rows = vec![
-            ["INSTANCE", "NEXT", "SEQ", "SHARES", "SILENT FOR"]
-                .map(String::from)
-                .to_vec(),
-        ];
-        rows.extend(instances.iter().map(|i| {
-            vec![
+        let mut table = Table::with_header(&["INSTANCE", "NEXT", "SEQ", "SHARES", "SILENT FOR"]);
+        for i in instances {
+            table.push(vec![
                 i.instance_id.to_string(),
                 i.next_instance_id.to_string(),
                 i.seq.to_string(),
                 format!("{:.3}", i.shares),
                 format!("{:.1}s", i.silent_for_seconds),
-            ]
-        }));
-        print_table(&rows);
+            ]);
+        }
+        text = format!("{text}\n\n{table}");
     }
-    Ok(())
+    text
 }
 
 fn print_list(tenants: &[v1::Tenant], json: bool) -> anyhow::Result<()> {
     let views: Vec<TenantJson> = tenants.iter().map(|t| tenant_json(t, false)).collect();
-    if json {
-        println!("{}", serde_json::to_string_pretty(&views)?);
-        return Ok(());
-    }
-    let mut rows = vec![
-        [
+    output::print(json, &views, |views| {
+        let mut table = Table::with_header(&[
             "TENANT",
             "CONFIGURED",
             "REFILL/S",
@@ -316,21 +297,18 @@ fn print_list(tenants: &[v1::Tenant], json: bool) -> anyhow::Result<()> {
             "TOKENS",
             "INSTANCES",
             "REQUEST UNITS",
-        ]
-        .map(String::from)
-        .to_vec(),
-    ];
-    rows.extend(views.iter().map(|v| {
-        vec![
-            v.tenant_id.clone(),
-            if v.configured { "yes" } else { "no" }.to_owned(),
-            v.refill_rate.to_string(),
-            v.burst_limit.to_string(),
-            format!("{:.1}", v.current_tokens),
-            v.live_instances.to_string(),
-            format!("{:.1}", v.consumption.request_units),
-        ]
-    }));
-    print_table(&rows);
-    Ok(())
+        ]);
+        for v in views {
+            table.push(vec![
+                v.tenant_id.clone(),
+                if v.configured { "yes" } else { "no" }.to_owned(),
+                v.refill_rate.to_string(),
+                v.burst_limit.to_string(),
+                format!("{:.1}", v.current_tokens),
+                v.live_instances.to_string(),
+                format!("{:.1}", v.consumption.request_units),
+            ]);
+        }
+        table
+    })
 }

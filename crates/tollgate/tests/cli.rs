@@ -1,10 +1,14 @@
 //! The `tollgate` binary end to end: `serve` on a store file, the tenant
-//! commands against it, a graceful stop on SIGTERM, and a restart.
+//! commands against it, a graceful stop on SIGTERM, and a restart; and the
+//! `--json` output of every command that prints a result, parsed as one
+//! JSON document.
 
 mod support;
 
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output};
 
+use serde_json::{Value, json};
 use support::{BIN, Server};
 
 #[test]
@@ -122,4 +126,202 @@ fn serve_refuses_bad_defaults_with_a_clear_message() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--default-refill-rate"), "{stderr}");
+}
+
+/// A server on a fresh store file; the directory lives as long as the pair.
+fn fresh_server() -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("tollgate.redb"));
+    (dir, server)
+}
+
+fn set_limits(server: &Server, tenant: &str, available: &str, refill_rate: &str) {
+    server.ok(&[
+        "tenant",
+        "set-limits",
+        "--tenant",
+        tenant,
+        "--available",
+        available,
+        "--refill-rate",
+        refill_rate,
+        "--burst-limit",
+        "1000",
+    ]);
+}
+
+fn pod_request(server: &Server, tenant: &str, tokens: &str) -> Value {
+    server.json(&[
+        "pod", "request", "--tenant", tenant, "--tokens", tokens, "--json",
+    ])
+}
+
+fn number(value: &Value) -> f64 {
+    value
+        .as_f64()
+        .unwrap_or_else(|| panic!("not a number: {value}"))
+}
+
+/// A failed command: non-zero exit, nothing on stdout, the reason on stderr.
+fn assert_failed_with(out: &Output, reason: &str) {
+    assert!(!out.status.success(), "{out:?}");
+    assert!(out.stdout.is_empty(), "stdout: {:?}", out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(reason), "{stderr}");
+}
+
+#[test]
+fn pod_request_json_reports_the_grant_and_whether_the_pod_was_throttled() {
+    let (_dir, server) = fresh_server();
+    // No refill: every grant comes out of the 500 tokens there are.
+    set_limits(&server, "acme", "500", "0");
+
+    let full = pod_request(&server, "acme", "120");
+    assert_eq!(full["tenant_id"], "acme");
+    assert_eq!(full["instance_id"], 1);
+    assert_eq!(full["requested_tokens"], 120.0);
+    assert_eq!(full["granted_tokens"], 120.0);
+    assert_eq!(full["trickle_duration_seconds"], 0.0);
+    assert_eq!(full["max_burst_tokens"], 0.0);
+    assert!(number(&full["fallback_rate"]) >= 0.0, "{full:#}");
+    assert_eq!(full["throttled"], false, "{full:#}");
+
+    // 380 tokens left: a request for 1000 gets them, at once, and is throttled.
+    let short = pod_request(&server, "acme", "1000");
+    assert_eq!(short["granted_tokens"], 380.0, "{short:#}");
+    assert_eq!(short["trickle_duration_seconds"], 0.0, "{short:#}");
+    assert_eq!(short["throttled"], true, "{short:#}");
+
+    // 100 tokens and 10 per second: 500 tokens cannot come at once; the
+    // pod gets what a target period (10 s) of refill adds, over a trickle.
+    set_limits(&server, "slow", "100", "10");
+    let trickled = pod_request(&server, "slow", "500");
+    assert_eq!(trickled["trickle_duration_seconds"], 10.0, "{trickled:#}");
+    assert!(number(&trickled["granted_tokens"]) < 500.0, "{trickled:#}");
+    assert!(number(&trickled["max_burst_tokens"]) > 0.0, "{trickled:#}");
+    assert_eq!(trickled["throttled"], true, "{trickled:#}");
+
+    // 100 tokens and 100 per second: 150 tokens come in full, but over the
+    // shortest trickle (1 s) rather than at once, which throttles too.
+    set_limits(&server, "brisk", "100", "100");
+    let spread = pod_request(&server, "brisk", "150");
+    assert!(number(&spread["granted_tokens"]) >= 150.0, "{spread:#}");
+    assert_eq!(spread["trickle_duration_seconds"], 1.0, "{spread:#}");
+    assert_eq!(spread["throttled"], true, "{spread:#}");
+
+    // The table says the same.
+    let empty = server.ok(&["pod", "request", "--tenant", "acme", "--tokens", "50"]);
+    assert!(
+        empty.contains("throttled         yes: granted 0.000 of 50.000 tokens"),
+        "{empty}"
+    );
+    set_limits(&server, "slow-too", "100", "10");
+    let trickled = server.ok(&["pod", "request", "--tenant", "slow-too", "--tokens", "500"]);
+    assert!(
+        trickled.contains("throttled         yes: granted 2")
+            && trickled.contains("of 500.000 tokens, tokens arrive over 10.000s"),
+        "{trickled}"
+    );
+    set_limits(&server, "plenty", "1000", "0");
+    let granted = server.ok(&["pod", "request", "--tenant", "plenty", "--tokens", "5"]);
+    assert!(granted.contains("throttled         no"), "{granted}");
+
+    // Refused input: stdout stays empty, the reason goes to stderr.
+    let refused = server.tollgate(&[
+        "pod", "request", "--tenant", "acme", "--tokens", "-1", "--json",
+    ]);
+    assert_failed_with(&refused, "InvalidArgument");
+}
+
+#[test]
+fn tenant_delete_json_names_the_deleted_tenant_and_a_failed_delete_prints_nothing() {
+    let (_dir, server) = fresh_server();
+    set_limits(&server, "gone", "10", "1");
+
+    let deleted = server.json(&["tenant", "delete", "--tenant", "gone", "--json"]);
+    assert_eq!(deleted, json!({"tenant_id": "gone", "deleted": true}));
+    assert_failed_with(
+        &server.tollgate(&["tenant", "show", "--tenant", "gone", "--json"]),
+        "NotFound",
+    );
+    assert_failed_with(
+        &server.tollgate(&["tenant", "delete", "--tenant", "gone", "--json"]),
+        "NotFound",
+    );
+}
+
+fn migrate(store: &str, json: bool) -> Output {
+    let mut command = support::command();
+    command
+        .args(["migrate", "--store", store])
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "warn");
+    if json {
+        command.arg("--json");
+    }
+    command.output().expect("run tollgate migrate")
+}
+
+fn migrate_json(store: &Path) -> Value {
+    let out = migrate(&store.display().to_string(), true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
+
+#[test]
+fn migrate_json_names_the_store_file_and_whether_it_created_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("state").join("tollgate.redb");
+    let path = store.display().to_string();
+
+    let created = migrate_json(&store);
+    assert_eq!(
+        created,
+        json!({"store": {"kind": "file", "path": path}, "created": true})
+    );
+    assert!(store.exists());
+
+    let again = migrate_json(&store);
+    assert_eq!(again["created"], false, "{again:#}");
+    assert_eq!(again["store"]["path"], path.as_str());
+
+    let text = migrate(&path, false);
+    assert_eq!(
+        String::from_utf8_lossy(&text.stdout),
+        format!("file {path}: schema is up to date\n")
+    );
+
+    assert_failed_with(
+        &migrate("postgres://user@host:notaport/db", true),
+        "not a valid PostgreSQL URL",
+    );
+}
+
+#[test]
+fn bench_json_is_one_document_with_durations_in_seconds() {
+    let (_dir, server) = fresh_server();
+    let report = server.json(&[
+        "bench",
+        "--duration",
+        "300ms",
+        "--warmup",
+        "100ms",
+        "--tenants",
+        "1",
+        "--instances-per-tenant",
+        "2",
+        "--tenant-prefix",
+        "json",
+        "--json",
+    ]);
+    assert_eq!(report["warmup_seconds"], 0.1, "{report:#}");
+    assert_eq!(report["measured_seconds"], 0.3, "{report:#}");
+    assert_eq!(report["pods"], 2, "{report:#}");
+    assert!(report["latency_us"]["p50"].is_u64(), "{report:#}");
+    let tenant = &report["tenants"]["json-0"];
+    assert!(number(&tenant["granted_tokens"]) > 0.0, "{report:#}");
 }

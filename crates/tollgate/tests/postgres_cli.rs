@@ -29,6 +29,12 @@ async fn migrate_is_harmless_to_repeat_and_reads_database_url() {
         assert!(out.contains("schema is up to date"), "{out}");
         assert!(out.contains(db.name()), "{out}");
     }
+    let (ok, out, err) = tollgate(&["migrate", "--store", db.url(), "--json"], &[]);
+    assert!(ok, "{err}");
+    let migration: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+    assert_eq!(migration["store"]["kind"], "postgres", "{out}");
+    assert_eq!(migration["store"]["database"], db.name(), "{out}");
+    assert_eq!(migration["created"], serde_json::Value::Null, "{out}");
     let (ok, out, err) = tollgate(&["migrate"], &[("DATABASE_URL", db.url())]);
     assert!(ok, "{err}");
     assert!(

@@ -411,12 +411,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
 
     let context = Arc::into_inner(context).context("pods still hold the run context")?;
     let report = Report::new(&plan, reports, context.latency.merged());
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        report.print();
-    }
-    Ok(())
+    crate::output::print(args.json, &report, Report::text)
 }
 
 /// Opens `--connections` HTTP/2 connections to every server, so an

@@ -17,7 +17,7 @@ use tollgate_core::Consumption;
 
 use super::pod::PodReport;
 use super::{Load, Plan};
-use crate::tenant::print_table;
+use crate::output::{Table, field};
 
 #[derive(Debug, Serialize)]
 pub(super) struct Report {
@@ -185,9 +185,9 @@ impl Report {
         }
     }
 
-    /// Prints the summary and the per-tenant table to stdout.
-    pub fn print(&self) {
-        let field = |k: &str, v: String| vec![k.to_owned(), v];
+    /// The summary, the first message of each error code, and the
+    /// per-tenant table.
+    pub fn text(&self) -> String {
         let mode = match self.target_rate {
             None => "closed loop".to_owned(),
             Some(rate) => format!("open loop at {rate} requests/s"),
@@ -195,7 +195,7 @@ impl Report {
         let servers = self.servers.len();
         let l = &self.latency_us;
         let t = &self.total;
-        print_table(&[
+        let mut text = Table::new([
             field(
                 "load",
                 format!(
@@ -250,33 +250,29 @@ impl Report {
             field("retried", codes(&t.retried)),
             field("errors", codes(&t.errors)),
             field("abandoned", t.abandoned.to_string()),
-        ]);
+        ])
+        .to_string();
         for (code, message) in &t.error_messages {
-            println!("  {code}: {message}");
+            text.push_str(&format!("\n  {code}: {message}"));
         }
-        println!();
-        let mut rows = vec![
-            [
-                "TENANT",
-                "REQUESTS",
-                "DUPLICATES",
-                "GRANTED",
-                "REQUEST UNITS",
-                "READS B/R/BYTES",
-                "WRITES B/R/BYTES",
-                "CPU S",
-                "EGRESS BYTES",
-                "UNCONFIRMED RU",
-            ]
-            .map(String::from)
-            .to_vec(),
-        ];
+        let mut table = Table::with_header(&[
+            "TENANT",
+            "REQUESTS",
+            "DUPLICATES",
+            "GRANTED",
+            "REQUEST UNITS",
+            "READS B/R/BYTES",
+            "WRITES B/R/BYTES",
+            "CPU S",
+            "EGRESS BYTES",
+            "UNCONFIRMED RU",
+        ]);
         for id in &self.tenant_order {
             let Some(tenant) = self.tenants.get(id) else {
                 continue;
             };
             let c = &tenant.consumption;
-            rows.push(vec![
+            table.push(vec![
                 id.clone(),
                 tenant.requests.to_string(),
                 tenant.duplicates.to_string(),
@@ -289,7 +285,7 @@ impl Report {
                 format!("{:.0}", tenant.unconfirmed.request_units()),
             ]);
         }
-        print_table(&rows);
+        format!("{text}\n\n{table}")
     }
 }
 
