@@ -16,7 +16,7 @@ use tollgate_client::{
     TokenBucketRequest, Transport, TransportError,
 };
 use tollgate_core::Timestamp;
-use tollgate_core::global_bucket::{self, BucketRows, GlobalBucketConfig, Limits, TenantState};
+use tollgate_core::global_bucket::{self, BucketRow, BucketRows, GlobalBucketConfig, Limits};
 
 /// How the in-process server treats one bucket's requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +58,7 @@ impl Server {
             burst_limit,
         };
         let rows = BucketRows {
-            tenant: TenantState::new(limits, tokens, true, Timestamp::EPOCH),
+            head: BucketRow::new(limits, tokens, true, Timestamp::EPOCH),
             instances: BTreeMap::new(),
         };
         self.buckets
@@ -78,7 +78,8 @@ impl Server {
     fn consumed(&self, name: &str) -> f64 {
         self.buckets.lock().expect("lock")[&bucket(name)]
             .0
-            .tenant
+            .head
+            .totals
             .consumption
             .request_units()
     }
@@ -433,7 +434,8 @@ async fn shutdown_reports_every_bucket_and_gives_back_what_each_holds() {
     let held = |name: &str| {
         server.buckets.lock().expect("lock")[&bucket(name)]
             .0
-            .tenant
+            .head
+            .state
             .tokens
     };
     assert!((held("") - 90.0).abs() < 1e-6, "{}", held(""));
