@@ -604,7 +604,7 @@ async fn bad_admin_requests_get_clear_errors_and_change_nothing(backend: Backend
     let status = admin
         .list_tenants(v1::ListTenantsRequest {
             page_size: 5000,
-            page_token: String::new(),
+            ..Default::default()
         })
         .await
         .expect_err("page too large");
@@ -614,10 +614,20 @@ async fn bad_admin_requests_get_clear_errors_and_change_nothing(backend: Backend
         .list_tenants(v1::ListTenantsRequest {
             page_size: 10,
             page_token: "not a token".into(),
+            ..Default::default()
         })
         .await
         .expect_err("bad token");
     assert!(status.message().contains("page_token"));
+    let status = admin
+        .list_tenants(v1::ListTenantsRequest {
+            tenant_id: "no spaces".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("bad tenant filter");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("tenant_id"));
 
     let after = get_tenant(&mut admin, "acme").await.expect("get");
     assert_eq!(
@@ -724,6 +734,7 @@ async fn tenants_are_listed_in_pages_and_deleted(backend: Backend) {
             .list_tenants(v1::ListTenantsRequest {
                 page_size: 10,
                 page_token,
+                ..Default::default()
             })
             .await
             .expect("list")
@@ -763,6 +774,142 @@ async fn tenants_are_listed_in_pages_and_deleted(backend: Backend) {
     server.stop().await;
 }
 
+/// A tenant's buckets over the wire: each named bucket is created by an
+/// operator and served apart; a bucket the tenant lacks is NOT_FOUND
+/// naming both; listing shows every bucket, or one tenant's; deleting the
+/// tenant deletes them all.
+async fn a_tenants_buckets_are_served_apart(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+    for (bucket, burst) in [("schedule-email", 100.0), ("invoke-doc-summary-ai", 20.0)] {
+        let created = admin
+            .update_tenant_resource_limits(v1::UpdateTenantResourceLimitsRequest {
+                bucket: bucket.into(),
+                ..limits("t1234", burst, 1.0, burst)
+            })
+            .await
+            .expect("create bucket")
+            .into_inner()
+            .tenant
+            .expect("bucket");
+        assert_eq!(created.bucket, bucket);
+        assert_eq!(created.current_tokens, burst);
+    }
+    let on = |bucket: &str, seq: u64, tokens: f64| v1::TokenBucketRequest {
+        bucket: bucket.into(),
+        ..pod_request("t1234", 1, seq, tokens, 2.0)
+    };
+    // A bulk send claims the whole email bucket; the AI bucket is untouched.
+    let grant = pods
+        .token_bucket(on("schedule-email", 1, 100.0))
+        .await
+        .expect("grant")
+        .into_inner();
+    assert_eq!(grant.granted_tokens, 100.0);
+    let throttled = pods
+        .token_bucket(on("schedule-email", 2, 50.0))
+        .await
+        .expect("grant")
+        .into_inner();
+    assert!(
+        throttled
+            .trickle_duration
+            .is_some_and(|d| d.seconds > 0 || d.nanos > 0),
+        "the emptied bucket trickles: {throttled:?}"
+    );
+    let grant = pods
+        .token_bucket(on("invoke-doc-summary-ai", 1, 20.0))
+        .await
+        .expect("grant")
+        .into_inner();
+    assert_eq!(grant.granted_tokens, 20.0);
+    assert_eq!(
+        grant.trickle_duration.unwrap_or_default(),
+        prost_types::Duration::default()
+    );
+
+    let missing = pods
+        .token_bucket(on("no-such-action", 1, 1.0))
+        .await
+        .expect_err("unknown bucket");
+    assert_eq!(missing.code(), Code::NotFound);
+    assert!(
+        missing.message().contains("t1234") && missing.message().contains("no-such-action"),
+        "{}",
+        missing.message()
+    );
+    let missing = admin
+        .get_tenant(v1::GetTenantRequest {
+            tenant_id: "t1234".into(),
+            bucket: "no-such-action".into(),
+        })
+        .await
+        .expect_err("unknown bucket");
+    assert_eq!(missing.code(), Code::NotFound);
+
+    // Consumption is counted per bucket.
+    let email = admin
+        .get_tenant(v1::GetTenantRequest {
+            tenant_id: "t1234".into(),
+            bucket: "schedule-email".into(),
+        })
+        .await
+        .expect("bucket")
+        .into_inner()
+        .tenant
+        .expect("bucket");
+    assert_eq!(email.consumption.expect("c").request_units, 4.0);
+    assert_eq!(email.live_instances, 1);
+
+    // A pod built before buckets had names uses the request-unit bucket.
+    pods.token_bucket(pod_request("t1234", 1, 1, 1.0, 1.0))
+        .await
+        .expect("request-unit bucket");
+    pods.token_bucket(pod_request("other", 1, 1, 1.0, 1.0))
+        .await
+        .expect("another tenant");
+    let everything = tenant_ids(&mut admin).await;
+    assert_eq!(everything, vec!["other", "t1234", "t1234", "t1234"]);
+    let mine = admin
+        .list_tenants(v1::ListTenantsRequest {
+            tenant_id: "t1234".into(),
+            page_size: 2,
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    let buckets: Vec<_> = mine.tenants.iter().map(|t| t.bucket.as_str()).collect();
+    assert_eq!(buckets, vec!["", "invoke-doc-summary-ai"]);
+    let rest = admin
+        .list_tenants(v1::ListTenantsRequest {
+            tenant_id: "t1234".into(),
+            page_size: 2,
+            page_token: mine.next_page_token,
+        })
+        .await
+        .expect("list")
+        .into_inner();
+    let buckets: Vec<_> = rest.tenants.iter().map(|t| t.bucket.as_str()).collect();
+    assert_eq!(buckets, vec!["schedule-email"]);
+    assert!(rest.next_page_token.is_empty());
+
+    admin
+        .delete_tenant(v1::DeleteTenantRequest {
+            tenant_id: "t1234".into(),
+        })
+        .await
+        .expect("delete");
+    assert_eq!(tenant_ids(&mut admin).await, vec!["other"]);
+    let gone = pods
+        .token_bucket(on("schedule-email", 3, 1.0))
+        .await
+        .expect_err("deleted with its tenant");
+    assert_eq!(gone.code(), Code::NotFound);
+    server.stop().await;
+}
+
 for_each_store!(
     several_instances_share_a_configured_tenant,
     a_duplicate_request_is_answered_from_the_first_response,
@@ -772,4 +919,5 @@ for_each_store!(
     limits_updates_apply_the_as_of_correction,
     unconfigured_tenants_get_defaults_or_not_found,
     tenants_are_listed_in_pages_and_deleted,
+    a_tenants_buckets_are_served_apart,
 );

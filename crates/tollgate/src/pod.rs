@@ -36,6 +36,10 @@ enum PodCommand {
 struct RequestArgs {
     #[arg(long)]
     tenant: String,
+    /// The tenant's bucket (a rate-limited action); empty for its
+    /// request-unit bucket.
+    #[arg(long, default_value = "")]
+    bucket: String,
     /// The pod's instance id (>= 1).
     #[arg(long, default_value_t = 1)]
     instance: u32,
@@ -57,6 +61,7 @@ struct RequestArgs {
 #[derive(Debug, Serialize)]
 struct GrantJson {
     tenant_id: String,
+    bucket: String,
     instance_id: u32,
     requested_tokens: f64,
     granted_tokens: f64,
@@ -76,6 +81,7 @@ impl GrantJson {
         let trickle = seconds(grant.trickle_duration);
         GrantJson {
             tenant_id: request.tenant.clone(),
+            bucket: request.bucket.clone(),
             instance_id: request.instance,
             requested_tokens: request.tokens,
             granted_tokens: grant.granted_tokens,
@@ -144,7 +150,7 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
     let grant = TokenBucketServiceClient::new(channel)
         .token_bucket(v1::TokenBucketRequest {
             tenant_id: a.tenant.clone(),
-            bucket: String::new(),
+            bucket: a.bucket.clone(),
             instance_id: a.instance,
             instance_lease: lease.into_bytes(),
             seq: 1,

@@ -42,6 +42,20 @@ pub struct ServerArg {
 #[derive(Clone, Debug)]
 pub struct BearerToken(Option<AsciiMetadataValue>);
 
+impl BearerToken {
+    /// Sends `token` (from `--token`), if given.
+    pub fn new(token: Option<&str>) -> anyhow::Result<BearerToken> {
+        token
+            .map(|token| {
+                format!("Bearer {token}")
+                    .parse::<AsciiMetadataValue>()
+                    .map_err(|_| anyhow::anyhow!("--token: must be printable ASCII"))
+            })
+            .transpose()
+            .map(BearerToken)
+    }
+}
+
 impl tonic::service::Interceptor for BearerToken {
     fn call(
         &mut self,
@@ -59,15 +73,7 @@ impl tonic::service::Interceptor for BearerToken {
 impl ServerArg {
     /// The interceptor that sends `--token`, if given.
     pub fn bearer(&self) -> anyhow::Result<BearerToken> {
-        self.token
-            .as_deref()
-            .map(|token| {
-                format!("Bearer {token}")
-                    .parse::<AsciiMetadataValue>()
-                    .map_err(|_| anyhow::anyhow!("--token: must be printable ASCII"))
-            })
-            .transpose()
-            .map(BearerToken)
+        BearerToken::new(self.token.as_deref())
     }
 
     pub async fn connect(&self) -> anyhow::Result<Channel> {

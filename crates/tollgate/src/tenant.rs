@@ -25,17 +25,22 @@ pub struct TenantArgs {
 
 #[derive(Debug, Subcommand)]
 enum TenantCommand {
-    /// Set a tenant's limits, creating it if needed.
+    /// Set the limits of a tenant's bucket, creating it if needed.
     SetLimits(SetLimitsArgs),
-    /// Show a tenant's limits, tokens, consumption and instances.
+    /// Show a tenant's buckets: limits, tokens, consumption and instances.
     Show {
         #[arg(long)]
         tenant: String,
-        /// Print JSON instead of a table.
+        /// Only this bucket ("" for the request-unit bucket); every bucket
+        /// of the tenant if not given.
+        #[arg(long)]
+        bucket: Option<String>,
+        /// Print JSON instead of a table: one bucket with --bucket, else a
+        /// list of the tenant's buckets.
         #[arg(long)]
         json: bool,
     },
-    /// List all tenants.
+    /// List all tenants' buckets.
     List {
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -57,6 +62,10 @@ enum TenantCommand {
 struct SetLimitsArgs {
     #[arg(long)]
     tenant: String,
+    /// The tenant's bucket (a rate-limited action); empty for its
+    /// request-unit bucket.
+    #[arg(long, default_value = "")]
+    bucket: String,
     /// Tokens in the bucket (as of --as-of, if given).
     #[arg(long, allow_negative_numbers = true)]
     available: f64,
@@ -94,7 +103,7 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
                 .update_tenant_resource_limits(a.actor.request(
                     v1::UpdateTenantResourceLimitsRequest {
                         tenant_id: a.tenant,
-                        bucket: String::new(),
+                        bucket: a.bucket,
                         available_tokens: a.available,
                         refill_rate: a.refill_rate,
                         burst_limit: a.burst_limit,
@@ -107,36 +116,47 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
             let tenant = response.into_inner().tenant.unwrap_or_default();
             print_tenant(&tenant, a.json)
         }
-        TenantCommand::Show { tenant, json } => {
+        TenantCommand::Show {
+            tenant,
+            bucket: Some(bucket),
+            json,
+        } => {
             let response = client
                 .get_tenant(v1::GetTenantRequest {
                     tenant_id: tenant,
-                    bucket: String::new(),
+                    bucket,
                 })
                 .await
                 .map_err(rpc_error)?;
             print_tenant(&response.into_inner().tenant.unwrap_or_default(), json)
         }
-        TenantCommand::List { json } => {
-            let mut tenants = Vec::new();
-            let mut page_token = String::new();
-            loop {
-                let page = client
-                    .list_tenants(v1::ListTenantsRequest {
-                        page_size: 1000,
-                        page_token,
+        TenantCommand::Show {
+            tenant,
+            bucket: None,
+            json,
+        } => {
+            let listed = list(&mut client, &tenant).await?;
+            if listed.is_empty() {
+                // As the server words it for one bucket.
+                return Err(rpc_error(tonic::Status::not_found(format!(
+                    "tenant \"{tenant}\" not found"
+                ))));
+            }
+            // The listing leaves out instances; read each bucket whole.
+            let mut buckets = Vec::with_capacity(listed.len());
+            for b in listed {
+                let response = client
+                    .get_tenant(v1::GetTenantRequest {
+                        tenant_id: b.tenant_id,
+                        bucket: b.bucket,
                     })
                     .await
-                    .map_err(rpc_error)?
-                    .into_inner();
-                tenants.extend(page.tenants);
-                if page.next_page_token.is_empty() {
-                    break;
-                }
-                page_token = page.next_page_token;
+                    .map_err(rpc_error)?;
+                buckets.push(response.into_inner().tenant.unwrap_or_default());
             }
-            print_list(&tenants, json)
+            print_buckets(&buckets, json)
         }
+        TenantCommand::List { json } => print_list(&list(&mut client, "").await?, json),
         TenantCommand::Delete {
             tenant,
             json,
@@ -159,10 +179,40 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
     }
 }
 
-/// A tenant as `--json` prints it.
+/// Every bucket of every tenant, or of `tenant` if it is not empty.
+async fn list<T>(client: &mut AdminClient<T>, tenant: &str) -> anyhow::Result<Vec<v1::Tenant>>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    let mut buckets = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_tenants(v1::ListTenantsRequest {
+                page_size: 1000,
+                page_token,
+                tenant_id: tenant.to_owned(),
+            })
+            .await
+            .map_err(rpc_error)?
+            .into_inner();
+        buckets.extend(page.tenants);
+        if page.next_page_token.is_empty() {
+            return Ok(buckets);
+        }
+        page_token = page.next_page_token;
+    }
+}
+
+/// A bucket of a tenant as `--json` prints it.
 #[derive(Debug, Serialize)]
 struct TenantJson {
     tenant_id: String,
+    /// Empty for the tenant's request-unit bucket.
+    bucket: String,
     configured: bool,
     refill_rate: f64,
     burst_limit: f64,
@@ -201,6 +251,7 @@ fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {
     let limits = t.limits.unwrap_or_default();
     TenantJson {
         tenant_id: t.tenant_id.clone(),
+        bucket: t.bucket.clone(),
         configured: t.configured,
         refill_rate: limits.refill_rate,
         burst_limit: limits.burst_limit,
@@ -231,11 +282,33 @@ fn print_tenant(t: &v1::Tenant, json: bool) -> anyhow::Result<()> {
     output::print(json, &tenant_json(t, true), tenant_text)
 }
 
+/// A tenant's buckets, each as `tenant show --bucket` shows it.
+fn print_buckets(buckets: &[v1::Tenant], json: bool) -> anyhow::Result<()> {
+    let views: Vec<TenantJson> = buckets.iter().map(|t| tenant_json(t, true)).collect();
+    output::print(json, &views, |views| {
+        views
+            .iter()
+            .map(tenant_text)
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    })
+}
+
+/// How a bucket name reads in text: the request-unit bucket has none.
+fn bucket_label(bucket: &str) -> &str {
+    if bucket.is_empty() {
+        "(request units)"
+    } else {
+        bucket
+    }
+}
+
 /// A tenant as a key-value table, then its instances, if any, as a table.
 fn tenant_text(view: &TenantJson) -> String {
     let c = &view.consumption;
     let mut text = Table::new([
         field("tenant", view.tenant_id.clone()),
+        field("bucket", bucket_label(&view.bucket).to_owned()),
         field(
             "configured",
             if view.configured {
@@ -291,6 +364,7 @@ fn print_list(tenants: &[v1::Tenant], json: bool) -> anyhow::Result<()> {
     output::print(json, &views, |views| {
         let mut table = Table::with_header(&[
             "TENANT",
+            "BUCKET",
             "CONFIGURED",
             "REFILL/S",
             "BURST",
@@ -301,6 +375,7 @@ fn print_list(tenants: &[v1::Tenant], json: bool) -> anyhow::Result<()> {
         for v in views {
             table.push(vec![
                 v.tenant_id.clone(),
+                bucket_label(&v.bucket).to_owned(),
                 if v.configured { "yes" } else { "no" }.to_owned(),
                 v.refill_rate.to_string(),
                 v.burst_limit.to_string(),

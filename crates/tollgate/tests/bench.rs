@@ -26,7 +26,9 @@ const CONSUMPTION_FIELDS: [&str; 9] = [
 ];
 
 fn tenant_show(server: &Server, tenant: &str) -> Value {
-    server.json(&["tenant", "show", "--tenant", tenant, "--json"])
+    server.json(&[
+        "tenant", "show", "--tenant", tenant, "--bucket", "", "--json",
+    ])
 }
 
 fn count(value: &Value) -> u64 {
@@ -286,4 +288,48 @@ fn bad_options_and_unreachable_servers_exit_1_with_a_clear_message() {
         "{stderr}"
     );
     assert!(out.stdout.is_empty(), "no report without a run");
+}
+
+/// With `--buckets N` the bench creates N named buckets per tenant and
+/// spreads each tenant's pods over them; what it confirmed per tenant is
+/// what the server stored over that tenant's buckets.
+#[test]
+fn several_buckets_per_tenant_are_created_and_counted_apart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("tollgate.redb"));
+    let report = server.json(&[
+        "bench",
+        "--duration",
+        "1s",
+        "--warmup",
+        "200ms",
+        "--tenants",
+        "2",
+        "--instances-per-tenant",
+        "6",
+        "--buckets",
+        "3",
+        "--json",
+    ]);
+    assert_no_failures(&report);
+    let tenants = report["tenants"].as_object().expect("tenant map");
+    for (id, sent) in tenants {
+        let buckets = server.json(&["tenant", "show", "--tenant", id, "--json"]);
+        let buckets = buckets.as_array().expect("a list of buckets");
+        let names: Vec<&str> = buckets
+            .iter()
+            .map(|b| b["bucket"].as_str().expect("name"))
+            .collect();
+        assert_eq!(names, ["b0", "b1", "b2"], "{id}");
+        for bucket in buckets {
+            assert_eq!(count(&bucket["live_instances"]), 2, "{id}: {bucket:#}");
+        }
+        for field in ["read_batches", "write_bytes", "egress_bytes"] {
+            let stored: u64 = buckets
+                .iter()
+                .map(|b| count(&b["consumption"][field]))
+                .sum();
+            assert_eq!(count(&sent["consumption"][field]), stored, "{id}: {field}");
+        }
+    }
 }

@@ -48,7 +48,9 @@ fn tenant_commands_work_against_a_served_store_and_survive_a_restart() {
     ]);
     assert!(grant.contains("granted tokens    120.000"), "{grant}");
 
-    let shown = server.json(&["tenant", "show", "--tenant", "acme", "--json"]);
+    let shown = server.json(&[
+        "tenant", "show", "--tenant", "acme", "--bucket", "", "--json",
+    ]);
     assert_eq!(shown["current_tokens"], 380.0);
     assert_eq!(shown["consumption"]["request_units"], 42.5);
     assert_eq!(shown["live_instances"], 1);
@@ -109,7 +111,9 @@ fn tenant_commands_work_against_a_served_store_and_survive_a_restart() {
 
     // Same file, new process: everything is still there.
     let server = Server::start(&store);
-    let shown = server.json(&["tenant", "show", "--tenant", "acme", "--json"]);
+    let shown = server.json(&[
+        "tenant", "show", "--tenant", "acme", "--bucket", "", "--json",
+    ]);
     assert_eq!(shown["current_tokens"], 380.0);
     assert_eq!(shown["consumption"]["request_units"], 42.5);
     let listed = server.json(&["tenant", "list", "--json"]);
@@ -241,7 +245,9 @@ fn tenant_delete_json_names_the_deleted_tenant_and_a_failed_delete_prints_nothin
     let deleted = server.json(&["tenant", "delete", "--tenant", "gone", "--json"]);
     assert_eq!(deleted, json!({"tenant_id": "gone", "deleted": true}));
     assert_failed_with(
-        &server.tollgate(&["tenant", "show", "--tenant", "gone", "--json"]),
+        &server.tollgate(&[
+            "tenant", "show", "--tenant", "gone", "--bucket", "", "--json",
+        ]),
         "NotFound",
     );
     assert_failed_with(
@@ -324,4 +330,83 @@ fn bench_json_is_one_document_with_durations_in_seconds() {
     assert!(report["latency_us"]["p50"].is_u64(), "{report:#}");
     let tenant = &report["tenants"]["json-0"];
     assert!(number(&tenant["granted_tokens"]) > 0.0, "{report:#}");
+}
+
+/// A tenant's buckets from the command line: created with `set-limits
+/// --bucket`, gated with `pod request --bucket`, shown all at once by
+/// `tenant show` and one by one with `--bucket`, listed with their names.
+#[test]
+fn bucket_options_reach_each_bucket_and_show_lists_them_all() {
+    let (_dir, server) = fresh_server();
+    for (bucket, burst) in [("schedule-email", "100"), ("invoke-doc-summary-ai", "20")] {
+        server.ok(&[
+            "tenant",
+            "set-limits",
+            "--tenant",
+            "t1234",
+            "--bucket",
+            bucket,
+            "--available",
+            burst,
+            "--refill-rate",
+            "1",
+            "--burst-limit",
+            burst,
+        ]);
+    }
+    let bulk = server.json(&[
+        "pod",
+        "request",
+        "--tenant",
+        "t1234",
+        "--bucket",
+        "schedule-email",
+        "--tokens",
+        "50",
+        "--json",
+    ]);
+    assert_eq!(bulk["bucket"], "schedule-email");
+    assert_eq!(bulk["granted_tokens"], 50.0);
+    assert_eq!(bulk["throttled"], false);
+    let missing = server.tollgate(&[
+        "pod", "request", "--tenant", "t1234", "--bucket", "nope", "--tokens", "1",
+    ]);
+    assert_failed_with(&missing, "NotFound");
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("nope"));
+
+    let all = server.json(&["tenant", "show", "--tenant", "t1234", "--json"]);
+    let buckets: Vec<&str> = all
+        .as_array()
+        .expect("a list of buckets")
+        .iter()
+        .map(|b| b["bucket"].as_str().expect("name"))
+        .collect();
+    assert_eq!(buckets, vec!["invoke-doc-summary-ai", "schedule-email"]);
+    let email = &all[1];
+    assert_eq!(number(&email["current_tokens"]).round(), 50.0);
+    assert_eq!(email["instances"][0]["instance_id"], 1);
+    let one = server.json(&[
+        "tenant",
+        "show",
+        "--tenant",
+        "t1234",
+        "--bucket",
+        "invoke-doc-summary-ai",
+        "--json",
+    ]);
+    assert_eq!(one["current_tokens"], 20.0);
+    let text = server.ok(&["tenant", "show", "--tenant", "t1234"]);
+    assert!(
+        text.contains("schedule-email") && text.contains("invoke-doc-summary-ai"),
+        "{text}"
+    );
+    let table = server.ok(&["tenant", "list"]);
+    assert!(
+        table.contains("BUCKET") && table.contains("schedule-email"),
+        "{table}"
+    );
+    assert_failed_with(
+        &server.tollgate(&["tenant", "show", "--tenant", "t1234", "--bucket", "a b"]),
+        "bucket",
+    );
 }

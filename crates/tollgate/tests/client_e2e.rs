@@ -31,7 +31,9 @@ fn set_limits(server: &Server, tenant: &str, available: f64, refill: f64, burst:
 }
 
 fn stored_request_units(server: &Server, tenant: &str) -> f64 {
-    server.json(&["tenant", "show", "--tenant", tenant, "--json"])["consumption"]["request_units"]
+    server.json(&[
+        "tenant", "show", "--tenant", tenant, "--bucket", "", "--json",
+    ])["consumption"]["request_units"]
         .as_f64()
         .unwrap_or(0.0)
 }

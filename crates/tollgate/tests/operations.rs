@@ -85,7 +85,9 @@ fn sigterm_under_load_drains_and_metrics_match_the_store() {
     assert_eq!(code, 200);
     for t in 0..2 {
         let tenant = format!("bench-{t}");
-        let shown = server.json(&["tenant", "show", "--tenant", &tenant, "--json"]);
+        let shown = server.json(&[
+            "tenant", "show", "--tenant", &tenant, "--bucket", "", "--json",
+        ]);
         let stored = shown["consumption"]["request_units"]
             .as_f64()
             .unwrap_or(0.0);

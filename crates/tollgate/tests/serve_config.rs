@@ -22,7 +22,9 @@ fn walk_in_limits(server: &Server, tenant: &str) -> (f64, f64) {
         "--tokens",
         "1",
     ]);
-    let shown = server.json(&["tenant", "show", "--tenant", tenant, "--json"]);
+    let shown = server.json(&[
+        "tenant", "show", "--tenant", tenant, "--bucket", "", "--json",
+    ]);
     assert_eq!(shown["configured"], false);
     (
         shown["refill_rate"].as_f64().expect("refill rate"),

@@ -175,7 +175,9 @@ async fn grpc_over_mutual_tls() {
     }
     let report = pod.shutdown().await;
     assert!(report.consumption_reported, "the pod reported over TLS");
-    let shown = with(&["tenant", "show", "--tenant", "acme", "--json"]);
+    let shown = with(&[
+        "tenant", "show", "--tenant", "acme", "--bucket", "", "--json",
+    ]);
     let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("JSON");
     assert_eq!(
         shown["consumption"]["request_units"].as_f64(),

@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 
 use super::audit::{self, Caller};
 use super::{convert, edge, invalid, status};
-use crate::store::Store;
+use crate::store::{BucketSnapshot, Store, StoreError};
 
 /// Tenants listed per page when the request does not say.
 const DEFAULT_PAGE_SIZE: u32 = 100;
@@ -86,11 +86,31 @@ impl admin_server::Admin for AdminService {
         };
         let page_size = page_size as usize;
         // One more than asked tells whether another page follows.
-        let mut buckets = self
-            .store
-            .list_buckets(after.as_ref(), page_size + 1)
-            .await
-            .map_err(|e| status("list tenants", e))?;
+        let mut buckets = if req.tenant_id.is_empty() {
+            self.store
+                .list_buckets(after.as_ref(), page_size + 1)
+                .await
+                .map_err(|e| status("list tenants", e))?
+        } else {
+            let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+            match self.store.get_tenant(&tenant).await {
+                Ok(mut buckets) => {
+                    // In the order page tokens compare in.
+                    buckets.sort_by(|a, b| a.key.cmp(&b.key));
+                    buckets
+                        .into_iter()
+                        .filter(|b| after.as_ref().is_none_or(|a| b.key > *a))
+                        .take(page_size + 1)
+                        .map(|b| BucketSnapshot {
+                            instances: Vec::new(),
+                            ..b
+                        })
+                        .collect()
+                }
+                Err(StoreError::TenantNotFound(_)) => Vec::new(),
+                Err(e) => return Err(status("list tenants", e)),
+            }
+        };
         let next_page_token = if buckets.len() > page_size {
             buckets.truncate(page_size);
             buckets

@@ -67,6 +67,23 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 16)]
     instances_per_tenant: u32,
 
+    /// Buckets per tenant. 1: every pod uses its tenant's request-unit
+    /// bucket. N > 1: a tenant's pods are spread over N named buckets,
+    /// `b0` to `b{N-1}`, which the bench creates first through the Admin
+    /// service with the default limits (1000 tokens/s, burst 10000).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    buckets: u32,
+
+    /// The bearer token the server's Admin service requires, if it does
+    /// (to create the buckets of --buckets).
+    #[arg(
+        long,
+        env = "TOLLGATE_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
+
     /// Tenants are named PREFIX-0 to PREFIX-{N-1}.
     #[arg(long, value_name = "PREFIX", default_value = "bench")]
     tenant_prefix: String,
@@ -145,6 +162,8 @@ const MAX_PODS: u64 = 1_000_000;
 
 /// The most connections per server; more than its pods would sit idle anyway.
 const MAX_CONNECTIONS: u32 = 1024;
+/// The most buckets per tenant.
+const MAX_BUCKETS: u32 = 1000;
 
 /// How often the progress bar is redrawn.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
@@ -176,6 +195,8 @@ struct Plan {
     servers: Vec<String>,
     connections: usize,
     tenants: Vec<String>,
+    /// The bucket names each tenant's pods are spread over.
+    buckets: Vec<String>,
     instances_per_tenant: u32,
     pods: usize,
     warmup: Duration,
@@ -230,6 +251,17 @@ impl BenchArgs {
                     .map_err(anyhow::Error::from)
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        if !(1..=MAX_BUCKETS).contains(&self.buckets) {
+            bail!(
+                "--buckets: must be between 1 and {MAX_BUCKETS}, got {}",
+                self.buckets
+            );
+        }
+        let buckets = if self.buckets == 1 {
+            vec![String::new()]
+        } else {
+            (0..self.buckets).map(|b| format!("b{b}")).collect()
+        };
         if self.duration.is_zero() {
             bail!("--duration: must be more than zero");
         }
@@ -259,6 +291,7 @@ impl BenchArgs {
             servers: self.servers.clone(),
             connections: self.connections as usize,
             tenants,
+            buckets,
             instances_per_tenant: self.instances_per_tenant,
             // At most MAX_PODS, so it fits.
             pods: pods as usize,
@@ -354,6 +387,7 @@ fn new_histogram() -> Histogram<u64> {
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let plan = args.plan()?;
     let channels = connect(&plan).await?;
+    create_buckets(&plan, &channels[0][0], args.token.as_deref()).await?;
     let mut progress = Progress::new(&plan, args.json || args.quiet);
 
     let start = Instant::now();
@@ -384,6 +418,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             index,
             index / per_tenant,
             plan.tenants[index / per_tenant].clone(),
+            plan.buckets[(index % per_tenant) % plan.buckets.len()].clone(),
             // At most instances_per_tenant, a u32.
             (index % per_tenant) as u32 + 1,
             channels
@@ -412,6 +447,39 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let context = Arc::into_inner(context).context("pods still hold the run context")?;
     let report = Report::new(&plan, reports, context.latency.merged());
     crate::output::print(args.json, &report, Report::text)
+}
+
+/// Creates the named buckets of `--buckets` with the default limits; the
+/// request-unit bucket needs no creating.
+async fn create_buckets(plan: &Plan, channel: &Channel, token: Option<&str>) -> anyhow::Result<()> {
+    if plan.buckets.iter().all(String::is_empty) {
+        return Ok(());
+    }
+    let mut admin = tollgate_proto::v1::admin_client::AdminClient::with_interceptor(
+        channel.clone(),
+        crate::remote::BearerToken::new(token)?,
+    );
+    let defaults = tollgate_core::transaction::DefaultLimits::default();
+    for tenant in &plan.tenants {
+        for bucket in &plan.buckets {
+            admin
+                .update_tenant_resource_limits(
+                    tollgate_proto::v1::UpdateTenantResourceLimitsRequest {
+                        tenant_id: tenant.clone(),
+                        bucket: bucket.clone(),
+                        available_tokens: defaults.initial_tokens,
+                        refill_rate: defaults.limits.refill_rate,
+                        burst_limit: defaults.limits.burst_limit,
+                        as_of: None,
+                        as_of_consumed_tokens: 0.0,
+                    },
+                )
+                .await
+                .map_err(crate::remote::rpc_error)
+                .with_context(|| format!("create bucket {bucket:?} of tenant {tenant:?}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Opens `--connections` HTTP/2 connections to every server, so an

@@ -129,6 +129,7 @@ enum Outcome {
 pub(super) struct Pod {
     index: usize,
     tenant_id: String,
+    bucket: String,
     instance_id: u32,
     lease: Vec<u8>,
     seq: u64,
@@ -150,6 +151,7 @@ impl Pod {
         index: usize,
         tenant: usize,
         tenant_id: String,
+        bucket: String,
         instance_id: u32,
         channels: Vec<Channel>,
         server: usize,
@@ -158,6 +160,7 @@ impl Pod {
         Pod {
             index,
             tenant_id,
+            bucket,
             instance_id,
             lease: tollgate_client::lease::new_lease(None),
             seq: 0,
@@ -422,7 +425,7 @@ impl Pod {
         };
         v1::TokenBucketRequest {
             tenant_id: self.tenant_id.clone(),
-            bucket: String::new(),
+            bucket: self.bucket.clone(),
             instance_id: self.instance_id,
             instance_lease: self.lease.clone(),
             seq: self.seq,
