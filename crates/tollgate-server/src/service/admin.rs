@@ -141,6 +141,78 @@ impl admin_server::Admin for AdminService {
         audit::tenant_deleted(&caller, &tenant, &deleted);
         Ok(Response::new(v1::DeleteTenantResponse {}))
     }
+
+    async fn put_tier(
+        &self,
+        request: Request<v1::PutTierRequest>,
+    ) -> Result<Response<v1::PutTierResponse>, Status> {
+        edge::enter(&request)?;
+        Err(Status::unimplemented("tiers are not served yet"))
+    }
+
+    async fn get_tier(
+        &self,
+        request: Request<v1::GetTierRequest>,
+    ) -> Result<Response<v1::GetTierResponse>, Status> {
+        edge::enter(&request)?;
+        Err(Status::unimplemented("tiers are not served yet"))
+    }
+
+    async fn list_tiers(
+        &self,
+        request: Request<v1::ListTiersRequest>,
+    ) -> Result<Response<v1::ListTiersResponse>, Status> {
+        edge::enter(&request)?;
+        Err(Status::unimplemented("tiers are not served yet"))
+    }
+
+    async fn delete_tier(
+        &self,
+        request: Request<v1::DeleteTierRequest>,
+    ) -> Result<Response<v1::DeleteTierResponse>, Status> {
+        edge::enter(&request)?;
+        Err(Status::unimplemented("tiers are not served yet"))
+    }
+
+    async fn create_tenant(
+        &self,
+        request: Request<v1::CreateTenantRequest>,
+    ) -> Result<Response<v1::CreateTenantResponse>, Status> {
+        edge::enter(&request)?;
+        Err(Status::unimplemented("tiers are not served yet"))
+    }
+
+    async fn set_tenant_tier(
+        &self,
+        request: Request<v1::SetTenantTierRequest>,
+    ) -> Result<Response<v1::SetTenantTierResponse>, Status> {
+        edge::enter(&request)?;
+        Err(Status::unimplemented("tiers are not served yet"))
+    }
+
+    async fn set_bucket_override(
+        &self,
+        request: Request<v1::SetBucketOverrideRequest>,
+    ) -> Result<Response<v1::SetBucketOverrideResponse>, Status> {
+        edge::enter(&request)?;
+        Err(Status::unimplemented("tiers are not served yet"))
+    }
+
+    async fn clear_bucket_override(
+        &self,
+        request: Request<v1::ClearBucketOverrideRequest>,
+    ) -> Result<Response<v1::ClearBucketOverrideResponse>, Status> {
+        edge::enter(&request)?;
+        Err(Status::unimplemented("tiers are not served yet"))
+    }
+
+    async fn describe_tenant(
+        &self,
+        request: Request<v1::DescribeTenantRequest>,
+    ) -> Result<Response<v1::DescribeTenantResponse>, Status> {
+        edge::enter(&request)?;
+        Err(Status::unimplemented("tiers are not served yet"))
+    }
 }
 
 /// Page tokens of `ListTenants`: the key of the last bucket listed,

@@ -34,12 +34,21 @@ const LATENCY_BUCKETS: [f64; 14] = [
 ];
 
 /// The methods the RPC metrics name; anything else is `other`.
-const METHODS: [&str; 8] = [
+const METHODS: [&str; 17] = [
     "TokenBucket",
     "UpdateTenantResourceLimits",
     "GetTenant",
     "ListTenants",
     "DeleteTenant",
+    "PutTier",
+    "GetTier",
+    "ListTiers",
+    "DeleteTier",
+    "CreateTenant",
+    "SetTenantTier",
+    "SetBucketOverride",
+    "ClearBucketOverride",
+    "DescribeTenant",
     "Check",
     "Watch",
     "ServerReflectionInfo",
