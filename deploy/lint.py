@@ -304,7 +304,7 @@ def check_expr(p: Problems, where: str, expr: str, metrics, records: set[str]) -
         if family.kind == "gauge" and funcs and funcs[0] in RATE_FUNCTIONS:
             p.add(where, f"{name}: a gauge inside {funcs[0]}()")
         if family.aggregate == "max" and aggs and aggs[0] in ("sum", "count"):
-            p.add(where, f"{name}: every replica exports the same value; aggregate with max by (tenant_id), not {aggs[0]}")
+            p.add(where, f"{name}: every replica exports the same value; aggregate with max by (tenant_id, bucket), not {aggs[0]}")
         if family.aggregate == "sum" and aggs and aggs[0] in ("max", "min", "avg") and name != "tollgate_build_info":
             p.add(where, f"{name}: a per-replica counter; aggregate replicas with sum, not {aggs[0]}")
     for op, by, without, inside in aggregations:
@@ -318,6 +318,22 @@ def check_expr(p: Problems, where: str, expr: str, metrics, records: set[str]) -
             if label not in available:
                 p.add(where, f"{op} by/without ({label}): no series inside has that label")
     return used
+
+
+def check_buckets_apart(p: Problems, where: str, expr: str, metrics) -> None:
+    """A rule never adds up a tenant's buckets: they count different things
+    (request units, an action's own unit) and have their own limits. Every
+    aggregation over series with a bucket label keeps it (by (..., bucket))."""
+    try:
+        _, aggregations = analyze(expr)
+    except (ValueError, IndexError, AssertionError):
+        return  # check_expr said so
+    for op, by, without, inside in aggregations:
+        families = [resolve_metric(metrics, n)[0] for n in inside]
+        if not any(f is not None and "bucket" in f.labels for f in families):
+            continue
+        if by is None and without is None or "bucket" not in (by or ["bucket"]) or "bucket" in (without or []):
+            p.add(where, f"{op}: aggregates buckets together; keep them apart with by (tenant_id, bucket)")
 
 
 def rules_exprs(path: Path):
@@ -366,6 +382,7 @@ def cmd_metrics() -> int:
     records, exprs = rules_exprs(DEPLOY / "prometheus" / "rules.yml")
     for where, expr in exprs:
         used |= check_expr(p, where, expr, metrics, records)
+        check_buckets_apart(p, where, expr, metrics)
     n = len(exprs)
 
     dash = json.loads(DASHBOARD.read_text())
@@ -420,6 +437,13 @@ def cmd_metrics() -> int:
 # Grafana dashboard
 
 
+BUCKET_QUERY = 'label_values(tollgate_tenant_tokens{tenant_id=~"$tenant"}, bucket)'
+# Series per tenant and bucket, which every panel query narrows to the
+# selected tenants and buckets.
+PER_BUCKET = re.compile(r"\btollgate_(tenant_\w+|token_bucket_grants_total)\b")
+BUCKET_FILTERS = ('tenant_id=~"$tenant"', 'bucket=~"$bucket"')
+
+
 def cmd_dashboard() -> int:
     p = Problems()
     where = rel(DASHBOARD)
@@ -440,6 +464,15 @@ def cmd_dashboard() -> int:
     q = q.get("query") if isinstance(q, dict) else q
     if not tenant or q != "label_values(tollgate_tenant_tokens, tenant_id)":
         p.add(where, "expected a variable 'tenant' with query label_values(tollgate_tenant_tokens, tenant_id)")
+    bucket = variables.get("bucket")
+    q = bucket and bucket.get("query")
+    q = q.get("query") if isinstance(q, dict) else q
+    if not bucket or q != BUCKET_QUERY:
+        p.add(where, f"expected a variable 'bucket' with query {BUCKET_QUERY}")
+    elif not (bucket.get("multi") and bucket.get("includeAll") and bucket.get("allValue") == ".*"):
+        # Prometheus keeps no label for the request-unit bucket's empty name,
+        # so label_values never lists it: only an All of .* matches it.
+        p.add(where, "variable bucket: expected multi, includeAll and allValue .* (All must match bucket=\"\")")
     for var in variables.values():
         if var.get("type") == "query" and not (isinstance(var.get("datasource"), dict)
                                                and var["datasource"].get("uid") == "${datasource}"):
@@ -482,11 +515,14 @@ def cmd_dashboard() -> int:
                 p.add(where, f"panel {title!r} {t.get('refId')}: empty query")
             if "datasource" in t and not ds_ok(t["datasource"]):
                 p.add(where, f"panel {title!r} {t.get('refId')}: datasource is not the ${{datasource}} variable")
+            if PER_BUCKET.search(t.get("expr", "")) and not all(f in t["expr"] for f in BUCKET_FILTERS):
+                p.add(where, f"panel {title!r} {t.get('refId')}: a per-bucket metric not filtered by "
+                             + " and ".join(BUCKET_FILTERS))
             for m in re.finditer(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)", t.get("expr", "")):
                 name = m.group(1) or m.group(2)
                 if name not in variables and name not in GRAFANA_BUILTINS:
                     p.add(where, f"panel {title!r} {t.get('refId')}: unknown variable ${name}")
-    return p.finish(f"{n} panels, ids unique, layout without overlaps, variables datasource and tenant")
+    return p.finish(f"{n} panels, ids unique, layout without overlaps, variables datasource, tenant and bucket")
 
 
 def cmd_dashboard_rules(out: str) -> int:
