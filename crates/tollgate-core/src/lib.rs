@@ -19,6 +19,7 @@ pub mod consumption;
 pub mod cost_model;
 pub mod global_bucket;
 pub mod local_bucket;
+pub mod tier;
 pub mod time;
 pub mod transaction;
 pub mod validate;

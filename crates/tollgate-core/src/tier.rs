@@ -1,0 +1,327 @@
+//! Tiers: named sets of bucket definitions that set each rate-limited
+//! action's limits for every tenant on them.
+//!
+//! A SaaS limits each action of each tenant (`schedule-email`,
+//! `invoke-doc-summary-ai`) with its own bucket, and sells plans (free,
+//! pro) that set those buckets' rates. A [`Tier`] is such a plan; a
+//! tenant's [`TenantRecord`] says which tier it is on and which buckets it
+//! overrides. The buckets a tenant should have are its tier's, with its
+//! overrides on top ([`wanted_buckets`]); [`change_tenant`] turns one
+//! operator change (onboarding, a tier switch, setting or clearing an
+//! override, a tier's new definition) into the rows to write, so every
+//! store applies the same rules in one transaction:
+//!
+//! - a bucket the tenant already has keeps its tokens, refilled to now at
+//!   its old limits and capped at the new burst limit;
+//! - a bucket it lacks is created holding its definition's initial tokens;
+//! - a bucket no longer wanted is retired (deleted), except the
+//!   request-unit bucket, which tiers do not manage.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::global_bucket::{BucketRow, Limits};
+use crate::time::Timestamp;
+use crate::validate::{self, BucketName, InvalidInput, MAX_TOKENS, TenantId, TierName};
+
+/// The most buckets one tier defines.
+pub const MAX_TIER_BUCKETS: usize = 1000;
+
+/// One bucket as a tier or an override defines it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BucketDefinition {
+    pub limits: Limits,
+    /// Tokens a newly provisioned bucket starts with; the burst limit if
+    /// unset.
+    pub initial_tokens: Option<f64>,
+}
+
+impl BucketDefinition {
+    /// Checks the numbers; `field` is the definition's place in the
+    /// request, prefixed to each field name.
+    pub fn validate(&self, field: &str) -> Result<(), InvalidInput> {
+        self.limits.validate().map_err(|e| e.within(field))?;
+        if let Some(initial) = self.initial_tokens {
+            validate::non_negative("initial_tokens", initial, MAX_TOKENS)
+                .map_err(|e| e.within(field))?;
+        }
+        Ok(())
+    }
+
+    pub fn initial(&self) -> f64 {
+        self.initial_tokens.unwrap_or(self.limits.burst_limit)
+    }
+}
+
+/// A tier: its buckets by name.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tier {
+    pub buckets: BTreeMap<BucketName, BucketDefinition>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+impl Tier {
+    /// A tier from definitions as a request lists them, checked: bucket
+    /// names valid, not empty and each named once, at most
+    /// [`MAX_TIER_BUCKETS`], numbers in range. `field` names the list.
+    pub fn from_definitions<'a>(
+        field: &str,
+        definitions: impl IntoIterator<Item = (&'a str, BucketDefinition)>,
+        now: Timestamp,
+    ) -> Result<Tier, InvalidInput> {
+        let mut buckets = BTreeMap::new();
+        for (i, (name, definition)) in definitions.into_iter().enumerate() {
+            let at = format!("{field}[{i}]");
+            if name.is_empty() {
+                return Err(InvalidInput::new(
+                    format!("{at}.bucket"),
+                    "must not be empty: tiers define named buckets, not the request-unit bucket",
+                ));
+            }
+            let bucket = BucketName::parse(&format!("{at}.bucket"), name)?;
+            definition.validate(&at)?;
+            if buckets.insert(bucket, definition).is_some() {
+                return Err(InvalidInput::new(
+                    format!("{at}.bucket"),
+                    format!("{} is defined twice", validate::quote(name)),
+                ));
+            }
+            if buckets.len() > MAX_TIER_BUCKETS {
+                return Err(InvalidInput::new(
+                    field,
+                    format!("at most {MAX_TIER_BUCKETS} buckets per tier"),
+                ));
+            }
+        }
+        Ok(Tier {
+            buckets,
+            created_at: now,
+            updated_at: now,
+        })
+    }
+}
+
+/// What a tenant is on: its tier and its overrides.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TenantRecord {
+    pub tier: Option<TierName>,
+    pub overrides: BTreeMap<BucketName, BucketDefinition>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// One operator change to a tenant's tier or overrides.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TenantChange {
+    /// Onboard a new tenant on a tier.
+    Create { tier: TierName },
+    /// Move a tenant (new or not) to a tier.
+    SetTier { tier: TierName },
+    /// Override one bucket's definition.
+    SetOverride {
+        bucket: BucketName,
+        definition: BucketDefinition,
+    },
+    /// Remove an override.
+    ClearOverride { bucket: BucketName },
+    /// Bring the tenant's buckets in line with its tier's new definition.
+    Reapply,
+}
+
+impl TenantChange {
+    /// The tier a store must load for this change, given the tenant's
+    /// record.
+    pub fn tier_to_load(&self, record: Option<&TenantRecord>) -> Option<TierName> {
+        match self {
+            TenantChange::Create { tier } | TenantChange::SetTier { tier } => Some(tier.clone()),
+            TenantChange::SetOverride { .. }
+            | TenantChange::ClearOverride { .. }
+            | TenantChange::Reapply => record.and_then(|r| r.tier.clone()),
+        }
+    }
+
+    /// Checks what a client sent.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        match self {
+            TenantChange::SetOverride { bucket, definition } => {
+                if bucket.is_request_units() {
+                    return Err(InvalidInput::new(
+                        "bucket.bucket",
+                        "must not be empty: set the request-unit bucket's limits with UpdateTenantResourceLimits",
+                    ));
+                }
+                definition.validate("bucket")
+            }
+            TenantChange::ClearOverride { bucket } if bucket.is_request_units() => {
+                Err(InvalidInput::new(
+                    "bucket",
+                    "must not be empty: the request-unit bucket has no override",
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What a store read, under lock, for a [`TenantChange`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadedTenant {
+    pub record: Option<TenantRecord>,
+    /// The tenant's buckets' head rows, by name.
+    pub buckets: BTreeMap<BucketName, BucketRow>,
+    /// The tier [`TenantChange::tier_to_load`] named, if it exists.
+    pub tier: Option<Tier>,
+}
+
+/// The rows a [`TenantChange`] writes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TenantEdit {
+    pub record: TenantRecord,
+    /// New buckets' head rows.
+    pub created: BTreeMap<BucketName, BucketRow>,
+    /// Existing buckets' head rows with new limits.
+    pub changed: BTreeMap<BucketName, BucketRow>,
+    /// Buckets to delete, with their instances.
+    pub retired: Vec<BucketName>,
+}
+
+impl TenantEdit {
+    /// True if it writes nothing but the record.
+    pub fn changes_no_bucket(&self) -> bool {
+        self.created.is_empty() && self.changed.is_empty() && self.retired.is_empty()
+    }
+}
+
+/// Why a tenant change was refused. Nothing was changed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TierError {
+    #[error(transparent)]
+    InvalidInput(#[from] InvalidInput),
+    #[error("tier \"{0}\" not found")]
+    TierNotFound(TierName),
+    #[error("tenant \"{0}\" already exists; move it to a tier with SetTenantTier")]
+    TenantExists(TenantId),
+    #[error("tenant \"{0}\" not found")]
+    TenantNotFound(TenantId),
+    #[error("tenant \"{tenant}\" has no override of bucket \"{bucket}\"")]
+    OverrideNotFound {
+        tenant: TenantId,
+        bucket: BucketName,
+    },
+    #[error(
+        "tier \"{tier}\" is in use by {count} tenant(s), for example {}; move them to another tier first",
+        examples.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(", ")
+    )]
+    TierInUse {
+        tier: TierName,
+        count: u64,
+        examples: Vec<TenantId>,
+    },
+}
+
+/// The buckets a tenant on `tier` with `overrides` should have.
+pub fn wanted_buckets(
+    tier: Option<&Tier>,
+    overrides: &BTreeMap<BucketName, BucketDefinition>,
+) -> BTreeMap<BucketName, BucketDefinition> {
+    let mut wanted = tier.map(|t| t.buckets.clone()).unwrap_or_default();
+    wanted.extend(overrides.iter().map(|(name, d)| (name.clone(), *d)));
+    wanted
+}
+
+/// Turns `change` into the rows to write, from what the store loaded.
+pub fn change_tenant(
+    tenant: &TenantId,
+    change: &TenantChange,
+    loaded: &LoadedTenant,
+    now: Timestamp,
+) -> Result<TenantEdit, TierError> {
+    change.validate()?;
+    let exists = loaded.record.is_some() || !loaded.buckets.is_empty();
+    let mut record = loaded.record.clone().unwrap_or(TenantRecord {
+        tier: None,
+        overrides: BTreeMap::new(),
+        created_at: now,
+        updated_at: now,
+    });
+    match change {
+        TenantChange::Create { tier } | TenantChange::SetTier { tier } => {
+            if matches!(change, TenantChange::Create { .. }) && exists {
+                return Err(TierError::TenantExists(tenant.clone()));
+            }
+            if loaded.tier.is_none() {
+                return Err(TierError::TierNotFound(tier.clone()));
+            }
+            record.tier = Some(tier.clone());
+        }
+        TenantChange::SetOverride { bucket, definition } => {
+            record.overrides.insert(bucket.clone(), *definition);
+        }
+        TenantChange::ClearOverride { bucket } => {
+            if !exists {
+                return Err(TierError::TenantNotFound(tenant.clone()));
+            }
+            if record.overrides.remove(bucket).is_none() {
+                return Err(TierError::OverrideNotFound {
+                    tenant: tenant.clone(),
+                    bucket: bucket.clone(),
+                });
+            }
+        }
+        TenantChange::Reapply => {
+            if !exists {
+                return Err(TierError::TenantNotFound(tenant.clone()));
+            }
+        }
+    }
+    record.updated_at = now;
+    let wanted = wanted_buckets(loaded.tier.as_ref(), &record.overrides);
+    let mut edit = TenantEdit {
+        record,
+        created: BTreeMap::new(),
+        changed: BTreeMap::new(),
+        retired: Vec::new(),
+    };
+    for (name, definition) in &wanted {
+        match loaded.buckets.get(name) {
+            Some(row) => {
+                if let Some(changed) = redefined(row, definition, now) {
+                    edit.changed.insert(name.clone(), changed);
+                }
+            }
+            None => {
+                let row = BucketRow::new(definition.limits, definition.initial(), true, now);
+                edit.created.insert(name.clone(), row);
+            }
+        }
+    }
+    edit.retired = loaded
+        .buckets
+        .keys()
+        .filter(|name| !name.is_request_units() && !wanted.contains_key(*name))
+        .cloned()
+        .collect();
+    Ok(edit)
+}
+
+/// A bucket's head row under a new definition, or `None` if it already
+/// has it: tokens refilled to `now` at the old limits, then capped at the
+/// new burst limit.
+fn redefined(row: &BucketRow, definition: &BucketDefinition, now: Timestamp) -> Option<BucketRow> {
+    if row.state.configured && row.state.limits == definition.limits {
+        return None;
+    }
+    let mut row = row.clone();
+    row.state.refill(now);
+    row.state.limits = definition.limits;
+    row.state.configured = true;
+    row.state.tokens = row.state.tokens.min(definition.limits.burst_limit);
+    row.state.tokens_avg = row.state.tokens_avg.min(definition.limits.burst_limit);
+    row.state.updated_at = now;
+    Some(row)
+}
+
+#[cfg(test)]
+mod tests;

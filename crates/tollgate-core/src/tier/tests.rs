@@ -1,0 +1,326 @@
+//! The tier rules without a store: what onboarding, switches and
+//! overrides write.
+
+use super::*;
+
+fn at(secs: f64) -> Timestamp {
+    Timestamp::from_secs_f64(secs)
+}
+
+fn name(s: &str) -> BucketName {
+    BucketName::parse("bucket", s).expect("bucket name")
+}
+
+fn tier_name(s: &str) -> TierName {
+    TierName::parse("tier", s).expect("tier name")
+}
+
+fn tenant() -> TenantId {
+    TenantId::parse("tenant_id", "t1234").expect("tenant id")
+}
+
+fn def(refill_rate: f64, burst_limit: f64) -> BucketDefinition {
+    BucketDefinition {
+        limits: Limits {
+            refill_rate,
+            burst_limit,
+        },
+        initial_tokens: None,
+    }
+}
+
+fn tier(buckets: &[(&str, BucketDefinition)]) -> Tier {
+    Tier::from_definitions(
+        "tier.buckets",
+        buckets.iter().map(|(n, d)| (*n, *d)),
+        at(0.0),
+    )
+    .expect("valid tier")
+}
+
+fn pro() -> Tier {
+    tier(&[
+        ("schedule-email", def(10.0, 100.0)),
+        ("invoke-doc-summary-ai", def(1.0, 20.0)),
+    ])
+}
+
+fn free() -> Tier {
+    tier(&[("schedule-email", def(1.0, 10.0))])
+}
+
+fn empty() -> LoadedTenant {
+    LoadedTenant {
+        record: None,
+        buckets: BTreeMap::new(),
+        tier: None,
+    }
+}
+
+/// Applies an edit to what was loaded, as a store would.
+fn apply(loaded: &mut LoadedTenant, edit: TenantEdit) {
+    loaded.record = Some(edit.record);
+    loaded.buckets.extend(edit.created);
+    loaded.buckets.extend(edit.changed);
+    for name in edit.retired {
+        loaded.buckets.remove(&name);
+    }
+}
+
+#[test]
+fn onboarding_provisions_every_bucket_of_the_tier() {
+    let loaded = LoadedTenant {
+        tier: Some(pro()),
+        ..empty()
+    };
+    let create = TenantChange::Create {
+        tier: tier_name("pro"),
+    };
+    let edit = change_tenant(&tenant(), &create, &loaded, at(5.0)).expect("onboard");
+    assert_eq!(edit.record.tier, Some(tier_name("pro")));
+    let names: Vec<_> = edit.created.keys().map(BucketName::as_str).collect();
+    assert_eq!(names, ["invoke-doc-summary-ai", "schedule-email"]);
+    let email = &edit.created[&name("schedule-email")];
+    assert_eq!(email.state.tokens, 100.0, "starts full by default");
+    assert_eq!(email.state.limits.refill_rate, 10.0);
+    assert!(email.state.configured);
+    assert!(edit.changed.is_empty() && edit.retired.is_empty());
+
+    let mut with_initial = pro();
+    with_initial
+        .buckets
+        .get_mut(&name("schedule-email"))
+        .expect("bucket")
+        .initial_tokens = Some(5.0);
+    let loaded = LoadedTenant {
+        tier: Some(with_initial),
+        ..empty()
+    };
+    let edit = change_tenant(&tenant(), &create, &loaded, at(5.0)).expect("onboard");
+    assert_eq!(edit.created[&name("schedule-email")].state.tokens, 5.0);
+}
+
+#[test]
+fn onboarding_an_existing_tenant_or_on_a_missing_tier_is_refused() {
+    let create = TenantChange::Create {
+        tier: tier_name("pro"),
+    };
+    let mut loaded = LoadedTenant {
+        tier: Some(pro()),
+        ..empty()
+    };
+    loaded.buckets.insert(
+        BucketName::REQUEST_UNITS,
+        BucketRow::new(def(1.0, 1.0).limits, 1.0, false, at(0.0)),
+    );
+    assert_eq!(
+        change_tenant(&tenant(), &create, &loaded, at(1.0)),
+        Err(TierError::TenantExists(tenant()))
+    );
+    assert_eq!(
+        change_tenant(&tenant(), &create, &empty(), at(1.0)),
+        Err(TierError::TierNotFound(tier_name("pro")))
+    );
+}
+
+#[test]
+fn a_switch_carries_tokens_over_capped_creates_and_retires() {
+    let mut loaded = LoadedTenant {
+        tier: Some(pro()),
+        ..empty()
+    };
+    let edit = change_tenant(
+        &tenant(),
+        &TenantChange::Create {
+            tier: tier_name("pro"),
+        },
+        &loaded,
+        at(0.0),
+    )
+    .expect("onboard");
+    apply(&mut loaded, edit);
+    // The request-unit bucket is not the tiers' business.
+    loaded.buckets.insert(
+        BucketName::REQUEST_UNITS,
+        BucketRow::new(def(7.0, 70.0).limits, 3.0, true, at(0.0)),
+    );
+    // Spend down the email bucket to 40, then switch to free (burst 10).
+    loaded
+        .buckets
+        .get_mut(&name("schedule-email"))
+        .expect("bucket")
+        .state
+        .tokens = 40.0;
+    loaded.tier = Some(free());
+    let switch = TenantChange::SetTier {
+        tier: tier_name("free"),
+    };
+    let edit = change_tenant(&tenant(), &switch, &loaded, at(1.0)).expect("switch");
+    assert_eq!(edit.record.tier, Some(tier_name("free")));
+    let email = &edit.changed[&name("schedule-email")];
+    assert_eq!(email.state.tokens, 10.0, "capped at the new burst");
+    assert_eq!(email.state.limits, def(1.0, 10.0).limits);
+    assert_eq!(edit.retired, vec![name("invoke-doc-summary-ai")]);
+    assert!(edit.created.is_empty());
+    apply(&mut loaded, edit);
+
+    // Back to pro: the AI bucket is created anew, the email bucket keeps
+    // its tokens (below the new burst) after refilling at the old rate.
+    loaded
+        .buckets
+        .get_mut(&name("schedule-email"))
+        .expect("bucket")
+        .state
+        .tokens = 2.0;
+    loaded.tier = Some(pro());
+    let edit = change_tenant(
+        &tenant(),
+        &TenantChange::SetTier {
+            tier: tier_name("pro"),
+        },
+        &loaded,
+        at(4.0),
+    )
+    .expect("switch back");
+    let email = &edit.changed[&name("schedule-email")];
+    assert_eq!(email.state.tokens, 5.0, "2 + 3 s at the old 1/s");
+    assert_eq!(
+        edit.created.keys().collect::<Vec<_>>(),
+        vec![&name("invoke-doc-summary-ai")]
+    );
+    assert!(edit.retired.is_empty());
+    assert!(loaded.buckets.contains_key(&BucketName::REQUEST_UNITS));
+}
+
+#[test]
+fn an_override_survives_switches_until_cleared() {
+    let mut loaded = LoadedTenant {
+        tier: Some(pro()),
+        ..empty()
+    };
+    let onboard = TenantChange::Create {
+        tier: tier_name("pro"),
+    };
+    let edit = change_tenant(&tenant(), &onboard, &loaded, at(0.0)).expect("onboard");
+    apply(&mut loaded, edit);
+    let raise = TenantChange::SetOverride {
+        bucket: name("schedule-email"),
+        definition: def(50.0, 500.0),
+    };
+    let edit = change_tenant(&tenant(), &raise, &loaded, at(1.0)).expect("override");
+    assert_eq!(
+        edit.changed[&name("schedule-email")].state.limits,
+        def(50.0, 500.0).limits
+    );
+    apply(&mut loaded, edit);
+
+    loaded.tier = Some(free());
+    let switch = TenantChange::SetTier {
+        tier: tier_name("free"),
+    };
+    let edit = change_tenant(&tenant(), &switch, &loaded, at(2.0)).expect("switch");
+    assert!(
+        !edit.changed.contains_key(&name("schedule-email")),
+        "the override wins over the tier"
+    );
+    apply(&mut loaded, edit);
+    assert_eq!(
+        loaded.buckets[&name("schedule-email")].state.limits,
+        def(50.0, 500.0).limits
+    );
+
+    let clear = TenantChange::ClearOverride {
+        bucket: name("schedule-email"),
+    };
+    let edit = change_tenant(&tenant(), &clear, &loaded, at(3.0)).expect("clear");
+    assert_eq!(
+        edit.changed[&name("schedule-email")].state.limits,
+        def(1.0, 10.0).limits,
+        "back to the tier's definition"
+    );
+    apply(&mut loaded, edit);
+    assert_eq!(
+        change_tenant(&tenant(), &clear, &loaded, at(4.0)),
+        Err(TierError::OverrideNotFound {
+            tenant: tenant(),
+            bucket: name("schedule-email"),
+        })
+    );
+}
+
+#[test]
+fn an_override_of_a_bucket_the_tier_lacks_adds_it_and_clearing_retires_it() {
+    let mut loaded = LoadedTenant {
+        tier: Some(free()),
+        ..empty()
+    };
+    let onboard = TenantChange::Create {
+        tier: tier_name("free"),
+    };
+    let edit = change_tenant(&tenant(), &onboard, &loaded, at(0.0)).expect("onboard");
+    apply(&mut loaded, edit);
+    let extra = TenantChange::SetOverride {
+        bucket: name("export"),
+        definition: def(2.0, 4.0),
+    };
+    let edit = change_tenant(&tenant(), &extra, &loaded, at(1.0)).expect("override");
+    assert_eq!(edit.created[&name("export")].state.tokens, 4.0);
+    apply(&mut loaded, edit);
+    let clear = TenantChange::ClearOverride {
+        bucket: name("export"),
+    };
+    let edit = change_tenant(&tenant(), &clear, &loaded, at(2.0)).expect("clear");
+    assert_eq!(edit.retired, vec![name("export")]);
+}
+
+#[test]
+fn bad_definitions_are_refused_naming_the_field() {
+    let cases: Vec<(Vec<(&str, BucketDefinition)>, &str)> = vec![
+        (vec![("", def(1.0, 1.0))], "tier.buckets[0].bucket"),
+        (vec![("a b", def(1.0, 1.0))], "tier.buckets[0].bucket"),
+        (
+            vec![("x", def(f64::NAN, 1.0))],
+            "tier.buckets[0].refill_rate",
+        ),
+        (vec![("x", def(-1.0, 1.0))], "tier.buckets[0].refill_rate"),
+        (
+            vec![("x", def(1.0, f64::INFINITY))],
+            "tier.buckets[0].burst_limit",
+        ),
+        (
+            vec![("x", def(1.0, 1.0)), ("x", def(2.0, 2.0))],
+            "tier.buckets[1].bucket",
+        ),
+        (
+            vec![(
+                "x",
+                BucketDefinition {
+                    initial_tokens: Some(-1.0),
+                    ..def(1.0, 1.0)
+                },
+            )],
+            "tier.buckets[0].initial_tokens",
+        ),
+    ];
+    for (definitions, field) in cases {
+        let err = Tier::from_definitions("tier.buckets", definitions.clone(), at(0.0))
+            .expect_err("refused");
+        assert_eq!(err.field, field, "{definitions:?}: {err}");
+    }
+    let many: Vec<String> = (0..=MAX_TIER_BUCKETS).map(|i| format!("b{i}")).collect();
+    let err = Tier::from_definitions(
+        "tier.buckets",
+        many.iter().map(|n| (n.as_str(), def(1.0, 1.0))),
+        at(0.0),
+    )
+    .expect_err("too many");
+    assert_eq!(err.field, "tier.buckets");
+    let request_units = TenantChange::SetOverride {
+        bucket: BucketName::REQUEST_UNITS,
+        definition: def(1.0, 1.0),
+    };
+    assert!(matches!(
+        change_tenant(&tenant(), &request_units, &empty(), at(0.0)),
+        Err(TierError::InvalidInput(e)) if e.field == "bucket.bucket"
+    ));
+}
