@@ -910,6 +910,210 @@ async fn a_tenants_buckets_are_served_apart(backend: Backend) {
     server.stop().await;
 }
 
+fn definition(bucket: &str, refill_rate: f64, burst_limit: f64) -> v1::BucketDefinition {
+    v1::BucketDefinition {
+        bucket: bucket.into(),
+        refill_rate,
+        burst_limit,
+        initial_tokens: None,
+    }
+}
+
+fn put_tier(name: &str, buckets: Vec<v1::BucketDefinition>) -> v1::PutTierRequest {
+    v1::PutTierRequest {
+        tier: Some(v1::Tier {
+            name: name.into(),
+            buckets,
+            ..Default::default()
+        }),
+    }
+}
+
+/// Tiers over the wire: onboarding and switching through the Admin
+/// service; every bad input refused with INVALID_ARGUMENT naming the field
+/// (NOT_FOUND for an unknown tier), and nothing changed, read back.
+async fn tiers_refuse_bad_input_and_change_nothing(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    admin
+        .put_tier(put_tier(
+            "pro",
+            vec![
+                definition("schedule-email", 10.0, 100.0),
+                definition("invoke-doc-summary-ai", 1.0, 20.0),
+            ],
+        ))
+        .await
+        .expect("put pro");
+    let created = admin
+        .create_tenant(v1::CreateTenantRequest {
+            tenant_id: "t1234".into(),
+            tier: "pro".into(),
+        })
+        .await
+        .expect("onboard")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+    assert_eq!(created.tier, "pro");
+    let buckets: Vec<_> = created.buckets.iter().map(|b| b.bucket.as_str()).collect();
+    assert_eq!(buckets, ["invoke-doc-summary-ai", "schedule-email"]);
+
+    let tiers_before = admin
+        .list_tiers(v1::ListTiersRequest {})
+        .await
+        .expect("list")
+        .into_inner();
+    let bad_tiers = [
+        (put_tier("", vec![]), "tier.name"),
+        (put_tier("a b", vec![]), "tier.name"),
+        (
+            put_tier("pro", vec![definition("", 1.0, 1.0)]),
+            "tier.buckets[0].bucket",
+        ),
+        (
+            put_tier("pro", vec![definition("x/y", 1.0, 1.0)]),
+            "tier.buckets[0].bucket",
+        ),
+        (
+            put_tier(
+                "pro",
+                vec![definition("a", 1.0, 1.0), definition("a", 2.0, 2.0)],
+            ),
+            "tier.buckets[1].bucket",
+        ),
+        (
+            put_tier("pro", vec![definition("a", -1.0, 1.0)]),
+            "tier.buckets[0].refill_rate",
+        ),
+        (
+            put_tier("pro", vec![definition("a", f64::NAN, 1.0)]),
+            "tier.buckets[0].refill_rate",
+        ),
+        (
+            put_tier("pro", vec![definition("a", 1.0, f64::INFINITY)]),
+            "tier.buckets[0].burst_limit",
+        ),
+        (
+            put_tier(
+                "pro",
+                vec![v1::BucketDefinition {
+                    initial_tokens: Some(-5.0),
+                    ..definition("a", 1.0, 1.0)
+                }],
+            ),
+            "tier.buckets[0].initial_tokens",
+        ),
+        (v1::PutTierRequest { tier: None }, "tier"),
+    ];
+    for (request, field) in bad_tiers {
+        let what = format!("{request:?}");
+        let status = admin.put_tier(request).await.expect_err(&what);
+        assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "{what}: {}",
+            status.message()
+        );
+        assert!(
+            status.message().starts_with(&format!("{field}:")),
+            "{what}: {} should name {field}",
+            status.message()
+        );
+    }
+    let tiers_after = admin
+        .list_tiers(v1::ListTiersRequest {})
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(tiers_after, tiers_before, "no bad tier changed anything");
+
+    let describe = |admin: &mut AdminClient<Channel>| {
+        let mut admin = admin.clone();
+        async move {
+            admin
+                .describe_tenant(v1::DescribeTenantRequest {
+                    tenant_id: "t1234".into(),
+                })
+                .await
+                .expect("describe")
+                .into_inner()
+                .tenant
+                .expect("tenant")
+        }
+    };
+    let mut before = describe(&mut admin).await;
+    let unknown = admin
+        .set_tenant_tier(v1::SetTenantTierRequest {
+            tenant_id: "t1234".into(),
+            tier: "gold".into(),
+        })
+        .await
+        .expect_err("unknown tier");
+    assert_eq!(unknown.code(), Code::NotFound);
+    assert!(unknown.message().contains("gold"), "{}", unknown.message());
+    let bad_overrides = [
+        (
+            v1::SetBucketOverrideRequest {
+                tenant_id: "t1234".into(),
+                bucket: Some(definition("schedule-email", f64::NAN, 1.0)),
+            },
+            "bucket.refill_rate",
+        ),
+        (
+            v1::SetBucketOverrideRequest {
+                tenant_id: "t1234".into(),
+                bucket: Some(definition("", 1.0, 1.0)),
+            },
+            "bucket.bucket",
+        ),
+        (
+            v1::SetBucketOverrideRequest {
+                tenant_id: "t1234".into(),
+                bucket: None,
+            },
+            "bucket",
+        ),
+    ];
+    for (request, field) in bad_overrides {
+        let what = format!("{request:?}");
+        let status = admin.set_bucket_override(request).await.expect_err(&what);
+        assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "{what}: {}",
+            status.message()
+        );
+        assert!(
+            status.message().starts_with(&format!("{field}:")),
+            "{what}: {}",
+            status.message()
+        );
+    }
+    let in_use = admin
+        .delete_tier(v1::DeleteTierRequest { name: "pro".into() })
+        .await
+        .expect_err("in use");
+    assert_eq!(in_use.code(), Code::FailedPrecondition);
+    assert!(in_use.message().contains("t1234"), "{}", in_use.message());
+    let exists = admin
+        .create_tenant(v1::CreateTenantRequest {
+            tenant_id: "t1234".into(),
+            tier: "pro".into(),
+        })
+        .await
+        .expect_err("exists");
+    assert_eq!(exists.code(), Code::AlreadyExists);
+    let mut after = describe(&mut admin).await;
+    for view in [&mut before, &mut after] {
+        for bucket in &mut view.buckets {
+            bucket.current_tokens = 0.0;
+        }
+    }
+    assert_eq!(after, before, "no bad change touched the tenant");
+    server.stop().await;
+}
+
 for_each_store!(
     several_instances_share_a_configured_tenant,
     a_duplicate_request_is_answered_from_the_first_response,
@@ -920,4 +1124,5 @@ for_each_store!(
     unconfigured_tenants_get_defaults_or_not_found,
     tenants_are_listed_in_pages_and_deleted,
     a_tenants_buckets_are_served_apart,
+    tiers_refuse_bad_input_and_change_nothing,
 );

@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use support::{Backend, Backing};
+use tollgate_core::tier::{BucketDefinition, TenantChange, Tier, TierError};
 use tollgate_core::{
-    BucketKey, BucketName, Consumption, Limits, LimitsUpdate, TenantId, Timestamp,
+    BucketKey, BucketName, Consumption, Limits, LimitsUpdate, TenantId, TierName, Timestamp,
     TokenBucketRequest,
 };
 use tollgate_server::store::{BucketSettings, Store, StoreError};
@@ -407,6 +408,207 @@ async fn buckets_of_a_tenant_are_isolated(store: &dyn Store, clock: &ManualClock
     }
 }
 
+fn definition(refill_rate: f64, burst_limit: f64) -> BucketDefinition {
+    BucketDefinition {
+        limits: Limits {
+            refill_rate,
+            burst_limit,
+        },
+        initial_tokens: None,
+    }
+}
+
+fn tier(buckets: &[(&str, f64, f64)]) -> Tier {
+    Tier::from_definitions(
+        "tier.buckets",
+        buckets.iter().map(|(n, r, b)| (*n, definition(*r, *b))),
+        Timestamp::EPOCH,
+    )
+    .expect("valid tier")
+}
+
+fn tier_name(name: &str) -> TierName {
+    TierName::parse("tier", name).expect("tier name")
+}
+
+/// Onboarding provisions every bucket of a tier in one go; a switch
+/// carries tokens over (capped at the new burst), creates the buckets the
+/// new tier adds and retires those it drops; an override survives
+/// switches until cleared; a new definition of a tier reaches its tenants;
+/// a tier in use cannot be deleted.
+async fn tiers_onboard_switch_and_override(store: &dyn Store, clock: &ManualClock) {
+    clock.set_secs(0.0);
+    let (pro, free) = (tier_name("pro"), tier_name("free"));
+    let put = store
+        .put_tier(
+            &pro,
+            &tier(&[
+                ("schedule-email", 10.0, 100.0),
+                ("invoke-doc-summary-ai", 1.0, 20.0),
+            ]),
+        )
+        .await
+        .expect("put pro");
+    assert!(put.created);
+    store
+        .put_tier(&free, &tier(&[("schedule-email", 1.0, 10.0)]))
+        .await
+        .expect("put free");
+    let t = tenant_id("t1234");
+    let missing = store
+        .change_tenant(
+            &t,
+            &TenantChange::Create {
+                tier: tier_name("gold"),
+            },
+        )
+        .await;
+    assert!(
+        matches!(missing, Err(StoreError::Tier(TierError::TierNotFound(_)))),
+        "{missing:?}"
+    );
+    assert!(store.describe_tenant(&t).await.is_err(), "nothing created");
+
+    let onboarded = store
+        .change_tenant(&t, &TenantChange::Create { tier: pro.clone() })
+        .await
+        .expect("onboard");
+    let names: Vec<_> = onboarded.created.iter().map(BucketName::as_str).collect();
+    assert_eq!(names, ["invoke-doc-summary-ai", "schedule-email"]);
+    let email = bucket("t1234", "schedule-email");
+    assert_eq!(
+        store
+            .get_bucket(&email)
+            .await
+            .expect("email")
+            .current_tokens(),
+        100.0
+    );
+    let again = store
+        .change_tenant(&t, &TenantChange::Create { tier: pro.clone() })
+        .await;
+    assert!(matches!(
+        again,
+        Err(StoreError::Tier(TierError::TenantExists(_)))
+    ));
+
+    // A bulk send takes 60 of the 100 tokens; the AI bucket is untouched.
+    let grant = store
+        .token_bucket(&email, &request(1, 1, 60.0))
+        .await
+        .expect("bulk send");
+    assert_eq!(grant.granted_tokens, 60.0);
+    // An override doubles the AI bucket; it survives the switch to free.
+    let ai = bucket("t1234", "invoke-doc-summary-ai");
+    store
+        .change_tenant(
+            &t,
+            &TenantChange::SetOverride {
+                bucket: ai.bucket.clone(),
+                definition: definition(2.0, 40.0),
+            },
+        )
+        .await
+        .expect("override");
+    clock.set_secs(1.0);
+    let switched = store
+        .change_tenant(&t, &TenantChange::SetTier { tier: free.clone() })
+        .await
+        .expect("switch");
+    assert_eq!(switched.changed, vec![email.bucket.clone()]);
+    assert!(
+        switched.retired.is_empty(),
+        "the override keeps the AI bucket"
+    );
+    let after = store.get_bucket(&email).await.expect("email");
+    assert_eq!(after.head.state.limits.refill_rate, 1.0);
+    assert_eq!(
+        after.current_tokens(),
+        10.0,
+        "40 left, capped at the new burst of 10"
+    );
+    assert_eq!(after.instances.len(), 1, "the bucket's pods stay");
+    let ai_after = store.get_bucket(&ai).await.expect("ai");
+    assert_eq!(ai_after.head.state.limits.burst_limit, 40.0);
+
+    // Clearing the override retires the bucket free does not have.
+    let cleared = store
+        .change_tenant(
+            &t,
+            &TenantChange::ClearOverride {
+                bucket: ai.bucket.clone(),
+            },
+        )
+        .await
+        .expect("clear");
+    assert_eq!(cleared.retired.len(), 1);
+    assert!(matches!(
+        store.get_bucket(&ai).await,
+        Err(StoreError::BucketNotFound(_))
+    ));
+    let view = store.describe_tenant(&t).await.expect("describe");
+    assert_eq!(
+        view.record.as_ref().and_then(|r| r.tier.clone()),
+        Some(free.clone())
+    );
+    assert_eq!(view.buckets.len(), 1);
+
+    // A new definition of free reaches the tenant.
+    clock.set_secs(2.0);
+    let put = store
+        .put_tier(
+            &free,
+            &tier(&[("schedule-email", 3.0, 30.0), ("export", 1.0, 5.0)]),
+        )
+        .await
+        .expect("redefine free");
+    assert!(!put.created);
+    assert_eq!(put.tenants.len(), 1);
+    assert_eq!(
+        store
+            .get_bucket(&email)
+            .await
+            .expect("email")
+            .head
+            .state
+            .limits
+            .refill_rate,
+        3.0
+    );
+    assert_eq!(
+        store
+            .get_bucket(&bucket("t1234", "export"))
+            .await
+            .expect("export")
+            .current_tokens(),
+        5.0
+    );
+
+    // A tier in use cannot go; an unused one can.
+    let refused = store.delete_tier(&free).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(StoreError::Tier(TierError::TierInUse { count: 1, .. }))
+        ),
+        "{refused:?}"
+    );
+    store.get_tier(&free).await.expect("still there");
+    store.delete_tier(&pro).await.expect("unused tier");
+    let tiers: Vec<_> = store
+        .list_tiers()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(tiers, vec![free.clone()]);
+    // Deleting the tenant deletes its record too: the tier is free to go.
+    store.delete_tenant(&t).await.expect("delete tenant");
+    assert!(store.describe_tenant(&t).await.is_err());
+    store.delete_tier(&free).await.expect("no longer in use");
+}
+
 /// Runs `test` on a fresh store of `backend` and closes it.
 async fn with_store<F>(backend: Backend, test: F)
 where
@@ -446,4 +648,5 @@ conformance!(
     deleting_a_tenant_removes_its_instances,
     concurrent_requests_are_each_counted_once,
     buckets_of_a_tenant_are_isolated,
+    tiers_onboard_switch_and_override,
 );

@@ -2,13 +2,14 @@
 
 use std::sync::Arc;
 
-use tollgate_core::InvalidInput;
+use tollgate_core::tier::TenantChange;
+use tollgate_core::{BucketName, InvalidInput, TenantId, TierName};
 use tollgate_proto::v1::{self, admin_server};
 use tonic::{Request, Response, Status};
 
 use super::audit::{self, Caller};
 use super::{convert, edge, invalid, status};
-use crate::store::{BucketSnapshot, Store, StoreError};
+use crate::store::{BucketSnapshot, Store, StoreError, TenantChangeOutcome};
 
 /// Tenants listed per page when the request does not say.
 const DEFAULT_PAGE_SIZE: u32 = 100;
@@ -24,6 +25,23 @@ pub struct AdminService {
 impl AdminService {
     pub fn new(store: Arc<dyn Store>) -> Self {
         AdminService { store }
+    }
+
+    /// Applies a tenant change and logs it.
+    async fn change(
+        &self,
+        caller: &Caller,
+        operation: &'static str,
+        tenant: &TenantId,
+        change: TenantChange,
+    ) -> Result<TenantChangeOutcome, Status> {
+        let outcome = self
+            .store
+            .change_tenant(tenant, &change)
+            .await
+            .map_err(|e| status(operation, e))?;
+        audit::tenant_changed(caller, operation, &outcome);
+        Ok(outcome)
     }
 }
 
@@ -147,7 +165,19 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::PutTierRequest>,
     ) -> Result<Response<v1::PutTierResponse>, Status> {
         edge::enter(&request)?;
-        Err(Status::unimplemented("tiers are not served yet"))
+        let caller = Caller::of(&request);
+        let (name, tier) = convert::tier_from_proto(request.into_inner().tier).map_err(invalid)?;
+        let outcome = self
+            .store
+            .put_tier(&name, &tier)
+            .await
+            .map_err(|e| status("put tier", e))?;
+        audit::tier_put(&caller, &name, &outcome);
+        Ok(Response::new(v1::PutTierResponse {
+            tier: Some(convert::tier_to_proto(&name, &outcome.tier)),
+            created: outcome.created,
+            tenants_updated: u32::try_from(outcome.tenants.len()).unwrap_or(u32::MAX),
+        }))
     }
 
     async fn get_tier(
@@ -155,7 +185,15 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::GetTierRequest>,
     ) -> Result<Response<v1::GetTierResponse>, Status> {
         edge::enter(&request)?;
-        Err(Status::unimplemented("tiers are not served yet"))
+        let name = TierName::parse("name", &request.into_inner().name).map_err(invalid)?;
+        let tier = self
+            .store
+            .get_tier(&name)
+            .await
+            .map_err(|e| status("get tier", e))?;
+        Ok(Response::new(v1::GetTierResponse {
+            tier: Some(convert::tier_to_proto(&name, &tier)),
+        }))
     }
 
     async fn list_tiers(
@@ -163,7 +201,17 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::ListTiersRequest>,
     ) -> Result<Response<v1::ListTiersResponse>, Status> {
         edge::enter(&request)?;
-        Err(Status::unimplemented("tiers are not served yet"))
+        let tiers = self
+            .store
+            .list_tiers()
+            .await
+            .map_err(|e| status("list tiers", e))?;
+        Ok(Response::new(v1::ListTiersResponse {
+            tiers: tiers
+                .iter()
+                .map(|(name, tier)| convert::tier_to_proto(name, tier))
+                .collect(),
+        }))
     }
 
     async fn delete_tier(
@@ -171,7 +219,14 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::DeleteTierRequest>,
     ) -> Result<Response<v1::DeleteTierResponse>, Status> {
         edge::enter(&request)?;
-        Err(Status::unimplemented("tiers are not served yet"))
+        let caller = Caller::of(&request);
+        let name = TierName::parse("name", &request.into_inner().name).map_err(invalid)?;
+        self.store
+            .delete_tier(&name)
+            .await
+            .map_err(|e| status("delete tier", e))?;
+        audit::tier_deleted(&caller, &name);
+        Ok(Response::new(v1::DeleteTierResponse {}))
     }
 
     async fn create_tenant(
@@ -179,7 +234,21 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::CreateTenantRequest>,
     ) -> Result<Response<v1::CreateTenantResponse>, Status> {
         edge::enter(&request)?;
-        Err(Status::unimplemented("tiers are not served yet"))
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+        let tier = TierName::parse("tier", &req.tier).map_err(invalid)?;
+        let outcome = self
+            .change(
+                &caller,
+                "create_tenant",
+                &tenant,
+                TenantChange::Create { tier },
+            )
+            .await?;
+        Ok(Response::new(v1::CreateTenantResponse {
+            tenant: Some(convert::tenant_view_to_proto(&outcome.view)),
+        }))
     }
 
     async fn set_tenant_tier(
@@ -187,7 +256,29 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::SetTenantTierRequest>,
     ) -> Result<Response<v1::SetTenantTierResponse>, Status> {
         edge::enter(&request)?;
-        Err(Status::unimplemented("tiers are not served yet"))
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+        let tier = TierName::parse("tier", &req.tier).map_err(invalid)?;
+        let outcome = self
+            .change(
+                &caller,
+                "set_tenant_tier",
+                &tenant,
+                TenantChange::SetTier { tier },
+            )
+            .await?;
+        let names = |names: &[BucketName]| names.iter().map(ToString::to_string).collect();
+        Ok(Response::new(v1::SetTenantTierResponse {
+            tenant: Some(convert::tenant_view_to_proto(&outcome.view)),
+            created: names(&outcome.created),
+            changed: names(&outcome.changed),
+            retired: outcome
+                .retired
+                .iter()
+                .map(|b| b.key.bucket.to_string())
+                .collect(),
+        }))
     }
 
     async fn set_bucket_override(
@@ -195,7 +286,23 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::SetBucketOverrideRequest>,
     ) -> Result<Response<v1::SetBucketOverrideResponse>, Status> {
         edge::enter(&request)?;
-        Err(Status::unimplemented("tiers are not served yet"))
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+        let definition = req
+            .bucket
+            .ok_or_else(|| invalid(InvalidInput::new("bucket", "must be set")))?;
+        let change = TenantChange::SetOverride {
+            bucket: BucketName::parse("bucket.bucket", &definition.bucket).map_err(invalid)?,
+            definition: convert::definition_from_proto(&definition),
+        };
+        change.validate().map_err(invalid)?;
+        let outcome = self
+            .change(&caller, "set_bucket_override", &tenant, change)
+            .await?;
+        Ok(Response::new(v1::SetBucketOverrideResponse {
+            tenant: Some(convert::tenant_view_to_proto(&outcome.view)),
+        }))
     }
 
     async fn clear_bucket_override(
@@ -203,7 +310,19 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::ClearBucketOverrideRequest>,
     ) -> Result<Response<v1::ClearBucketOverrideResponse>, Status> {
         edge::enter(&request)?;
-        Err(Status::unimplemented("tiers are not served yet"))
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+        let change = TenantChange::ClearOverride {
+            bucket: BucketName::parse("bucket", &req.bucket).map_err(invalid)?,
+        };
+        change.validate().map_err(invalid)?;
+        let outcome = self
+            .change(&caller, "clear_bucket_override", &tenant, change)
+            .await?;
+        Ok(Response::new(v1::ClearBucketOverrideResponse {
+            tenant: Some(convert::tenant_view_to_proto(&outcome.view)),
+        }))
     }
 
     async fn describe_tenant(
@@ -211,7 +330,15 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::DescribeTenantRequest>,
     ) -> Result<Response<v1::DescribeTenantResponse>, Status> {
         edge::enter(&request)?;
-        Err(Status::unimplemented("tiers are not served yet"))
+        let tenant = convert::tenant_id(&request.into_inner().tenant_id).map_err(invalid)?;
+        let view = self
+            .store
+            .describe_tenant(&tenant)
+            .await
+            .map_err(|e| status("describe tenant", e))?;
+        Ok(Response::new(v1::DescribeTenantResponse {
+            tenant: Some(convert::tenant_view_to_proto(&view)),
+        }))
     }
 }
 

@@ -16,12 +16,12 @@
 use std::fmt;
 use std::net::SocketAddr;
 
-use tollgate_core::{BucketKey, LimitsUpdate, TenantId};
+use tollgate_core::{BucketKey, LimitsUpdate, TenantId, TierName};
 use tollgate_proto::{ACTOR_METADATA, MAX_ACTOR_LEN};
 use tonic::Request;
 
 use super::convert;
-use crate::store::{BucketSnapshot, LimitsChange};
+use crate::store::{BucketSnapshot, LimitsChange, PutTierOutcome, TenantChangeOutcome};
 
 /// Who asked for a change.
 #[derive(Clone, Debug, PartialEq)]
@@ -213,6 +213,98 @@ pub(super) fn tenant_deleted(caller: &Caller, tenant: &TenantId, deleted: &[Buck
             totals.consumption.request_units(),
         );
     }
+}
+
+/// Logs a change of a tenant's tier or overrides: what it is on now, and
+/// which buckets were created, changed and retired (each retired bucket's
+/// last totals on a line of its own).
+pub(super) fn tenant_changed(
+    caller: &Caller,
+    operation: &'static str,
+    outcome: &TenantChangeOutcome,
+) {
+    let view = &outcome.view;
+    let tier = view
+        .record
+        .as_ref()
+        .and_then(|r| r.tier.as_ref())
+        .map(ToString::to_string);
+    let names = |names: &mut dyn Iterator<Item = String>| names.collect::<Vec<_>>().join(",");
+    let created = names(&mut outcome.created.iter().map(ToString::to_string));
+    let changed = names(&mut outcome.changed.iter().map(ToString::to_string));
+    let retired = names(&mut outcome.retired.iter().map(|b| b.key.bucket.to_string()));
+    tracing::info!(
+        operation,
+        peer = %peer(caller),
+        operator = caller.operator.as_deref(),
+        actor = caller.actor(),
+        actor_note = caller.actor_note(),
+        tenant = %view.tenant,
+        tier = tier.as_deref(),
+        created = %created,
+        changed = %changed,
+        retired = %retired,
+        "{caller} changed tenant {}: tier {}, buckets created [{created}], changed [{changed}], retired [{retired}]",
+        view.tenant,
+        tier.as_deref().unwrap_or("(none)"),
+    );
+    bucket_retired(caller, operation, &outcome.retired);
+}
+
+/// Logs what each retired bucket was when it went.
+fn bucket_retired(caller: &Caller, operation: &'static str, retired: &[BucketSnapshot]) {
+    for bucket in retired {
+        let totals = &bucket.head.totals;
+        tracing::info!(
+            operation,
+            peer = %peer(caller),
+            tenant = %bucket.key.tenant,
+            bucket = %bucket.key.bucket,
+            before.granted_tokens = totals.granted_tokens,
+            before.request_units = totals.consumption.request_units(),
+            before.request_unit_micros = totals.consumption.request_unit_micros,
+            before.live_instances = bucket.head.members.live_instances,
+            "{caller} retired {}: granted {:.1} tokens, consumed {:.1} request units",
+            describe(&bucket.key),
+            totals.granted_tokens,
+            totals.consumption.request_units(),
+        );
+    }
+}
+
+/// Logs a tier's new definition and the tenants it changed.
+pub(super) fn tier_put(caller: &Caller, name: &TierName, outcome: &PutTierOutcome) {
+    tracing::info!(
+        operation = "put_tier",
+        peer = %peer(caller),
+        operator = caller.operator.as_deref(),
+        actor = caller.actor(),
+        actor_note = caller.actor_note(),
+        tier = %name,
+        created = outcome.created,
+        buckets = outcome.tier.buckets.len(),
+        tenants_updated = outcome.tenants.len(),
+        "{caller} {} tier {name}: {} buckets, {} tenants updated",
+        if outcome.created { "created" } else { "replaced" },
+        outcome.tier.buckets.len(),
+        outcome.tenants.len(),
+    );
+    for tenant in &outcome.tenants {
+        tenant_changed(caller, "put_tier", tenant);
+    }
+}
+
+/// Logs a tier's deletion.
+pub(super) fn tier_deleted(caller: &Caller, name: &TierName) {
+    tracing::info!(
+        operation = "delete_tier",
+        peer = %peer(caller),
+        operator = caller.operator.as_deref(),
+        actor = caller.actor(),
+        actor_note = caller.actor_note(),
+        tier = %name,
+        "{caller} deleted tier {name}"
+    );
 }
 
 #[cfg(test)]

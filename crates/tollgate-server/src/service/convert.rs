@@ -10,7 +10,10 @@ use tollgate_core::{
 };
 use tollgate_proto::v1;
 
-use crate::store::BucketSnapshot;
+use tollgate_core::TierName;
+use tollgate_core::tier::{BucketDefinition, Tier};
+
+use crate::store::{BucketSnapshot, TenantView};
 
 /// The latest timestamp accepted (9999-12-31T23:59:59Z), as in RFC 3339.
 const MAX_TIMESTAMP_SECONDS: i64 = 253_402_300_799;
@@ -147,6 +150,73 @@ pub fn bucket_to_proto(snapshot: &BucketSnapshot) -> v1::Tenant {
         created_at: Some(timestamp_to_proto(state.created_at)),
         updated_at: Some(timestamp_to_proto(state.updated_at)),
         granted_tokens: totals.granted_tokens,
+    }
+}
+
+/// A tier as a request carries it, checked field by field.
+pub fn tier_from_proto(tier: Option<v1::Tier>) -> Result<(TierName, Tier), InvalidInput> {
+    let tier = tier.ok_or_else(|| InvalidInput::new("tier", "must be set"))?;
+    let name = TierName::parse("tier.name", &tier.name)?;
+    let definitions = tier
+        .buckets
+        .iter()
+        .map(|b| (b.bucket.as_str(), definition_from_proto(b)))
+        .collect::<Vec<_>>();
+    // The store sets the timestamps.
+    let tier = Tier::from_definitions("tier.buckets", definitions, Timestamp::EPOCH)?;
+    Ok((name, tier))
+}
+
+/// A bucket definition's numbers (checked where it is used).
+pub fn definition_from_proto(b: &v1::BucketDefinition) -> BucketDefinition {
+    BucketDefinition {
+        limits: Limits {
+            refill_rate: b.refill_rate,
+            burst_limit: b.burst_limit,
+        },
+        initial_tokens: b.initial_tokens,
+    }
+}
+
+fn definition_to_proto(bucket: &BucketName, d: &BucketDefinition) -> v1::BucketDefinition {
+    v1::BucketDefinition {
+        bucket: bucket.to_string(),
+        refill_rate: d.limits.refill_rate,
+        burst_limit: d.limits.burst_limit,
+        initial_tokens: d.initial_tokens,
+    }
+}
+
+pub fn tier_to_proto(name: &TierName, tier: &Tier) -> v1::Tier {
+    v1::Tier {
+        name: name.to_string(),
+        buckets: tier
+            .buckets
+            .iter()
+            .map(|(bucket, d)| definition_to_proto(bucket, d))
+            .collect(),
+        created_at: Some(timestamp_to_proto(tier.created_at)),
+        updated_at: Some(timestamp_to_proto(tier.updated_at)),
+    }
+}
+
+pub fn tenant_view_to_proto(view: &TenantView) -> v1::TenantTier {
+    let record = view.record.as_ref();
+    v1::TenantTier {
+        tenant_id: view.tenant.to_string(),
+        tier: record
+            .and_then(|r| r.tier.as_ref())
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        overrides: record
+            .map(|r| {
+                r.overrides
+                    .iter()
+                    .map(|(bucket, d)| definition_to_proto(bucket, d))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        buckets: view.buckets.iter().map(bucket_to_proto).collect(),
     }
 }
 

@@ -16,6 +16,7 @@ pub use admin::AdminService;
 pub use admin_auth::{AdminAuth, AdminTokens, Operator};
 pub use token_bucket::TokenBucketService;
 
+use tollgate_core::tier::TierError;
 use tollgate_core::{InvalidInput, RequestError};
 use tonic::Status;
 
@@ -36,6 +37,16 @@ fn status(operation: &'static str, err: StoreError) -> Status {
         StoreError::Rejected(
             e @ (RequestError::StaleSequence { .. } | RequestError::SupersededLease { .. }),
         ) => Status::failed_precondition(e.to_string()),
+        StoreError::Tier(TierError::InvalidInput(e)) => invalid(e),
+        StoreError::Tier(
+            e @ (TierError::TierNotFound(_)
+            | TierError::TenantNotFound(_)
+            | TierError::OverrideNotFound { .. }),
+        ) => Status::not_found(e.to_string()),
+        StoreError::Tier(e @ TierError::TenantExists(_)) => Status::already_exists(e.to_string()),
+        StoreError::Tier(e @ TierError::TierInUse { .. }) => {
+            Status::failed_precondition(e.to_string())
+        }
         StoreError::Rejected(e @ RequestError::Inconsistent(_)) => {
             tracing::error!(operation, error = %e, "store holds an inconsistent instance list");
             Status::internal(format!("{operation}: {e}"))

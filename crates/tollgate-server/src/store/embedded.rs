@@ -18,12 +18,16 @@
 //!   row, instance 0)
 //! - `bucket_instances`: (tenant id, bucket name, instance id) → JSON
 //!   [`InstanceState`]
+//! - `tiers`: tier name → JSON [`Tier`]
+//! - `tenant_records`: tenant id → JSON [`TenantRecord`] (its tier and
+//!   overrides; only for tenants put on a tier or given an override)
 //!
 //! Older files are converted when opened, in one transaction with the
 //! version change: version 1 kept request units and CPU seconds as
 //! floating-point totals ([`migrate_v1_totals`]); versions 1 and 2 kept one
 //! bucket per tenant, keyed by tenant id alone ([`migrate_v2_keys`]).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -34,14 +38,16 @@ use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 use tollgate_core::global_bucket::{self, IdRange};
+use tollgate_core::tier::{self, LoadedTenant, TenantChange, TenantRecord, Tier, TierError};
 use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
-    BucketKey, BucketName, BucketRow, Grant, InstanceState, LimitsUpdate, TenantId, Timestamp,
-    TokenBucketRequest,
+    BucketKey, BucketName, BucketRow, Grant, InstanceState, LimitsUpdate, TenantId, TierName,
+    Timestamp, TokenBucketRequest,
 };
 
 use super::{
-    BucketSettings, BucketSnapshot, Counters, LimitsChange, Store, StoreError, StoreStats,
+    BucketSettings, BucketSnapshot, Counters, LimitsChange, PutTierOutcome, Store, StoreError,
+    StoreStats, TenantChangeOutcome, TenantView,
 };
 
 const SCHEMA_VERSION: u64 = 3;
@@ -49,6 +55,8 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const BUCKETS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("buckets");
 const INSTANCES: TableDefinition<(&str, &str, u32), &[u8]> =
     TableDefinition::new("bucket_instances");
+const TIERS: TableDefinition<&str, &[u8]> = TableDefinition::new("tiers");
+const TENANT_RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenant_records");
 /// Versions 1 and 2: one bucket per tenant.
 const V2_TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenants");
 const V2_INSTANCES: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("instances");
@@ -294,6 +302,10 @@ fn init_schema(db: &Database) -> Result<(), StoreError> {
             .map_err(storage("create buckets table"))?;
         txn.open_table(INSTANCES)
             .map_err(storage("create instances table"))?;
+        txn.open_table(TIERS)
+            .map_err(storage("create tiers table"))?;
+        txn.open_table(TENANT_RECORDS)
+            .map_err(storage("create tenant records table"))?;
     }
     txn.commit().map_err(storage("commit schema"))
 }
@@ -574,8 +586,15 @@ fn delete(
     let mut instances = txn
         .open_table(INSTANCES)
         .map_err(storage("open instances"))?;
+    let mut records = txn
+        .open_table(TENANT_RECORDS)
+        .map_err(storage("open tenant records"))?;
+    let had_record = records
+        .remove(tenant.as_str())
+        .map_err(storage("delete tenant record"))?
+        .is_some();
     let keys = tenant_bucket_keys(&buckets, tenant)?;
-    if keys.is_empty() {
+    if keys.is_empty() && !had_record {
         return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
     }
     let mut deleted = Vec::with_capacity(keys.len());
@@ -663,6 +682,224 @@ fn read_all_instances(
         rows.push(decode("decode instance row", value.value())?);
     }
     Ok(rows)
+}
+
+/// Everything a tenant change reads, under the writer's transaction.
+fn load_tenant(
+    txn: &WriteTransaction,
+    tenant: &TenantId,
+    change: &TenantChange,
+) -> Result<LoadedTenant, StoreError> {
+    let records = txn
+        .open_table(TENANT_RECORDS)
+        .map_err(storage("open tenant records"))?;
+    let record: Option<TenantRecord> = records
+        .get(tenant.as_str())
+        .map_err(storage("read tenant record"))?
+        .map(|row| decode("decode tenant record", row.value()))
+        .transpose()?;
+    let tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
+    let tier = match change.tier_to_load(record.as_ref()) {
+        Some(name) => read_tier(&tiers, &name)?,
+        None => None,
+    };
+    let buckets_table = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
+    let mut buckets = BTreeMap::new();
+    for key in tenant_bucket_keys(&buckets_table, tenant)? {
+        if let Some(head) = read_head(&buckets_table, &key)? {
+            buckets.insert(key.bucket, head);
+        }
+    }
+    Ok(LoadedTenant {
+        record,
+        buckets,
+        tier,
+    })
+}
+
+/// Runs one tenant change: load, decide by the core's rules, write.
+fn change_one(
+    txn: &WriteTransaction,
+    tenant: &TenantId,
+    change: &TenantChange,
+    now: Timestamp,
+) -> Result<Result<TenantChangeOutcome, StoreError>, StoreError> {
+    let loaded = load_tenant(txn, tenant, change)?;
+    let edit = match tier::change_tenant(tenant, change, &loaded, now) {
+        Ok(edit) => edit,
+        Err(e) => return Ok(Err(e.into())),
+    };
+    let mut records = txn
+        .open_table(TENANT_RECORDS)
+        .map_err(storage("open tenant records"))?;
+    let bytes = encode("encode tenant record", &edit.record)?;
+    records
+        .insert(tenant.as_str(), bytes.as_slice())
+        .map_err(storage("write tenant record"))?;
+    let mut buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
+    let mut instances = txn
+        .open_table(INSTANCES)
+        .map_err(storage("open instances"))?;
+    let t = tenant.as_str();
+    for (name, head) in &edit.created {
+        let b = name.as_str();
+        instances
+            .retain_in((t, b, 0)..=(t, b, u32::MAX), |_, _| false)
+            .map_err(storage("delete stray instance rows"))?;
+        write_head(
+            &mut buckets,
+            &BucketKey::new(tenant.clone(), name.clone()),
+            head,
+        )?;
+    }
+    for (name, head) in &edit.changed {
+        write_head(
+            &mut buckets,
+            &BucketKey::new(tenant.clone(), name.clone()),
+            head,
+        )?;
+    }
+    let mut retired = Vec::new();
+    for name in &edit.retired {
+        let b = name.as_str();
+        if let Some(head) = loaded.buckets.get(name) {
+            buckets
+                .remove((t, b))
+                .map_err(storage("delete bucket row"))?;
+            instances
+                .retain_in((t, b, 0)..=(t, b, u32::MAX), |_, _| false)
+                .map_err(storage("delete instance rows"))?;
+            retired.push(BucketSnapshot {
+                key: BucketKey::new(tenant.clone(), name.clone()),
+                head: head.clone(),
+                instances: Vec::new(),
+                read_at: now,
+            });
+        }
+    }
+    let mut view_buckets = Vec::new();
+    for key in tenant_bucket_keys(&buckets, tenant)? {
+        if let Some(head) = read_head(&buckets, &key)? {
+            view_buckets.push(BucketSnapshot {
+                key,
+                head,
+                instances: Vec::new(),
+                read_at: now,
+            });
+        }
+    }
+    Ok(Ok(TenantChangeOutcome {
+        view: TenantView {
+            tenant: tenant.clone(),
+            record: Some(edit.record),
+            buckets: view_buckets,
+        },
+        created: edit.created.into_keys().collect(),
+        changed: edit.changed.into_keys().collect(),
+        retired,
+    }))
+}
+
+fn read_tier(
+    tiers: &impl ReadableTable<&'static str, &'static [u8]>,
+    name: &TierName,
+) -> Result<Option<Tier>, StoreError> {
+    tiers
+        .get(name.as_str())
+        .map_err(storage("read tier"))?
+        .map(|row| decode("decode tier", row.value()))
+        .transpose()
+}
+
+/// The tenants whose record names `tier`, in id order.
+fn tenants_on(
+    records: &impl ReadableTable<&'static str, &'static [u8]>,
+    tier: &TierName,
+) -> Result<Vec<TenantId>, StoreError> {
+    let mut tenants = Vec::new();
+    for entry in records.iter().map_err(storage("read tenant records"))? {
+        let (id, bytes) = entry.map_err(storage("read tenant records"))?;
+        let record: TenantRecord = decode("decode tenant record", bytes.value())?;
+        if record.tier.as_ref() == Some(tier) {
+            tenants.push(
+                TenantId::parse("tenant_id", id.value())
+                    .map_err(|e| StoreError::internal("decode tenant id", e))?,
+            );
+        }
+    }
+    Ok(tenants)
+}
+
+fn put_tier(
+    txn: &WriteTransaction,
+    name: &TierName,
+    tier: &Tier,
+    now: Timestamp,
+) -> Result<Result<PutTierOutcome, StoreError>, StoreError> {
+    let mut tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
+    let before = read_tier(&tiers, name)?;
+    let mut stored = tier.clone();
+    stored.created_at = before.as_ref().map_or(now, |b| b.created_at);
+    stored.updated_at = now;
+    let bytes = encode("encode tier", &stored)?;
+    tiers
+        .insert(name.as_str(), bytes.as_slice())
+        .map_err(storage("write tier"))?;
+    drop(tiers);
+    let records = txn
+        .open_table(TENANT_RECORDS)
+        .map_err(storage("open tenant records"))?;
+    let on_tier = tenants_on(&records, name)?;
+    drop(records);
+    let mut tenants = Vec::new();
+    for tenant in on_tier {
+        match change_one(txn, &tenant, &TenantChange::Reapply, now)? {
+            Ok(outcome) => {
+                if !(outcome.created.is_empty()
+                    && outcome.changed.is_empty()
+                    && outcome.retired.is_empty())
+                {
+                    tenants.push(outcome);
+                }
+            }
+            // Nothing was written for this tenant; the whole batch is
+            // one transaction, so a refusal fails the put.
+            Err(e) => return Ok(Err(e)),
+        }
+    }
+    Ok(Ok(PutTierOutcome {
+        tier: stored,
+        created: before.is_none(),
+        tenants,
+    }))
+}
+
+fn delete_tier(
+    txn: &WriteTransaction,
+    name: &TierName,
+) -> Result<Result<(), StoreError>, StoreError> {
+    let records = txn
+        .open_table(TENANT_RECORDS)
+        .map_err(storage("open tenant records"))?;
+    let on_tier = tenants_on(&records, name)?;
+    if !on_tier.is_empty() {
+        return Ok(Err(TierError::TierInUse {
+            tier: name.clone(),
+            count: on_tier.len() as u64,
+            examples: on_tier.into_iter().take(3).collect(),
+        }
+        .into()));
+    }
+    let mut tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
+    let removed = tiers
+        .remove(name.as_str())
+        .map_err(storage("delete tier"))?
+        .is_some();
+    Ok(if removed {
+        Ok(())
+    } else {
+        Err(TierError::TierNotFound(name.clone()).into())
+    })
 }
 
 #[async_trait]
@@ -788,6 +1025,94 @@ impl Store for EmbeddedStore {
     async fn delete_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError> {
         let tenant = tenant.clone();
         self.write(Box::new(move |_, txn, now| delete(txn, &tenant, now)))
+            .await
+    }
+
+    async fn change_tenant(
+        &self,
+        tenant: &TenantId,
+        change: &TenantChange,
+    ) -> Result<TenantChangeOutcome, StoreError> {
+        let (tenant, change) = (tenant.clone(), change.clone());
+        self.write(Box::new(move |_, txn, now| {
+            change_one(txn, &tenant, &change, now)
+        }))
+        .await
+    }
+
+    async fn describe_tenant(&self, tenant: &TenantId) -> Result<TenantView, StoreError> {
+        let tenant = tenant.clone();
+        self.read(move |db, now| {
+            let txn = db.begin_read().map_err(storage("begin read transaction"))?;
+            let records = txn
+                .open_table(TENANT_RECORDS)
+                .map_err(storage("open tenant records"))?;
+            let record: Option<TenantRecord> = records
+                .get(tenant.as_str())
+                .map_err(storage("read tenant record"))?
+                .map(|row| decode("decode tenant record", row.value()))
+                .transpose()?;
+            let buckets_table = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
+            let mut buckets = Vec::new();
+            for key in tenant_bucket_keys(&buckets_table, &tenant)? {
+                if let Some(head) = read_head(&buckets_table, &key)? {
+                    buckets.push(BucketSnapshot {
+                        key,
+                        head,
+                        instances: Vec::new(),
+                        read_at: now,
+                    });
+                }
+            }
+            if record.is_none() && buckets.is_empty() {
+                return Err(StoreError::TenantNotFound(tenant));
+            }
+            Ok(TenantView {
+                tenant,
+                record,
+                buckets,
+            })
+        })
+        .await
+    }
+
+    async fn put_tier(&self, name: &TierName, tier: &Tier) -> Result<PutTierOutcome, StoreError> {
+        let (name, tier) = (name.clone(), tier.clone());
+        self.write(Box::new(move |_, txn, now| {
+            put_tier(txn, &name, &tier, now)
+        }))
+        .await
+    }
+
+    async fn get_tier(&self, name: &TierName) -> Result<Tier, StoreError> {
+        let name = name.clone();
+        self.read(move |db, _| {
+            let txn = db.begin_read().map_err(storage("begin read transaction"))?;
+            let tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
+            read_tier(&tiers, &name)?.ok_or_else(|| TierError::TierNotFound(name).into())
+        })
+        .await
+    }
+
+    async fn list_tiers(&self) -> Result<Vec<(TierName, Tier)>, StoreError> {
+        self.read(move |db, _| {
+            let txn = db.begin_read().map_err(storage("begin read transaction"))?;
+            let tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
+            let mut out = Vec::new();
+            for entry in tiers.iter().map_err(storage("list tiers"))? {
+                let (name, bytes) = entry.map_err(storage("list tiers"))?;
+                let name = TierName::parse("tier", name.value())
+                    .map_err(|e| StoreError::internal("decode tier name", e))?;
+                out.push((name, decode("decode tier", bytes.value())?));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn delete_tier(&self, name: &TierName) -> Result<(), StoreError> {
+        let name = name.clone();
+        self.write(Box::new(move |_, txn, _| delete_tier(txn, &name)))
             .await
     }
 

@@ -18,10 +18,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tollgate_core::global_bucket::GlobalBucketConfig;
+use tollgate_core::tier::{TenantChange, TenantRecord, Tier, TierError};
 pub use tollgate_core::transaction::{DefaultLimits, UnconfiguredTenants};
 use tollgate_core::{
-    BucketKey, BucketRow, Grant, InstanceState, LimitsUpdate, RequestError, TenantId, Timestamp,
-    TokenBucketRequest,
+    BucketKey, BucketName, BucketRow, Grant, InstanceState, LimitsUpdate, RequestError, TenantId,
+    TierName, Timestamp, TokenBucketRequest,
 };
 
 pub use embedded::{Clock, EmbeddedStore};
@@ -65,6 +66,37 @@ pub struct LimitsChange {
     pub after: BucketSnapshot,
 }
 
+/// A tenant as tiers see it: what it is on, and its buckets now.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TenantView {
+    pub tenant: TenantId,
+    /// `None` for a tenant never put on a tier nor given an override.
+    pub record: Option<TenantRecord>,
+    /// Its buckets in name order, without instances.
+    pub buckets: Vec<BucketSnapshot>,
+}
+
+/// What a tenant change did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TenantChangeOutcome {
+    pub view: TenantView,
+    pub created: Vec<BucketName>,
+    pub changed: Vec<BucketName>,
+    /// The buckets retired, as they were when deleted.
+    pub retired: Vec<BucketSnapshot>,
+}
+
+/// What putting a tier did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PutTierOutcome {
+    pub tier: Tier,
+    /// False if the tier existed and was replaced.
+    pub created: bool,
+    /// The changes to the tenants on the tier, of those whose buckets
+    /// changed.
+    pub tenants: Vec<TenantChangeOutcome>,
+}
+
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -77,6 +109,9 @@ pub enum StoreError {
     /// The state machine refused the operation; nothing was changed.
     #[error(transparent)]
     Rejected(#[from] RequestError),
+    /// A tier or tenant change was refused; nothing was changed.
+    #[error(transparent)]
+    Tier(#[from] TierError),
     /// The store cannot be reached right now; the operation may be retried.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -107,6 +142,7 @@ impl StoreError {
             StoreError::TenantNotFound(tenant) => StoreError::TenantNotFound(tenant.clone()),
             StoreError::BucketNotFound(key) => StoreError::BucketNotFound(key.clone()),
             StoreError::Rejected(e) => StoreError::Rejected(e.clone()),
+            StoreError::Tier(e) => StoreError::Tier(e.clone()),
             StoreError::Unavailable(message) => StoreError::Unavailable(message.clone()),
             StoreError::Internal { context, source } => {
                 StoreError::internal(context, source.to_string())
@@ -212,6 +248,31 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Deletes a tenant: all its buckets and their instances, answering
     /// with the buckets as they were when deleted (without instances).
     async fn delete_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError>;
+
+    /// Applies a tier or override change to a tenant, in one transaction
+    /// (the rules of `tollgate_core::tier::change_tenant`).
+    async fn change_tenant(
+        &self,
+        tenant: &TenantId,
+        change: &TenantChange,
+    ) -> Result<TenantChangeOutcome, StoreError>;
+
+    /// Reads a tenant's record and buckets; `TenantNotFound` if it has
+    /// neither.
+    async fn describe_tenant(&self, tenant: &TenantId) -> Result<TenantView, StoreError>;
+
+    /// Creates or replaces a tier and, in the same transaction, brings
+    /// every tenant on it in line with the new definition.
+    async fn put_tier(&self, name: &TierName, tier: &Tier) -> Result<PutTierOutcome, StoreError>;
+
+    /// Reads a tier.
+    async fn get_tier(&self, name: &TierName) -> Result<Tier, StoreError>;
+
+    /// Reads every tier, in name order.
+    async fn list_tiers(&self) -> Result<Vec<(TierName, Tier)>, StoreError>;
+
+    /// Deletes a tier no tenant is on.
+    async fn delete_tier(&self, name: &TierName) -> Result<(), StoreError>;
 
     /// Counters of the store's work so far.
     fn stats(&self) -> StoreStats;

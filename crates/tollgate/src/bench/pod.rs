@@ -146,17 +146,30 @@ pub(super) struct Pod {
     report: PodReport,
 }
 
+/// Who a simulated pod is.
+#[derive(Debug)]
+pub(super) struct PodIdentity {
+    /// The tenant's number in the run.
+    pub tenant: usize,
+    pub tenant_id: String,
+    pub bucket: String,
+    pub instance_id: u32,
+}
+
 impl Pod {
     pub fn new(
         index: usize,
-        tenant: usize,
-        tenant_id: String,
-        bucket: String,
-        instance_id: u32,
+        identity: PodIdentity,
         channels: Vec<Channel>,
         server: usize,
         context: Arc<RunContext>,
     ) -> Self {
+        let PodIdentity {
+            tenant,
+            tenant_id,
+            bucket,
+            instance_id,
+        } = identity;
         Pod {
             index,
             tenant_id,

@@ -52,15 +52,17 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tollgate_core::global_bucket::{self, IdRange, InstanceWindow};
+use tollgate_core::tier::{self, LoadedTenant, TenantChange, TenantRecord, Tier, TierError};
 use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
-    BucketKey, BucketRow, Grant, LimitsUpdate, TenantId, Timestamp, TokenBucketRequest,
+    BucketKey, BucketRow, Grant, LimitsUpdate, TenantId, TierName, Timestamp, TokenBucketRequest,
 };
 
 use self::retry::{TxError, Verdict, chain};
 use self::rows::{HeadParams, InstanceParams};
 use super::{
-    BucketSettings, BucketSnapshot, Clock, Counters, LimitsChange, Store, StoreError, StoreStats,
+    BucketSettings, BucketSnapshot, Clock, Counters, LimitsChange, PutTierOutcome, Store,
+    StoreError, StoreStats, TenantChangeOutcome, TenantView,
 };
 
 pub use self::retry::RetryPolicy;
@@ -86,6 +88,20 @@ mod sql {
     query!(LIST_BUCKETS, "list_buckets.sql");
     query!(DELETE_TENANT, "delete_tenant.sql");
     query!(DELETE_STRAY_INSTANCES, "delete_stray_instances.sql");
+    query!(DELETE_BUCKET, "delete_bucket.sql");
+    query!(LOCK_TENANT_RECORD, "lock_tenant_record.sql");
+    query!(READ_TENANT_RECORD, "read_tenant_record.sql");
+    query!(UPSERT_TENANT_RECORD, "upsert_tenant_record.sql");
+    query!(DELETE_TENANT_RECORD, "delete_tenant_record.sql");
+    query!(LIST_TENANT_BUCKETS, "list_tenant_buckets.sql");
+    query!(SHARE_TIER, "share_tier.sql");
+    query!(LOCK_TIER, "lock_tier.sql");
+    query!(UPSERT_TIER, "upsert_tier.sql");
+    query!(READ_TIER, "read_tier.sql");
+    query!(LIST_TIERS, "list_tiers.sql");
+    query!(DELETE_TIER, "delete_tier.sql");
+    query!(TENANTS_ON_TIER, "tenants_on_tier.sql");
+    query!(COUNT_TENANTS_ON_TIER, "count_tenants_on_tier.sql");
 }
 
 mod embedded_migrations {
@@ -730,6 +746,301 @@ fn snapshots_from_rows(
     Ok(out)
 }
 
+/// A JSON document of a tier or tenant record, as the tier tables keep it.
+fn json_column<T: serde::de::DeserializeOwned>(
+    row: &tokio_postgres::Row,
+    column: &'static str,
+) -> Result<T, StoreError> {
+    let text: &str = row
+        .try_get(column)
+        .map_err(|e| StoreError::internal("read a stored row", e))?;
+    serde_json::from_str(text).map_err(|e| StoreError::internal("decode a stored document", e))
+}
+
+fn to_json<T: serde::Serialize>(what: &'static str, value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::internal(what, e))
+}
+
+/// Runs one tenant change inside `txn`: lock the record, the tier (shared)
+/// and the buckets, decide by the core's rules, write. `Ok(Err(_))` is a
+/// refusal: nothing was written.
+async fn change_in(
+    inner: &Inner,
+    txn: &deadpool_postgres::Transaction<'_>,
+    tenant: &TenantId,
+    change: &TenantChange,
+) -> Result<Result<TenantChangeOutcome, StoreError>, TxError> {
+    let lock_record = txn.prepare_cached(sql::LOCK_TENANT_RECORD).await?;
+    let share_tier = txn.prepare_cached(sql::SHARE_TIER).await?;
+    let lock_buckets = txn.prepare_cached(sql::LOCK_TENANT).await?;
+    let clock = txn.prepare_cached(sql::CLOCK).await?;
+    let upsert_record = txn.prepare_cached(sql::UPSERT_TENANT_RECORD).await?;
+    let delete_strays = txn.prepare_cached(sql::DELETE_STRAY_INSTANCES).await?;
+    let insert_head = txn.prepare_cached(sql::INSERT_BUCKET).await?;
+    let update_head = txn.prepare_cached(sql::UPDATE_BUCKET).await?;
+    let delete_bucket = txn.prepare_cached(sql::DELETE_BUCKET).await?;
+
+    let tenant_id = tenant.as_str();
+    let record: Option<TenantRecord> = txn
+        .query_opt(&lock_record, &[&tenant_id])
+        .await?
+        .map(|row| json_column(&row, "record"))
+        .transpose()?;
+    let tier = match change.tier_to_load(record.as_ref()) {
+        Some(name) => txn
+            .query_opt(&share_tier, &[&name.as_str()])
+            .await?
+            .map(|row| json_column::<Tier>(&row, "definition"))
+            .transpose()?,
+        None => None,
+    };
+    let heads = txn.query(&lock_buckets, &[&tenant_id]).await?;
+    let now = {
+        let row = txn.query_one(&clock, &[]).await?;
+        inner.now(rows::clock(&row, "now")?)
+    };
+    let mut buckets = BTreeMap::new();
+    for row in &heads {
+        buckets.insert(rows::bucket_key(row)?.bucket, rows::head_from_row(row)?);
+    }
+    let loaded = LoadedTenant {
+        record,
+        buckets,
+        tier,
+    };
+    let edit = match tier::change_tenant(tenant, change, &loaded, now) {
+        Ok(edit) => edit,
+        Err(e) => return Ok(Err(e.into())),
+    };
+
+    let record_json = to_json("encode tenant record", &edit.record)?;
+    let tier_name = edit.record.tier.as_ref().map(TierName::as_str);
+    txn.execute(&upsert_record, &[&tenant_id, &tier_name, &record_json])
+        .await?;
+    for (name, head) in &edit.created {
+        let key = BucketKey::new(tenant.clone(), name.clone());
+        txn.execute(&delete_strays, &[&tenant_id, &name.as_str()])
+            .await?;
+        let params = HeadParams::new(&key, head)?;
+        txn.execute(&insert_head, &params.as_params()).await?;
+    }
+    for (name, head) in &edit.changed {
+        let key = BucketKey::new(tenant.clone(), name.clone());
+        let params = HeadParams::new(&key, head)?;
+        txn.execute(&update_head, &params.as_params()).await?;
+    }
+    let mut retired = Vec::new();
+    for name in &edit.retired {
+        txn.execute(&delete_bucket, &[&tenant_id, &name.as_str()])
+            .await?;
+        if let Some(head) = loaded.buckets.get(name) {
+            retired.push(BucketSnapshot {
+                key: BucketKey::new(tenant.clone(), name.clone()),
+                head: head.clone(),
+                instances: Vec::new(),
+                read_at: now,
+            });
+        }
+    }
+    let mut after = loaded.buckets.clone();
+    after.extend(edit.created.clone());
+    after.extend(edit.changed.clone());
+    for name in &edit.retired {
+        after.remove(name);
+    }
+    Ok(Ok(TenantChangeOutcome {
+        view: TenantView {
+            tenant: tenant.clone(),
+            record: Some(edit.record),
+            buckets: after
+                .into_iter()
+                .map(|(name, head)| BucketSnapshot {
+                    key: BucketKey::new(tenant.clone(), name),
+                    head,
+                    instances: Vec::new(),
+                    read_at: now,
+                })
+                .collect(),
+        },
+        created: edit.created.into_keys().collect(),
+        changed: edit.changed.into_keys().collect(),
+        retired,
+    }))
+}
+
+impl PostgresStore {
+    async fn tier_change(
+        &self,
+        tenant: &TenantId,
+        change: &TenantChange,
+    ) -> Result<TenantChangeOutcome, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("change tenant", false, || async move {
+                let mut client = inner.pool.get().await?;
+                let txn = client.transaction().await?;
+                let outcome = change_in(inner, &txn, tenant, change).await?;
+                let outcome = outcome.map_err(TxError::Store)?;
+                txn.commit().await.map_err(TxError::Commit)?;
+                Ok(outcome)
+            })
+            .await
+    }
+
+    async fn describe(&self, tenant: &TenantId) -> Result<TenantView, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("describe tenant", true, || async move {
+                let client = inner.pool.get().await?;
+                let read_record = client.prepare_cached(sql::READ_TENANT_RECORD).await?;
+                let list = client.prepare_cached(sql::LIST_TENANT_BUCKETS).await?;
+                let tenant_id = tenant.as_str();
+                let params: [&(dyn ToSql + Sync); 1] = [&tenant_id];
+                let (record, heads) = tokio::join!(
+                    client.query_opt(&read_record, &params),
+                    client.query(&list, &params),
+                );
+                let record: Option<TenantRecord> =
+                    record?.map(|row| json_column(&row, "record")).transpose()?;
+                let mut buckets = snapshots_from_rows(inner, &heads?, "read_at")?;
+                buckets.sort_by(|a, b| a.key.cmp(&b.key));
+                if record.is_none() && buckets.is_empty() {
+                    return Err(TxError::Store(StoreError::TenantNotFound(tenant.clone())));
+                }
+                Ok(TenantView {
+                    tenant: tenant.clone(),
+                    record,
+                    buckets,
+                })
+            })
+            .await
+    }
+
+    async fn put(&self, name: &TierName, tier: &Tier) -> Result<PutTierOutcome, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("put tier", false, || async move {
+                let mut client = inner.pool.get().await?;
+                let lock = client.prepare_cached(sql::LOCK_TIER).await?;
+                let clock = client.prepare_cached(sql::CLOCK).await?;
+                let upsert = client.prepare_cached(sql::UPSERT_TIER).await?;
+                let on_tier = client.prepare_cached(sql::TENANTS_ON_TIER).await?;
+                let txn = client.transaction().await?;
+                let before: Option<Tier> = txn
+                    .query_opt(&lock, &[&name.as_str()])
+                    .await?
+                    .map(|row| json_column(&row, "definition"))
+                    .transpose()?;
+                let now = {
+                    let row = txn.query_one(&clock, &[]).await?;
+                    inner.now(rows::clock(&row, "now")?)
+                };
+                let mut stored = tier.clone();
+                stored.created_at = before.as_ref().map_or(now, |b| b.created_at);
+                stored.updated_at = now;
+                let definition = to_json("encode tier", &stored)?;
+                txn.execute(&upsert, &[&name.as_str(), &definition]).await?;
+                let tenants = txn.query(&on_tier, &[&name.as_str()]).await?;
+                let mut changed = Vec::new();
+                for row in &tenants {
+                    let tenant = rows::tenant_id(row)?;
+                    let outcome = change_in(inner, &txn, &tenant, &TenantChange::Reapply)
+                        .await?
+                        .map_err(TxError::Store)?;
+                    if !(outcome.created.is_empty()
+                        && outcome.changed.is_empty()
+                        && outcome.retired.is_empty())
+                    {
+                        changed.push(outcome);
+                    }
+                }
+                txn.commit().await.map_err(TxError::Commit)?;
+                Ok(PutTierOutcome {
+                    tier: stored,
+                    created: before.is_none(),
+                    tenants: changed,
+                })
+            })
+            .await
+    }
+
+    async fn read_tier(&self, name: &TierName) -> Result<Tier, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("read tier", true, || async move {
+                let client = inner.pool.get().await?;
+                let read = client.prepare_cached(sql::READ_TIER).await?;
+                match client.query_opt(&read, &[&name.as_str()]).await? {
+                    Some(row) => Ok(json_column(&row, "definition")?),
+                    None => Err(TxError::Store(TierError::TierNotFound(name.clone()).into())),
+                }
+            })
+            .await
+    }
+
+    async fn all_tiers(&self) -> Result<Vec<(TierName, Tier)>, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("list tiers", true, || async move {
+                let client = inner.pool.get().await?;
+                let list = client.prepare_cached(sql::LIST_TIERS).await?;
+                let mut tiers = client
+                    .query(&list, &[])
+                    .await?
+                    .iter()
+                    .map(|row| {
+                        let name: &str = row
+                            .try_get("name")
+                            .map_err(|e| StoreError::internal("read a stored row", e))?;
+                        let name = TierName::parse("tier", name)
+                            .map_err(|e| StoreError::internal("decode tier name", e))?;
+                        Ok((name, json_column(row, "definition")?))
+                    })
+                    .collect::<Result<Vec<(TierName, Tier)>, StoreError>>()?;
+                tiers.sort_by(|a, b| a.0.cmp(&b.0));
+                Ok(tiers)
+            })
+            .await
+    }
+
+    async fn remove_tier(&self, name: &TierName) -> Result<(), StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("delete tier", false, || async move {
+                let mut client = inner.pool.get().await?;
+                let lock = client.prepare_cached(sql::LOCK_TIER).await?;
+                let count = client.prepare_cached(sql::COUNT_TENANTS_ON_TIER).await?;
+                let delete = client.prepare_cached(sql::DELETE_TIER).await?;
+                let txn = client.transaction().await?;
+                if txn.query_opt(&lock, &[&name.as_str()]).await?.is_none() {
+                    return Err(TxError::Store(TierError::TierNotFound(name.clone()).into()));
+                }
+                let users = txn.query(&count, &[&name.as_str()]).await?;
+                if let Some(first) = users.first() {
+                    let total: i64 = first
+                        .try_get("total")
+                        .map_err(|e| StoreError::internal("read a stored row", e))?;
+                    let examples = users
+                        .iter()
+                        .map(rows::tenant_id)
+                        .collect::<Result<Vec<_>, _>>()?;
+                    return Err(TxError::Store(
+                        TierError::TierInUse {
+                            tier: name.clone(),
+                            count: total.unsigned_abs(),
+                            examples,
+                        }
+                        .into(),
+                    ));
+                }
+                txn.execute(&delete, &[&name.as_str()]).await?;
+                txn.commit().await.map_err(TxError::Commit)?;
+                Ok(())
+            })
+            .await
+    }
+}
+
 #[async_trait]
 impl Store for PostgresStore {
     async fn token_bucket(
@@ -905,22 +1216,30 @@ impl Store for PostgresStore {
         inner
             .run("delete tenant", false, || async move {
                 let mut client = inner.pool.get().await?;
+                let lock_record = client.prepare_cached(sql::LOCK_TENANT_RECORD).await?;
                 let lock = client.prepare_cached(sql::LOCK_TENANT).await?;
                 let delete = client.prepare_cached(sql::DELETE_TENANT).await?;
+                let delete_record = client.prepare_cached(sql::DELETE_TENANT_RECORD).await?;
                 let txn = client.transaction().await?;
                 let tenant_id = tenant.as_str();
                 let params: [&(dyn ToSql + Sync); 1] = [&tenant_id];
-                // One round trip: the lock first, then (once it is held) the
-                // delete, whose snapshot sees every row committed before it.
+                // One round trip: the locks first (in the order every tenant
+                // change takes them), then the deletes, whose snapshots see
+                // every row committed before.
                 let mut results = settle(
                     join_all([
+                        txn.query(&lock_record, &params[..]),
                         txn.query(&lock, &params[..]),
                         txn.query(&delete, &params[..]),
                     ])
                     .await,
                 )?
                 .into_iter();
+                let had_record = results.next().is_some_and(|rows| !rows.is_empty());
                 let mut deleted = results.nth(1).unwrap_or_default();
+                if had_record {
+                    txn.execute(&delete_record, &params).await?;
+                }
                 // RETURNING gives no order; heads come first, by key.
                 let order = |row: &tokio_postgres::Row| {
                     (
@@ -930,7 +1249,7 @@ impl Store for PostgresStore {
                 };
                 deleted.sort_by_cached_key(order);
                 let buckets: Vec<BucketSnapshot> = snapshots_from_rows(inner, &deleted, "read_at")?;
-                if buckets.is_empty() {
+                if buckets.is_empty() && !had_record {
                     return Err(TxError::Store(StoreError::TenantNotFound(tenant.clone())));
                 }
                 txn.commit().await.map_err(TxError::Commit)?;
@@ -943,6 +1262,34 @@ impl Store for PostgresStore {
                     .collect())
             })
             .await
+    }
+
+    async fn change_tenant(
+        &self,
+        tenant: &TenantId,
+        change: &TenantChange,
+    ) -> Result<TenantChangeOutcome, StoreError> {
+        self.tier_change(tenant, change).await
+    }
+
+    async fn describe_tenant(&self, tenant: &TenantId) -> Result<TenantView, StoreError> {
+        self.describe(tenant).await
+    }
+
+    async fn put_tier(&self, name: &TierName, tier: &Tier) -> Result<PutTierOutcome, StoreError> {
+        self.put(name, tier).await
+    }
+
+    async fn get_tier(&self, name: &TierName) -> Result<Tier, StoreError> {
+        self.read_tier(name).await
+    }
+
+    async fn list_tiers(&self) -> Result<Vec<(TierName, Tier)>, StoreError> {
+        self.all_tiers().await
+    }
+
+    async fn delete_tier(&self, name: &TierName) -> Result<(), StoreError> {
+        self.remove_tier(name).await
     }
 
     fn stats(&self) -> StoreStats {

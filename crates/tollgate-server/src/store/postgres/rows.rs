@@ -75,6 +75,12 @@ pub(super) fn row_instance_id(row: &Row) -> Result<u32, StoreError> {
     instance_id(row, "instance_id")
 }
 
+/// The row's tenant id.
+pub(super) fn tenant_id(row: &Row) -> Result<TenantId, StoreError> {
+    let tenant: &str = get(row, "tenant_id")?;
+    TenantId::parse("tenant_id", tenant).map_err(|e| StoreError::internal("read tenant_id", e))
+}
+
 /// The row's bucket key.
 pub(super) fn bucket_key(row: &Row) -> Result<BucketKey, StoreError> {
     let tenant: &str = get(row, "tenant_id")?;

@@ -1,0 +1,2 @@
+-- Every tier.
+SELECT name, definition FROM tollgate_tiers ORDER BY name
