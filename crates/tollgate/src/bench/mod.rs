@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use tollgate_core::validate::{MAX_TOKENS, TenantId};
 use tonic::transport::{Channel, Endpoint};
 
-use self::pod::{Pod, PodReport};
+use self::pod::{Pod, PodBucket, PodReport};
 use self::report::Report;
 
 #[derive(Debug, Args)]
@@ -414,13 +414,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     for index in 0..plan.pods {
         let server = index % channels.len();
         let connection = (index / channels.len()) % plan.connections;
+        let at = PodBucket {
+            tenant: index / per_tenant,
+            tenant_id: plan.tenants[index / per_tenant].clone(),
+            bucket: plan.buckets[(index % per_tenant) % plan.buckets.len()].clone(),
+            // At most instances_per_tenant, a u32.
+            instance_id: (index % per_tenant) as u32 + 1,
+        };
         let pod = Pod::new(
             index,
-            index / per_tenant,
-            plan.tenants[index / per_tenant].clone(),
-            plan.buckets[(index % per_tenant) % plan.buckets.len()].clone(),
-            // At most instances_per_tenant, a u32.
-            (index % per_tenant) as u32 + 1,
+            at,
             channels
                 .iter()
                 .map(|server| server[connection].clone())

@@ -146,17 +146,30 @@ pub(super) struct Pod {
     report: PodReport,
 }
 
+/// Which bucket a pod gates, and which instance of it the pod is.
+#[derive(Debug)]
+pub(super) struct PodBucket {
+    /// The tenant's index in the run, for the per-tenant report.
+    pub tenant: usize,
+    pub tenant_id: String,
+    pub bucket: String,
+    pub instance_id: u32,
+}
+
 impl Pod {
     pub fn new(
         index: usize,
-        tenant: usize,
-        tenant_id: String,
-        bucket: String,
-        instance_id: u32,
+        at: PodBucket,
         channels: Vec<Channel>,
         server: usize,
         context: Arc<RunContext>,
     ) -> Self {
+        let PodBucket {
+            tenant,
+            tenant_id,
+            bucket,
+            instance_id,
+        } = at;
         Pod {
             index,
             tenant_id,
