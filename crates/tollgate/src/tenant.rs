@@ -59,13 +59,16 @@ enum TenantCommand {
         #[command(flatten)]
         actor: ActorArg,
     },
-    /// Onboard a tenant on a tier: every bucket of the tier, provisioned
-    /// at once. Refused if the tenant exists (use set-tier).
+    /// Onboard a tenant on a tier
+    ///
+    /// Every bucket of the tier is provisioned at once. Refused if the
+    /// tenant exists (use set-tier).
     Create(tiering::OnTierArgs),
-    /// Move a tenant to a tier (creating the tenant if needed): its buckets
-    /// take the tier's limits, tokens carried over (capped at the new
-    /// burst); buckets the tier adds are created, those it drops retired.
-    /// Overrides win over the tier.
+    /// Move a tenant to a tier (creating the tenant if needed)
+    ///
+    /// Its buckets take the tier's limits, tokens carried over (capped at
+    /// the new burst); buckets the tier adds are created, those it drops
+    /// retired. Overrides win over the tier.
     SetTier(tiering::OnTierArgs),
     /// Set or clear a tenant's override of one bucket's limits.
     Override(tiering::OverrideArgs),

@@ -46,9 +46,11 @@ pub struct TierArgs {
 enum TierCommand {
     /// Create a tier from its buckets' definitions; refused if it exists.
     Create(PutArgs),
-    /// Replace an existing tier's bucket definitions. Every tenant on the
-    /// tier gets them at once: tokens carried over (capped at the new
-    /// burst), buckets added created, buckets dropped retired.
+    /// Replace an existing tier's bucket definitions
+    ///
+    /// Every tenant on the tier gets them at once: tokens carried over
+    /// (capped at the new burst), buckets added created, buckets dropped
+    /// retired.
     Update(PutArgs),
     /// List every tier and its buckets.
     List {
@@ -74,7 +76,7 @@ enum TierCommand {
         #[command(flatten)]
         actor: ActorArg,
     },
-    /// Make the server's tiers those a TOML file declares.
+    /// Make the server's tiers those a TOML file declares
     ///
     /// Reads the server's tiers, compares them with the file's and sends
     /// only what differs: each tier is created, changed (buckets added,
