@@ -493,7 +493,7 @@ fn put_text(view: &PutTierJson) -> String {
     text
 }
 
-/// The past-tense verb of an action that changes the server.
+/// The past-tense verb of an action.
 fn action_verb(action: Action) -> &'static str {
     match action {
         Action::Created => "created",
@@ -507,11 +507,9 @@ fn action_verb(action: Action) -> &'static str {
 /// A line per tier, then its bucket changes, then a summary line.
 fn apply_text(report: &ApplyJson) -> String {
     let mut text = String::new();
-    let mut counts = BTreeMap::<&str, usize>::new();
     for tier in &report.tiers {
         let name = &tier.change.name;
         let action = tier.change.action;
-        *counts.entry(action_verb(action)).or_default() += 1;
         let line = match (action, report.dry_run) {
             (Action::Unchanged, _) => format!("tier {name} is unchanged"),
             (Action::NotInFile, _) => format!(
@@ -534,7 +532,13 @@ fn apply_text(report: &ApplyJson) -> String {
             let _ = writeln!(text, "{line}");
         }
     }
-    let count = |action| counts.get(action_verb(action)).copied().unwrap_or(0);
+    let count = |action| {
+        report
+            .tiers
+            .iter()
+            .filter(|t| t.change.action == action)
+            .count()
+    };
     let (created, changed, unchanged, deleted) = (
         count(Action::Created),
         count(Action::Changed),
