@@ -4,7 +4,10 @@
 //!   configured by defaults, a TOML file, `TOLLGATE_*` variables and flags.
 //! - `tollgate migrate`: brings a store's schema up to date.
 //! - `tollgate tenant …`: set limits, show, list and delete tenants on a
-//!   running server through its `Admin` service.
+//!   running server through its `Admin` service; onboard them on a tier,
+//!   move them between tiers, override a bucket's limits.
+//! - `tollgate tier …`: create, update, list, show and delete tiers, or
+//!   apply a TOML file of them.
 //! - `tollgate pod request`: one token-bucket request, as a pod would send it.
 //! - `tollgate bench`: a load generator: many simulated pods against one or
 //!   more servers, with throughput, latency and per-tenant consumption sums.
@@ -19,6 +22,7 @@ mod remote;
 mod serve;
 mod store;
 mod tenant;
+mod tier;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -47,6 +51,8 @@ enum Command {
     Migrate(store::MigrateArgs),
     /// Configure and inspect tenants on a running server.
     Tenant(tenant::TenantArgs),
+    /// Define tiers (named sets of bucket limits) on a running server.
+    Tier(tier::TierArgs),
     /// Act as a pod against a running server (for trying things out).
     Pod(pod::PodArgs),
     /// Load a running server with simulated pods and measure it.
@@ -71,6 +77,7 @@ fn main() -> ExitCode {
         }
         Command::Migrate(args) => with_text_logs(store::migrate(args)),
         Command::Tenant(args) => with_text_logs(tenant::run(args)),
+        Command::Tier(args) => with_text_logs(tier::run(args)),
         Command::Pod(args) => with_text_logs(pod::run(args)),
         Command::Bench(args) => with_text_logs(bench::run(args)),
     };

@@ -8,9 +8,14 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use tollgate_client::ClientTls;
+use tollgate_proto::v1::admin_client::AdminClient;
 use tollgate_proto::{ACTOR_METADATA, MAX_ACTOR_LEN};
 use tonic::metadata::AsciiMetadataValue;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
+
+/// A connection to the `Admin` service that sends the bearer token.
+pub type AdminConnection = AdminClient<InterceptedService<Channel, BearerToken>>;
 
 #[derive(Debug, Args)]
 pub struct ServerArg {
@@ -74,6 +79,14 @@ impl ServerArg {
     /// The interceptor that sends `--token`, if given.
     pub fn bearer(&self) -> anyhow::Result<BearerToken> {
         BearerToken::new(self.token.as_deref())
+    }
+
+    /// A client of the server's `Admin` service, sending `--token`.
+    pub async fn admin(&self) -> anyhow::Result<AdminConnection> {
+        Ok(AdminClient::with_interceptor(
+            self.connect().await?,
+            self.bearer()?,
+        ))
     }
 
     pub async fn connect(&self) -> anyhow::Result<Channel> {

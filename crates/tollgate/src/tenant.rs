@@ -1,9 +1,12 @@
 //! `tollgate tenant …`: operator commands that talk to a running server's
-//! `Admin` service over gRPC.
+//! `Admin` service over gRPC. Tenants' limits bucket by bucket are here;
+//! their tiers and overrides are in `tiering`.
 //!
 //! Human output is an aligned table; `--json` prints one JSON document for
 //! scripts (see `output`). Errors from the server are shown with their gRPC
 //! code and message.
+
+mod tiering;
 
 use std::time::SystemTime;
 
@@ -56,6 +59,27 @@ enum TenantCommand {
         #[command(flatten)]
         actor: ActorArg,
     },
+    /// Onboard a tenant on a tier
+    ///
+    /// Every bucket of the tier is provisioned at once. Refused if the
+    /// tenant exists (use set-tier).
+    Create(tiering::OnTierArgs),
+    /// Move a tenant to a tier (creating the tenant if needed)
+    ///
+    /// Its buckets take the tier's limits, tokens carried over (capped at
+    /// the new burst); buckets the tier adds are created, those it drops
+    /// retired. Overrides win over the tier.
+    SetTier(tiering::OnTierArgs),
+    /// Set or clear a tenant's override of one bucket's limits.
+    Override(tiering::OverrideArgs),
+    /// Show a tenant's tier, overrides and buckets.
+    Describe {
+        #[arg(long)]
+        tenant: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -95,9 +119,14 @@ struct SetLimitsArgs {
 }
 
 pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
-    let mut client =
-        AdminClient::with_interceptor(args.server.connect().await?, args.server.bearer()?);
+    let mut client = args.server.admin().await?;
     match args.command {
+        TenantCommand::Create(a) => tiering::create(&mut client, a).await,
+        TenantCommand::SetTier(a) => tiering::set_tier(&mut client, a).await,
+        TenantCommand::Override(a) => tiering::override_(&mut client, a).await,
+        TenantCommand::Describe { tenant, json } => {
+            tiering::describe(&mut client, tenant, json).await
+        }
         TenantCommand::SetLimits(a) => {
             let response = client
                 .update_tenant_resource_limits(a.actor.request(
@@ -142,6 +171,13 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
                     "tenant \"{tenant}\" not found"
                 ))));
             }
+            // Scripts read the tier with `tenant describe`: the JSON stays
+            // a list of buckets.
+            let header = if json {
+                None
+            } else {
+                tiering::show_header(&mut client, &tenant).await?
+            };
             // The listing leaves out instances; read each bucket whole.
             let mut buckets = Vec::with_capacity(listed.len());
             for b in listed {
@@ -154,7 +190,7 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
                     .map_err(rpc_error)?;
                 buckets.push(response.into_inner().tenant.unwrap_or_default());
             }
-            print_buckets(&buckets, json)
+            print_buckets(&buckets, header, json)
         }
         TenantCommand::List { json } => print_list(&list(&mut client, "").await?, json),
         TenantCommand::Delete {
@@ -282,13 +318,14 @@ fn print_tenant(t: &v1::Tenant, json: bool) -> anyhow::Result<()> {
     output::print(json, &tenant_json(t, true), tenant_text)
 }
 
-/// A tenant's buckets, each as `tenant show --bucket` shows it.
-fn print_buckets(buckets: &[v1::Tenant], json: bool) -> anyhow::Result<()> {
+/// A tenant's buckets, each as `tenant show --bucket` shows it, under
+/// `header` (the tenant's tier and overrides) in text.
+fn print_buckets(buckets: &[v1::Tenant], header: Option<String>, json: bool) -> anyhow::Result<()> {
     let views: Vec<TenantJson> = buckets.iter().map(|t| tenant_json(t, true)).collect();
     output::print(json, &views, |views| {
-        views
-            .iter()
-            .map(tenant_text)
+        header
+            .into_iter()
+            .chain(views.iter().map(tenant_text))
             .collect::<Vec<_>>()
             .join("\n\n")
     })

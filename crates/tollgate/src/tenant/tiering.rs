@@ -1,0 +1,411 @@
+//! A tenant's place among the tiers: `tollgate tenant create` (onboarding
+//! on a tier), `set-tier`, `override set | clear` and `describe`, and the
+//! tier lines `tenant show` prints above the buckets.
+//!
+//! Each answer is the tenant as tiers see it (`TenantTier`): its tier, its
+//! overrides and its buckets; the buckets use the same view as `tenant
+//! show`, without instances.
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use tollgate_core::TierName;
+use tollgate_proto::v1;
+
+use super::{TenantJson, bucket_label, tenant_json};
+use crate::output::{self, Table, field};
+use crate::remote::{ActorArg, AdminConnection, rpc_error};
+use crate::tier::{BucketJson, parse_tier_name};
+
+#[derive(Debug, Args)]
+pub struct OnTierArgs {
+    #[arg(long)]
+    tenant: String,
+    #[arg(long, value_parser = parse_tier_name)]
+    tier: TierName,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    actor: ActorArg,
+}
+
+#[derive(Debug, Args)]
+pub struct OverrideArgs {
+    #[command(subcommand)]
+    command: OverrideCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum OverrideCommand {
+    /// Set one bucket's limits for this tenant, whatever its tier says,
+    /// until cleared (the bucket is created if the tenant lacks it).
+    Set(OverrideSetArgs),
+    /// Remove the override: the bucket returns to its tier's definition,
+    /// or is retired if the tier has none.
+    Clear {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        bucket: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+}
+
+#[derive(Debug, Args)]
+struct OverrideSetArgs {
+    #[arg(long)]
+    tenant: String,
+    #[arg(long)]
+    bucket: String,
+    /// Tokens added per second.
+    #[arg(long, allow_negative_numbers = true)]
+    refill_rate: f64,
+    /// Refill pauses at this many tokens.
+    #[arg(long, allow_negative_numbers = true)]
+    burst_limit: f64,
+    /// Tokens the bucket starts with if the override creates it [default:
+    /// the burst limit].
+    #[arg(long, allow_negative_numbers = true)]
+    initial_tokens: Option<f64>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    actor: ActorArg,
+}
+
+/// `tenant create`: `CreateTenant`, every bucket of the tier at once.
+pub async fn create(client: &mut AdminConnection, a: OnTierArgs) -> anyhow::Result<()> {
+    let tenant = client
+        .create_tenant(a.actor.request(v1::CreateTenantRequest {
+            tenant_id: a.tenant,
+            tier: a.tier.as_str().to_owned(),
+        }))
+        .await
+        .map_err(rpc_error)?
+        .into_inner()
+        .tenant
+        .unwrap_or_default();
+    let view = tenant_tier_json(&tenant);
+    output::print(a.json, &view, |v| {
+        format!(
+            "created tenant {} on tier {}\n\n{}",
+            v.tenant_id,
+            v.tier.as_deref().unwrap_or_default(),
+            tenant_tier_text(v)
+        )
+    })
+}
+
+/// `tenant set-tier`: `SetTenantTier`, and which buckets it created,
+/// changed and retired.
+pub async fn set_tier(client: &mut AdminConnection, a: OnTierArgs) -> anyhow::Result<()> {
+    let response = client
+        .set_tenant_tier(a.actor.request(v1::SetTenantTierRequest {
+            tenant_id: a.tenant,
+            tier: a.tier.as_str().to_owned(),
+        }))
+        .await
+        .map_err(rpc_error)?
+        .into_inner();
+    let view = SetTierJson {
+        tenant: tenant_tier_json(&response.tenant.unwrap_or_default()),
+        created: response.created,
+        changed: response.changed,
+        retired: response.retired,
+    };
+    output::print(a.json, &view, set_tier_text)
+}
+
+/// `tenant override set | clear`.
+pub async fn override_(client: &mut AdminConnection, a: OverrideArgs) -> anyhow::Result<()> {
+    match a.command {
+        OverrideCommand::Set(a) => {
+            let tenant = client
+                .set_bucket_override(a.actor.request(v1::SetBucketOverrideRequest {
+                    tenant_id: a.tenant,
+                    bucket: Some(v1::BucketDefinition {
+                        bucket: a.bucket.clone(),
+                        refill_rate: a.refill_rate,
+                        burst_limit: a.burst_limit,
+                        initial_tokens: a.initial_tokens,
+                    }),
+                }))
+                .await
+                .map_err(rpc_error)?
+                .into_inner()
+                .tenant
+                .unwrap_or_default();
+            output::print(a.json, &tenant_tier_json(&tenant), |v| {
+                format!(
+                    "set the override of bucket {} for tenant {}\n\n{}",
+                    a.bucket,
+                    v.tenant_id,
+                    tenant_tier_text(v)
+                )
+            })
+        }
+        OverrideCommand::Clear {
+            tenant,
+            bucket,
+            json,
+            actor,
+        } => {
+            let tenant = client
+                .clear_bucket_override(actor.request(v1::ClearBucketOverrideRequest {
+                    tenant_id: tenant,
+                    bucket: bucket.clone(),
+                }))
+                .await
+                .map_err(rpc_error)?
+                .into_inner()
+                .tenant
+                .unwrap_or_default();
+            output::print(json, &tenant_tier_json(&tenant), |v| {
+                format!(
+                    "cleared the override of bucket {bucket} for tenant {}\n\n{}",
+                    v.tenant_id,
+                    tenant_tier_text(v)
+                )
+            })
+        }
+    }
+}
+
+/// `tenant describe`: `DescribeTenant`.
+pub async fn describe(
+    client: &mut AdminConnection,
+    tenant: String,
+    json: bool,
+) -> anyhow::Result<()> {
+    let tenant = client
+        .describe_tenant(v1::DescribeTenantRequest { tenant_id: tenant })
+        .await
+        .map_err(rpc_error)?
+        .into_inner()
+        .tenant
+        .unwrap_or_default();
+    output::print(json, &tenant_tier_json(&tenant), tenant_tier_text)
+}
+
+/// The tier and override lines `tenant show` prints above the buckets, or
+/// `None` when the server cannot say: one without tiers answers
+/// `UNIMPLEMENTED`, and a tenant it does not know is for the bucket
+/// listing to report.
+pub async fn show_header(
+    client: &mut AdminConnection,
+    tenant: &str,
+) -> anyhow::Result<Option<String>> {
+    let described = client
+        .describe_tenant(v1::DescribeTenantRequest {
+            tenant_id: tenant.to_owned(),
+        })
+        .await;
+    match described {
+        Ok(response) => {
+            let view = tenant_tier_json(&response.into_inner().tenant.unwrap_or_default());
+            Ok(Some(Table::new(tier_fields(&view)).to_string()))
+        }
+        Err(status)
+            if matches!(
+                status.code(),
+                tonic::Code::Unimplemented | tonic::Code::NotFound
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(status) => Err(rpc_error(status)),
+    }
+}
+
+/// A tenant as tiers see it, as `--json` prints it.
+#[derive(Debug, Serialize)]
+struct TenantTierJson {
+    tenant_id: String,
+    /// `null` if the tenant is on no tier.
+    tier: Option<String>,
+    /// Buckets whose limits the tenant has whatever its tier says.
+    overrides: Vec<BucketJson>,
+    /// Every bucket, as `tenant show` shows it (without instances).
+    buckets: Vec<TenantJson>,
+}
+
+/// What `tenant set-tier` prints.
+#[derive(Debug, Serialize)]
+struct SetTierJson {
+    tenant: TenantTierJson,
+    /// Bucket names the switch created, changed and retired.
+    created: Vec<String>,
+    changed: Vec<String>,
+    retired: Vec<String>,
+}
+
+fn tenant_tier_json(t: &v1::TenantTier) -> TenantTierJson {
+    TenantTierJson {
+        tenant_id: t.tenant_id.clone(),
+        tier: Some(t.tier.clone()).filter(|tier| !tier.is_empty()),
+        overrides: t.overrides.iter().map(BucketJson::new).collect(),
+        buckets: t.buckets.iter().map(|b| tenant_json(b, false)).collect(),
+    }
+}
+
+/// `tier` and `overrides` rows of a key-value table, one row per override.
+fn tier_fields(view: &TenantTierJson) -> Vec<Vec<String>> {
+    let mut rows = vec![field(
+        "tier",
+        view.tier.clone().unwrap_or_else(|| "(none)".to_owned()),
+    )];
+    if view.overrides.is_empty() {
+        rows.push(field("overrides", "(none)".to_owned()));
+    }
+    for (i, o) in view.overrides.iter().enumerate() {
+        let key = if i == 0 { "overrides" } else { "" };
+        rows.push(field(key, format!("{}: {}", o.bucket, o.limits_text())));
+    }
+    rows
+}
+
+/// The tenant, its tier and overrides, then a line per bucket.
+fn tenant_tier_text(view: &TenantTierJson) -> String {
+    let mut fields = vec![field("tenant", view.tenant_id.clone())];
+    fields.extend(tier_fields(view));
+    let fields = Table::new(fields);
+    if view.buckets.is_empty() {
+        return format!("{fields}\n\nno buckets");
+    }
+    let mut buckets = Table::with_header(&["BUCKET", "REFILL/S", "BURST", "TOKENS", "OVERRIDDEN"]);
+    for b in &view.buckets {
+        let overridden = view.overrides.iter().any(|o| o.bucket == b.bucket);
+        buckets.push(vec![
+            bucket_label(&b.bucket).to_owned(),
+            b.refill_rate.to_string(),
+            b.burst_limit.to_string(),
+            format!("{:.1}", b.current_tokens),
+            if overridden { "yes" } else { "" }.to_owned(),
+        ]);
+    }
+    format!("{fields}\n\n{buckets}")
+}
+
+fn set_tier_text(view: &SetTierJson) -> String {
+    let names = |names: &[String]| {
+        if names.is_empty() {
+            "(none)".to_owned()
+        } else {
+            names.join(", ")
+        }
+    };
+    let changes = Table::new([
+        field("created", names(&view.created)),
+        field("changed", names(&view.changed)),
+        field("retired", names(&view.retired)),
+    ]);
+    format!(
+        "moved tenant {} to tier {}\n{changes}\n\n{}",
+        view.tenant.tenant_id,
+        view.tenant.tier.as_deref().unwrap_or_default(),
+        tenant_tier_text(&view.tenant)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tenant_tier() -> v1::TenantTier {
+        let bucket = |name: &str, rate: f64, burst: f64| v1::Tenant {
+            tenant_id: "t1234".into(),
+            bucket: name.into(),
+            limits: Some(v1::ResourceLimits {
+                refill_rate: rate,
+                burst_limit: burst,
+            }),
+            configured: true,
+            current_tokens: burst,
+            ..v1::Tenant::default()
+        };
+        v1::TenantTier {
+            tenant_id: "t1234".into(),
+            tier: "pro".into(),
+            overrides: vec![v1::BucketDefinition {
+                bucket: "schedule-email".into(),
+                refill_rate: 50.0,
+                burst_limit: 500.0,
+                initial_tokens: None,
+            }],
+            buckets: vec![
+                bucket("invoke-doc-summary-ai", 1.0, 20.0),
+                bucket("schedule-email", 50.0, 500.0),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_tenant_reads_as_its_tier_its_overrides_and_its_buckets() {
+        let text = tenant_tier_text(&tenant_tier_json(&tenant_tier()));
+        assert_eq!(
+            text,
+            "tenant     t1234\n\
+             tier       pro\n\
+             overrides  schedule-email: refill_rate 50, burst_limit 500\n\
+             \n\
+             BUCKET                 REFILL/S  BURST  TOKENS  OVERRIDDEN\n\
+             invoke-doc-summary-ai  1         20     20.0\n\
+             schedule-email         50        500    500.0   yes"
+        );
+    }
+
+    #[test]
+    fn a_tenant_on_no_tier_has_a_null_tier_in_json() {
+        let json = serde_json::to_value(tenant_tier_json(&v1::TenantTier {
+            tenant_id: "t1".into(),
+            ..v1::TenantTier::default()
+        }))
+        .expect("json");
+        assert_eq!(json["tier"], serde_json::Value::Null);
+        assert_eq!(json["overrides"], serde_json::json!([]));
+        let text = tenant_tier_text(&tenant_tier_json(&v1::TenantTier {
+            tenant_id: "t1".into(),
+            ..v1::TenantTier::default()
+        }));
+        assert!(text.contains("tier       (none)"), "{text}");
+        assert!(text.contains("overrides  (none)"), "{text}");
+    }
+
+    #[test]
+    fn tenant_tier_json_lists_buckets_without_instances() {
+        let json = serde_json::to_value(tenant_tier_json(&tenant_tier())).expect("json");
+        assert_eq!(json["tier"], "pro");
+        assert_eq!(json["overrides"][0]["bucket"], "schedule-email");
+        assert_eq!(
+            json["overrides"][0]["initial_tokens"],
+            serde_json::Value::Null
+        );
+        assert_eq!(json["buckets"][1]["refill_rate"], 50.0);
+        assert!(json["buckets"][0].get("instances").is_none(), "{json}");
+    }
+
+    #[test]
+    fn set_tier_text_names_the_buckets_created_changed_and_retired() {
+        let view = SetTierJson {
+            tenant: tenant_tier_json(&tenant_tier()),
+            created: vec![],
+            changed: vec!["invoke-doc-summary-ai".into(), "schedule-email".into()],
+            retired: vec!["export".into()],
+        };
+        let text = set_tier_text(&view);
+        assert!(
+            text.starts_with(
+                "moved tenant t1234 to tier pro\n\
+                 created  (none)\n\
+                 changed  invoke-doc-summary-ai, schedule-email\n\
+                 retired  export\n\n"
+            ),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,697 @@
+//! `tollgate tier …`: tiers (free, pro, …), the named sets of bucket
+//! definitions that give every tenant on them its buckets' limits,
+//! managed through a running server's `Admin` service.
+//!
+//! - `create` and `update` define one tier from `--bucket` flags; `create`
+//!   refuses a tier that exists and `update` one that does not, so a typo
+//!   in a name never silently replaces or adds a tier.
+//! - `list`, `show` and `delete`.
+//! - `apply -f FILE` makes the server's tiers those of a TOML file
+//!   (`file`): it reads them all, plans the difference (`plan`) and sends
+//!   only what differs, so it can run on every commit of the file.
+//!
+//! Names and limits are checked here with the core's rules before anything
+//! is sent (`definition`).
+
+mod definition;
+mod file;
+mod plan;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use tollgate_core::TierName;
+use tollgate_core::validate;
+use tollgate_proto::v1;
+
+use crate::output::{self, Table, field, rfc3339};
+use crate::remote::{ActorArg, AdminConnection, ServerArg, rpc_error};
+use definition::{BucketFlag, Buckets, buckets_from_flags, tier_from_proto, tier_to_proto};
+use plan::{Action, BucketChanges, Plan, TierChange};
+
+#[derive(Debug, Args)]
+pub struct TierArgs {
+    #[command(flatten)]
+    server: ServerArg,
+
+    #[command(subcommand)]
+    command: TierCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum TierCommand {
+    /// Create a tier from its buckets' definitions; refused if it exists.
+    Create(PutArgs),
+    /// Replace an existing tier's bucket definitions
+    ///
+    /// Every tenant on the tier gets them at once: tokens carried over
+    /// (capped at the new burst), buckets added created, buckets dropped
+    /// retired.
+    Update(PutArgs),
+    /// List every tier and its buckets.
+    List {
+        /// Print JSON instead of a table: a list of tiers.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a tier's buckets.
+    Show {
+        #[arg(long, value_parser = parse_tier_name)]
+        tier: TierName,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a tier. Refused (FailedPrecondition) while tenants are on it.
+    Delete {
+        #[arg(long, value_parser = parse_tier_name)]
+        tier: TierName,
+        /// Print JSON instead of a line of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+    /// Make the server's tiers those a TOML file declares
+    ///
+    /// Reads the server's tiers, compares them with the file's and sends
+    /// only what differs: each tier is created, changed (buckets added,
+    /// removed, limits changed) or unchanged. Running it again changes
+    /// nothing. The whole file is checked first; a file with any error
+    /// changes nothing. The file:
+    ///
+    ///   [tiers.pro.buckets.schedule-email]
+    ///   refill_rate = 10        # tokens per second
+    ///   burst_limit = 100
+    ///   initial_tokens = 100    # optional, default: burst_limit
+    ///
+    ///   [tiers.pro.buckets.invoke-doc-summary-ai]
+    ///   refill_rate = 1
+    ///   burst_limit = 20
+    #[command(verbatim_doc_comment)]
+    Apply(ApplyArgs),
+}
+
+#[derive(Debug, Args)]
+struct PutArgs {
+    #[arg(long, value_parser = parse_tier_name)]
+    tier: TierName,
+    /// A bucket of the tier: its name, refill rate (tokens/s), burst limit
+    /// and optionally the tokens a new bucket starts with (default: the
+    /// burst limit), e.g. schedule-email=10/100. Repeat for each bucket.
+    #[arg(
+        long = "bucket",
+        value_name = "NAME=RATE/BURST[/INITIAL]",
+        required = true,
+        value_parser = BucketFlag::parse
+    )]
+    buckets: Vec<BucketFlag>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    actor: ActorArg,
+}
+
+#[derive(Debug, Args)]
+struct ApplyArgs {
+    /// The TOML file of tiers.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    file: PathBuf,
+    /// Print what would change, and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Also delete the server's tiers that the file does not declare.
+    #[arg(long)]
+    prune: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    actor: ActorArg,
+}
+
+/// `--tier`: a tier name as the core checks it.
+pub fn parse_tier_name(name: &str) -> Result<TierName, String> {
+    TierName::parse("tier", name).map_err(|e| e.reason)
+}
+
+pub async fn run(args: TierArgs) -> anyhow::Result<()> {
+    match args.command {
+        // The file is checked before the server is contacted.
+        TierCommand::Apply(a) => apply(&args.server, a).await,
+        TierCommand::Create(a) => put(&mut args.server.admin().await?, a, false).await,
+        TierCommand::Update(a) => put(&mut args.server.admin().await?, a, true).await,
+        TierCommand::List { json } => {
+            let tiers = args
+                .server
+                .admin()
+                .await?
+                .list_tiers(v1::ListTiersRequest {})
+                .await
+                .map_err(rpc_error)?
+                .into_inner()
+                .tiers;
+            let views: Vec<TierJson> = tiers.iter().map(tier_json).collect();
+            output::print(json, &views, |views| list_text(views))
+        }
+        TierCommand::Show { tier, json } => {
+            let tier = args
+                .server
+                .admin()
+                .await?
+                .get_tier(v1::GetTierRequest {
+                    name: tier.as_str().to_owned(),
+                })
+                .await
+                .map_err(rpc_error)?
+                .into_inner()
+                .tier
+                .unwrap_or_default();
+            output::print(json, &tier_json(&tier), tier_text)
+        }
+        TierCommand::Delete { tier, json, actor } => {
+            args.server
+                .admin()
+                .await?
+                .delete_tier(actor.request(v1::DeleteTierRequest {
+                    name: tier.as_str().to_owned(),
+                }))
+                .await
+                .map_err(rpc_error)?;
+            let deleted = DeletedTierJson {
+                name: tier.as_str().to_owned(),
+                deleted: true,
+            };
+            output::print(json, &deleted, |d| format!("deleted tier {}", d.name))
+        }
+    }
+}
+
+/// The tier, or `None` if the server has no such tier.
+async fn get_tier(
+    client: &mut AdminConnection,
+    name: &TierName,
+) -> anyhow::Result<Option<v1::Tier>> {
+    match client
+        .get_tier(v1::GetTierRequest {
+            name: name.as_str().to_owned(),
+        })
+        .await
+    {
+        Ok(response) => Ok(Some(response.into_inner().tier.unwrap_or_default())),
+        Err(status) if status.code() == tonic::Code::NotFound => Ok(None),
+        Err(status) => Err(rpc_error(status)),
+    }
+}
+
+/// `tier create` (`must_exist` false) and `tier update` (true): `GetTier`
+/// to check the tier is (or is not) there and to know what changes, then
+/// `PutTier`.
+async fn put(client: &mut AdminConnection, a: PutArgs, must_exist: bool) -> anyhow::Result<()> {
+    let buckets = buckets_from_flags(a.buckets)?;
+    let before = match (get_tier(client, &a.tier).await?, must_exist) {
+        (Some(_), false) => anyhow::bail!(
+            "tier {} already exists (`tollgate tier update` replaces its buckets)",
+            a.tier
+        ),
+        (None, true) => anyhow::bail!(
+            "tier {} does not exist (`tollgate tier create` creates it)",
+            a.tier
+        ),
+        (Some(existing), true) => tier_from_proto(&existing)?.1,
+        (None, false) => Buckets::new(),
+    };
+    let response = client
+        .put_tier(a.actor.request(v1::PutTierRequest {
+            tier: Some(tier_to_proto(&a.tier, &buckets)),
+        }))
+        .await
+        .map_err(rpc_error)?
+        .into_inner();
+    if response.created == must_exist {
+        // Someone else created or deleted it between the two calls.
+        eprintln!(
+            "warning: tier {} was {} meanwhile by someone else",
+            a.tier,
+            if must_exist { "deleted" } else { "created" }
+        );
+    }
+    let view = PutTierJson {
+        tier: tier_json(&response.tier.unwrap_or_default()),
+        created: response.created,
+        tenants_updated: response.tenants_updated,
+        changes: BucketChanges::between(&before, &buckets),
+    };
+    output::print(a.json, &view, put_text)
+}
+
+/// `tier apply`: check the file, read the server's tiers, plan, and
+/// (unless `--dry-run`) send what differs.
+async fn apply(server: &ServerArg, a: ApplyArgs) -> anyhow::Result<()> {
+    let name = a.file.display().to_string();
+    let text = std::fs::read_to_string(&a.file).with_context(|| format!("read {name}"))?;
+    let declared = file::parse(&name, &text)?;
+
+    let mut client = server.admin().await?;
+    let listed = client
+        .list_tiers(v1::ListTiersRequest {})
+        .await
+        .map_err(rpc_error)
+        .context("list the server's tiers")?
+        .into_inner()
+        .tiers;
+    let current = listed
+        .iter()
+        .map(tier_from_proto)
+        .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
+    let plan = Plan::new(&current, &declared.tiers, a.prune);
+
+    let mut report = ApplyJson {
+        file: name,
+        dry_run: a.dry_run,
+        prune: a.prune,
+        changes: plan.changes(),
+        tiers: plan
+            .tiers
+            .into_iter()
+            .map(|change| AppliedTier {
+                change,
+                tenants_updated: None,
+            })
+            .collect(),
+    };
+    if !a.dry_run {
+        let mut done = Vec::new();
+        for tier in &mut report.tiers {
+            let name = &tier.change.name;
+            let action = tier.change.action;
+            let step = match action {
+                Action::Created | Action::Changed => {
+                    let buckets = declared
+                        .tiers
+                        .get(name)
+                        .ok_or_else(|| anyhow!("tier {name} is not in {}", report.file))?;
+                    client
+                        .put_tier(a.actor.request(v1::PutTierRequest {
+                            tier: Some(tier_to_proto(name, buckets)),
+                        }))
+                        .await
+                        .map(|r| tier.tenants_updated = Some(r.into_inner().tenants_updated))
+                }
+                Action::Deleted => client
+                    .delete_tier(a.actor.request(v1::DeleteTierRequest {
+                        name: name.as_str().to_owned(),
+                    }))
+                    .await
+                    .map(drop),
+                Action::Unchanged | Action::NotInFile => continue,
+            };
+            let verb = action_verb(action);
+            step.map_err(|status| {
+                let context = if done.is_empty() {
+                    format!("{verb} tier {name}")
+                } else {
+                    format!("{verb} tier {name} (already done: {})", done.join(", "))
+                };
+                rpc_error(status).context(context)
+            })?;
+            done.push(format!("{verb} {name}"));
+        }
+    }
+    output::print(a.json, &report, apply_text)
+}
+
+/// A tier as `--json` prints it.
+#[derive(Debug, Serialize)]
+struct TierJson {
+    name: String,
+    buckets: Vec<BucketJson>,
+    created_at: Option<String>,
+    updated_at: Option<String>,
+}
+
+/// A bucket as a tier or an override defines it.
+#[derive(Debug, Serialize)]
+pub struct BucketJson {
+    pub bucket: String,
+    pub refill_rate: f64,
+    pub burst_limit: f64,
+    /// `null` when unset: a new bucket starts at its burst limit.
+    pub initial_tokens: Option<f64>,
+}
+
+impl BucketJson {
+    pub fn new(b: &v1::BucketDefinition) -> Self {
+        BucketJson {
+            bucket: b.bucket.clone(),
+            refill_rate: b.refill_rate,
+            burst_limit: b.burst_limit,
+            initial_tokens: b.initial_tokens,
+        }
+    }
+
+    /// `refill_rate 10, burst_limit 100` (and `initial_tokens N` when set).
+    pub fn limits_text(&self) -> String {
+        definition::BucketLimits {
+            refill_rate: self.refill_rate,
+            burst_limit: self.burst_limit,
+            initial_tokens: self.initial_tokens,
+        }
+        .text()
+    }
+
+    /// The `INITIAL` column: the value, or what it defaults to.
+    fn initial_text(&self) -> String {
+        self.initial_tokens
+            .map_or_else(|| "(burst limit)".to_owned(), validate::number)
+    }
+}
+
+/// What `tier create` and `tier update` print: the tier as stored, and how
+/// its buckets changed.
+#[derive(Debug, Serialize)]
+struct PutTierJson {
+    tier: TierJson,
+    /// False if the tier existed and was replaced.
+    created: bool,
+    /// Tenants on the tier whose buckets changed to match it.
+    tenants_updated: u32,
+    #[serde(flatten)]
+    changes: BucketChanges,
+}
+
+/// What `tier delete --json` prints (`DeleteTier` answers nothing else).
+#[derive(Debug, Serialize)]
+struct DeletedTierJson {
+    name: String,
+    /// Always true: a failed delete prints nothing on stdout.
+    deleted: bool,
+}
+
+/// What `tier apply` prints: the plan, and what applying it did.
+#[derive(Debug, Serialize)]
+struct ApplyJson {
+    file: String,
+    /// True if nothing was sent: the plan is what a real run would do.
+    dry_run: bool,
+    prune: bool,
+    /// Tiers created, changed or deleted (or that would be, in a dry run).
+    changes: usize,
+    tiers: Vec<AppliedTier>,
+}
+
+#[derive(Debug, Serialize)]
+struct AppliedTier {
+    #[serde(flatten)]
+    change: TierChange,
+    /// From `PutTier`; `null` for tiers not put, and in a dry run.
+    tenants_updated: Option<u32>,
+}
+
+fn tier_json(t: &v1::Tier) -> TierJson {
+    TierJson {
+        name: t.name.clone(),
+        buckets: t.buckets.iter().map(BucketJson::new).collect(),
+        created_at: rfc3339(t.created_at),
+        updated_at: rfc3339(t.updated_at),
+    }
+}
+
+/// Rows of the buckets table, under `header`.
+fn bucket_table(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> Table {
+    let mut table = Table::with_header(header);
+    for row in rows {
+        table.push(row);
+    }
+    table
+}
+
+fn bucket_row(b: &BucketJson) -> Vec<String> {
+    vec![
+        b.bucket.clone(),
+        validate::number(b.refill_rate),
+        validate::number(b.burst_limit),
+        b.initial_text(),
+    ]
+}
+
+/// A tier as a key-value table, then its buckets as a table.
+fn tier_text(view: &TierJson) -> String {
+    let fields = Table::new([
+        field("tier", view.name.clone()),
+        field("created", view.created_at.clone().unwrap_or_default()),
+        field("updated", view.updated_at.clone().unwrap_or_default()),
+    ]);
+    if view.buckets.is_empty() {
+        return format!("{fields}\n\nno buckets");
+    }
+    let buckets = bucket_table(
+        &["BUCKET", "REFILL/S", "BURST", "INITIAL"],
+        view.buckets.iter().map(bucket_row),
+    );
+    format!("{fields}\n\n{buckets}")
+}
+
+/// One row per bucket of each tier.
+fn list_text(views: &[TierJson]) -> Table {
+    let rows = views.iter().flat_map(|t| {
+        let name = t.name.clone();
+        let rows: Vec<Vec<String>> = if t.buckets.is_empty() {
+            vec![vec![name, "(no buckets)".to_owned()]]
+        } else {
+            t.buckets
+                .iter()
+                .map(|b| [vec![name.clone()], bucket_row(b)].concat())
+                .collect()
+        };
+        rows
+    });
+    bucket_table(&["TIER", "BUCKET", "REFILL/S", "BURST", "INITIAL"], rows)
+}
+
+fn put_text(view: &PutTierJson) -> String {
+    let mut text = if view.created {
+        format!("created tier {}", view.tier.name)
+    } else {
+        format!(
+            "updated tier {} ({} tenants updated)",
+            view.tier.name, view.tenants_updated
+        )
+    };
+    if view.changes.is_empty() && !view.created {
+        text.push_str("\nno bucket changed");
+    }
+    for line in view.changes.lines() {
+        text.push('\n');
+        text.push_str(&line);
+    }
+    text
+}
+
+/// The past-tense verb of an action.
+fn action_verb(action: Action) -> &'static str {
+    match action {
+        Action::Created => "created",
+        Action::Changed => "changed",
+        Action::Deleted => "deleted",
+        Action::Unchanged => "left unchanged",
+        Action::NotInFile => "kept",
+    }
+}
+
+/// A line per tier, then its bucket changes, then a summary line.
+fn apply_text(report: &ApplyJson) -> String {
+    let mut text = String::new();
+    for tier in &report.tiers {
+        let name = &tier.change.name;
+        let action = tier.change.action;
+        let line = match (action, report.dry_run) {
+            (Action::Unchanged, _) => format!("tier {name} is unchanged"),
+            (Action::NotInFile, _) => format!(
+                "tier {name} is not in {} (kept; --prune deletes it)",
+                report.file
+            ),
+            (Action::Created, true) => format!("would create tier {name}"),
+            (Action::Changed, true) => format!("would change tier {name}"),
+            (Action::Deleted, true) => format!("would delete tier {name}"),
+            (Action::Changed, false) => format!(
+                "changed tier {name} ({} tenants updated)",
+                tier.tenants_updated.unwrap_or_default()
+            ),
+            (Action::Created | Action::Deleted, false) => {
+                format!("{} tier {name}", action_verb(action))
+            }
+        };
+        let _ = writeln!(text, "{line}");
+        for line in tier.change.buckets.lines() {
+            let _ = writeln!(text, "{line}");
+        }
+    }
+    let count = |action| {
+        report
+            .tiers
+            .iter()
+            .filter(|t| t.change.action == action)
+            .count()
+    };
+    let (created, changed, unchanged, deleted) = (
+        count(Action::Created),
+        count(Action::Changed),
+        count(Action::Unchanged),
+        count(Action::Deleted),
+    );
+    let file = &report.file;
+    let _ = if report.dry_run {
+        write!(
+            text,
+            "{file}: dry run, nothing was changed ({created} to create, {changed} to change, \
+             {unchanged} unchanged, {deleted} to delete)"
+        )
+    } else {
+        write!(
+            text,
+            "{file}: {created} created, {changed} changed, {unchanged} unchanged, {deleted} deleted"
+        )
+    };
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use definition::BucketLimits;
+    use tollgate_core::BucketName;
+
+    fn report(dry_run: bool) -> ApplyJson {
+        let pro = TierName::parse("tier", "pro").expect("valid");
+        let old = TierName::parse("tier", "old").expect("valid");
+        let free = TierName::parse("tier", "free").expect("valid");
+        let limits = BucketLimits {
+            refill_rate: 10.0,
+            burst_limit: 100.0,
+            initial_tokens: None,
+        };
+        let server = BTreeMap::from([(old, Buckets::new()), (free.clone(), Buckets::new())]);
+        let file = BTreeMap::from([
+            (
+                pro,
+                Buckets::from([(
+                    BucketName::parse("bucket", "schedule-email").expect("valid"),
+                    limits,
+                )]),
+            ),
+            (free, Buckets::new()),
+        ]);
+        let plan = Plan::new(&server, &file, false);
+        ApplyJson {
+            file: "tiers.toml".into(),
+            dry_run,
+            prune: false,
+            changes: plan.changes(),
+            tiers: plan
+                .tiers
+                .into_iter()
+                .map(|change| AppliedTier {
+                    tenants_updated: (!dry_run && change.action == Action::Created).then_some(0),
+                    change,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn apply_text_says_what_changed_tier_by_tier_and_sums_it_up() {
+        assert_eq!(
+            apply_text(&report(false)),
+            "tier free is unchanged\n\
+             tier old is not in tiers.toml (kept; --prune deletes it)\n\
+             created tier pro\n\
+             \x20 + schedule-email  refill_rate 10, burst_limit 100\n\
+             tiers.toml: 1 created, 0 changed, 1 unchanged, 0 deleted"
+        );
+    }
+
+    #[test]
+    fn a_dry_run_says_what_it_would_do_and_that_nothing_changed() {
+        let text = apply_text(&report(true));
+        assert!(text.contains("would create tier pro\n"), "{text}");
+        assert!(
+            text.ends_with(
+                "tiers.toml: dry run, nothing was changed \
+                 (1 to create, 0 to change, 1 unchanged, 0 to delete)"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn apply_json_flattens_each_tiers_change() {
+        let json = serde_json::to_value(report(false)).expect("json");
+        assert_eq!(json["changes"], 1);
+        assert_eq!(json["dry_run"], false);
+        assert_eq!(json["tiers"][2]["name"], "pro");
+        assert_eq!(json["tiers"][2]["action"], "created");
+        assert_eq!(json["tiers"][2]["added"][0]["bucket"], "schedule-email");
+        assert_eq!(json["tiers"][2]["tenants_updated"], 0);
+        assert_eq!(json["tiers"][0]["tenants_updated"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn tier_names_are_checked_before_anything_is_sent() {
+        assert!(parse_tier_name("pro").is_ok());
+        assert_eq!(parse_tier_name("").expect_err("empty"), "must not be empty");
+        assert!(
+            parse_tier_name(&"x".repeat(65))
+                .expect_err("long")
+                .contains("at most 64 characters")
+        );
+    }
+
+    #[test]
+    fn tier_text_shows_each_bucket_and_its_initial_level() {
+        let view = tier_json(&v1::Tier {
+            name: "pro".into(),
+            buckets: vec![
+                v1::BucketDefinition {
+                    bucket: "ai".into(),
+                    refill_rate: 1.0,
+                    burst_limit: 20.0,
+                    initial_tokens: Some(5.0),
+                },
+                v1::BucketDefinition {
+                    bucket: "schedule-email".into(),
+                    refill_rate: 10.0,
+                    burst_limit: 100.0,
+                    initial_tokens: None,
+                },
+            ],
+            created_at: None,
+            updated_at: None,
+        });
+        let text = tier_text(&view);
+        assert!(text.starts_with("tier     pro\n"), "{text}");
+        assert!(
+            text.ends_with(
+                "BUCKET          REFILL/S  BURST  INITIAL\n\
+                 ai              1         20     5\n\
+                 schedule-email  10        100    (burst limit)"
+            ),
+            "{text}"
+        );
+        let list = list_text(&[
+            view,
+            tier_json(&v1::Tier {
+                name: "empty".into(),
+                ..v1::Tier::default()
+            }),
+        ])
+        .to_string();
+        assert!(list.contains("pro    schedule-email  10"), "{list}");
+        assert!(list.ends_with("empty  (no buckets)"), "{list}");
+    }
+}

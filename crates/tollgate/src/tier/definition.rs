@@ -1,0 +1,315 @@
+//! A tier's bucket definitions as the CLI holds them: validated names and
+//! limits, read from `--bucket NAME=RATE/BURST[/INITIAL]` flags, a tiers
+//! file or the server's answers, and turned back into the wire's
+//! `BucketDefinition`s.
+//!
+//! The bounds are the wire contract's (`BucketDefinition` in `admin.proto`),
+//! checked with the core's `validate` so that the CLI refuses exactly what
+//! the server would, before anything is sent.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use serde::Serialize;
+use tollgate_core::validate::{self, InvalidInput, MAX_REFILL_RATE, MAX_TOKENS};
+use tollgate_core::{BucketName, TierName};
+use tollgate_proto::v1;
+
+/// The most buckets one tier defines (`Tier.buckets` in `admin.proto`).
+pub const MAX_TIER_BUCKETS: usize = 1000;
+
+/// One bucket's limits as a tier (or an override) defines them.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct BucketLimits {
+    /// Tokens added per second.
+    pub refill_rate: f64,
+    /// Refill pauses at this many tokens.
+    pub burst_limit: f64,
+    /// Tokens a newly provisioned bucket starts with; `burst_limit` if unset.
+    pub initial_tokens: Option<f64>,
+}
+
+impl BucketLimits {
+    /// What a new bucket starts with: `initial_tokens`, else the burst.
+    pub fn effective_initial_tokens(&self) -> f64 {
+        self.initial_tokens.unwrap_or(self.burst_limit)
+    }
+
+    /// Whether the two give a tenant the same bucket. An unset
+    /// `initial_tokens` equals one set to the burst limit, so a server that
+    /// fills in the default does not make every tier look changed.
+    pub fn same_as(&self, other: &BucketLimits) -> bool {
+        self.refill_rate == other.refill_rate
+            && self.burst_limit == other.burst_limit
+            && self.effective_initial_tokens() == other.effective_initial_tokens()
+    }
+
+    /// The limits as text: `refill_rate 10, burst_limit 100` (and
+    /// `initial_tokens N` when set).
+    pub fn text(&self) -> String {
+        let mut text = format!(
+            "refill_rate {}, burst_limit {}",
+            validate::number(self.refill_rate),
+            validate::number(self.burst_limit)
+        );
+        if let Some(initial) = self.initial_tokens {
+            text.push_str(&format!(", initial_tokens {}", validate::number(initial)));
+        }
+        text
+    }
+}
+
+/// A tier's buckets, by name: what `PutTier` sends.
+pub type Buckets = BTreeMap<BucketName, BucketLimits>;
+
+/// Checks a refill rate (tokens per second) against the wire's bounds.
+pub fn refill_rate(field: &str, value: f64) -> Result<f64, InvalidInput> {
+    validate::non_negative(field, value, MAX_REFILL_RATE).map(|()| value)
+}
+
+/// Checks a burst limit or an initial level (tokens) against the wire's bounds.
+pub fn tokens(field: &str, value: f64) -> Result<f64, InvalidInput> {
+    validate::non_negative(field, value, MAX_TOKENS).map(|()| value)
+}
+
+/// A bucket name a tier may define: a `BucketName` that is not empty
+/// (the request-unit bucket is not managed by tiers).
+pub fn tier_bucket_name(field: &str, name: &str) -> Result<BucketName, InvalidInput> {
+    if name.is_empty() {
+        return Err(InvalidInput::new(
+            field,
+            "must not be empty (tiers do not define the request-unit bucket)",
+        ));
+    }
+    BucketName::parse(field, name)
+}
+
+/// One `--bucket NAME=RATE/BURST[/INITIAL]` flag.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketFlag {
+    pub name: BucketName,
+    pub limits: BucketLimits,
+}
+
+impl BucketFlag {
+    /// Parses and checks the flag's value; the message says which part is wrong.
+    pub fn parse(value: &str) -> Result<BucketFlag, String> {
+        let expected = || {
+            format!(
+                "expected NAME=RATE/BURST[/INITIAL], got {}",
+                validate::quote(value)
+            )
+        };
+        let (name, numbers) = value.split_once('=').ok_or_else(expected)?;
+        let name = tier_bucket_name("bucket name", name).map_err(|e| e.to_string())?;
+        let numbers: Vec<&str> = numbers.split('/').collect();
+        let (rate, burst, initial) = match numbers[..] {
+            [rate, burst] => (rate, burst, None),
+            [rate, burst, initial] => (rate, burst, Some(initial)),
+            _ => return Err(expected()),
+        };
+        let number = |field: &str, text: &str| {
+            text.trim()
+                .parse::<f64>()
+                .map_err(|_| format!("{field}: expected a number, got {}", validate::quote(text)))
+        };
+        let limits = BucketLimits {
+            refill_rate: refill_rate("refill_rate", number("refill_rate", rate)?)
+                .map_err(|e| e.to_string())?,
+            burst_limit: tokens("burst_limit", number("burst_limit", burst)?)
+                .map_err(|e| e.to_string())?,
+            initial_tokens: initial
+                .map(|initial| {
+                    tokens("initial_tokens", number("initial_tokens", initial)?)
+                        .map_err(|e| e.to_string())
+                })
+                .transpose()?,
+        };
+        Ok(BucketFlag { name, limits })
+    }
+}
+
+/// The buckets the `--bucket` flags define: each named once, at most
+/// [`MAX_TIER_BUCKETS`].
+pub fn buckets_from_flags(flags: Vec<BucketFlag>) -> anyhow::Result<Buckets> {
+    if flags.len() > MAX_TIER_BUCKETS {
+        anyhow::bail!(
+            "--bucket: at most {MAX_TIER_BUCKETS} buckets per tier, got {}",
+            flags.len()
+        );
+    }
+    let mut buckets = Buckets::new();
+    for flag in flags {
+        let name = flag.name.clone();
+        if buckets.insert(flag.name, flag.limits).is_some() {
+            anyhow::bail!("--bucket: bucket {name} is given twice");
+        }
+    }
+    Ok(buckets)
+}
+
+/// The wire's definition of one bucket.
+pub fn to_proto(name: &BucketName, limits: &BucketLimits) -> v1::BucketDefinition {
+    v1::BucketDefinition {
+        bucket: name.as_str().to_owned(),
+        refill_rate: limits.refill_rate,
+        burst_limit: limits.burst_limit,
+        initial_tokens: limits.initial_tokens,
+    }
+}
+
+/// A tier as `PutTier` sends it (the server sets the timestamps).
+pub fn tier_to_proto(name: &TierName, buckets: &Buckets) -> v1::Tier {
+    v1::Tier {
+        name: name.as_str().to_owned(),
+        buckets: buckets
+            .iter()
+            .map(|(name, limits)| to_proto(name, limits))
+            .collect(),
+        created_at: None,
+        updated_at: None,
+    }
+}
+
+/// A tier the server sent, as names and limits to compare with a file's.
+/// The server validated what it stored; a name that does not parse here
+/// means client and server disagree, which is worth an error, not a guess.
+pub fn tier_from_proto(tier: &v1::Tier) -> anyhow::Result<(TierName, Buckets)> {
+    let name = TierName::parse("name", &tier.name)
+        .with_context(|| format!("the server's tier {}", validate::quote(&tier.name)))?;
+    let mut buckets = Buckets::new();
+    for b in &tier.buckets {
+        let bucket = BucketName::parse("bucket", &b.bucket)
+            .with_context(|| format!("the server's tier {name}"))?;
+        let limits = BucketLimits {
+            refill_rate: b.refill_rate,
+            burst_limit: b.burst_limit,
+            initial_tokens: b.initial_tokens,
+        };
+        if buckets.insert(bucket, limits).is_some() {
+            anyhow::bail!(
+                "the server's tier {name} lists bucket {} twice",
+                validate::quote(&b.bucket)
+            );
+        }
+    }
+    Ok((name, buckets))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flag(value: &str) -> Result<BucketFlag, String> {
+        BucketFlag::parse(value)
+    }
+
+    #[test]
+    fn a_bucket_flag_gives_name_rate_burst_and_optional_initial_tokens() {
+        let two = flag("schedule-email=10/100").expect("valid");
+        assert_eq!(two.name.as_str(), "schedule-email");
+        assert_eq!(
+            two.limits,
+            BucketLimits {
+                refill_rate: 10.0,
+                burst_limit: 100.0,
+                initial_tokens: None
+            }
+        );
+        let three = flag("invoke-doc-summary-ai=0.5/20/5").expect("valid");
+        assert_eq!(three.limits.refill_rate, 0.5);
+        assert_eq!(three.limits.initial_tokens, Some(5.0));
+    }
+
+    #[test]
+    fn a_bad_bucket_flag_names_the_part_that_is_wrong() {
+        for (value, reason) in [
+            ("schedule-email", "expected NAME=RATE/BURST[/INITIAL]"),
+            ("a=1", "expected NAME=RATE/BURST[/INITIAL]"),
+            ("a=1/2/3/4", "expected NAME=RATE/BURST[/INITIAL]"),
+            ("=1/2", "bucket name: must not be empty"),
+            ("a b=1/2", "bucket name: may contain only"),
+            ("a=x/2", "refill_rate: expected a number, got \"x\""),
+            ("a=-1/2", "refill_rate: must be >= 0, got -1"),
+            ("a=NaN/2", "refill_rate: must be a number, got NaN"),
+            ("a=1/inf", "burst_limit: must be finite"),
+            ("a=1/2e15", "burst_limit: must be <= 1e15"),
+            ("a=1e13/2", "refill_rate: must be <= 1e12"),
+            ("a=1/2/-3", "initial_tokens: must be >= 0, got -3"),
+        ] {
+            let error = flag(value).expect_err(value);
+            assert!(error.contains(reason), "{value}: {error}");
+        }
+    }
+
+    #[test]
+    fn flags_naming_a_bucket_twice_are_refused() {
+        let flags = vec![flag("a=1/2").expect("valid"), flag("a=3/4").expect("valid")];
+        let error = buckets_from_flags(flags).expect_err("twice");
+        assert_eq!(error.to_string(), "--bucket: bucket a is given twice");
+    }
+
+    #[test]
+    fn more_than_a_thousand_flags_are_refused() {
+        let flags = (0..=MAX_TIER_BUCKETS)
+            .map(|i| flag(&format!("b{i}=1/2")).expect("valid"))
+            .collect();
+        let error = buckets_from_flags(flags).expect_err("too many");
+        assert!(
+            error
+                .to_string()
+                .contains("at most 1000 buckets per tier, got 1001")
+        );
+    }
+
+    #[test]
+    fn an_unset_initial_level_is_the_same_as_one_at_the_burst_limit() {
+        let unset = BucketLimits {
+            refill_rate: 1.0,
+            burst_limit: 20.0,
+            initial_tokens: None,
+        };
+        let at_burst = BucketLimits {
+            initial_tokens: Some(20.0),
+            ..unset
+        };
+        let lower = BucketLimits {
+            initial_tokens: Some(5.0),
+            ..unset
+        };
+        assert!(unset.same_as(&at_burst));
+        assert!(!unset.same_as(&lower));
+        assert_eq!(
+            lower.text(),
+            "refill_rate 1, burst_limit 20, initial_tokens 5"
+        );
+    }
+
+    #[test]
+    fn server_tiers_convert_to_names_and_limits_and_back() {
+        let tier = v1::Tier {
+            name: "pro".into(),
+            buckets: vec![v1::BucketDefinition {
+                bucket: "schedule-email".into(),
+                refill_rate: 10.0,
+                burst_limit: 100.0,
+                initial_tokens: Some(50.0),
+            }],
+            created_at: None,
+            updated_at: None,
+        };
+        let (name, buckets) = tier_from_proto(&tier).expect("valid");
+        assert_eq!(tier_to_proto(&name, &buckets), tier);
+
+        let twice = v1::Tier {
+            buckets: vec![tier.buckets[0].clone(), tier.buckets[0].clone()],
+            ..tier
+        };
+        let error = tier_from_proto(&twice).expect_err("twice");
+        assert!(
+            error
+                .to_string()
+                .contains("lists bucket \"schedule-email\" twice")
+        );
+    }
+}

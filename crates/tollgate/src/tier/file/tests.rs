@@ -1,0 +1,290 @@
+use super::*;
+
+use tollgate_core::BucketName;
+
+fn errors(text: &str) -> Vec<String> {
+    match parse("tiers.toml", text) {
+        Ok(file) => panic!("accepted: {file:?}"),
+        Err(FileErrors(errors)) => errors.iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// The one error a file has.
+fn error(text: &str) -> String {
+    let errors = errors(text);
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    errors.into_iter().next().unwrap_or_default()
+}
+
+fn limits(refill_rate: f64, burst_limit: f64, initial_tokens: Option<f64>) -> BucketLimits {
+    BucketLimits {
+        refill_rate,
+        burst_limit,
+        initial_tokens,
+    }
+}
+
+fn tier(name: &str) -> TierName {
+    TierName::parse("tier", name).expect("valid tier name")
+}
+
+fn bucket(name: &str) -> BucketName {
+    BucketName::parse("bucket", name).expect("valid bucket name")
+}
+
+/// A file with one bucket whose body is `body`.
+fn one_bucket(body: &str) -> String {
+    format!("[tiers.pro.buckets.schedule-email]\n{body}")
+}
+
+#[test]
+fn a_valid_file_gives_every_tier_with_integer_or_float_limits_and_optional_initial_tokens() {
+    let file = parse(
+        "tiers.toml",
+        r#"
+# Paid plans.
+[tiers.pro.buckets.schedule-email]
+refill_rate = 10        # tokens per second
+burst_limit = 100
+initial_tokens = 100
+
+[tiers.pro.buckets.invoke-doc-summary-ai]
+refill_rate = 0.5
+burst_limit = 2e1
+
+[tiers.free.buckets."schedule-email"]
+refill_rate = 1
+burst_limit = 10
+initial_tokens = 0
+
+[tiers.suspended]
+"#,
+    )
+    .expect("valid");
+    let pro = Buckets::from([
+        (bucket("schedule-email"), limits(10.0, 100.0, Some(100.0))),
+        (bucket("invoke-doc-summary-ai"), limits(0.5, 20.0, None)),
+    ]);
+    let free = Buckets::from([(bucket("schedule-email"), limits(1.0, 10.0, Some(0.0)))]);
+    let expected = BTreeMap::from([
+        (tier("free"), free),
+        (tier("pro"), pro),
+        (tier("suspended"), Buckets::new()),
+    ]);
+    assert_eq!(file.tiers, expected);
+}
+
+#[test]
+fn inline_tables_and_dotted_keys_are_the_same_file() {
+    let file = parse(
+        "tiers.toml",
+        "tiers.pro.buckets.a = { refill_rate = 1, burst_limit = 2 }\n",
+    )
+    .expect("valid");
+    assert_eq!(
+        file.tiers[&tier("pro")][&bucket("a")],
+        limits(1.0, 2.0, None)
+    );
+}
+
+#[test]
+fn a_negative_rate_names_the_file_the_line_the_column_and_the_field() {
+    let text = one_bucket("refill_rate = -1\nburst_limit = 100\n");
+    assert_eq!(
+        error(&text),
+        "tiers.toml:2:15: tiers.pro.buckets.schedule-email.refill_rate: must be >= 0, got -1"
+    );
+}
+
+#[test]
+fn nan_and_infinities_are_refused_in_every_field() {
+    assert_eq!(
+        error(&one_bucket("refill_rate = nan\nburst_limit = 1\n")),
+        "tiers.toml:2:15: tiers.pro.buckets.schedule-email.refill_rate: must be a number, got NaN"
+    );
+    assert_eq!(
+        error(&one_bucket("refill_rate = 1\nburst_limit = inf\n")),
+        "tiers.toml:3:15: tiers.pro.buckets.schedule-email.burst_limit: must be finite, got inf"
+    );
+    assert_eq!(
+        error(&one_bucket(
+            "refill_rate = 1\nburst_limit = 1\ninitial_tokens = -inf\n"
+        )),
+        "tiers.toml:4:18: tiers.pro.buckets.schedule-email.initial_tokens: must be finite, got -inf"
+    );
+    assert_eq!(
+        error(&one_bucket("refill_rate = +inf\nburst_limit = 1\n")),
+        "tiers.toml:2:15: tiers.pro.buckets.schedule-email.refill_rate: must be finite, got inf"
+    );
+}
+
+#[test]
+fn values_beyond_the_wire_bounds_are_refused() {
+    assert_eq!(
+        error(&one_bucket("refill_rate = 1e13\nburst_limit = 1\n")),
+        "tiers.toml:2:15: tiers.pro.buckets.schedule-email.refill_rate: must be <= 1e12, got 1e13"
+    );
+    assert_eq!(
+        error(&one_bucket("refill_rate = 1\nburst_limit = 2e15\n")),
+        "tiers.toml:3:15: tiers.pro.buckets.schedule-email.burst_limit: must be <= 1e15, got 2e15"
+    );
+    assert_eq!(
+        error(&one_bucket(
+            "refill_rate = 1\nburst_limit = 1\ninitial_tokens = 1_000_000_000_000_001\n"
+        )),
+        "tiers.toml:4:18: tiers.pro.buckets.schedule-email.initial_tokens: must be <= 1e15, got 1.000000000000001e15"
+    );
+}
+
+#[test]
+fn every_bad_value_is_reported_in_the_order_of_the_file() {
+    let text = "\
+[tiers.pro.buckets.b]
+refill_rate = -2
+burst_limit = nan
+
+[tiers.pro.buckets.a]
+refill_rate = 1
+burst_limit = -1
+";
+    assert_eq!(
+        errors(text),
+        [
+            "tiers.toml:2:15: tiers.pro.buckets.b.refill_rate: must be >= 0, got -2",
+            "tiers.toml:3:15: tiers.pro.buckets.b.burst_limit: must be a number, got NaN",
+            "tiers.toml:7:15: tiers.pro.buckets.a.burst_limit: must be >= 0, got -1",
+        ]
+    );
+}
+
+#[test]
+fn a_string_rate_is_a_type_error_naming_the_field() {
+    assert_eq!(
+        error(&one_bucket("refill_rate = \"10\"\nburst_limit = 100\n")),
+        "tiers.toml:2:15: tiers.pro.buckets.schedule-email.refill_rate: invalid type: string \"10\", expected f64"
+    );
+}
+
+#[test]
+fn unknown_keys_are_refused_at_the_top_the_tier_and_the_bucket_level() {
+    assert_eq!(
+        error("version = 2\n[tiers.pro.buckets.a]\nrefill_rate = 1\nburst_limit = 1\n"),
+        "tiers.toml:1:1: version: unknown field `version`, expected `tiers`"
+    );
+    assert_eq!(
+        error("[tiers.pro]\nprice = 10\n[tiers.pro.buckets.a]\nrefill_rate = 1\nburst_limit = 1\n"),
+        "tiers.toml:2:1: tiers.pro.price: unknown field `price`, expected `buckets`"
+    );
+    assert_eq!(
+        error(&one_bucket("refill_rate = 1\nburst_limt = 1\n")),
+        "tiers.toml:3:1: tiers.pro.buckets.schedule-email.burst_limt: unknown field `burst_limt`, \
+         expected one of `refill_rate`, `burst_limit`, `initial_tokens`"
+    );
+}
+
+#[test]
+fn a_missing_limit_names_the_bucket_and_the_field() {
+    assert_eq!(
+        error(&one_bucket("refill_rate = 1\n")),
+        "tiers.toml:1:1: tiers.pro.buckets.schedule-email: missing field `burst_limit`"
+    );
+}
+
+#[test]
+fn a_file_without_tiers_is_refused() {
+    assert_eq!(error(""), "tiers.toml:1:1: missing field `tiers`");
+    assert_eq!(
+        error("\n\ntiers = 5\n"),
+        "tiers.toml:3:9: tiers: invalid type: integer `5`, expected a map"
+    );
+}
+
+#[test]
+fn the_request_unit_bucket_cannot_be_in_a_tier() {
+    assert_eq!(
+        error("[tiers.pro.buckets.\"\"]\nrefill_rate = 1\nburst_limit = 1\n"),
+        "tiers.toml:1:20: tiers.pro.buckets.\"\": must not be empty \
+         (tiers do not define the request-unit bucket)"
+    );
+}
+
+#[test]
+fn names_too_long_or_with_other_characters_are_refused() {
+    let long = "x".repeat(65);
+    assert_eq!(
+        error(&format!(
+            "[tiers.{long}.buckets.a]\nrefill_rate = 1\nburst_limit = 1\n"
+        )),
+        format!("tiers.toml:1:8: tiers.{long}: must be at most 64 characters, got 65")
+    );
+    assert_eq!(
+        error(&format!(
+            "[tiers.pro.buckets.{long}]\nrefill_rate = 1\nburst_limit = 1\n"
+        )),
+        format!("tiers.toml:1:20: tiers.pro.buckets.{long}: must be at most 64 characters, got 65")
+    );
+    assert_eq!(
+        error("[tiers.pro.buckets.\"send email\"]\nrefill_rate = 1\nburst_limit = 1\n"),
+        "tiers.toml:1:20: tiers.pro.buckets.\"send email\": may contain only A-Z a-z 0-9 . _ : -, found ' '"
+    );
+    // Dots are allowed in names, quoted in TOML, and quoted in the path.
+    assert_eq!(
+        error("[tiers.\"pro.v2\".buckets.\"a.b\"]\nrefill_rate = -1\nburst_limit = 1\n"),
+        "tiers.toml:2:15: tiers.\"pro.v2\".buckets.\"a.b\".refill_rate: must be >= 0, got -1"
+    );
+}
+
+#[test]
+fn a_bucket_defined_twice_is_refused_with_its_line() {
+    let text = "\
+[tiers.pro.buckets.a]
+refill_rate = 1
+burst_limit = 1
+
+[tiers.pro.buckets.a]
+refill_rate = 2
+burst_limit = 2
+";
+    assert_eq!(
+        error(text),
+        "tiers.toml:5:20: duplicate key: `[tiers.pro.buckets.a]`"
+    );
+    assert_eq!(
+        error(&one_bucket(
+            "refill_rate = 1\nrefill_rate = 2\nburst_limit = 1\n"
+        )),
+        "tiers.toml:3:1: duplicate key: `refill_rate = 2`"
+    );
+}
+
+#[test]
+fn a_syntax_error_names_its_line() {
+    assert_eq!(
+        error("[tiers.pro.buckets.a\nrefill_rate = 1\n"),
+        "tiers.toml:1:21: unclosed table, expected `]`: `[tiers.pro.buckets.a`"
+    );
+}
+
+#[test]
+fn more_than_a_thousand_buckets_in_a_tier_are_refused() {
+    let mut text = String::from("[tiers.big.buckets]\n");
+    for i in 0..=MAX_TIER_BUCKETS {
+        text.push_str(&format!("b{i} = {{ refill_rate = 1, burst_limit = 1 }}\n"));
+    }
+    assert_eq!(
+        error(&text),
+        "tiers.toml:1:8: tiers.big.buckets: at most 1000 buckets per tier, got 1001"
+    );
+    // A thousand is fine.
+    let last = text.lines().count() - 1;
+    let thousand: Vec<&str> = text.lines().take(last).collect();
+    let file = parse("tiers.toml", &thousand.join("\n")).expect("a thousand buckets");
+    assert_eq!(file.tiers[&tier("big")].len(), MAX_TIER_BUCKETS);
+}
+
+#[test]
+fn columns_count_characters_not_bytes() {
+    assert_eq!(line_and_column("é = 1\nab", 9), (2, 3));
+    assert_eq!(line_and_column("é = 1", 2), (1, 2));
+    assert_eq!(line_and_column("", 5), (1, 1));
+}

@@ -1,0 +1,405 @@
+//! What `tollgate tier apply` does: the difference between the tiers a
+//! file declares and the tiers the server has, tier by tier and bucket by
+//! bucket.
+//!
+//! The plan is a pure function of the two, so applying the same file twice
+//! plans nothing the second time, and `--dry-run` shows exactly what a real
+//! run would do. Limits are compared as a tenant would feel them
+//! ([`BucketLimits::same_as`]).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use tollgate_core::validate;
+use tollgate_core::{BucketName, TierName};
+
+use crate::tier::definition::{BucketLimits, Buckets};
+
+/// What happens to one tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// In the file, not on the server: `PutTier`.
+    Created,
+    /// On both, defined differently: `PutTier`.
+    Changed,
+    /// On both, the same: nothing.
+    Unchanged,
+    /// On the server, not in the file, with `--prune`: `DeleteTier`.
+    Deleted,
+    /// On the server, not in the file, without `--prune`: left alone.
+    NotInFile,
+}
+
+impl Action {
+    /// Whether the action changes the server.
+    pub fn changes(self) -> bool {
+        matches!(self, Action::Created | Action::Changed | Action::Deleted)
+    }
+}
+
+/// One bucket as a change adds it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AddedBucket {
+    pub bucket: BucketName,
+    #[serde(flatten)]
+    pub limits: BucketLimits,
+}
+
+/// One bucket defined on both sides, differently.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChangedBucket {
+    pub bucket: BucketName,
+    pub before: BucketLimits,
+    pub after: BucketLimits,
+}
+
+impl ChangedBucket {
+    /// What changed, field by field: `refill_rate 10 -> 5, burst_limit 100 -> 50`.
+    ///
+    /// `initial_tokens` is shown only when one side sets it: while neither
+    /// does, it follows the burst limit, whose change is shown already.
+    pub fn text(&self) -> String {
+        let (before, after) = (&self.before, &self.after);
+        let mut parts = Vec::new();
+        let mut show = |field: &str, from: f64, to: f64| {
+            if from != to {
+                parts.push(format!(
+                    "{field} {} -> {}",
+                    validate::number(from),
+                    validate::number(to)
+                ));
+            }
+        };
+        show("refill_rate", before.refill_rate, after.refill_rate);
+        show("burst_limit", before.burst_limit, after.burst_limit);
+        if before.initial_tokens.is_some() || after.initial_tokens.is_some() {
+            show(
+                "initial_tokens",
+                before.effective_initial_tokens(),
+                after.effective_initial_tokens(),
+            );
+        }
+        parts.join(", ")
+    }
+}
+
+/// How one tier's buckets differ between the server (before) and the
+/// file (after).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct BucketChanges {
+    pub added: Vec<AddedBucket>,
+    pub removed: Vec<BucketName>,
+    pub changed: Vec<ChangedBucket>,
+}
+
+impl BucketChanges {
+    pub fn between(before: &Buckets, after: &Buckets) -> BucketChanges {
+        let mut changes = BucketChanges::default();
+        for (name, limits) in after {
+            match before.get(name) {
+                None => changes.added.push(AddedBucket {
+                    bucket: name.clone(),
+                    limits: *limits,
+                }),
+                Some(old) if !old.same_as(limits) => changes.changed.push(ChangedBucket {
+                    bucket: name.clone(),
+                    before: *old,
+                    after: *limits,
+                }),
+                Some(_) => {}
+            }
+        }
+        changes.removed = before
+            .keys()
+            .filter(|name| !after.contains_key(*name))
+            .cloned()
+            .collect();
+        changes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+
+    /// One line per bucket, indented: `+ name  limits`, `- name`,
+    /// `~ name  refill_rate 10 -> 5`.
+    pub fn lines(&self) -> Vec<String> {
+        let added = self
+            .added
+            .iter()
+            .map(|b| format!("  + {}  {}", b.bucket, b.limits.text()));
+        let removed = self.removed.iter().map(|b| format!("  - {b}"));
+        let changed = self
+            .changed
+            .iter()
+            .map(|b| format!("  ~ {}  {}", b.bucket, b.text()));
+        added.chain(removed).chain(changed).collect()
+    }
+}
+
+/// One tier's part of the plan.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TierChange {
+    pub name: TierName,
+    pub action: Action,
+    #[serde(flatten)]
+    pub buckets: BucketChanges,
+}
+
+/// Every tier on either side, by name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub tiers: Vec<TierChange>,
+}
+
+impl Plan {
+    /// What makes the server's tiers (`server`) the file's (`file`);
+    /// with `prune`, tiers the file lacks are deleted, else left alone.
+    pub fn new(
+        server: &BTreeMap<TierName, Buckets>,
+        file: &BTreeMap<TierName, Buckets>,
+        prune: bool,
+    ) -> Plan {
+        let empty = Buckets::new();
+        let mut names: Vec<&TierName> = server.keys().chain(file.keys()).collect();
+        names.sort();
+        names.dedup();
+        let tiers = names
+            .into_iter()
+            .map(|name| {
+                let (action, buckets) = match (server.get(name), file.get(name)) {
+                    (None, Some(after)) => (Action::Created, BucketChanges::between(&empty, after)),
+                    (Some(before), Some(after)) => {
+                        let changes = BucketChanges::between(before, after);
+                        let action = if changes.is_empty() {
+                            Action::Unchanged
+                        } else {
+                            Action::Changed
+                        };
+                        (action, changes)
+                    }
+                    (Some(_), None) if prune => (Action::Deleted, BucketChanges::default()),
+                    // (None, None) cannot be: every name is on one side.
+                    (Some(_), None) | (None, None) => (Action::NotInFile, BucketChanges::default()),
+                };
+                TierChange {
+                    name: name.clone(),
+                    action,
+                    buckets,
+                }
+            })
+            .collect();
+        Plan { tiers }
+    }
+
+    /// How many tiers the plan creates, changes or deletes.
+    pub fn changes(&self) -> usize {
+        self.tiers.iter().filter(|t| t.action.changes()).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tier(name: &str) -> TierName {
+        TierName::parse("tier", name).expect("valid")
+    }
+
+    fn bucket(name: &str) -> BucketName {
+        BucketName::parse("bucket", name).expect("valid")
+    }
+
+    fn limits(refill_rate: f64, burst_limit: f64) -> BucketLimits {
+        BucketLimits {
+            refill_rate,
+            burst_limit,
+            initial_tokens: None,
+        }
+    }
+
+    fn buckets(defs: &[(&str, BucketLimits)]) -> Buckets {
+        defs.iter().map(|(n, l)| (bucket(n), *l)).collect()
+    }
+
+    fn actions(plan: &Plan) -> Vec<(&str, Action)> {
+        plan.tiers
+            .iter()
+            .map(|t| (t.name.as_str(), t.action))
+            .collect()
+    }
+
+    /// The server has free, pro and legacy; the file has free (the same),
+    /// pro (changed) and team (new).
+    fn server_and_file() -> (BTreeMap<TierName, Buckets>, BTreeMap<TierName, Buckets>) {
+        let free = buckets(&[("schedule-email", limits(1.0, 10.0))]);
+        let server = BTreeMap::from([
+            (tier("free"), free.clone()),
+            (
+                tier("pro"),
+                buckets(&[
+                    ("schedule-email", limits(10.0, 100.0)),
+                    ("export", limits(1.0, 1.0)),
+                    ("ai", limits(1.0, 20.0)),
+                ]),
+            ),
+            (tier("legacy"), Buckets::new()),
+        ]);
+        let file = BTreeMap::from([
+            (tier("free"), free),
+            (
+                tier("pro"),
+                buckets(&[
+                    ("schedule-email", limits(20.0, 100.0)),
+                    ("ai", limits(1.0, 20.0)),
+                    ("invoke-doc-summary-ai", limits(1.0, 20.0)),
+                ]),
+            ),
+            (
+                tier("team"),
+                buckets(&[("schedule-email", limits(50.0, 500.0))]),
+            ),
+        ]);
+        (server, file)
+    }
+
+    #[test]
+    fn each_tier_is_created_changed_unchanged_or_left_alone() {
+        let (server, file) = server_and_file();
+        let plan = Plan::new(&server, &file, false);
+        assert_eq!(
+            actions(&plan),
+            [
+                ("free", Action::Unchanged),
+                ("legacy", Action::NotInFile),
+                ("pro", Action::Changed),
+                ("team", Action::Created),
+            ]
+        );
+        assert_eq!(plan.changes(), 2);
+
+        let pro = &plan.tiers[2].buckets;
+        assert_eq!(
+            pro.added,
+            [AddedBucket {
+                bucket: bucket("invoke-doc-summary-ai"),
+                limits: limits(1.0, 20.0)
+            }]
+        );
+        assert_eq!(pro.removed, [bucket("export")]);
+        assert_eq!(
+            pro.changed,
+            [ChangedBucket {
+                bucket: bucket("schedule-email"),
+                before: limits(10.0, 100.0),
+                after: limits(20.0, 100.0),
+            }]
+        );
+        let team = &plan.tiers[3].buckets;
+        assert_eq!(team.added.len(), 1);
+        assert!(team.removed.is_empty() && team.changed.is_empty());
+    }
+
+    #[test]
+    fn prune_deletes_the_tiers_the_file_lacks() {
+        let (server, file) = server_and_file();
+        let plan = Plan::new(&server, &file, true);
+        assert_eq!(plan.tiers[1].name.as_str(), "legacy");
+        assert_eq!(plan.tiers[1].action, Action::Deleted);
+        assert_eq!(plan.changes(), 3);
+    }
+
+    #[test]
+    fn a_file_matching_the_server_plans_nothing() {
+        let (_, file) = server_and_file();
+        let plan = Plan::new(&file, &file, true);
+        assert!(plan.tiers.iter().all(|t| t.action == Action::Unchanged));
+        assert_eq!(plan.changes(), 0);
+    }
+
+    #[test]
+    fn an_initial_level_the_server_filled_in_is_no_change() {
+        let declared = BTreeMap::from([(tier("pro"), buckets(&[("a", limits(1.0, 20.0))]))]);
+        let stored = BTreeMap::from([(
+            tier("pro"),
+            buckets(&[(
+                "a",
+                BucketLimits {
+                    initial_tokens: Some(20.0),
+                    ..limits(1.0, 20.0)
+                },
+            )]),
+        )]);
+        let plan = Plan::new(&stored, &declared, false);
+        assert_eq!(actions(&plan), [("pro", Action::Unchanged)]);
+    }
+
+    #[test]
+    fn the_limits_diff_shows_each_changed_field_from_and_to() {
+        let change = |before, after| {
+            ChangedBucket {
+                bucket: bucket("a"),
+                before,
+                after,
+            }
+            .text()
+        };
+        assert_eq!(
+            change(limits(10.0, 100.0), limits(5.0, 50.0)),
+            "refill_rate 10 -> 5, burst_limit 100 -> 50"
+        );
+        assert_eq!(
+            change(limits(10.0, 100.0), limits(10.0, 2e15)),
+            "burst_limit 100 -> 2e15"
+        );
+        // Unset on both sides, the initial level follows the burst: not shown.
+        assert_eq!(
+            change(limits(1.0, 20.0), limits(1.0, 30.0)),
+            "burst_limit 20 -> 30"
+        );
+        let initial = BucketLimits {
+            initial_tokens: Some(5.0),
+            ..limits(1.0, 20.0)
+        };
+        assert_eq!(change(limits(1.0, 20.0), initial), "initial_tokens 20 -> 5");
+        assert_eq!(
+            change(initial, limits(0.5, 20.0)),
+            "refill_rate 1 -> 0.5, initial_tokens 5 -> 20"
+        );
+    }
+
+    #[test]
+    fn bucket_changes_read_as_added_removed_and_changed_lines() {
+        let before = buckets(&[("a", limits(1.0, 2.0)), ("b", limits(1.0, 2.0))]);
+        let after = buckets(&[("a", limits(3.0, 2.0)), ("c", limits(4.0, 5.0))]);
+        assert_eq!(
+            BucketChanges::between(&before, &after).lines(),
+            [
+                "  + c  refill_rate 4, burst_limit 5",
+                "  - b",
+                "  ~ a  refill_rate 1 -> 3",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_plan_serializes_as_snake_case_json() {
+        let (server, file) = server_and_file();
+        let plan = Plan::new(&server, &file, true);
+        let json = serde_json::to_value(&plan.tiers[2]).expect("json");
+        assert_eq!(json["name"], "pro");
+        assert_eq!(json["action"], "changed");
+        assert_eq!(json["added"][0]["bucket"], "invoke-doc-summary-ai");
+        assert_eq!(json["added"][0]["refill_rate"], 1.0);
+        assert_eq!(json["added"][0]["initial_tokens"], serde_json::Value::Null);
+        assert_eq!(json["removed"][0], "export");
+        assert_eq!(json["changed"][0]["before"]["refill_rate"], 10.0);
+        assert_eq!(json["changed"][0]["after"]["refill_rate"], 20.0);
+        let legacy = serde_json::to_value(&plan.tiers[1]).expect("json");
+        assert_eq!(legacy["action"], "deleted");
+        let kept =
+            serde_json::to_value(Plan::new(&server, &file, false).tiers[1].clone()).expect("json");
+        assert_eq!(kept["action"], "not_in_file");
+    }
+}
