@@ -181,14 +181,17 @@ mod tests {
     /// second (100 tokens/s), free 0.4 (20 tokens/s).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_tier_switch_slows_the_running_worker() {
-        let store: Arc<dyn Store> = Arc::new(
-            EmbeddedStore::in_memory(BucketSettings::default()).expect("in-memory store"),
-        );
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::in_memory(BucketSettings::default()).expect("in-memory store"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let server = format!("http://{}", listener.local_addr().expect("address"));
-        tokio::spawn(tollgate_server::run(listener, store, std::future::pending()));
+        tokio::spawn(tollgate_server::run(
+            listener,
+            store,
+            std::future::pending(),
+        ));
         let args = Args {
             server,
             tenant: "t1234".into(),

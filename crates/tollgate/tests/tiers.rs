@@ -139,7 +139,16 @@ fn tier_create_show_list_update_and_delete_round_trip() {
     assert_eq!(ai["initial_tokens"], 5.0);
     assert!(shown["created_at"].is_string(), "{shown:#}");
     let text = server.ok(&["tier", "show", "--tier", "pro"]);
-    assert!(text.contains("schedule-email  10"), "{text}");
+    let row: Vec<&str> = text
+        .lines()
+        .find(|l| l.starts_with("schedule-email "))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    assert_eq!(
+        row,
+        ["schedule-email", "10", "100", "(burst", "limit)"],
+        "{text}"
+    );
 
     create_tier(&server, "free", &["schedule-email=1/10"]);
     let listed = server.json(&["tier", "list", "--json"]);
