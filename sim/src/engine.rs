@@ -20,9 +20,8 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::Serialize;
 use tollgate_core::global_bucket::{
-    self, BucketRow, GlobalBucketConfig, Grant, GrantPolicy, InstanceId, InstanceState, Limits,
+    self, BucketRow, GlobalBucketConfig, Grant, InstanceId, InstanceState, Limits,
     TokenBucketRequest,
 };
 use tollgate_core::local_bucket::{Admission, LocalBucket, WaiterId};
@@ -35,34 +34,8 @@ use crate::ideal::IdealBucket;
 use crate::record::Record;
 use crate::workload::{Demand, PodSpec, Workload};
 
-/// The grant policies compared.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Policy {
-    Shares,
-    BucketLevelEma,
-    Greedy,
-}
-
-impl Policy {
-    pub const ALL: [Policy; 3] = [Policy::Shares, Policy::BucketLevelEma, Policy::Greedy];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::Shares => "shares",
-            Policy::BucketLevelEma => "bucket-level-ema",
-            Policy::Greedy => "greedy",
-        }
-    }
-
-    fn grant_policy(self) -> GrantPolicy {
-        match self {
-            Policy::Shares => GrantPolicy::Shares,
-            Policy::BucketLevelEma => GrantPolicy::BucketLevelEma,
-            Policy::Greedy => GrantPolicy::Greedy,
-        }
-    }
-}
+/// The grant policies compared: the core's own.
+pub use tollgate_core::global_bucket::GrantPolicy as Policy;
 
 fn at(d: Duration) -> Timestamp {
     Timestamp::EPOCH.saturating_add(d)
@@ -202,7 +175,7 @@ pub fn simulate(workload: &Workload, policy: Policy) -> Result<Record, SimError>
         head: BucketRow::new(limits, workload.limits.initial(), true, Timestamp::EPOCH),
         instances: BTreeMap::new(),
         config: GlobalBucketConfig {
-            policy: policy.grant_policy(),
+            policy,
             ..GlobalBucketConfig::default()
         },
     };

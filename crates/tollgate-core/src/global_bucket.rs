@@ -76,7 +76,9 @@ const MIN_TRICKLE_SECS: f64 = 1.0;
 const AS_OF_CONSUMED_TOLERANCE_SHIFT: u32 = 50;
 
 /// How a tenant's tokens are handed out when the bucket cannot grant at once.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum GrantPolicy {
     /// The RFC's policy: each pod gets `shares / sum(shares)` of the refill
@@ -105,6 +107,24 @@ pub struct GlobalBucketConfig {
     /// At most this many following instances are examined (and possibly
     /// removed) per request.
     pub cleanup_window: usize,
+}
+
+impl GrantPolicy {
+    pub const ALL: [GrantPolicy; 3] = [
+        GrantPolicy::Shares,
+        GrantPolicy::BucketLevelEma,
+        GrantPolicy::Greedy,
+    ];
+
+    /// The policy's name in configuration, on the command line and in
+    /// reports (as serde spells it).
+    pub fn name(self) -> &'static str {
+        match self {
+            GrantPolicy::Shares => "shares",
+            GrantPolicy::BucketLevelEma => "bucket-level-ema",
+            GrantPolicy::Greedy => "greedy",
+        }
+    }
 }
 
 impl Default for GlobalBucketConfig {
@@ -905,6 +925,20 @@ fn grant(
         fallback_rate,
     };
     (grant, commitment)
+}
+
+/// An operator's limits update of a bucket as it is (`None`: it does not
+/// exist yet, and is created by the update): the head row to write.
+pub fn configure(
+    existing: Option<&BucketRow>,
+    update: &LimitsUpdate,
+    now: Timestamp,
+) -> Result<BucketRow, RequestError> {
+    let mut head = existing
+        .cloned()
+        .unwrap_or_else(|| BucketRow::new(update.limits, 0.0, true, now));
+    reconfigure(&mut head, update, now)?;
+    Ok(head)
 }
 
 /// Applies an operator's new limits to a bucket.

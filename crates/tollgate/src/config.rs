@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use tollgate_core::global_bucket::GlobalBucketConfig;
 use tollgate_core::validate::{self, MAX_REFILL_RATE, MAX_TOKENS};
 use tollgate_core::{GrantPolicy, Limits};
-use tollgate_server::store::{BucketSettings, DefaultLimits, UnconfiguredTenants};
+use tollgate_server::store::{BucketSettings, DefaultLimits, PostgresOptions, UnconfiguredTenants};
 
 use crate::store::{PostgresPool, StoreLocation};
 
@@ -94,11 +94,11 @@ pub struct ServeOptions {
     pub in_memory: Option<bool>,
 
     /// Refill rate (tokens/s) of tenants nobody has configured.
-    #[arg(long, value_name = "TOKENS", default_value = "1000")]
+    #[arg(long, value_name = "TOKENS")]
     pub default_refill_rate: Option<f64>,
 
     /// Burst limit (tokens) of tenants nobody has configured.
-    #[arg(long, value_name = "TOKENS", default_value = "10000")]
+    #[arg(long, value_name = "TOKENS")]
     pub default_burst_limit: Option<f64>,
 
     /// Tokens a tenant nobody has configured starts with [default: the
@@ -121,28 +121,28 @@ pub struct ServeOptions {
     pub require_configured_tenants: Option<bool>,
 
     /// How tokens are handed out when a bucket cannot grant at once.
-    #[arg(long, value_name = "POLICY", value_enum, default_value = "shares")]
+    #[arg(long, value_name = "POLICY", value_enum)]
     pub grant_policy: Option<Policy>,
 
     /// Instances silent longer than this are removed and their shares
     /// dropped; more than zero.
-    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    #[arg(long, value_name = "DURATION")]
     pub inactivity_timeout: Option<HumanDuration>,
 
     /// Instances a live pod reports dead are removed once silent this long.
-    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    #[arg(long, value_name = "DURATION")]
     pub reported_dead_timeout: Option<HumanDuration>,
 
     /// PostgreSQL: connections in the pool (transactions in flight at once).
-    #[arg(long, value_name = "N", default_value = "16")]
+    #[arg(long, value_name = "N")]
     pub pg_pool_size: Option<usize>,
 
     /// PostgreSQL: the most token-bucket requests served by one transaction.
-    #[arg(long, value_name = "N", default_value = "64")]
+    #[arg(long, value_name = "N")]
     pub pg_max_batch: Option<usize>,
 
     /// PostgreSQL: how long to wait for a new or a free connection.
-    #[arg(long, value_name = "DURATION", default_value = "5s")]
+    #[arg(long, value_name = "DURATION")]
     pub pg_connect_timeout: Option<HumanDuration>,
 
     /// PostgreSQL: a PEM file of certificate authorities to trust besides
@@ -191,26 +191,34 @@ pub struct TlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
-/// `--grant-policy`: the names of [`GrantPolicy`]'s variants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Policy {
-    /// Each pod gets its shares' fraction of the refill rate.
-    Shares,
-    /// The bucket level's moving average limits each grant (shares ignored).
-    BucketLevelEma,
-    /// First come, first served from what the bucket holds; a baseline for
-    /// comparison, not for production.
-    Greedy,
-}
+/// `--grant-policy`: a [`GrantPolicy`], by the name the core gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Policy(pub GrantPolicy);
 
-impl From<Policy> for GrantPolicy {
-    fn from(policy: Policy) -> Self {
-        match policy {
-            Policy::Shares => GrantPolicy::Shares,
-            Policy::BucketLevelEma => GrantPolicy::BucketLevelEma,
-            Policy::Greedy => GrantPolicy::Greedy,
-        }
+/// Every policy, in the core's order.
+const POLICIES: [Policy; 3] = [
+    Policy(GrantPolicy::ALL[0]),
+    Policy(GrantPolicy::ALL[1]),
+    Policy(GrantPolicy::ALL[2]),
+];
+
+impl ValueEnum for Policy {
+    fn value_variants<'a>() -> &'a [Self] {
+        &POLICIES
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let help = match self.0 {
+            GrantPolicy::Shares => "each pod gets its shares' fraction of the refill rate",
+            GrantPolicy::BucketLevelEma => {
+                "the bucket level's moving average limits each grant (shares ignored)"
+            }
+            GrantPolicy::Greedy => {
+                "first come, first served from what the bucket holds; a baseline, not for production"
+            }
+        };
+        Some(clap::builder::PossibleValue::new(self.0.name()).help(help))
     }
 }
 
@@ -453,7 +461,7 @@ impl ServeConfig {
             default_refill_rate,
             default_burst_limit,
             default_initial_tokens,
-            grant_policy = policy_name(bucket.policy),
+            grant_policy = bucket.policy.name(),
             inactivity_timeout = %humantime::format_duration(bucket.inactivity_timeout),
             reported_dead_timeout = %humantime::format_duration(bucket.reported_dead_timeout),
             log_format = %self.log_format,
@@ -605,7 +613,7 @@ impl Layers {
         }
         let settings = BucketSettings {
             bucket: GlobalBucketConfig {
-                policy: required(options.grant_policy, "grant-policy")?.into(),
+                policy: required(options.grant_policy, "grant-policy")?.0,
                 inactivity_timeout,
                 reported_dead_timeout: required(
                     options.reported_dead_timeout,
@@ -651,14 +659,6 @@ impl Layers {
     }
 }
 
-fn policy_name(policy: GrantPolicy) -> &'static str {
-    match policy {
-        GrantPolicy::Shares => "shares",
-        GrantPolicy::BucketLevelEma => "bucket-level-ema",
-        GrantPolicy::Greedy => "greedy",
-    }
-}
-
 /// An option the defaults layer sets; missing only if its declaration lost
 /// its `default_value`.
 fn required<T>(value: Option<T>, option: &str) -> anyhow::Result<T> {
@@ -676,7 +676,39 @@ pub fn env_var(option: &str) -> String {
 
 /// The options' flags as declared, defaults included.
 fn declared() -> Command {
-    ServeOptions::augment_args(Command::new("serve").no_binary_name(true))
+    with_component_defaults(ServeOptions::augment_args(
+        Command::new("serve").no_binary_name(true),
+    ))
+}
+
+/// Sets the defaults of the flags that configure a component from that
+/// component's own defaults ([`component_default`]).
+fn with_component_defaults(command: Command) -> Command {
+    command.mut_args(|arg| match component_default(arg.get_id().as_str()) {
+        Some(value) => arg.default_value(value),
+        None => arg,
+    })
+}
+
+/// The default of a flag that configures a component, as the component's
+/// own options type declares it: each default is written once, by the
+/// type that owns it.
+fn component_default(id: &str) -> Option<String> {
+    let limits = DefaultLimits::default();
+    let bucket = GlobalBucketConfig::default();
+    let postgres = PostgresOptions::new("");
+    let duration = |d: Duration| humantime::format_duration(d).to_string();
+    Some(match id {
+        "default_refill_rate" => limits.limits.refill_rate.to_string(),
+        "default_burst_limit" => limits.limits.burst_limit.to_string(),
+        "grant_policy" => bucket.policy.name().to_owned(),
+        "inactivity_timeout" => duration(bucket.inactivity_timeout),
+        "reported_dead_timeout" => duration(bucket.reported_dead_timeout),
+        "pg_pool_size" => postgres.pool_size.to_string(),
+        "pg_max_batch" => postgres.max_batch.to_string(),
+        "pg_connect_timeout" => duration(postgres.connect_timeout),
+        _ => return None,
+    })
 }
 
 /// The declared flags without their defaults: parses one layer.
@@ -746,11 +778,14 @@ fn document_layers(arg: Arg) -> Arg {
     let Some(long) = arg.get_long() else {
         return arg;
     };
-    let defaults: Vec<String> = arg
+    let mut defaults: Vec<String> = arg
         .get_default_values()
         .iter()
         .map(|v| v.to_string_lossy().into_owned())
         .collect();
+    if defaults.is_empty() {
+        defaults.extend(component_default(arg.get_id().as_str()));
+    }
     let mut tags = String::new();
     if !defaults.is_empty() {
         tags.push_str(&format!(" [default: {}]", defaults.join(",")));

@@ -501,12 +501,10 @@ impl Writer {
     ) -> Result<Result<LimitsChange, StoreError>, StoreError> {
         let mut buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
         let before = read_head(&buckets, key)?;
-        let mut head = before
-            .clone()
-            .unwrap_or_else(|| BucketRow::new(update.limits, 0.0, true, now));
-        if let Err(e) = global_bucket::reconfigure(&mut head, update, now) {
-            return Ok(Err(e.into()));
-        }
+        let head = match global_bucket::configure(before.as_ref(), update, now) {
+            Ok(head) => head,
+            Err(e) => return Ok(Err(e.into())),
+        };
         write_head(&mut buckets, key, &head)?;
         let instances = txn
             .open_table(INSTANCES)

@@ -55,7 +55,7 @@ use tollgate_core::global_bucket::{self, IdRange, InstanceWindow};
 use tollgate_core::tier::{self, LoadedTenant, TenantChange, TenantRecord, Tier, TierError};
 use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
-    BucketKey, BucketRow, Grant, LimitsUpdate, TenantId, TierName, Timestamp, TokenBucketRequest,
+    BucketKey, Grant, LimitsUpdate, TenantId, TierName, Timestamp, TokenBucketRequest,
 };
 
 use self::retry::{TxError, Verdict, chain};
@@ -1101,12 +1101,10 @@ impl Store for PostgresStore {
                     .ok_or_else(|| StoreError::internal("read the clock", "no row"))?;
                 let now = inner.now(rows::clock(clock_row, "now")?);
                 let before = found.first().map(rows::head_from_row).transpose()?;
-                let mut head = before
-                    .clone()
-                    .unwrap_or_else(|| BucketRow::new(update.limits, 0.0, true, now));
-                if let Err(e) = global_bucket::reconfigure(&mut head, update, now) {
-                    return Err(TxError::Store(e.into()));
-                }
+                let head = match global_bucket::configure(before.as_ref(), update, now) {
+                    Ok(head) => head,
+                    Err(e) => return Err(TxError::Store(e.into())),
+                };
                 let params = HeadParams::new(key, &head)?;
                 let (tenant_id, bucket) = (key.tenant.as_str(), key.bucket.as_str());
                 let key_params: [&(dyn ToSql + Sync); 2] = [&tenant_id, &bucket];
