@@ -7,7 +7,8 @@
 # per second) and an open loop at half the 1-bucket maximum (latency).
 # Results go to target/benchmarks-buckets/ and a markdown table is printed.
 #
-# Usage: scripts/benchmark-buckets.sh   (DURATION=10s, ROUNDS=2 by default)
+# Usage: scripts/benchmark-buckets.sh   (DURATION=10s, ROUNDS=2 by default;
+#        STORES="embedded postgres" by default)
 # Needs: a PostgreSQL server (DATABASE_URL, default
 # postgres://postgres@127.0.0.1:5432/postgres), psql, python3.
 set -euo pipefail
@@ -79,20 +80,28 @@ run_store() { # store label, serve args…
     stop_server
 }
 
-run_store embedded --store "$OUT/embedded.redb"
-"$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS tollgate_bench_buckets WITH (FORCE)" \
-    -c "CREATE DATABASE tollgate_bench_buckets"
-run_store postgres --store "$BENCH_URL"
-"$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS tollgate_bench_buckets WITH (FORCE)"
+STORES=${STORES:-embedded postgres}
+for store in $STORES; do
+    case $store in
+    embedded) run_store embedded --store "$OUT/embedded.redb" ;;
+    postgres)
+        "$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS tollgate_bench_buckets WITH (FORCE)" \
+            -c "CREATE DATABASE tollgate_bench_buckets"
+        run_store postgres --store "$BENCH_URL"
+        "$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS tollgate_bench_buckets WITH (FORCE)"
+        ;;
+    *) echo "unknown store $store (embedded, postgres)" >&2; exit 2 ;;
+    esac
+done
 
-python3 - "$OUT" "$ROUNDS" <<'PY'
+python3 - "$OUT" "$ROUNDS" "$STORES" <<'PY'
 import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
+out, rounds, stores = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
 def load(name):
     return json.load(open(f"{out}/{name}.json"))
 print("| store | buckets/tenant | max requests/s (median) | ratio | p50 / p99 at half load, ms | errors |")
 print("|---|---|---|---|---|---|")
-for store in ["embedded", "postgres"]:
+for store in stores:
     base = None
     for b in [1, 10]:
         maxes = [load(f"{store}-b{b}-max-{r}") for r in range(1, rounds + 1)]
@@ -102,5 +111,6 @@ for store in ["embedded", "postgres"]:
         p50 = statistics.median(h["latency_us"]["p50"] for h in halves) / 1000
         p99 = statistics.median(h["latency_us"]["p99"] for h in halves) / 1000
         errors = sum(sum(m["total"]["errors"].values()) for m in maxes + halves)
-        print(f"| {store} | {b} | {rps:,.0f} ({', '.join(f'{m['requests_per_second']:,.0f}' for m in maxes)}) | {rps / base:.3f} | {p50:.2f} / {p99:.2f} | {errors} |")
+        runs = ", ".join(format(m["requests_per_second"], ",.0f") for m in maxes)
+        print(f"| {store} | {b} | {rps:,.0f} ({runs}) | {rps / base:.3f} | {p50:.2f} / {p99:.2f} | {errors} |")
 PY

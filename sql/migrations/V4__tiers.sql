@@ -21,8 +21,10 @@ CREATE TABLE IF NOT EXISTS tollgate_tenants (
     tenant_id TEXT PRIMARY KEY,
     -- The tenant's tier, or NULL.
     tier      TEXT,
-    -- The record as JSON: tier, overrides by bucket name, timestamps.
-    record    TEXT NOT NULL
+    -- The record as JSON: tier, overrides by bucket name, timestamps. NULL
+    -- only inside the transaction of a tenant's first change, which
+    -- inserts the row to lock it and then writes the record.
+    record    TEXT
 );
 
 -- Which tenants a tier change rewrites, and whether a tier is in use.

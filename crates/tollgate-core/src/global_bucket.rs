@@ -1,17 +1,18 @@
-//! A tenant's global token bucket.
+//! A global token bucket: one per tenant and bucket name.
 //!
-//! The server keeps one global bucket per tenant in its store and runs
-//! [`request`] inside one store transaction per pod request. The state is
-//! split the way the store keeps it (the RFC's `tenant_usage` table): one
-//! [`BucketRow`] row (instance 0) and one [`InstanceState`] row per live
-//! pod. The instance rows form a circular linked list ordered by id, with the
-//! tenant row as the sentinel: the tenant row's `first_instance_id` points at
-//! the lowest live id, each instance's `next_instance_id` at the next higher
-//! one, and the highest points back at 0.
+//! The server keeps each bucket in its store and runs [`request`] inside
+//! one store transaction per pod request (by the script of
+//! [`crate::transaction`]). The state is split the way the store keeps it
+//! (the RFC's `tenant_usage` table): one head row, [`BucketRow`]
+//! (instance 0), and one [`InstanceState`] row per live pod. The instance
+//! rows form a circular linked list ordered by id, with the head row as the
+//! sentinel: its `first_instance_id` points at the lowest live id, each
+//! instance's `next_instance_id` at the next higher one, and the highest
+//! points back at 0.
 //!
-//! A transaction does not need all of a tenant's instance rows; it loads the
-//! few a request touches (see [`BucketRows`]), so the cost of a request does
-//! not grow with the number of pods.
+//! A transaction does not need all of a bucket's instance rows; it loads
+//! the few a request touches ([`instance_window`]), so the cost of a
+//! request does not grow with the number of pods.
 //!
 //! # The rules
 //! - **Refill**: `refill_rate` tokens per second, paused while the bucket holds
@@ -23,7 +24,7 @@
 //!   target request period, delivered at a constant rate.
 //! - **Systematic debt**: pre-distributing tokens over a period puts the
 //!   bucket into debt by design, by what the trickles have yet to deliver.
-//!   The tenant row tracks that commitment (`committed_tokens`, delivered at
+//!   The head row tracks that commitment (`committed_tokens`, delivered at
 //!   `committed_rate`); debt beyond it — or beyond `refill_rate × period`,
 //!   whichever is less — lowers the rate handed out so it is paid back over
 //!   the next period. Debt is therefore bounded by `2 × refill_rate × period`.
@@ -61,7 +62,7 @@ use crate::consumption::Consumption;
 use crate::time::Timestamp;
 use crate::validate::{self, InvalidInput, MAX_LEASE_LEN, MAX_REFILL_RATE, MAX_SEQ, MAX_TOKENS};
 
-/// A pod's id within its tenant. 0 is the tenant row (the list's sentinel).
+/// A pod's id within its bucket. 0 is the head row (the list's sentinel).
 pub type InstanceId = u32;
 
 /// The smoothing factor of the bucket-level EMA (CockroachDB's 0.25).
@@ -564,7 +565,7 @@ pub struct RequestOutcome {
     /// True if this repeated the instance's last request: the grant is the
     /// stored one and no state changed (nothing needs writing).
     pub duplicate: bool,
-    /// Rows to write back; the tenant row is written whenever `duplicate` is false.
+    /// Rows to write back; the head row is written whenever `duplicate` is false.
     pub changes: RowChanges,
 }
 

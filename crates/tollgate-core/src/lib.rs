@@ -1,18 +1,28 @@
 //! Tollgate's algorithms, as pure state machines.
 //!
 //! Nothing in this crate does IO or reads a clock: every function that depends
-//! on time takes `now` as an argument. The server runs these state machines
+//! on time takes `now` as an argument. (The one side effect is a log line:
+//! [`transaction::Batch::report_removed`] logs each silent instance a
+//! committed transaction removed, through `tracing`, so that every store
+//! logs removals the same way.) The server runs these state machines
 //! inside store transactions, the client inside pods, and the simulator in
 //! virtual time — the same code everywhere, which is what makes the simulator
 //! honest and the tests exact.
 //!
-//! - [`global_bucket`]: a tenant's global bucket — refill, grants, shares,
-//!   debt correction, the instance list, idempotency, reconfiguration.
+//! - [`global_bucket`]: a global bucket (one per tenant and bucket name) —
+//!   refill, grants, shares, debt correction, the instance list and its
+//!   window, idempotency, reconfiguration.
+//! - [`transaction`]: the script every store and the simulator run for
+//!   token-bucket requests: what to lock and load, the unconfigured-bucket
+//!   rule, what to write back, removals reported.
+//! - [`tier`]: tiers and tenant records, and the rules of onboarding, tier
+//!   switches and overrides.
 //! - [`local_bucket`]: a pod's local bucket — the FIFO gate, when and how
 //!   much to ask the server for, trickle delivery, debt, shares, fallback.
 //! - [`cost_model`]: what reads, writes, CPU and egress cost in tokens.
 //! - [`consumption`]: what pods report they used.
-//! - [`validate`]: input checks shared by every edge (gRPC, CLI, stores).
+//! - [`validate`]: input checks shared by every edge (gRPC, CLI, stores),
+//!   and the names (tenants, buckets, tiers).
 //! - [`time`]: the timestamp type all state machines take.
 
 pub mod consumption;

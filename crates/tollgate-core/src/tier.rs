@@ -14,8 +14,10 @@
 //! - a bucket the tenant already has keeps its tokens, refilled to now at
 //!   its old limits and capped at the new burst limit;
 //! - a bucket it lacks is created holding its definition's initial tokens;
-//! - a bucket no longer wanted is retired (deleted), except the
-//!   request-unit bucket, which tiers do not manage.
+//! - a bucket tiers provisioned (the previous tier's or an override's)
+//!   that is no longer wanted is retired (deleted). Buckets an operator
+//!   made by hand and the request-unit bucket are not the tiers' to
+//!   retire.
 
 use std::collections::BTreeMap;
 
@@ -126,8 +128,9 @@ pub enum TenantChange {
     },
     /// Remove an override.
     ClearOverride { bucket: BucketName },
-    /// Bring the tenant's buckets in line with its tier's new definition.
-    Reapply,
+    /// Bring the tenant's buckets in line with its tier's new definition;
+    /// `previous` is the tier's definition before (what it provisioned).
+    Reapply { previous: Option<Tier> },
 }
 
 impl TenantChange {
@@ -138,7 +141,17 @@ impl TenantChange {
             TenantChange::Create { tier } | TenantChange::SetTier { tier } => Some(tier.clone()),
             TenantChange::SetOverride { .. }
             | TenantChange::ClearOverride { .. }
-            | TenantChange::Reapply => record.and_then(|r| r.tier.clone()),
+            | TenantChange::Reapply { .. } => record.and_then(|r| r.tier.clone()),
+        }
+    }
+
+    /// The tier whose buckets the tenant has now, which a store must load
+    /// too (as [`LoadedTenant::previous_tier`]): the record's, unless the
+    /// change carries it.
+    pub fn previous_tier_to_load(&self, record: Option<&TenantRecord>) -> Option<TierName> {
+        match self {
+            TenantChange::Reapply { .. } => None,
+            _ => record.and_then(|r| r.tier.clone()),
         }
     }
 
@@ -173,6 +186,8 @@ pub struct LoadedTenant {
     pub buckets: BTreeMap<BucketName, BucketRow>,
     /// The tier [`TenantChange::tier_to_load`] named, if it exists.
     pub tier: Option<Tier>,
+    /// The tier [`TenantChange::previous_tier_to_load`] named, if any.
+    pub previous_tier: Option<Tier>,
 }
 
 /// The rows a [`TenantChange`] writes.
@@ -270,7 +285,7 @@ pub fn change_tenant(
                 });
             }
         }
-        TenantChange::Reapply => {
+        TenantChange::Reapply { .. } => {
             if !exists {
                 return Err(TierError::TenantNotFound(tenant.clone()));
             }
@@ -297,10 +312,23 @@ pub fn change_tenant(
             }
         }
     }
+    // Only what tiers provisioned is theirs to retire.
+    let previous = match change {
+        TenantChange::Reapply { previous } => previous.as_ref(),
+        _ => loaded.previous_tier.as_ref(),
+    };
+    let no_overrides = BTreeMap::new();
+    let before = wanted_buckets(
+        previous,
+        loaded
+            .record
+            .as_ref()
+            .map_or(&no_overrides, |r| &r.overrides),
+    );
     edit.retired = loaded
         .buckets
         .keys()
-        .filter(|name| !name.is_request_units() && !wanted.contains_key(*name))
+        .filter(|name| before.contains_key(*name) && !wanted.contains_key(*name))
         .cloned()
         .collect();
     Ok(edit)

@@ -54,11 +54,14 @@ fn empty() -> LoadedTenant {
         record: None,
         buckets: BTreeMap::new(),
         tier: None,
+        previous_tier: None,
     }
 }
 
-/// Applies an edit to what was loaded, as a store would.
+/// Applies an edit to what was loaded, as a store would; the tier it is
+/// on becomes the previous tier of the next change.
 fn apply(loaded: &mut LoadedTenant, edit: TenantEdit) {
+    loaded.previous_tier = edit.record.tier.as_ref().and(loaded.tier.clone());
     loaded.record = Some(edit.record);
     loaded.buckets.extend(edit.created);
     loaded.buckets.extend(edit.changed);
@@ -323,4 +326,43 @@ fn bad_definitions_are_refused_naming_the_field() {
         change_tenant(&tenant(), &request_units, &empty(), at(0.0)),
         Err(TierError::InvalidInput(e)) if e.field == "bucket.bucket"
     ));
+}
+
+#[test]
+fn buckets_made_by_hand_and_the_request_unit_bucket_are_never_retired() {
+    let hand = BucketRow::new(def(3.0, 30.0).limits, 30.0, true, at(0.0));
+    let mut loaded = LoadedTenant {
+        tier: Some(free()),
+        ..empty()
+    };
+    loaded.buckets.insert(name("reports"), hand.clone());
+    loaded
+        .buckets
+        .insert(BucketName::REQUEST_UNITS, hand.clone());
+    // An override on a tenant on no tier touches only its own bucket.
+    let extra = TenantChange::SetOverride {
+        bucket: name("export"),
+        definition: def(2.0, 4.0),
+    };
+    let edit = change_tenant(&tenant(), &extra, &loaded, at(1.0)).expect("override");
+    assert!(edit.retired.is_empty(), "{:?}", edit.retired);
+    apply(&mut loaded, edit);
+    // Nor does a tier switch, or a tier's new definition.
+    let switch = TenantChange::SetTier {
+        tier: tier_name("free"),
+    };
+    let edit = change_tenant(&tenant(), &switch, &loaded, at(2.0)).expect("switch");
+    assert!(edit.retired.is_empty(), "{:?}", edit.retired);
+    apply(&mut loaded, edit);
+    loaded.tier = Some(tier(&[("other", def(1.0, 1.0))]));
+    let reapply = TenantChange::Reapply {
+        previous: Some(free()),
+    };
+    let edit = change_tenant(&tenant(), &reapply, &loaded, at(3.0)).expect("reapply");
+    assert_eq!(
+        edit.retired,
+        vec![name("schedule-email")],
+        "only what free provisioned"
+    );
+    assert!(edit.created.contains_key(&name("other")));
 }

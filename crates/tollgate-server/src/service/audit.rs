@@ -258,6 +258,9 @@ fn bucket_retired(caller: &Caller, operation: &'static str, retired: &[BucketSna
         tracing::info!(
             operation,
             peer = %peer(caller),
+            operator = caller.operator.as_deref(),
+            actor = caller.actor(),
+            actor_note = caller.actor_note(),
             tenant = %bucket.key.tenant,
             bucket = %bucket.key.bucket,
             before.granted_tokens = totals.granted_tokens,

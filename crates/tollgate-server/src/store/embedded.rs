@@ -701,6 +701,10 @@ fn load_tenant(
         Some(name) => read_tier(&tiers, &name)?,
         None => None,
     };
+    let previous_tier = match change.previous_tier_to_load(record.as_ref()) {
+        Some(name) => read_tier(&tiers, &name)?,
+        None => None,
+    };
     let buckets_table = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
     let mut buckets = BTreeMap::new();
     for key in tenant_bucket_keys(&buckets_table, tenant)? {
@@ -712,6 +716,7 @@ fn load_tenant(
         record,
         buckets,
         tier,
+        previous_tier,
     })
 }
 
@@ -850,8 +855,11 @@ fn put_tier(
     let on_tier = tenants_on(&records, name)?;
     drop(records);
     let mut tenants = Vec::new();
+    let reapply = TenantChange::Reapply {
+        previous: before.clone(),
+    };
     for tenant in on_tier {
-        match change_one(txn, &tenant, &TenantChange::Reapply, now)? {
+        match change_one(txn, &tenant, &reapply, now)? {
             Ok(outcome) => {
                 if !(outcome.created.is_empty()
                     && outcome.changed.is_empty()
@@ -860,9 +868,10 @@ fn put_tier(
                     tenants.push(outcome);
                 }
             }
-            // Nothing was written for this tenant; the whole batch is
-            // one transaction, so a refusal fails the put.
-            Err(e) => return Ok(Err(e)),
+            // A tenant with a record is never refused a re-application;
+            // should one be, fail the whole write batch, so that no part of
+            // the tier's change (written in this transaction) is kept.
+            Err(e) => return Err(StoreError::internal("re-apply a tier", e.to_string())),
         }
     }
     Ok(Ok(PutTierOutcome {

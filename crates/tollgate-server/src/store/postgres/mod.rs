@@ -1,33 +1,36 @@
 //! The production store: PostgreSQL (and PostgreSQL-compatible distributed
 //! SQL), shared by any number of server replicas.
 //!
-//! State lives in one table, `tenant_usage` (schema in `sql/migrations`,
-//! applied at start by [`migrate`]). The SQL lives in `sql/queries`, one
-//! statement per file, and is portable: no advisory locks, no session state,
-//! the database's default isolation level. Correctness across replicas rests
-//! on one rule: every transaction that changes a tenant first locks its
-//! tenant row (`SELECT … FOR UPDATE`), reads the clock and the instance rows
-//! after that, and writes back what the core changed. Under READ COMMITTED
-//! (PostgreSQL's default) the lock orders the transactions of a tenant;
-//! under SERIALIZABLE (CockroachDB's) a conflict aborts one of them with
-//! 40001 and it is retried.
+//! Buckets live in `tenant_usage`, keyed by (tenant, bucket, instance);
+//! tiers and tenant records in `tollgate_tiers` and `tollgate_tenants`
+//! (schema in `sql/migrations`, applied at start by [`migrate`]). The SQL
+//! lives in `sql/queries`, one statement per file, and is portable: no
+//! advisory locks, no session state, the database's default isolation
+//! level. Correctness across replicas rests on one rule: every transaction
+//! that changes a bucket first locks its head row (`SELECT … FOR UPDATE`),
+//! reads the clock and the instance rows after that, and writes back what
+//! the core decided. Under READ COMMITTED (PostgreSQL's default) the lock
+//! orders the transactions of a bucket; under SERIALIZABLE (CockroachDB's)
+//! a conflict aborts one of them with 40001 and it is retried. A tier or
+//! override change locks the tenant's record first, then the tier, then
+//! the tenant's head rows.
 //!
-//! Token-bucket requests are batched (group commit). There is one worker
-//! per pooled connection, and each tenant belongs to one worker (by a hash
-//! of its id): the transactions of a tenant serialize on its row lock
-//! anyway, so within a replica they queue in memory instead of in the
-//! database, and workers never wait on each other's locks. A worker takes
-//! whatever requests are queued for it, up to `max_batch`, and serves them
-//! in one transaction. It locks the batch's tenant rows in id order, loads
-//! each request's instance window, and runs the core state machine on each
-//! request in turn, on the same in-memory rows, so requests of one tenant
-//! see each other's changes exactly as if they had been separate
-//! transactions. Each request stays atomic (a refused one changes
+//! Token-bucket requests are batched (group commit) and served by the
+//! transaction script of `tollgate_core::transaction`; this module only
+//! reads and writes rows. There is one worker per pooled connection, and
+//! each tenant's buckets belong to one worker (by a hash of the tenant
+//! id): the transactions of a bucket serialize on its row lock anyway, so
+//! within a replica they queue in memory instead of in the database,
+//! workers never wait on each other's locks, and the requests of a
+//! tenant's buckets share transactions. A worker takes whatever requests are
+//! queued for it, up to `max_batch`, and serves them in one transaction:
+//! it locks the batch's head rows in key order, loads each request's
+//! instance window, and lets the script serve the requests in turn on the
+//! same in-memory rows. Each request stays atomic (a refused one changes
 //! nothing) and idempotent (its lease and sequence number are in the rows),
-//! and nobody hears back before the commit that holds their change. One
-//! case is not batched: once a request has removed silent instances, the
-//! rest of its tenant's requests wait for the next transaction, since the
-//! rows they need may no longer all be loaded.
+//! and nobody hears back before the commit that holds their change. The
+//! requests the script defers (their bucket lost silent instances earlier
+//! in the batch) go into the next transaction.
 //!
 //! Every transaction is retried on conflicts and lost connections (see
 //! [`retry`]); retries are logged and counted in [`StoreStats`].
@@ -89,6 +92,7 @@ mod sql {
     query!(DELETE_TENANT, "delete_tenant.sql");
     query!(DELETE_STRAY_INSTANCES, "delete_stray_instances.sql");
     query!(DELETE_BUCKET, "delete_bucket.sql");
+    query!(ENSURE_TENANT_RECORD, "ensure_tenant_record.sql");
     query!(LOCK_TENANT_RECORD, "lock_tenant_record.sql");
     query!(READ_TENANT_RECORD, "read_tenant_record.sql");
     query!(UPSERT_TENANT_RECORD, "upsert_tenant_record.sql");
@@ -386,12 +390,15 @@ fn settle<T>(
     }
 }
 
-/// The worker that serves a bucket's requests, of `workers`.
+/// The worker that serves a bucket's requests, of `workers`: the one of
+/// its tenant, so that a tenant's buckets share transactions as its one
+/// bucket did (a tenant with many buckets costs as few commits as one
+/// with a single bucket).
 fn shard(key: &BucketKey, workers: usize) -> usize {
     use std::hash::{Hash, Hasher};
-    // Fixed keys: the same bucket goes to the same worker in every process.
+    // Fixed keys: the same tenant goes to the same worker in every process.
     let mut hasher = std::hash::DefaultHasher::new();
-    key.hash(&mut hasher);
+    key.tenant.hash(&mut hasher);
     usize::try_from(hasher.finish() % workers.max(1) as u64).unwrap_or(0)
 }
 
@@ -757,6 +764,18 @@ fn json_column<T: serde::de::DeserializeOwned>(
     serde_json::from_str(text).map_err(|e| StoreError::internal("decode a stored document", e))
 }
 
+/// A tenant record, or `None` for the row a first change of the tenant
+/// inserts to lock (`ensure_tenant_record.sql`).
+fn record_of(row: &tokio_postgres::Row) -> Result<Option<TenantRecord>, StoreError> {
+    let text: Option<&str> = row
+        .try_get("record")
+        .map_err(|e| StoreError::internal("read a stored row", e))?;
+    text.map(|text| {
+        serde_json::from_str(text).map_err(|e| StoreError::internal("decode a stored document", e))
+    })
+    .transpose()
+}
+
 fn to_json<T: serde::Serialize>(what: &'static str, value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| StoreError::internal(what, e))
 }
@@ -770,8 +789,10 @@ async fn change_in(
     tenant: &TenantId,
     change: &TenantChange,
 ) -> Result<Result<TenantChangeOutcome, StoreError>, TxError> {
+    let ensure_record = txn.prepare_cached(sql::ENSURE_TENANT_RECORD).await?;
     let lock_record = txn.prepare_cached(sql::LOCK_TENANT_RECORD).await?;
     let share_tier = txn.prepare_cached(sql::SHARE_TIER).await?;
+    let read_tier = txn.prepare_cached(sql::READ_TIER).await?;
     let lock_buckets = txn.prepare_cached(sql::LOCK_TENANT).await?;
     let clock = txn.prepare_cached(sql::CLOCK).await?;
     let upsert_record = txn.prepare_cached(sql::UPSERT_TENANT_RECORD).await?;
@@ -781,14 +802,22 @@ async fn change_in(
     let delete_bucket = txn.prepare_cached(sql::DELETE_BUCKET).await?;
 
     let tenant_id = tenant.as_str();
-    let record: Option<TenantRecord> = txn
-        .query_opt(&lock_record, &[&tenant_id])
-        .await?
-        .map(|row| json_column(&row, "record"))
-        .transpose()?;
+    // A row to lock even for a tenant without a record yet: two first
+    // changes of a tenant serialize on it (the second waits for the first
+    // to commit). A change that is refused rolls it back.
+    txn.execute(&ensure_record, &[&tenant_id]).await?;
+    let record = record_of(&txn.query_one(&lock_record, &[&tenant_id]).await?)?;
     let tier = match change.tier_to_load(record.as_ref()) {
         Some(name) => txn
             .query_opt(&share_tier, &[&name.as_str()])
+            .await?
+            .map(|row| json_column::<Tier>(&row, "definition"))
+            .transpose()?,
+        None => None,
+    };
+    let previous_tier = match change.previous_tier_to_load(record.as_ref()) {
+        Some(name) => txn
+            .query_opt(&read_tier, &[&name.as_str()])
             .await?
             .map(|row| json_column::<Tier>(&row, "definition"))
             .transpose()?,
@@ -807,6 +836,7 @@ async fn change_in(
         record,
         buckets,
         tier,
+        previous_tier,
     };
     let edit = match tier::change_tenant(tenant, change, &loaded, now) {
         Ok(edit) => edit,
@@ -891,18 +921,29 @@ impl PostgresStore {
         let inner = &*self.inner;
         inner
             .run("describe tenant", true, || async move {
-                let client = inner.pool.get().await?;
+                let mut client = inner.pool.get().await?;
                 let read_record = client.prepare_cached(sql::READ_TENANT_RECORD).await?;
                 let list = client.prepare_cached(sql::LIST_TENANT_BUCKETS).await?;
+                // One snapshot for the record and the buckets.
+                let txn = client
+                    .build_transaction()
+                    .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                    .read_only(true)
+                    .start()
+                    .await?;
                 let tenant_id = tenant.as_str();
                 let params: [&(dyn ToSql + Sync); 1] = [&tenant_id];
                 let (record, heads) = tokio::join!(
-                    client.query_opt(&read_record, &params),
-                    client.query(&list, &params),
+                    txn.query_opt(&read_record, &params),
+                    txn.query(&list, &params),
                 );
-                let record: Option<TenantRecord> =
-                    record?.map(|row| json_column(&row, "record")).transpose()?;
-                let mut buckets = snapshots_from_rows(inner, &heads?, "read_at")?;
+                let record = match record? {
+                    Some(row) => record_of(&row)?,
+                    None => None,
+                };
+                let heads = heads?;
+                txn.commit().await.map_err(TxError::Commit)?;
+                let mut buckets = snapshots_from_rows(inner, &heads, "read_at")?;
                 buckets.sort_by(|a, b| a.key.cmp(&b.key));
                 if record.is_none() && buckets.is_empty() {
                     return Err(TxError::Store(StoreError::TenantNotFound(tenant.clone())));
@@ -944,7 +985,10 @@ impl PostgresStore {
                 let mut changed = Vec::new();
                 for row in &tenants {
                     let tenant = rows::tenant_id(row)?;
-                    let outcome = change_in(inner, &txn, &tenant, &TenantChange::Reapply)
+                    let reapply = TenantChange::Reapply {
+                        previous: before.clone(),
+                    };
+                    let outcome = change_in(inner, &txn, &tenant, &reapply)
                         .await?
                         .map_err(TxError::Store)?;
                     if !(outcome.created.is_empty()

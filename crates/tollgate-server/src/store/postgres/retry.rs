@@ -2,7 +2,7 @@
 //!
 //! A transaction that PostgreSQL (or CockroachDB) aborted for a conflict
 //! — a serialization failure (40001), a deadlock (40P01), or two
-//! transactions creating the same tenant row (23505) — changed nothing and
+//! transactions creating the same row (23505) — changed nothing and
 //! is run again. So is one whose connection broke before it committed. A
 //! connection that broke *while* committing leaves the outcome unknown:
 //! only operations that are safe to apply twice (token-bucket requests are,
