@@ -251,10 +251,12 @@ pub(super) fn tenant_changed(
     bucket_retired(caller, operation, &outcome.retired);
 }
 
-/// Logs what each retired bucket was when it went.
+/// Logs what each retired bucket was when it went: every cumulative
+/// total, exactly, since the line is all that remains of them.
 fn bucket_retired(caller: &Caller, operation: &'static str, retired: &[BucketSnapshot]) {
     for bucket in retired {
         let totals = &bucket.head.totals;
+        let c = &totals.consumption;
         tracing::info!(
             operation,
             peer = %peer(caller),
@@ -265,7 +267,15 @@ fn bucket_retired(caller: &Caller, operation: &'static str, retired: &[BucketSna
             bucket = %bucket.key.bucket,
             before.granted_tokens = totals.granted_tokens,
             before.request_units = totals.consumption.request_units(),
-            before.request_unit_micros = totals.consumption.request_unit_micros,
+            before.request_unit_micros = c.request_unit_micros,
+            before.read_batches = c.read_batches,
+            before.read_requests = c.read_requests,
+            before.read_bytes = c.read_bytes,
+            before.write_batches = c.write_batches,
+            before.write_requests = c.write_requests,
+            before.write_bytes = c.write_bytes,
+            before.cpu_micros = c.cpu_micros,
+            before.egress_bytes = c.egress_bytes,
             before.live_instances = bucket.head.members.live_instances,
             "{caller} retired {}: granted {:.1} tokens, consumed {:.1} request units",
             describe(&bucket.key),
