@@ -281,7 +281,7 @@ impl BucketState {
     }
 }
 
-fn refilled_tokens(tokens: f64, limits: &Limits, elapsed_secs: f64) -> f64 {
+pub(crate) fn refilled_tokens(tokens: f64, limits: &Limits, elapsed_secs: f64) -> f64 {
     if tokens >= limits.burst_limit {
         // Refill is paused at or above the burst limit; an operator may have
         // set more than the limit, which is kept, not cut.

@@ -28,6 +28,7 @@
 pub mod consumption;
 pub mod cost_model;
 pub mod global_bucket;
+pub mod key_bucket;
 pub mod local_bucket;
 pub mod tier;
 pub mod time;

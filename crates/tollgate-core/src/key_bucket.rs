@@ -1,0 +1,199 @@
+//! Per-key buckets: an exact token bucket for each key (a user, an API
+//! key, an IP address) under a tenant's per-key bucket definition, checked
+//! with a round trip per call.
+//!
+//! Unlike a tenant's global bucket, a per-key bucket has no pods and no
+//! local buckets: every check takes its tokens in a store transaction, so
+//! the answer is exact and the same on every replica. The rules:
+//!
+//! - **Refill**: `refill_rate` tokens per second, capped at `burst_limit`.
+//!   Time comes from the store's clock; `last_refill` never moves back.
+//! - **A key never seen is full**, and so is a key whose bucket has
+//!   refilled to its burst: neither needs a stored row. [`check`] answers
+//!   `None` for such a key's state, and a store deletes the row, so the
+//!   store holds only keys that are below their burst.
+//! - **All or nothing**: the items of one check are taken together or not
+//!   at all (a per-user and a per-tenant limit checked as one). Items on
+//!   the same key take from it in turn.
+//! - **Reading**: an item asking for 0 tokens takes nothing and is always
+//!   allowed.
+//! - **The answer** per item: allowed, the tokens left, when the asked
+//!   tokens will be there ([`ItemAnswer::retry_after`]) and when the bucket
+//!   will be full again ([`ItemAnswer::reset_after`]).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::global_bucket::{Limits, refilled_tokens};
+use crate::time::Timestamp;
+use crate::validate::{self, InvalidInput, MAX_TOKENS};
+
+/// The most items one check carries.
+pub const MAX_CHECK_ITEMS: usize = 64;
+/// The longest key, in bytes.
+pub const MAX_KEY_LEN: usize = 512;
+
+/// A stored key's bucket (a key without one is full).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KeyState {
+    /// Tokens as of `last_refill`, at most the burst limit.
+    pub tokens: f64,
+    pub last_refill: Timestamp,
+}
+
+impl KeyState {
+    /// The level at `now` under `limits` (full if there is no state).
+    pub fn level(state: Option<&KeyState>, limits: &Limits, now: Timestamp) -> f64 {
+        match state {
+            None => limits.burst_limit,
+            Some(s) => refilled_tokens(s.tokens, limits, now.seconds_since(s.last_refill))
+                .min(limits.burst_limit),
+        }
+    }
+
+    /// True if the key's bucket has refilled to full by `now`: its row can
+    /// go.
+    pub fn is_idle(&self, limits: &Limits, now: Timestamp) -> bool {
+        KeyState::level(Some(self), limits, now) >= limits.burst_limit
+    }
+}
+
+/// Checks a key: at most [`MAX_KEY_LEN`] bytes, not empty. Keys are the
+/// caller's (user ids, API key hashes, addresses): any bytes of UTF-8.
+pub fn validate_key(field: &str, key: &str) -> Result<(), InvalidInput> {
+    if key.is_empty() {
+        return Err(InvalidInput::new(field, "must not be empty"));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(InvalidInput::new(
+            field,
+            format!("must be at most {MAX_KEY_LEN} bytes, got {}", key.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the tokens an item asks for.
+pub fn validate_tokens(field: &str, tokens: f64) -> Result<(), InvalidInput> {
+    validate::non_negative(field, tokens, MAX_TOKENS)
+}
+
+/// One key's bucket within a check: its definition's limits and its state
+/// as stored (`None`: full).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KeySlot {
+    pub limits: Limits,
+    pub state: Option<KeyState>,
+}
+
+/// What one item of a check asks: `tokens` from the key in `slot`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CheckItem {
+    pub slot: usize,
+    pub tokens: f64,
+}
+
+/// The answer to one item.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ItemAnswer {
+    /// True if the whole check was allowed (every item of a check gets the
+    /// same verdict).
+    pub allowed: bool,
+    /// Tokens the key holds after the check.
+    pub remaining: f64,
+    /// When the tokens this item asked for will be there: zero if they are
+    /// now, `None` if never (more than the burst, or no refill).
+    pub retry_after: Option<Duration>,
+    /// When the key's bucket will be full: zero if it is, `None` if never
+    /// (no refill).
+    pub reset_after: Option<Duration>,
+}
+
+/// The outcome of [`check`]: an answer per item, in order, and each slot's
+/// new state (`None`: full, no row needed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckOutcome {
+    pub allowed: bool,
+    pub answers: Vec<ItemAnswer>,
+    pub states: Vec<Option<KeyState>>,
+}
+
+/// Runs a check: takes every item's tokens from its key if all of them are
+/// there, none otherwise. Items must name slots of `slots`.
+pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOutcome {
+    let levels: Vec<f64> = slots
+        .iter()
+        .map(|s| KeyState::level(s.state.as_ref(), &s.limits, now))
+        .collect();
+    // Take in turn from a copy; keep it only if every item was covered.
+    let mut after = levels.clone();
+    let mut allowed = true;
+    let mut wanting = Vec::with_capacity(items.len());
+    for item in items {
+        let level = after.get(item.slot).copied().unwrap_or(0.0);
+        wanting.push(level);
+        if item.tokens > level {
+            allowed = false;
+        } else if let Some(level) = after.get_mut(item.slot) {
+            *level -= item.tokens;
+        }
+    }
+    let final_levels = if allowed { after } else { levels.clone() };
+    let answers = items
+        .iter()
+        .zip(&wanting)
+        .map(|(item, &before)| {
+            let limits = slots.get(item.slot).map_or(
+                Limits {
+                    refill_rate: 0.0,
+                    burst_limit: 0.0,
+                },
+                |s| s.limits,
+            );
+            let remaining = final_levels.get(item.slot).copied().unwrap_or(0.0);
+            let retry_after = if allowed || item.tokens <= before {
+                Some(Duration::ZERO)
+            } else {
+                time_to(item.tokens - before, item.tokens, &limits)
+            };
+            ItemAnswer {
+                allowed,
+                remaining,
+                retry_after,
+                reset_after: time_to(limits.burst_limit - remaining, limits.burst_limit, &limits),
+            }
+        })
+        .collect();
+    let states = slots
+        .iter()
+        .zip(&final_levels)
+        .map(|(slot, &level)| {
+            (level < slot.limits.burst_limit).then(|| KeyState {
+                tokens: level,
+                last_refill: slot.state.map_or(now, |s| s.last_refill.max(now)),
+            })
+        })
+        .collect();
+    CheckOutcome {
+        allowed,
+        answers,
+        states,
+    }
+}
+
+/// How long refill takes to add `missing` tokens to reach `target`:
+/// zero if nothing is missing, `None` if it never will (no refill, or a
+/// target above the burst).
+fn time_to(missing: f64, target: f64, limits: &Limits) -> Option<Duration> {
+    if missing <= 0.0 {
+        return Some(Duration::ZERO);
+    }
+    if limits.refill_rate <= 0.0 || target > limits.burst_limit {
+        return None;
+    }
+    Duration::try_from_secs_f64(missing / limits.refill_rate).ok()
+}
+
+#[cfg(test)]
+mod tests;
