@@ -165,14 +165,22 @@ pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOut
             }
         })
         .collect();
+    // A full key needs no row; a refused check leaves the others as they
+    // were (they keep refilling from there: nothing to write).
     let states = slots
         .iter()
         .zip(&final_levels)
         .map(|(slot, &level)| {
-            (level < slot.limits.burst_limit).then(|| KeyState {
-                tokens: level,
-                last_refill: slot.state.map_or(now, |s| s.last_refill.max(now)),
-            })
+            if level >= slot.limits.burst_limit {
+                None
+            } else if !allowed {
+                slot.state
+            } else {
+                Some(KeyState {
+                    tokens: level,
+                    last_refill: slot.state.map_or(now, |s| s.last_refill.max(now)),
+                })
+            }
         })
         .collect();
     CheckOutcome {
