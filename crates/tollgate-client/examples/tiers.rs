@@ -56,6 +56,7 @@ fn bucket(name: &str, refill_rate: f64, burst_limit: f64) -> v1::BucketDefinitio
         refill_rate,
         burst_limit,
         initial_tokens: None,
+        kind: v1::BucketKind::Shared.into(),
     }
 }
 

@@ -30,13 +30,38 @@ use crate::validate::{self, BucketName, InvalidInput, MAX_TOKENS, TenantId, Tier
 /// The most buckets one tier defines.
 pub const MAX_TIER_BUCKETS: usize = 1000;
 
+/// What a bucket definition makes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BucketKind {
+    /// One bucket the tenant's pods share: provisioned for every tenant on
+    /// the tier.
+    #[default]
+    Shared,
+    /// One exact bucket per caller-chosen key ([`crate::key_bucket`]):
+    /// nothing is provisioned, a key is full until it first takes tokens.
+    PerKey,
+}
+
+impl BucketKind {
+    /// The kind's name in files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            BucketKind::Shared => "shared",
+            BucketKind::PerKey => "per-key",
+        }
+    }
+}
+
 /// One bucket as a tier or an override defines it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BucketDefinition {
     pub limits: Limits,
     /// Tokens a newly provisioned bucket starts with; the burst limit if
-    /// unset.
+    /// unset. Unset for a per-key bucket.
     pub initial_tokens: Option<f64>,
+    #[serde(default)]
+    pub kind: BucketKind,
 }
 
 impl BucketDefinition {
@@ -45,6 +70,13 @@ impl BucketDefinition {
     pub fn validate(&self, field: &str) -> Result<(), InvalidInput> {
         self.limits.validate().map_err(|e| e.within(field))?;
         if let Some(initial) = self.initial_tokens {
+            if self.kind == BucketKind::PerKey {
+                return Err(InvalidInput::new(
+                    "initial_tokens",
+                    "must be unset for a per-key bucket: keys start full",
+                )
+                .within(field));
+            }
             validate::non_negative("initial_tokens", initial, MAX_TOKENS)
                 .map_err(|e| e.within(field))?;
         }
@@ -236,13 +268,25 @@ pub enum TierError {
     },
 }
 
-/// The buckets a tenant on `tier` with `overrides` should have.
+/// The definitions of a tenant on `tier` with `overrides`: its tier's,
+/// with its overrides on top.
+pub fn definitions(
+    tier: Option<&Tier>,
+    overrides: &BTreeMap<BucketName, BucketDefinition>,
+) -> BTreeMap<BucketName, BucketDefinition> {
+    let mut all = tier.map(|t| t.buckets.clone()).unwrap_or_default();
+    all.extend(overrides.iter().map(|(name, d)| (name.clone(), *d)));
+    all
+}
+
+/// The shared buckets a tenant on `tier` with `overrides` should have rows
+/// for (per-key definitions provision nothing).
 pub fn wanted_buckets(
     tier: Option<&Tier>,
     overrides: &BTreeMap<BucketName, BucketDefinition>,
 ) -> BTreeMap<BucketName, BucketDefinition> {
-    let mut wanted = tier.map(|t| t.buckets.clone()).unwrap_or_default();
-    wanted.extend(overrides.iter().map(|(name, d)| (name.clone(), *d)));
+    let mut wanted = definitions(tier, overrides);
+    wanted.retain(|_, d| d.kind == BucketKind::Shared);
     wanted
 }
 

@@ -916,6 +916,7 @@ fn definition(bucket: &str, refill_rate: f64, burst_limit: f64) -> v1::BucketDef
         refill_rate,
         burst_limit,
         initial_tokens: None,
+        kind: v1::BucketKind::Shared.into(),
     }
 }
 
@@ -1005,6 +1006,27 @@ async fn tiers_refuse_bad_input_and_change_nothing(backend: Backend) {
             "tier.buckets[0].initial_tokens",
         ),
         (v1::PutTierRequest { tier: None }, "tier"),
+        (
+            put_tier(
+                "pro",
+                vec![v1::BucketDefinition {
+                    kind: 7,
+                    ..definition("a", 1.0, 1.0)
+                }],
+            ),
+            "tier.buckets[0].kind",
+        ),
+        (
+            put_tier(
+                "pro",
+                vec![v1::BucketDefinition {
+                    kind: v1::BucketKind::PerKey.into(),
+                    initial_tokens: Some(1.0),
+                    ..definition("a", 1.0, 1.0)
+                }],
+            ),
+            "tier.buckets[0].initial_tokens",
+        ),
     ];
     for (request, field) in bad_tiers {
         let what = format!("{request:?}");
@@ -1027,6 +1049,37 @@ async fn tiers_refuse_bad_input_and_change_nothing(backend: Backend) {
         .expect("list")
         .into_inner();
     assert_eq!(tiers_after, tiers_before, "no bad tier changed anything");
+
+    // A per-key definition is kept as such and provisions no bucket.
+    let per_key = v1::BucketDefinition {
+        kind: v1::BucketKind::PerKey.into(),
+        ..definition("api-calls-per-user", 5.0, 50.0)
+    };
+    admin
+        .put_tier(put_tier("keyed", vec![per_key.clone()]))
+        .await
+        .expect("per-key tier");
+    let keyed = admin
+        .get_tier(v1::GetTierRequest {
+            name: "keyed".into(),
+        })
+        .await
+        .expect("get")
+        .into_inner()
+        .tier
+        .expect("tier");
+    assert_eq!(keyed.buckets, vec![per_key]);
+    let onboarded = admin
+        .create_tenant(v1::CreateTenantRequest {
+            tenant_id: "keyed-tenant".into(),
+            tier: "keyed".into(),
+        })
+        .await
+        .expect("onboard")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+    assert!(onboarded.buckets.is_empty(), "{onboarded:?}");
 
     let describe = |admin: &mut AdminClient<Channel>| {
         let mut admin = admin.clone();

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use support::{Backend, Backing};
-use tollgate_core::tier::{BucketDefinition, TenantChange, Tier, TierError};
+use tollgate_core::tier::{BucketDefinition, BucketKind, TenantChange, Tier, TierError};
 use tollgate_core::{
     BucketKey, BucketName, Consumption, Limits, LimitsUpdate, TenantId, TierName, Timestamp,
     TokenBucketRequest,
@@ -415,6 +415,7 @@ fn definition(refill_rate: f64, burst_limit: f64) -> BucketDefinition {
             burst_limit,
         },
         initial_tokens: None,
+        kind: BucketKind::Shared,
     }
 }
 

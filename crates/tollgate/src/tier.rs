@@ -25,6 +25,7 @@ use anyhow::{Context, anyhow};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use tollgate_core::TierName;
+use tollgate_core::tier::BucketKind;
 use tollgate_core::validate;
 use tollgate_proto::v1;
 
@@ -343,6 +344,8 @@ pub struct BucketJson {
     pub burst_limit: f64,
     /// `null` when unset: a new bucket starts at its burst limit.
     pub initial_tokens: Option<f64>,
+    /// `shared` or `per-key`.
+    pub kind: BucketKind,
 }
 
 impl BucketJson {
@@ -352,6 +355,8 @@ impl BucketJson {
             refill_rate: b.refill_rate,
             burst_limit: b.burst_limit,
             initial_tokens: b.initial_tokens,
+            // The server sends only kinds it knows, as this client does.
+            kind: definition::kind_from_proto(b.kind).unwrap_or_default(),
         }
     }
 
@@ -361,6 +366,7 @@ impl BucketJson {
             refill_rate: self.refill_rate,
             burst_limit: self.burst_limit,
             initial_tokens: self.initial_tokens,
+            kind: self.kind,
         }
         .text()
     }
@@ -575,6 +581,7 @@ mod tests {
             refill_rate: 10.0,
             burst_limit: 100.0,
             initial_tokens: None,
+            kind: BucketKind::Shared,
         };
         let server = BTreeMap::from([(old, Buckets::new()), (free.clone(), Buckets::new())]);
         let file = BTreeMap::from([
@@ -662,12 +669,14 @@ mod tests {
                     refill_rate: 1.0,
                     burst_limit: 20.0,
                     initial_tokens: Some(5.0),
+                    kind: v1::BucketKind::Shared.into(),
                 },
                 v1::BucketDefinition {
                     bucket: "schedule-email".into(),
                     refill_rate: 10.0,
                     burst_limit: 100.0,
                     initial_tokens: None,
+                    kind: v1::BucketKind::Shared.into(),
                 },
             ],
             created_at: None,

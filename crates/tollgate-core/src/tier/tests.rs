@@ -26,6 +26,7 @@ fn def(refill_rate: f64, burst_limit: f64) -> BucketDefinition {
             burst_limit,
         },
         initial_tokens: None,
+        kind: BucketKind::Shared,
     }
 }
 
@@ -365,4 +366,37 @@ fn buckets_made_by_hand_and_the_request_unit_bucket_are_never_retired() {
         "only what free provisioned"
     );
     assert!(edit.created.contains_key(&name("other")));
+}
+
+#[test]
+fn per_key_definitions_provision_no_rows() {
+    let per_key = BucketDefinition {
+        kind: BucketKind::PerKey,
+        ..def(5.0, 50.0)
+    };
+    let tier = tier(&[
+        ("schedule-email", def(1.0, 10.0)),
+        ("api-calls-per-user", per_key),
+    ]);
+    let loaded = LoadedTenant {
+        tier: Some(tier.clone()),
+        ..empty()
+    };
+    let onboard = TenantChange::Create {
+        tier: tier_name("pro"),
+    };
+    let edit = change_tenant(&tenant(), &onboard, &loaded, at(0.0)).expect("onboard");
+    let created: Vec<_> = edit.created.keys().map(BucketName::as_str).collect();
+    assert_eq!(created, ["schedule-email"]);
+    assert_eq!(
+        definitions(Some(&tier), &BTreeMap::new())[&name("api-calls-per-user")].kind,
+        BucketKind::PerKey
+    );
+    let with_initial = BucketDefinition {
+        initial_tokens: Some(1.0),
+        ..per_key
+    };
+    let err = Tier::from_definitions("tier.buckets", [("k", with_initial)], at(0.0))
+        .expect_err("keys start full");
+    assert_eq!(err.field, "tier.buckets[0].initial_tokens");
 }

@@ -294,7 +294,7 @@ impl admin_server::Admin for AdminService {
             .ok_or_else(|| invalid(InvalidInput::new("bucket", "must be set")))?;
         let change = TenantChange::SetOverride {
             bucket: BucketName::parse("bucket.bucket", &definition.bucket).map_err(invalid)?,
-            definition: convert::definition_from_proto(&definition),
+            definition: convert::definition_from_proto("bucket", &definition).map_err(invalid)?,
         };
         change.validate().map_err(invalid)?;
         let outcome = self

@@ -11,7 +11,7 @@ use tollgate_core::{
 use tollgate_proto::v1;
 
 use tollgate_core::TierName;
-use tollgate_core::tier::{BucketDefinition, Tier};
+use tollgate_core::tier::{BucketDefinition, BucketKind, Tier};
 
 use crate::store::{BucketSnapshot, TenantView};
 
@@ -160,30 +160,59 @@ pub fn tier_from_proto(tier: Option<v1::Tier>) -> Result<(TierName, Tier), Inval
     let definitions = tier
         .buckets
         .iter()
-        .map(|b| (b.bucket.as_str(), definition_from_proto(b)))
-        .collect::<Vec<_>>();
+        .enumerate()
+        .map(|(i, b)| {
+            Ok((
+                b.bucket.as_str(),
+                definition_from_proto(&format!("tier.buckets[{i}]"), b)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, InvalidInput>>()?;
     // The store sets the timestamps.
     let tier = Tier::from_definitions("tier.buckets", definitions, Timestamp::EPOCH)?;
     Ok((name, tier))
 }
 
-/// A bucket definition's numbers (checked where it is used).
-pub fn definition_from_proto(b: &v1::BucketDefinition) -> BucketDefinition {
-    BucketDefinition {
+/// A bucket definition: its kind checked here (an unknown number is
+/// refused, naming `field.kind`), its numbers where it is used.
+pub fn definition_from_proto(
+    field: &str,
+    b: &v1::BucketDefinition,
+) -> Result<BucketDefinition, InvalidInput> {
+    let kind = match v1::BucketKind::try_from(b.kind) {
+        Ok(v1::BucketKind::Shared) => BucketKind::Shared,
+        Ok(v1::BucketKind::PerKey) => BucketKind::PerKey,
+        Err(_) => {
+            return Err(InvalidInput::new(
+                format!("{field}.kind"),
+                format!(
+                    "must be BUCKET_KIND_SHARED (0) or BUCKET_KIND_PER_KEY (1), got {}",
+                    b.kind
+                ),
+            ));
+        }
+    };
+    Ok(BucketDefinition {
         limits: Limits {
             refill_rate: b.refill_rate,
             burst_limit: b.burst_limit,
         },
         initial_tokens: b.initial_tokens,
-    }
+        kind,
+    })
 }
 
 fn definition_to_proto(bucket: &BucketName, d: &BucketDefinition) -> v1::BucketDefinition {
+    let kind = match d.kind {
+        BucketKind::Shared => v1::BucketKind::Shared,
+        BucketKind::PerKey => v1::BucketKind::PerKey,
+    };
     v1::BucketDefinition {
         bucket: bucket.to_string(),
         refill_rate: d.limits.refill_rate,
         burst_limit: d.limits.burst_limit,
         initial_tokens: d.initial_tokens,
+        kind: kind.into(),
     }
 }
 

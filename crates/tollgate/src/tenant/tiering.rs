@@ -133,6 +133,7 @@ pub async fn override_(client: &mut AdminConnection, a: OverrideArgs) -> anyhow:
                         refill_rate: a.refill_rate,
                         burst_limit: a.burst_limit,
                         initial_tokens: a.initial_tokens,
+                        kind: v1::BucketKind::Shared.into(),
                     }),
                 }))
                 .await
@@ -336,6 +337,7 @@ mod tests {
                 refill_rate: 50.0,
                 burst_limit: 500.0,
                 initial_tokens: None,
+                kind: v1::BucketKind::Shared.into(),
             }],
             buckets: vec![
                 bucket("invoke-doc-summary-ai", 1.0, 20.0),

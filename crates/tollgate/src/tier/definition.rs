@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Context;
 use serde::Serialize;
+use tollgate_core::tier::BucketKind;
 use tollgate_core::validate::{self, InvalidInput, MAX_REFILL_RATE, MAX_TOKENS};
 use tollgate_core::{BucketName, TierName};
 use tollgate_proto::v1;
@@ -27,6 +28,8 @@ pub struct BucketLimits {
     pub burst_limit: f64,
     /// Tokens a newly provisioned bucket starts with; `burst_limit` if unset.
     pub initial_tokens: Option<f64>,
+    /// Shared by the tenant's pods, or one bucket per key.
+    pub kind: BucketKind,
 }
 
 impl BucketLimits {
@@ -42,6 +45,7 @@ impl BucketLimits {
         self.refill_rate == other.refill_rate
             && self.burst_limit == other.burst_limit
             && self.effective_initial_tokens() == other.effective_initial_tokens()
+            && self.kind == other.kind
     }
 
     /// The limits as text: `refill_rate 10, burst_limit 100` (and
@@ -55,12 +59,46 @@ impl BucketLimits {
         if let Some(initial) = self.initial_tokens {
             text.push_str(&format!(", initial_tokens {}", validate::number(initial)));
         }
+        if self.kind != BucketKind::Shared {
+            text.push_str(&format!(", kind {}", self.kind.name()));
+        }
         text
     }
 }
 
 /// A tier's buckets, by name: what `PutTier` sends.
 pub type Buckets = BTreeMap<BucketName, BucketLimits>;
+
+/// A bucket kind by its name in files: `shared` or `per-key`.
+pub fn kind(field: &str, name: &str) -> Result<BucketKind, InvalidInput> {
+    [BucketKind::Shared, BucketKind::PerKey]
+        .into_iter()
+        .find(|k| k.name() == name)
+        .ok_or_else(|| {
+            InvalidInput::new(
+                field,
+                format!(
+                    "must be \"shared\" or \"per-key\", got {}",
+                    validate::quote(name)
+                ),
+            )
+        })
+}
+
+/// The wire's number for a kind, and back.
+fn kind_to_proto(kind: BucketKind) -> i32 {
+    match kind {
+        BucketKind::Shared => v1::BucketKind::Shared.into(),
+        BucketKind::PerKey => v1::BucketKind::PerKey.into(),
+    }
+}
+
+pub fn kind_from_proto(kind: i32) -> Option<BucketKind> {
+    match v1::BucketKind::try_from(kind).ok()? {
+        v1::BucketKind::Shared => Some(BucketKind::Shared),
+        v1::BucketKind::PerKey => Some(BucketKind::PerKey),
+    }
+}
 
 /// Checks a refill rate (tokens per second) against the wire's bounds.
 pub fn refill_rate(field: &str, value: f64) -> Result<f64, InvalidInput> {
@@ -124,6 +162,7 @@ impl BucketFlag {
                         .map_err(|e| e.to_string())
                 })
                 .transpose()?,
+            kind: BucketKind::Shared,
         };
         Ok(BucketFlag { name, limits })
     }
@@ -155,6 +194,7 @@ pub fn to_proto(name: &BucketName, limits: &BucketLimits) -> v1::BucketDefinitio
         refill_rate: limits.refill_rate,
         burst_limit: limits.burst_limit,
         initial_tokens: limits.initial_tokens,
+        kind: kind_to_proto(limits.kind),
     }
 }
 
@@ -181,10 +221,18 @@ pub fn tier_from_proto(tier: &v1::Tier) -> anyhow::Result<(TierName, Buckets)> {
     for b in &tier.buckets {
         let bucket = BucketName::parse("bucket", &b.bucket)
             .with_context(|| format!("the server's tier {name}"))?;
+        let kind = kind_from_proto(b.kind).with_context(|| {
+            format!(
+                "the server's tier {name}: bucket {} has kind {}, which this client does not know",
+                validate::quote(&b.bucket),
+                b.kind
+            )
+        })?;
         let limits = BucketLimits {
             refill_rate: b.refill_rate,
             burst_limit: b.burst_limit,
             initial_tokens: b.initial_tokens,
+            kind,
         };
         if buckets.insert(bucket, limits).is_some() {
             anyhow::bail!(
@@ -213,7 +261,8 @@ mod tests {
             BucketLimits {
                 refill_rate: 10.0,
                 burst_limit: 100.0,
-                initial_tokens: None
+                initial_tokens: None,
+                kind: BucketKind::Shared,
             }
         );
         let three = flag("invoke-doc-summary-ai=0.5/20/5").expect("valid");
@@ -268,13 +317,16 @@ mod tests {
             refill_rate: 1.0,
             burst_limit: 20.0,
             initial_tokens: None,
+            kind: BucketKind::Shared,
         };
         let at_burst = BucketLimits {
             initial_tokens: Some(20.0),
+            kind: BucketKind::Shared,
             ..unset
         };
         let lower = BucketLimits {
             initial_tokens: Some(5.0),
+            kind: BucketKind::Shared,
             ..unset
         };
         assert!(unset.same_as(&at_burst));
@@ -294,6 +346,7 @@ mod tests {
                 refill_rate: 10.0,
                 burst_limit: 100.0,
                 initial_tokens: Some(50.0),
+                kind: v1::BucketKind::PerKey.into(),
             }],
             created_at: None,
             updated_at: None,

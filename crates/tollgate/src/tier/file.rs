@@ -26,6 +26,7 @@ use std::ops::Range;
 
 use serde::Deserialize;
 use tollgate_core::TierName;
+use tollgate_core::tier::BucketKind;
 use tollgate_core::validate::InvalidInput;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
@@ -62,6 +63,8 @@ struct BucketToml {
     refill_rate: Spanned<f64>,
     burst_limit: Spanned<f64>,
     initial_tokens: Option<Spanned<f64>>,
+    /// `shared` (the default) or `per-key`.
+    kind: Option<Spanned<String>>,
 }
 
 /// One thing wrong with a tiers file, and where.
@@ -196,7 +199,7 @@ impl Source<'_> {
                     bucket.burst_limit.span(),
                     definition::tokens(&field("burst_limit"), *bucket.burst_limit.get_ref()),
                 );
-                let initial_tokens = match bucket.initial_tokens {
+                let initial_tokens = match &bucket.initial_tokens {
                     None => Some(None),
                     Some(initial) => self
                         .keep(
@@ -206,12 +209,31 @@ impl Source<'_> {
                         )
                         .map(Some),
                 };
+                let kind = match &bucket.kind {
+                    None => Some(BucketKind::Shared),
+                    Some(kind) => self.keep(
+                        &mut errors,
+                        kind.span(),
+                        definition::kind(&field("kind"), kind.get_ref()),
+                    ),
+                };
+                if let (Some(BucketKind::PerKey), Some(initial)) = (kind, &bucket.initial_tokens) {
+                    self.keep::<()>(
+                        &mut errors,
+                        initial.span(),
+                        Err(InvalidInput::new(
+                            field("initial_tokens"),
+                            "must be unset for a per-key bucket: keys start full",
+                        )),
+                    );
+                }
                 if let (
                     Some(bucket_name),
                     Some(refill_rate),
                     Some(burst_limit),
                     Some(initial_tokens),
-                ) = (bucket_name, refill_rate, burst_limit, initial_tokens)
+                    Some(kind),
+                ) = (bucket_name, refill_rate, burst_limit, initial_tokens, kind)
                 {
                     buckets.insert(
                         bucket_name,
@@ -219,6 +241,7 @@ impl Source<'_> {
                             refill_rate,
                             burst_limit,
                             initial_tokens,
+                            kind,
                         },
                     );
                 }

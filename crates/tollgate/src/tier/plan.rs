@@ -216,6 +216,7 @@ mod tests {
             refill_rate,
             burst_limit,
             initial_tokens: None,
+            kind: tollgate_core::tier::BucketKind::Shared,
         }
     }
 

@@ -21,6 +21,7 @@ fn limits(refill_rate: f64, burst_limit: f64, initial_tokens: Option<f64>) -> Bu
         refill_rate,
         burst_limit,
         initial_tokens,
+        kind: BucketKind::Shared,
     }
 }
 
@@ -178,7 +179,7 @@ fn unknown_keys_are_refused_at_the_top_the_tier_and_the_bucket_level() {
     assert_eq!(
         error(&one_bucket("refill_rate = 1\nburst_limt = 1\n")),
         "tiers.toml:3:1: tiers.pro.buckets.schedule-email.burst_limt: unknown field `burst_limt`, \
-         expected one of `refill_rate`, `burst_limit`, `initial_tokens`"
+         expected one of `refill_rate`, `burst_limit`, `initial_tokens`, `kind`"
     );
 }
 
@@ -287,4 +288,31 @@ fn columns_count_characters_not_bytes() {
     assert_eq!(line_and_column("é = 1\nab", 9), (2, 3));
     assert_eq!(line_and_column("é = 1", 2), (1, 2));
     assert_eq!(line_and_column("", 5), (1, 1));
+}
+
+#[test]
+fn a_bucket_may_be_per_key_without_initial_tokens() {
+    let file = parse(
+        "tiers.toml",
+        "[tiers.pro.buckets.api-calls-per-user]\nkind = \"per-key\"\nrefill_rate = 5\nburst_limit = 50\n",
+    )
+    .expect("valid");
+    let defined = &file.tiers[&tier("pro")][&bucket("api-calls-per-user")];
+    assert_eq!(defined.kind, BucketKind::PerKey);
+    assert_eq!((defined.refill_rate, defined.burst_limit), (5.0, 50.0));
+
+    let wrong = error(&one_bucket(
+        "kind = \"per-user\"\nrefill_rate = 1\nburst_limit = 1\n",
+    ));
+    assert!(
+        wrong.starts_with("tiers.toml:2:8: tiers.pro.buckets.schedule-email.kind: must be \"shared\" or \"per-key\""),
+        "{wrong}"
+    );
+    let initial = error(&one_bucket(
+        "kind = \"per-key\"\nrefill_rate = 1\nburst_limit = 1\ninitial_tokens = 1\n",
+    ));
+    assert!(
+        initial.starts_with("tiers.toml:5:18: tiers.pro.buckets.schedule-email.initial_tokens: must be unset for a per-key bucket"),
+        "{initial}"
+    );
 }
