@@ -229,10 +229,9 @@ pub(super) fn tenant_changed(
         .as_ref()
         .and_then(|r| r.tier.as_ref())
         .map(ToString::to_string);
-    let names = |names: &mut dyn Iterator<Item = String>| names.collect::<Vec<_>>().join(",");
-    let created = names(&mut outcome.created.iter().map(ToString::to_string));
-    let changed = names(&mut outcome.changed.iter().map(ToString::to_string));
-    let retired = names(&mut outcome.retired.iter().map(|b| b.key.bucket.to_string()));
+    let created = joined(&outcome.created);
+    let changed = joined(&outcome.changed);
+    let retired = joined(outcome.retired.iter().map(|b| &b.key.bucket));
     tracing::info!(
         operation,
         peer = %peer(caller),
@@ -249,6 +248,15 @@ pub(super) fn tenant_changed(
         tier.as_deref().unwrap_or("(none)"),
     );
     bucket_retired(caller, operation, &outcome.retired);
+}
+
+/// Names separated by commas.
+fn joined<T: fmt::Display>(names: impl IntoIterator<Item = T>) -> String {
+    names
+        .into_iter()
+        .map(|name| name.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Logs what each retired bucket was when it went: every cumulative

@@ -27,7 +27,6 @@
 //! floating-point totals ([`migrate_v1_totals`]); versions 1 and 2 kept one
 //! bucket per tenant, keyed by tenant id alone ([`migrate_v2_keys`]).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -530,9 +529,7 @@ fn write_back(
     for write in batch.writes() {
         let (t, b) = (write.key.tenant.as_str(), write.key.bucket.as_str());
         if write.insert {
-            instances
-                .retain_in((t, b, 0)..=(t, b, u32::MAX), |_, _| false)
-                .map_err(storage("delete stray instance rows"))?;
+            delete_instances(instances, write.key)?;
         }
         write_head(buckets, write.key, write.head)?;
         for row in &write.upsert {
@@ -550,25 +547,58 @@ fn write_back(
     Ok(())
 }
 
-/// The keys of a tenant's buckets, in order.
-fn tenant_bucket_keys(
+/// A tenant's buckets' head rows, in key order, read in one range scan.
+fn tenant_heads(
     buckets: &impl ReadableTable<(&'static str, &'static str), &'static [u8]>,
     tenant: &TenantId,
-) -> Result<Vec<BucketKey>, StoreError> {
+) -> Result<Vec<(BucketKey, BucketRow)>, StoreError> {
     let t = tenant.as_str();
-    let mut keys = Vec::new();
+    let mut heads = Vec::new();
     for entry in buckets
         .range((t, "")..)
         .map_err(storage("read bucket rows"))?
     {
-        let (key, _) = entry.map_err(storage("read bucket rows"))?;
+        let (key, value) = entry.map_err(storage("read bucket rows"))?;
         let (row_tenant, bucket) = key.value();
         if row_tenant != t {
             break;
         }
-        keys.push(BucketKey::new(tenant.clone(), bucket_name(bucket)?));
+        heads.push((
+            BucketKey::new(tenant.clone(), bucket_name(bucket)?),
+            decode("decode bucket row", value.value())?,
+        ));
     }
-    Ok(keys)
+    Ok(heads)
+}
+
+/// A head row as a snapshot without instances.
+fn head_snapshot((key, head): (BucketKey, BucketRow), now: Timestamp) -> BucketSnapshot {
+    BucketSnapshot {
+        key,
+        head,
+        instances: Vec::new(),
+        read_at: now,
+    }
+}
+
+/// Deletes every instance row of a bucket.
+fn delete_instances(instances: &mut InstancesTable<'_>, key: &BucketKey) -> Result<(), StoreError> {
+    let (t, b) = (key.tenant.as_str(), key.bucket.as_str());
+    instances
+        .retain_in((t, b, 0)..=(t, b, u32::MAX), |_, _| false)
+        .map_err(storage("delete instance rows"))
+}
+
+/// A tenant's record, if it has one.
+fn read_record(
+    records: &impl ReadableTable<&'static str, &'static [u8]>,
+    tenant: &TenantId,
+) -> Result<Option<TenantRecord>, StoreError> {
+    records
+        .get(tenant.as_str())
+        .map_err(storage("read tenant record"))?
+        .map(|row| decode("decode tenant record", row.value()))
+        .transpose()
 }
 
 fn bucket_name(stored: &str) -> Result<BucketName, StoreError> {
@@ -591,31 +621,20 @@ fn delete(
         .remove(tenant.as_str())
         .map_err(storage("delete tenant record"))?
         .is_some();
-    let keys = tenant_bucket_keys(&buckets, tenant)?;
-    if keys.is_empty() && !had_record {
+    let heads = tenant_heads(&buckets, tenant)?;
+    if heads.is_empty() && !had_record {
         return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
     }
-    let mut deleted = Vec::with_capacity(keys.len());
-    for key in keys {
-        let (t, b) = (key.tenant.as_str(), key.bucket.as_str());
-        let head = match buckets
-            .remove((t, b))
-            .map_err(storage("delete bucket row"))?
-        {
-            Some(row) => decode("decode bucket row", row.value())?,
-            None => continue,
-        };
-        instances
-            .retain_in((t, b, 0)..=(t, b, u32::MAX), |_, _| false)
-            .map_err(storage("delete instance rows"))?;
-        deleted.push(BucketSnapshot {
-            key,
-            head,
-            instances: Vec::new(),
-            read_at: now,
-        });
+    for (key, _) in &heads {
+        buckets
+            .remove((key.tenant.as_str(), key.bucket.as_str()))
+            .map_err(storage("delete bucket row"))?;
+        delete_instances(&mut instances, key)?;
     }
-    Ok(Ok(deleted))
+    Ok(Ok(heads
+        .into_iter()
+        .map(|head| head_snapshot(head, now))
+        .collect()))
 }
 
 fn read_head(
@@ -691,11 +710,7 @@ fn load_tenant(
     let records = txn
         .open_table(TENANT_RECORDS)
         .map_err(storage("open tenant records"))?;
-    let record: Option<TenantRecord> = records
-        .get(tenant.as_str())
-        .map_err(storage("read tenant record"))?
-        .map(|row| decode("decode tenant record", row.value()))
-        .transpose()?;
+    let record = read_record(&records, tenant)?;
     let tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
     let tier = match change.tier_to_load(record.as_ref()) {
         Some(name) => read_tier(&tiers, &name)?,
@@ -706,12 +721,10 @@ fn load_tenant(
         None => None,
     };
     let buckets_table = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
-    let mut buckets = BTreeMap::new();
-    for key in tenant_bucket_keys(&buckets_table, tenant)? {
-        if let Some(head) = read_head(&buckets_table, &key)? {
-            buckets.insert(key.bucket, head);
-        }
-    }
+    let buckets = tenant_heads(&buckets_table, tenant)?
+        .into_iter()
+        .map(|(key, head)| (key.bucket, head))
+        .collect();
     Ok(LoadedTenant {
         record,
         buckets,
@@ -743,54 +756,28 @@ fn change_one(
     let mut instances = txn
         .open_table(INSTANCES)
         .map_err(storage("open instances"))?;
-    let t = tenant.as_str();
+    let key = |name: &BucketName| BucketKey::new(tenant.clone(), name.clone());
     for (name, head) in &edit.created {
-        let b = name.as_str();
-        instances
-            .retain_in((t, b, 0)..=(t, b, u32::MAX), |_, _| false)
-            .map_err(storage("delete stray instance rows"))?;
-        write_head(
-            &mut buckets,
-            &BucketKey::new(tenant.clone(), name.clone()),
-            head,
-        )?;
+        delete_instances(&mut instances, &key(name))?;
+        write_head(&mut buckets, &key(name), head)?;
     }
     for (name, head) in &edit.changed {
-        write_head(
-            &mut buckets,
-            &BucketKey::new(tenant.clone(), name.clone()),
-            head,
-        )?;
+        write_head(&mut buckets, &key(name), head)?;
     }
     let mut retired = Vec::new();
     for name in &edit.retired {
-        let b = name.as_str();
         if let Some(head) = loaded.buckets.get(name) {
             buckets
-                .remove((t, b))
+                .remove((tenant.as_str(), name.as_str()))
                 .map_err(storage("delete bucket row"))?;
-            instances
-                .retain_in((t, b, 0)..=(t, b, u32::MAX), |_, _| false)
-                .map_err(storage("delete instance rows"))?;
-            retired.push(BucketSnapshot {
-                key: BucketKey::new(tenant.clone(), name.clone()),
-                head: head.clone(),
-                instances: Vec::new(),
-                read_at: now,
-            });
+            delete_instances(&mut instances, &key(name))?;
+            retired.push(head_snapshot((key(name), head.clone()), now));
         }
     }
-    let mut view_buckets = Vec::new();
-    for key in tenant_bucket_keys(&buckets, tenant)? {
-        if let Some(head) = read_head(&buckets, &key)? {
-            view_buckets.push(BucketSnapshot {
-                key,
-                head,
-                instances: Vec::new(),
-                read_at: now,
-            });
-        }
-    }
+    let view_buckets = tenant_heads(&buckets, tenant)?
+        .into_iter()
+        .map(|head| head_snapshot(head, now))
+        .collect();
     Ok(Ok(TenantChangeOutcome {
         view: TenantView {
             tenant: tenant.clone(),
@@ -974,10 +961,7 @@ impl Store for EmbeddedStore {
                 .open_table(INSTANCES)
                 .map_err(storage("open instances"))?;
             let mut out = Vec::new();
-            for key in tenant_bucket_keys(&buckets, &tenant)? {
-                let Some(head) = read_head(&buckets, &key)? else {
-                    continue;
-                };
+            for (key, head) in tenant_heads(&buckets, &tenant)? {
                 let rows = read_all_instances(&instances, &key)?;
                 out.push(BucketSnapshot {
                     key,
@@ -1054,23 +1038,12 @@ impl Store for EmbeddedStore {
             let records = txn
                 .open_table(TENANT_RECORDS)
                 .map_err(storage("open tenant records"))?;
-            let record: Option<TenantRecord> = records
-                .get(tenant.as_str())
-                .map_err(storage("read tenant record"))?
-                .map(|row| decode("decode tenant record", row.value()))
-                .transpose()?;
+            let record = read_record(&records, &tenant)?;
             let buckets_table = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
-            let mut buckets = Vec::new();
-            for key in tenant_bucket_keys(&buckets_table, &tenant)? {
-                if let Some(head) = read_head(&buckets_table, &key)? {
-                    buckets.push(BucketSnapshot {
-                        key,
-                        head,
-                        instances: Vec::new(),
-                        read_at: now,
-                    });
-                }
-            }
+            let buckets: Vec<_> = tenant_heads(&buckets_table, &tenant)?
+                .into_iter()
+                .map(|head| head_snapshot(head, now))
+                .collect();
             if record.is_none() && buckets.is_empty() {
                 return Err(StoreError::TenantNotFound(tenant));
             }

@@ -776,6 +776,11 @@ fn record_of(row: &tokio_postgres::Row) -> Result<Option<TenantRecord>, StoreErr
     .transpose()
 }
 
+/// A tier as `tollgate_tiers.definition` keeps it.
+fn tier_of(row: &tokio_postgres::Row) -> Result<Tier, StoreError> {
+    json_column(row, "definition")
+}
+
 fn to_json<T: serde::Serialize>(what: &'static str, value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| StoreError::internal(what, e))
 }
@@ -807,22 +812,16 @@ async fn change_in(
     // to commit). A change that is refused rolls it back.
     txn.execute(&ensure_record, &[&tenant_id]).await?;
     let record = record_of(&txn.query_one(&lock_record, &[&tenant_id]).await?)?;
-    let tier = match change.tier_to_load(record.as_ref()) {
-        Some(name) => txn
-            .query_opt(&share_tier, &[&name.as_str()])
-            .await?
-            .map(|row| json_column::<Tier>(&row, "definition"))
-            .transpose()?,
-        None => None,
+    // The tier a tier query found, if it did.
+    let tier_by = async |statement, name: Option<TierName>| -> Result<Option<Tier>, TxError> {
+        let Some(name) = name else {
+            return Ok(None);
+        };
+        let row = txn.query_opt(statement, &[&name.as_str()]).await?;
+        Ok(row.as_ref().map(tier_of).transpose()?)
     };
-    let previous_tier = match change.previous_tier_to_load(record.as_ref()) {
-        Some(name) => txn
-            .query_opt(&read_tier, &[&name.as_str()])
-            .await?
-            .map(|row| json_column::<Tier>(&row, "definition"))
-            .transpose()?,
-        None => None,
-    };
+    let tier = tier_by(&share_tier, change.tier_to_load(record.as_ref())).await?;
+    let previous_tier = tier_by(&read_tier, change.previous_tier_to_load(record.as_ref())).await?;
     let heads = txn.query(&lock_buckets, &[&tenant_id]).await?;
     let now = {
         let row = txn.query_one(&clock, &[]).await?;
@@ -970,7 +969,8 @@ impl PostgresStore {
                 let before: Option<Tier> = txn
                     .query_opt(&lock, &[&name.as_str()])
                     .await?
-                    .map(|row| json_column(&row, "definition"))
+                    .as_ref()
+                    .map(tier_of)
                     .transpose()?;
                 let now = {
                     let row = txn.query_one(&clock, &[]).await?;
@@ -1015,7 +1015,7 @@ impl PostgresStore {
                 let client = inner.pool.get().await?;
                 let read = client.prepare_cached(sql::READ_TIER).await?;
                 match client.query_opt(&read, &[&name.as_str()]).await? {
-                    Some(row) => Ok(json_column(&row, "definition")?),
+                    Some(row) => Ok(tier_of(&row)?),
                     None => Err(TxError::Store(TierError::TierNotFound(name.clone()).into())),
                 }
             })
@@ -1038,7 +1038,7 @@ impl PostgresStore {
                             .map_err(|e| StoreError::internal("read a stored row", e))?;
                         let name = TierName::parse("tier", name)
                             .map_err(|e| StoreError::internal("decode tier name", e))?;
-                        Ok((name, json_column(row, "definition")?))
+                        Ok((name, tier_of(row)?))
                     })
                     .collect::<Result<Vec<(TierName, Tier)>, StoreError>>()?;
                 tiers.sort_by(|a, b| a.0.cmp(&b.0));
