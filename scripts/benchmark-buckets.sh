@@ -23,43 +23,12 @@ OUT=target/benchmarks-buckets
 BIN=target/release/tollgate
 PORT=${PORT:-50652}
 SERVER=http://127.0.0.1:${PORT}
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
 PSQL=${PSQL:-psql}
-BENCH_URL=$(python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/tollgate_bench_buckets")))' "$BASE_URL")
+BENCH_URL=$(database_url "$BASE_URL" tollgate_bench_buckets)
 
-rm -rf "$OUT" && mkdir -p "$OUT"
-echo "==> building"
-cargo build --release --locked -q -p tollgate
-
-server_pid=""
-stop_server() {
-    if [[ -n "$server_pid" ]]; then
-        kill -TERM "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-        server_pid=""
-    fi
-}
-trap stop_server EXIT
-
-start_server() {
-    RUST_LOG=warn "$BIN" serve --listen "127.0.0.1:${PORT}" --metrics-listen off "$@" 2>>"$OUT/server.log" &
-    server_pid=$!
-    for _ in $(seq 1 100); do
-        if TOLLGATE_SERVER=$SERVER "$BIN" tenant list >/dev/null 2>&1; then return; fi
-        sleep 0.1
-    done
-    echo "the server did not start; see $OUT/server.log" >&2
-    exit 1
-}
-
-bench() { # label, extra bench args…
-    local label=$1
-    shift
-    echo "==> $label"
-    "$BIN" bench --server "$SERVER" --tenants "$TENANTS" --instances-per-tenant "$INSTANCES" \
-        --duration "$DURATION" --warmup 2s --json "$@" >"$OUT/$label.json"
-}
-
-rate_of() { python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["requests_per_second"] / 2))' "$1"; }
+build_fresh
 
 run_store() { # store label, serve args…
     local store=$1

@@ -1,0 +1,46 @@
+# Functions shared by the benchmark scripts, which set OUT, BIN, PORT,
+# SERVER, TENANTS, INSTANCES and DURATION before calling them: build the
+# release binary, start and stop `tollgate serve`, run `tollgate bench`.
+
+# A database on the same server as URL $1, named $2.
+database_url() {
+    python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$1" "$2"
+}
+
+# Empties $OUT and builds the release binary.
+build_fresh() {
+    rm -rf "$OUT" && mkdir -p "$OUT"
+    echo "==> building"
+    cargo build --release --locked -q -p tollgate
+}
+
+server_pid=""
+stop_server() {
+    if [[ -n "$server_pid" ]]; then
+        kill -TERM "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+        server_pid=""
+    fi
+}
+trap stop_server EXIT
+
+start_server() {
+    RUST_LOG=warn "$BIN" serve --listen "127.0.0.1:${PORT}" --metrics-listen off "$@" 2>>"$OUT/server.log" &
+    server_pid=$!
+    for _ in $(seq 1 100); do
+        if TOLLGATE_SERVER=$SERVER "$BIN" tenant list >/dev/null 2>&1; then return; fi
+        sleep 0.1
+    done
+    echo "the server did not start; see $OUT/server.log" >&2
+    exit 1
+}
+
+bench() { # label, extra bench args…
+    local label=$1
+    shift
+    echo "==> $label"
+    "$BIN" bench --server "$SERVER" --tenants "$TENANTS" --instances-per-tenant "$INSTANCES" \
+        --duration "$DURATION" --warmup 2s --json "$@" >"$OUT/$label.json"
+}
+
+rate_of() { python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["requests_per_second"] / 2))' "$1"; }
