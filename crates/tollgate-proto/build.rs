@@ -5,7 +5,11 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
-    let files = ["tollgate/v1/token_bucket.proto", "tollgate/v1/admin.proto"];
+    let files = [
+        "tollgate/v1/token_bucket.proto",
+        "tollgate/v1/admin.proto",
+        "tollgate/v1/key_limits.proto",
+    ];
     let paths: Vec<PathBuf> = files.iter().map(|f| proto_root.join(f)).collect();
     for path in &paths {
         println!("cargo:rerun-if-changed={}", path.display());

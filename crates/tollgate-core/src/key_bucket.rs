@@ -20,6 +20,20 @@
 //! - **The answer** per item: allowed, the tokens left, when the asked
 //!   tokens will be there ([`ItemAnswer::retry_after`]) and when the bucket
 //!   will be full again ([`ItemAnswer::reset_after`]).
+//! - **Retries**: an item with a request id is recorded with its answer for
+//!   [`REQUEST_RECORD_TTL`]; a retry with the same id on the same key gets
+//!   that answer and takes nothing again.
+//!
+//! [`check`] is one call on loaded slots; [`KeyBatch`] and [`KeyTable`] are
+//! the script a store follows for a batch of calls.
+
+mod batch;
+
+pub use batch::{
+    CallAnswer, CheckCall, CheckError, ItemResult, KeyBatch, KeyId, KeyTable, KeyWrites,
+    MAX_REQUEST_ID_LEN, REQUEST_RECORD_TTL, RequestItem, RequestRecord, StoredKey, resolve,
+    validate_item_count, validate_request_id,
+};
 
 use std::time::Duration;
 

@@ -5,13 +5,14 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tollgate_proto::v1::admin_server::AdminServer;
+use tollgate_proto::v1::key_limits_server::KeyLimitsServer;
 use tollgate_proto::v1::token_bucket_service_server::TokenBucketServiceServer;
 use tonic::transport::server::{ServerTlsConfig, TcpIncoming};
 use tonic::transport::{Certificate, Identity};
 
 use crate::service::edge::EdgeLayer;
-use crate::service::{AdminAuth, AdminService, AdminTokens, TokenBucketService};
-use crate::store::Store;
+use crate::service::{AdminAuth, AdminService, AdminTokens, KeyLimitsService, TokenBucketService};
+use crate::store::{self, Store};
 use crate::telemetry::health::PROBE_INTERVAL;
 use crate::telemetry::rpc::RpcMetricsLayer;
 use crate::telemetry::{MetricsError, Telemetry};
@@ -104,6 +105,11 @@ pub async fn run_with_options(
     telemetry.health.register().await;
     let probe =
         tokio::spawn(Arc::clone(&telemetry.health).probe(Arc::clone(&store), PROBE_INTERVAL));
+    let sweeper = tokio::spawn(store::sweep_idle_keys(
+        Arc::clone(&store),
+        store::SWEEP_INTERVAL,
+        store::SWEEP_BATCH,
+    ));
     let health = Arc::clone(&telemetry.health);
     let shutdown = async move {
         shutdown.await;
@@ -124,6 +130,10 @@ pub async fn run_with_options(
         .add_service(TokenBucketServiceServer::new(
             TokenBucketService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics)),
         ))
+        .add_service(KeyLimitsServer::new(KeyLimitsService::with_metrics(
+            Arc::clone(&store),
+            Arc::clone(&telemetry.metrics),
+        )))
         .add_service(AdminServer::with_interceptor(
             AdminService::new(store),
             AdminAuth::new(admin_tokens),
@@ -136,10 +146,12 @@ pub async fn run_with_options(
             shutdown,
         )
         .await;
-    // The probe holds the store: make sure it is gone before the owner
+    // The probe and the sweeper hold the store: make sure it is gone before the owner
     // closes or reopens the store.
     probe.abort();
     let _ = probe.await;
+    sweeper.abort();
+    let _ = sweeper.await;
     served?;
     tracing::info!(address = ?local, "tollgate server stopped");
     Ok(())

@@ -10,12 +10,15 @@ pub mod admin_auth;
 mod audit;
 mod convert;
 pub mod edge;
+mod key_limits;
 mod token_bucket;
 
 pub use admin::AdminService;
 pub use admin_auth::{AdminAuth, AdminTokens, Operator};
+pub use key_limits::KeyLimitsService;
 pub use token_bucket::TokenBucketService;
 
+use tollgate_core::key_bucket::CheckError;
 use tollgate_core::tier::TierError;
 use tollgate_core::{InvalidInput, RequestError};
 use tonic::Status;
@@ -38,6 +41,13 @@ fn status(operation: &'static str, err: StoreError) -> Status {
             e @ (RequestError::StaleSequence { .. } | RequestError::SupersededLease { .. }),
         ) => Status::failed_precondition(e.to_string()),
         StoreError::Tier(TierError::InvalidInput(e)) => invalid(e),
+        StoreError::Check(CheckError::InvalidInput(e)) => invalid(e),
+        StoreError::Check(e @ CheckError::NotPerKey { .. }) => {
+            Status::invalid_argument(e.to_string())
+        }
+        StoreError::Check(e @ CheckError::BucketNotFound { .. }) => {
+            Status::not_found(e.to_string())
+        }
         StoreError::Tier(
             e @ (TierError::TierNotFound(_)
             | TierError::TenantNotFound(_)

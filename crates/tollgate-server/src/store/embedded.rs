@@ -22,6 +22,10 @@
 //! - `tenant_records`: tenant id → JSON [`TenantRecord`] (its tier and
 //!   overrides; only for tenants put on a tier or given an override)
 //!
+//! - `keys`, `key_requests`: per-key buckets and the records of checks
+//!   kept for retries (see [`keys`]); created when missing, so a version
+//!   3 file written before them needs no conversion
+//!
 //! Older files are converted when opened, in one transaction with the
 //! version change: version 1 kept request units and CPU seconds as
 //! floating-point totals ([`migrate_v1_totals`]); versions 1 and 2 kept one
@@ -37,6 +41,7 @@ use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 use tollgate_core::global_bucket::{self, IdRange};
+use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::tier::{self, LoadedTenant, TenantChange, TenantRecord, Tier, TierError};
 use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
@@ -44,9 +49,11 @@ use tollgate_core::{
     Timestamp, TokenBucketRequest,
 };
 
+mod keys;
+
 use super::{
-    BucketSettings, BucketSnapshot, Counters, LimitsChange, PutTierOutcome, Store, StoreError,
-    StoreStats, TenantChangeOutcome, TenantView,
+    BucketSettings, BucketSnapshot, Counters, KeyCounts, KeySweep, LimitsChange, PutTierOutcome,
+    Store, StoreError, StoreStats, TenantChangeOutcome, TenantView,
 };
 
 const SCHEMA_VERSION: u64 = 3;
@@ -84,6 +91,7 @@ struct Inner {
     counters: Arc<Counters>,
     writes: Mutex<Option<mpsc::UnboundedSender<Box<dyn PendingWrite>>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    sweep_cursor: Arc<Mutex<keys::SweepCursor>>,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -210,6 +218,7 @@ impl EmbeddedStore {
                 counters,
                 writes: Mutex::new(Some(tx)),
                 writer: Mutex::new(Some(handle)),
+                sweep_cursor: Arc::default(),
             }),
         })
     }
@@ -305,6 +314,10 @@ fn init_schema(db: &Database) -> Result<(), StoreError> {
             .map_err(storage("create tiers table"))?;
         txn.open_table(TENANT_RECORDS)
             .map_err(storage("create tenant records table"))?;
+        txn.open_table(keys::KEYS)
+            .map_err(storage("create keys table"))?;
+        txn.open_table(keys::KEY_REQUESTS)
+            .map_err(storage("create key requests table"))?;
     }
     txn.commit().map_err(storage("commit schema"))
 }
@@ -1094,6 +1107,50 @@ impl Store for EmbeddedStore {
         let name = name.clone();
         self.write(Box::new(move |_, txn, _| delete_tier(txn, &name)))
             .await
+    }
+
+    async fn check(&self, call: &CheckCall) -> Result<CallAnswer, StoreError> {
+        let call = call.clone();
+        let (answer, removed) = self
+            .write(Box::new(move |_, txn, now| {
+                let (answer, removed) = keys::check(txn, &call, now)?;
+                Ok(answer.map(|a| (a, removed)))
+            }))
+            .await?;
+        let counters = &self.inner.counters;
+        counters.checks.fetch_add(1, Ordering::Relaxed);
+        counters.keys_removed.fetch_add(removed, Ordering::Relaxed);
+        Ok(answer)
+    }
+
+    async fn sweep_keys(&self, limit: usize) -> Result<KeySweep, StoreError> {
+        let cursor = Arc::clone(&self.inner.sweep_cursor);
+        let (keys, records, more) = self
+            .write(Box::new(move |_, txn, now| {
+                let mut cursor = cursor.lock().map_err(|_| {
+                    StoreError::internal("sweep keys", "the sweep cursor is poisoned")
+                })?;
+                // The cursor moves only if the batch commits; a failed
+                // batch walks the same rows again next time.
+                let mut next = cursor.clone();
+                let swept = keys::sweep(txn, &mut next, limit, now)?;
+                *cursor = next;
+                Ok(Ok(swept))
+            }))
+            .await?;
+        self.inner
+            .counters
+            .keys_removed
+            .fetch_add(keys, Ordering::Relaxed);
+        Ok(KeySweep {
+            keys,
+            records,
+            more,
+        })
+    }
+
+    async fn key_counts(&self) -> Result<KeyCounts, StoreError> {
+        self.read(|db, _| keys::counts(db)).await
     }
 
     fn stats(&self) -> StoreStats {

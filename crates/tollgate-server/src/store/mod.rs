@@ -13,11 +13,13 @@
 mod embedded;
 pub mod postgres;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tollgate_core::global_bucket::GlobalBucketConfig;
+use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError};
 use tollgate_core::tier::{TenantChange, TenantRecord, Tier, TierError};
 pub use tollgate_core::transaction::{DefaultLimits, UnconfiguredTenants};
 use tollgate_core::{
@@ -112,6 +114,10 @@ pub enum StoreError {
     /// A tier or tenant change was refused; nothing was changed.
     #[error(transparent)]
     Tier(#[from] TierError),
+    /// A check was refused (an unknown or shared bucket, a reused request
+    /// id); nothing was taken.
+    #[error(transparent)]
+    Check(#[from] CheckError),
     /// The store cannot be reached right now; the operation may be retried.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -143,6 +149,7 @@ impl StoreError {
             StoreError::BucketNotFound(key) => StoreError::BucketNotFound(key.clone()),
             StoreError::Rejected(e) => StoreError::Rejected(e.clone()),
             StoreError::Tier(e) => StoreError::Tier(e.clone()),
+            StoreError::Check(e) => StoreError::Check(e.clone()),
             StoreError::Unavailable(message) => StoreError::Unavailable(message.clone()),
             StoreError::Internal { context, source } => {
                 StoreError::internal(context, source.to_string())
@@ -184,6 +191,31 @@ pub struct StoreStats {
     pub failures: u64,
     /// Instances removed for being silent.
     pub instances_removed: u64,
+    /// Checks of per-key buckets answered (a call counts once).
+    pub checks: u64,
+    /// Keys whose rows were removed for being full again (when a check
+    /// found them so, or by a sweep).
+    pub keys_removed: u64,
+}
+
+/// What a sweep of idle keys removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeySweep {
+    /// Key rows full by now, removed.
+    pub keys: u64,
+    /// Request records past their time, removed.
+    pub records: u64,
+    /// True if the sweep stopped at its limit: more may be waiting.
+    pub more: bool,
+}
+
+/// What the per-key tables hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyCounts {
+    /// Keys below their burst (a full key has no row).
+    pub keys: u64,
+    /// Request records kept for retries.
+    pub records: u64,
 }
 
 /// The atomic counters behind [`StoreStats`].
@@ -194,6 +226,8 @@ pub(crate) struct Counters {
     pub(crate) retries: AtomicU64,
     pub(crate) failures: AtomicU64,
     pub(crate) instances_removed: AtomicU64,
+    pub(crate) checks: AtomicU64,
+    pub(crate) keys_removed: AtomicU64,
 }
 
 impl Counters {
@@ -204,6 +238,8 @@ impl Counters {
             retries: self.retries.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
             instances_removed: self.instances_removed.load(Ordering::Relaxed),
+            checks: self.checks.load(Ordering::Relaxed),
+            keys_removed: self.keys_removed.load(Ordering::Relaxed),
         }
     }
 }
@@ -274,10 +310,60 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Deletes a tier no tenant is on.
     async fn delete_tier(&self, name: &TierName) -> Result<(), StoreError>;
 
+    /// Serves a check of per-key buckets (the script of
+    /// `tollgate_core::key_bucket`): every item taken, or none.
+    async fn check(&self, call: &CheckCall) -> Result<CallAnswer, StoreError>;
+
+    /// Removes up to `limit` key rows that are full by now and up to
+    /// `limit` request records past their time.
+    async fn sweep_keys(&self, limit: usize) -> Result<KeySweep, StoreError>;
+
+    /// Counts the stored keys and request records.
+    async fn key_counts(&self) -> Result<KeyCounts, StoreError>;
+
     /// Counters of the store's work so far.
     fn stats(&self) -> StoreStats;
 
     /// Finishes pending work and releases the store (files, connections).
     /// Operations after `close` fail.
     async fn close(&self) -> Result<(), StoreError>;
+}
+
+/// How often each replica sweeps idle keys and expired check records.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// The most rows of each table one sweep transaction walks.
+pub const SWEEP_BATCH: usize = 10_000;
+/// The most sweep transactions run back to back while more rows wait.
+const SWEEP_ROUNDS: usize = 10;
+
+/// Removes idle keys and expired check records from `store` every
+/// `interval`, `batch` rows a transaction, until the task is dropped. A
+/// failed sweep is logged and tried again next time: a key left behind
+/// only takes room (a check finds it full all the same).
+pub async fn sweep_idle_keys(store: Arc<dyn Store>, interval: Duration, batch: usize) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        for _ in 0..SWEEP_ROUNDS {
+            match store.sweep_keys(batch).await {
+                Ok(sweep) => {
+                    if sweep.keys > 0 || sweep.records > 0 {
+                        tracing::debug!(
+                            keys = sweep.keys,
+                            records = sweep.records,
+                            "swept idle keys and expired check records"
+                        );
+                    }
+                    if !sweep.more {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "sweep of idle keys failed; trying again later");
+                    break;
+                }
+            }
+        }
+    }
 }

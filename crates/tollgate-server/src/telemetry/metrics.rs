@@ -7,23 +7,28 @@
 //!   live instances. They are read from the store at every scrape, so every
 //!   replica sharing a store exports the same values: aggregate them with
 //!   `max by (tenant_id, bucket)`, never `sum`.
-//! - **Per replica** (RPCs, grants answered, store transactions, retries,
-//!   failures, instances removed): this process's own counts; aggregate with
+//! - **Per key table, from the store**: `tollgate_stored_keys`,
+//!   `tollgate_check_records` (aggregate with `max`).
+//! - **Per replica** (RPCs, grants answered, checks answered by tenant,
+//!   bucket and verdict, store transactions, retries, failures, instances
+//!   and keys removed): this process's own counts; aggregate with
 //!   `sum`.
 //!
 //! When the store cannot be read, a scrape still succeeds: it carries the
 //! per-replica metrics and `tollgate_store_up 0`, without tenant metrics.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
+use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::{BucketKey, Grant};
 use tonic::Code;
 
-use crate::store::{BucketSnapshot, Store, StoreError, StoreStats};
+use crate::store::{BucketSnapshot, KeyCounts, Store, StoreError, StoreStats};
 
 /// Buckets read per store call while scraping.
 const SCRAPE_PAGE: usize = 1000;
@@ -34,7 +39,7 @@ const LATENCY_BUCKETS: [f64; 14] = [
 ];
 
 /// The methods the RPC metrics name; anything else is `other`.
-const METHODS: [&str; 17] = [
+const METHODS: [&str; 18] = [
     "TokenBucket",
     "UpdateTenantResourceLimits",
     "GetTenant",
@@ -50,6 +55,7 @@ const METHODS: [&str; 17] = [
     "ClearBucketOverride",
     "DescribeTenant",
     "Check",
+    "ShouldRateLimit",
     "Watch",
     "ServerReflectionInfo",
 ];
@@ -70,6 +76,7 @@ pub struct Metrics {
     rpc_requests: IntCounterVec,
     rpc_duration: HistogramVec,
     grants: IntCounterVec,
+    checks: IntCounterVec,
 }
 
 impl Metrics {
@@ -97,6 +104,13 @@ impl Metrics {
             ),
             &["tenant_id", "bucket", "grant"],
         )?;
+        let checks = IntCounterVec::new(
+            Opts::new(
+                "tollgate_key_checks_total",
+                "Checks of per-key buckets this replica answered, by tenant, bucket and verdict (allowed or refused; a replayed retry counts again). Never labelled by key.",
+            ),
+            &["tenant_id", "bucket", "verdict"],
+        )?;
         let build_info = IntGaugeVec::new(
             Opts::new(
                 "tollgate_build_info",
@@ -110,12 +124,14 @@ impl Metrics {
         registry.register(Box::new(rpc_requests.clone()))?;
         registry.register(Box::new(rpc_duration.clone()))?;
         registry.register(Box::new(grants.clone()))?;
+        registry.register(Box::new(checks.clone()))?;
         registry.register(Box::new(build_info))?;
         Ok(Metrics {
             registry,
             rpc_requests,
             rpc_duration,
             grants,
+            checks,
         })
     }
 
@@ -145,11 +161,31 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts one answered check: once per bucket it touched, with the
+    /// call's verdict.
+    pub fn observe_check(&self, call: &CheckCall, answer: &CallAnswer) {
+        let verdict = if answer.allowed { "allowed" } else { "refused" };
+        let buckets: BTreeSet<&BucketKey> = call.items.iter().map(|i| &i.key.bucket).collect();
+        for key in buckets {
+            self.checks
+                .with_label_values(&[key.tenant.as_str(), key.bucket.as_str(), verdict])
+                .inc();
+        }
+    }
+
     /// The metrics in Prometheus's text format, tenants read from `store`.
     pub async fn render(&self, store: &dyn Store) -> Result<String, MetricsError> {
         let buckets = read_all_buckets(store).await;
+        let keys = store.key_counts().await;
         let mut families = self.registry.gather();
-        families.extend(store_families(store.stats(), buckets.is_ok()));
+        families.extend(store_families(
+            store.stats(),
+            buckets.is_ok() && keys.is_ok(),
+        ));
+        match keys {
+            Ok(counts) => families.extend(key_families(counts)),
+            Err(e) => tracing::warn!(error = %e, "metrics: cannot count keys in the store"),
+        }
         match buckets {
             Ok(buckets) => families.extend(bucket_families(&buckets)),
             Err(e) => tracing::warn!(error = %e, "metrics: cannot read buckets from the store"),
@@ -271,6 +307,37 @@ fn store_families(stats: StoreStats, store_up: bool) -> Vec<MetricFamily> {
             "Instances this replica removed from their tenant's list for being silent too long.",
             MetricType::COUNTER,
             stats.instances_removed as f64,
+        ),
+        one(
+            "tollgate_keys_removed_total",
+            "Keys of per-key buckets this replica removed for being full again (found so by a check, or by the sweep).",
+            MetricType::COUNTER,
+            stats.keys_removed as f64,
+        ),
+    ]
+}
+
+/// The per-key tables' sizes, read from the store (the same on every
+/// replica: aggregate with `max`).
+fn key_families(counts: KeyCounts) -> Vec<MetricFamily> {
+    let one = |name: &str, help: &str, value: u64| {
+        family(
+            name,
+            help,
+            MetricType::GAUGE,
+            vec![sample(&[], MetricType::GAUGE, value as f64)],
+        )
+    };
+    vec![
+        one(
+            "tollgate_stored_keys",
+            "Keys of per-key buckets the store holds: those below their burst (a full key has no row). Read from the store.",
+            counts.keys,
+        ),
+        one(
+            "tollgate_check_records",
+            "Records of checks with a request id, kept for their retries. Read from the store.",
+            counts.records,
         ),
     ]
 }

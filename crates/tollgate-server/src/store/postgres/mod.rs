@@ -55,6 +55,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tollgate_core::global_bucket::{self, IdRange, InstanceWindow};
+use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::tier::{self, LoadedTenant, TenantChange, TenantRecord, Tier, TierError};
 use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
@@ -64,8 +65,8 @@ use tollgate_core::{
 use self::retry::{TxError, Verdict, chain};
 use self::rows::{HeadParams, InstanceParams};
 use super::{
-    BucketSettings, BucketSnapshot, Clock, Counters, LimitsChange, PutTierOutcome, Store,
-    StoreError, StoreStats, TenantChangeOutcome, TenantView,
+    BucketSettings, BucketSnapshot, Clock, Counters, KeyCounts, KeySweep, LimitsChange,
+    PutTierOutcome, Store, StoreError, StoreStats, TenantChangeOutcome, TenantView,
 };
 
 pub use self::retry::RetryPolicy;
@@ -1087,6 +1088,21 @@ impl PostgresStore {
 
 #[async_trait]
 impl Store for PostgresStore {
+    async fn check(&self, _call: &CheckCall) -> Result<CallAnswer, StoreError> {
+        Err(StoreError::internal(
+            "check",
+            "not implemented on PostgreSQL yet",
+        ))
+    }
+
+    async fn sweep_keys(&self, _limit: usize) -> Result<KeySweep, StoreError> {
+        Ok(KeySweep::default())
+    }
+
+    async fn key_counts(&self) -> Result<KeyCounts, StoreError> {
+        Ok(KeyCounts::default())
+    }
+
     async fn token_bucket(
         &self,
         key: &BucketKey,

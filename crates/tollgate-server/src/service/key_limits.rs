@@ -1,0 +1,64 @@
+//! The `KeyLimits` service: exact per-key checks, one store transaction
+//! each (batched with others by the store).
+
+use std::sync::Arc;
+
+use tollgate_proto::v1::{self, key_limits_server};
+use tonic::{Request, Response, Status};
+
+use super::{convert, edge, invalid, status};
+use crate::store::Store;
+use crate::telemetry::Metrics;
+
+/// Serves checks of per-key buckets from the store.
+#[derive(Debug, Clone)]
+pub struct KeyLimitsService {
+    store: Arc<dyn Store>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl KeyLimitsService {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        KeyLimitsService {
+            store,
+            metrics: None,
+        }
+    }
+
+    /// Counts every check in `metrics`, by tenant, bucket and verdict.
+    pub fn with_metrics(store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
+        KeyLimitsService {
+            store,
+            metrics: Some(metrics),
+        }
+    }
+
+    /// Runs a validated call: what the native and the Envoy API share.
+    pub(crate) async fn run(
+        &self,
+        call: &tollgate_core::key_bucket::CheckCall,
+    ) -> Result<tollgate_core::key_bucket::CallAnswer, Status> {
+        let answer = self
+            .store
+            .check(call)
+            .await
+            .map_err(|e| status("check", e))?;
+        if let Some(metrics) = &self.metrics {
+            metrics.observe_check(call, &answer);
+        }
+        Ok(answer)
+    }
+}
+
+#[tonic::async_trait]
+impl key_limits_server::KeyLimits for KeyLimitsService {
+    async fn check(
+        &self,
+        request: Request<v1::CheckRequest>,
+    ) -> Result<Response<v1::CheckResponse>, Status> {
+        edge::enter(&request)?;
+        let call = convert::check_call(request.into_inner()).map_err(invalid)?;
+        let answer = self.run(&call).await?;
+        Ok(Response::new(convert::check_answer(&answer)))
+    }
+}

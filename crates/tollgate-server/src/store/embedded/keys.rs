@@ -1,0 +1,237 @@
+//! Per-key buckets in the embedded store: rows in, the script of
+//! `tollgate_core::key_bucket` run, rows out.
+//!
+//! Tables:
+//! - `keys`: (tenant id, bucket name, key) → JSON [`StoredKey`]; only keys
+//!   below their burst have a row.
+//! - `key_requests`: (tenant id, bucket name, key, request id) → JSON
+//!   [`RequestRecord`], kept for retries until it expires.
+//!
+//! A sweep walks each table from where the previous sweep stopped, a
+//! bounded number of rows at a time, and removes the rows whose time has
+//! come; a key a check finds full is removed at once.
+
+use std::collections::BTreeMap;
+
+use redb::{
+    ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
+};
+use tollgate_core::key_bucket::{
+    CallAnswer, CheckCall, KeyBatch, KeyId, KeyTable, KeyWrites, RequestRecord, StoredKey,
+};
+use tollgate_core::tier::{self, BucketDefinition};
+use tollgate_core::{BucketName, TenantId, Timestamp};
+
+use super::{TENANT_RECORDS, TIERS, decode, encode, read_record, read_tier, storage};
+use crate::store::{KeyCounts, StoreError};
+
+pub(super) const KEYS: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("keys");
+pub(super) const KEY_REQUESTS: TableDefinition<(&str, &str, &str, &str), &[u8]> =
+    TableDefinition::new("key_requests");
+
+/// Where the previous sweep stopped in each table.
+#[derive(Clone, Debug, Default)]
+pub(super) struct SweepCursor {
+    keys: Option<(String, String, String)>,
+    records: Option<(String, String, String, String)>,
+}
+
+/// Serves one call inside the writer's transaction; answers the call's
+/// result and how many key rows it removed.
+pub(super) fn check(
+    txn: &WriteTransaction,
+    call: &CheckCall,
+    now: Timestamp,
+) -> Result<(Result<CallAnswer, StoreError>, u64), StoreError> {
+    let batch = KeyBatch::new([call]);
+    let definitions = load_definitions(txn, batch.tenants())?;
+    let mut keys_table = txn.open_table(KEYS).map_err(storage("open keys"))?;
+    let mut requests = txn
+        .open_table(KEY_REQUESTS)
+        .map_err(storage("open key requests"))?;
+    let mut keys = Vec::new();
+    for id in batch.keys() {
+        if let Some(row) = keys_table.get(key_of(id)).map_err(storage("read key"))? {
+            let stored: StoredKey = decode("decode key", row.value())?;
+            keys.push((id.clone(), stored.state));
+        }
+    }
+    let mut records = Vec::new();
+    for (id, request_id) in batch.records() {
+        let (t, b, k) = key_of(id);
+        if let Some(row) = requests
+            .get((t, b, k, request_id))
+            .map_err(storage("read request record"))?
+        {
+            let record: RequestRecord = decode("decode request record", row.value())?;
+            records.push((id.clone(), request_id.to_owned(), record));
+        }
+    }
+    let mut table = KeyTable::new(keys, records);
+    let answer = match table.serve(call, &definitions, now) {
+        Ok(answer) => answer,
+        Err(e) => return Ok((Err(e.into()), 0)),
+    };
+    let writes = table.writes();
+    write_back(&mut keys_table, &mut requests, &writes)?;
+    Ok((Ok(answer), writes.deletes.len() as u64))
+}
+
+fn key_of(id: &KeyId) -> (&str, &str, &str) {
+    (
+        id.bucket.tenant.as_str(),
+        id.bucket.bucket.as_str(),
+        &id.key,
+    )
+}
+
+/// Every tenant's bucket definitions (its tier's, its overrides on top).
+fn load_definitions<'a>(
+    txn: &WriteTransaction,
+    tenants: impl IntoIterator<Item = &'a TenantId>,
+) -> Result<BTreeMap<TenantId, BTreeMap<BucketName, BucketDefinition>>, StoreError> {
+    let records = txn
+        .open_table(TENANT_RECORDS)
+        .map_err(storage("open tenant records"))?;
+    let tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
+    let mut out = BTreeMap::new();
+    for tenant in tenants {
+        let Some(record) = read_record(&records, tenant)? else {
+            continue;
+        };
+        let tier = match &record.tier {
+            Some(name) => read_tier(&tiers, name)?,
+            None => None,
+        };
+        out.insert(
+            tenant.clone(),
+            tier::definitions(tier.as_ref(), &record.overrides),
+        );
+    }
+    Ok(out)
+}
+
+type KeysTable<'t> = redb::Table<'t, (&'static str, &'static str, &'static str), &'static [u8]>;
+type RequestsTable<'t> =
+    redb::Table<'t, (&'static str, &'static str, &'static str, &'static str), &'static [u8]>;
+
+fn write_back(
+    keys: &mut KeysTable<'_>,
+    requests: &mut RequestsTable<'_>,
+    writes: &KeyWrites,
+) -> Result<(), StoreError> {
+    for (id, stored) in &writes.upserts {
+        let bytes = encode("encode key", stored)?;
+        keys.insert(key_of(id), bytes.as_slice())
+            .map_err(storage("write key"))?;
+    }
+    for id in &writes.deletes {
+        keys.remove(key_of(id)).map_err(storage("delete key"))?;
+    }
+    for (id, request_id, record) in &writes.records {
+        let (t, b, k) = key_of(id);
+        let bytes = encode("encode request record", record)?;
+        requests
+            .insert((t, b, k, request_id.as_str()), bytes.as_slice())
+            .map_err(storage("write request record"))?;
+    }
+    Ok(())
+}
+
+/// Removes up to `limit` full keys and `limit` expired records, walking
+/// on from `cursor`; answers (keys removed, records removed, more waiting).
+pub(super) fn sweep(
+    txn: &WriteTransaction,
+    cursor: &mut SweepCursor,
+    limit: usize,
+    now: Timestamp,
+) -> Result<(u64, u64, bool), StoreError> {
+    let mut keys = txn.open_table(KEYS).map_err(storage("open keys"))?;
+    let (full, keys_more) = {
+        let mut due = Vec::new();
+        let mut last = None;
+        let mut more = false;
+        let start = cursor.keys.clone().unwrap_or_default();
+        let range = keys
+            .range((start.0.as_str(), start.1.as_str(), start.2.as_str())..)
+            .map_err(storage("scan keys"))?;
+        for (n, entry) in range.enumerate() {
+            if n >= limit {
+                more = true;
+                break;
+            }
+            let (k, v) = entry.map_err(storage("scan keys"))?;
+            let (t, b, key) = k.value();
+            let owned = (t.to_owned(), b.to_owned(), key.to_owned());
+            let stored: StoredKey = decode("decode key", v.value())?;
+            if stored.full_at.is_some_and(|at| at <= now) {
+                due.push(owned.clone());
+            }
+            last = Some(owned);
+        }
+        cursor.keys = if more { last } else { None };
+        (due, more)
+    };
+    for (t, b, k) in &full {
+        keys.remove((t.as_str(), b.as_str(), k.as_str()))
+            .map_err(storage("delete key"))?;
+    }
+    let mut requests = txn
+        .open_table(KEY_REQUESTS)
+        .map_err(storage("open key requests"))?;
+    let (expired, records_more) = {
+        let mut due = Vec::new();
+        let mut last = None;
+        let mut more = false;
+        let start = cursor.records.clone().unwrap_or_default();
+        let range = requests
+            .range(
+                (
+                    start.0.as_str(),
+                    start.1.as_str(),
+                    start.2.as_str(),
+                    start.3.as_str(),
+                )..,
+            )
+            .map_err(storage("scan request records"))?;
+        for (n, entry) in range.enumerate() {
+            if n >= limit {
+                more = true;
+                break;
+            }
+            let (k, v) = entry.map_err(storage("scan request records"))?;
+            let (t, b, key, id) = k.value();
+            let owned = (t.to_owned(), b.to_owned(), key.to_owned(), id.to_owned());
+            let record: RequestRecord = decode("decode request record", v.value())?;
+            if record.expires_at <= now {
+                due.push(owned.clone());
+            }
+            last = Some(owned);
+        }
+        cursor.records = if more { last } else { None };
+        (due, more)
+    };
+    for (t, b, k, id) in &expired {
+        requests
+            .remove((t.as_str(), b.as_str(), k.as_str(), id.as_str()))
+            .map_err(storage("delete request record"))?;
+    }
+    Ok((
+        full.len() as u64,
+        expired.len() as u64,
+        keys_more || records_more,
+    ))
+}
+
+/// Counts the rows of both tables.
+pub(super) fn counts(db: &redb::Database) -> Result<KeyCounts, StoreError> {
+    let txn = db.begin_read().map_err(storage("begin read transaction"))?;
+    let keys = txn.open_table(KEYS).map_err(storage("open keys"))?;
+    let requests = txn
+        .open_table(KEY_REQUESTS)
+        .map_err(storage("open key requests"))?;
+    Ok(KeyCounts {
+        keys: keys.len().map_err(storage("count keys"))?,
+        records: requests.len().map_err(storage("count request records"))?,
+    })
+}
