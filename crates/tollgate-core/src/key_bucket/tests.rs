@@ -170,3 +170,170 @@ proptest! {
         }
     }
 }
+
+mod batch {
+    //! The store's script: definitions resolved, retries answered from
+    //! their record, writes.
+
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::tier::{BucketDefinition, BucketKind};
+    use crate::validate::{BucketName, TenantId};
+
+    fn tenant(name: &str) -> TenantId {
+        TenantId::parse("tenant_id", name).expect("valid tenant")
+    }
+
+    fn bucket(name: &str) -> BucketName {
+        BucketName::parse("bucket", name).expect("valid bucket")
+    }
+
+    fn definitions() -> BTreeMap<TenantId, BTreeMap<BucketName, BucketDefinition>> {
+        let per_key = |rate, burst| BucketDefinition {
+            limits: limits(rate, burst),
+            initial_tokens: None,
+            kind: BucketKind::PerKey,
+        };
+        let shared = BucketDefinition {
+            limits: limits(1.0, 1.0),
+            initial_tokens: None,
+            kind: BucketKind::Shared,
+        };
+        BTreeMap::from([
+            (
+                tenant("acme"),
+                BTreeMap::from([
+                    (bucket("per-user"), per_key(1.0, 3.0)),
+                    (bucket("per-tenant"), per_key(10.0, 100.0)),
+                    (bucket("emails"), shared),
+                ]),
+            ),
+            (
+                tenant("globex"),
+                BTreeMap::from([(bucket("per-user"), per_key(1.0, 3.0))]),
+            ),
+        ])
+    }
+
+    fn item(t: &str, b: &str, key: &str, tokens: f64, id: Option<&str>) -> RequestItem {
+        RequestItem {
+            key: KeyId::new(tenant(t), bucket(b), key),
+            tokens,
+            request_id: id.map(str::to_owned),
+        }
+    }
+
+    fn call(items: Vec<RequestItem>) -> CheckCall {
+        CheckCall::new(items).expect("valid call")
+    }
+
+    #[test]
+    fn calls_of_one_batch_take_in_turn_and_keys_of_tenants_never_mix() {
+        let defs = definitions();
+        let calls = [
+            call(vec![item("acme", "per-user", "u1", 2.0, None)]),
+            call(vec![item("acme", "per-user", "u1", 2.0, None)]),
+            call(vec![item("globex", "per-user", "u1", 2.0, None)]),
+        ];
+        let batch = KeyBatch::new(&calls);
+        assert_eq!(batch.keys().len(), 2);
+        let mut table = KeyTable::new([], []);
+        let now = at(0.0);
+        let answers: Vec<bool> = calls
+            .iter()
+            .map(|c| table.serve(c, &defs, now).expect("served").allowed)
+            .collect();
+        assert_eq!(answers, vec![true, false, true]);
+        let writes = table.writes();
+        assert_eq!(writes.upserts.len(), 2);
+        assert!(writes.upserts.iter().all(|(_, k)| k.state.tokens == 1.0));
+        assert_eq!(
+            writes.upserts[0].1.full_at,
+            Some(at(2.0)),
+            "1 token short at 1/s"
+        );
+    }
+
+    #[test]
+    fn a_retry_gets_the_first_answer_and_takes_nothing() {
+        let defs = definitions();
+        let first = call(vec![
+            item("acme", "per-user", "u1", 2.0, Some("r1")),
+            item("acme", "per-tenant", "acme", 2.0, Some("r1")),
+        ]);
+        let mut table = KeyTable::new([], []);
+        let answer = table.serve(&first, &defs, at(0.0)).expect("served");
+        assert!(answer.allowed);
+        let writes = table.writes();
+        assert_eq!(writes.records.len(), 2);
+        // A later transaction loads what the first wrote.
+        let keys = writes.upserts.iter().map(|(k, s)| (k.clone(), s.state));
+        let mut later = KeyTable::new(keys, writes.records.clone());
+        let retry = later.serve(&first, &defs, at(0.5)).expect("served");
+        assert!(retry.items.iter().all(|i| i.replayed));
+        assert_eq!(retry.items[0].answer, answer.items[0].answer);
+        assert!(later.writes().is_empty(), "a retry writes nothing");
+        // Other tokens under the same id: refused, naming the field.
+        let other = call(vec![item("acme", "per-user", "u1", 1.0, Some("r1"))]);
+        let err = later.serve(&other, &defs, at(0.5)).expect_err("refused");
+        assert!(err.to_string().contains("items[0].request_id"), "{err}");
+        // Once expired, the same id is a new check.
+        let expired = at(REQUEST_RECORD_TTL.as_secs_f64() + 1.0);
+        let again = later.serve(&first, &defs, expired).expect("served");
+        assert!(again.items.iter().all(|i| !i.replayed));
+    }
+
+    #[test]
+    fn unknown_and_shared_buckets_refuse_the_whole_call() {
+        let defs = definitions();
+        let mut table = KeyTable::new([], []);
+        let unknown = call(vec![
+            item("acme", "per-user", "u1", 1.0, None),
+            item("acme", "nope", "u1", 1.0, None),
+        ]);
+        assert!(matches!(
+            table.serve(&unknown, &defs, at(0.0)),
+            Err(CheckError::BucketNotFound { field, .. }) if field == "items[1].bucket"
+        ));
+        let shared = call(vec![item("acme", "emails", "u1", 1.0, None)]);
+        assert!(matches!(
+            table.serve(&shared, &defs, at(0.0)),
+            Err(CheckError::NotPerKey { .. })
+        ));
+        let no_tier = call(vec![item("initech", "per-user", "u1", 1.0, None)]);
+        assert!(matches!(
+            table.serve(&no_tier, &defs, at(0.0)),
+            Err(CheckError::BucketNotFound { .. })
+        ));
+        assert!(table.writes().is_empty(), "nothing taken");
+    }
+
+    #[test]
+    fn a_key_found_full_is_deleted_and_a_call_is_validated() {
+        let defs = definitions();
+        let key = KeyId::new(tenant("acme"), bucket("per-user"), "u1");
+        let stored = KeyState {
+            tokens: 1.0,
+            last_refill: at(0.0),
+        };
+        let mut table = KeyTable::new([(key.clone(), stored)], []);
+        let read = call(vec![item("acme", "per-user", "u1", 0.0, None)]);
+        let answer = table.serve(&read, &defs, at(10.0)).expect("served");
+        assert_eq!(answer.items[0].answer.remaining, 3.0);
+        assert_eq!(table.writes().deletes, vec![key]);
+        assert!(CheckCall::new(vec![]).is_err());
+        let too_many = vec![item("acme", "per-user", "u1", 0.0, None); MAX_CHECK_ITEMS + 1];
+        assert!(CheckCall::new(too_many).is_err());
+        let long_id = "x".repeat(MAX_REQUEST_ID_LEN + 1);
+        let err = CheckCall::new(vec![item("acme", "per-user", "u1", 1.0, Some(&long_id))])
+            .expect_err("too long");
+        assert_eq!(err.field, "items[0].request_id");
+        let err = CheckCall::new(vec![item("acme", "per-user", "", 1.0, None)])
+            .expect_err("empty key");
+        assert_eq!(err.field, "items[0].key");
+        let err = CheckCall::new(vec![item("acme", "per-user", "u", f64::NAN, None)])
+            .expect_err("NaN");
+        assert_eq!(err.field, "items[0].tokens");
+    }
+}
