@@ -15,6 +15,12 @@ pub enum ClientError {
     /// instance registered twice in one registry).
     #[error("registering client metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    /// The server answered a check with an error: `INVALID_ARGUMENT` or
+    /// `NOT_FOUND` (nothing was taken), or, after the last attempt,
+    /// `UNAVAILABLE` or `DEADLINE_EXCEEDED` (the check may or may not have
+    /// been applied: call again with the same request id to learn which).
+    #[error("check refused: {code:?}: {message}")]
+    Server { code: tonic::Code, message: String },
     /// The controller is shut down; nothing was charged.
     #[error("the tollgate controller is shut down")]
     Closed,

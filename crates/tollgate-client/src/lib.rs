@@ -56,6 +56,8 @@
 //! - `driver`: each bucket's background task, talking to the server.
 //! - `gate`: the lock-free admission fast path in front of a bucket.
 //! - [`transport`]: gRPC to the server, or your own [`Transport`].
+//! - [`key_limits`]: [`KeyLimiter`], exact per-key checks (a user, an API
+//!   key, an IP address), one round trip each.
 //! - [`lease`]: the ordered leases that tell a pod's incarnations apart.
 
 mod bucket;
@@ -63,6 +65,7 @@ pub mod controller;
 mod driver;
 mod error;
 mod gate;
+pub mod key_limits;
 pub mod lease;
 mod metrics;
 pub mod transport;
@@ -70,6 +73,7 @@ pub mod transport;
 pub use bucket::BucketHandle;
 pub use controller::{BucketReport, Controller, Options, Request, ShutdownReport};
 pub use error::{ClientError, TransportError};
+pub use key_limits::{KeyAnswer, KeyCheck, KeyLimiter, KeyLimiterOptions, Verdict};
 pub use transport::{ClientTls, GrpcTransport, Transport, endpoint};
 
 pub use prometheus::Registry;

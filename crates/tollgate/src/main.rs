@@ -8,6 +8,8 @@
 //!   move them between tiers, override a bucket's limits.
 //! - `tollgate tier …`: create, update, list, show and delete tiers, or
 //!   apply a TOML file of them.
+//! - `tollgate check`: one exact per-key check; the exit status is the
+//!   verdict (0 allowed, 3 refused).
 //! - `tollgate pod request`: one token-bucket request, as a pod would send it.
 //! - `tollgate bench`: a load generator: many simulated pods against one or
 //!   more servers, with throughput, latency and per-tenant consumption sums.
@@ -15,6 +17,7 @@
 //! Every command that prints a result takes `--json` (see `output`).
 
 mod bench;
+mod check;
 mod config;
 mod output;
 mod pod;
@@ -53,6 +56,11 @@ enum Command {
     Tenant(tenant::TenantArgs),
     /// Define tiers (named sets of bucket limits) on a running server.
     Tier(tier::TierArgs),
+    /// Check a key of a per-key bucket (take tokens if it holds them).
+    ///
+    /// Exit status: 0 allowed (tokens taken), 3 refused (nothing taken),
+    /// 1 error, 2 usage error.
+    Check(check::CheckArgs),
     /// Act as a pod against a running server (for trying things out).
     Pod(pod::PodArgs),
     /// Load a running server with simulated pods and measure it.
@@ -78,6 +86,10 @@ fn main() -> ExitCode {
         Command::Migrate(args) => with_text_logs(store::migrate(args)),
         Command::Tenant(args) => with_text_logs(tenant::run(args)),
         Command::Tier(args) => with_text_logs(tier::run(args)),
+        Command::Check(args) => match with_text_logs(check::run(args)) {
+            (Ok(verdict), _) => return verdict,
+            (Err(e), format) => (Err(e), format),
+        },
         Command::Pod(args) => with_text_logs(pod::run(args)),
         Command::Bench(args) => with_text_logs(bench::run(args)),
     };
@@ -108,7 +120,7 @@ fn init_logging(format: LogFormat) {
 }
 
 /// Runs `work` to completion on a multi-threaded runtime.
-fn block_on(work: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+fn block_on<T>(work: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
@@ -116,9 +128,9 @@ fn block_on(work: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()
 }
 
 /// Runs a command other than `serve`: its logs are always text.
-fn with_text_logs(
-    work: impl Future<Output = anyhow::Result<()>>,
-) -> (anyhow::Result<()>, LogFormat) {
+fn with_text_logs<T>(
+    work: impl Future<Output = anyhow::Result<T>>,
+) -> (anyhow::Result<T>, LogFormat) {
     init_logging(LogFormat::Text);
     (block_on(work), LogFormat::Text)
 }

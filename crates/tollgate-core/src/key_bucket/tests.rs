@@ -329,11 +329,11 @@ mod batch {
         let err = CheckCall::new(vec![item("acme", "per-user", "u1", 1.0, Some(&long_id))])
             .expect_err("too long");
         assert_eq!(err.field, "items[0].request_id");
-        let err = CheckCall::new(vec![item("acme", "per-user", "", 1.0, None)])
-            .expect_err("empty key");
+        let err =
+            CheckCall::new(vec![item("acme", "per-user", "", 1.0, None)]).expect_err("empty key");
         assert_eq!(err.field, "items[0].key");
-        let err = CheckCall::new(vec![item("acme", "per-user", "u", f64::NAN, None)])
-            .expect_err("NaN");
+        let err =
+            CheckCall::new(vec![item("acme", "per-user", "u", f64::NAN, None)]).expect_err("NaN");
         assert_eq!(err.field, "items[0].tokens");
     }
 }

@@ -1,0 +1,477 @@
+//! Per-key checks through the wire contract alone (`KeyLimits/Check`, and
+//! `Admin` to define the tier), on the embedded store and PostgreSQL, with
+//! the store's clock moved by the test.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use support::server::TestServer;
+use support::{Backend, Backing};
+use tollgate_core::Timestamp;
+use tollgate_proto::v1::{self, key_limits_client::KeyLimitsClient};
+use tollgate_server::store::BucketSettings;
+use tonic::Code;
+use tonic::transport::Channel;
+
+/// A clock the test sets by hand.
+#[derive(Clone, Default)]
+struct ManualClock(Arc<AtomicI64>);
+
+impl ManualClock {
+    fn set_secs(&self, secs: f64) {
+        self.0.store(
+            Timestamp::from_secs_f64(secs).unix_micros(),
+            Ordering::SeqCst,
+        );
+    }
+    fn now(&self) -> Timestamp {
+        Timestamp::from_unix_micros(self.0.load(Ordering::SeqCst))
+    }
+}
+
+struct Fixture {
+    server: TestServer,
+    checks: KeyLimitsClient<Channel>,
+    clock: ManualClock,
+    _backing: Backing,
+}
+
+fn definition(
+    bucket: &str,
+    refill_rate: f64,
+    burst_limit: f64,
+    kind: v1::BucketKind,
+) -> v1::BucketDefinition {
+    v1::BucketDefinition {
+        bucket: bucket.into(),
+        refill_rate,
+        burst_limit,
+        initial_tokens: None,
+        kind: kind as i32,
+    }
+}
+
+/// A server on `backend` with tier `pro` (`per-user`: 2/s burst 10;
+/// `per-tenant`: 10/s burst 5; `emails`: shared) and tenants `acme`,
+/// `globex` on it.
+async fn fixture(backend: Backend) -> Fixture {
+    let clock = ManualClock::default();
+    clock.set_secs(1_000.0);
+    let backing = Backing::new(backend).await;
+    let store = {
+        let clock = clock.clone();
+        backing
+            .open_with_clock(BucketSettings::default(), Arc::new(move || clock.now()))
+            .await
+    };
+    let server = TestServer::start(store).await;
+    let mut admin = server.admin().await;
+    admin
+        .put_tier(v1::PutTierRequest {
+            tier: Some(v1::Tier {
+                name: "pro".into(),
+                buckets: vec![
+                    definition("per-user", 2.0, 10.0, v1::BucketKind::PerKey),
+                    definition("per-tenant", 10.0, 5.0, v1::BucketKind::PerKey),
+                    definition("emails", 1.0, 10.0, v1::BucketKind::Shared),
+                ],
+                ..v1::Tier::default()
+            }),
+        })
+        .await
+        .expect("put tier");
+    for tenant in ["acme", "globex"] {
+        admin
+            .create_tenant(v1::CreateTenantRequest {
+                tenant_id: tenant.into(),
+                tier: "pro".into(),
+            })
+            .await
+            .expect("create tenant");
+    }
+    let checks = KeyLimitsClient::new(server.channel().await);
+    Fixture {
+        server,
+        checks,
+        clock,
+        _backing: backing,
+    }
+}
+
+fn item(tenant: &str, bucket: &str, key: &str, tokens: f64) -> v1::CheckItem {
+    v1::CheckItem {
+        tenant_id: tenant.into(),
+        bucket: bucket.into(),
+        key: key.into(),
+        tokens,
+        request_id: String::new(),
+    }
+}
+
+fn with_id(mut item: v1::CheckItem, id: &str) -> v1::CheckItem {
+    item.request_id = id.into();
+    item
+}
+
+impl Fixture {
+    async fn check(
+        &mut self,
+        items: Vec<v1::CheckItem>,
+    ) -> Result<v1::CheckResponse, tonic::Status> {
+        self.checks
+            .check(v1::CheckRequest { items })
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    async fn ok(&mut self, items: Vec<v1::CheckItem>) -> v1::CheckResponse {
+        self.check(items).await.expect("check answered")
+    }
+
+    /// The tokens `key` holds now (a check of 0 tokens).
+    async fn level(&mut self, tenant: &str, bucket: &str, key: &str) -> f64 {
+        self.ok(vec![item(tenant, bucket, key, 0.0)]).await.answers[0].remaining_tokens
+    }
+
+    async fn stop(self) {
+        self.server.stop().await;
+    }
+}
+
+fn secs(d: &Option<prost_types::Duration>) -> Option<f64> {
+    d.map(|d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
+}
+
+async fn exact_refill_and_cap(backend: Backend) {
+    let mut f = fixture(backend).await;
+    let first = f.ok(vec![item("acme", "per-user", "u1", 10.0)]).await;
+    assert!(first.allowed, "a key never seen starts full");
+    let a = &first.answers[0];
+    assert_eq!(a.remaining_tokens, 0.0);
+    assert_eq!((a.refill_rate, a.burst_limit), (2.0, 10.0));
+    assert_eq!(secs(&a.reset_after), Some(5.0));
+    let refused = f.ok(vec![item("acme", "per-user", "u1", 1.0)]).await;
+    assert!(!refused.allowed);
+    assert_eq!(secs(&refused.answers[0].retry_after), Some(0.5));
+    f.clock.set_secs(1_001.25);
+    assert_eq!(
+        f.level("acme", "per-user", "u1").await,
+        2.5,
+        "2/s for 1.25 s"
+    );
+    let more_than_burst = f.ok(vec![item("acme", "per-user", "u1", 11.0)]).await;
+    assert!(!more_than_burst.allowed);
+    assert_eq!(more_than_burst.answers[0].retry_after, None, "never");
+    f.clock.set_secs(2_000.0);
+    assert_eq!(
+        f.level("acme", "per-user", "u1").await,
+        10.0,
+        "capped at the burst"
+    );
+    assert_eq!(
+        f.server.store.key_counts().await.expect("counts").keys,
+        0,
+        "a key found full has no row"
+    );
+    f.stop().await;
+}
+
+async fn items_are_taken_together_or_not_at_all(backend: Backend) {
+    let mut f = fixture(backend).await;
+    // per-tenant holds 5; per-user 10: the fourth call of 2 fails on the
+    // tenant's bucket, and takes nothing from the user's.
+    for n in 0..2 {
+        let answer = f
+            .ok(vec![
+                item("acme", "per-user", "u1", 2.0),
+                item("acme", "per-tenant", "all", 2.0),
+            ])
+            .await;
+        assert!(answer.allowed, "call {n}");
+    }
+    let refused = f
+        .ok(vec![
+            item("acme", "per-user", "u1", 2.0),
+            item("acme", "per-tenant", "all", 2.0),
+        ])
+        .await;
+    assert!(!refused.allowed);
+    assert!(refused.answers.iter().all(|a| !a.allowed));
+    assert_eq!(
+        secs(&refused.answers[0].retry_after),
+        Some(0.0),
+        "the user's tokens are there"
+    );
+    assert_eq!(secs(&refused.answers[1].retry_after), Some(0.1));
+    assert_eq!(
+        f.level("acme", "per-user", "u1").await,
+        6.0,
+        "nothing taken"
+    );
+    assert_eq!(f.level("acme", "per-tenant", "all").await, 1.0);
+    // Two items on one key take in turn.
+    let twice = f
+        .ok(vec![
+            item("acme", "per-user", "u2", 6.0),
+            item("acme", "per-user", "u2", 6.0),
+        ])
+        .await;
+    assert!(!twice.allowed);
+    assert_eq!(f.level("acme", "per-user", "u2").await, 10.0);
+    f.stop().await;
+}
+
+async fn retries_are_answered_once(backend: Backend) {
+    let mut f = fixture(backend).await;
+    let call = vec![
+        with_id(item("acme", "per-user", "u1", 4.0), "req-1"),
+        with_id(item("acme", "per-tenant", "all", 1.0), "req-1"),
+    ];
+    let first = f.ok(call.clone()).await;
+    assert!(first.allowed);
+    f.clock.set_secs(1_000.5);
+    for _ in 0..3 {
+        let retry = f.ok(call.clone()).await;
+        assert!(retry.allowed);
+        for (r, a) in retry.answers.iter().zip(&first.answers) {
+            assert!(r.replayed);
+            assert_eq!(r.remaining_tokens, a.remaining_tokens, "the first answer");
+        }
+    }
+    assert_eq!(
+        f.level("acme", "per-user", "u1").await,
+        7.0,
+        "6 + 0.5 s × 2/s: taken once"
+    );
+    let err = f
+        .check(vec![with_id(item("acme", "per-user", "u1", 5.0), "req-1")])
+        .await
+        .expect_err("other tokens under the same id");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("items[0].request_id"),
+        "{}",
+        err.message()
+    );
+    // The same id on another key is another check.
+    let other = f
+        .ok(vec![with_id(item("acme", "per-user", "u9", 4.0), "req-1")])
+        .await;
+    assert!(!other.answers[0].replayed);
+    // A refused check's answer is kept too: its retry is refused again
+    // even once the tokens are there.
+    let refused = f
+        .ok(vec![with_id(item("acme", "per-user", "u1", 9.0), "req-2")])
+        .await;
+    assert!(!refused.allowed);
+    f.clock.set_secs(1_010.0);
+    let again = f
+        .ok(vec![with_id(item("acme", "per-user", "u1", 9.0), "req-2")])
+        .await;
+    assert!(!again.allowed && again.answers[0].replayed);
+    f.stop().await;
+}
+
+async fn idle_keys_are_removed_and_restart_full(backend: Backend) {
+    let mut f = fixture(backend).await;
+    for n in 0..50 {
+        let key = format!("user-{n}");
+        let answer = f
+            .ok(vec![with_id(
+                item("acme", "per-user", &key, 1.0 + f64::from(n % 9)),
+                "r",
+            )])
+            .await;
+        assert!(answer.allowed);
+    }
+    let store = Arc::clone(&f.server.store);
+    let counts = store.key_counts().await.expect("counts");
+    assert_eq!((counts.keys, counts.records), (50, 50));
+    // 4.5 s later the keys that took at most 9 tokens... all took ≤ 9: full
+    // after 4.5 s at 2/s; the records stay until they expire.
+    f.clock.set_secs(1_004.5);
+    let swept = store.sweep_keys(20).await.expect("sweep");
+    assert_eq!(swept.keys, 20);
+    assert!(swept.more);
+    while store.sweep_keys(20).await.expect("sweep").more {}
+    let counts = store.key_counts().await.expect("counts");
+    assert_eq!((counts.keys, counts.records), (0, 50));
+    assert_eq!(
+        f.level("acme", "per-user", "user-8").await,
+        10.0,
+        "full again"
+    );
+    f.clock.set_secs(1_000.0 + 601.0);
+    while store.sweep_keys(20).await.expect("sweep").more {}
+    assert_eq!(store.key_counts().await.expect("counts").records, 0);
+    assert!(store.stats().keys_removed >= 50);
+    f.stop().await;
+}
+
+async fn keys_of_different_tenants_and_buckets_never_mix(backend: Backend) {
+    let mut f = fixture(backend).await;
+    let odd_keys = ["u1", "ключ-🔑", "a\u{0}b", "a", "A", &"k".repeat(512)];
+    for key in odd_keys {
+        assert!(
+            f.ok(vec![item("acme", "per-user", key, 3.0)]).await.allowed,
+            "{key:?}"
+        );
+    }
+    for key in odd_keys {
+        assert_eq!(f.level("acme", "per-user", key).await, 7.0, "{key:?}");
+        assert_eq!(f.level("globex", "per-user", key).await, 10.0, "{key:?}");
+        assert_eq!(f.level("acme", "per-tenant", key).await, 5.0, "{key:?}");
+    }
+    f.stop().await;
+}
+
+async fn bad_input_is_refused_naming_the_field_and_takes_nothing(backend: Backend) {
+    let mut f = fixture(backend).await;
+    let good = item("acme", "per-user", "u1", 1.0);
+    let cases: Vec<(Vec<v1::CheckItem>, Code, &str)> = vec![
+        (vec![], Code::InvalidArgument, "items"),
+        (vec![good.clone(); 65], Code::InvalidArgument, "items"),
+        (
+            vec![good.clone(), item("acme", "per-user", "", 1.0)],
+            Code::InvalidArgument,
+            "items[1].key",
+        ),
+        (
+            vec![
+                good.clone(),
+                item("acme", "per-user", &"k".repeat(513), 1.0),
+            ],
+            Code::InvalidArgument,
+            "items[1].key",
+        ),
+        (
+            vec![good.clone(), item("acme", "per-user", "u1", f64::NAN)],
+            Code::InvalidArgument,
+            "items[1].tokens",
+        ),
+        (
+            vec![good.clone(), item("acme", "per-user", "u1", -1.0)],
+            Code::InvalidArgument,
+            "items[1].tokens",
+        ),
+        (
+            vec![good.clone(), item("acme", "per-user", "u1", f64::INFINITY)],
+            Code::InvalidArgument,
+            "items[1].tokens",
+        ),
+        (
+            vec![good.clone(), item("acme", "nope", "u1", 1.0)],
+            Code::NotFound,
+            "items[1].bucket",
+        ),
+        (
+            vec![good.clone(), item("acme", "emails", "u1", 1.0)],
+            Code::InvalidArgument,
+            "items[1].bucket",
+        ),
+        (
+            vec![good.clone(), item("acme", "", "u1", 1.0)],
+            Code::InvalidArgument,
+            "items[1].bucket",
+        ),
+        (
+            vec![good.clone(), item("acme", "bad name!", "u1", 1.0)],
+            Code::InvalidArgument,
+            "items[1].bucket",
+        ),
+        (
+            vec![good.clone(), item("", "per-user", "u1", 1.0)],
+            Code::InvalidArgument,
+            "items[1].tenant_id",
+        ),
+        (
+            vec![good.clone(), item("initech", "per-user", "u1", 1.0)],
+            Code::NotFound,
+            "items[1].bucket",
+        ),
+        (
+            vec![
+                good.clone(),
+                with_id(item("acme", "per-user", "u1", 1.0), &"i".repeat(129)),
+            ],
+            Code::InvalidArgument,
+            "items[1].request_id",
+        ),
+    ];
+    for (items, code, field) in cases {
+        let err = f.check(items).await.expect_err(field);
+        assert_eq!(err.code(), code, "{field}: {}", err.message());
+        assert!(err.message().contains(field), "{field}: {}", err.message());
+        assert!(err.message().len() < 400, "brief: {}", err.message());
+    }
+    assert_eq!(
+        f.level("acme", "per-user", "u1").await,
+        10.0,
+        "nothing taken"
+    );
+    f.stop().await;
+}
+
+async fn a_definition_change_applies_to_the_next_check(backend: Backend) {
+    let mut f = fixture(backend).await;
+    assert!(
+        f.ok(vec![item("acme", "per-user", "u1", 10.0)])
+            .await
+            .allowed
+    );
+    let mut admin = f.server.admin().await;
+    admin
+        .set_bucket_override(v1::SetBucketOverrideRequest {
+            tenant_id: "acme".into(),
+            bucket: Some(definition(
+                "per-user",
+                100.0,
+                1000.0,
+                v1::BucketKind::PerKey,
+            )),
+        })
+        .await
+        .expect("override");
+    f.clock.set_secs(1_001.0);
+    let answer = f.ok(vec![item("acme", "per-user", "u1", 0.0)]).await;
+    assert_eq!(answer.answers[0].remaining_tokens, 100.0, "0 + 1 s × 100/s");
+    assert_eq!(answer.answers[0].burst_limit, 1000.0);
+    assert_eq!(
+        f.level("globex", "per-user", "u1").await,
+        10.0,
+        "globex keeps the tier's"
+    );
+    f.stop().await;
+}
+
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                use super::*;
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn embedded_store() {
+                    super::$name(Backend::Embedded).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres_store() {
+                    super::$name(Backend::Postgres).await;
+                }
+            }
+        )*
+    };
+}
+
+on_both_stores!(
+    exact_refill_and_cap,
+    items_are_taken_together_or_not_at_all,
+    retries_are_answered_once,
+    idle_keys_are_removed_and_restart_full,
+    keys_of_different_tenants_and_buckets_never_mix,
+    bad_input_is_refused_naming_the_field_and_takes_nothing,
+    a_definition_change_applies_to_the_next_check,
+);
