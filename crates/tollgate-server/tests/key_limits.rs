@@ -446,27 +446,7 @@ async fn a_definition_change_applies_to_the_next_check(backend: Backend) {
     f.stop().await;
 }
 
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                use super::*;
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn embedded_store() {
-                    super::$name(Backend::Embedded).await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres_store() {
-                    super::$name(Backend::Postgres).await;
-                }
-            }
-        )*
-    };
-}
-
-on_both_stores!(
+for_each_store!(
     exact_refill_and_cap,
     items_are_taken_together_or_not_at_all,
     retries_are_answered_once,
