@@ -13,10 +13,15 @@
 //! tenant, counting each request once however often it was sent, so that it
 //! can be compared with the tenant's totals on the server.
 //!
+//! With `--checks` it loads the per-key `KeyLimits/Check` RPC instead
+//! (see `checks.rs`).
+//!
 //! - `mod.rs`: the options, their validation, the connections and the run.
+//! - `checks.rs`: the callers of `--checks` and their report.
 //! - `pod.rs`: one pod's request stream, retries, duplicates and restarts.
 //! - `report.rs`: the counts merged over pods, as a table or JSON.
 
+mod checks;
 mod pod;
 mod report;
 
@@ -148,6 +153,43 @@ pub struct BenchArgs {
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     timeout: Duration,
 
+    /// Benchmark per-key checks (`KeyLimits/Check`, one token of one key
+    /// per call) instead of token-bucket requests: each pod is a caller.
+    /// The bench defines tier `PREFIX-checks` with per-key bucket
+    /// `per-key` and puts the tenants on it.
+    #[arg(long)]
+    checks: bool,
+
+    /// With --checks: distinct keys per tenant.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    keys: u64,
+
+    /// With --checks: the hot keys, the first N of --keys.
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
+    hot_keys: u64,
+
+    /// With --checks: the fraction of checks on the hot keys.
+    #[arg(
+        long,
+        value_name = "F",
+        default_value_t = 0.9,
+        allow_negative_numbers = true
+    )]
+    hot_fraction: f64,
+
+    /// With --checks: each key's refill rate, tokens/s.
+    #[arg(long, value_name = "R", default_value_t = 1.0)]
+    key_rate: f64,
+
+    /// With --checks: each key's burst limit.
+    #[arg(long, value_name = "B", default_value_t = 10.0)]
+    key_burst: f64,
+
+    /// With --checks: give every check a request id (each is then recorded
+    /// for its retries, one more row written per check).
+    #[arg(long)]
+    request_ids: bool,
+
     /// Print one JSON object instead of tables (and no progress bar).
     #[arg(long)]
     json: bool,
@@ -204,6 +246,9 @@ struct Plan {
     load: Load,
     mix: Mix,
     timeout: Duration,
+    tenant_prefix: String,
+    /// `--checks`: what the callers check.
+    checks: Option<checks::CheckMix>,
 }
 
 fn fraction(option: &str, value: f64) -> anyhow::Result<f64> {
@@ -300,6 +345,19 @@ impl BenchArgs {
             load,
             mix,
             timeout: self.timeout,
+            tenant_prefix: self.tenant_prefix.clone(),
+            checks: if self.checks {
+                Some(checks::CheckMix::new(
+                    self.keys,
+                    self.hot_keys,
+                    self.hot_fraction,
+                    self.key_rate,
+                    self.key_burst,
+                    self.request_ids,
+                )?)
+            } else {
+                None
+            },
         })
     }
 }
@@ -387,7 +445,10 @@ fn new_histogram() -> Histogram<u64> {
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let plan = args.plan()?;
     let channels = connect(&plan).await?;
-    create_buckets(&plan, &channels[0][0], args.token.as_deref()).await?;
+    match &plan.checks {
+        Some(mix) => checks::prepare(&plan, mix, &channels[0][0], args.token.as_deref()).await?,
+        None => create_buckets(&plan, &channels[0][0], args.token.as_deref()).await?,
+    }
     let mut progress = Progress::new(&plan, args.json || args.quiet);
 
     let start = Instant::now();
@@ -408,6 +469,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         latency: Latencies::new(),
         answers: AtomicU64::new(0),
     });
+
+    if let Some(mix) = plan.checks {
+        let report = checks::run(&plan, mix, &channels, context, &mut progress).await?;
+        return crate::output::print(args.json, &report, checks::CheckReport::text);
+    }
 
     let mut pods = JoinSet::new();
     let per_tenant = plan.instances_per_tenant as usize;

@@ -52,8 +52,9 @@ struct Counts {
     duplicates: u64,
 }
 
+/// Latency percentiles, in microseconds.
 #[derive(Debug, Serialize)]
-struct Latency {
+pub(super) struct Latency {
     count: u64,
     mean: f64,
     p50: u64,
@@ -61,6 +62,40 @@ struct Latency {
     p99: u64,
     p99_9: u64,
     max: u64,
+}
+
+impl Latency {
+    pub(super) fn of(latency: &Histogram<u64>) -> Latency {
+        Latency {
+            count: latency.len(),
+            mean: if latency.is_empty() {
+                0.0
+            } else {
+                latency.mean()
+            },
+            p50: latency.value_at_quantile(0.5),
+            p90: latency.value_at_quantile(0.9),
+            p99: latency.value_at_quantile(0.99),
+            p99_9: latency.value_at_quantile(0.999),
+            max: latency.max(),
+        }
+    }
+
+    /// `p50 … max`, or `no answers`.
+    pub(super) fn text(&self) -> String {
+        if self.count == 0 {
+            "no answers".to_owned()
+        } else {
+            format!(
+                "p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+                micros(self.p50),
+                micros(self.p90),
+                micros(self.p99),
+                micros(self.p99_9),
+                micros(self.max)
+            )
+        }
+    }
 }
 
 /// The whole run.
@@ -166,19 +201,7 @@ impl Report {
             measured_seconds,
             requests_per_second: measured.answers as f64 / measured_seconds,
             measured,
-            latency_us: Latency {
-                count: latency.len(),
-                mean: if latency.is_empty() {
-                    0.0
-                } else {
-                    latency.mean()
-                },
-                p50: latency.value_at_quantile(0.5),
-                p90: latency.value_at_quantile(0.9),
-                p99: latency.value_at_quantile(0.99),
-                p99_9: latency.value_at_quantile(0.999),
-                max: latency.max(),
-            },
+            latency_us: Latency::of(&latency),
             total,
             tenants: plan.tenants.iter().cloned().zip(tenants).collect(),
             tenant_order: plan.tenants.clone(),
@@ -224,21 +247,7 @@ impl Report {
                     self.measured.answers, self.measured.requests, self.measured.duplicates
                 ),
             ),
-            field(
-                "latency",
-                if l.count == 0 {
-                    "no answers".to_owned()
-                } else {
-                    format!(
-                        "p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
-                        micros(l.p50),
-                        micros(l.p90),
-                        micros(l.p99),
-                        micros(l.p99_9),
-                        micros(l.max)
-                    )
-                },
-            ),
+            field("latency", l.text()),
             field(
                 "whole run",
                 format!(
@@ -289,12 +298,12 @@ impl Report {
     }
 }
 
-fn plural(n: usize) -> &'static str {
+pub(super) fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
 /// `Unavailable 3, DeadlineExceeded 1`, or `none`.
-fn codes(counts: &BTreeMap<String, u64>) -> String {
+pub(super) fn codes(counts: &BTreeMap<String, u64>) -> String {
     if counts.is_empty() {
         return "none".to_owned();
     }
