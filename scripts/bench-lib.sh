@@ -1,5 +1,6 @@
 # Functions shared by the benchmark scripts, which set OUT, BIN, PORT,
-# SERVER, TENANTS, INSTANCES and DURATION before calling them: build the
+# SERVER, TENANTS, INSTANCES and DURATION (and METRICS_LISTEN, default
+# off) before calling them: build the
 # release binary, start and stop `tollgate serve`, run `tollgate bench`.
 
 # A database on the same server as URL $1, named $2.
@@ -25,7 +26,7 @@ stop_server() {
 trap stop_server EXIT
 
 start_server() {
-    RUST_LOG=warn "$BIN" serve --listen "127.0.0.1:${PORT}" --metrics-listen off "$@" 2>>"$OUT/server.log" &
+    RUST_LOG=warn "$BIN" serve --listen "127.0.0.1:${PORT}" --metrics-listen "${METRICS_LISTEN:-off}" "$@" 2>>"$OUT/server.log" &
     server_pid=$!
     for _ in $(seq 1 100); do
         if TOLLGATE_SERVER=$SERVER "$BIN" tenant list >/dev/null 2>&1; then return; fi
