@@ -16,6 +16,8 @@ found wrong and exits 1, or prints a short summary and exits 0.
   compose               deploy/compose/* agree with each other
   compose-healthcheck   the replicas' health check against a local /readyz
   docker                deploy/Dockerfile and .dockerignore
+  envoy                 deploy/envoy/envoy.yaml against deploy/envoy/tiers.toml,
+                        the Kubernetes Service and docs/envoy.md
   k8s-sd-stub IN OUT    prometheus.yml with kubernetes_sd_configs swapped for
                         empty static_configs (for a promtool built without
                         Kubernetes discovery)
@@ -27,6 +29,7 @@ import fnmatch
 import json
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 try:
@@ -1109,6 +1112,111 @@ def cmd_compose_healthcheck() -> int:
 
 
 # --------------------------------------------------------------------------
+# Envoy (docs/envoy.md)
+
+ENVOY = DEPLOY / "envoy"
+RATELIMIT_FILTER = "envoy.filters.http.ratelimit"
+TENANT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def walk(node):
+    """Every mapping in a YAML tree."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from walk(value)
+
+
+def envoy_bucket(actions: list) -> tuple[str | None, str]:
+    """The bucket a rate_limits entry's descriptor names under Tollgate's
+    mapping rule, or None and why not."""
+    entries = []  # descriptor entry keys, in order
+    for action in actions:
+        (kind, spec), = action.items()
+        spec = spec or {}
+        if kind == "generic_key":
+            entries.append((spec.get("descriptor_key", "generic_key"), spec.get("descriptor_value")))
+        elif kind == "request_headers":
+            entries.append((spec["descriptor_key"], None))
+        elif kind == "remote_address":
+            entries.append(("remote_address", None))
+        else:
+            return None, f"action {kind}: the check does not know its descriptor key"
+    if not entries:
+        return None, "no actions"
+    (key, value), rest = entries[0], entries[1:]
+    if key == "generic_key":
+        if not rest:
+            return None, "a lone generic_key leaves nothing for the key"
+        return value, ""
+    return key, ""
+
+
+def cmd_envoy() -> int:
+    p = Problems()
+    where = "envoy/envoy.yaml"
+    doc = load_one(ENVOY / "envoy.yaml")
+    tiers = tomllib.loads((ENVOY / "tiers.toml").read_text(encoding="utf-8"))["tiers"]
+    per_key = {name for tier in tiers.values() for name, bucket in tier.get("buckets", {}).items()
+               if bucket.get("kind") == "per-key"}
+    clusters = {c["name"]: c for c in doc["static_resources"]["clusters"]}
+
+    filters = [f for f in walk(doc) if f.get("name") == RATELIMIT_FILTER]
+    if len(filters) != 1:
+        p.add(where, f"expected one {RATELIMIT_FILTER} filter, found {len(filters)}")
+    for f in filters:
+        config = f["typed_config"]
+        if not TENANT_ID.match(str(config.get("domain", ""))):
+            p.add(where, f"domain {config.get('domain')!r} is not a tenant id")
+        if config.get("enable_x_ratelimit_headers") != "DRAFT_VERSION_03":
+            p.add(where, "enable_x_ratelimit_headers is not DRAFT_VERSION_03")
+        service = config["rate_limit_service"]
+        if service.get("transport_api_version") != "V3":
+            p.add(where, "rate_limit_service.transport_api_version is not V3")
+        name = service["grpc_service"]["envoy_grpc"]["cluster_name"]
+        cluster = clusters.get(name)
+        if cluster is None:
+            p.add(where, f"rate_limit_service names cluster {name}, which is not defined")
+            continue
+        if not any("http2_protocol_options" in m for m in walk(cluster)):
+            p.add(where, f"cluster {name}: no http2_protocol_options (gRPC needs HTTP/2)")
+        service_doc = load_one(K8S / "service.yaml")
+        namespace = load_one(K8S / "kustomization.yaml")["namespace"]
+        grpc_port = next(port["port"] for port in service_doc["spec"]["ports"] if port["name"] == "grpc")
+        expected = (f"{service_doc['metadata']['name']}.{namespace}.svc.cluster.local", grpc_port)
+        for address in (m["socket_address"] for m in walk(cluster) if "socket_address" in m):
+            found = (address.get("address"), address.get("port_value"))
+            if found != expected:
+                p.add(where, f"cluster {name} points at {found[0]}:{found[1]}, "
+                             f"not the Kubernetes Service's gRPC port {expected[0]}:{expected[1]}")
+
+    n_limits = 0
+    for holder in walk(doc):
+        for limit in holder.get("rate_limits", []) if isinstance(holder.get("rate_limits"), list) else []:
+            n_limits += 1
+            bucket, why = envoy_bucket(limit.get("actions", []))
+            if bucket is None:
+                p.add(where, f"rate_limits {limit}: {why}")
+            elif bucket not in per_key:
+                p.add(where, f"rate_limits entry checks bucket {bucket}, "
+                             "which envoy/tiers.toml does not define as per-key")
+    if n_limits == 0:
+        p.add(where, "no rate_limits")
+
+    # The docs quote both files as they are.
+    guide = (ROOT / "docs" / "envoy.md").read_text(encoding="utf-8")
+    for name, lang in (("envoy.yaml", "yaml"), ("tiers.toml", "toml")):
+        text = (ENVOY / name).read_text(encoding="utf-8")
+        if f"```{lang}\n{text}```" not in guide:
+            p.add("docs/envoy.md", f"does not quote deploy/envoy/{name} as it is (in a {lang} block)")
+    return p.finish(f"{len(filters)} rate limit filter, {n_limits} rate_limits entries on "
+                    f"{len(per_key)} per-key buckets, quoted in docs/envoy.md")
+
+
+# --------------------------------------------------------------------------
 
 
 def main(argv: list[str]) -> int:
@@ -1125,6 +1233,7 @@ def main(argv: list[str]) -> int:
         "compose": cmd_compose,
         "compose-healthcheck": cmd_compose_healthcheck,
         "docker": cmd_docker,
+        "envoy": cmd_envoy,
         "k8s-sd-stub": lambda: cmd_k8s_sd_stub(args[0], args[1]),
     }
     if cmd not in commands:

@@ -197,9 +197,10 @@ if [ -n "$PY" ]; then
     check "compose files agree with each other and deploy/serve-options.txt" "$PY" deploy/lint.py compose
     check "compose replicas' health-check command against a local /readyz" "$PY" deploy/lint.py compose-healthcheck
     check "Kubernetes manifests agree with each other and the Prometheus job" "$PY" deploy/lint.py kubernetes
+    check "Envoy example: rate limit filter, Tollgate cluster, buckets in tiers.toml, docs/envoy.md" "$PY" deploy/lint.py envoy
 else
     for what in "YAML well-formed" "Grafana dashboard" "metric names" "Dockerfile and .dockerignore" \
-        "compose files" "compose health check" "Kubernetes manifests"; do
+        "compose files" "compose health check" "Kubernetes manifests" "Envoy example"; do
         skipped "$what" "$PY_WHY"
     done
 fi

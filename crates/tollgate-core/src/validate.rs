@@ -77,6 +77,15 @@ impl InvalidInput {
             reason: self.reason,
         }
     }
+
+    /// The same error, its field renamed by `rename`: for an API that
+    /// carries the same values in fields of other names.
+    pub fn renamed(self, rename: impl FnOnce(&str) -> String) -> Self {
+        InvalidInput {
+            field: rename(&self.field),
+            reason: self.reason,
+        }
+    }
 }
 
 /// Checks that `value` is finite and within `[0, max]`.

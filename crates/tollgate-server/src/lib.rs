@@ -1,9 +1,10 @@
 //! Tollgate's server: gRPC services over a transactional [`store::Store`].
 //!
 //! - [`store`]: the `Store` trait and its implementations.
-//! - [`service`]: the pod-facing `TokenBucketService` and operator-facing
-//!   `Admin` service, which validate every input at the edge and map store
-//!   errors to gRPC status codes.
+//! - [`service`]: the pod-facing `TokenBucketService`, the per-key
+//!   `KeyLimits` checks (also served as Envoy's rate limit service API) and
+//!   the operator-facing `Admin` service, which validate every input at the
+//!   edge and map store errors to gRPC status codes.
 //! - [`telemetry`]: Prometheus metrics, gRPC health and `/readyz`.
 //! - [`run`]: serves both services, gRPC health and reflection on an
 //!   already-bound listener until a shutdown signal; the binary and the

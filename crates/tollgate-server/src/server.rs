@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
 use tollgate_proto::v1::admin_server::AdminServer;
 use tollgate_proto::v1::key_limits_server::KeyLimitsServer;
@@ -11,7 +12,10 @@ use tonic::transport::server::{ServerTlsConfig, TcpIncoming};
 use tonic::transport::{Certificate, Identity};
 
 use crate::service::edge::EdgeLayer;
-use crate::service::{AdminAuth, AdminService, AdminTokens, KeyLimitsService, TokenBucketService};
+use crate::service::{
+    AdminAuth, AdminService, AdminTokens, EnvoyRateLimitService, KeyLimitsService,
+    TokenBucketService,
+};
 use crate::store::{self, Store};
 use crate::telemetry::health::PROBE_INTERVAL;
 use crate::telemetry::rpc::RpcMetricsLayer;
@@ -98,6 +102,8 @@ pub async fn run_with_options(
         builder = builder.tls_config(config).map_err(ServeError::Tls)?;
     }
     let local = listener.local_addr().ok();
+    // Envoy's rate limit service is left out: envoy-types ships no
+    // descriptor set for it.
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(tollgate_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -122,6 +128,8 @@ pub async fn run_with_options(
         admin_operators = admin_tokens.as_ref().map(AdminTokens::len),
         "tollgate server listening"
     );
+    // One service for the checks of both APIs: the same store and metrics.
+    let checks = KeyLimitsService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics));
     let served = builder
         .layer(RpcMetricsLayer::new(Arc::clone(&telemetry.metrics)))
         // Inside the metrics layer, so RPCs are counted with the codes the
@@ -130,9 +138,9 @@ pub async fn run_with_options(
         .add_service(TokenBucketServiceServer::new(
             TokenBucketService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics)),
         ))
-        .add_service(KeyLimitsServer::new(KeyLimitsService::with_metrics(
-            Arc::clone(&store),
-            Arc::clone(&telemetry.metrics),
+        .add_service(KeyLimitsServer::new(checks.clone()))
+        .add_service(RateLimitServiceServer::new(EnvoyRateLimitService::new(
+            checks,
         )))
         .add_service(AdminServer::with_interceptor(
             AdminService::new(store),

@@ -160,6 +160,24 @@ pub enum CheckError {
     NotPerKey { field: String, key: BucketKey },
 }
 
+impl CheckError {
+    /// The same error, the field it names renamed by `rename` (the native
+    /// API's `items[i].…` into another API's names).
+    pub fn renamed(self, rename: impl FnOnce(&str) -> String) -> Self {
+        match self {
+            CheckError::InvalidInput(e) => CheckError::InvalidInput(e.renamed(rename)),
+            CheckError::BucketNotFound { field, key } => CheckError::BucketNotFound {
+                field: rename(&field),
+                key,
+            },
+            CheckError::NotPerKey { field, key } => CheckError::NotPerKey {
+                field: rename(&field),
+                key,
+            },
+        }
+    }
+}
+
 /// One item's answer.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ItemResult {

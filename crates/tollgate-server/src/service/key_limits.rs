@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
+use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_proto::v1::{self, key_limits_server};
 use tonic::{Request, Response, Status};
 
 use super::{convert, edge, invalid, status};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::telemetry::Metrics;
 
 /// Serves checks of per-key buckets from the store.
@@ -34,15 +35,10 @@ impl KeyLimitsService {
     }
 
     /// Runs a validated call: what the native and the Envoy API share.
-    pub(crate) async fn run(
-        &self,
-        call: &tollgate_core::key_bucket::CheckCall,
-    ) -> Result<tollgate_core::key_bucket::CallAnswer, Status> {
-        let answer = self
-            .store
-            .check(call)
-            .await
-            .map_err(|e| status("check", e))?;
+    /// The error is the store's, so that each API names the fields in it
+    /// its own way before mapping it to a status.
+    pub(crate) async fn run(&self, call: &CheckCall) -> Result<CallAnswer, StoreError> {
+        let answer = self.store.check(call).await?;
         if let Some(metrics) = &self.metrics {
             metrics.observe_check(call, &answer);
         }
@@ -58,7 +54,7 @@ impl key_limits_server::KeyLimits for KeyLimitsService {
     ) -> Result<Response<v1::CheckResponse>, Status> {
         edge::enter(&request)?;
         let call = convert::check_call(request.into_inner()).map_err(invalid)?;
-        let answer = self.run(&call).await?;
+        let answer = self.run(&call).await.map_err(|e| status("check", e))?;
         Ok(Response::new(convert::check_answer(&answer)))
     }
 }

@@ -10,11 +10,13 @@ pub mod admin_auth;
 mod audit;
 mod convert;
 pub mod edge;
+mod envoy;
 mod key_limits;
 mod token_bucket;
 
 pub use admin::AdminService;
 pub use admin_auth::{AdminAuth, AdminTokens, Operator};
+pub use envoy::EnvoyRateLimitService;
 pub use key_limits::KeyLimitsService;
 pub use token_bucket::TokenBucketService;
 

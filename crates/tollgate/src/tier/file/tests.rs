@@ -316,3 +316,15 @@ fn a_bucket_may_be_per_key_without_initial_tokens() {
         "{initial}"
     );
 }
+
+/// The tiers file the Envoy example checks against (docs/envoy.md) is
+/// valid, and its buckets are per key.
+#[test]
+fn the_envoy_example_tiers_file_is_valid() {
+    let text = include_str!("../../../../../deploy/envoy/tiers.toml");
+    let file = parse("deploy/envoy/tiers.toml", text).expect("valid");
+    let gateway = &file.tiers[&tier("gateway")];
+    for name in ["api-calls-per-user", "remote_address"] {
+        assert_eq!(gateway[&bucket(name)].kind, BucketKind::PerKey, "{name}");
+    }
+}
