@@ -250,6 +250,49 @@ pub fn tenant_view_to_proto(view: &TenantView) -> v1::TenantTier {
     }
 }
 
+/// A check call, every item validated (field names `items[i].…`).
+pub fn check_call(req: v1::CheckRequest) -> Result<CheckCall, InvalidInput> {
+    validate_item_count(req.items.len())?;
+    let mut items = Vec::with_capacity(req.items.len());
+    for (i, item) in req.items.into_iter().enumerate() {
+        let field = |name: &str| format!("items[{i}].{name}");
+        let tenant = TenantId::parse(&field("tenant_id"), &item.tenant_id)?;
+        let bucket = BucketName::parse(&field("bucket"), &item.bucket)?;
+        if bucket.is_request_units() {
+            return Err(InvalidInput::new(
+                field("bucket"),
+                "must name a per-key bucket definition, not be empty",
+            ));
+        }
+        items.push(RequestItem {
+            key: KeyId::new(tenant, bucket, item.key),
+            tokens: item.tokens,
+            request_id: Some(item.request_id).filter(|id| !id.is_empty()),
+        });
+    }
+    CheckCall::new(items)
+}
+
+/// A check's answer as the wire carries it.
+pub fn check_answer(answer: &CallAnswer) -> v1::CheckResponse {
+    v1::CheckResponse {
+        allowed: answer.allowed,
+        answers: answer
+            .items
+            .iter()
+            .map(|item| v1::CheckAnswer {
+                allowed: item.answer.allowed,
+                remaining_tokens: item.answer.remaining,
+                retry_after: item.answer.retry_after.map(tollgate_proto::duration),
+                reset_after: item.answer.reset_after.map(tollgate_proto::duration),
+                refill_rate: item.limits.refill_rate,
+                burst_limit: item.limits.burst_limit,
+                replayed: item.replayed,
+            })
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,48 +334,5 @@ mod tests {
             let d = prost_types::Duration { seconds, nanos };
             assert!(duration("d", d).is_err(), "{seconds} s {nanos} ns");
         }
-    }
-}
-
-/// A check call, every item validated (field names `items[i].…`).
-pub fn check_call(req: v1::CheckRequest) -> Result<CheckCall, InvalidInput> {
-    validate_item_count(req.items.len())?;
-    let mut items = Vec::with_capacity(req.items.len());
-    for (i, item) in req.items.into_iter().enumerate() {
-        let field = |name: &str| format!("items[{i}].{name}");
-        let tenant = TenantId::parse(&field("tenant_id"), &item.tenant_id)?;
-        let bucket = BucketName::parse(&field("bucket"), &item.bucket)?;
-        if bucket.is_request_units() {
-            return Err(InvalidInput::new(
-                field("bucket"),
-                "must name a per-key bucket definition, not be empty",
-            ));
-        }
-        items.push(RequestItem {
-            key: KeyId::new(tenant, bucket, item.key),
-            tokens: item.tokens,
-            request_id: Some(item.request_id).filter(|id| !id.is_empty()),
-        });
-    }
-    CheckCall::new(items)
-}
-
-/// A check's answer as the wire carries it.
-pub fn check_answer(answer: &CallAnswer) -> v1::CheckResponse {
-    v1::CheckResponse {
-        allowed: answer.allowed,
-        answers: answer
-            .items
-            .iter()
-            .map(|item| v1::CheckAnswer {
-                allowed: item.answer.allowed,
-                remaining_tokens: item.answer.remaining,
-                retry_after: item.answer.retry_after.map(tollgate_proto::duration),
-                reset_after: item.answer.reset_after.map(tollgate_proto::duration),
-                refill_rate: item.limits.refill_rate,
-                burst_limit: item.limits.burst_limit,
-                replayed: item.replayed,
-            })
-            .collect(),
     }
 }
