@@ -2,14 +2,19 @@
 //! SQL), shared by any number of server replicas.
 //!
 //! Buckets live in `tenant_usage`, keyed by (tenant, bucket, instance);
-//! tiers and tenant records in `tollgate_tiers` and `tollgate_tenants`
-//! (schema in `sql/migrations`, applied at start by [`migrate`]). The SQL
-//! lives in `sql/queries`, one statement per file, and is portable: no
-//! advisory locks, no session state, the database's default isolation
-//! level. Correctness across replicas rests on one rule: every transaction
-//! that changes a bucket first locks its head row (`SELECT … FOR UPDATE`),
-//! reads the clock and the instance rows after that, and writes back what
-//! the core decided. Under READ COMMITTED (PostgreSQL's default) the lock
+//! tiers and tenant records in `tollgate_tiers` and `tollgate_tenants`;
+//! per-key buckets in `tollgate_keys`, keyed by (tenant, bucket, key), and
+//! the records of checks kept for retries in `tollgate_check_requests`
+//! (see [`keys`]). The schema is in `sql/migrations`, applied at start by
+//! [`migrate`]. The SQL lives in `sql/queries`, one statement per file,
+//! and is portable (no session state, the database's default isolation
+//! level), except for per-key checks, which take advisory locks under
+//! READ COMMITTED since a full key has no row to lock, and their sweep,
+//! which names rows by `ctid` (see [`keys`]). Correctness across replicas
+//! rests on one rule: every transaction that changes a bucket first locks
+//! its head row (`SELECT … FOR UPDATE`), or a key its advisory lock, reads
+//! the clock and the rows after that, and writes back what the core
+//! decided. Under READ COMMITTED (PostgreSQL's default) the lock
 //! orders the transactions of a bucket; under SERIALIZABLE (CockroachDB's)
 //! a conflict aborts one of them with 40001 and it is retried. A tier or
 //! override change locks the tenant's record first, then the tier, then
@@ -32,9 +37,19 @@
 //! requests the script defers (their bucket lost silent instances earlier
 //! in the batch) go into the next transaction.
 //!
+//! Checks of per-key buckets queue to the same workers (by the tenant of
+//! their first item) and are batched the same way, in transactions of
+//! their own that run the script of `tollgate_core::key_bucket`
+//! (`keys::check_batch`): every call atomic (a refused one changes
+//! nothing, the batch's others still commit), answered after the commit.
+//! A check is not idempotent (a retry with a request id is, by its record;
+//! one without takes again), so a check whose commit's outcome is unknown
+//! is answered `Unavailable`, not run again.
+//!
 //! Every transaction is retried on conflicts and lost connections (see
 //! [`retry`]); retries are logged and counted in [`StoreStats`].
 
+mod keys;
 mod retry;
 mod rows;
 mod tls;
@@ -62,6 +77,7 @@ use tollgate_core::{
     BucketKey, Grant, LimitsUpdate, TenantId, TierName, Timestamp, TokenBucketRequest,
 };
 
+use self::keys::PendingCheck;
 use self::retry::{TxError, Verdict, chain};
 use self::rows::{HeadParams, InstanceParams};
 use super::{
@@ -107,6 +123,16 @@ mod sql {
     query!(DELETE_TIER, "delete_tier.sql");
     query!(TENANTS_ON_TIER, "tenants_on_tier.sql");
     query!(COUNT_TENANTS_ON_TIER, "count_tenants_on_tier.sql");
+    query!(LOCK_KEYS, "lock_keys.sql");
+    query!(READ_KEYS, "read_keys.sql");
+    query!(READ_CHECK_REQUESTS, "read_check_requests.sql");
+    query!(READ_DEFINITIONS, "read_definitions.sql");
+    query!(UPSERT_KEYS, "upsert_keys.sql");
+    query!(DELETE_KEYS, "delete_keys.sql");
+    query!(UPSERT_CHECK_REQUESTS, "upsert_check_requests.sql");
+    query!(SWEEP_KEYS, "sweep_keys.sql");
+    query!(SWEEP_CHECK_REQUESTS, "sweep_check_requests.sql");
+    query!(COUNT_KEYS, "count_keys.sql");
 }
 
 mod embedded_migrations {
@@ -120,7 +146,8 @@ pub struct PostgresOptions {
     pub url: String,
     /// Connections in the pool; also the number of transactions in flight.
     pub pool_size: usize,
-    /// The most token-bucket requests served by one transaction.
+    /// The most token-bucket requests, and the most checks, served by one
+    /// transaction.
     pub max_batch: usize,
     /// How long to wait for a new connection or a free one from the pool.
     pub connect_timeout: Duration,
@@ -263,8 +290,9 @@ impl Inner {
 /// The way into the workers; only the store's handles hold it, so dropping
 /// the last handle closes the queue and lets the workers finish.
 struct Queue {
-    /// One queue per worker; a tenant's requests go to `shard(tenant)`.
-    requests: std::sync::Mutex<Option<Vec<mpsc::Sender<Pending>>>>,
+    /// One queue per worker; a tenant's requests and checks go to
+    /// `shard(tenant)`.
+    requests: std::sync::Mutex<Option<Vec<mpsc::Sender<Job>>>>,
     workers: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -282,6 +310,13 @@ struct Pending {
     key: BucketKey,
     request: TokenBucketRequest,
     reply: oneshot::Sender<Result<Grant, StoreError>>,
+}
+
+/// What a worker serves: token-bucket requests and checks, each kind
+/// batched into transactions of its own.
+enum Job {
+    TokenBucket(Pending),
+    Check(PendingCheck),
 }
 
 impl PostgresStore {
@@ -391,15 +426,16 @@ fn settle<T>(
     }
 }
 
-/// The worker that serves a bucket's requests, of `workers`: the one of
-/// its tenant, so that a tenant's buckets share transactions as its one
-/// bucket did (a tenant with many buckets costs as few commits as one
-/// with a single bucket).
-fn shard(key: &BucketKey, workers: usize) -> usize {
+/// The worker, of `workers`, that serves a tenant's requests and checks,
+/// so that a tenant's buckets share transactions as its one bucket did (a
+/// tenant with many buckets costs as few commits as one with a single
+/// bucket), and so do the checks of its keys: within a replica they queue
+/// in memory rather than on each other's locks.
+fn shard(tenant: &TenantId, workers: usize) -> usize {
     use std::hash::{Hash, Hasher};
     // Fixed keys: the same tenant goes to the same worker in every process.
     let mut hasher = std::hash::DefaultHasher::new();
-    key.tenant.hash(&mut hasher);
+    tenant.hash(&mut hasher);
     usize::try_from(hasher.finish() % workers.max(1) as u64).unwrap_or(0)
 }
 
@@ -459,17 +495,64 @@ impl Inner {
         }
     }
 
-    /// A batching worker: takes what is queued, serves it in one transaction.
-    async fn work(self: Arc<Self>, mut queue: mpsc::Receiver<Pending>) {
+    /// A batching worker: takes what is queued, serves its token-bucket
+    /// requests in one transaction and its checks in another.
+    async fn work(self: Arc<Self>, mut queue: mpsc::Receiver<Job>) {
         let max = self.options.max_batch;
         loop {
-            let mut batch = Vec::with_capacity(max);
-            if queue.recv_many(&mut batch, max).await == 0 {
+            let mut jobs = Vec::with_capacity(max);
+            if queue.recv_many(&mut jobs, max).await == 0 {
                 return;
+            }
+            let mut batch = Vec::with_capacity(jobs.len());
+            let mut checks = Vec::new();
+            for job in jobs {
+                match job {
+                    Job::TokenBucket(pending) => batch.push(pending),
+                    Job::Check(pending) => checks.push(pending),
+                }
+            }
+            if !checks.is_empty() {
+                self.serve_checks(checks).await;
             }
             while !batch.is_empty() {
                 batch = self.serve_batch(batch).await;
             }
+        }
+    }
+
+    /// Serves a batch of checks in one transaction and answers them.
+    async fn serve_checks(&self, mut batch: Vec<PendingCheck>) {
+        // As for token-bucket requests: what has not started never starts.
+        batch.retain(|p| !p.reply.is_closed());
+        if batch.is_empty() {
+            return;
+        }
+        // Not idempotent: a check whose commit was lost may have taken its
+        // tokens, and taking them again would take twice.
+        let result = self
+            .run("check", false, || keys::check_batch(self, &batch))
+            .await;
+        let outcome = match result {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                for p in batch {
+                    let _ = p.reply.send(Err(e.for_another_caller()));
+                }
+                return;
+            }
+        };
+        // The commit holds: count what it did.
+        let answered = outcome.answers.iter().filter(|a| a.is_ok()).count();
+        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .checks
+            .fetch_add(answered as u64, Ordering::Relaxed);
+        self.counters
+            .keys_removed
+            .fetch_add(outcome.keys_removed, Ordering::Relaxed);
+        for (p, answer) in batch.into_iter().zip(outcome.answers) {
+            let _ = p.reply.send(answer);
         }
     }
 
@@ -1088,19 +1171,42 @@ impl PostgresStore {
 
 #[async_trait]
 impl Store for PostgresStore {
-    async fn check(&self, _call: &CheckCall) -> Result<CallAnswer, StoreError> {
-        Err(StoreError::internal(
-            "check",
-            "not implemented on PostgreSQL yet",
-        ))
+    async fn check(&self, call: &CheckCall) -> Result<CallAnswer, StoreError> {
+        // The tenant of the first item picks the worker: a call's items are
+        // most often of one tenant.
+        let tenant = call.items.first().map(|item| &item.key.bucket.tenant);
+        let (reply, answer) = oneshot::channel();
+        let sender = {
+            let queues = self.queue.requests.lock().map_err(|_| closed())?;
+            let queues = queues.as_ref().ok_or_else(closed)?;
+            queues[tenant.map_or(0, |t| shard(t, queues.len()))].clone()
+        };
+        let pending = PendingCheck {
+            call: call.clone(),
+            reply,
+        };
+        sender
+            .send(Job::Check(pending))
+            .await
+            .map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
     }
 
-    async fn sweep_keys(&self, _limit: usize) -> Result<KeySweep, StoreError> {
-        Ok(KeySweep::default())
+    async fn sweep_keys(&self, limit: usize) -> Result<KeySweep, StoreError> {
+        let inner = &*self.inner;
+        let sweep = inner
+            .run("sweep keys", true, || keys::sweep(inner, limit))
+            .await?;
+        inner
+            .counters
+            .keys_removed
+            .fetch_add(sweep.keys, Ordering::Relaxed);
+        Ok(sweep)
     }
 
     async fn key_counts(&self) -> Result<KeyCounts, StoreError> {
-        Ok(KeyCounts::default())
+        let inner = &*self.inner;
+        inner.run("count keys", true, || keys::counts(inner)).await
     }
 
     async fn token_bucket(
@@ -1117,9 +1223,12 @@ impl Store for PostgresStore {
         let sender = {
             let queues = self.queue.requests.lock().map_err(|_| closed())?;
             let queues = queues.as_ref().ok_or_else(closed)?;
-            queues[shard(key, queues.len())].clone()
+            queues[shard(&key.tenant, queues.len())].clone()
         };
-        sender.send(pending).await.map_err(|_| closed())?;
+        sender
+            .send(Job::TokenBucket(pending))
+            .await
+            .map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
     }
 
