@@ -15,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tollgate_core::{BucketKey, TenantId};
+use tollgate_proto::v1::key_limits_client::KeyLimitsClient;
 use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
 use tollgate_proto::v1::{self, admin_client::AdminClient};
 use tollgate_server::store::{BucketSettings, Store};
@@ -184,6 +185,36 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
         .await
         .expect_err("no tenant id");
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    // Per-key checks: tenant gamma's logins, 4 tokens a time from a burst
+    // of 10 (allowed, allowed, refused).
+    admin
+        .set_bucket_override(v1::SetBucketOverrideRequest {
+            tenant_id: "gamma".into(),
+            bucket: Some(v1::BucketDefinition {
+                bucket: "logins".into(),
+                refill_rate: 0.001,
+                burst_limit: 10.0,
+                initial_tokens: None,
+                kind: v1::BucketKind::PerKey as i32,
+            }),
+        })
+        .await
+        .expect("per-key override");
+    let mut checks = KeyLimitsClient::new(server.channel().await);
+    for _ in 0..3 {
+        checks
+            .check(v1::CheckRequest {
+                items: vec![v1::CheckItem {
+                    tenant_id: "gamma".into(),
+                    bucket: "logins".into(),
+                    key: "203.0.113.7".into(),
+                    tokens: 4.0,
+                    request_id: String::new(),
+                }],
+            })
+            .await
+            .expect("check");
+    }
 
     let (code, text) = server.get("/metrics").await;
     assert_eq!(code, 200, "{text}");
@@ -254,6 +285,15 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
         .map(|(_, v)| v)
         .sum();
     assert_eq!(grants, f64::from(answered));
+    assert_eq!(
+        m["tollgate_key_checks_total{bucket=\"logins\",tenant_id=\"gamma\",verdict=\"allowed\"}"],
+        2.0
+    );
+    assert_eq!(
+        m["tollgate_key_checks_total{bucket=\"logins\",tenant_id=\"gamma\",verdict=\"refused\"}"],
+        1.0
+    );
+    assert_eq!(m["tollgate_stored_keys"], 1.0);
     assert!(m["tollgate_store_transactions_total"] >= 1.0);
     assert_eq!(m["tollgate_store_failures_total"], 0.0);
     assert!(m.contains_key("tollgate_build_info{version=\"0.1.0\"}"));
