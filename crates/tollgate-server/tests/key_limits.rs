@@ -446,6 +446,37 @@ async fn a_definition_change_applies_to_the_next_check(backend: Backend) {
     f.stop().await;
 }
 
+async fn deleting_a_tenant_deletes_its_keys_and_records(backend: Backend) {
+    let mut f = fixture(backend).await;
+    for key in ["u1", "u2"] {
+        assert!(f.ok(vec![with_id(item("acme", "per-user", key, 4.0), "r")]).await.allowed);
+    }
+    assert!(f.ok(vec![item("globex", "per-user", "u1", 4.0)]).await.allowed);
+    let mut admin = f.server.admin().await;
+    admin
+        .delete_tenant(v1::DeleteTenantRequest {
+            tenant_id: "acme".into(),
+        })
+        .await
+        .expect("delete acme");
+    let counts = f.server.store.key_counts().await.expect("counts");
+    assert_eq!((counts.keys, counts.records), (1, 0), "globex's key stays");
+    let gone = f.check(vec![item("acme", "per-user", "u1", 1.0)]).await;
+    assert_eq!(gone.expect_err("no such tenant").code(), Code::NotFound);
+    admin
+        .create_tenant(v1::CreateTenantRequest {
+            tenant_id: "acme".into(),
+            tier: "pro".into(),
+        })
+        .await
+        .expect("acme again");
+    assert_eq!(f.level("acme", "per-user", "u1").await, 10.0, "starts full");
+    let retry = f.ok(vec![with_id(item("acme", "per-user", "u2", 4.0), "r")]).await;
+    assert!(!retry.answers[0].replayed, "the old record went with the tenant");
+    assert_eq!(f.level("globex", "per-user", "u1").await, 6.0);
+    f.stop().await;
+}
+
 for_each_store!(
     exact_refill_and_cap,
     items_are_taken_together_or_not_at_all,
@@ -454,4 +485,5 @@ for_each_store!(
     keys_of_different_tenants_and_buckets_never_mix,
     bad_input_is_refused_naming_the_field_and_takes_nothing,
     a_definition_change_applies_to_the_next_check,
+    deleting_a_tenant_deletes_its_keys_and_records,
 );

@@ -638,6 +638,7 @@ fn delete(
     if heads.is_empty() && !had_record {
         return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
     }
+    keys::delete_tenant(txn, tenant)?;
     for (key, _) in &heads {
         buckets
             .remove((key.tenant.as_str(), key.bucket.as_str()))

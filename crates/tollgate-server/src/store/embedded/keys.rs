@@ -223,6 +223,46 @@ pub(super) fn sweep(
     ))
 }
 
+/// Deletes a tenant's key rows and check records.
+pub(super) fn delete_tenant(txn: &WriteTransaction, tenant: &TenantId) -> Result<(), StoreError> {
+    let t = tenant.as_str();
+    let mut keys = txn.open_table(KEYS).map_err(storage("open keys"))?;
+    let mut doomed = Vec::new();
+    for entry in keys.range((t, "", "")..).map_err(storage("read the tenant's keys"))? {
+        let (k, _) = entry.map_err(storage("read the tenant's keys"))?;
+        let (tenant, bucket, key) = k.value();
+        if tenant != t {
+            break;
+        }
+        doomed.push((bucket.to_owned(), key.to_owned()));
+    }
+    for (bucket, key) in &doomed {
+        keys.remove((t, bucket.as_str(), key.as_str()))
+            .map_err(storage("delete the tenant's keys"))?;
+    }
+    let mut requests = txn
+        .open_table(KEY_REQUESTS)
+        .map_err(storage("open key requests"))?;
+    let mut doomed = Vec::new();
+    for entry in requests
+        .range((t, "", "", "")..)
+        .map_err(storage("read the tenant's check records"))?
+    {
+        let (k, _) = entry.map_err(storage("read the tenant's check records"))?;
+        let (tenant, bucket, key, id) = k.value();
+        if tenant != t {
+            break;
+        }
+        doomed.push((bucket.to_owned(), key.to_owned(), id.to_owned()));
+    }
+    for (bucket, key, id) in &doomed {
+        requests
+            .remove((t, bucket.as_str(), key.as_str(), id.as_str()))
+            .map_err(storage("delete the tenant's check records"))?;
+    }
+    Ok(())
+}
+
 /// Counts the rows of both tables.
 pub(super) fn counts(db: &redb::Database) -> Result<KeyCounts, StoreError> {
     let txn = db.begin_read().map_err(storage("begin read transaction"))?;

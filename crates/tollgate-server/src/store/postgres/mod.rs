@@ -107,6 +107,7 @@ mod sql {
     query!(READ_TENANT, "read_tenant.sql");
     query!(LIST_BUCKETS, "list_buckets.sql");
     query!(DELETE_TENANT, "delete_tenant.sql");
+    query!(DELETE_TENANT_KEYS, "delete_tenant_keys.sql");
     query!(DELETE_STRAY_INSTANCES, "delete_stray_instances.sql");
     query!(DELETE_BUCKET, "delete_bucket.sql");
     query!(ENSURE_TENANT_RECORD, "ensure_tenant_record.sql");
@@ -1387,6 +1388,7 @@ impl Store for PostgresStore {
                 let lock = client.prepare_cached(sql::LOCK_TENANT).await?;
                 let delete = client.prepare_cached(sql::DELETE_TENANT).await?;
                 let delete_record = client.prepare_cached(sql::DELETE_TENANT_RECORD).await?;
+                let delete_keys = client.prepare_cached(sql::DELETE_TENANT_KEYS).await?;
                 let txn = client.transaction().await?;
                 let tenant_id = tenant.as_str();
                 let params: [&(dyn ToSql + Sync); 1] = [&tenant_id];
@@ -1406,6 +1408,7 @@ impl Store for PostgresStore {
                 let mut deleted = results.nth(1).unwrap_or_default();
                 if had_record {
                     txn.execute(&delete_record, &params).await?;
+                    txn.execute(&delete_keys, &params).await?;
                 }
                 // RETURNING gives no order; heads come first, by key.
                 let order = |row: &tokio_postgres::Row| {
