@@ -449,9 +449,17 @@ async fn a_definition_change_applies_to_the_next_check(backend: Backend) {
 async fn deleting_a_tenant_deletes_its_keys_and_records(backend: Backend) {
     let mut f = fixture(backend).await;
     for key in ["u1", "u2"] {
-        assert!(f.ok(vec![with_id(item("acme", "per-user", key, 4.0), "r")]).await.allowed);
+        assert!(
+            f.ok(vec![with_id(item("acme", "per-user", key, 4.0), "r")])
+                .await
+                .allowed
+        );
     }
-    assert!(f.ok(vec![item("globex", "per-user", "u1", 4.0)]).await.allowed);
+    assert!(
+        f.ok(vec![item("globex", "per-user", "u1", 4.0)])
+            .await
+            .allowed
+    );
     let mut admin = f.server.admin().await;
     admin
         .delete_tenant(v1::DeleteTenantRequest {
@@ -471,8 +479,13 @@ async fn deleting_a_tenant_deletes_its_keys_and_records(backend: Backend) {
         .await
         .expect("acme again");
     assert_eq!(f.level("acme", "per-user", "u1").await, 10.0, "starts full");
-    let retry = f.ok(vec![with_id(item("acme", "per-user", "u2", 4.0), "r")]).await;
-    assert!(!retry.answers[0].replayed, "the old record went with the tenant");
+    let retry = f
+        .ok(vec![with_id(item("acme", "per-user", "u2", 4.0), "r")])
+        .await;
+    assert!(
+        !retry.answers[0].replayed,
+        "the old record went with the tenant"
+    );
     assert_eq!(f.level("globex", "per-user", "u1").await, 6.0);
     f.stop().await;
 }

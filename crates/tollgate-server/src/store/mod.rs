@@ -338,16 +338,22 @@ const SWEEP_ROUNDS: usize = 10;
 
 /// Removes idle keys and expired check records from `store` every
 /// `interval`, `batch` rows a transaction, until the task is dropped. A
-/// failed sweep is logged and tried again next time: a key left behind
-/// only takes room (a check finds it full all the same).
+/// failed sweep is tried again next time (a key left behind only takes
+/// room: a check finds it full all the same); the first failure of a run
+/// of them is logged as a warning, the rest at debug level, so an outage
+/// of the store does not fill the log.
 pub async fn sweep_idle_keys(store: Arc<dyn Store>, interval: Duration, batch: usize) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
     loop {
         ticks.tick().await;
         for _ in 0..SWEEP_ROUNDS {
             match store.sweep_keys(batch).await {
                 Ok(sweep) => {
+                    if std::mem::take(&mut failing) {
+                        tracing::info!("sweep of idle keys works again");
+                    }
                     if sweep.keys > 0 || sweep.records > 0 {
                         tracing::debug!(
                             keys = sweep.keys,
@@ -360,7 +366,11 @@ pub async fn sweep_idle_keys(store: Arc<dyn Store>, interval: Duration, batch: u
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "sweep of idle keys failed; trying again later");
+                    if std::mem::replace(&mut failing, true) {
+                        tracing::debug!(error = %e, "sweep of idle keys failed again");
+                    } else {
+                        tracing::warn!(error = %e, "sweep of idle keys failed; trying again every second");
+                    }
                     break;
                 }
             }

@@ -228,7 +228,10 @@ pub(super) fn delete_tenant(txn: &WriteTransaction, tenant: &TenantId) -> Result
     let t = tenant.as_str();
     let mut keys = txn.open_table(KEYS).map_err(storage("open keys"))?;
     let mut doomed = Vec::new();
-    for entry in keys.range((t, "", "")..).map_err(storage("read the tenant's keys"))? {
+    for entry in keys
+        .range((t, "", "")..)
+        .map_err(storage("read the tenant's keys"))?
+    {
         let (k, _) = entry.map_err(storage("read the tenant's keys"))?;
         let (tenant, bucket, key) = k.value();
         if tenant != t {
