@@ -5,31 +5,13 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use support::server::TestServer;
-use support::{Backend, Backing};
-use tollgate_core::Timestamp;
+use support::{Backend, Backing, ManualClock};
 use tollgate_proto::v1::{self, key_limits_client::KeyLimitsClient};
 use tollgate_server::store::BucketSettings;
 use tonic::Code;
 use tonic::transport::Channel;
-
-/// A clock the test sets by hand.
-#[derive(Clone, Default)]
-struct ManualClock(Arc<AtomicI64>);
-
-impl ManualClock {
-    fn set_secs(&self, secs: f64) {
-        self.0.store(
-            Timestamp::from_secs_f64(secs).unix_micros(),
-            Ordering::SeqCst,
-        );
-    }
-    fn now(&self) -> Timestamp {
-        Timestamp::from_unix_micros(self.0.load(Ordering::SeqCst))
-    }
-}
 
 struct Fixture {
     server: TestServer,
@@ -60,12 +42,9 @@ async fn fixture(backend: Backend) -> Fixture {
     let clock = ManualClock::default();
     clock.set_secs(1_000.0);
     let backing = Backing::new(backend).await;
-    let store = {
-        let clock = clock.clone();
-        backing
-            .open_with_clock(BucketSettings::default(), Arc::new(move || clock.now()))
-            .await
-    };
+    let store = backing
+        .open_with_clock(BucketSettings::default(), clock.as_clock())
+        .await;
     let server = TestServer::start(store).await;
     let mut admin = server.admin().await;
     admin

@@ -3,36 +3,21 @@
 //! keys of any UTF-8, and replicas sharing one database that never admit
 //! a token twice.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
+use support::ManualClock;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError, KeyId, RequestItem};
 use tollgate_core::tier::{BucketDefinition, BucketKind, TenantChange, Tier};
 use tollgate_core::{BucketName, Limits, TenantId, TierName, Timestamp};
 use tollgate_server::store::{
-    BucketSettings, Clock, KeyCounts, PostgresOptions, PostgresStore, Store, StoreError,
+    BucketSettings, KeyCounts, PostgresOptions, PostgresStore, Store, StoreError,
 };
 use tollgate_testdb::TestDatabase;
-
-/// A clock the test sets by hand.
-#[derive(Clone, Default)]
-struct ManualClock(Arc<AtomicI64>);
-
-impl ManualClock {
-    fn set_secs(&self, secs: f64) {
-        self.0.store(
-            Timestamp::from_secs_f64(secs).unix_micros(),
-            Ordering::SeqCst,
-        );
-    }
-
-    fn as_clock(&self) -> Clock {
-        let micros = Arc::clone(&self.0);
-        Arc::new(move || Timestamp::from_unix_micros(micros.load(Ordering::SeqCst)))
-    }
-}
 
 fn options(db: &TestDatabase, pool_size: usize) -> PostgresOptions {
     let mut options = PostgresOptions::new(db.url());

@@ -5,10 +5,9 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use support::{Backend, Backing};
+use support::{Backend, Backing, ManualClock};
 use tollgate_core::tier::{BucketDefinition, BucketKind, TenantChange, Tier, TierError};
 use tollgate_core::{
     BucketKey, BucketName, Consumption, Limits, LimitsUpdate, TenantId, TierName, Timestamp,
@@ -16,28 +15,11 @@ use tollgate_core::{
 };
 use tollgate_server::store::{BucketSettings, Store, StoreError};
 
-/// A clock the test sets by hand.
-#[derive(Clone, Default)]
-struct ManualClock(Arc<AtomicI64>);
-
-impl ManualClock {
-    fn set_secs(&self, secs: f64) {
-        self.0.store(
-            Timestamp::from_secs_f64(secs).unix_micros(),
-            Ordering::SeqCst,
-        );
-    }
-    fn now(&self) -> Timestamp {
-        Timestamp::from_unix_micros(self.0.load(Ordering::SeqCst))
-    }
-}
-
 /// A store on a fresh backing, its time read from `clock`.
 async fn store_on(backend: Backend, clock: &ManualClock) -> (Backing, Arc<dyn Store>) {
     let backing = Backing::new(backend).await;
-    let clock = clock.clone();
     let store = backing
-        .open_with_clock(BucketSettings::default(), Arc::new(move || clock.now()))
+        .open_with_clock(BucketSettings::default(), clock.as_clock())
         .await;
     (backing, store)
 }

@@ -6,12 +6,38 @@
 pub mod server;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use tempfile::TempDir;
+use tollgate_core::Timestamp;
 use tollgate_server::store::{
     BucketSettings, Clock, EmbeddedStore, PostgresOptions, PostgresStore, Store,
 };
 use tollgate_testdb::TestDatabase;
+
+/// A clock the test sets by hand, for stores opened with
+/// [`ManualClock::as_clock`].
+#[derive(Clone, Default)]
+pub struct ManualClock(Arc<AtomicI64>);
+
+impl ManualClock {
+    pub fn set_secs(&self, secs: f64) {
+        self.0.store(
+            Timestamp::from_secs_f64(secs).unix_micros(),
+            Ordering::SeqCst,
+        );
+    }
+
+    pub fn now(&self) -> Timestamp {
+        Timestamp::from_unix_micros(self.0.load(Ordering::SeqCst))
+    }
+
+    /// The store's clock, reading this one.
+    pub fn as_clock(&self) -> Clock {
+        let clock = self.clone();
+        Arc::new(move || clock.now())
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {

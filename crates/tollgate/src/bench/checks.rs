@@ -310,14 +310,8 @@ impl CheckReport {
         }
         let measured_seconds = plan.duration.as_secs_f64();
         CheckReport {
-            mode: match plan.load {
-                Load::Closed => "closed_loop",
-                Load::Open { .. } => "open_loop",
-            },
-            target_rate: match plan.load {
-                Load::Closed => None,
-                Load::Open { rate } => Some(rate),
-            },
+            mode: plan.load.name(),
+            target_rate: plan.load.target_rate(),
             servers: plan.servers.clone(),
             connections_per_server: plan.connections,
             callers: plan.pods,

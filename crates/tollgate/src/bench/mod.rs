@@ -221,6 +221,24 @@ enum Load {
     Open { rate: f64 },
 }
 
+impl Load {
+    /// `closed_loop` or `open_loop`, as reports name it.
+    fn name(self) -> &'static str {
+        match self {
+            Load::Closed => "closed_loop",
+            Load::Open { .. } => "open_loop",
+        }
+    }
+
+    /// The total rate asked for in open loop; `None` in closed loop.
+    fn target_rate(self) -> Option<f64> {
+        match self {
+            Load::Closed => None,
+            Load::Open { rate } => Some(rate),
+        }
+    }
+}
+
 /// What the pods ask for; validated.
 #[derive(Debug, Clone, Copy)]
 struct Mix {

@@ -16,7 +16,7 @@ use tollgate_proto::v1;
 use tollgate_core::Consumption;
 
 use super::pod::PodReport;
-use super::{Load, Plan};
+use super::Plan;
 use crate::output::{Table, field};
 
 #[derive(Debug, Serialize)]
@@ -186,14 +186,8 @@ impl Report {
         total.answers = total.requests + total.duplicates;
         let measured_seconds = plan.duration.as_secs_f64();
         Report {
-            mode: match plan.load {
-                Load::Closed => "closed_loop",
-                Load::Open { .. } => "open_loop",
-            },
-            target_rate: match plan.load {
-                Load::Closed => None,
-                Load::Open { rate } => Some(rate),
-            },
+            mode: plan.load.name(),
+            target_rate: plan.load.target_rate(),
             servers: plan.servers.clone(),
             connections_per_server: plan.connections,
             pods: plan.pods,
