@@ -15,8 +15,8 @@ use tollgate_proto::v1;
 
 use tollgate_core::Consumption;
 
-use super::pod::PodReport;
 use super::Plan;
+use super::pod::PodReport;
 use crate::output::{Table, field};
 
 #[derive(Debug, Serialize)]
