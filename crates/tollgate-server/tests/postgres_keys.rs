@@ -652,3 +652,95 @@ async fn replicas_never_over_admit_on_a_serializable_database() {
     let (totals, elapsed) = hammer(&db, 2, 16, Duration::from_secs(1)).await;
     assert_never_over_admitted(&totals, elapsed);
 }
+
+/// Connections killed while checks run: every batch hit ends in a
+/// rollback (or its connection is dropped), never in a connection handed
+/// back to the pool inside a transaction; once the killing stops, every
+/// check is answered again, and what was taken is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_recover_from_killed_connections() {
+    let db = TestDatabase::create().await.expect("test database");
+    let clock = ManualClock::default();
+    clock.set_secs(1000.0);
+    let store = Arc::new(store_at(&db, &clock).await);
+    onboard(
+        store.as_ref(),
+        "free",
+        &[("per-user", definition(0.0, 1_000_000.0, BucketKind::PerKey))],
+        &["acme"],
+    )
+    .await;
+    let (admin, connection) = tokio_postgres::connect(db.url(), tokio_postgres::NoTls)
+        .await
+        .expect("an admin connection");
+    tokio::spawn(connection);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut callers = Vec::new();
+    for n in 0..8 {
+        let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+        callers.push(tokio::spawn(async move {
+            let (mut confirmed, mut unknown) = (0u64, 0u64);
+            while !stop.load(Ordering::SeqCst) {
+                let key = format!("k{}", n % 3);
+                match store
+                    .check(&call(vec![item("acme", "per-user", &key, 1.0)]))
+                    .await
+                {
+                    Ok(answer) => {
+                        assert!(answer.allowed);
+                        confirmed += 1;
+                    }
+                    Err(StoreError::Unavailable(_)) => unknown += 1,
+                    Err(e) => panic!("a killed connection is UNAVAILABLE, not {e}"),
+                }
+            }
+            (confirmed, unknown)
+        }));
+    }
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        admin
+            .execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .expect("terminate the store's connections");
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (mut confirmed, mut unknown) = (0, 0);
+    for caller in callers {
+        let (c, u) = caller.await.expect("caller ran");
+        confirmed += c;
+        unknown += u;
+    }
+    // Every connection works again, none is left inside a transaction.
+    for n in 0..3 {
+        let answer = check(
+            store.as_ref(),
+            vec![item("acme", "per-user", &format!("k{n}"), 0.0)],
+        )
+        .await;
+        assert!(answer.allowed);
+    }
+    let mut taken = 0.0;
+    for n in 0..3 {
+        let answer = check(
+            store.as_ref(),
+            vec![item("acme", "per-user", &format!("k{n}"), 0.0)],
+        )
+        .await;
+        taken += 1_000_000.0 - answer.items[0].answer.remaining;
+    }
+    // No refill: what the keys lost is what was taken, each confirmed
+    // check once, and an unknown one at most once.
+    let taken = taken.round() as u64;
+    assert!(
+        (confirmed..=confirmed + unknown).contains(&taken),
+        "taken {taken}, confirmed {confirmed}, unknown {unknown}"
+    );
+    let retries = store.stats().retries;
+    assert!(retries > 0, "the kills hit batches in flight");
+    eprintln!("confirmed {confirmed}, unknown {unknown}, taken {taken}, {retries} retries");
+}

@@ -24,10 +24,14 @@
 //! transaction's locks only once its changes are visible). A key's lock
 //! also stands for its request records.
 //!
-//! A batch is one transaction of two round trips and a commit: the locks,
-//! the clock, the key rows, the records and the tenants' definitions; then,
+//! A batch is one transaction of two round trips: BEGIN, the locks, the
+//! clock, the key rows, the records and the tenants' definitions; then,
 //! after the script has served every call in turn on the same rows, the
-//! upserts, deletes and new records, one statement each.
+//! upserts, deletes and new records, one statement each, and COMMIT. BEGIN
+//! and COMMIT are sent by hand to ride with the other statements; a batch
+//! that fails is rolled back before its connection goes back to the pool.
+//! A connection lost with COMMIT in flight leaves the outcome unknown
+//! ([`TxError::Commit`]), as a lost commit does.
 //!
 //! **The sweep** takes no key lock: a full key's row says what its absence
 //! says, so deleting it changes no answer. It deletes only rows whose time
@@ -177,7 +181,29 @@ pub(super) async fn check_batch(
     store: &Inner,
     pending: &[PendingCheck],
 ) -> Result<ChecksOutcome, TxError> {
-    let mut client = store.pool.get().await?;
+    let client = store.pool.get().await?;
+    match in_transaction(store, &client, pending).await {
+        Ok(outcome) => Ok(outcome),
+        Err(e) => {
+            // The transaction is BEGIN and COMMIT sent by hand (so that
+            // each rides with other statements): on a failure, end it
+            // before the connection goes back to the pool, or drop the
+            // connection if even that fails.
+            if client.batch_execute("ROLLBACK").await.is_err() {
+                drop(deadpool_postgres::Object::take(client));
+            }
+            Err(e)
+        }
+    }
+}
+
+/// A batch's transaction: two round trips, BEGIN riding with the reads and
+/// COMMIT with the writes.
+async fn in_transaction(
+    store: &Inner,
+    client: &deadpool_postgres::Client,
+    pending: &[PendingCheck],
+) -> Result<ChecksOutcome, TxError> {
     let lock = client.prepare_cached(sql::LOCK_KEYS).await?;
     let clock = client.prepare_cached(sql::CLOCK).await?;
     let read_keys = client.prepare_cached(sql::READ_KEYS).await?;
@@ -186,12 +212,6 @@ pub(super) async fn check_batch(
     let upsert_keys = client.prepare_cached(sql::UPSERT_KEYS).await?;
     let delete_keys = client.prepare_cached(sql::DELETE_KEYS).await?;
     let upsert_records = client.prepare_cached(sql::UPSERT_CHECK_REQUESTS).await?;
-    let txn = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::ReadCommitted)
-        .start()
-        .await?;
-
     let batch = KeyBatch::new(pending.iter().map(|p| &p.call));
     let keys: Vec<&KeyId> = batch.keys().into_iter().collect();
     let tenants: Vec<&TenantId> = batch.tenants().into_iter().collect();
@@ -218,20 +238,23 @@ pub(super) async fn check_batch(
         &request_ids,
     ];
     let tenant_params: [&(dyn ToSql + Sync); 1] = [&tenant_ids];
-    // One round trip: the locks first, then (once they are held) the
-    // clock and the rows.
-    let mut read = settle(
+    // One round trip: BEGIN (READ COMMITTED whatever the database's
+    // default, see the module's docs), the locks, then (once they are
+    // held) the clock and the rows. Requests go out in the order the
+    // futures are first polled, which `join` and `join_all` keep.
+    let (begun, read) = futures_util::future::join(
+        client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED"),
         join_all([
-            txn.query(&lock, &lock_params[..]),
-            txn.query(&clock, &no_params[..]),
-            txn.query(&read_keys, &key_params[..]),
-            txn.query(&read_records, &record_params[..]),
-            txn.query(&read_definitions, &tenant_params[..]),
-        ])
-        .await,
-    )?
-    .into_iter()
-    .skip(1);
+            client.query(&lock, &lock_params[..]),
+            client.query(&clock, &no_params[..]),
+            client.query(&read_keys, &key_params[..]),
+            client.query(&read_records, &record_params[..]),
+            client.query(&read_definitions, &tenant_params[..]),
+        ]),
+    )
+    .await;
+    begun?;
+    let mut read = settle(read)?.into_iter().skip(1);
     let mut next = || read.next().unwrap_or_default();
     let (clock_rows, key_rows, record_rows, definition_rows) = (next(), next(), next(), next());
     let clock_row = clock_rows
@@ -291,16 +314,29 @@ pub(super) async fn check_batch(
     if !writes.records.is_empty() {
         statements.push((&upsert_records, &record_params[..]));
     }
-    let counts = settle(
+    // COMMIT rides with them. A write that failed aborted the
+    // transaction, and PostgreSQL then answers COMMIT with a rollback, not
+    // an error: the writes' results decide first.
+    let (written, committed) = futures_util::future::join(
         join_all(
             statements
                 .iter()
-                .map(|(statement, params)| txn.execute(*statement, params)),
-        )
-        .await,
-    )?;
+                .map(|(statement, params)| client.execute(*statement, params)),
+        ),
+        client.batch_execute("COMMIT"),
+    )
+    .await;
+    let counts = match settle(written) {
+        Ok(counts) => counts,
+        // The database refused a write: the transaction is aborted and
+        // the COMMIT behind it rolled back.
+        Err(e) if e.code().is_some() => return Err(TxError::Db(e)),
+        // The connection failed with COMMIT already sent: it may have
+        // been applied.
+        Err(e) => return Err(TxError::Commit(e)),
+    };
+    committed.map_err(TxError::Commit)?;
     let keys_removed = delete_at.and_then(|i| counts.get(i).copied()).unwrap_or(0);
-    txn.commit().await.map_err(TxError::Commit)?;
     Ok(ChecksOutcome {
         answers,
         keys_removed,
