@@ -137,7 +137,8 @@ pub struct ServeOptions {
     #[arg(long, value_name = "N")]
     pub pg_pool_size: Option<usize>,
 
-    /// PostgreSQL: the most token-bucket requests served by one transaction.
+    /// PostgreSQL: the most token-bucket requests served by one transaction
+    /// (and four times as many per-key checks).
     #[arg(long, value_name = "N")]
     pub pg_max_batch: Option<usize>,
 

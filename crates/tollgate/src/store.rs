@@ -123,7 +123,8 @@ pub enum StoreView {
 pub struct PostgresPool {
     /// Connections in the pool (transactions in flight at once).
     pub pool_size: usize,
-    /// The most token-bucket requests served by one transaction.
+    /// The most token-bucket requests served by one transaction (per-key
+    /// checks: four times as many).
     pub max_batch: usize,
     /// How long to wait for a new or a free connection.
     pub connect_timeout: Duration,

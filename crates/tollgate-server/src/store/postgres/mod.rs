@@ -28,7 +28,8 @@
 //! within a replica they queue in memory instead of in the database,
 //! workers never wait on each other's locks, and the requests of a
 //! tenant's buckets share transactions. A worker takes whatever requests are
-//! queued for it, up to `max_batch`, and serves them in one transaction:
+//! queued for it, up to `max_batch` requests (and `CHECKS_PER_REQUEST_BATCH`
+//! times as many checks), and serves them in one transaction:
 //! it locks the batch's head rows in key order, loads each request's
 //! instance window, and lets the script serve the requests in turn on the
 //! same in-memory rows. Each request stays atomic (a refused one changes
@@ -140,6 +141,11 @@ mod embedded_migrations {
     refinery::embed_migrations!("../../sql/migrations");
 }
 
+/// How many checks one transaction serves per token-bucket request of
+/// `max_batch`: at 64, full batches of checks held a tenant to 64 checks
+/// per commit (see BENCHMARKS.md, "Per-key checks").
+pub const CHECKS_PER_REQUEST_BATCH: usize = 4;
+
 /// How to reach the database and how hard to work it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PostgresOptions {
@@ -147,8 +153,9 @@ pub struct PostgresOptions {
     pub url: String,
     /// Connections in the pool; also the number of transactions in flight.
     pub pool_size: usize,
-    /// The most token-bucket requests, and the most checks, served by one
-    /// transaction.
+    /// The most token-bucket requests served by one transaction; a
+    /// transaction of checks serves up to [`CHECKS_PER_REQUEST_BATCH`]
+    /// times as many (a check's rows are fewer and smaller).
     pub max_batch: usize,
     /// How long to wait for a new connection or a free one from the pool.
     pub connect_timeout: Duration,
@@ -376,7 +383,7 @@ impl PostgresStore {
             .build()
             .map_err(|e| StoreError::internal("build the connection pool", e))?;
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..options.pool_size)
-            .map(|_| mpsc::channel(options.max_batch * 4))
+            .map(|_| mpsc::channel(options.max_batch.saturating_mul(CHECKS_PER_REQUEST_BATCH)))
             .unzip();
         let inner = Arc::new(Inner {
             pool,
@@ -499,10 +506,11 @@ impl Inner {
     /// A batching worker: takes what is queued, serves its token-bucket
     /// requests in one transaction and its checks in another.
     async fn work(self: Arc<Self>, mut queue: mpsc::Receiver<Job>) {
-        let max = self.options.max_batch;
+        let max_requests = self.options.max_batch;
+        let max_checks = max_requests.saturating_mul(CHECKS_PER_REQUEST_BATCH);
         loop {
-            let mut jobs = Vec::with_capacity(max);
-            if queue.recv_many(&mut jobs, max).await == 0 {
+            let mut jobs = Vec::with_capacity(max_checks);
+            if queue.recv_many(&mut jobs, max_checks).await == 0 {
                 return;
             }
             let mut batch = Vec::with_capacity(jobs.len());
@@ -516,8 +524,12 @@ impl Inner {
             if !checks.is_empty() {
                 self.serve_checks(checks).await;
             }
+            // At most `max_batch` requests a transaction; the deferred
+            // ones go first into the next.
             while !batch.is_empty() {
+                let rest = batch.split_off(batch.len().min(max_requests));
                 batch = self.serve_batch(batch).await;
+                batch.extend(rest);
             }
         }
     }
