@@ -31,8 +31,7 @@
 use std::time::Duration;
 
 use rand::Rng;
-use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem};
-use tollgate_core::{BucketName, TenantId};
+use tollgate_core::key_bucket::{CheckCall, validate_request_id};
 use tollgate_proto::v1;
 use tollgate_proto::v1::key_limits_client::KeyLimitsClient;
 use tonic::Code;
@@ -211,36 +210,26 @@ fn new_request_id() -> String {
     format!("{bits:032x}")
 }
 
-/// The wire request, validated by the server's own rules first so a bad
-/// item never travels.
+/// The wire request, validated by the server's own rule
+/// (`CheckCall::try_from`, in `tollgate-proto`) first, so a bad item never
+/// travels.
 fn to_wire(request_id: &str, items: &[KeyCheck]) -> Result<v1::CheckRequest, ClientError> {
-    let mut checked = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let field = |name: &str| format!("items[{i}].{name}");
-        checked.push(RequestItem {
-            key: KeyId::new(
-                TenantId::parse(&field("tenant_id"), &item.tenant)?,
-                BucketName::parse(&field("bucket"), &item.bucket)?,
-                item.key.clone(),
-            ),
-            tokens: item.tokens,
-            request_id: Some(request_id.to_owned()),
-        });
-    }
-    let call = CheckCall::new(checked)?;
-    Ok(v1::CheckRequest {
-        items: call
-            .items
-            .into_iter()
+    // On the wire an empty id means none; here it is the caller's mistake.
+    validate_request_id("request_id", request_id)?;
+    let request = v1::CheckRequest {
+        items: items
+            .iter()
             .map(|item| v1::CheckItem {
-                tenant_id: item.key.bucket.tenant.as_str().to_owned(),
-                bucket: item.key.bucket.bucket.as_str().to_owned(),
-                key: item.key.key,
+                tenant_id: item.tenant.clone(),
+                bucket: item.bucket.clone(),
+                key: item.key.clone(),
                 tokens: item.tokens,
-                request_id: item.request_id.unwrap_or_default(),
+                request_id: request_id.to_owned(),
             })
             .collect(),
-    })
+    };
+    CheckCall::try_from(request.clone())?;
+    Ok(request)
 }
 
 fn from_wire(response: v1::CheckResponse) -> Verdict {
@@ -267,5 +256,35 @@ fn from_wire(response: v1::CheckResponse) -> Verdict {
                 replayed: a.replayed,
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_item_never_travels_and_names_its_field() {
+        let good = KeyCheck::new("acme", "per-user", "u1", 1.0);
+        let request = to_wire("r1", std::slice::from_ref(&good)).expect("valid");
+        assert_eq!(request.items[0].request_id, "r1");
+        let cases = [
+            (KeyCheck::new("acme", "per-user", "", 1.0), "items[1].key"),
+            (KeyCheck::new("acme", "", "u1", 1.0), "items[1].bucket"),
+            (
+                KeyCheck::new("acme", "per-user", "u1", f64::NAN),
+                "items[1].tokens",
+            ),
+        ];
+        for (bad, field) in cases {
+            match to_wire("r1", &[good.clone(), bad]) {
+                Err(ClientError::InvalidInput(e)) => assert_eq!(e.field, field),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            to_wire("", &[good]),
+            Err(ClientError::InvalidInput(e)) if e.field == "request_id"
+        ));
     }
 }

@@ -31,9 +31,11 @@ mod convert {
     //! written once for the server and the client.
 
     use tollgate_core::consumption::Consumption;
+    use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem, validate_item_count};
     use tollgate_core::validate::{
         self, InvalidInput, MAX_CPU_SECONDS, MAX_REPORTED_REQUEST_UNITS,
     };
+    use tollgate_core::{BucketName, TenantId};
 
     use crate::v1;
 
@@ -70,6 +72,35 @@ mod convert {
             };
             consumption.validate()?;
             Ok(consumption)
+        }
+    }
+
+    /// A check call, every item validated, field names as the request's
+    /// (`items[1].key`): what the server accepts, and what the client
+    /// checks before sending.
+    impl TryFrom<v1::CheckRequest> for CheckCall {
+        type Error = InvalidInput;
+
+        fn try_from(req: v1::CheckRequest) -> Result<Self, InvalidInput> {
+            validate_item_count(req.items.len())?;
+            let mut items = Vec::with_capacity(req.items.len());
+            for (i, item) in req.items.into_iter().enumerate() {
+                let field = |name: &str| format!("items[{i}].{name}");
+                let tenant = TenantId::parse(&field("tenant_id"), &item.tenant_id)?;
+                let bucket = BucketName::parse(&field("bucket"), &item.bucket)?;
+                if bucket.is_request_units() {
+                    return Err(InvalidInput::new(
+                        field("bucket"),
+                        "must name a per-key bucket definition, not be empty",
+                    ));
+                }
+                items.push(RequestItem {
+                    key: KeyId::new(tenant, bucket, item.key),
+                    tokens: item.tokens,
+                    request_id: Some(item.request_id).filter(|id| !id.is_empty()),
+                });
+            }
+            CheckCall::new(items)
         }
     }
 

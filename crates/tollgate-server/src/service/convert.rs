@@ -11,7 +11,7 @@ use tollgate_core::{
 use tollgate_proto::v1;
 
 use tollgate_core::TierName;
-use tollgate_core::key_bucket::{CallAnswer, CheckCall, KeyId, RequestItem, validate_item_count};
+use tollgate_core::key_bucket::CallAnswer;
 use tollgate_core::tier::{BucketDefinition, BucketKind, Tier};
 
 use crate::store::{BucketSnapshot, TenantView};
@@ -248,29 +248,6 @@ pub fn tenant_view_to_proto(view: &TenantView) -> v1::TenantTier {
             .unwrap_or_default(),
         buckets: view.buckets.iter().map(bucket_to_proto).collect(),
     }
-}
-
-/// A check call, every item validated (field names `items[i].…`).
-pub fn check_call(req: v1::CheckRequest) -> Result<CheckCall, InvalidInput> {
-    validate_item_count(req.items.len())?;
-    let mut items = Vec::with_capacity(req.items.len());
-    for (i, item) in req.items.into_iter().enumerate() {
-        let field = |name: &str| format!("items[{i}].{name}");
-        let tenant = TenantId::parse(&field("tenant_id"), &item.tenant_id)?;
-        let bucket = BucketName::parse(&field("bucket"), &item.bucket)?;
-        if bucket.is_request_units() {
-            return Err(InvalidInput::new(
-                field("bucket"),
-                "must name a per-key bucket definition, not be empty",
-            ));
-        }
-        items.push(RequestItem {
-            key: KeyId::new(tenant, bucket, item.key),
-            tokens: item.tokens,
-            request_id: Some(item.request_id).filter(|id| !id.is_empty()),
-        });
-    }
-    CheckCall::new(items)
 }
 
 /// A check's answer as the wire carries it.

@@ -32,7 +32,8 @@
 //! none, and `a/` would pass for `a` and an empty value), a `limit`
 //! override (limits come from the tier) and `is_negative_hits` (a check
 //! only takes). The rest is the native API's validation
-//! ([`convert::check_call`]) and the store's, with the native field names
+//! (`CheckCall::try_from` a `CheckRequest`, in `tollgate-proto`) and the
+//! store's, with the native field names
 //! turned into the ones of this request ([`envoy_field`]): the bucket
 //! (`descriptors[i].entries[0]`) must be a per-key bucket definition of
 //! the tenant (NOT_FOUND if the tenant has none of that name,
@@ -69,7 +70,7 @@ use tollgate_core::key_bucket::{CallAnswer, CheckCall, ItemResult};
 use tollgate_proto::v1;
 use tonic::{Request, Response, Status};
 
-use super::{KeyLimitsService, convert, edge, invalid, status};
+use super::{KeyLimitsService, edge, invalid, status};
 use crate::store::StoreError;
 
 /// The entry key of Envoy's `generic_key` action: its value names the
@@ -109,7 +110,7 @@ impl RateLimitService for EnvoyRateLimitService {
 }
 
 /// The check a request asks for, validated: the rules of this API here,
-/// the native API's through [`convert::check_call`].
+/// the native API's through `CheckCall::try_from` a `CheckRequest`.
 fn check_call(request: RateLimitRequest) -> Result<CheckCall, InvalidInput> {
     let request_tokens = match request.hits_addend {
         0 => 1,
@@ -121,7 +122,7 @@ fn check_call(request: RateLimitRequest) -> Result<CheckCall, InvalidInput> {
         .enumerate()
         .map(|(i, descriptor)| check_item(&request.domain, i, descriptor, request_tokens))
         .collect::<Result<_, _>>()?;
-    convert::check_call(v1::CheckRequest { items }).map_err(|e| e.renamed(envoy_field))
+    CheckCall::try_from(v1::CheckRequest { items }).map_err(|e| e.renamed(envoy_field))
 }
 
 /// Descriptor `i` as a native check item (on tenant `domain`).

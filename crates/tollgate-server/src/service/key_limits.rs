@@ -53,7 +53,7 @@ impl key_limits_server::KeyLimits for KeyLimitsService {
         request: Request<v1::CheckRequest>,
     ) -> Result<Response<v1::CheckResponse>, Status> {
         edge::enter(&request)?;
-        let call = convert::check_call(request.into_inner()).map_err(invalid)?;
+        let call = CheckCall::try_from(request.into_inner()).map_err(invalid)?;
         let answer = self.run(&call).await.map_err(|e| status("check", e))?;
         Ok(Response::new(convert::check_answer(&answer)))
     }
