@@ -6,7 +6,6 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -23,8 +22,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::{self, UInt64Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use support::ManualClock;
 use support::server::TestServer;
-use tollgate_core::Timestamp;
 use tollgate_proto::v1::{self, key_limits_client::KeyLimitsClient};
 use tollgate_server::store::{BucketSettings, EmbeddedStore, Store};
 use tonic::Code as GrpcCode;
@@ -45,26 +44,22 @@ const PER_KEY: [(&str, f64, f64, u32, Unit); 3] = [
 /// A shared bucket of the same tier: not for per-key checks.
 const SHARED: &str = "schedule-email";
 
-/// A server whose store reads the time from `clock` (microseconds since
-/// the epoch), with tenants `envoy-tenant` and `native-tenant` on a tier
+/// A server whose store reads the time from `clock`, with tenants `envoy-tenant` and `native-tenant` on a tier
 /// of [`PER_KEY`] buckets and [`SHARED`].
 struct Gateway {
     server: TestServer,
-    clock: Arc<AtomicI64>,
+    clock: ManualClock,
     envoy: RateLimitServiceClient<Channel>,
     native: KeyLimitsClient<Channel>,
 }
 
 impl Gateway {
     async fn start() -> Gateway {
-        let clock = Arc::new(AtomicI64::new(1_800_000_000_000_000));
-        let now = Arc::clone(&clock);
+        let clock = ManualClock::default();
+        clock.set_secs(1_800_000_000.0);
         let store: Arc<dyn Store> = Arc::new(
-            EmbeddedStore::in_memory_with_clock(
-                BucketSettings::default(),
-                Arc::new(move || Timestamp::from_unix_micros(now.load(Ordering::SeqCst))),
-            )
-            .expect("in-memory store"),
+            EmbeddedStore::in_memory_with_clock(BucketSettings::default(), clock.as_clock())
+                .expect("in-memory store"),
         );
         let server = TestServer::start(store).await;
         let mut admin = server.admin().await;
@@ -116,8 +111,7 @@ impl Gateway {
     }
 
     fn advance(&self, by: Duration) {
-        let micros = i64::try_from(by.as_micros()).expect("a short step");
-        self.clock.fetch_add(micros, Ordering::SeqCst);
+        self.clock.advance(by);
     }
 
     async fn ask(&mut self, request: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {

@@ -2,6 +2,8 @@
 //! replicas under SERIALIZABLE isolation (as on CockroachDB), and errors for
 //! a database that cannot be reached.
 
+mod support;
+
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -74,14 +76,7 @@ async fn migrations_apply_once_however_often_they_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serialization_failures_between_replicas_are_retried() {
     let db = TestDatabase::create().await.expect("test database");
-    let admin = tollgate_testdb::connect(db.url()).await.expect("connect");
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {} SET default_transaction_isolation = 'serializable'",
-            db.name()
-        ))
-        .await
-        .expect("make the database serializable");
+    support::make_serializable(&db).await;
     let open = || async {
         let mut options = PostgresOptions::new(db.url());
         options.pool_size = 2;

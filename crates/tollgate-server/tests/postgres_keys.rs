@@ -641,14 +641,7 @@ async fn replicas_never_admit_more_than_the_burst_and_the_refill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_never_over_admit_on_a_serializable_database() {
     let db = TestDatabase::create().await.expect("test database");
-    let admin = tollgate_testdb::connect(db.url()).await.expect("connect");
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {} SET default_transaction_isolation = 'serializable'",
-            db.name()
-        ))
-        .await
-        .expect("make the database serializable");
+    support::make_serializable(&db).await;
     let (totals, elapsed) = hammer(&db, 2, 16, Duration::from_secs(1)).await;
     assert_never_over_admitted(&totals, elapsed);
 }

@@ -28,6 +28,12 @@ impl ManualClock {
         );
     }
 
+    /// Moves the clock on by `by`.
+    pub fn advance(&self, by: std::time::Duration) {
+        let micros = i64::try_from(by.as_micros()).expect("a short step");
+        self.0.fetch_add(micros, Ordering::SeqCst);
+    }
+
     pub fn now(&self) -> Timestamp {
         Timestamp::from_unix_micros(self.0.load(Ordering::SeqCst))
     }
@@ -129,4 +135,17 @@ macro_rules! for_each_store {
             )*
         }
     };
+}
+
+/// Makes SERIALIZABLE the default isolation of new sessions on `db` (as
+/// an operator may set, or CockroachDB has).
+pub async fn make_serializable(db: &TestDatabase) {
+    let admin = tollgate_testdb::connect(db.url()).await.expect("connect");
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {} SET default_transaction_isolation = 'serializable'",
+            db.name()
+        ))
+        .await
+        .expect("make the database serializable");
 }
