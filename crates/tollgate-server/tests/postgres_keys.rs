@@ -32,6 +32,15 @@ async fn store_at(db: &TestDatabase, clock: &ManualClock) -> PostgresStore {
         .expect("connect the PostgreSQL store")
 }
 
+/// A fresh database and a store on it whose clock stands at 1000 s.
+async fn fresh() -> (TestDatabase, ManualClock, PostgresStore) {
+    let db = TestDatabase::create().await.expect("test database");
+    let clock = ManualClock::default();
+    clock.set_secs(1000.0);
+    let store = store_at(&db, &clock).await;
+    (db, clock, store)
+}
+
 fn tenant_id(id: &str) -> TenantId {
     TenantId::parse("tenant_id", id).expect("valid id")
 }
@@ -109,10 +118,7 @@ fn remaining(answer: &CallAnswer) -> Vec<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refill_is_exact_and_capped_at_the_burst() {
-    let db = TestDatabase::create().await.expect("test database");
-    let clock = ManualClock::default();
-    clock.set_secs(1000.0);
-    let store = store_at(&db, &clock).await;
+    let (db, clock, store) = fresh().await;
     onboard(
         &store,
         "free",
@@ -180,10 +186,7 @@ async fn refill_is_exact_and_capped_at_the_burst() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_items_of_a_check_are_taken_all_or_nothing() {
-    let db = TestDatabase::create().await.expect("test database");
-    let clock = ManualClock::default();
-    clock.set_secs(1000.0);
-    let store = store_at(&db, &clock).await;
+    let (_db, _clock, store) = fresh().await;
     onboard(
         &store,
         "free",
@@ -237,10 +240,7 @@ async fn the_items_of_a_check_are_taken_all_or_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_with_the_same_request_id_is_answered_once_on_any_replica() {
-    let db = TestDatabase::create().await.expect("test database");
-    let clock = ManualClock::default();
-    clock.set_secs(1000.0);
-    let a = store_at(&db, &clock).await;
+    let (db, clock, a) = fresh().await;
     let b = store_at(&db, &clock).await;
     onboard(
         &a,
@@ -300,10 +300,7 @@ async fn a_retry_with_the_same_request_id_is_answered_once_on_any_replica() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_keys_are_removed_by_the_sweep_and_by_checks() {
-    let db = TestDatabase::create().await.expect("test database");
-    let clock = ManualClock::default();
-    clock.set_secs(1000.0);
-    let store = store_at(&db, &clock).await;
+    let (_db, clock, store) = fresh().await;
     onboard(
         &store,
         "free",
@@ -349,10 +346,7 @@ async fn idle_keys_are_removed_by_the_sweep_and_by_checks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_of_different_tenants_never_mix() {
-    let db = TestDatabase::create().await.expect("test database");
-    let clock = ManualClock::default();
-    clock.set_secs(1000.0);
-    let store = store_at(&db, &clock).await;
+    let (_db, _clock, store) = fresh().await;
     onboard(
         &store,
         "free",
@@ -418,10 +412,7 @@ async fn keys_of_different_tenants_never_mix() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_with_nul_bytes_and_multibyte_characters_round_trip() {
-    let db = TestDatabase::create().await.expect("test database");
-    let clock = ManualClock::default();
-    clock.set_secs(1000.0);
-    let store = store_at(&db, &clock).await;
+    let (db, _clock, store) = fresh().await;
     onboard(
         &store,
         "free",
@@ -652,10 +643,8 @@ async fn replicas_never_over_admit_on_a_serializable_database() {
 /// check is answered again, and what was taken is exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checks_recover_from_killed_connections() {
-    let db = TestDatabase::create().await.expect("test database");
-    let clock = ManualClock::default();
-    clock.set_secs(1000.0);
-    let store = Arc::new(store_at(&db, &clock).await);
+    let (db, _clock, store) = fresh().await;
+    let store = Arc::new(store);
     onboard(
         store.as_ref(),
         "free",
