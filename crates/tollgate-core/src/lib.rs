@@ -19,6 +19,9 @@
 //!   switches and overrides.
 //! - [`local_bucket`]: a pod's local bucket — the FIFO gate, when and how
 //!   much to ask the server for, trickle delivery, debt, shares, fallback.
+//! - [`partition`]: hot-partition limits — a pod's per-partition counters,
+//!   the rejection rule, and the shares that hold a partition to its limit
+//!   across pods.
 //! - [`cost_model`]: what reads, writes, CPU and egress cost in tokens.
 //! - [`consumption`]: what pods report they used.
 //! - [`validate`]: input checks shared by every edge (gRPC, CLI, stores),
@@ -30,6 +33,7 @@ pub mod cost_model;
 pub mod global_bucket;
 pub mod key_bucket;
 pub mod local_bucket;
+pub mod partition;
 pub mod tier;
 pub mod time;
 pub mod transaction;
@@ -46,4 +50,4 @@ pub use local_bucket::{
     Admission, LocalBucket, LocalBucketConfig, LocalBucketStatus, PollOutcome, WaiterId,
 };
 pub use time::Timestamp;
-pub use validate::{BucketKey, BucketName, InvalidInput, TenantId, TierName};
+pub use validate::{BucketKey, BucketName, InvalidInput, TableName, TenantId, TierName};

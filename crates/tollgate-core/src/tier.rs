@@ -24,8 +24,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::global_bucket::{BucketRow, Limits};
+use crate::partition::{MAX_TABLES, TableLimitSet, TableLimits};
 use crate::time::Timestamp;
-use crate::validate::{self, BucketName, InvalidInput, MAX_TOKENS, TenantId, TierName};
+use crate::validate::{self, BucketName, InvalidInput, MAX_TOKENS, TableName, TenantId, TierName};
 
 /// The most buckets one tier defines.
 pub const MAX_TIER_BUCKETS: usize = 1000;
@@ -88,10 +89,12 @@ impl BucketDefinition {
     }
 }
 
-/// A tier: its buckets by name.
+/// A tier: its buckets by name, and its tables' per-partition limits.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Tier {
     pub buckets: BTreeMap<BucketName, BucketDefinition>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tables: TableLimitSet,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }
@@ -131,10 +134,39 @@ impl Tier {
         }
         Ok(Tier {
             buckets,
+            tables: TableLimitSet::new(),
             created_at: now,
             updated_at: now,
         })
     }
+}
+
+/// A tier's or a tenant's table limits as a request lists them, checked:
+/// names valid and each named once, at most [`MAX_TABLES`], numbers in
+/// range. `field` names the list.
+pub fn table_limits<'a>(
+    field: &str,
+    tables: impl IntoIterator<Item = (&'a str, TableLimits)>,
+) -> Result<TableLimitSet, InvalidInput> {
+    let mut all = TableLimitSet::new();
+    for (i, (name, limits)) in tables.into_iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        let table = TableName::parse(&format!("{at}.table"), name)?;
+        limits.validate(&at)?;
+        if all.insert(table, limits).is_some() {
+            return Err(InvalidInput::new(
+                format!("{at}.table"),
+                format!("{} is listed twice", validate::quote(name)),
+            ));
+        }
+        if all.len() > MAX_TABLES {
+            return Err(InvalidInput::new(
+                field,
+                format!("at most {MAX_TABLES} tables"),
+            ));
+        }
+    }
+    Ok(all)
 }
 
 /// What a tenant is on: its tier and its overrides.
@@ -142,6 +174,10 @@ impl Tier {
 pub struct TenantRecord {
     pub tier: Option<TierName>,
     pub overrides: BTreeMap<BucketName, BucketDefinition>,
+    /// Per-partition limits of its own, each replacing its tier's for that
+    /// table.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub table_overrides: TableLimitSet,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }
@@ -160,6 +196,13 @@ pub enum TenantChange {
     },
     /// Remove an override.
     ClearOverride { bucket: BucketName },
+    /// Set a table's per-partition limits for this tenant.
+    SetTableLimits {
+        table: TableName,
+        limits: TableLimits,
+    },
+    /// Remove the tenant's own limits of a table (its tier's apply again).
+    ClearTableLimits { table: TableName },
     /// Bring the tenant's buckets in line with its tier's new definition;
     /// `previous` is the tier's definition before (what it provisioned).
     Reapply { previous: Option<Tier> },
@@ -173,6 +216,8 @@ impl TenantChange {
             TenantChange::Create { tier } | TenantChange::SetTier { tier } => Some(tier.clone()),
             TenantChange::SetOverride { .. }
             | TenantChange::ClearOverride { .. }
+            | TenantChange::SetTableLimits { .. }
+            | TenantChange::ClearTableLimits { .. }
             | TenantChange::Reapply { .. } => record.and_then(|r| r.tier.clone()),
         }
     }
@@ -199,6 +244,7 @@ impl TenantChange {
                 }
                 definition.validate("bucket")
             }
+            TenantChange::SetTableLimits { limits, .. } => limits.validate(""),
             TenantChange::ClearOverride { bucket } if bucket.is_request_units() => {
                 Err(InvalidInput::new(
                     "bucket",
@@ -257,6 +303,8 @@ pub enum TierError {
         tenant: TenantId,
         bucket: BucketName,
     },
+    #[error("tenant \"{tenant}\" has no limits of its own for table \"{table}\"")]
+    TableLimitsNotFound { tenant: TenantId, table: TableName },
     #[error(
         "tier \"{tier}\" is in use by {count} tenant(s), for example {}; move them to another tier first",
         examples.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(", ")
@@ -302,6 +350,7 @@ pub fn change_tenant(
     let mut record = loaded.record.clone().unwrap_or(TenantRecord {
         tier: None,
         overrides: BTreeMap::new(),
+        table_overrides: TableLimitSet::new(),
         created_at: now,
         updated_at: now,
     });
@@ -326,6 +375,27 @@ pub fn change_tenant(
                 return Err(TierError::OverrideNotFound {
                     tenant: tenant.clone(),
                     bucket: bucket.clone(),
+                });
+            }
+        }
+        TenantChange::SetTableLimits { table, limits } => {
+            record.table_overrides.insert(table.clone(), *limits);
+            if record.table_overrides.len() > MAX_TABLES {
+                return Err(InvalidInput::new(
+                    "table",
+                    format!("a tenant sets at most {MAX_TABLES} tables' limits"),
+                )
+                .into());
+            }
+        }
+        TenantChange::ClearTableLimits { table } => {
+            if !exists {
+                return Err(TierError::TenantNotFound(tenant.clone()));
+            }
+            if record.table_overrides.remove(table).is_none() {
+                return Err(TierError::TableLimitsNotFound {
+                    tenant: tenant.clone(),
+                    table: table.clone(),
                 });
             }
         }

@@ -311,6 +311,25 @@ impl TierName {
     }
 }
 
+/// A validated table name: 1 to 64 characters from `[A-Za-z0-9._:-]`.
+///
+/// The table of a per-partition limit ([`crate::partition`]): whatever the
+/// tenant's service calls a table, a collection or a keyspace.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TableName(String);
+
+impl TableName {
+    pub fn parse(field: &str, name: &str) -> Result<TableName, InvalidInput> {
+        check_name(field, name, MAX_NAME_LEN, false)?;
+        Ok(TableName(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// One bucket of one tenant: what every bucket operation is keyed by.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct BucketKey {
@@ -369,6 +388,7 @@ macro_rules! name_conversions {
 name_conversions!(TenantId, "tenant_id");
 name_conversions!(BucketName, "bucket");
 name_conversions!(TierName, "tier");
+name_conversions!(TableName, "table");
 
 #[cfg(test)]
 mod tests {

@@ -73,6 +73,7 @@ async fn onboard(
             .iter()
             .map(|(bucket, d)| (bucket_name(bucket), *d))
             .collect::<BTreeMap<_, _>>(),
+        tables: BTreeMap::new(),
         created_at: Timestamp::EPOCH,
         updated_at: Timestamp::EPOCH,
     };

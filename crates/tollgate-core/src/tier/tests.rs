@@ -400,3 +400,76 @@ fn per_key_definitions_provision_no_rows() {
         .expect_err("keys start full");
     assert_eq!(err.field, "tier.buckets[0].initial_tokens");
 }
+
+#[test]
+fn table_limits_are_the_tenants_own_over_its_tiers_until_cleared() {
+    let table = |s: &str| TableName::parse("table", s).expect("table name");
+    let reads = |r: f64| TableLimits {
+        max_reads_per_second: Some(r),
+        max_writes_per_second: None,
+    };
+    let mut on_pro = pro();
+    on_pro.tables = table_limits("tables", [("orders", reads(100.0)), ("users", reads(5.0))])
+        .expect("valid tables");
+    let mut loaded = LoadedTenant {
+        tier: Some(on_pro.clone()),
+        ..empty()
+    };
+    let edit = change_tenant(
+        &tenant(),
+        &TenantChange::Create {
+            tier: tier_name("pro"),
+        },
+        &loaded,
+        at(1.0),
+    )
+    .expect("onboard");
+    apply(&mut loaded, edit);
+    let set = TenantChange::SetTableLimits {
+        table: table("orders"),
+        limits: reads(7.0),
+    };
+    let edit = change_tenant(&tenant(), &set, &loaded, at(2.0)).expect("set");
+    assert!(edit.changes_no_bucket(), "table limits provision no bucket");
+    apply(&mut loaded, edit);
+    let record = loaded.record.clone().expect("record");
+    let effective =
+        crate::partition::effective_limits(Some(&on_pro.tables), &record.table_overrides);
+    assert_eq!(effective[&table("orders")], reads(7.0));
+    assert_eq!(effective[&table("users")], reads(5.0));
+
+    let clear = TenantChange::ClearTableLimits {
+        table: table("orders"),
+    };
+    let edit = change_tenant(&tenant(), &clear, &loaded, at(3.0)).expect("clear");
+    apply(&mut loaded, edit);
+    assert!(
+        loaded
+            .record
+            .as_ref()
+            .expect("record")
+            .table_overrides
+            .is_empty()
+    );
+    assert_eq!(
+        change_tenant(&tenant(), &clear, &loaded, at(4.0)),
+        Err(TierError::TableLimitsNotFound {
+            tenant: tenant(),
+            table: table("orders"),
+        })
+    );
+    // Bad limits name their field and change nothing.
+    let bad = TenantChange::SetTableLimits {
+        table: table("orders"),
+        limits: reads(f64::NAN),
+    };
+    let err = change_tenant(&tenant(), &bad, &loaded, at(5.0)).expect_err("NaN");
+    assert!(
+        matches!(&err, TierError::InvalidInput(e) if e.field == "max_reads_per_second"),
+        "{err:?}"
+    );
+    let twice = table_limits("tables", [("a", reads(1.0)), ("a", reads(2.0))]).expect_err("twice");
+    assert_eq!(twice.field, "tables[1].table");
+    let unnamed = table_limits("tables", [("", reads(1.0))]).expect_err("empty name");
+    assert_eq!(unnamed.field, "tables[0].table");
+}

@@ -53,7 +53,8 @@ fn status(operation: &'static str, err: StoreError) -> Status {
         StoreError::Tier(
             e @ (TierError::TierNotFound(_)
             | TierError::TenantNotFound(_)
-            | TierError::OverrideNotFound { .. }),
+            | TierError::OverrideNotFound { .. }
+            | TierError::TableLimitsNotFound { .. }),
         ) => Status::not_found(e.to_string()),
         StoreError::Tier(e @ TierError::TenantExists(_)) => Status::already_exists(e.to_string()),
         StoreError::Tier(e @ TierError::TierInUse { .. }) => {
