@@ -72,6 +72,10 @@ enum TenantCommand {
     SetTier(tiering::OnTierArgs),
     /// Set or clear a tenant's override of one bucket's limits.
     Override(tiering::OverrideArgs),
+    /// Set or clear the tenant's own per-partition limits of a table (the
+    /// most reads and writes per second of any one partition, summed over
+    /// its pods), replacing its tier's for that table.
+    TableLimits(tiering::TableLimitsArgs),
     /// Show a tenant's tier, overrides and buckets.
     Describe {
         #[arg(long)]
@@ -124,6 +128,7 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
         TenantCommand::Create(a) => tiering::create(&mut client, a).await,
         TenantCommand::SetTier(a) => tiering::set_tier(&mut client, a).await,
         TenantCommand::Override(a) => tiering::override_(&mut client, a).await,
+        TenantCommand::TableLimits(a) => tiering::table_limits(&mut client, a).await,
         TenantCommand::Describe { tenant, json } => {
             tiering::describe(&mut client, tenant, json).await
         }

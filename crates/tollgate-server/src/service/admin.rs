@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use tollgate_core::tier::TenantChange;
-use tollgate_core::{BucketName, InvalidInput, TenantId, TierName};
+use tollgate_core::{BucketName, InvalidInput, TableName, TenantId, TierName};
 use tollgate_proto::v1::{self, admin_server};
 use tonic::{Request, Response, Status};
 
@@ -321,6 +321,48 @@ impl admin_server::Admin for AdminService {
             .change(&caller, "clear_bucket_override", &tenant, change)
             .await?;
         Ok(Response::new(v1::ClearBucketOverrideResponse {
+            tenant: Some(convert::tenant_view_to_proto(&outcome.view)),
+        }))
+    }
+
+    async fn set_table_limits(
+        &self,
+        request: Request<v1::SetTableLimitsRequest>,
+    ) -> Result<Response<v1::SetTableLimitsResponse>, Status> {
+        edge::enter(&request)?;
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+        let wire = req
+            .limits
+            .ok_or_else(|| invalid(InvalidInput::new("limits", "must be set")))?;
+        let table = TableName::parse("limits.table", &wire.table).map_err(invalid)?;
+        let limits = convert::table_limits_from_proto(&wire);
+        limits.validate("limits").map_err(invalid)?;
+        let change = TenantChange::SetTableLimits { table, limits };
+        let outcome = self
+            .change(&caller, "set_table_limits", &tenant, change)
+            .await?;
+        Ok(Response::new(v1::SetTableLimitsResponse {
+            tenant: Some(convert::tenant_view_to_proto(&outcome.view)),
+        }))
+    }
+
+    async fn clear_table_limits(
+        &self,
+        request: Request<v1::ClearTableLimitsRequest>,
+    ) -> Result<Response<v1::ClearTableLimitsResponse>, Status> {
+        edge::enter(&request)?;
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+        let change = TenantChange::ClearTableLimits {
+            table: TableName::parse("table", &req.table).map_err(invalid)?,
+        };
+        let outcome = self
+            .change(&caller, "clear_table_limits", &tenant, change)
+            .await?;
+        Ok(Response::new(v1::ClearTableLimitsResponse {
             tenant: Some(convert::tenant_view_to_proto(&outcome.view)),
         }))
     }

@@ -10,9 +10,10 @@ use tollgate_core::{
 };
 use tollgate_proto::v1;
 
-use tollgate_core::TierName;
 use tollgate_core::key_bucket::CallAnswer;
+use tollgate_core::partition::TableLimits;
 use tollgate_core::tier::{BucketDefinition, BucketKind, Tier};
+use tollgate_core::{TableName, TierName};
 
 use crate::store::{BucketSnapshot, TenantView};
 
@@ -174,6 +175,22 @@ pub fn tier_from_proto(tier: Option<v1::Tier>) -> Result<(TierName, Tier), Inval
     Ok((name, tier))
 }
 
+/// A table's limits as a request carries them (checked where used).
+pub fn table_limits_from_proto(t: &v1::TableLimits) -> TableLimits {
+    TableLimits {
+        max_reads_per_second: t.max_reads_per_second,
+        max_writes_per_second: t.max_writes_per_second,
+    }
+}
+
+pub fn table_limits_to_proto(table: &TableName, limits: &TableLimits) -> v1::TableLimits {
+    v1::TableLimits {
+        table: table.to_string(),
+        max_reads_per_second: limits.max_reads_per_second,
+        max_writes_per_second: limits.max_writes_per_second,
+    }
+}
+
 /// A bucket definition: its kind checked here (an unknown number is
 /// refused, naming `field.kind`), its numbers where it is used.
 pub fn definition_from_proto(
@@ -247,6 +264,14 @@ pub fn tenant_view_to_proto(view: &TenantView) -> v1::TenantTier {
             })
             .unwrap_or_default(),
         buckets: view.buckets.iter().map(bucket_to_proto).collect(),
+        table_overrides: record
+            .map(|r| {
+                r.table_overrides
+                    .iter()
+                    .map(|(table, limits)| table_limits_to_proto(table, limits))
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 

@@ -78,6 +78,107 @@ struct OverrideSetArgs {
     actor: ActorArg,
 }
 
+#[derive(Debug, Args)]
+pub struct TableLimitsArgs {
+    #[command(subcommand)]
+    command: TableLimitsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum TableLimitsCommand {
+    /// Set one table's per-partition limits for this tenant (at least one
+    /// of the two), until cleared; pods apply them without a restart.
+    Set(TableLimitsSetArgs),
+    /// Remove the tenant's own limits of the table: its tier's apply
+    /// again, or none.
+    Clear {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        table: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+}
+
+#[derive(Debug, Args)]
+struct TableLimitsSetArgs {
+    #[arg(long)]
+    tenant: String,
+    #[arg(long)]
+    table: String,
+    /// The most reads per second of any one partition [default: no limit].
+    #[arg(long, allow_negative_numbers = true)]
+    max_reads_per_second: Option<f64>,
+    /// The most writes per second of any one partition [default: no limit].
+    #[arg(long, allow_negative_numbers = true)]
+    max_writes_per_second: Option<f64>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    actor: ActorArg,
+}
+
+/// `tenant table-limits set | clear`: `SetTableLimits`, `ClearTableLimits`.
+/// The numbers are the server's to check, so the CLI refuses exactly what
+/// the server does.
+pub async fn table_limits(client: &mut AdminConnection, a: TableLimitsArgs) -> anyhow::Result<()> {
+    match a.command {
+        TableLimitsCommand::Set(a) => {
+            let tenant = client
+                .set_table_limits(a.actor.request(v1::SetTableLimitsRequest {
+                    tenant_id: a.tenant,
+                    limits: Some(v1::TableLimits {
+                        table: a.table.clone(),
+                        max_reads_per_second: a.max_reads_per_second,
+                        max_writes_per_second: a.max_writes_per_second,
+                    }),
+                }))
+                .await
+                .map_err(rpc_error)?
+                .into_inner()
+                .tenant
+                .unwrap_or_default();
+            output::print(a.json, &tenant_tier_json(&tenant), |v| {
+                format!(
+                    "set the limits of table {} for tenant {}\n\n{}",
+                    a.table,
+                    v.tenant_id,
+                    tenant_tier_text(v)
+                )
+            })
+        }
+        TableLimitsCommand::Clear {
+            tenant,
+            table,
+            json,
+            actor,
+        } => {
+            let tenant = client
+                .clear_table_limits(actor.request(v1::ClearTableLimitsRequest {
+                    tenant_id: tenant,
+                    table: table.clone(),
+                }))
+                .await
+                .map_err(rpc_error)?
+                .into_inner()
+                .tenant
+                .unwrap_or_default();
+            output::print(json, &tenant_tier_json(&tenant), |v| {
+                format!(
+                    "cleared the limits of table {table} for tenant {}\n\n{}",
+                    v.tenant_id,
+                    tenant_tier_text(v)
+                )
+            })
+        }
+    }
+}
+
 /// `tenant create`: `CreateTenant`, every bucket of the tier at once.
 pub async fn create(client: &mut AdminConnection, a: OnTierArgs) -> anyhow::Result<()> {
     let tenant = client
@@ -233,6 +334,28 @@ struct TenantTierJson {
     overrides: Vec<BucketJson>,
     /// Every bucket, as `tenant show` shows it (without instances).
     buckets: Vec<TenantJson>,
+    /// The tenant's own per-partition limits, by table.
+    table_limits: Vec<TableLimitsJson>,
+}
+
+/// One table's per-partition limits; `null` means not limited.
+#[derive(Debug, Serialize)]
+struct TableLimitsJson {
+    table: String,
+    max_reads_per_second: Option<f64>,
+    max_writes_per_second: Option<f64>,
+}
+
+impl TableLimitsJson {
+    fn text(&self) -> String {
+        let limit = |l: Option<f64>| l.map_or("unlimited".to_owned(), |l| format!("{l}/s"));
+        format!(
+            "{}: reads {}, writes {} per partition",
+            self.table,
+            limit(self.max_reads_per_second),
+            limit(self.max_writes_per_second)
+        )
+    }
 }
 
 /// What `tenant set-tier` prints.
@@ -251,6 +374,15 @@ fn tenant_tier_json(t: &v1::TenantTier) -> TenantTierJson {
         tier: Some(t.tier.clone()).filter(|tier| !tier.is_empty()),
         overrides: t.overrides.iter().map(BucketJson::new).collect(),
         buckets: t.buckets.iter().map(|b| tenant_json(b, false)).collect(),
+        table_limits: t
+            .table_overrides
+            .iter()
+            .map(|l| TableLimitsJson {
+                table: l.table.clone(),
+                max_reads_per_second: l.max_reads_per_second,
+                max_writes_per_second: l.max_writes_per_second,
+            })
+            .collect(),
     }
 }
 
@@ -266,6 +398,10 @@ fn tier_fields(view: &TenantTierJson) -> Vec<Vec<String>> {
     for (i, o) in view.overrides.iter().enumerate() {
         let key = if i == 0 { "overrides" } else { "" };
         rows.push(field(key, format!("{}: {}", o.bucket, o.limits_text())));
+    }
+    for (i, t) in view.table_limits.iter().enumerate() {
+        let key = if i == 0 { "table limits" } else { "" };
+        rows.push(field(key, t.text()));
     }
     rows
 }
@@ -343,6 +479,11 @@ mod tests {
                 bucket("invoke-doc-summary-ai", 1.0, 20.0),
                 bucket("schedule-email", 50.0, 500.0),
             ],
+            table_overrides: vec![v1::TableLimits {
+                table: "orders".into(),
+                max_reads_per_second: Some(100.0),
+                max_writes_per_second: None,
+            }],
         }
     }
 
@@ -388,6 +529,17 @@ mod tests {
             serde_json::Value::Null
         );
         assert_eq!(json["buckets"][1]["refill_rate"], 50.0);
+        assert_eq!(json["table_limits"][0]["table"], "orders");
+        assert_eq!(json["table_limits"][0]["max_reads_per_second"], 100.0);
+        assert_eq!(
+            json["table_limits"][0]["max_writes_per_second"],
+            serde_json::Value::Null
+        );
+        let text = tenant_tier_text(&tenant_tier_json(&tenant_tier()));
+        assert!(
+            text.contains("table limits  orders: reads 100/s, writes unlimited per partition"),
+            "{text}"
+        );
         assert!(json["buckets"][0].get("instances").is_none(), "{json}");
     }
 
