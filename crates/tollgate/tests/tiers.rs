@@ -607,3 +607,82 @@ fn a_tier_in_use_cannot_be_deleted() {
         ["free"]
     );
 }
+
+#[test]
+fn table_limits_are_set_shown_refused_when_bad_and_cleared() {
+    let (_dir, server) = fresh_server();
+    let set = server.json(&[
+        "tenant",
+        "table-limits",
+        "set",
+        "--tenant",
+        "t1234",
+        "--table",
+        "orders",
+        "--max-reads-per-second",
+        "500",
+        "--json",
+    ]);
+    assert_eq!(set["table_limits"][0]["table"], "orders");
+    assert_eq!(
+        number(&set["table_limits"][0]["max_reads_per_second"]),
+        500.0
+    );
+    assert_eq!(set["table_limits"][0]["max_writes_per_second"], Value::Null);
+    let text = server.ok(&["tenant", "describe", "--tenant", "t1234"]);
+    assert!(
+        text.contains("table limits  orders: reads 500/s, writes unlimited per partition"),
+        "{text}"
+    );
+
+    // Refused by the server, naming the field; nothing changed.
+    for (flags, field) in [
+        (vec![], "limits.max_reads_per_second"),
+        (
+            vec!["--max-writes-per-second", "-3"],
+            "limits.max_writes_per_second",
+        ),
+        (
+            vec!["--max-reads-per-second", "NaN"],
+            "limits.max_reads_per_second",
+        ),
+    ] {
+        let mut args = vec![
+            "tenant",
+            "table-limits",
+            "set",
+            "--tenant",
+            "t1234",
+            "--table",
+            "orders",
+        ];
+        args.extend(flags);
+        assert_failed_with(&server.tollgate(&args), field);
+    }
+    let described = server.json(&["tenant", "describe", "--tenant", "t1234", "--json"]);
+    assert_eq!(described["table_limits"], set["table_limits"]);
+
+    let cleared = server.json(&[
+        "tenant",
+        "table-limits",
+        "clear",
+        "--tenant",
+        "t1234",
+        "--table",
+        "orders",
+        "--json",
+    ]);
+    assert_eq!(cleared["table_limits"], serde_json::json!([]));
+    assert_failed_with(
+        &server.tollgate(&[
+            "tenant",
+            "table-limits",
+            "clear",
+            "--tenant",
+            "t1234",
+            "--table",
+            "orders",
+        ]),
+        "NotFound",
+    );
+}
