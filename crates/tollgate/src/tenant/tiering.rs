@@ -492,9 +492,10 @@ mod tests {
         let text = tenant_tier_text(&tenant_tier_json(&tenant_tier()));
         assert_eq!(
             text,
-            "tenant     t1234\n\
-             tier       pro\n\
-             overrides  schedule-email: refill_rate 50, burst_limit 500\n\
+            "tenant        t1234\n\
+             tier          pro\n\
+             overrides     schedule-email: refill_rate 50, burst_limit 500\n\
+             table limits  orders: reads 100/s, writes unlimited per partition\n\
              \n\
              BUCKET                 REFILL/S  BURST  TOKENS  OVERRIDDEN\n\
              invoke-doc-summary-ai  1         20     20.0\n\
