@@ -403,24 +403,23 @@ impl CounterTable {
         }
     }
 
+    /// The slot of `key`, if it is counted.
+    fn slot(&self, key: &CounterKey) -> Option<&Slot> {
+        self.slots[self.set(key)].iter().find(|s| s.holds(key))
+    }
+
     /// The estimated rate of `key`'s operations per second, under a limit
     /// of `limit` (0 if not counted).
     pub fn rate(&self, key: &CounterKey, limit: f64, now: Timestamp) -> f64 {
         let half_life = half_life(limit);
-        self.slots[self.set(key)]
-            .iter()
-            .find(|s| s.holds(key))
-            .map_or(0.0, |s| {
-                s.value_at(now, half_life) * std::f64::consts::LN_2 / half_life
-            })
+        self.slot(key).map_or(0.0, |s| {
+            s.value_at(now, half_life) * std::f64::consts::LN_2 / half_life
+        })
     }
 
     /// This pod's share of `key`'s limit (1 unless the server said less).
     pub fn share(&self, key: &CounterKey) -> f64 {
-        self.slots[self.set(key)]
-            .iter()
-            .find(|s| s.holds(key))
-            .map_or(1.0, |s| f64::from(s.share))
+        self.slot(key).map_or(1.0, |s| f64::from(s.share))
     }
 
     /// The `k` partitions running closest to (or furthest over) their
@@ -489,30 +488,33 @@ pub struct ReportedPartition {
 }
 
 /// A partition's place in the server's sums.
-type PartitionId = (TableName, Op, u64);
+type PartitionId<'a> = (&'a TableName, Op, u64);
+
+impl ReportedPartition {
+    fn id(&self) -> PartitionId<'_> {
+        (&self.table, self.op, self.partition)
+    }
+}
 
 /// The shares of a pod that reported `mine`, given every report of its
 /// tenant's pods that is still fresh (`all`, its own included): for each
 /// partition it reported, its rate over the sum of all pods' rates for it.
 /// Partitions where its share is whole are left out (it is alone on them).
 pub fn shares<'a>(
-    mine: &[ReportedPartition],
+    mine: &'a [ReportedPartition],
     all: impl IntoIterator<Item = &'a [ReportedPartition]>,
 ) -> Vec<(ReportedPartition, f64)> {
-    let mut totals: BTreeMap<PartitionId, f64> = mine
-        .iter()
-        .map(|p| ((p.table.clone(), p.op, p.partition), 0.0))
-        .collect();
+    let mut totals: BTreeMap<PartitionId<'a>, f64> = mine.iter().map(|p| (p.id(), 0.0)).collect();
     for report in all {
         for p in report {
-            if let Some(total) = totals.get_mut(&(p.table.clone(), p.op, p.partition)) {
+            if let Some(total) = totals.get_mut(&p.id()) {
                 *total += p.rate.max(0.0);
             }
         }
     }
     mine.iter()
         .filter_map(|p| {
-            let total = totals.get(&(p.table.clone(), p.op, p.partition))?;
+            let total = totals.get(&p.id())?;
             let share = if *total > 0.0 {
                 p.rate.max(0.0) / total
             } else {

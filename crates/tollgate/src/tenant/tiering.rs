@@ -143,14 +143,11 @@ pub async fn table_limits(client: &mut AdminConnection, a: TableLimitsArgs) -> a
                 .into_inner()
                 .tenant
                 .unwrap_or_default();
-            output::print(a.json, &tenant_tier_json(&tenant), |v| {
-                format!(
-                    "set the limits of table {} for tenant {}\n\n{}",
-                    a.table,
-                    v.tenant_id,
-                    tenant_tier_text(v)
-                )
-            })
+            print_changed(
+                a.json,
+                &tenant,
+                &format!("set the limits of table {}", a.table),
+            )
         }
         TableLimitsCommand::Clear {
             tenant,
@@ -168,13 +165,11 @@ pub async fn table_limits(client: &mut AdminConnection, a: TableLimitsArgs) -> a
                 .into_inner()
                 .tenant
                 .unwrap_or_default();
-            output::print(json, &tenant_tier_json(&tenant), |v| {
-                format!(
-                    "cleared the limits of table {table} for tenant {}\n\n{}",
-                    v.tenant_id,
-                    tenant_tier_text(v)
-                )
-            })
+            print_changed(
+                json,
+                &tenant,
+                &format!("cleared the limits of table {table}"),
+            )
         }
     }
 }
@@ -242,14 +237,11 @@ pub async fn override_(client: &mut AdminConnection, a: OverrideArgs) -> anyhow:
                 .into_inner()
                 .tenant
                 .unwrap_or_default();
-            output::print(a.json, &tenant_tier_json(&tenant), |v| {
-                format!(
-                    "set the override of bucket {} for tenant {}\n\n{}",
-                    a.bucket,
-                    v.tenant_id,
-                    tenant_tier_text(v)
-                )
-            })
+            print_changed(
+                a.json,
+                &tenant,
+                &format!("set the override of bucket {}", a.bucket),
+            )
         }
         OverrideCommand::Clear {
             tenant,
@@ -267,15 +259,25 @@ pub async fn override_(client: &mut AdminConnection, a: OverrideArgs) -> anyhow:
                 .into_inner()
                 .tenant
                 .unwrap_or_default();
-            output::print(json, &tenant_tier_json(&tenant), |v| {
-                format!(
-                    "cleared the override of bucket {bucket} for tenant {}\n\n{}",
-                    v.tenant_id,
-                    tenant_tier_text(v)
-                )
-            })
+            print_changed(
+                json,
+                &tenant,
+                &format!("cleared the override of bucket {bucket}"),
+            )
         }
     }
+}
+
+/// Prints a tenant a change answered with: `{done} for tenant {id}`, then
+/// the tenant as `describe` shows it (or the JSON view).
+fn print_changed(json: bool, tenant: &v1::TenantTier, done: &str) -> anyhow::Result<()> {
+    output::print(json, &tenant_tier_json(tenant), |v| {
+        format!(
+            "{done} for tenant {}\n\n{}",
+            v.tenant_id,
+            tenant_tier_text(v)
+        )
+    })
 }
 
 /// `tenant describe`: `DescribeTenant`.
