@@ -75,14 +75,20 @@ PY
     stop_server
 }
 
+pgbench_once() { # clients, script, output file, extra pgbench args…
+    local clients=$1 script=$2 out=$3
+    shift 3
+    PGOPTIONS='-c default_transaction_isolation=serializable' \
+        "$PGBENCH" -n -M prepared --max-tries=100 -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" \
+        -T "${DURATION%s}" -D keys=1000000 -D hot_keys=1000 -D hot_percent=90 "$@" \
+        -f "$script" "$BENCH_URL" >"$out" 2>&1
+}
+
 pgbench_run() { # label, script
     local label=$1 script=$2
     for clients in $CLIENTS; do
         echo "==> pgbench $label, $clients clients"
-        PGOPTIONS='-c default_transaction_isolation=serializable' \
-            "$PGBENCH" -n -M prepared --max-tries=100 -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" \
-            -T "${DURATION%s}" -D keys=1000000 -D hot_keys=1000 -D hot_percent=90 \
-            -f "$script" "$BENCH_URL" >"$OUT/pgbench-$label-c$clients.txt" 2>&1
+        pgbench_once "$clients" "$script" "$OUT/pgbench-$label-c$clients.txt"
     done
 }
 
@@ -103,11 +109,8 @@ pgbench_half() { # label, script: open loop at half the best rate, per-transacti
     read -r clients rate < <(best_clients "$label")
     echo "==> pgbench $label at half its best: $clients clients, $rate/s"
     rm -rf "$OUT/pgbench-log" && mkdir -p "$OUT/pgbench-log"
-    (cd "$OUT/pgbench-log" &&
-        PGOPTIONS='-c default_transaction_isolation=serializable' \
-            "$PGBENCH" -n -M prepared --max-tries=100 -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" \
-            -T "${DURATION%s}" -R "$rate" -l -D keys=1000000 -D hot_keys=1000 -D hot_percent=90 \
-            -f "$OLDPWD/$script" "$BENCH_URL" >"$OLDPWD/$OUT/pgbench-$label-half.txt" 2>&1)
+    pgbench_once "$clients" "$script" "$OUT/pgbench-$label-half.txt" \
+        -R "$rate" -l --log-prefix="$OUT/pgbench-log/pgbench_log"
     # Per transaction: client, number, latency µs, script, epoch s, µs,
     # schedule lag µs, retries. Latency plus lag counts from the scheduled
     # start, as the bench's open loop does.
