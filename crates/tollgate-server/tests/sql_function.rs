@@ -140,16 +140,15 @@ async fn concurrent_serializable_sessions_admit_exactly_what_a_token_bucket_admi
         (admitted as f64) <= bound + 1e-9,
         "{admitted} admitted, bound {bound}"
     );
+    // Every call was replayed against the bucket above, so how close the
+    // sessions came to the bound depends only on how busy the machine kept
+    // them; it is printed, not asserted.
     assert!(refused > 0, "the key was driven past its limit");
-    assert!(
-        admitted as f64 >= bound - 2.0,
-        "{admitted} admitted of {bound}: the bucket was kept busy"
-    );
     // 16 sessions on one key under SERIALIZABLE conflict, and are retried
     // as the file advises.
     assert!(retries > 0, "no conflict in {} calls", calls.len());
     eprintln!(
-        "{} calls committed ({admitted} admitted, {refused} refused), {retries} retried",
+        "{} calls committed ({admitted} admitted of a bound of {bound:.1}, {refused} refused), {retries} retried",
         calls.len()
     );
 
