@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "tollgate/v1/token_bucket.proto",
         "tollgate/v1/admin.proto",
         "tollgate/v1/key_limits.proto",
+        "tollgate/v1/partition_limits.proto",
     ];
     let paths: Vec<PathBuf> = files.iter().map(|f| proto_root.join(f)).collect();
     for path in &paths {

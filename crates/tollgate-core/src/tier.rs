@@ -102,38 +102,15 @@ pub struct Tier {
 impl Tier {
     /// A tier from definitions as a request lists them, checked: bucket
     /// names valid, not empty and each named once, at most
-    /// [`MAX_TIER_BUCKETS`], numbers in range. `field` names the list.
+    /// [`MAX_TIER_BUCKETS`], numbers in range. `field` names the list. It
+    /// has no tables; a request's are checked with [`table_limits`].
     pub fn from_definitions<'a>(
         field: &str,
         definitions: impl IntoIterator<Item = (&'a str, BucketDefinition)>,
         now: Timestamp,
     ) -> Result<Tier, InvalidInput> {
-        let mut buckets = BTreeMap::new();
-        for (i, (name, definition)) in definitions.into_iter().enumerate() {
-            let at = format!("{field}[{i}]");
-            if name.is_empty() {
-                return Err(InvalidInput::new(
-                    format!("{at}.bucket"),
-                    "must not be empty: tiers define named buckets, not the request-unit bucket",
-                ));
-            }
-            let bucket = BucketName::parse(&format!("{at}.bucket"), name)?;
-            definition.validate(&at)?;
-            if buckets.insert(bucket, definition).is_some() {
-                return Err(InvalidInput::new(
-                    format!("{at}.bucket"),
-                    format!("{} is defined twice", validate::quote(name)),
-                ));
-            }
-            if buckets.len() > MAX_TIER_BUCKETS {
-                return Err(InvalidInput::new(
-                    field,
-                    format!("at most {MAX_TIER_BUCKETS} buckets per tier"),
-                ));
-            }
-        }
         Ok(Tier {
-            buckets,
+            buckets: named_set(field, definitions)?,
             tables: TableLimitSet::new(),
             created_at: now,
             updated_at: now,
@@ -148,21 +125,85 @@ pub fn table_limits<'a>(
     field: &str,
     tables: impl IntoIterator<Item = (&'a str, TableLimits)>,
 ) -> Result<TableLimitSet, InvalidInput> {
-    let mut all = TableLimitSet::new();
-    for (i, (name, limits)) in tables.into_iter().enumerate() {
-        let at = format!("{field}[{i}]");
-        let table = TableName::parse(&format!("{at}.table"), name)?;
-        limits.validate(&at)?;
-        if all.insert(table, limits).is_some() {
+    named_set(field, tables)
+}
+
+/// An entry of a list a request names its entries in (a tier's buckets,
+/// a tier's tables): how its name is parsed and its value checked, so
+/// that [`named_set`] holds the rules every such list shares.
+trait Named: Sized {
+    type Name: Ord;
+    /// The name's field within an entry: `bucket`, `table`.
+    const NAME_FIELD: &'static str;
+    /// The most entries a list holds, and what the refusal calls them.
+    const MAX: usize;
+    const MAX_WHAT: &'static str;
+
+    /// `field` is the name's place in the request (`tier.buckets[3].bucket`).
+    fn parse_name(field: &str, name: &str) -> Result<Self::Name, InvalidInput>;
+    /// `field` is the entry's place in the request (`tier.buckets[3]`).
+    fn check(&self, field: &str) -> Result<(), InvalidInput>;
+}
+
+impl Named for BucketDefinition {
+    type Name = BucketName;
+    const NAME_FIELD: &'static str = "bucket";
+    const MAX: usize = MAX_TIER_BUCKETS;
+    const MAX_WHAT: &'static str = "buckets per tier";
+
+    fn parse_name(field: &str, name: &str) -> Result<BucketName, InvalidInput> {
+        if name.is_empty() {
             return Err(InvalidInput::new(
-                format!("{at}.table"),
+                field,
+                "must not be empty: tiers define named buckets, not the request-unit bucket",
+            ));
+        }
+        BucketName::parse(field, name)
+    }
+
+    fn check(&self, field: &str) -> Result<(), InvalidInput> {
+        self.validate(field)
+    }
+}
+
+impl Named for TableLimits {
+    type Name = TableName;
+    const NAME_FIELD: &'static str = "table";
+    const MAX: usize = MAX_TABLES;
+    const MAX_WHAT: &'static str = "tables";
+
+    fn parse_name(field: &str, name: &str) -> Result<TableName, InvalidInput> {
+        TableName::parse(field, name)
+    }
+
+    fn check(&self, field: &str) -> Result<(), InvalidInput> {
+        self.validate(field)
+    }
+}
+
+/// The entries of the list `field` names, checked in order: each name
+/// parsed, each value checked, no name twice, at most `T::MAX` entries.
+/// The first fault is refused, naming the entry's field (`field[i].…`).
+fn named_set<'a, T: Named>(
+    field: &str,
+    entries: impl IntoIterator<Item = (&'a str, T)>,
+) -> Result<BTreeMap<T::Name, T>, InvalidInput> {
+    let mut all = BTreeMap::new();
+    for (i, (name, value)) in entries.into_iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        let name_field = format!("{at}.{}", T::NAME_FIELD);
+        let key = T::parse_name(&name_field, name)?;
+        value.check(&at)?;
+        if all.insert(key, value).is_some() {
+            return Err(InvalidInput::new(
+                name_field,
                 format!("{} is listed twice", validate::quote(name)),
             ));
         }
-        if all.len() > MAX_TABLES {
+        if all.len() > T::MAX {
             return Err(InvalidInput::new(
                 field,
-                format!("at most {MAX_TABLES} tables"),
+                format!("at most {} {}", T::MAX, T::MAX_WHAT),
             ));
         }
     }

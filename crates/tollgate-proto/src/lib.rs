@@ -4,8 +4,9 @@
 //! generated prost messages and tonic clients/servers so that every other crate
 //! (and every user) agrees on one definition.
 
-/// Package `tollgate.v1`: the pod-facing `TokenBucketService` and the
-/// operator-facing `Admin` service.
+/// Package `tollgate.v1`: the pod-facing `TokenBucketService`,
+/// `KeyLimits` and `PartitionLimits`, and the operator-facing `Admin`
+/// service.
 #[allow(missing_debug_implementations, clippy::all)]
 pub mod v1 {
     tonic::include_proto!("tollgate.v1");
@@ -16,6 +17,8 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/tollgate_descriptor.bin"));
 
 pub use prost_types::{Duration, Timestamp};
+
+pub mod partition;
 
 /// The gRPC metadata key naming who asks for an `Admin` change (an
 /// operator's user name, say). The server only logs it: it authenticates

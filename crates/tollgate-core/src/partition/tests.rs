@@ -239,12 +239,15 @@ fn shares_divide_the_limit_in_proportion_to_rates() {
     };
     let (a, b, c) = (report(300.0), report(100.0), report(0.0));
     let all = [a.as_slice(), b.as_slice(), c.as_slice()];
-    let share_a = shares(&a, all);
+    let limit = |_: &ReportedPartition| Some(100.0);
+    let share_a = shares(&a, all, limit);
     assert_eq!(share_a.len(), 1);
     assert!((share_a[0].1 - 0.75).abs() < 1e-12);
-    assert!((shares(&b, all)[0].1 - 0.25).abs() < 1e-12);
+    assert!((shares(&b, all, limit)[0].1 - 0.25).abs() < 1e-12);
     // Alone on a partition: whole, so not listed.
-    assert!(shares(&a, [a.as_slice()]).is_empty());
+    assert!(shares(&a, [a.as_slice()], limit).is_empty());
+    // Together under the limit (400/s of 1 000/s): whole.
+    assert!(shares(&a, all, |_| Some(1_000.0)).is_empty());
 }
 
 /// Ten pods, each offered a tenth of one partition running at 10 x its
@@ -281,10 +284,11 @@ fn ten_pods(coordinated: bool) -> f64 {
                 })
                 .collect();
             for (table, mine) in tables.iter_mut().zip(&reports) {
-                let given: Vec<(CounterKey, f64)> = shares(mine, reports.iter().map(Vec::as_slice))
-                    .into_iter()
-                    .map(|(p, share)| (key(p.partition), share))
-                    .collect();
+                let given: Vec<(CounterKey, f64)> =
+                    shares(mine, reports.iter().map(Vec::as_slice), |_| Some(limit))
+                        .into_iter()
+                        .map(|(p, share)| (key(p.partition), share))
+                        .collect();
                 table.set_shares(&given, at(t));
             }
             next_report += period;
@@ -342,11 +346,6 @@ fn limits_are_checked() {
 
 #[test]
 fn versions_follow_the_limits() {
-    let name = |s: &str| TableName::parse("t", s).expect("name");
-    let limits = |r: f64| TableLimits {
-        max_reads_per_second: Some(r),
-        max_writes_per_second: None,
-    };
     let a: TableLimitSet = [(name("orders"), limits(10.0))].into();
     let b: TableLimitSet = [(name("orders"), limits(11.0))].into();
     assert_eq!(limits_version(&a), limits_version(&a.clone()));
@@ -381,4 +380,233 @@ proptest! {
         }
         prop_assert_eq!(table.memory_bytes(), memory);
     }
+}
+
+fn name(table: &str) -> TableName {
+    TableName::parse("t", table).expect("name")
+}
+
+/// Reads limited to `r` per second, writes too.
+fn limits(r: f64) -> TableLimits {
+    TableLimits {
+        max_reads_per_second: Some(r),
+        max_writes_per_second: Some(r),
+    }
+}
+
+fn reported(table: &str, op: Op, partition: u64, rate: f64) -> ReportedPartition {
+    ReportedPartition {
+        table: name(table),
+        op,
+        partition,
+        rate,
+    }
+}
+
+fn exchange_of(pod: u32, partitions: Vec<ReportedPartition>, known_version: u64) -> Exchange {
+    Exchange {
+        pod,
+        partitions,
+        period: std::time::Duration::from_secs(10),
+        known_version,
+    }
+}
+
+#[test]
+fn an_exchange_sums_pods_and_answers_each_its_share() {
+    let tenant_limits: TableLimitSet = [(name("orders"), limits(100.0))].into();
+    let mut reports = PartitionReports::default();
+    let first = exchange(
+        &mut reports,
+        &tenant_limits,
+        &exchange_of(1, vec![reported("orders", Op::Write, 7, 300.0)], 0),
+        at(0.0),
+    );
+    // Alone: a whole share, and the limits because it had none.
+    assert!(first.shares.is_empty());
+    assert_eq!(first.limits.as_ref(), Some(&tenant_limits));
+    let second = exchange(
+        &mut reports,
+        &tenant_limits,
+        &exchange_of(
+            2,
+            vec![reported("orders", Op::Write, 7, 100.0)],
+            first.version,
+        ),
+        at(1.0),
+    );
+    assert_eq!(second.limits, None, "the pod has the current version");
+    assert_eq!(second.shares.len(), 1);
+    assert!((second.shares[0].1 - 0.25).abs() < 1e-12);
+    // A retried exchange replaces the pod's report: the same answer.
+    let again = exchange(
+        &mut reports,
+        &tenant_limits,
+        &exchange_of(
+            2,
+            vec![reported("orders", Op::Write, 7, 100.0)],
+            first.version,
+        ),
+        at(1.5),
+    );
+    assert_eq!(again.shares, second.shares);
+    assert_eq!(reports.pods.len(), 2);
+    // Pod 1's report goes stale after twice its period: pod 2 is alone.
+    let later = exchange(
+        &mut reports,
+        &tenant_limits,
+        &exchange_of(
+            2,
+            vec![reported("orders", Op::Write, 7, 100.0)],
+            first.version,
+        ),
+        at(20.5),
+    );
+    assert!(later.shares.is_empty());
+    assert_eq!(reports.pods.len(), 1);
+    // An empty report removes the pod's.
+    exchange(
+        &mut reports,
+        &tenant_limits,
+        &exchange_of(2, vec![], first.version),
+        at(21.0),
+    );
+    assert!(reports.is_empty());
+}
+
+#[test]
+fn partitions_without_a_limit_are_not_recorded() {
+    let tenant_limits: TableLimitSet = [(
+        name("orders"),
+        TableLimits {
+            max_reads_per_second: None,
+            max_writes_per_second: Some(10.0),
+        },
+    )]
+    .into();
+    let mut reports = PartitionReports::default();
+    exchange(
+        &mut reports,
+        &tenant_limits,
+        &exchange_of(
+            1,
+            vec![
+                reported("orders", Op::Read, 1, 50.0),
+                reported("users", Op::Write, 1, 50.0),
+                reported("orders", Op::Write, 1, 50.0),
+            ],
+            0,
+        ),
+        at(0.0),
+    );
+    assert_eq!(
+        reports.pods[&1].partitions,
+        vec![reported("orders", Op::Write, 1, 50.0)]
+    );
+}
+
+#[test]
+fn reports_are_checked_and_bounded() {
+    let ok = vec![reported("orders", Op::Write, 1, 5.0)];
+    assert!(Exchange::validate_partitions("p", &ok).is_ok());
+    let twice = vec![
+        reported("orders", Op::Write, 1, 5.0),
+        reported("orders", Op::Write, 1, 6.0),
+    ];
+    assert_eq!(
+        Exchange::validate_partitions("p", &twice).map_err(|e| e.field),
+        Err("p[1]".to_string())
+    );
+    for rate in [f64::NAN, -1.0, f64::INFINITY, 2e12] {
+        let bad = vec![reported("orders", Op::Write, 1, rate)];
+        assert_eq!(
+            Exchange::validate_partitions("p", &bad).map_err(|e| e.field),
+            Err("p[0].rate".to_string()),
+            "{rate}"
+        );
+    }
+    let many: Vec<_> = (0..=MAX_REPORTED_PARTITIONS as u64)
+        .map(|p| reported("orders", Op::Write, p, 1.0))
+        .collect();
+    assert!(Exchange::validate_partitions("p", &many).is_err());
+    // However many pods report, a tenant keeps at most
+    // MAX_TENANT_REPORTED partitions, the oldest reports dropped first.
+    let tenant_limits: TableLimitSet = [(name("orders"), limits(100.0))].into();
+    let mut reports = PartitionReports::default();
+    let four: Vec<_> = (0..4)
+        .map(|p| reported("orders", Op::Write, p, 5.0))
+        .collect();
+    let pods = (MAX_TENANT_REPORTED / 4) as u32 + 10;
+    for pod in 0..pods {
+        exchange(
+            &mut reports,
+            &tenant_limits,
+            &exchange_of(pod, four.clone(), 0),
+            at(f64::from(pod) * 1e-3),
+        );
+    }
+    let kept: usize = reports.pods.values().map(|r| r.partitions.len()).sum();
+    assert_eq!(kept, MAX_TENANT_REPORTED);
+    assert!(reports.pods.contains_key(&(pods - 1)));
+    assert!(!reports.pods.contains_key(&0));
+}
+
+#[test]
+fn the_log_that_picks_the_coldest_is_within_a_tenth() {
+    let mut x = 1e-6;
+    while x < 1e9 {
+        assert!((approx_log2(x) - x.log2()).abs() < 0.09, "{x}");
+        x *= 1.37;
+    }
+    assert!(approx_log2(0.0) < -1000.0);
+}
+
+#[test]
+fn a_pod_exchanges_within_a_period_retries_soon_and_falls_back_after_two() {
+    let period = std::time::Duration::from_secs(10);
+    let mut pod = PodLimiter::new(64, period, 8);
+    let orders = table_seed("orders");
+    // Before any answer: no limit known, everything admitted.
+    assert_eq!(
+        pod.admit(orders, 1, Op::Write, at(0.0), 0.5),
+        PodVerdict::Unlimited
+    );
+    let (retry, whole) = pod.on_failure(at(0.0), 1.0);
+    assert!(whole && retry <= RETRY_AFTER_FAILURE * 2 && retry >= RETRY_AFTER_FAILURE / 2);
+    let answer = ExchangeAnswer {
+        version: 7,
+        limits: Some([(name("orders"), limits(10.0))].into()),
+        shares: vec![(reported("orders", Op::Write, 1, 0.0), 0.25)],
+    };
+    for draw in [0.0, 0.5, 0.999] {
+        let next = pod.on_answer(&answer, at(1.0), draw);
+        assert!(next <= period && next >= period.mul_f64(0.8), "{next:?}");
+    }
+    assert_eq!(pod.version(), 7);
+    assert_eq!(pod.limits(), [(name("orders"), limits(10.0))].into());
+    assert_eq!(pod.share(orders, 1, Op::Write), 0.25);
+    // One failure soon after: shares kept; two periods on: whole again.
+    assert!(!pod.on_failure(at(5.0), 0.5).1);
+    assert_eq!(pod.share(orders, 1, Op::Write), 0.25);
+    assert!(pod.on_failure(at(21.0), 0.5).1);
+    assert_eq!(pod.share(orders, 1, Op::Write), 1.0);
+    // Over the limit: rejected, naming the table.
+    let mut rejected = None;
+    for i in 0..1_000 {
+        if let PodVerdict::Rejected(index) = pod.admit(orders, 1, Op::Write, at(22.0), 0.99) {
+            rejected = Some((i, index));
+            break;
+        }
+    }
+    let (_, index) = rejected.expect("over the limit, some are rejected");
+    assert_eq!(pod.table_name(index), Some(&name("orders")));
+    // The report names the table and the partition.
+    let exchange = pod.exchange(3, at(22.0));
+    assert_eq!((exchange.pod, exchange.known_version), (3, 7));
+    assert_eq!(exchange.partitions[0].table, name("orders"));
+    assert_eq!(exchange.partitions[0].partition, 1);
+    // It reported a partition over its limit: the next exchange comes
+    // twice as soon.
+    let next = pod.on_answer(&answer, at(22.5), 0.999);
+    assert!(next <= period / 2, "{next:?}");
 }

@@ -473,3 +473,60 @@ fn table_limits_are_the_tenants_own_over_its_tiers_until_cleared() {
     let unnamed = table_limits("tables", [("", reads(1.0))]).expect_err("empty name");
     assert_eq!(unnamed.field, "tables[0].table");
 }
+
+/// A tier's buckets and a list of tables follow the same rules, each
+/// refusal naming the entry's field: name, value, twice, too many.
+#[test]
+fn buckets_and_tables_are_checked_by_the_same_rules() {
+    let reads = TableLimits {
+        max_reads_per_second: Some(1.0),
+        max_writes_per_second: None,
+    };
+    let twice = Tier::from_definitions(
+        "tier.buckets",
+        [("a", def(1.0, 1.0)), ("a", def(1.0, 1.0))],
+        at(0.0),
+    )
+    .expect_err("twice");
+    assert_eq!(
+        (twice.field.as_str(), twice.reason.as_str()),
+        ("tier.buckets[1].bucket", "\"a\" is listed twice")
+    );
+    let twice = table_limits("tier.tables", [("a", reads), ("a", reads)]).expect_err("twice");
+    assert_eq!(
+        (twice.field.as_str(), twice.reason.as_str()),
+        ("tier.tables[1].table", "\"a\" is listed twice")
+    );
+
+    let bad = TableLimits {
+        max_writes_per_second: Some(-1.0),
+        ..reads
+    };
+    let err = table_limits("tier.tables", [("a", reads), ("b", bad)]).expect_err("negative");
+    assert_eq!(err.field, "tier.tables[1].max_writes_per_second");
+    let none = TableLimits::default();
+    let err = table_limits("tier.tables", [("a", none)]).expect_err("no limit");
+    assert_eq!(err.field, "tier.tables[0].max_reads_per_second");
+
+    let names: Vec<String> = (0..=MAX_TABLES).map(|i| format!("t{i}")).collect();
+    let err = table_limits("tier.tables", names.iter().map(|n| (n.as_str(), reads)))
+        .expect_err("too many");
+    assert_eq!(
+        (err.field.as_str(), err.reason.as_str()),
+        ("tier.tables", "at most 1000 tables")
+    );
+    let all = table_limits(
+        "tier.tables",
+        names[..MAX_TABLES].iter().map(|n| (n.as_str(), reads)),
+    )
+    .expect("a thousand tables");
+    assert_eq!(all.len(), MAX_TABLES);
+    let many: Vec<String> = (0..=MAX_TIER_BUCKETS).map(|i| format!("b{i}")).collect();
+    let err = Tier::from_definitions(
+        "tier.buckets",
+        many.iter().map(|n| (n.as_str(), def(1.0, 1.0))),
+        at(0.0),
+    )
+    .expect_err("too many");
+    assert_eq!(err.reason, "at most 1000 buckets per tier");
+}
