@@ -7,6 +7,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use tokio::net::TcpListener;
 use tollgate_proto::v1::admin_server::AdminServer;
 use tollgate_proto::v1::key_limits_server::KeyLimitsServer;
+use tollgate_proto::v1::partition_limits_server::PartitionLimitsServer;
 use tollgate_proto::v1::token_bucket_service_server::TokenBucketServiceServer;
 use tonic::transport::server::{ServerTlsConfig, TcpIncoming};
 use tonic::transport::{Certificate, Identity};
@@ -14,7 +15,7 @@ use tonic::transport::{Certificate, Identity};
 use crate::service::edge::EdgeLayer;
 use crate::service::{
     AdminAuth, AdminService, AdminTokens, EnvoyRateLimitService, KeyLimitsService,
-    TokenBucketService,
+    PartitionLimitsService, TokenBucketService,
 };
 use crate::store::{self, Store};
 use crate::telemetry::health::PROBE_INTERVAL;
@@ -139,6 +140,9 @@ pub async fn run_with_options(
             TokenBucketService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics)),
         ))
         .add_service(KeyLimitsServer::new(checks.clone()))
+        .add_service(PartitionLimitsServer::new(PartitionLimitsService::new(
+            Arc::clone(&store),
+        )))
         .add_service(RateLimitServiceServer::new(EnvoyRateLimitService::new(
             checks,
         )))

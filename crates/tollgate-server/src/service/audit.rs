@@ -304,10 +304,12 @@ pub(super) fn tier_put(caller: &Caller, name: &TierName, outcome: &PutTierOutcom
         tier = %name,
         created = outcome.created,
         buckets = outcome.tier.buckets.len(),
+        tables = outcome.tier.tables.len(),
         tenants_updated = outcome.tenants.len(),
-        "{caller} {} tier {name}: {} buckets, {} tenants updated",
+        "{caller} {} tier {name}: {} buckets, {} tables, {} tenants updated",
         if outcome.created { "created" } else { "replaced" },
         outcome.tier.buckets.len(),
+        outcome.tier.tables.len(),
         outcome.tenants.len(),
     );
     for tenant in &outcome.tenants {

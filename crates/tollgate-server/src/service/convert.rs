@@ -12,7 +12,7 @@ use tollgate_proto::v1;
 
 use tollgate_core::key_bucket::CallAnswer;
 use tollgate_core::partition::TableLimits;
-use tollgate_core::tier::{BucketDefinition, BucketKind, Tier};
+use tollgate_core::tier::{BucketDefinition, BucketKind, Tier, table_limits};
 use tollgate_core::{TableName, TierName};
 
 use crate::store::{BucketSnapshot, TenantView};
@@ -155,11 +155,12 @@ pub fn bucket_to_proto(snapshot: &BucketSnapshot) -> v1::Tenant {
     }
 }
 
-/// A tier as a request carries it, checked field by field.
+/// A tier as a request carries it, checked field by field: its buckets
+/// (`tier.buckets`), then its tables (`tier.tables`).
 pub fn tier_from_proto(tier: Option<v1::Tier>) -> Result<(TierName, Tier), InvalidInput> {
-    let tier = tier.ok_or_else(|| InvalidInput::new("tier", "must be set"))?;
-    let name = TierName::parse("tier.name", &tier.name)?;
-    let definitions = tier
+    let wire = tier.ok_or_else(|| InvalidInput::new("tier", "must be set"))?;
+    let name = TierName::parse("tier.name", &wire.name)?;
+    let definitions = wire
         .buckets
         .iter()
         .enumerate()
@@ -171,7 +172,13 @@ pub fn tier_from_proto(tier: Option<v1::Tier>) -> Result<(TierName, Tier), Inval
         })
         .collect::<Result<Vec<_>, InvalidInput>>()?;
     // The store sets the timestamps.
-    let tier = Tier::from_definitions("tier.buckets", definitions, Timestamp::EPOCH)?;
+    let mut tier = Tier::from_definitions("tier.buckets", definitions, Timestamp::EPOCH)?;
+    tier.tables = table_limits(
+        "tier.tables",
+        wire.tables
+            .iter()
+            .map(|t| (t.table.as_str(), table_limits_from_proto(t))),
+    )?;
     Ok((name, tier))
 }
 
@@ -244,6 +251,11 @@ pub fn tier_to_proto(name: &TierName, tier: &Tier) -> v1::Tier {
             .collect(),
         created_at: Some(timestamp_to_proto(tier.created_at)),
         updated_at: Some(timestamp_to_proto(tier.updated_at)),
+        tables: tier
+            .tables
+            .iter()
+            .map(|(table, limits)| table_limits_to_proto(table, limits))
+            .collect(),
     }
 }
 

@@ -12,12 +12,14 @@ mod convert;
 pub mod edge;
 mod envoy;
 mod key_limits;
+mod partition_limits;
 mod token_bucket;
 
 pub use admin::AdminService;
 pub use admin_auth::{AdminAuth, AdminTokens, Operator};
 pub use envoy::EnvoyRateLimitService;
 pub use key_limits::KeyLimitsService;
+pub use partition_limits::PartitionLimitsService;
 pub use token_bucket::TokenBucketService;
 
 use tollgate_core::key_bucket::CheckError;

@@ -42,6 +42,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTran
 use tokio::sync::{mpsc, oneshot};
 use tollgate_core::global_bucket::{self, IdRange};
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
+use tollgate_core::partition::{self, Exchange, ExchangeAnswer, PartitionReports};
 use tollgate_core::tier::{self, LoadedTenant, TenantChange, TenantRecord, Tier, TierError};
 use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
@@ -63,6 +64,10 @@ const INSTANCES: TableDefinition<(&str, &str, u32), &[u8]> =
     TableDefinition::new("bucket_instances");
 const TIERS: TableDefinition<&str, &[u8]> = TableDefinition::new("tiers");
 const TENANT_RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenant_records");
+/// Each tenant's fresh hot-partition reports (`PartitionReports`), for
+/// coordinated partition limits. Added without a schema version: a file
+/// without the table gets it, empty, when opened.
+const PARTITION_REPORTS: TableDefinition<&str, &[u8]> = TableDefinition::new("partition_reports");
 /// Versions 1 and 2: one bucket per tenant.
 const V2_TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenants");
 const V2_INSTANCES: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("instances");
@@ -314,6 +319,8 @@ fn init_schema(db: &Database) -> Result<(), StoreError> {
             .map_err(storage("create tiers table"))?;
         txn.open_table(TENANT_RECORDS)
             .map_err(storage("create tenant records table"))?;
+        txn.open_table(PARTITION_REPORTS)
+            .map_err(storage("create partition reports table"))?;
         txn.open_table(keys::KEYS)
             .map_err(storage("create keys table"))?;
         txn.open_table(keys::KEY_REQUESTS)
@@ -639,6 +646,10 @@ fn delete(
         return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
     }
     keys::delete_tenant(txn, tenant)?;
+    txn.open_table(PARTITION_REPORTS)
+        .map_err(storage("open partition reports"))?
+        .remove(tenant.as_str())
+        .map_err(storage("delete partition reports"))?;
     for (key, _) in &heads {
         buckets
             .remove((key.tenant.as_str(), key.bucket.as_str()))
@@ -802,6 +813,49 @@ fn change_one(
         changed: edit.changed.into_keys().collect(),
         retired,
     }))
+}
+
+/// One pod's partition-load exchange: the tenant's limits read, its
+/// reports updated (removed once none is fresh).
+fn partition_load(
+    txn: &WriteTransaction,
+    tenant: &TenantId,
+    exchange: &Exchange,
+    now: Timestamp,
+) -> Result<ExchangeAnswer, StoreError> {
+    let record = {
+        let records = txn
+            .open_table(TENANT_RECORDS)
+            .map_err(storage("open tenant records"))?;
+        read_record(&records, tenant)?
+    };
+    let tier = match record.as_ref().and_then(|r| r.tier.as_ref()) {
+        Some(name) => read_tier(&txn.open_table(TIERS).map_err(storage("open tiers"))?, name)?,
+        None => None,
+    };
+    let limits = partition::tenant_limits(record.as_ref(), tier.as_ref());
+    let mut table = txn
+        .open_table(PARTITION_REPORTS)
+        .map_err(storage("open partition reports"))?;
+    let mut reports: PartitionReports = table
+        .get(tenant.as_str())
+        .map_err(storage("read partition reports"))?
+        .map(|row| decode("decode partition reports", row.value()))
+        .transpose()?
+        .unwrap_or_default();
+    let had_reports = !reports.is_empty();
+    let answer = partition::exchange(&mut reports, &limits, exchange, now);
+    if !reports.is_empty() {
+        let bytes = encode("encode partition reports", &reports)?;
+        table
+            .insert(tenant.as_str(), bytes.as_slice())
+            .map_err(storage("write partition reports"))?;
+    } else if had_reports {
+        table
+            .remove(tenant.as_str())
+            .map_err(storage("delete partition reports"))?;
+    }
+    Ok(answer)
 }
 
 fn read_tier(
@@ -1108,6 +1162,18 @@ impl Store for EmbeddedStore {
         let name = name.clone();
         self.write(Box::new(move |_, txn, _| delete_tier(txn, &name)))
             .await
+    }
+
+    async fn partition_load(
+        &self,
+        tenant: &TenantId,
+        exchange: &Exchange,
+    ) -> Result<ExchangeAnswer, StoreError> {
+        let (tenant, exchange) = (tenant.clone(), exchange.clone());
+        self.write(Box::new(move |_, txn, now| {
+            partition_load(txn, &tenant, &exchange, now).map(Ok)
+        }))
+        .await
     }
 
     async fn check(&self, call: &CheckCall) -> Result<CallAnswer, StoreError> {

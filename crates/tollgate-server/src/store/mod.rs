@@ -20,6 +20,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tollgate_core::global_bucket::GlobalBucketConfig;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError};
+use tollgate_core::partition::{Exchange, ExchangeAnswer};
 use tollgate_core::tier::{TenantChange, TenantRecord, Tier, TierError};
 pub use tollgate_core::transaction::{DefaultLimits, UnconfiguredTenants};
 use tollgate_core::{
@@ -309,6 +310,16 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Deletes a tier no tenant is on.
     async fn delete_tier(&self, name: &TierName) -> Result<(), StoreError>;
+
+    /// Serves a pod's partition-load exchange (the rules of
+    /// `tollgate_core::partition::exchange`): its report recorded in the
+    /// tenant's reports, its limits and shares answered. A tenant without
+    /// table limits, or unknown, has an empty set of them.
+    async fn partition_load(
+        &self,
+        tenant: &TenantId,
+        exchange: &Exchange,
+    ) -> Result<ExchangeAnswer, StoreError>;
 
     /// Serves a check of per-key buckets (the script of
     /// `tollgate_core::key_bucket`): every item taken, or none.

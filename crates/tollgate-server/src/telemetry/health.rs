@@ -13,12 +13,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tollgate_proto::v1::admin_server::AdminServer;
+use tollgate_proto::v1::key_limits_server::KeyLimitsServer;
+use tollgate_proto::v1::partition_limits_server::PartitionLimitsServer;
 use tollgate_proto::v1::token_bucket_service_server::TokenBucketServiceServer;
 use tonic::server::NamedService;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use crate::service::{AdminService, TokenBucketService};
+use crate::service::{AdminService, KeyLimitsService, PartitionLimitsService, TokenBucketService};
 use crate::store::Store;
 
 /// How often the store is probed.
@@ -33,9 +35,11 @@ pub struct Health {
     stopping: AtomicBool,
 }
 
-const SERVICES: [&str; 3] = [
+const SERVICES: [&str; 5] = [
     "",
     <TokenBucketServiceServer<TokenBucketService> as NamedService>::NAME,
+    <KeyLimitsServer<KeyLimitsService> as NamedService>::NAME,
+    <PartitionLimitsServer<PartitionLimitsService> as NamedService>::NAME,
     <AdminServer<AdminService> as NamedService>::NAME,
 ];
 

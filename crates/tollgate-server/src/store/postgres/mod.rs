@@ -72,6 +72,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tollgate_core::global_bucket::{self, IdRange, InstanceWindow};
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
+use tollgate_core::partition::{self, Exchange, ExchangeAnswer, PartitionReports, TableLimitSet};
 use tollgate_core::tier::{self, LoadedTenant, TenantChange, TenantRecord, Tier, TierError};
 use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
@@ -135,6 +136,11 @@ mod sql {
     query!(SWEEP_KEYS, "sweep_keys.sql");
     query!(SWEEP_CHECK_REQUESTS, "sweep_check_requests.sql");
     query!(COUNT_KEYS, "count_keys.sql");
+    query!(ENSURE_PARTITION_REPORTS, "ensure_partition_reports.sql");
+    query!(LOCK_PARTITION_REPORTS, "lock_partition_reports.sql");
+    query!(READ_TABLE_LIMITS, "read_table_limits.sql");
+    query!(UPSERT_PARTITION_REPORTS, "upsert_partition_reports.sql");
+    query!(DELETE_PARTITION_REPORTS, "delete_partition_reports.sql");
 }
 
 mod embedded_migrations {
@@ -1013,6 +1019,85 @@ impl PostgresStore {
             .await
     }
 
+    /// One pod's partition-load exchange: the tenant's reports row locked
+    /// (created if need be), its table limits read, the exchange run and
+    /// the row written back (or removed once no report is fresh).
+    async fn exchange(
+        &self,
+        tenant: &TenantId,
+        exchange: &Exchange,
+    ) -> Result<ExchangeAnswer, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("partition load", false, || async move {
+                let mut client = inner.pool.get().await?;
+                let ensure = client.prepare_cached(sql::ENSURE_PARTITION_REPORTS).await?;
+                let lock = client.prepare_cached(sql::LOCK_PARTITION_REPORTS).await?;
+                let read_limits = client.prepare_cached(sql::READ_TABLE_LIMITS).await?;
+                let clock = client.prepare_cached(sql::CLOCK).await?;
+                let upsert = client.prepare_cached(sql::UPSERT_PARTITION_REPORTS).await?;
+                let delete = client.prepare_cached(sql::DELETE_PARTITION_REPORTS).await?;
+                let txn = client.transaction().await?;
+                let tenant_id = tenant.as_str();
+                let params: [&(dyn ToSql + Sync); 1] = [&tenant_id];
+                // One round trip: the row made sure of and locked, then the
+                // limits and the clock, read under the lock.
+                let no_params: [&(dyn ToSql + Sync); 0] = [];
+                let mut results = settle(
+                    join_all([
+                        txn.query(&ensure, &params[..]),
+                        txn.query(&lock, &params[..]),
+                        txn.query(&read_limits, &params[..]),
+                        txn.query(&clock, &no_params[..]),
+                    ])
+                    .await,
+                )?
+                .into_iter()
+                .skip(1);
+                let locked = results.next().unwrap_or_default();
+                let limits_rows = results.next().unwrap_or_default();
+                let clock_rows = results.next().unwrap_or_default();
+                let mut reports: PartitionReports = match locked.first() {
+                    Some(row) => json_column(row, "reports")?,
+                    None => PartitionReports::default(),
+                };
+                let limits = match limits_rows.first() {
+                    Some(row) => {
+                        let record = record_of(row)?;
+                        let definition: Option<&str> = row
+                            .try_get("definition")
+                            .map_err(|e| StoreError::internal("read a stored row", e))?;
+                        let tier: Option<Tier> =
+                            definition
+                                .map(serde_json::from_str)
+                                .transpose()
+                                .map_err(|e| StoreError::internal("decode a stored document", e))?;
+                        partition::tenant_limits(record.as_ref(), tier.as_ref())
+                    }
+                    None => TableLimitSet::new(),
+                };
+                let now = match clock_rows.first() {
+                    Some(row) => inner.now(rows::clock(row, "now")?),
+                    None => {
+                        return Err(TxError::Store(StoreError::internal(
+                            "read the clock",
+                            "no row",
+                        )));
+                    }
+                };
+                let answer = partition::exchange(&mut reports, &limits, exchange, now);
+                if reports.is_empty() {
+                    txn.execute(&delete, &params).await?;
+                } else {
+                    let json = to_json("encode partition reports", &reports)?;
+                    txn.execute(&upsert, &[&tenant_id, &json]).await?;
+                }
+                txn.commit().await.map_err(TxError::Commit)?;
+                Ok(answer)
+            })
+            .await
+    }
+
     async fn describe(&self, tenant: &TenantId) -> Result<TenantView, StoreError> {
         let inner = &*self.inner;
         inner
@@ -1401,6 +1486,7 @@ impl Store for PostgresStore {
                 let delete = client.prepare_cached(sql::DELETE_TENANT).await?;
                 let delete_record = client.prepare_cached(sql::DELETE_TENANT_RECORD).await?;
                 let delete_keys = client.prepare_cached(sql::DELETE_TENANT_KEYS).await?;
+                let delete_reports = client.prepare_cached(sql::DELETE_PARTITION_REPORTS).await?;
                 let txn = client.transaction().await?;
                 let tenant_id = tenant.as_str();
                 let params: [&(dyn ToSql + Sync); 1] = [&tenant_id];
@@ -1421,6 +1507,7 @@ impl Store for PostgresStore {
                 if had_record {
                     txn.execute(&delete_record, &params).await?;
                     txn.execute(&delete_keys, &params).await?;
+                    txn.execute(&delete_reports, &params).await?;
                 }
                 // RETURNING gives no order; heads come first, by key.
                 let order = |row: &tokio_postgres::Row| {
@@ -1456,6 +1543,14 @@ impl Store for PostgresStore {
 
     async fn describe_tenant(&self, tenant: &TenantId) -> Result<TenantView, StoreError> {
         self.describe(tenant).await
+    }
+
+    async fn partition_load(
+        &self,
+        tenant: &TenantId,
+        exchange: &Exchange,
+    ) -> Result<ExchangeAnswer, StoreError> {
+        self.exchange(tenant, exchange).await
     }
 
     async fn put_tier(&self, name: &TierName, tier: &Tier) -> Result<PutTierOutcome, StoreError> {

@@ -1,0 +1,41 @@
+//! The pod-facing `PartitionLimits` service: pods report their hottest
+//! partitions and learn their tenant's table limits and their shares of
+//! them, one store transaction per exchange.
+
+use std::sync::Arc;
+
+use tollgate_proto::partition::PartitionLoadCall;
+use tollgate_proto::v1::{self, partition_limits_server};
+use tonic::{Request, Response, Status};
+
+use super::{edge, invalid, status};
+use crate::store::Store;
+
+/// Serves pods' partition-load exchanges from the store.
+#[derive(Debug, Clone)]
+pub struct PartitionLimitsService {
+    store: Arc<dyn Store>,
+}
+
+impl PartitionLimitsService {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        PartitionLimitsService { store }
+    }
+}
+
+#[tonic::async_trait]
+impl partition_limits_server::PartitionLimits for PartitionLimitsService {
+    async fn partition_load(
+        &self,
+        request: Request<v1::PartitionLoadRequest>,
+    ) -> Result<Response<v1::PartitionLoadResponse>, Status> {
+        edge::enter(&request)?;
+        let call = PartitionLoadCall::try_from(request.into_inner()).map_err(invalid)?;
+        let answer = self
+            .store
+            .partition_load(&call.tenant, &call.exchange)
+            .await
+            .map_err(|e| status("partition load", e))?;
+        Ok(Response::new(v1::PartitionLoadResponse::from(&answer)))
+    }
+}
