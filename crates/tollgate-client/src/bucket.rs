@@ -9,7 +9,10 @@
 //! charging; the [`Controller`](crate::Controller)'s methods are those of
 //! its request-unit bucket's handle.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -67,16 +70,30 @@ impl BucketHandle {
     /// all at once. Waiters are served first come, first served, per
     /// bucket: a bucket out of tokens never delays another.
     /// Cancellation-safe: dropping the future before it completes gives its
-    /// claim back.
-    pub async fn acquire(&self, tokens: f64) -> Result<(), ClientError> {
-        let gate = &self.bucket.gate;
-        if let Some(micros) = fast_micros(tokens)
-            && gate.fast_take(micros)
-        {
-            return Ok(());
+    /// claim back. Like any future it does nothing until polled.
+    ///
+    /// When the tokens are there, the first poll takes them and is ready:
+    /// the future is a few words on the stack, and only an acquisition
+    /// that has to wait allocates its queued state.
+    #[inline]
+    pub fn acquire(&self, tokens: f64) -> Acquire<'_> {
+        Acquire {
+            handle: self,
+            tokens,
+            slow: None,
         }
-        let waiting =
-            gate.with_bucket(|inner, now| match inner.bucket.acquire(tokens, now)? {
+    }
+
+    /// The acquisition the fast path could not serve, decided by the local
+    /// bucket itself: admitted (`None`), refused, or queued (its place and
+    /// the channel its admission will come on).
+    fn enqueue(
+        &self,
+        tokens: f64,
+    ) -> Result<Option<(WaiterId, oneshot::Receiver<()>)>, ClientError> {
+        self.bucket
+            .gate
+            .with_bucket(|inner, now| match inner.bucket.acquire(tokens, now)? {
                 Admission::Admitted => Ok(None),
                 Admission::Closed => Err(ClientError::Closed),
                 Admission::Queued(id) => {
@@ -84,10 +101,17 @@ impl BucketHandle {
                     inner.waiters.insert(id, (tx, tokens));
                     Ok(Some((id, rx)))
                 }
-            })?;
-        let Some((id, rx)) = waiting else {
-            return Ok(());
-        };
+            })
+    }
+
+    /// Waits for a queued acquisition's admission.
+    async fn wait_queued(
+        &self,
+        id: WaiterId,
+        rx: oneshot::Receiver<()>,
+        tokens: f64,
+    ) -> Result<(), ClientError> {
+        let gate = &self.bucket.gate;
         gate.wake.notify_one();
         let started = Instant::now();
         let mut wait = Wait {
@@ -138,9 +162,8 @@ impl BucketHandle {
     /// Records the counters (reads, writes, bytes) of work whose tokens
     /// were already acquired.
     pub(crate) fn record_counters(&self, consumption: &Consumption) -> Result<(), ClientError> {
-        self.bucket
-            .gate
-            .with_bucket(|inner, _| inner.bucket.record_counters(consumption))?;
+        consumption.validate()?;
+        self.bucket.gate.record_counters(consumption);
         Ok(())
     }
 
@@ -149,6 +172,71 @@ impl BucketHandle {
         self.bucket
             .gate
             .with_bucket(|inner, _| inner.bucket.status())
+    }
+}
+
+/// A queued acquisition's wait.
+type QueuedAcquire<'a> = Pin<Box<dyn Future<Output = Result<(), ClientError>> + Send + 'a>>;
+
+/// The future of [`BucketHandle::acquire`] (and
+/// [`Controller::acquire`](crate::Controller::acquire)).
+#[must_use = "futures do nothing unless polled"]
+pub struct Acquire<'a> {
+    handle: &'a BucketHandle,
+    tokens: f64,
+    /// The queued acquisition's wait, once the local bucket queued it.
+    slow: Option<QueuedAcquire<'a>>,
+}
+
+impl std::fmt::Debug for Acquire<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acquire")
+            .field("bucket", &self.handle.bucket.name)
+            .field("tokens", &self.tokens)
+            .field("queued", &self.slow.is_some())
+            .finish()
+    }
+}
+
+impl Future for Acquire<'_> {
+    type Output = Result<(), ClientError>;
+
+    /// The fast path, inlined into the caller; the rest out of line.
+    #[inline(always)]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.slow.is_none()
+            && let Some(micros) = fast_micros(self.tokens)
+            && self.handle.bucket.gate.fast_take(micros)
+        {
+            return Poll::Ready(Ok(()));
+        }
+        self.poll_queued(cx)
+    }
+}
+
+impl Acquire<'_> {
+    /// Too few tokens in the reservoir: the local bucket decides, and a
+    /// queued acquisition waits.
+    #[cold]
+    #[inline(never)]
+    fn poll_queued(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), ClientError>> {
+        if self.slow.is_none() {
+            let (handle, tokens) = (self.handle, self.tokens);
+            match handle.enqueue(tokens) {
+                Ok(None) => return Poll::Ready(Ok(())),
+                Err(e) => return Poll::Ready(Err(e)),
+                Ok(Some((id, rx))) => {
+                    self.slow = Some(Box::pin(handle.wait_queued(id, rx, tokens)));
+                }
+            }
+        }
+        match self.slow.as_mut() {
+            Some(slow) => slow.as_mut().poll(cx),
+            None => Poll::Ready(Err(ClientError::Closed)),
+        }
     }
 }
 

@@ -8,8 +8,7 @@
 //! are made with, and each bucket's driver task.
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use prometheus::Registry;
@@ -21,10 +20,11 @@ use tollgate_core::{
     LocalBucketConfig, LocalBucketStatus, TenantId,
 };
 
-use crate::bucket::{Bucket, BucketHandle};
+use crate::bucket::{Acquire, Bucket, BucketHandle};
 use crate::error::ClientError;
 use crate::gate::Gate;
 use crate::metrics::Metrics;
+use crate::partition::{Op, Partition, PartitionLimiter, PartitionOptions};
 use crate::transport::{ClientTls, GrpcTransport, Transport};
 
 /// How a controller behaves. `Options::default()` is what most pods want.
@@ -47,6 +47,9 @@ pub struct Options {
     pub registry: Option<Registry>,
     /// TLS for an `https://` endpoint (the system's roots if unset).
     pub tls: Option<ClientTls>,
+    /// Hot-partition limits, for [`Controller::partitions`] and requests
+    /// that name their partition.
+    pub partitions: PartitionOptions,
 }
 
 impl Default for Options {
@@ -59,6 +62,7 @@ impl Default for Options {
             shutdown_timeout: Duration::from_secs(5),
             registry: None,
             tls: None,
+            partitions: PartitionOptions::default(),
         }
     }
 }
@@ -70,6 +74,9 @@ pub struct Request {
     /// Exempt work is neither gated nor charged (health checks, internal
     /// bookkeeping the tenant does not pay for).
     pub exempt: bool,
+    /// The partition the batch reads or writes, if it names one: it is
+    /// admitted by the tenant's hot-partition limits first.
+    pub partition: Option<Partition>,
 }
 
 impl Request {
@@ -77,6 +84,7 @@ impl Request {
         Request {
             batch: Batch::Read { requests },
             exempt: false,
+            partition: None,
         }
     }
 
@@ -84,6 +92,24 @@ impl Request {
         Request {
             batch: Batch::Write { requests, bytes },
             exempt: false,
+            partition: None,
+        }
+    }
+
+    /// The same batch, on `partition`: [`Controller::on_request`] admits it
+    /// by the partition's read or write limit before taking tokens.
+    pub fn on_partition(self, partition: Partition) -> Self {
+        Request {
+            partition: Some(partition),
+            ..self
+        }
+    }
+
+    /// What the batch does to its partition.
+    pub fn op(&self) -> Op {
+        match self.batch {
+            Batch::Read { .. } => Op::Read,
+            Batch::Write { .. } => Op::Write,
         }
     }
 
@@ -181,6 +207,8 @@ impl Controller {
             request_timeout: options.request_timeout,
             shutdown_timeout: options.shutdown_timeout,
             registry: options.registry,
+            partition_options: options.partitions,
+            partitions: OnceLock::new(),
             runtime: tokio::runtime::Handle::current(),
             stop,
             buckets: Mutex::new(Buckets::default()),
@@ -216,10 +244,8 @@ impl Controller {
     ///
     /// Returns the handle's future itself, so the fast path costs what it
     /// costs on the handle.
-    pub fn acquire(
-        &self,
-        tokens: f64,
-    ) -> impl Future<Output = Result<(), ClientError>> + Send + '_ {
+    #[inline]
+    pub fn acquire(&self, tokens: f64) -> Acquire<'_> {
         self.request_units.acquire(tokens)
     }
 
@@ -232,9 +258,17 @@ impl Controller {
 
     /// Gates a batch before it is sent: waits for what it costs up front
     /// (writes in full; for reads, all but the bytes they will return).
+    ///
+    /// A batch that names its partition is first admitted by the tenant's
+    /// hot-partition limits, and fails at once with
+    /// [`ClientError::PartitionRateLimited`] (nothing charged; **do not
+    /// retry**) if its partition is over its limit.
     pub async fn on_request(&self, request: &Request) -> Result<(), ClientError> {
         if request.exempt {
             return Ok(());
+        }
+        if let Some(partition) = request.partition {
+            self.partitions()?.admit(partition, request.op())?;
         }
         let cost = self.cost_model().before(request.batch);
         self.request_units.acquire(cost.request_units()).await?;
@@ -277,6 +311,22 @@ impl Controller {
         self.request_units.status()
     }
 
+    /// The pod's hot-partition limiter, started on first use (its first
+    /// exchange with the server goes out then; until it is answered no
+    /// limit is known and every operation is admitted). Fails with
+    /// [`ClientError::Metrics`] if its metrics cannot be registered.
+    pub fn partitions(&self) -> Result<&PartitionLimiter, ClientError> {
+        self.request_units.pod().partitions()
+    }
+
+    /// Admits one `op` on `partition` by the tenant's hot-partition limits
+    /// (see [`PartitionLimiter::admit`]): a rejection is
+    /// [`ClientError::PartitionRateLimited`], not to be retried.
+    #[inline]
+    pub fn admit_partition(&self, partition: Partition, op: Op) -> Result<(), ClientError> {
+        self.partitions()?.admit(partition, op)
+    }
+
     /// Stops admitting in every bucket (waiting acquisitions fail with
     /// [`ClientError::Closed`], and no new bucket starts), then reports each
     /// bucket's consumption not yet reported, with the tokens it holds
@@ -307,6 +357,9 @@ pub(crate) struct Pod {
     request_timeout: Duration,
     shutdown_timeout: Duration,
     registry: Option<Registry>,
+    partition_options: PartitionOptions,
+    /// Started by the first use of partition limits.
+    partitions: OnceLock<PartitionLimiter>,
     /// Where the drivers run, so that a bucket can start from any thread.
     runtime: tokio::runtime::Handle,
     /// Tells every driver to close and send its final report; dropped with
@@ -343,6 +396,30 @@ impl Pod {
         self.buckets
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The partition limiter, started (once) under the buckets' lock.
+    fn partitions(&self) -> Result<&PartitionLimiter, ClientError> {
+        if let Some(limiter) = self.partitions.get() {
+            return Ok(limiter);
+        }
+        let buckets = self.lock();
+        if buckets.closed {
+            return Err(ClientError::Closed);
+        }
+        if self.partitions.get().is_none() {
+            let _guard = self.runtime.enter();
+            let limiter = PartitionLimiter::start(
+                Arc::clone(&self.transport),
+                &self.tenant,
+                self.instance,
+                self.partition_options.clone(),
+                self.registry.as_ref(),
+            )?;
+            let _ = self.partitions.set(limiter);
+        }
+        drop(buckets);
+        self.partitions.get().ok_or(ClientError::Closed)
     }
 
     /// The handle on bucket `name`, starting the bucket if it is new.

@@ -1,6 +1,7 @@
 //! The client's errors.
 
-use tollgate_core::InvalidInput;
+use tollgate_core::partition::Op;
+use tollgate_core::{InvalidInput, TableName};
 
 /// What can go wrong using a [`Controller`](crate::Controller).
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +22,13 @@ pub enum ClientError {
     /// been applied: call again with the same request id to learn which).
     #[error("check refused: {code:?}: {message}")]
     Server { code: tonic::Code, message: String },
+    /// The operation's partition is over its rate limit for `op` (the
+    /// tenant's table limits): the operation must not go ahead, and must
+    /// **not be retried** — a retry is one more operation on a partition
+    /// already over its limit. Tell the caller to slow down on that key
+    /// (HTTP 429, say). Nothing was charged to the tenant's buckets.
+    #[error("partition of table \"{table}\" is over its {op} rate limit; do not retry")]
+    PartitionRateLimited { table: TableName, op: Op },
     /// The controller is shut down; nothing was charged.
     #[error("the tollgate controller is shut down")]
     Closed,

@@ -58,6 +58,9 @@
 //! - [`transport`]: gRPC to the server, or your own [`Transport`].
 //! - [`key_limits`]: [`KeyLimiter`], exact per-key checks (a user, an API
 //!   key, an IP address), one round trip each.
+//! - [`partition`]: [`PartitionLimiter`], hot-partition limits per
+//!   (table, partition, read|write), enforced locally and coordinated with
+//!   the tenant's other pods through the server.
 //! - [`lease`]: the ordered leases that tell a pod's incarnations apart.
 
 mod bucket;
@@ -68,12 +71,15 @@ mod gate;
 pub mod key_limits;
 pub mod lease;
 mod metrics;
+pub mod partition;
 pub mod transport;
 
-pub use bucket::BucketHandle;
+pub use bucket::{Acquire, BucketHandle};
 pub use controller::{BucketReport, Controller, Options, Request, ShutdownReport};
 pub use error::{ClientError, TransportError};
 pub use key_limits::{KeyAnswer, KeyCheck, KeyLimiter, KeyLimiterOptions, Verdict};
+pub use partition::{Partition, PartitionClock, PartitionLimiter, PartitionOptions};
+pub use tollgate_core::partition::Op;
 pub use transport::{ClientTls, GrpcTransport, Transport, endpoint};
 
 pub use prometheus::Registry;

@@ -8,8 +8,11 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tollgate_core::partition::ExchangeAnswer;
 use tollgate_core::{BucketName, Grant, TenantId, TokenBucketRequest};
+use tollgate_proto::partition::PartitionLoadCall;
 use tollgate_proto::v1;
+use tollgate_proto::v1::partition_limits_client::PartitionLimitsClient;
 use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -22,6 +25,10 @@ use crate::error::{ClientError, TransportError};
 /// request-unit bucket): a transport must keep the buckets apart, as the
 /// server keeps one global bucket, and one lease and sequence per instance,
 /// per bucket.
+///
+/// It also carries the pod's partition-load exchanges (hot-partition
+/// limits); a transport that does not leaves the pod applying each limit
+/// on its own, once it knows them, and never learning them otherwise.
 #[async_trait]
 pub trait Transport: Send + Sync + 'static {
     async fn token_bucket(
@@ -29,6 +36,17 @@ pub trait Transport: Send + Sync + 'static {
         bucket: &BucketName,
         request: TokenBucketRequest,
     ) -> Result<Grant, TransportError>;
+
+    /// Sends a pod's report of its hottest partitions and returns the
+    /// tenant's limits (if changed) and the pod's shares.
+    async fn partition_load(
+        &self,
+        _call: &PartitionLoadCall,
+    ) -> Result<ExchangeAnswer, TransportError> {
+        Err(TransportError(
+            "this transport does not carry partition-load exchanges".into(),
+        ))
+    }
 }
 
 /// TLS to the server, for `https://` endpoints.
@@ -88,6 +106,7 @@ pub fn endpoint(
 #[derive(Clone, Debug)]
 pub struct GrpcTransport {
     client: TokenBucketServiceClient<Channel>,
+    partitions: PartitionLimitsClient<Channel>,
     tenant: TenantId,
 }
 
@@ -103,7 +122,8 @@ impl GrpcTransport {
     ) -> Result<Self, ClientError> {
         let channel = self::endpoint(endpoint, connect_timeout, tls)?.connect_lazy();
         Ok(GrpcTransport {
-            client: TokenBucketServiceClient::new(channel),
+            client: TokenBucketServiceClient::new(channel.clone()),
+            partitions: PartitionLimitsClient::new(channel),
             tenant,
         })
     }
@@ -125,6 +145,21 @@ impl Transport for GrpcTransport {
             .map_err(|status| TransportError(format!("{}: {}", status.code(), status.message())))?
             .into_inner();
         from_wire(&response)
+    }
+
+    async fn partition_load(
+        &self,
+        call: &PartitionLoadCall,
+    ) -> Result<ExchangeAnswer, TransportError> {
+        let response = self
+            .partitions
+            .clone()
+            .partition_load(v1::PartitionLoadRequest::from(call))
+            .await
+            .map_err(|status| TransportError(format!("{}: {}", status.code(), status.message())))?
+            .into_inner();
+        ExchangeAnswer::try_from(response)
+            .map_err(|e| TransportError(format!("server sent an invalid answer: {e}")))
     }
 }
 

@@ -253,3 +253,44 @@ async fn bad_input_is_refused_and_charges_nothing() {
         Err(ClientError::InvalidInput(_))
     ));
 }
+
+/// The KV interceptor counts reads and writes off the lock; every one of
+/// them reaches the server's totals, from threads at once, by shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_read_and_write_counted_by_on_request_reaches_the_server() {
+    let server = LocalServer::new(1e9, 1e9, 1e9);
+    let controller = pod(&server, 1, 1e6);
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let controller = controller.clone();
+            tokio::spawn(async move {
+                for _ in 0..1_000 {
+                    controller
+                        .on_request(&tollgate_client::Request::read(3))
+                        .await
+                        .expect("read");
+                    controller
+                        .on_request(&tollgate_client::Request::write(2, 100))
+                        .await
+                        .expect("write");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert!(controller.shutdown().await.consumption_reported);
+    let rows = server.rows.lock().expect("lock");
+    let total = &rows.head.totals.consumption;
+    assert_eq!(
+        (
+            total.read_batches,
+            total.read_requests,
+            total.write_batches,
+            total.write_requests,
+            total.write_bytes
+        ),
+        (4_000, 12_000, 4_000, 8_000, 400_000)
+    );
+}
