@@ -1,10 +1,12 @@
 //! `tollgate tier …`: tiers (free, pro, …), the named sets of bucket
-//! definitions that give every tenant on them its buckets' limits,
-//! managed through a running server's `Admin` service.
+//! definitions that give every tenant on them its buckets' limits (and
+//! its tables' per-partition limits), managed through a running server's
+//! `Admin` service.
 //!
-//! - `create` and `update` define one tier from `--bucket` flags; `create`
-//!   refuses a tier that exists and `update` one that does not, so a typo
-//!   in a name never silently replaces or adds a tier.
+//! - `create` and `update` define one tier's buckets from `--bucket`
+//!   flags; `create` refuses a tier that exists and `update` one that does
+//!   not, so a typo in a name never silently replaces or adds a tier.
+//!   `update` keeps the tier's table limits: only a tiers file sets those.
 //! - `list`, `show` and `delete`.
 //! - `apply -f FILE` makes the server's tiers those of a TOML file
 //!   (`file`): it reads them all, plans the difference (`plan`) and sends
@@ -31,7 +33,9 @@ use tollgate_proto::v1;
 
 use crate::output::{self, Table, field, rfc3339};
 use crate::remote::{ActorArg, AdminConnection, ServerArg, rpc_error};
-use definition::{BucketFlag, Buckets, buckets_from_flags, tier_from_proto, tier_to_proto};
+use definition::{
+    BucketFlag, PartitionLimits, TierDefinition, buckets_from_flags, tier_from_proto, tier_to_proto,
+};
 use plan::{Action, BucketChanges, Plan, TierChange};
 
 #[derive(Debug, Args)]
@@ -51,15 +55,15 @@ enum TierCommand {
     ///
     /// Every tenant on the tier gets them at once: tokens carried over
     /// (capped at the new burst), buckets added created, buckets dropped
-    /// retired.
+    /// retired. The tier's table limits are kept.
     Update(PutArgs),
-    /// List every tier and its buckets.
+    /// List every tier, its buckets and its table limits.
     List {
         /// Print JSON instead of a table: a list of tiers.
         #[arg(long)]
         json: bool,
     },
-    /// Show a tier's buckets.
+    /// Show a tier's buckets and table limits.
     Show {
         #[arg(long, value_parser = parse_tier_name)]
         tier: TierName,
@@ -80,10 +84,12 @@ enum TierCommand {
     /// Make the server's tiers those a TOML file declares
     ///
     /// Reads the server's tiers, compares them with the file's and sends
-    /// only what differs: each tier is created, changed (buckets added,
-    /// removed, limits changed) or unchanged. Running it again changes
-    /// nothing. The whole file is checked first; a file with any error
-    /// changes nothing. The file:
+    /// only what differs: each tier is created, changed (buckets or tables
+    /// added, removed, limits changed) or unchanged. Running it again
+    /// changes nothing. The file is the truth for each tier it declares: a
+    /// bucket or a table it leaves out is removed from the tier. The whole
+    /// file is checked first; a file with any error changes nothing. The
+    /// file:
     ///
     ///   [tiers.pro.buckets.schedule-email]
     ///   refill_rate = 10        # tokens per second
@@ -93,6 +99,10 @@ enum TierCommand {
     ///   [tiers.pro.buckets.invoke-doc-summary-ai]
     ///   refill_rate = 1
     ///   burst_limit = 20
+    ///
+    ///   [tiers.pro.tables.orders]      # per-partition limits
+    ///   max_reads_per_second = 500     # optional; at least one of the two
+    ///   max_writes_per_second = 100    # optional
     #[command(verbatim_doc_comment)]
     Apply(ApplyArgs),
 }
@@ -212,7 +222,7 @@ async fn get_tier(
 
 /// `tier create` (`must_exist` false) and `tier update` (true): `GetTier`
 /// to check the tier is (or is not) there and to know what changes, then
-/// `PutTier`.
+/// `PutTier` with the flags' buckets and the tier's tables as they were.
 async fn put(client: &mut AdminConnection, a: PutArgs, must_exist: bool) -> anyhow::Result<()> {
     let buckets = buckets_from_flags(a.buckets)?;
     let before = match (get_tier(client, &a.tier).await?, must_exist) {
@@ -225,11 +235,15 @@ async fn put(client: &mut AdminConnection, a: PutArgs, must_exist: bool) -> anyh
             a.tier
         ),
         (Some(existing), true) => tier_from_proto(&existing)?.1,
-        (None, false) => Buckets::new(),
+        (None, false) => TierDefinition::default(),
+    };
+    let after = TierDefinition {
+        buckets,
+        tables: before.tables.clone(),
     };
     let response = client
         .put_tier(a.actor.request(v1::PutTierRequest {
-            tier: Some(tier_to_proto(&a.tier, &buckets)),
+            tier: Some(tier_to_proto(&a.tier, &after)),
         }))
         .await
         .map_err(rpc_error)?
@@ -246,7 +260,7 @@ async fn put(client: &mut AdminConnection, a: PutArgs, must_exist: bool) -> anyh
         tier: tier_json(&response.tier.unwrap_or_default()),
         created: response.created,
         tenants_updated: response.tenants_updated,
-        changes: BucketChanges::between(&before, &buckets),
+        changes: BucketChanges::between(&before.buckets, &after.buckets),
     };
     output::print(a.json, &view, put_text)
 }
@@ -293,13 +307,13 @@ async fn apply(server: &ServerArg, a: ApplyArgs) -> anyhow::Result<()> {
             let action = tier.change.action;
             let step = match action {
                 Action::Created | Action::Changed => {
-                    let buckets = declared
+                    let defined = declared
                         .tiers
                         .get(name)
                         .ok_or_else(|| anyhow!("tier {name} is not in {}", report.file))?;
                     client
                         .put_tier(a.actor.request(v1::PutTierRequest {
-                            tier: Some(tier_to_proto(name, buckets)),
+                            tier: Some(tier_to_proto(name, defined)),
                         }))
                         .await
                         .map(|r| tier.tenants_updated = Some(r.into_inner().tenants_updated))
@@ -332,8 +346,51 @@ async fn apply(server: &ServerArg, a: ApplyArgs) -> anyhow::Result<()> {
 struct TierJson {
     name: String,
     buckets: Vec<BucketJson>,
+    /// Per-partition limits of the tenants on the tier, by table.
+    tables: Vec<TableLimitsJson>,
     created_at: Option<String>,
     updated_at: Option<String>,
+}
+
+/// One table's per-partition limits, of a tier or of a tenant's own;
+/// `null` means not limited.
+#[derive(Debug, Serialize)]
+pub struct TableLimitsJson {
+    pub table: String,
+    #[serde(flatten)]
+    pub limits: PartitionLimits,
+}
+
+impl TableLimitsJson {
+    pub fn new(t: &v1::TableLimits) -> Self {
+        TableLimitsJson {
+            table: t.table.clone(),
+            limits: PartitionLimits {
+                max_reads_per_second: t.max_reads_per_second,
+                max_writes_per_second: t.max_writes_per_second,
+            },
+        }
+    }
+
+    /// `orders: reads 500/s, writes unlimited per partition`.
+    pub fn text(&self) -> String {
+        let limit = |l: Option<f64>| l.map_or("unlimited".to_owned(), |l| format!("{l}/s"));
+        format!(
+            "{}: reads {}, writes {} per partition",
+            self.table,
+            limit(self.limits.max_reads_per_second),
+            limit(self.limits.max_writes_per_second)
+        )
+    }
+
+    /// The `READS/S` and `WRITES/S` cells.
+    fn limit_cells(&self) -> Vec<String> {
+        self.limits
+            .fields()
+            .into_iter()
+            .map(|(_, limit)| PartitionLimits::limit_text(limit))
+            .collect()
+    }
 }
 
 /// A bucket as a tier or an override defines it.
@@ -423,13 +480,14 @@ fn tier_json(t: &v1::Tier) -> TierJson {
     TierJson {
         name: t.name.clone(),
         buckets: t.buckets.iter().map(BucketJson::new).collect(),
+        tables: t.tables.iter().map(TableLimitsJson::new).collect(),
         created_at: rfc3339(t.created_at),
         updated_at: rfc3339(t.updated_at),
     }
 }
 
-/// Rows of the buckets table, under `header`.
-fn bucket_table(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> Table {
+/// A table of `rows` under `header`.
+fn table_with(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> Table {
     let mut table = Table::with_header(header);
     for row in rows {
         table.push(row);
@@ -446,25 +504,43 @@ fn bucket_row(b: &BucketJson) -> Vec<String> {
     ]
 }
 
-/// A tier as a key-value table, then its buckets as a table.
+/// The header of a table of per-partition limits, after `first` columns.
+fn tables_header<'a>(first: &[&'a str]) -> Vec<&'a str> {
+    [first, &["READS/S", "WRITES/S"][..]].concat()
+}
+
+/// A tier as a key-value table, then its buckets as a table, then its
+/// tables' per-partition limits, if it has any.
 fn tier_text(view: &TierJson) -> String {
     let fields = Table::new([
         field("tier", view.name.clone()),
         field("created", view.created_at.clone().unwrap_or_default()),
         field("updated", view.updated_at.clone().unwrap_or_default()),
     ]);
-    if view.buckets.is_empty() {
-        return format!("{fields}\n\nno buckets");
+    let mut text = if view.buckets.is_empty() {
+        format!("{fields}\n\nno buckets")
+    } else {
+        let buckets = table_with(
+            &["BUCKET", "REFILL/S", "BURST", "INITIAL"],
+            view.buckets.iter().map(bucket_row),
+        );
+        format!("{fields}\n\n{buckets}")
+    };
+    if !view.tables.is_empty() {
+        let tables = table_with(
+            &tables_header(&["TABLE"]),
+            view.tables
+                .iter()
+                .map(|t| [vec![t.table.clone()], t.limit_cells()].concat()),
+        );
+        let _ = write!(text, "\n\n{tables}");
     }
-    let buckets = bucket_table(
-        &["BUCKET", "REFILL/S", "BURST", "INITIAL"],
-        view.buckets.iter().map(bucket_row),
-    );
-    format!("{fields}\n\n{buckets}")
+    text
 }
 
-/// One row per bucket of each tier.
-fn list_text(views: &[TierJson]) -> Table {
+/// One row per bucket of each tier; then, if any tier has table limits,
+/// one row per table of each tier.
+fn list_text(views: &[TierJson]) -> String {
     let rows = views.iter().flat_map(|t| {
         let name = t.name.clone();
         let rows: Vec<Vec<String>> = if t.buckets.is_empty() {
@@ -477,7 +553,22 @@ fn list_text(views: &[TierJson]) -> Table {
         };
         rows
     });
-    bucket_table(&["TIER", "BUCKET", "REFILL/S", "BURST", "INITIAL"], rows)
+    let mut text =
+        table_with(&["TIER", "BUCKET", "REFILL/S", "BURST", "INITIAL"], rows).to_string();
+    if views.iter().any(|t| !t.tables.is_empty()) {
+        let rows = views.iter().flat_map(|t| {
+            t.tables.iter().map(|table| {
+                [
+                    vec![t.name.clone(), table.table.clone()],
+                    table.limit_cells(),
+                ]
+                .concat()
+            })
+        });
+        let tables = table_with(&tables_header(&["TIER", "TABLE"]), rows);
+        let _ = write!(text, "\n\n{tables}");
+    }
+    text
 }
 
 fn put_text(view: &PutTierJson) -> String {
@@ -534,7 +625,7 @@ fn apply_text(report: &ApplyJson) -> String {
             }
         };
         let _ = writeln!(text, "{line}");
-        for line in tier.change.buckets.lines() {
+        for line in tier.change.lines() {
             let _ = writeln!(text, "{line}");
         }
     }
@@ -570,8 +661,10 @@ fn apply_text(report: &ApplyJson) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use definition::BucketLimits;
+    use definition::{BucketLimits, Buckets};
     use tollgate_core::BucketName;
+    use tollgate_core::TableName;
+    use tollgate_core::partition::TableLimits;
 
     fn report(dry_run: bool) -> ApplyJson {
         let pro = TierName::parse("tier", "pro").expect("valid");
@@ -583,16 +676,28 @@ mod tests {
             initial_tokens: None,
             kind: BucketKind::Shared,
         };
-        let server = BTreeMap::from([(old, Buckets::new()), (free.clone(), Buckets::new())]);
+        let server = BTreeMap::from([
+            (old, TierDefinition::default()),
+            (free.clone(), TierDefinition::default()),
+        ]);
         let file = BTreeMap::from([
             (
                 pro,
-                Buckets::from([(
-                    BucketName::parse("bucket", "schedule-email").expect("valid"),
-                    limits,
-                )]),
+                TierDefinition {
+                    buckets: Buckets::from([(
+                        BucketName::parse("bucket", "schedule-email").expect("valid"),
+                        limits,
+                    )]),
+                    tables: BTreeMap::from([(
+                        TableName::parse("table", "orders").expect("valid"),
+                        TableLimits {
+                            max_reads_per_second: Some(500.0),
+                            max_writes_per_second: None,
+                        },
+                    )]),
+                },
             ),
-            (free, Buckets::new()),
+            (free, TierDefinition::default()),
         ]);
         let plan = Plan::new(&server, &file, false);
         ApplyJson {
@@ -619,6 +724,7 @@ mod tests {
              tier old is not in tiers.toml (kept; --prune deletes it)\n\
              created tier pro\n\
              \x20 + schedule-email  refill_rate 10, burst_limit 100\n\
+             \x20 + table orders  max_reads_per_second 500\n\
              tiers.toml: 1 created, 0 changed, 1 unchanged, 0 deleted"
         );
     }
@@ -644,6 +750,7 @@ mod tests {
         assert_eq!(json["tiers"][2]["name"], "pro");
         assert_eq!(json["tiers"][2]["action"], "created");
         assert_eq!(json["tiers"][2]["added"][0]["bucket"], "schedule-email");
+        assert_eq!(json["tiers"][2]["tables"]["added"][0]["table"], "orders");
         assert_eq!(json["tiers"][2]["tenants_updated"], 0);
         assert_eq!(json["tiers"][0]["tenants_updated"], serde_json::Value::Null);
     }
@@ -656,6 +763,67 @@ mod tests {
             parse_tier_name(&"x".repeat(65))
                 .expect_err("long")
                 .contains("at most 64 characters")
+        );
+    }
+
+    #[test]
+    fn tier_text_and_list_show_the_tables_limits_after_the_buckets() {
+        let view = tier_json(&v1::Tier {
+            name: "pro".into(),
+            buckets: vec![v1::BucketDefinition {
+                bucket: "ai".into(),
+                refill_rate: 1.0,
+                burst_limit: 20.0,
+                initial_tokens: None,
+                kind: v1::BucketKind::Shared.into(),
+            }],
+            tables: vec![
+                v1::TableLimits {
+                    table: "orders".into(),
+                    max_reads_per_second: Some(500.0),
+                    max_writes_per_second: None,
+                },
+                v1::TableLimits {
+                    table: "users".into(),
+                    max_reads_per_second: Some(5.0),
+                    max_writes_per_second: Some(0.5),
+                },
+            ],
+            ..v1::Tier::default()
+        });
+        let text = tier_text(&view);
+        assert!(
+            text.ends_with(
+                "ai      1         20     (burst limit)\n\
+                 \n\
+                 TABLE   READS/S  WRITES/S\n\
+                 orders  500      unlimited\n\
+                 users   5        0.5"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&view).expect("json");
+        assert_eq!(json["tables"][0]["table"], "orders");
+        assert_eq!(json["tables"][0]["max_reads_per_second"], 500.0);
+        assert_eq!(
+            json["tables"][0]["max_writes_per_second"],
+            serde_json::Value::Null
+        );
+
+        let bare = tier_json(&v1::Tier {
+            name: "free".into(),
+            ..v1::Tier::default()
+        });
+        assert!(!tier_text(&bare).contains("TABLE"));
+        assert!(!list_text(std::slice::from_ref(&bare)).contains("TABLE"));
+        let list = list_text(&[bare, view]);
+        assert!(
+            list.ends_with(
+                "TIER  TABLE   READS/S  WRITES/S\n\
+                 pro   orders  500      unlimited\n\
+                 pro   users   5        0.5"
+            ),
+            "{list}"
         );
     }
 
@@ -679,8 +847,7 @@ mod tests {
                     kind: v1::BucketKind::Shared.into(),
                 },
             ],
-            created_at: None,
-            updated_at: None,
+            ..v1::Tier::default()
         });
         let text = tier_text(&view);
         assert!(text.starts_with("tier     pro\n"), "{text}");
@@ -698,8 +865,7 @@ mod tests {
                 name: "empty".into(),
                 ..v1::Tier::default()
             }),
-        ])
-        .to_string();
+        ]);
         assert!(list.contains("pro    schedule-email  10"), "{list}");
         assert!(list.ends_with("empty  (no buckets)"), "{list}");
     }

@@ -1,7 +1,8 @@
 //! Tiers from the command line, end to end: `tollgate tier create | update
 //! | list | show | delete | apply` and the tenant commands that put tenants
 //! on tiers (`tenant create`, `set-tier`, `override set | clear`,
-//! `describe`), against a served store, each result read back with
+//! `describe`, `table-limits set | clear`), and a tier's table limits in a
+//! tiers file, against a served store, each result read back with
 //! `--json`. What the server must do is the `Admin` contract in
 //! `proto/tollgate/v1/admin.proto`.
 
@@ -684,5 +685,168 @@ fn table_limits_are_set_shown_refused_when_bad_and_cleared() {
             "orders",
         ]),
         "NotFound",
+    );
+}
+
+const TIERS_WITH_TABLES: &str = r#"
+[tiers.pro.buckets.schedule-email]
+refill_rate = 10
+burst_limit = 100
+
+[tiers.pro.tables.orders]
+max_reads_per_second = 500
+max_writes_per_second = 100
+
+[tiers.pro.tables.users]
+max_reads_per_second = 50
+"#;
+
+#[test]
+fn a_tiers_table_limits_are_applied_shown_changed_and_removed_by_the_file() {
+    let (dir, server) = fresh_server();
+    let file = write(dir.path(), "tiers.toml", TIERS_WITH_TABLES);
+    let apply = |extra: &[&str]| {
+        let mut args = vec!["tier", "apply", "-f", path_arg(&file), "--json"];
+        args.extend(extra);
+        server.json(&args)
+    };
+
+    let applied = apply(&[]);
+    let pro = named(&applied["tiers"], "name", "pro");
+    assert_eq!(pro["action"], "created");
+    assert_eq!(names(&pro["tables"]["added"], "table"), ["orders", "users"]);
+    let shown = server.json(&["tier", "show", "--tier", "pro", "--json"]);
+    assert_eq!(names(&shown["tables"], "table"), ["orders", "users"]);
+    let orders = named(&shown["tables"], "table", "orders");
+    assert_eq!(number(&orders["max_reads_per_second"]), 500.0);
+    assert_eq!(number(&orders["max_writes_per_second"]), 100.0);
+    let users = named(&shown["tables"], "table", "users");
+    assert_eq!(users["max_writes_per_second"], Value::Null);
+    let text = server.ok(&["tier", "show", "--tier", "pro"]);
+    assert!(
+        text.contains(
+            "TABLE   READS/S  WRITES/S\norders  500      100\nusers   50       unlimited"
+        ),
+        "{text}"
+    );
+    let listed = server.json(&["tier", "list", "--json"]);
+    assert_eq!(named(&listed, "name", "pro")["tables"], shown["tables"]);
+    assert!(
+        server
+            .ok(&["tier", "list"])
+            .contains("pro   users   50       unlimited"),
+        "list"
+    );
+    assert_eq!(apply(&[])["changes"], 0, "applied twice");
+
+    // A tenant on the tier has the tier's buckets; the tables are not its own.
+    server.ok(&["tenant", "create", "--tenant", "t1234", "--tier", "pro"]);
+    let described = server.json(&["tenant", "describe", "--tenant", "t1234", "--json"]);
+    assert_eq!(names(&described["buckets"], "bucket"), ["schedule-email"]);
+    assert_eq!(described["table_limits"], serde_json::json!([]));
+
+    // `tier update` replaces the buckets and keeps the tables.
+    server.ok(&[
+        "tier",
+        "update",
+        "--tier",
+        "pro",
+        "--bucket",
+        "schedule-email=20/100",
+    ]);
+    let updated = server.json(&["tier", "show", "--tier", "pro", "--json"]);
+    assert_eq!(updated["tables"], shown["tables"]);
+
+    // Changed in the file: the plan shows each table's difference.
+    let edited = TIERS_WITH_TABLES
+        .replace("refill_rate = 10", "refill_rate = 20")
+        .replace("max_reads_per_second = 500", "max_reads_per_second = 1000")
+        .replace(
+            "[tiers.pro.tables.users]\nmax_reads_per_second = 50\n",
+            "[tiers.pro.tables.events]\nmax_writes_per_second = 5\n",
+        );
+    std::fs::write(&file, edited).expect("rewrite the tiers file");
+    let text = server.ok(&["tier", "apply", "-f", path_arg(&file), "--dry-run"]);
+    assert!(
+        text.contains(
+            "would change tier pro\n  \
+             + table events  max_writes_per_second 5\n  \
+             - table users\n  \
+             ~ table orders  max_reads_per_second 500 -> 1000\n"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        server.json(&["tier", "show", "--tier", "pro", "--json"])["tables"],
+        shown["tables"],
+        "a dry run changed the server"
+    );
+    let changed = apply(&[]);
+    let pro = named(&changed["tiers"], "name", "pro");
+    assert_eq!(pro["action"], "changed");
+    assert_eq!(pro["changed"], serde_json::json!([]), "no bucket changed");
+    let orders = named(&pro["tables"]["changed"], "table", "orders");
+    assert_eq!(number(&orders["before"]["max_reads_per_second"]), 500.0);
+    assert_eq!(number(&orders["after"]["max_reads_per_second"]), 1000.0);
+    assert_eq!(pro["tables"]["removed"], serde_json::json!(["users"]));
+    let shown = server.json(&["tier", "show", "--tier", "pro", "--json"]);
+    assert_eq!(names(&shown["tables"], "table"), ["events", "orders"]);
+    assert_eq!(
+        limits(named(
+            &tier_buckets(&server, "t1234"),
+            "bucket",
+            "schedule-email"
+        )),
+        (20.0, 100.0)
+    );
+
+    // The file is the truth: a tier without tables in it loses them.
+    let bare = TIERS_WITH_TABLES
+        .split("[tiers.pro.tables.orders]")
+        .next()
+        .expect("the buckets part");
+    std::fs::write(&file, bare).expect("rewrite the tiers file");
+    let planned = apply(&["--dry-run"]);
+    let pro = named(&planned["tiers"], "name", "pro");
+    assert_eq!(pro["action"], "changed");
+    assert_eq!(
+        pro["tables"]["removed"],
+        serde_json::json!(["events", "orders"])
+    );
+    apply(&[]);
+    let shown = server.json(&["tier", "show", "--tier", "pro", "--json"]);
+    assert_eq!(shown["tables"], serde_json::json!([]));
+    assert!(
+        !server
+            .ok(&["tier", "show", "--tier", "pro"])
+            .contains("TABLE")
+    );
+    assert_eq!(apply(&[])["changes"], 0);
+}
+
+#[test]
+fn a_bad_table_in_a_tiers_file_is_refused_naming_the_field_and_changes_nothing() {
+    let (dir, server) = fresh_server();
+    let file = write(
+        dir.path(),
+        "tiers.toml",
+        "[tiers.pro.tables.orders]\nmax_reads_per_second = -5\n",
+    );
+    assert_failed_with(
+        &server.tollgate(&["tier", "apply", "-f", path_arg(&file)]),
+        "tiers.toml:2:24: tiers.pro.tables.orders.max_reads_per_second: must be a number above 0",
+    );
+    std::fs::write(
+        &file,
+        "[tiers.pro.tables.orders]\nmax_read_per_second = 5\n",
+    )
+    .expect("rewrite the tiers file");
+    assert_failed_with(
+        &server.tollgate(&["tier", "apply", "-f", path_arg(&file)]),
+        "tiers.pro.tables.orders.max_read_per_second: unknown field `max_read_per_second`",
+    );
+    assert_eq!(
+        server.json(&["tier", "list", "--json"]),
+        serde_json::json!([])
     );
 }

@@ -14,7 +14,7 @@ use tollgate_proto::v1;
 use super::{TenantJson, bucket_label, tenant_json};
 use crate::output::{self, Table, field};
 use crate::remote::{ActorArg, AdminConnection, rpc_error};
-use crate::tier::{BucketJson, parse_tier_name};
+use crate::tier::{BucketJson, TableLimitsJson, parse_tier_name};
 
 #[derive(Debug, Args)]
 pub struct OnTierArgs {
@@ -340,26 +340,6 @@ struct TenantTierJson {
     table_limits: Vec<TableLimitsJson>,
 }
 
-/// One table's per-partition limits; `null` means not limited.
-#[derive(Debug, Serialize)]
-struct TableLimitsJson {
-    table: String,
-    max_reads_per_second: Option<f64>,
-    max_writes_per_second: Option<f64>,
-}
-
-impl TableLimitsJson {
-    fn text(&self) -> String {
-        let limit = |l: Option<f64>| l.map_or("unlimited".to_owned(), |l| format!("{l}/s"));
-        format!(
-            "{}: reads {}, writes {} per partition",
-            self.table,
-            limit(self.max_reads_per_second),
-            limit(self.max_writes_per_second)
-        )
-    }
-}
-
 /// What `tenant set-tier` prints.
 #[derive(Debug, Serialize)]
 struct SetTierJson {
@@ -376,15 +356,7 @@ fn tenant_tier_json(t: &v1::TenantTier) -> TenantTierJson {
         tier: Some(t.tier.clone()).filter(|tier| !tier.is_empty()),
         overrides: t.overrides.iter().map(BucketJson::new).collect(),
         buckets: t.buckets.iter().map(|b| tenant_json(b, false)).collect(),
-        table_limits: t
-            .table_overrides
-            .iter()
-            .map(|l| TableLimitsJson {
-                table: l.table.clone(),
-                max_reads_per_second: l.max_reads_per_second,
-                max_writes_per_second: l.max_writes_per_second,
-            })
-            .collect(),
+        table_limits: t.table_overrides.iter().map(TableLimitsJson::new).collect(),
     }
 }
 

@@ -1,19 +1,21 @@
-//! A tier's bucket definitions as the CLI holds them: validated names and
-//! limits, read from `--bucket NAME=RATE/BURST[/INITIAL]` flags, a tiers
-//! file or the server's answers, and turned back into the wire's
-//! `BucketDefinition`s.
+//! A tier as the CLI holds it: its bucket definitions and its tables'
+//! per-partition limits, validated names and limits, read from `--bucket
+//! NAME=RATE/BURST[/INITIAL]` flags, a tiers file or the server's answers,
+//! and turned back into the wire's `Tier`.
 //!
-//! The bounds are the wire contract's (`BucketDefinition` in `admin.proto`),
-//! checked with the core's `validate` so that the CLI refuses exactly what
-//! the server would, before anything is sent.
+//! The bounds are the wire contract's (`BucketDefinition` and
+//! `TableLimits` in `admin.proto`), checked with the core's `validate` and
+//! `TableLimits::validate` so that the CLI refuses exactly what the server
+//! would, before anything is sent.
 
 use std::collections::BTreeMap;
 
 use anyhow::Context;
 use serde::Serialize;
+use tollgate_core::partition::{TableLimitSet, TableLimits};
 use tollgate_core::tier::BucketKind;
 use tollgate_core::validate::{self, InvalidInput, MAX_REFILL_RATE, MAX_TOKENS};
-use tollgate_core::{BucketName, TierName};
+use tollgate_core::{BucketName, TableName, TierName};
 use tollgate_proto::v1;
 
 /// The most buckets one tier defines (`Tier.buckets` in `admin.proto`).
@@ -66,8 +68,59 @@ impl BucketLimits {
     }
 }
 
-/// A tier's buckets, by name: what `PutTier` sends.
+/// A tier's buckets, by name.
 pub type Buckets = BTreeMap<BucketName, BucketLimits>;
+
+/// A tier's per-partition limits, by table (the core's checked type).
+pub type Tables = TableLimitSet;
+
+/// A tier: what `PutTier` sends, and what `apply` compares.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TierDefinition {
+    pub buckets: Buckets,
+    pub tables: Tables,
+}
+
+/// One table's per-partition limits as the CLI prints them: `null` in
+/// JSON, "unlimited" in text, where an operation is not limited.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PartitionLimits {
+    pub max_reads_per_second: Option<f64>,
+    pub max_writes_per_second: Option<f64>,
+}
+
+impl PartitionLimits {
+    /// Each limit with its field's name, `None` where unlimited.
+    pub fn fields(&self) -> [(&'static str, Option<f64>); 2] {
+        [
+            ("max_reads_per_second", self.max_reads_per_second),
+            ("max_writes_per_second", self.max_writes_per_second),
+        ]
+    }
+
+    /// The limits that are set: `max_reads_per_second 100, max_writes_per_second 5`.
+    pub fn text(&self) -> String {
+        self.fields()
+            .into_iter()
+            .filter_map(|(name, limit)| Some(format!("{name} {}", validate::number(limit?))))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// A limit in a table cell or a diff: its value, or `unlimited`.
+    pub fn limit_text(limit: Option<f64>) -> String {
+        limit.map_or_else(|| "unlimited".to_owned(), validate::number)
+    }
+}
+
+impl From<TableLimits> for PartitionLimits {
+    fn from(l: TableLimits) -> Self {
+        PartitionLimits {
+            max_reads_per_second: l.max_reads_per_second,
+            max_writes_per_second: l.max_writes_per_second,
+        }
+    }
+}
 
 /// A bucket kind by its name in files: `shared` or `per-key`.
 pub fn kind(field: &str, name: &str) -> Result<BucketKind, InvalidInput> {
@@ -198,23 +251,38 @@ pub fn to_proto(name: &BucketName, limits: &BucketLimits) -> v1::BucketDefinitio
     }
 }
 
+/// The wire's limits of one table.
+pub fn table_to_proto(table: &TableName, limits: &TableLimits) -> v1::TableLimits {
+    v1::TableLimits {
+        table: table.as_str().to_owned(),
+        max_reads_per_second: limits.max_reads_per_second,
+        max_writes_per_second: limits.max_writes_per_second,
+    }
+}
+
 /// A tier as `PutTier` sends it (the server sets the timestamps).
-pub fn tier_to_proto(name: &TierName, buckets: &Buckets) -> v1::Tier {
+pub fn tier_to_proto(name: &TierName, tier: &TierDefinition) -> v1::Tier {
     v1::Tier {
         name: name.as_str().to_owned(),
-        buckets: buckets
+        buckets: tier
+            .buckets
             .iter()
             .map(|(name, limits)| to_proto(name, limits))
             .collect(),
         created_at: None,
         updated_at: None,
+        tables: tier
+            .tables
+            .iter()
+            .map(|(table, limits)| table_to_proto(table, limits))
+            .collect(),
     }
 }
 
 /// A tier the server sent, as names and limits to compare with a file's.
 /// The server validated what it stored; a name that does not parse here
 /// means client and server disagree, which is worth an error, not a guess.
-pub fn tier_from_proto(tier: &v1::Tier) -> anyhow::Result<(TierName, Buckets)> {
+pub fn tier_from_proto(tier: &v1::Tier) -> anyhow::Result<(TierName, TierDefinition)> {
     let name = TierName::parse("name", &tier.name)
         .with_context(|| format!("the server's tier {}", validate::quote(&tier.name)))?;
     let mut buckets = Buckets::new();
@@ -241,7 +309,22 @@ pub fn tier_from_proto(tier: &v1::Tier) -> anyhow::Result<(TierName, Buckets)> {
             );
         }
     }
-    Ok((name, buckets))
+    let mut tables = Tables::new();
+    for t in &tier.tables {
+        let table = TableName::parse("table", &t.table)
+            .with_context(|| format!("the server's tier {name}"))?;
+        let limits = TableLimits {
+            max_reads_per_second: t.max_reads_per_second,
+            max_writes_per_second: t.max_writes_per_second,
+        };
+        if tables.insert(table, limits).is_some() {
+            anyhow::bail!(
+                "the server's tier {name} lists table {} twice",
+                validate::quote(&t.table)
+            );
+        }
+    }
+    Ok((name, TierDefinition { buckets, tables }))
 }
 
 #[cfg(test)]
@@ -350,13 +433,25 @@ mod tests {
             }],
             created_at: None,
             updated_at: None,
+            tables: vec![v1::TableLimits {
+                table: "orders".into(),
+                max_reads_per_second: Some(100.0),
+                max_writes_per_second: None,
+            }],
         };
-        let (name, buckets) = tier_from_proto(&tier).expect("valid");
-        assert_eq!(tier_to_proto(&name, &buckets), tier);
+        let (name, defined) = tier_from_proto(&tier).expect("valid");
+        assert_eq!(tier_to_proto(&name, &defined), tier);
+        assert_eq!(
+            defined.tables[&TableName::parse("table", "orders").expect("valid")],
+            TableLimits {
+                max_reads_per_second: Some(100.0),
+                max_writes_per_second: None,
+            }
+        );
 
         let twice = v1::Tier {
             buckets: vec![tier.buckets[0].clone(), tier.buckets[0].clone()],
-            ..tier
+            ..tier.clone()
         };
         let error = tier_from_proto(&twice).expect_err("twice");
         assert!(
@@ -364,5 +459,29 @@ mod tests {
                 .to_string()
                 .contains("lists bucket \"schedule-email\" twice")
         );
+        let twice = v1::Tier {
+            tables: vec![tier.tables[0].clone(), tier.tables[0].clone()],
+            ..tier
+        };
+        let error = tier_from_proto(&twice).expect_err("twice");
+        assert!(error.to_string().contains("lists table \"orders\" twice"));
+    }
+
+    #[test]
+    fn partition_limits_show_the_set_ones_by_name() {
+        let reads = PartitionLimits {
+            max_reads_per_second: Some(100.0),
+            max_writes_per_second: None,
+        };
+        assert_eq!(reads.text(), "max_reads_per_second 100");
+        let both = PartitionLimits {
+            max_writes_per_second: Some(2.5),
+            ..reads
+        };
+        assert_eq!(
+            both.text(),
+            "max_reads_per_second 100, max_writes_per_second 2.5"
+        );
+        assert_eq!(PartitionLimits::limit_text(None), "unlimited");
     }
 }

@@ -5,7 +5,14 @@
 //! refill_rate = 10        # tokens per second
 //! burst_limit = 100
 //! initial_tokens = 100    # optional, default: burst_limit
+//!
+//! [tiers.pro.tables.orders]      # per-partition limits of a table
+//! max_reads_per_second = 500     # optional; at least one of the two
+//! max_writes_per_second = 100    # optional
 //! ```
+//!
+//! The file is the truth for each tier it declares: a bucket or a table
+//! it leaves out is removed from the tier.
 //!
 //! The whole file is checked before anything is sent, so a file with any
 //! error changes nothing. Every error names the file, the line and column
@@ -25,18 +32,21 @@ use std::fmt;
 use std::ops::Range;
 
 use serde::Deserialize;
-use tollgate_core::TierName;
+use tollgate_core::partition::{MAX_TABLES, TableLimits};
 use tollgate_core::tier::BucketKind;
 use tollgate_core::validate::InvalidInput;
+use tollgate_core::{TableName, TierName};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use crate::tier::definition::{self, BucketLimits, Buckets, MAX_TIER_BUCKETS};
+use crate::tier::definition::{
+    self, BucketLimits, Buckets, MAX_TIER_BUCKETS, Tables, TierDefinition,
+};
 
 /// A valid tiers file: every tier it declares, by name.
 #[derive(Debug, Default, PartialEq)]
 pub struct TierFile {
-    pub tiers: BTreeMap<TierName, Buckets>,
+    pub tiers: BTreeMap<TierName, TierDefinition>,
 }
 
 /// The document's shape. `tiers` is required: an empty file is more likely
@@ -53,6 +63,9 @@ struct TierToml {
     /// A tier may define no bucket at all (`[tiers.suspended]`).
     #[serde(default)]
     buckets: BTreeMap<Spanned<String>, BucketToml>,
+    /// Per-partition limits, by table; none if absent.
+    #[serde(default)]
+    tables: BTreeMap<Spanned<String>, TableToml>,
 }
 
 /// One bucket's limits. TOML integers are accepted for the numbers
@@ -66,6 +79,20 @@ struct BucketToml {
     /// `shared` (the default) or `per-key`.
     kind: Option<Spanned<String>>,
 }
+
+/// One table's per-partition limits, operations per second. Each is
+/// optional, but not both: a table without limits is left out.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TableToml {
+    max_reads_per_second: Option<Spanned<f64>>,
+    max_writes_per_second: Option<Spanned<f64>>,
+}
+
+/// Why a table with neither limit is refused. (The core's message speaks
+/// of clearing, which a file does by leaving the table out.)
+const NO_TABLE_LIMIT: &str = "set max_reads_per_second, max_writes_per_second or both \
+                              (to remove the table's limits, leave the table out)";
 
 /// One thing wrong with a tiers file, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -246,8 +273,9 @@ impl Source<'_> {
                     );
                 }
             }
+            let tables = self.tables(&mut errors, &tier_path, &tier_key, tier.tables);
             if let Some(name) = name {
-                tiers.insert(name, buckets);
+                tiers.insert(name, TierDefinition { buckets, tables });
             }
         }
         if errors.is_empty() {
@@ -256,6 +284,72 @@ impl Source<'_> {
             errors.sort_by_key(|e| (e.line, e.column));
             Err(FileErrors(errors))
         }
+    }
+
+    /// A tier's tables, checked with the core's rules (`TableName::parse`,
+    /// `TableLimits::validate`), each value's error at its own place.
+    fn tables(
+        &self,
+        errors: &mut Vec<FileError>,
+        tier_path: &str,
+        tier_key: &Spanned<String>,
+        declared: BTreeMap<Spanned<String>, TableToml>,
+    ) -> Tables {
+        let tables_path = format!("{tier_path}.tables");
+        if declared.len() > MAX_TABLES {
+            errors.push(self.error(
+                &tier_key.span(),
+                Some(tables_path.clone()),
+                format!(
+                    "at most {MAX_TABLES} tables per tier, got {}",
+                    declared.len()
+                ),
+            ));
+        }
+        let mut tables = Tables::new();
+        for (table_key, table) in declared {
+            let table_path = format!("{tables_path}.{}", toml_key(table_key.get_ref()));
+            let name = TableName::parse(&table_path, table_key.get_ref());
+            let name = self.keep(errors, table_key.span(), name);
+            let limits = TableLimits {
+                max_reads_per_second: table.max_reads_per_second.as_ref().map(|l| *l.get_ref()),
+                max_writes_per_second: table.max_writes_per_second.as_ref().map(|l| *l.get_ref()),
+            };
+            let mut valid = true;
+            if limits.max_reads_per_second.is_none() && limits.max_writes_per_second.is_none() {
+                valid = false;
+                let message = NO_TABLE_LIMIT.to_owned();
+                errors.push(self.error(&table_key.span(), Some(table_path.clone()), message));
+            }
+            // Each limit on its own, so that its error points at its value.
+            let one_by_one = [
+                (
+                    &table.max_reads_per_second,
+                    TableLimits {
+                        max_writes_per_second: None,
+                        ..limits
+                    },
+                ),
+                (
+                    &table.max_writes_per_second,
+                    TableLimits {
+                        max_reads_per_second: None,
+                        ..limits
+                    },
+                ),
+            ];
+            for (value, alone) in one_by_one {
+                if let Some(value) = value {
+                    valid &= self
+                        .keep(errors, value.span(), alone.validate(&table_path))
+                        .is_some();
+                }
+            }
+            if let (Some(name), true) = (name, valid) {
+                tables.insert(name, limits);
+            }
+        }
+        tables
     }
 
     /// The value if it is valid; else records the error at `span` (the

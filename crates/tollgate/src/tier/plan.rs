@@ -1,19 +1,20 @@
 //! What `tollgate tier apply` does: the difference between the tiers a
-//! file declares and the tiers the server has, tier by tier and bucket by
-//! bucket.
+//! file declares and the tiers the server has, tier by tier, bucket by
+//! bucket and table by table.
 //!
 //! The plan is a pure function of the two, so applying the same file twice
 //! plans nothing the second time, and `--dry-run` shows exactly what a real
 //! run would do. Limits are compared as a tenant would feel them
-//! ([`BucketLimits::same_as`]).
+//! ([`BucketLimits::same_as`]). The file is the truth for each tier it
+//! declares: buckets and tables it leaves out are removed.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 use tollgate_core::validate;
-use tollgate_core::{BucketName, TierName};
+use tollgate_core::{BucketName, TableName, TierName};
 
-use crate::tier::definition::{BucketLimits, Buckets};
+use crate::tier::definition::{BucketLimits, Buckets, PartitionLimits, Tables, TierDefinition};
 
 /// What happens to one tier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -138,13 +139,112 @@ impl BucketChanges {
     }
 }
 
-/// One tier's part of the plan.
+/// One table as a change adds it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AddedTable {
+    pub table: TableName,
+    #[serde(flatten)]
+    pub limits: PartitionLimits,
+}
+
+/// One table limited on both sides, differently.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChangedTable {
+    pub table: TableName,
+    pub before: PartitionLimits,
+    pub after: PartitionLimits,
+}
+
+impl ChangedTable {
+    /// What changed: `max_reads_per_second 100 -> 200, max_writes_per_second unlimited -> 5`.
+    pub fn text(&self) -> String {
+        self.before
+            .fields()
+            .into_iter()
+            .zip(self.after.fields())
+            .filter(|((_, from), (_, to))| from != to)
+            .map(|((field, from), (_, to))| {
+                format!(
+                    "{field} {} -> {}",
+                    PartitionLimits::limit_text(from),
+                    PartitionLimits::limit_text(to)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// How one tier's table limits differ between the server (before) and
+/// the file (after).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TableChanges {
+    pub added: Vec<AddedTable>,
+    pub removed: Vec<TableName>,
+    pub changed: Vec<ChangedTable>,
+}
+
+impl TableChanges {
+    pub fn between(before: &Tables, after: &Tables) -> TableChanges {
+        let mut changes = TableChanges::default();
+        for (name, limits) in after {
+            match before.get(name) {
+                None => changes.added.push(AddedTable {
+                    table: name.clone(),
+                    limits: (*limits).into(),
+                }),
+                Some(old) if old != limits => changes.changed.push(ChangedTable {
+                    table: name.clone(),
+                    before: (*old).into(),
+                    after: (*limits).into(),
+                }),
+                Some(_) => {}
+            }
+        }
+        changes.removed = before
+            .keys()
+            .filter(|name| !after.contains_key(*name))
+            .cloned()
+            .collect();
+        changes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+
+    /// One line per table, indented as bucket lines are: `+ table name
+    /// limits`, `- table name`, `~ table name  max_reads_per_second 10 -> 5`.
+    pub fn lines(&self) -> Vec<String> {
+        let added = self
+            .added
+            .iter()
+            .map(|t| format!("  + table {}  {}", t.table, t.limits.text()));
+        let removed = self.removed.iter().map(|t| format!("  - table {t}"));
+        let changed = self
+            .changed
+            .iter()
+            .map(|t| format!("  ~ table {}  {}", t.table, t.text()));
+        added.chain(removed).chain(changed).collect()
+    }
+}
+
+/// One tier's part of the plan: its buckets' changes at the top, its
+/// tables' under `tables`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TierChange {
     pub name: TierName,
     pub action: Action,
     #[serde(flatten)]
     pub buckets: BucketChanges,
+    pub tables: TableChanges,
+}
+
+impl TierChange {
+    /// The bucket lines, then the table lines.
+    pub fn lines(&self) -> Vec<String> {
+        [self.buckets.lines(), self.tables.lines()].concat()
+    }
 }
 
 /// Every tier on either side, by name.
@@ -157,36 +257,43 @@ impl Plan {
     /// What makes the server's tiers (`server`) the file's (`file`);
     /// with `prune`, tiers the file lacks are deleted, else left alone.
     pub fn new(
-        server: &BTreeMap<TierName, Buckets>,
-        file: &BTreeMap<TierName, Buckets>,
+        server: &BTreeMap<TierName, TierDefinition>,
+        file: &BTreeMap<TierName, TierDefinition>,
         prune: bool,
     ) -> Plan {
-        let empty = Buckets::new();
+        let empty = TierDefinition::default();
         let mut names: Vec<&TierName> = server.keys().chain(file.keys()).collect();
         names.sort();
         names.dedup();
         let tiers = names
             .into_iter()
             .map(|name| {
-                let (action, buckets) = match (server.get(name), file.get(name)) {
-                    (None, Some(after)) => (Action::Created, BucketChanges::between(&empty, after)),
+                let between = |before: &TierDefinition, after: &TierDefinition| {
+                    (
+                        BucketChanges::between(&before.buckets, &after.buckets),
+                        TableChanges::between(&before.tables, &after.tables),
+                    )
+                };
+                let (action, (buckets, tables)) = match (server.get(name), file.get(name)) {
+                    (None, Some(after)) => (Action::Created, between(&empty, after)),
                     (Some(before), Some(after)) => {
-                        let changes = BucketChanges::between(before, after);
-                        let action = if changes.is_empty() {
+                        let changes = between(before, after);
+                        let action = if changes.0.is_empty() && changes.1.is_empty() {
                             Action::Unchanged
                         } else {
                             Action::Changed
                         };
                         (action, changes)
                     }
-                    (Some(_), None) if prune => (Action::Deleted, BucketChanges::default()),
+                    (Some(_), None) if prune => (Action::Deleted, Default::default()),
                     // (None, None) cannot be: every name is on one side.
-                    (Some(_), None) | (None, None) => (Action::NotInFile, BucketChanges::default()),
+                    (Some(_), None) | (None, None) => (Action::NotInFile, Default::default()),
                 };
                 TierChange {
                     name: name.clone(),
                     action,
                     buckets,
+                    tables,
                 }
             })
             .collect();
@@ -202,6 +309,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tollgate_core::partition::TableLimits;
 
     fn tier(name: &str) -> TierName {
         TierName::parse("tier", name).expect("valid")
@@ -220,8 +328,27 @@ mod tests {
         }
     }
 
-    fn buckets(defs: &[(&str, BucketLimits)]) -> Buckets {
-        defs.iter().map(|(n, l)| (bucket(n), *l)).collect()
+    fn buckets(defs: &[(&str, BucketLimits)]) -> TierDefinition {
+        TierDefinition {
+            buckets: defs.iter().map(|(n, l)| (bucket(n), *l)).collect(),
+            tables: Tables::new(),
+        }
+    }
+
+    fn table(name: &str) -> TableName {
+        TableName::parse("table", name).expect("valid")
+    }
+
+    fn per_partition(reads: Option<f64>, writes: Option<f64>) -> TableLimits {
+        TableLimits {
+            max_reads_per_second: reads,
+            max_writes_per_second: writes,
+        }
+    }
+
+    fn with_tables(mut tier: TierDefinition, tables: &[(&str, TableLimits)]) -> TierDefinition {
+        tier.tables = tables.iter().map(|(n, l)| (table(n), *l)).collect();
+        tier
     }
 
     fn actions(plan: &Plan) -> Vec<(&str, Action)> {
@@ -233,7 +360,10 @@ mod tests {
 
     /// The server has free, pro and legacy; the file has free (the same),
     /// pro (changed) and team (new).
-    fn server_and_file() -> (BTreeMap<TierName, Buckets>, BTreeMap<TierName, Buckets>) {
+    fn server_and_file() -> (
+        BTreeMap<TierName, TierDefinition>,
+        BTreeMap<TierName, TierDefinition>,
+    ) {
         let free = buckets(&[("schedule-email", limits(1.0, 10.0))]);
         let server = BTreeMap::from([
             (tier("free"), free.clone()),
@@ -245,7 +375,7 @@ mod tests {
                     ("ai", limits(1.0, 20.0)),
                 ]),
             ),
-            (tier("legacy"), Buckets::new()),
+            (tier("legacy"), TierDefinition::default()),
         ]);
         let file = BTreeMap::from([
             (tier("free"), free),
@@ -280,6 +410,7 @@ mod tests {
         );
         assert_eq!(plan.changes(), 2);
 
+        assert!(plan.tiers.iter().all(|t| t.tables.is_empty()));
         let pro = &plan.tiers[2].buckets;
         assert_eq!(
             pro.added,
@@ -371,11 +502,78 @@ mod tests {
     }
 
     #[test]
+    fn table_limits_are_added_changed_and_removed_as_the_file_says() {
+        let pro = buckets(&[("a", limits(1.0, 2.0))]);
+        let server = BTreeMap::from([(
+            tier("pro"),
+            with_tables(
+                pro.clone(),
+                &[
+                    ("orders", per_partition(Some(100.0), None)),
+                    ("users", per_partition(None, Some(5.0))),
+                    ("audit", per_partition(Some(1.0), Some(1.0))),
+                ],
+            ),
+        )]);
+        let file = BTreeMap::from([(
+            tier("pro"),
+            with_tables(
+                pro.clone(),
+                &[
+                    ("orders", per_partition(Some(200.0), Some(10.0))),
+                    ("audit", per_partition(Some(1.0), Some(1.0))),
+                    ("events", per_partition(None, Some(50.0))),
+                ],
+            ),
+        )]);
+        let plan = Plan::new(&server, &file, false);
+        assert_eq!(actions(&plan), [("pro", Action::Changed)]);
+        let change = &plan.tiers[0];
+        assert!(change.buckets.is_empty(), "{change:?}");
+        assert_eq!(
+            change.lines(),
+            [
+                "  + table events  max_writes_per_second 50",
+                "  - table users",
+                "  ~ table orders  max_reads_per_second 100 -> 200, \
+                 max_writes_per_second unlimited -> 10",
+            ]
+        );
+        let json = serde_json::to_value(change).expect("json");
+        assert_eq!(json["tables"]["added"][0]["table"], "events");
+        assert_eq!(
+            json["tables"]["added"][0]["max_reads_per_second"],
+            serde_json::Value::Null
+        );
+        assert_eq!(json["tables"]["removed"][0], "users");
+        assert_eq!(
+            json["tables"]["changed"][0]["before"]["max_reads_per_second"],
+            100.0
+        );
+        assert_eq!(
+            json["tables"]["changed"][0]["after"]["max_writes_per_second"],
+            10.0
+        );
+        assert_eq!(json["added"], serde_json::json!([]), "no bucket added");
+
+        // A file without tables removes them all; applied, it plans nothing.
+        let bare = BTreeMap::from([(tier("pro"), pro)]);
+        let plan = Plan::new(&server, &bare, false);
+        assert_eq!(actions(&plan), [("pro", Action::Changed)]);
+        assert_eq!(
+            plan.tiers[0].tables.removed,
+            [table("audit"), table("orders"), table("users")]
+        );
+        assert_eq!(Plan::new(&bare, &bare, false).changes(), 0);
+        assert_eq!(Plan::new(&file, &file, false).changes(), 0);
+    }
+
+    #[test]
     fn bucket_changes_read_as_added_removed_and_changed_lines() {
         let before = buckets(&[("a", limits(1.0, 2.0)), ("b", limits(1.0, 2.0))]);
         let after = buckets(&[("a", limits(3.0, 2.0)), ("c", limits(4.0, 5.0))]);
         assert_eq!(
-            BucketChanges::between(&before, &after).lines(),
+            BucketChanges::between(&before.buckets, &after.buckets).lines(),
             [
                 "  + c  refill_rate 4, burst_limit 5",
                 "  - b",

@@ -1,6 +1,7 @@
 use super::*;
 
 use tollgate_core::BucketName;
+use tollgate_core::partition::TableLimits;
 
 fn errors(text: &str) -> Vec<String> {
     match parse("tiers.toml", text) {
@@ -31,6 +32,22 @@ fn tier(name: &str) -> TierName {
 
 fn bucket(name: &str) -> BucketName {
     BucketName::parse("bucket", name).expect("valid bucket name")
+}
+
+fn table(name: &str) -> TableName {
+    TableName::parse("table", name).expect("valid table name")
+}
+
+fn buckets_only(buckets: Buckets) -> TierDefinition {
+    TierDefinition {
+        buckets,
+        tables: Tables::new(),
+    }
+}
+
+/// A file with one table of tier pro whose body is `body`.
+fn one_table(body: &str) -> String {
+    format!("[tiers.pro.tables.orders]\n{body}")
 }
 
 /// A file with one bucket whose body is `body`.
@@ -68,9 +85,9 @@ initial_tokens = 0
     ]);
     let free = Buckets::from([(bucket("schedule-email"), limits(1.0, 10.0, Some(0.0)))]);
     let expected = BTreeMap::from([
-        (tier("free"), free),
-        (tier("pro"), pro),
-        (tier("suspended"), Buckets::new()),
+        (tier("free"), buckets_only(free)),
+        (tier("pro"), buckets_only(pro)),
+        (tier("suspended"), TierDefinition::default()),
     ]);
     assert_eq!(file.tiers, expected);
 }
@@ -83,7 +100,7 @@ fn inline_tables_and_dotted_keys_are_the_same_file() {
     )
     .expect("valid");
     assert_eq!(
-        file.tiers[&tier("pro")][&bucket("a")],
+        file.tiers[&tier("pro")].buckets[&bucket("a")],
         limits(1.0, 2.0, None)
     );
 }
@@ -174,7 +191,7 @@ fn unknown_keys_are_refused_at_the_top_the_tier_and_the_bucket_level() {
     );
     assert_eq!(
         error("[tiers.pro]\nprice = 10\n[tiers.pro.buckets.a]\nrefill_rate = 1\nburst_limit = 1\n"),
-        "tiers.toml:2:1: tiers.pro.price: unknown field `price`, expected `buckets`"
+        "tiers.toml:2:1: tiers.pro.price: unknown field `price`, expected `buckets` or `tables`"
     );
     assert_eq!(
         error(&one_bucket("refill_rate = 1\nburst_limt = 1\n")),
@@ -280,7 +297,7 @@ fn more_than_a_thousand_buckets_in_a_tier_are_refused() {
     let last = text.lines().count() - 1;
     let thousand: Vec<&str> = text.lines().take(last).collect();
     let file = parse("tiers.toml", &thousand.join("\n")).expect("a thousand buckets");
-    assert_eq!(file.tiers[&tier("big")].len(), MAX_TIER_BUCKETS);
+    assert_eq!(file.tiers[&tier("big")].buckets.len(), MAX_TIER_BUCKETS);
 }
 
 #[test]
@@ -297,7 +314,7 @@ fn a_bucket_may_be_per_key_without_initial_tokens() {
         "[tiers.pro.buckets.api-calls-per-user]\nkind = \"per-key\"\nrefill_rate = 5\nburst_limit = 50\n",
     )
     .expect("valid");
-    let defined = &file.tiers[&tier("pro")][&bucket("api-calls-per-user")];
+    let defined = &file.tiers[&tier("pro")].buckets[&bucket("api-calls-per-user")];
     assert_eq!(defined.kind, BucketKind::PerKey);
     assert_eq!((defined.refill_rate, defined.burst_limit), (5.0, 50.0));
 
@@ -325,6 +342,146 @@ fn the_envoy_example_tiers_file_is_valid() {
     let file = parse("deploy/envoy/tiers.toml", text).expect("valid");
     let gateway = &file.tiers[&tier("gateway")];
     for name in ["api-calls-per-user", "remote_address"] {
-        assert_eq!(gateway[&bucket(name)].kind, BucketKind::PerKey, "{name}");
+        assert_eq!(
+            gateway.buckets[&bucket(name)].kind,
+            BucketKind::PerKey,
+            "{name}"
+        );
     }
+}
+
+#[test]
+fn a_tier_may_limit_its_tables_reads_writes_or_both() {
+    let file = parse(
+        "tiers.toml",
+        r#"
+[tiers.pro.buckets.schedule-email]
+refill_rate = 10
+burst_limit = 100
+
+[tiers.pro.tables.orders]
+max_reads_per_second = 500
+max_writes_per_second = 100.5
+
+[tiers.pro.tables."audit.log"]
+max_writes_per_second = 1
+
+[tiers.free.tables]
+users = { max_reads_per_second = 5 }
+"#,
+    )
+    .expect("valid");
+    let pro = &file.tiers[&tier("pro")];
+    assert_eq!(pro.buckets.len(), 1);
+    assert_eq!(
+        pro.tables,
+        Tables::from([
+            (
+                table("orders"),
+                TableLimits {
+                    max_reads_per_second: Some(500.0),
+                    max_writes_per_second: Some(100.5),
+                },
+            ),
+            (
+                table("audit.log"),
+                TableLimits {
+                    max_reads_per_second: None,
+                    max_writes_per_second: Some(1.0),
+                },
+            ),
+        ])
+    );
+    let free = &file.tiers[&tier("free")];
+    assert!(free.buckets.is_empty());
+    assert_eq!(
+        free.tables[&table("users")],
+        TableLimits {
+            max_reads_per_second: Some(5.0),
+            max_writes_per_second: None,
+        }
+    );
+}
+
+#[test]
+fn a_table_without_limits_or_with_bad_ones_is_refused_naming_the_field() {
+    assert_eq!(
+        error("[tiers.pro.tables.orders]\n"),
+        "tiers.toml:1:19: tiers.pro.tables.orders: set max_reads_per_second, \
+         max_writes_per_second or both (to remove the table's limits, leave the table out)"
+    );
+    assert_eq!(
+        error(&one_table("max_reads_per_second = 0\n")),
+        "tiers.toml:2:24: tiers.pro.tables.orders.max_reads_per_second: must be a number \
+         above 0 and at most 1e9 operations per second, got 0"
+    );
+    // Every bad value, each at its own place.
+    assert_eq!(
+        errors(&one_table(
+            "max_reads_per_second = nan\nmax_writes_per_second = 2e9\n"
+        )),
+        [
+            "tiers.toml:2:24: tiers.pro.tables.orders.max_reads_per_second: must be a number \
+             above 0 and at most 1e9 operations per second, got NaN",
+            "tiers.toml:3:25: tiers.pro.tables.orders.max_writes_per_second: must be a number \
+             above 0 and at most 1e9 operations per second, got 2000000000",
+        ]
+    );
+    assert_eq!(
+        error(&one_table("max_reads_per_second = \"5\"\n")),
+        "tiers.toml:2:24: tiers.pro.tables.orders.max_reads_per_second: \
+         invalid type: string \"5\", expected f64"
+    );
+    assert_eq!(
+        error("[tiers.pro.tables.\"a b\"]\nmax_reads_per_second = 1\n"),
+        "tiers.toml:1:19: tiers.pro.tables.\"a b\": may contain only A-Z a-z 0-9 . _ : -, found ' '"
+    );
+    assert_eq!(
+        error("[tiers.pro.tables.\"\"]\nmax_reads_per_second = 1\n"),
+        "tiers.toml:1:19: tiers.pro.tables.\"\": must not be empty"
+    );
+}
+
+#[test]
+fn unknown_keys_in_a_table_are_refused() {
+    assert_eq!(
+        error(&one_table("max_reads_per_second = 1\nmax_reads = 2\n")),
+        "tiers.toml:3:1: tiers.pro.tables.orders.max_reads: unknown field `max_reads`, \
+         expected `max_reads_per_second` or `max_writes_per_second`"
+    );
+    assert_eq!(
+        error("[tiers.pro]\ntables = 5\n"),
+        "tiers.toml:2:10: tiers.pro.tables: invalid type: integer `5`, expected a map"
+    );
+}
+
+#[test]
+fn a_table_listed_twice_is_a_duplicate_key() {
+    let text = "\
+[tiers.pro.tables.orders]
+max_reads_per_second = 1
+
+[tiers.pro.tables.orders]
+max_reads_per_second = 2
+";
+    assert_eq!(
+        error(text),
+        "tiers.toml:4:19: duplicate key: `[tiers.pro.tables.orders]`"
+    );
+}
+
+#[test]
+fn more_than_a_thousand_tables_in_a_tier_are_refused() {
+    let mut text = String::from("[tiers.big.tables]\n");
+    for i in 0..=MAX_TABLES {
+        text.push_str(&format!("t{i} = {{ max_reads_per_second = 1 }}\n"));
+    }
+    assert_eq!(
+        error(&text),
+        "tiers.toml:1:8: tiers.big.tables: at most 1000 tables per tier, got 1001"
+    );
+    let last = text.lines().count() - 1;
+    let thousand: Vec<&str> = text.lines().take(last).collect();
+    let file = parse("tiers.toml", &thousand.join("\n")).expect("a thousand tables");
+    assert_eq!(file.tiers[&tier("big")].tables.len(), MAX_TABLES);
 }
