@@ -4,12 +4,18 @@
 //! ([`CHECKED_POLICY`]); the others are reported for comparison. A workload
 //! may override a threshold only with a written reason, which the report
 //! shows next to the goal.
+//!
+//! Per-partition limits are held to their goals in the coordinated mode,
+//! the client as it is ([`check_partitions`]); the local mode only to a
+//! sanity check of the simulation: pods counting alone accept what
+//! ScyllaDB's rule says they do.
 
 use serde::Serialize;
 
 use crate::WorkloadRun;
 use crate::engine::Policy;
-use crate::workload::Override;
+use crate::partitions::{Mode, PartitionRun};
+use crate::workload::{Override, Workload};
 
 /// The policy the checks hold to the thresholds: the server's default.
 pub const CHECKED_POLICY: Policy = Policy::Shares;
@@ -22,11 +28,25 @@ pub const GOAL_OVERSHOOT_60S: f64 = 0.02;
 pub const GOAL_CONVERGENCE_PERIODS: f64 = 2.0;
 /// Jain's index of per-pod admitted/ideal, when every pod wants the same.
 pub const GOAL_JAIN_INDEX: f64 = 0.99;
+/// Coordinated: a hot spot's mean accepted rate in steady state, at most
+/// this many times its limit.
+pub const GOAL_HOT_ACCEPTED_MAX: f64 = 1.2;
+/// Coordinated: and at least this many times, when the pods together
+/// offer it at least the limit.
+pub const GOAL_HOT_ACCEPTED_MIN: f64 = 0.8;
+/// Coordinated: slowest reaction to a moved hot spot, in report periods.
+pub const GOAL_REACTION_PERIODS: f64 = 2.0;
+/// Coordinated: share of the operations on partitions offered below their
+/// limit that are rejected.
+pub const GOAL_FALSE_POSITIVES: f64 = 0.001;
+/// Local, a sanity check: a hot spot's accepted rate at most this far (as
+/// a share) from the ScyllaDB figure, `Σ min(vᵢ, L)`.
+pub const SANITY_LOCAL_FIGURE: f64 = 0.2;
 
 /// One measure held to one threshold.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Check {
-    pub measure: &'static str,
+    pub measure: String,
     pub value: f64,
     /// `value` must be at most this (or at least, for Jain's index).
     pub limit: f64,
@@ -39,7 +59,7 @@ pub struct Check {
 
 impl Check {
     fn new(
-        measure: &'static str,
+        measure: impl Into<String>,
         value: f64,
         goal: f64,
         at_least: bool,
@@ -52,7 +72,7 @@ impl Check {
             value <= limit
         };
         Check {
-            measure,
+            measure: measure.into(),
             value,
             limit,
             at_least,
@@ -69,13 +89,13 @@ impl Check {
         let mut line = format!(
             "{workload}: {} = {} (must be {op} {})",
             self.measure,
-            format_value(self.measure, self.value),
-            format_value(self.measure, self.limit),
+            format_value(&self.measure, self.value),
+            format_value(&self.measure, self.limit),
         );
         if let Some(reason) = &self.reason {
             line.push_str(&format!(
                 "; goal {} overridden: {reason}",
-                format_value(self.measure, self.goal)
+                format_value(&self.measure, self.goal)
             ));
         }
         format!("{verdict}: {line}")
@@ -83,7 +103,9 @@ impl Check {
 }
 
 fn format_value(measure: &str, value: f64) -> String {
-    if measure.contains("periods") || measure.contains("jain") {
+    if measure.ends_with("/ limit") {
+        format!("{value:.3}×")
+    } else if measure.contains("periods") || measure.contains("jain") {
         if value.is_infinite() {
             "never".into()
         } else {
@@ -136,6 +158,72 @@ pub fn check(run: &WorkloadRun) -> Vec<Check> {
             true,
             t.jain_index.as_ref(),
         ));
+    }
+    checks
+}
+
+/// Holds the partition run of `workload` to the goals: the coordinated
+/// mode's hot spots and false positives, and the local mode's sanity.
+pub fn check_partitions(workload: &Workload, run: &PartitionRun) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let period = workload.report_period().as_secs_f64();
+    if let Some(coordinated) = run.mode(Mode::Coordinated) {
+        let m = &coordinated.measures;
+        for spot in m.spots.iter().filter(|s| s.steady_secs > 0.0) {
+            let name = format!("coordinated {}: accepted / limit", spot.spot);
+            checks.push(Check::new(
+                name.clone(),
+                spot.accepted,
+                GOAL_HOT_ACCEPTED_MAX,
+                false,
+                None,
+            ));
+            if spot.offered_at_least_limit {
+                checks.push(Check::new(
+                    name,
+                    spot.accepted,
+                    GOAL_HOT_ACCEPTED_MIN,
+                    true,
+                    None,
+                ));
+            }
+        }
+        for spot in &m.spots {
+            if let Some(slowest) = spot.reaction_max() {
+                checks.push(Check::new(
+                    format!("coordinated {}: reaction in report periods", spot.spot),
+                    slowest / period,
+                    GOAL_REACTION_PERIODS,
+                    false,
+                    None,
+                ));
+            }
+        }
+        if m.under_operations > 0 {
+            checks.push(Check::new(
+                "coordinated false positives",
+                m.false_positives,
+                GOAL_FALSE_POSITIVES,
+                false,
+                None,
+            ));
+        }
+    }
+    if let Some(local) = run.mode(Mode::Local) {
+        for spot in local
+            .measures
+            .spots
+            .iter()
+            .filter(|s| s.steady_secs > 0.0 && s.scylla > 0.0)
+        {
+            checks.push(Check::new(
+                format!("local {}: accepted off the ScyllaDB figure", spot.spot),
+                (spot.accepted / spot.scylla - 1.0).abs(),
+                SANITY_LOCAL_FIGURE,
+                false,
+                None,
+            ));
+        }
     }
     checks
 }

@@ -32,7 +32,7 @@ use tollgate_core::{BucketKey, TenantId};
 use crate::SimError;
 use crate::ideal::IdealBucket;
 use crate::record::Record;
-use crate::workload::{Demand, PodSpec, Workload};
+use crate::workload::{Demand, LimitsSpec, PodSpec, Workload};
 
 /// The grant policies compared: the core's own.
 pub use tollgate_core::global_bucket::GrantPolicy as Policy;
@@ -98,25 +98,28 @@ enum Kind {
     End,
 }
 
+/// Something that happens at `at` in virtual time; events at the same
+/// time happen in the order they were scheduled (`order`). Both engines
+/// keep their events in a heap of these.
 #[derive(Debug)]
-struct Event {
-    at: Timestamp,
-    order: u64,
-    kind: Kind,
+pub(crate) struct Event<K> {
+    pub(crate) at: Timestamp,
+    pub(crate) order: u64,
+    pub(crate) kind: K,
 }
 
-impl PartialEq for Event {
+impl<K> PartialEq for Event<K> {
     fn eq(&self, other: &Self) -> bool {
         (self.at, self.order) == (other.at, other.order)
     }
 }
-impl Eq for Event {}
-impl PartialOrd for Event {
+impl<K> Eq for Event<K> {}
+impl<K> PartialOrd for Event<K> {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
-impl Ord for Event {
+impl<K> Ord for Event<K> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         (self.at, self.order).cmp(&(other.at, other.order))
     }
@@ -148,7 +151,7 @@ struct Sim<'w> {
     workload: &'w Workload,
     store: Store,
     pods: Vec<Pod>,
-    events: BinaryHeap<Reverse<Event>>,
+    events: BinaryHeap<Reverse<Event<Kind>>>,
     order: u64,
     rng: ChaCha8Rng,
     record: Record,
@@ -159,20 +162,25 @@ struct Sim<'w> {
     max_wait: f64,
 }
 
-/// Runs `workload` under `policy` and records what the pods admitted.
-pub fn simulate(workload: &Workload, policy: Policy) -> Result<Record, SimError> {
+/// Runs `workload` against the bucket `spec` (its `limits`) under `policy`
+/// and records what the pods admitted.
+pub fn simulate(
+    workload: &Workload,
+    spec: &LimitsSpec,
+    policy: Policy,
+) -> Result<Record, SimError> {
     let specs = workload.pod_specs();
     let n = specs.len();
     let limits = Limits {
-        refill_rate: workload.limits.refill_rate,
-        burst_limit: workload.limits.burst_limit,
+        refill_rate: spec.refill_rate,
+        burst_limit: spec.burst_limit,
     };
     let store = Store {
         key: BucketKey::request_units(
             TenantId::parse("tenant_id", "simulated")
                 .map_err(|e| SimError::Invalid(e.to_string()))?,
         ),
-        head: BucketRow::new(limits, workload.limits.initial(), true, Timestamp::EPOCH),
+        head: BucketRow::new(limits, spec.initial(), true, Timestamp::EPOCH),
         instances: BTreeMap::new(),
         config: GlobalBucketConfig {
             policy,
@@ -461,8 +469,8 @@ impl Sim<'_> {
     }
 }
 
-/// Runs `workload` against the ideal bucket.
-pub fn simulate_ideal(workload: &Workload) -> Record {
+/// Runs `workload` against the ideal bucket with `limits`.
+pub fn simulate_ideal(workload: &Workload, limits: &LimitsSpec) -> Record {
     let specs = workload.pod_specs();
     let n = specs.len();
     let mut demand: Vec<Demand> = specs
@@ -475,7 +483,7 @@ pub fn simulate_ideal(workload: &Workload) -> Record {
         workload.sample.as_secs_f64(),
         workload.max_wait.as_secs_f64(),
     );
-    let mut bucket = IdealBucket::new(workload);
+    let mut bucket = IdealBucket::new(workload, limits);
     let mut sample_demand = vec![0.0; n];
     let mut sample_admitted = vec![0.0; n];
     let tick = workload.tick;

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use crate::workload::Workload;
+use crate::workload::{LimitsSpec, Workload};
 
 /// Demand of one tick still waiting: `(pod, tokens)` pairs.
 #[derive(Debug)]
@@ -40,12 +40,12 @@ pub struct IdealTick {
 }
 
 impl IdealBucket {
-    pub fn new(workload: &Workload) -> IdealBucket {
+    pub fn new(workload: &Workload, limits: &LimitsSpec) -> IdealBucket {
         IdealBucket {
-            refill_rate: workload.limits.refill_rate,
-            burst_limit: workload.limits.burst_limit,
+            refill_rate: limits.refill_rate,
+            burst_limit: limits.burst_limit,
             max_wait: workload.max_wait.as_secs_f64(),
-            tokens: workload.limits.initial(),
+            tokens: limits.initial(),
             last: 0.0,
             queue: VecDeque::new(),
         }
@@ -133,11 +133,12 @@ impl IdealBucket {
 mod tests {
     use super::*;
 
-    fn workload(rate: f64, burst: f64) -> Workload {
-        Workload::parse(&format!(
+    fn bucket(rate: f64, burst: f64) -> IdealBucket {
+        let workload = Workload::parse(&format!(
             "name: t\nduration: 60s\nmax_wait: 5s\nlimits: {{ refill_rate: {rate}, burst_limit: {burst} }}\npods: [ {{ demand: [ {{ constant: 1 }} ] }} ]\n"
         ))
-        .expect("valid")
+        .expect("valid");
+        IdealBucket::new(&workload, workload.limits.as_ref().expect("limits"))
     }
 
     fn admitted_by(tick: &IdealTick, pod: usize) -> f64 {
@@ -150,7 +151,7 @@ mod tests {
 
     #[test]
     fn serves_at_once_while_tokens_last_then_at_the_refill_rate() {
-        let mut b = IdealBucket::new(&workload(10.0, 100.0));
+        let mut b = bucket(10.0, 100.0);
         let t = b.tick(0.0, vec![(0, 60.0)], &[]);
         assert_eq!(admitted_by(&t, 0), 60.0);
         let t = b.tick(1.0, vec![(0, 60.0)], &[]);
@@ -163,7 +164,7 @@ mod tests {
 
     #[test]
     fn oldest_first_and_ties_split_in_proportion() {
-        let mut b = IdealBucket::new(&workload(10.0, 100.0));
+        let mut b = bucket(10.0, 100.0);
         b.tick(0.0, vec![(0, 100.0)], &[]);
         b.tick(1.0, vec![(0, 30.0), (1, 10.0)], &[]);
         let t = b.tick(2.0, vec![(2, 5.0)], &[]);
@@ -176,7 +177,7 @@ mod tests {
 
     #[test]
     fn refill_pauses_at_the_burst_limit_and_old_demand_gives_up() {
-        let mut b = IdealBucket::new(&workload(10.0, 100.0));
+        let mut b = bucket(10.0, 100.0);
         b.tick(100.0, vec![], &[]);
         assert_eq!(b.tokens(), 100.0);
         b.tick(100.0, vec![(0, 1000.0)], &[]);

@@ -1,12 +1,14 @@
 //! Tollgate's simulator: the real algorithms in virtual time, measured
-//! against an ideal token bucket.
+//! against an ideal token bucket and against per-partition limits.
 //!
 //! A [`Workload`](workload::Workload) describes a tenant, its pods' demand
 //! and the network. [`engine::simulate`] runs it with `tollgate-core`'s local
 //! and global buckets under one grant policy; [`engine::simulate_ideal`] runs
 //! the same demand through one instantly synchronised bucket. [`measures`]
 //! compares the two, [`check`] holds the measures to their thresholds, and
-//! [`report`] writes the markdown summary and the plots.
+//! [`report`] writes the markdown summary and the plots. A workload with a
+//! per-partition limit runs through [`partitions`] too: the pods' partition
+//! counters, alone and coordinated by the server's shares.
 //!
 //! Runs are deterministic: the same workload and seed give the same report,
 //! byte for byte.
@@ -15,6 +17,7 @@ pub mod check;
 pub mod engine;
 pub mod ideal;
 pub mod measures;
+pub mod partitions;
 pub mod plot;
 pub mod record;
 pub mod report;
@@ -25,7 +28,7 @@ use std::path::{Path, PathBuf};
 use engine::Policy;
 use measures::Measures;
 use record::Record;
-use workload::Workload;
+use workload::{LimitsSpec, Workload};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -73,6 +76,8 @@ pub struct PolicyRun {
 #[derive(Debug)]
 pub struct WorkloadRun {
     pub workload: Workload,
+    /// The bucket's limits (the workload's `limits`).
+    pub limits: LimitsSpec,
     pub ideal: Record,
     /// The ideal measured against itself: its overshoot and waits.
     pub ideal_measures: Measures,
@@ -85,14 +90,21 @@ impl WorkloadRun {
     }
 }
 
-/// Runs `workload` under each of `policies` and against the ideal.
+/// Runs `workload`'s token bucket under each of `policies` and against the
+/// ideal.
 pub fn run_workload(workload: Workload, policies: &[Policy]) -> Result<WorkloadRun, SimError> {
-    let ideal = engine::simulate_ideal(&workload);
-    let ideal_measures = measures::measure(&workload, &ideal, &ideal);
+    let limits = workload.limits.clone().ok_or_else(|| {
+        SimError::Invalid(format!(
+            "{}: no limits, so no token bucket to run",
+            workload.name
+        ))
+    })?;
+    let ideal = engine::simulate_ideal(&workload, &limits);
+    let ideal_measures = measures::measure(&workload, &limits, &ideal, &ideal);
     let mut runs = Vec::new();
     for &policy in policies {
-        let record = engine::simulate(&workload, policy)?;
-        let measures = measures::measure(&workload, &record, &ideal);
+        let record = engine::simulate(&workload, &limits, policy)?;
+        let measures = measures::measure(&workload, &limits, &record, &ideal);
         runs.push(PolicyRun {
             policy,
             record,
@@ -101,6 +113,7 @@ pub fn run_workload(workload: Workload, policies: &[Policy]) -> Result<WorkloadR
     }
     Ok(WorkloadRun {
         workload,
+        limits,
         ideal,
         ideal_measures,
         runs,

@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tollgate_sim::engine::Policy;
+use tollgate_sim::partitions::{self, Mode};
 use tollgate_sim::workload::Workload;
 use tollgate_sim::{check, plot, report, run_workload};
 
@@ -21,7 +22,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run one workload under every policy and write its report.
+    /// Run one workload under every policy (and both partition modes) and
+    /// write its report.
     Run {
         /// The workload file (YAML).
         workload: PathBuf,
@@ -104,37 +106,73 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
     let mut failures = Vec::new();
     for workload in loaded {
         let name = workload.name.clone();
-        let started = Instant::now();
-        let run = run_workload(workload, &Policy::ALL)?;
-        let elapsed = started.elapsed();
-        let plots = if options.no_plots {
-            Vec::new()
-        } else {
-            plot::write_plots(&run, &options.out)?
+        let pods = workload.pod_specs().len();
+        let duration = tollgate_sim::humantime_short(workload.duration);
+        let mut section = String::new();
+        let note = |checks: &[check::Check], failures: &mut Vec<String>| {
+            for c in checks {
+                let line = c.describe(&name);
+                if !c.passed {
+                    failures.push(line.clone());
+                }
+                if options.check {
+                    eprintln!("{line}");
+                }
+            }
         };
-        if options.csv {
-            let path = options.out.join(format!("{name}-series.csv"));
-            std::fs::write(&path, report::series_csv(&run))
-                .with_context(|| format!("write {}", path.display()))?;
-        }
-        let checks = check::check(&run);
-        for c in &checks {
-            let line = c.describe(&name);
-            if !c.passed {
-                failures.push(line.clone());
+        if workload.limits.is_some() {
+            let started = Instant::now();
+            let run = run_workload(workload.clone(), &Policy::ALL)?;
+            let elapsed = started.elapsed();
+            let plots = if options.no_plots {
+                Vec::new()
+            } else {
+                plot::write_plots(&run, &options.out)?
+            };
+            if options.csv {
+                let path = options.out.join(format!("{name}-series.csv"));
+                std::fs::write(&path, report::series_csv(&run))
+                    .with_context(|| format!("write {}", path.display()))?;
             }
-            if options.check {
-                eprintln!("{line}");
-            }
+            let checks = check::check(&run);
+            note(&checks, &mut failures);
+            eprintln!(
+                "{name}: {pods} pods, {duration} virtual, {} policies + ideal in {:.2} s",
+                run.runs.len(),
+                elapsed.as_secs_f64()
+            );
+            section.push_str(&report::workload_section(&run, &plots, &checks));
         }
-        eprintln!(
-            "{name}: {} pods, {} virtual, {} policies + ideal in {:.2} s",
-            run.workload.pod_specs().len(),
-            tollgate_sim::humantime_short(run.workload.duration),
-            run.runs.len(),
-            elapsed.as_secs_f64()
-        );
-        sections.push(report::workload_section(&run, &plots, &checks));
+        if let Some(spec) = &workload.partitions {
+            let started = Instant::now();
+            let run = partitions::run(&workload, &Mode::ALL)?;
+            let elapsed = started.elapsed();
+            let plots = if options.no_plots {
+                Vec::new()
+            } else {
+                plot::write_partition_plots(&name, spec.limit, &run, &options.out)?
+            };
+            if options.csv {
+                let path = options.out.join(format!("{name}-partitions.csv"));
+                std::fs::write(&path, report::partition_series_csv(&run))
+                    .with_context(|| format!("write {}", path.display()))?;
+            }
+            let checks = check::check_partitions(&workload, &run);
+            note(&checks, &mut failures);
+            eprintln!(
+                "{name}: {pods} pods, {duration} virtual, partitions in {} modes in {:.2} s",
+                run.runs.len(),
+                elapsed.as_secs_f64()
+            );
+            section.push_str(&report::partition_section(
+                &workload,
+                &run,
+                &plots,
+                &checks,
+                workload.limits.is_none(),
+            ));
+        }
+        sections.push(section);
     }
     let summary = report::document(&title, &sections, &failures);
     let path = options.out.join("summary.md");

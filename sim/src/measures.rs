@@ -25,7 +25,7 @@
 use serde::Serialize;
 
 use crate::record::{Record, WaitSummary};
-use crate::workload::Workload;
+use crate::workload::{LimitsSpec, Workload};
 
 /// Width of the windows the convergence error is computed over, seconds.
 pub const CONVERGENCE_WINDOW_SECS: f64 = 5.0;
@@ -74,8 +74,8 @@ impl Measures {
     }
 }
 
-/// Measures `run` against `ideal` (both of `workload`).
-pub fn measure(workload: &Workload, run: &Record, ideal: &Record) -> Measures {
+/// Measures `run` against `ideal` (both of `workload`, with `limits`).
+pub fn measure(workload: &Workload, limits: &LimitsSpec, run: &Record, ideal: &Record) -> Measures {
     let period = workload.client.config().target_request_period.as_secs_f64();
     let total = run.admitted_total();
     let ideal_total = ideal.admitted_total();
@@ -104,8 +104,8 @@ pub fn measure(workload: &Workload, run: &Record, ideal: &Record) -> Measures {
         ideal_admitted,
         divergence_end,
         divergence_max,
-        overshoot_10s: overshoot(workload, &cumulative, run.sample_secs, 10.0),
-        overshoot_60s: overshoot(workload, &cumulative, run.sample_secs, 60.0),
+        overshoot_10s: overshoot(limits, &cumulative, run.sample_secs, 10.0),
+        overshoot_60s: overshoot(limits, &cumulative, run.sample_secs, 60.0),
         pod_error_max,
         jain_index,
         convergence: convergence(workload, run, ideal, period),
@@ -149,10 +149,10 @@ fn relative(actual: f64, ideal: f64) -> f64 {
 
 /// The largest excess over the token-bucket bound in any window of `window`
 /// seconds, as a fraction of the refill over the window.
-fn overshoot(workload: &Workload, cumulative: &[f64], sample: f64, window: f64) -> f64 {
+fn overshoot(limits: &LimitsSpec, cumulative: &[f64], sample: f64, window: f64) -> f64 {
     let samples = (window / sample).round() as usize;
-    let refill = workload.limits.refill_rate * window;
-    let bound = workload.limits.burst_limit.max(workload.limits.initial()) + refill;
+    let refill = limits.refill_rate * window;
+    let bound = limits.burst_limit.max(limits.initial()) + refill;
     if samples == 0 || cumulative.len() <= samples {
         // The run is shorter than the window: measure the whole run.
         let admitted = cumulative.last().copied().unwrap_or(0.0);
@@ -290,7 +290,7 @@ mod tests {
     fn a_perfect_run_measures_zero_error() {
         let w = workload();
         let ideal = record(&[vec![5.0; 100], vec![5.0; 100]]);
-        let m = measure(&w, &ideal, &ideal);
+        let m = measure(&w, w.limits.as_ref().expect("limits"), &ideal, &ideal);
         assert_eq!(m.divergence_end, 0.0);
         assert_eq!(m.divergence_max, 0.0);
         assert_eq!(m.pod_error_max, 0.0);
@@ -315,7 +315,7 @@ mod tests {
         a[50..70].fill(10.0);
         b[50..70].fill(0.0);
         let run = record(&[a, b]);
-        let m = measure(&w, &run, &ideal);
+        let m = measure(&w, w.limits.as_ref().expect("limits"), &run, &ideal);
         assert_eq!(m.divergence_end, 0.0);
         assert!(
             m.pod_error_max > 0.2 && m.pod_error_max < 0.25,
@@ -327,7 +327,12 @@ mod tests {
         // Too much in a burst: 20/s for 10 s against 10/s + burst 100.
         let mut burst = vec![vec![5.0; 100], vec![5.0; 100]];
         burst[0][10..20].fill(25.0);
-        let m = measure(&w, &record(&burst), &ideal);
+        let m = measure(
+            &w,
+            w.limits.as_ref().expect("limits"),
+            &record(&burst),
+            &ideal,
+        );
         // Window of 10 s: 300 admitted vs 100 + 100.
         assert!((m.overshoot_10s - 1.0).abs() < 1e-9, "{}", m.overshoot_10s);
         assert!(m.divergence_end > 0.0);

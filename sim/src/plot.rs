@@ -2,7 +2,8 @@
 //!
 //! Per workload: cumulative admitted tokens and their divergence from the
 //! ideal, the bucket level, and per policy the rates of a few pods
-//! (requested, admitted, ideal). Long series are averaged down to at most
+//! (requested, admitted, ideal); for partition workloads, each hot spot's
+//! accepted rate in both modes. Long series are averaged down to at most
 //! [`MAX_POINTS`] points so the files stay small.
 
 use std::path::{Path, PathBuf};
@@ -12,6 +13,10 @@ use plotters::prelude::*;
 use crate::engine::Policy;
 use crate::record::Record;
 use crate::{SimError, WorkloadRun};
+
+mod partitions;
+
+pub use partitions::write_partition_plots;
 
 const MAX_POINTS: usize = 1200;
 const SIZE: (u32, u32) = (960, 480);

@@ -1,5 +1,6 @@
 //! The markdown summary: one table per workload, every policy side by side
-//! with the ideal, the checks, and links to the plots.
+//! with the ideal, the checks, and links to the plots; for partition
+//! workloads, both modes side by side ([`partitions`]).
 
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -7,6 +8,10 @@ use std::path::PathBuf;
 use crate::check::{self, CHECKED_POLICY, Check};
 use crate::measures::{CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW_SECS, Measures};
 use crate::{WorkloadRun, humantime_short};
+
+pub mod partitions;
+
+pub use partitions::{partition_section, partition_series_csv};
 
 /// One workload's section of the report.
 pub fn workload_section(run: &WorkloadRun, plots: &[PathBuf], checks: &[Check]) -> String {
@@ -32,8 +37,8 @@ pub fn workload_section(run: &WorkloadRun, plots: &[PathBuf], checks: &[Check]) 
         out,
         "{pods} pods, {} virtual, refill {} tokens/s, burst {}, seed {}, round trip {}, loss {}%{}.\n",
         humantime_short(w.duration),
-        w.limits.refill_rate,
-        w.limits.burst_limit,
+        run.limits.refill_rate,
+        run.limits.burst_limit,
         w.seed,
         humantime_short(w.network.rtt),
         w.network.loss * 100.0,
@@ -79,10 +84,28 @@ pub fn workload_section(run: &WorkloadRun, plots: &[PathBuf], checks: &[Check]) 
             list.join("; ")
         );
     }
+    checks_and_plots(
+        &mut out,
+        &format!("Checks ({})", CHECKED_POLICY.name()),
+        &w.name,
+        checks,
+        plots,
+    );
+    out
+}
+
+/// A section's checks, under `heading`, and links to its plots.
+pub(crate) fn checks_and_plots(
+    out: &mut String,
+    heading: &str,
+    workload: &str,
+    checks: &[Check],
+    plots: &[PathBuf],
+) {
     if !checks.is_empty() {
-        let _ = writeln!(out, "Checks ({}):\n", CHECKED_POLICY.name());
+        let _ = writeln!(out, "{heading}:\n");
         for c in checks {
-            let _ = writeln!(out, "- {}", c.describe(&w.name));
+            let _ = writeln!(out, "- {}", c.describe(workload));
         }
         out.push('\n');
     }
@@ -96,7 +119,6 @@ pub fn workload_section(run: &WorkloadRun, plots: &[PathBuf], checks: &[Check]) 
             .collect();
         let _ = writeln!(out, "Plots: {}\n", links.join(", "));
     }
-    out
 }
 
 fn percent(v: f64) -> String {
@@ -185,6 +207,7 @@ convergence ≤ {} target periods, Jain's index ≥ {} when every pod wants the 
         check::GOAL_JAIN_INDEX,
     );
     out.push_str(&thresholds);
+    let _ = writeln!(out, "{}", partitions::legend());
     if failures.is_empty() {
         out.push_str("Every check passed.\n\n");
     } else {

@@ -6,6 +6,10 @@
 //! default except the duration, the limits and the pods, so a workload file
 //! says only what makes it different. Unknown fields are errors: a typo must
 //! not silently run a different experiment.
+//!
+//! A workload may instead (or as well) give a per-partition limit
+//! (`partitions:`, see [`partitions`]) and each pod group's operations on
+//! hot and cold partitions; it then runs through the partition engine.
 
 use std::path::Path;
 use std::time::Duration;
@@ -17,6 +21,10 @@ use serde::Deserialize;
 use tollgate_core::local_bucket::LocalBucketConfig;
 
 use crate::SimError;
+
+pub mod partitions;
+
+pub use partitions::{PartitionSpec, PodPartitions};
 
 /// The longest virtual time a workload may run.
 const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -44,7 +52,12 @@ pub struct Workload {
     /// Work waiting longer than this gives up, in the ideal bucket too.
     #[serde(default = "default_max_wait", with = "humantime_serde")]
     pub max_wait: Duration,
-    pub limits: LimitsSpec,
+    /// The tenant's token bucket: runs the pods' local buckets against it.
+    #[serde(default)]
+    pub limits: Option<LimitsSpec>,
+    /// A per-partition limit: runs the pods' partition counters.
+    #[serde(default)]
+    pub partitions: Option<PartitionSpec>,
     #[serde(default)]
     pub network: Network,
     #[serde(default)]
@@ -189,9 +202,15 @@ pub struct PodGroup {
     #[serde(default, with = "humantime_serde")]
     pub leave: Option<Duration>,
     /// Tokens per second wanted: the sum of these terms, never below zero.
-    /// Each term is a one-key map, `{ constant: 100 }`.
-    #[serde(deserialize_with = "serde_norway::with::singleton_map_recursive::deserialize")]
+    /// Each term is a one-key map, `{ constant: 100 }`. Needs `limits`.
+    #[serde(
+        default,
+        deserialize_with = "serde_norway::with::singleton_map_recursive::deserialize"
+    )]
     pub demand: Vec<Term>,
+    /// Operations on partitions, per pod. Needs `partitions`.
+    #[serde(default)]
+    pub partitions: Option<PodPartitions>,
 }
 
 fn default_group_name() -> String {
@@ -289,6 +308,7 @@ pub struct PodSpec {
     pub join: Duration,
     pub leave: Option<Duration>,
     pub demand: Vec<Term>,
+    pub partitions: Option<PodPartitions>,
 }
 
 impl Workload {
@@ -341,20 +361,26 @@ impl Workload {
         if self.max_wait < self.tick {
             return bad("max_wait: must be at least one tick".into());
         }
-        let limits = tollgate_core::global_bucket::Limits {
-            refill_rate: self.limits.refill_rate,
-            burst_limit: self.limits.burst_limit,
-        };
-        limits
-            .validate()
-            .map_err(|e| SimError::Invalid(format!("limits.{e}")))?;
-        if self.limits.refill_rate <= 0.0 {
-            return bad("limits.refill_rate: must be more than zero".into());
+        if let Some(spec) = &self.limits {
+            let limits = tollgate_core::global_bucket::Limits {
+                refill_rate: spec.refill_rate,
+                burst_limit: spec.burst_limit,
+            };
+            limits
+                .validate()
+                .map_err(|e| SimError::Invalid(format!("limits.{e}")))?;
+            if spec.refill_rate <= 0.0 {
+                return bad("limits.refill_rate: must be more than zero".into());
+            }
+            if let Some(initial) = spec.initial_tokens
+                && !(initial.is_finite() && initial >= 0.0)
+            {
+                return bad("limits.initial_tokens: must be finite and non-negative".into());
+            }
         }
-        if let Some(initial) = self.limits.initial_tokens
-            && !(initial.is_finite() && initial >= 0.0)
-        {
-            return bad("limits.initial_tokens: must be finite and non-negative".into());
+        let period = self.client.config().target_request_period;
+        if let Some(spec) = &self.partitions {
+            spec.validate(period).map_err(SimError::Invalid)?;
         }
         if !(0.0..1.0).contains(&self.network.loss) {
             return bad("network.loss: must be in [0, 1)".into());
@@ -386,8 +412,26 @@ impl Workload {
             {
                 return bad(format!("{}: must be after join + join_spread", at("leave")));
             }
-            if group.demand.is_empty() {
+            if self.limits.is_some() && group.demand.is_empty() {
                 return bad(format!("{}: at least one term", at("demand")));
+            }
+            if self.limits.is_none() && !group.demand.is_empty() {
+                return bad(format!(
+                    "{}: demand is for a token bucket: give the workload limits",
+                    at("demand")
+                ));
+            }
+            match (&group.partitions, &self.partitions) {
+                (Some(ops), Some(_)) => {
+                    ops.validate(&at("partitions")).map_err(SimError::Invalid)?
+                }
+                (Some(_), None) => {
+                    return bad(format!(
+                        "{}: operations on partitions need a partitions section (the limit)",
+                        at("partitions")
+                    ));
+                }
+                (None, _) => {}
             }
             for (k, term) in group.demand.iter().enumerate() {
                 term.validate()
@@ -396,6 +440,26 @@ impl Workload {
         }
         if total > MAX_PODS {
             return bad(format!("pods: {total} in all, at most {MAX_PODS}"));
+        }
+        if self.limits.is_none() && self.partitions.is_none() {
+            return bad(
+                "limits: a workload needs limits (a token bucket), partitions, or both".into(),
+            );
+        }
+        if self.partitions.is_some() {
+            self.hot_spots().map_err(SimError::Invalid)?;
+            let operations: f64 = self
+                .pods
+                .iter()
+                .filter_map(|g| Some(g.partitions.as_ref()?.rate() * g.count as f64))
+                .sum::<f64>()
+                * self.duration.as_secs_f64();
+            if operations > partitions::MAX_OPERATIONS {
+                return bad(format!(
+                    "pods: {operations:.3e} operations on partitions in all, at most {:e} (shorten the run or lower the rates)",
+                    partitions::MAX_OPERATIONS
+                ));
+            }
         }
         for (field, o) in [
             (
@@ -436,6 +500,7 @@ impl Workload {
                     join: group.join + offset,
                     leave: group.leave,
                     demand: group.demand.clone(),
+                    partitions: group.partitions.clone(),
                 });
             }
         }
@@ -502,6 +567,24 @@ impl Workload {
 
     pub fn outage_at(&self, t: Duration) -> bool {
         self.outages.iter().any(|o| o.covers(t))
+    }
+
+    /// The distinct hot spots the pods' operations go to.
+    pub fn hot_spots(&self) -> Result<Vec<partitions::HotSpot>, String> {
+        partitions::hot_spots(
+            self.pods
+                .iter()
+                .enumerate()
+                .filter_map(|(g, group)| Some((g, group.partitions.as_ref()?))),
+        )
+    }
+
+    /// How often the pods report their hot partitions.
+    pub fn report_period(&self) -> Duration {
+        let period = self.client.config().target_request_period;
+        self.partitions
+            .as_ref()
+            .map_or(period, |p| p.report_period(period))
     }
 }
 
@@ -684,7 +767,7 @@ pods:
         let w = Workload::parse(MINIMAL).expect("valid");
         assert_eq!(w.tick, Duration::from_millis(100));
         assert_eq!(w.network.rtt, Duration::from_millis(10));
-        assert_eq!(w.limits.initial(), 1000.0);
+        assert_eq!(w.limits.as_ref().map(LimitsSpec::initial), Some(1000.0));
         assert_eq!(w.pod_specs().len(), 2);
         assert!(w.equal_demand());
     }
@@ -789,5 +872,77 @@ pods:
                 Duration::from_secs(50)
             ]
         );
+    }
+
+    const PARTITIONS: &str = "
+name: p
+duration: 60s
+partitions: { limit: 100 }
+pods:
+  - count: 3
+    partitions:
+      hot: [ { rate: 50, partition: 2 }, { rate: 10, partition: 5, moving: { every: 20s, among: 3 } } ]
+      cold: { rate: 200, partitions: 1000, zipf: 1.0 }
+";
+
+    #[test]
+    fn a_partition_workload_needs_no_bucket() {
+        let w = Workload::parse(PARTITIONS).expect("valid");
+        assert!(w.limits.is_none());
+        assert_eq!(w.report_period(), Duration::from_secs(10));
+        let spots = w.hot_spots().expect("spots");
+        assert_eq!(spots.len(), 2);
+        assert_eq!(spots[1].partition_at(Duration::from_secs(45)), 7);
+        let faster = PARTITIONS.replace("{ limit: 100 }", "{ limit: 100, report_period: 2s }");
+        assert_eq!(
+            Workload::parse(&faster).expect("valid").report_period(),
+            Duration::from_secs(2)
+        );
+    }
+
+    #[test]
+    fn bad_partition_workloads_are_refused_with_the_field_named() {
+        let cases = [
+            ("{ limit: 100 }", "{ limit: 0 }", "partitions.limit"),
+            ("{ limit: 100 }", "{ limit: 100, period: 1s }", "period"),
+            (
+                "{ limit: 100 }",
+                "{ limit: 100, arrivals: bursty }",
+                "bursty",
+            ),
+            (
+                "{ limit: 100 }",
+                "{ limit: 100, report_period: 1h }",
+                "report_period",
+            ),
+            ("rate: 50,", "rat: 50,", "rat"),
+            ("rate: 50,", "rate: -50,", "hot[0].rate"),
+            ("among: 3", "among: 1", "moving.among"),
+            ("every: 20s", "every: 10ms", "moving.every"),
+            ("partitions: 1000,", "partitions: 0,", "cold.partitions"),
+            ("zipf: 1.0", "zipf: -1", "cold.zipf"),
+            // Another hot spot over partitions another already moves among.
+            ("partition: 2 }", "partition: 6 }", "overlap"),
+            ("partitions: { limit: 100 }\n", "", "partitions section"),
+            (
+                "    partitions:\n",
+                "    demand: [ { constant: 1 } ]\n    partitions:\n",
+                "limits",
+            ),
+            ("rate: 200,", "rate: 1e9,", "operations"),
+        ];
+        for (from, to, field) in cases {
+            assert!(PARTITIONS.contains(from), "{from}");
+            let text = PARTITIONS.replace(from, to);
+            let err = Workload::parse(&text).expect_err(to).to_string();
+            assert!(err.contains(field), "{to}: {err}");
+        }
+        let neither = MINIMAL
+            .replace("limits: { refill_rate: 100, burst_limit: 1000 }\n", "")
+            .replace("    demand: [ { constant: 50 } ]\n", "");
+        let err = Workload::parse(&neither)
+            .expect_err("nothing to run")
+            .to_string();
+        assert!(err.contains("needs limits"), "{err}");
     }
 }

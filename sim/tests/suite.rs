@@ -1,10 +1,11 @@
-//! The simulator end to end: determinism, the shipped workloads, and the
-//! `--check` gate as CI runs it.
+//! The simulator end to end: determinism, the shipped workloads, the
+//! `--check` gate as CI runs it, and the partition engine's two modes.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tollgate_sim::engine::Policy;
+use tollgate_sim::partitions::{self, Mode};
 use tollgate_sim::workload::Workload;
 use tollgate_sim::{check, plot, report, run_workload};
 
@@ -107,8 +108,8 @@ fn shipped_workloads_are_valid() {
         }
     }
     assert!(
-        count >= 8,
-        "the suite's seven workloads and the scale check"
+        count >= 11,
+        "the suite's seven bucket and three partition workloads, and the scale check"
     );
 }
 
@@ -151,4 +152,157 @@ fn check_fails_with_a_clear_message_and_a_bad_file_with_another() {
         stderr.contains("bad.yaml") && stderr.contains("count"),
         "{stderr}"
     );
+}
+
+const HOT_SPOT: &str = "
+name: hot-spot
+duration: 60s
+network: { rtt: 20ms, loss: 0.02 }
+partitions: { limit: 200, report_period: 2s }
+pods:
+  - name: pod
+    count: 4
+    join_spread: 2s
+    partitions:
+      hot: [ { rate: 200, partition: 0, moving: { every: 20s, among: 3 } } ]
+      cold: { rate: 300, partitions: 100000, zipf: 0.8 }
+";
+
+/// Runs the partition workload in `file` through the command line into
+/// `dir`; returns the files written, sorted.
+fn partition_report_into(file: &Path, dir: &Path) -> Vec<PathBuf> {
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate-sim"))
+        .args(["run", "--csv", "--out"])
+        .arg(dir.join("report"))
+        .arg(file)
+        .output()
+        .expect("run tollgate-sim");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("partitions in 2 modes"), "{stderr}");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("report"))
+        .expect("read report")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_partition_workload_reports_the_same_byte_for_byte() {
+    let (one, two) = (
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    );
+    // One workload file: the report's title names it.
+    let workloads = tempfile::tempdir().expect("dir");
+    let file = workloads.path().join("hot-spot.yaml");
+    std::fs::write(&file, HOT_SPOT).expect("write workload");
+    let files = partition_report_into(&file, one.path());
+    let again = partition_report_into(&file, two.path());
+    let names = |files: &[PathBuf]| -> Vec<_> {
+        files
+            .iter()
+            .map(|f| f.file_name().map(ToOwned::to_owned))
+            .collect()
+    };
+    assert_eq!(names(&files), names(&again));
+    assert_eq!(files.len(), 3, "summary, CSV and one plot: {files:?}");
+    for (file, other) in files.iter().zip(&again) {
+        let (a, b) = (
+            std::fs::read(file).expect("read"),
+            std::fs::read(other).expect("read"),
+        );
+        assert!(!a.is_empty());
+        assert!(a == b, "{file:?} differs between two runs of one seed");
+    }
+    let summary = std::fs::read_to_string(one.path().join("report/summary.md")).expect("summary");
+    assert!(
+        summary.contains("| coordinated | moving among 0–2 every 20s |"),
+        "{summary}"
+    );
+    let other = tempfile::tempdir().expect("dir");
+    let reseeded = workloads.path().join("reseeded.yaml");
+    std::fs::write(
+        &reseeded,
+        HOT_SPOT.replace("duration:", "seed: 2\nduration:"),
+    )
+    .expect("write workload");
+    partition_report_into(&reseeded, other.path());
+    let csv = |dir: &Path| std::fs::read(dir.join("report/hot-spot-partitions.csv")).expect("csv");
+    assert_ne!(csv(one.path()), csv(other.path()));
+}
+
+#[test]
+fn pods_alone_accept_their_sum_and_coordinated_pods_the_limit() {
+    let workload = Workload::parse(HOT_SPOT).expect("valid");
+    let run = partitions::run(&workload, &Mode::ALL).expect("runs");
+    let spot = |mode| &run.mode(mode).expect("mode").measures.spots[0];
+    let (local, coordinated) = (spot(Mode::Local), spot(Mode::Coordinated));
+    // Each of the four pods sees the whole limit.
+    assert!((local.scylla - 4.0).abs() < 1e-9, "{}", local.scylla);
+    assert!((3.6..=4.1).contains(&local.accepted), "{}", local.accepted);
+    assert!(
+        (0.8..=1.2).contains(&coordinated.accepted),
+        "{}",
+        coordinated.accepted
+    );
+    assert!(
+        coordinated.steady_secs > 20.0,
+        "{}",
+        coordinated.steady_secs
+    );
+    assert_eq!(coordinated.reactions.len(), 2, "the moves at 20 s and 40 s");
+    assert!(local.reaction_max() == Some(f64::INFINITY));
+    // The same operations in both modes.
+    assert_eq!(
+        run.mode(Mode::Local).expect("local").measures.operations,
+        run.mode(Mode::Coordinated)
+            .expect("coordinated")
+            .measures
+            .operations
+    );
+}
+
+#[test]
+fn without_answers_coordinated_pods_go_back_to_the_whole_limit() {
+    // The server is down from 20 s to 40 s; the report period is 2 s, so
+    // from about 24 s the pods apply the limit alone, as the client does.
+    let text = HOT_SPOT
+        .replace("loss: 0.02", "loss: 0")
+        .replace(", moving: { every: 20s, among: 3 }", "")
+        .replace(
+            "network:",
+            "outages: [ { start: 20s, duration: 20s } ]\nnetwork:",
+        );
+    let workload = Workload::parse(&text).expect("valid");
+    let run = partitions::run(&workload, &[Mode::Coordinated]).expect("runs");
+    let coordinated = &run.runs[0];
+    let series = &coordinated.record.spots[0];
+    let bins = |from: f64, to: f64| {
+        let per = |t: f64| (t / coordinated.record.bin_secs).round() as usize;
+        let accepted: u32 = series.accepted[per(from)..per(to)].iter().sum();
+        f64::from(accepted) / (to - from) / 200.0
+    };
+    let before = bins(10.0, 20.0);
+    let alone = bins(26.0, 40.0);
+    let after = bins(48.0, 60.0);
+    assert!((0.8..=1.2).contains(&before), "{before}");
+    assert!((3.6..=4.1).contains(&alone), "{alone}");
+    assert!((0.8..=1.2).contains(&after), "{after}");
+    let m = &coordinated.measures;
+    assert_eq!(m.fallbacks, 4, "each pod once");
+    assert!(m.fallback_share > 0.2, "{}", m.fallback_share);
+    assert!(m.failed_exchanges >= 4 * 5);
+    // The outage and its settling are out of the steady state.
+    assert!((0.8..=1.2).contains(&m.spots[0].accepted));
+
+    // A pod that starts while the server is down knows no limit: it
+    // admits everything until the first answer.
+    let text = text.replace("start: 20s", "start: 0s");
+    let workload = Workload::parse(&text).expect("valid");
+    let run = partitions::run(&workload, &[Mode::Coordinated]).expect("runs");
+    let m = &run.runs[0].measures;
+    assert!((0.3..0.4).contains(&m.unlimited), "{}", m.unlimited);
+    assert_eq!(m.fallbacks, 0, "never had an answer to fall back from");
 }
