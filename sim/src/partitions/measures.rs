@@ -14,7 +14,11 @@
 //!   rate over a trailing window (1 s, or longer for limits under
 //!   [`REACTION_WINDOW_OPERATIONS`] per second, so that Poisson noise
 //!   cannot pass for a miss) is within [`REACTION_BOUND`] × the limit, and
-//!   stays so until the next move. Windows step by one bin. A move is not
+//!   stays so for a report period (or until the next move, if sooner).
+//!   Windows step by one bin. A window over the bound later than that is
+//!   the steady state's noise, not a reaction still under way: the steady
+//!   state is judged by its own measures (its mean and its spread over
+//!   each second). A move is not
 //!   measured when the pods offer the hot spot less than
 //!   [`REACTION_MIN_OFFERED`] × the limit (the accepted rate is then within
 //!   the bound up to its noise whether the pods react or not), when its
@@ -161,6 +165,8 @@ struct Run<'a> {
     bin: f64,
     bins: usize,
     settle: f64,
+    /// The pods' report period, seconds.
+    period: f64,
     duration: f64,
     pods: &'a [PodSpec],
     /// Outages, each with the settling after it: `(from, to)` seconds.
@@ -255,6 +261,7 @@ impl Run<'_> {
                 at: &moves,
                 every: spot.moving.map_or(0.0, |m| m.every.as_secs_f64()),
                 end: self.duration,
+                hold: (self.period / bin).round() as usize,
             },
             self.outages,
             window,
@@ -298,6 +305,7 @@ pub fn measure(
         bin: record.bin_secs,
         bins: record.spots.first().map_or(0, |s| s.offered.len()),
         settle,
+        period: workload.report_period().as_secs_f64(),
         duration: workload.duration.as_secs_f64(),
         pods: &pods,
         outages: &outages,
@@ -350,6 +358,9 @@ struct Moves<'a> {
     at: &'a [f64],
     every: f64,
     end: f64,
+    /// Bins the accepted rate must stay within the bound for the reaction
+    /// to be over (a report period).
+    hold: usize,
 }
 
 /// The reaction to each move measurable in `accepted` (per bin, with the
@@ -385,12 +396,19 @@ fn reactions(
             unmeasured += 1;
             continue;
         }
-        // Ends of the windows over the limit's bound.
-        let over = (first + window..=last)
-            .rev()
-            .find(|&e| (sums[e] - sums[e - window]) as f64 > bound);
+        // The end of the last window over the bound before a run of
+        // `hold` bins (or the rest of the interval) within it.
+        let mut over = None;
+        for e in first + window..=last {
+            if (sums[e] - sums[e - window]) as f64 > bound {
+                over = Some(e);
+            } else if e - over.unwrap_or(first + window - 1) >= moves.hold {
+                break;
+            }
+        }
         let after = match over {
             None => Some(0.0),
+            // Over to the next move: never within.
             Some(e) if e == last => None,
             Some(e) => Some(e as f64 * bin - m),
         };
@@ -419,6 +437,7 @@ mod tests {
             at,
             every,
             end: 30.0,
+            hold: 30,
         };
         let offered = vec![3000.0; 300];
         let (r, unmeasured) = reactions(
@@ -437,6 +456,35 @@ mod tests {
         let after = r[0].after.expect("came within");
         assert!((after - 4.8).abs() < 1e-9, "{after}");
         assert_eq!(r[1].after, Some(0.0));
+        // Back over the bound within a period of coming within (held 3 s
+        // here): the reaction ends with the relapse. Back over later: the
+        // steady state's noise, not the reaction.
+        let mut relapse = accepted.clone();
+        relapse[170] = 400;
+        let (r, _) = reactions(
+            &relapse,
+            &offered,
+            &moves(&[10.0, 20.0], 10.0),
+            &[],
+            10,
+            0.1,
+            1000.0,
+        );
+        let after = r[0].after.expect("came within");
+        assert!((after - 8.0).abs() < 1e-9, "{after}");
+        let mut noise = accepted.clone();
+        noise[185] = 400;
+        let (r, _) = reactions(
+            &noise,
+            &offered,
+            &moves(&[10.0, 20.0], 10.0),
+            &[],
+            10,
+            0.1,
+            1000.0,
+        );
+        let after = r[0].after.expect("came within");
+        assert!((after - 4.8).abs() < 1e-9, "{after}");
         // Over to the next move: never within.
         let (r, _) = reactions(
             &[300; 300],
@@ -464,6 +512,7 @@ mod tests {
             at: &[10.0, 20.0],
             every: 10.0,
             end: 25.0,
+            hold: 30,
         };
         let (r, unmeasured) = reactions(&accepted, &offered, &ends_early, &[], 10, 0.1, 1000.0);
         assert_eq!((r.len(), unmeasured), (1, 1));

@@ -216,7 +216,7 @@ outage's end; outages excluded), and the accepted rate over each whole second of
 - **pods alone (ScyllaDB)**: `Σ min(vᵢ, L) / L` over the pods' offered rates, what pods counting alone accept.\n\
 - **reaction max**: after each move, the time until the accepted rate over a trailing window ({REACTION_WINDOW_SECS} s, \
 or {REACTION_WINDOW_OPERATIONS} operations at the limit if longer) is within {REACTION_BOUND} × the limit \
-until the next move; the slowest move, in report periods.\n\
+and stays so for a report period (or until the next move); the slowest move, in report periods.\n\
 - **false positives**: rejected operations on partitions that all pods together offer below the limit, \
 as a share of their operations; **of warm partitions**: the same for those offered from {WARM_FRACTION} × the \
 limit up, where the noise of each pod's count meets its share of the limit.\n\

@@ -10,7 +10,10 @@
 //!   not report in step), so a changed limit reaches every pod within one
 //!   period; and within half that while the pod's last report had a
 //!   partition at or over its part of the limit, so that a hot spot that
-//!   moves is caught sooner;
+//!   moves is caught sooner. A partition the server has not divided yet
+//!   counts as hot from the smallest share the last answer gave: after a
+//!   move, the new partition is hot at the pod's old part of the limit, so
+//!   the pod stays on the quick cadence until it has the new share;
 //! - after a failure, the pod tries again soon ([`RETRY_AFTER_FAILURE`],
 //!   or the period if shorter, halved to doubled by a draw), so that one
 //!   lost message neither leaves a new pod without limits for a period nor
@@ -66,6 +69,10 @@ pub struct PodLimiter {
     /// The last report had a partition at or over the pod's part of its
     /// limit (its share of it).
     hot: bool,
+    /// The smallest share the last answer gave (1 if none): the part of
+    /// the limit a partition without a share of its own is judged hot
+    /// against.
+    least_share: f64,
 }
 
 impl PodLimiter {
@@ -81,6 +88,7 @@ impl PodLimiter {
             top_k,
             last_answer: None,
             hot: false,
+            least_share: 1.0,
         }
     }
 
@@ -206,8 +214,12 @@ impl PodLimiter {
                 op: p.op,
                 partition: p.partition,
             };
+            let share = match self.counters.share(&key) {
+                whole if whole >= 1.0 => self.least_share,
+                share => share,
+            };
             self.limit_of(&key)
-                .is_some_and(|limit| p.rate >= limit * self.counters.share(&key))
+                .is_some_and(|limit| p.rate >= limit * share)
         });
         Exchange {
             pod,
@@ -238,6 +250,12 @@ impl PodLimiter {
             })
             .collect();
         self.counters.set_shares(&shares, now);
+        self.least_share = shares
+            .iter()
+            .map(|(_, share)| *share)
+            .filter(|share| share.is_finite())
+            .fold(1.0, f64::min)
+            .max(0.0);
         self.last_answer = Some(now);
         // While a partition runs over the pod's part of its limit, twice as
         // often: a hot spot that moves is caught sooner.

@@ -610,3 +610,41 @@ fn a_pod_exchanges_within_a_period_retries_soon_and_falls_back_after_two() {
     let next = pod.on_answer(&answer, at(22.5), 0.999);
     assert!(next <= period / 2, "{next:?}");
 }
+
+#[test]
+fn a_moved_hot_spot_keeps_the_quick_cadence_until_it_has_its_share() {
+    let period = std::time::Duration::from_secs(10);
+    let mut pod = PodLimiter::new(64, period, 8);
+    let orders = table_seed("orders");
+    let limit = 100.0;
+    let shared = |partition: u64, share: f64| ExchangeAnswer {
+        version: 1,
+        limits: Some([(name("orders"), limits(limit))].into()),
+        shares: vec![(reported("orders", Op::Write, partition, 0.0), share)],
+    };
+    pod.on_answer(&shared(1, 0.25), at(0.0), 0.5);
+    // The hot spot moves to partition 2: the pod sees it at 40/s, under
+    // the whole limit but over its old part of it (25/s).
+    let mut t = 0.0;
+    while t < 5.0 {
+        pod.admit(orders, 2, Op::Write, at(t), 0.5);
+        t += 1.0 / 40.0;
+    }
+    let exchange = pod.exchange(1, at(5.0));
+    assert_eq!(exchange.partitions[0].partition, 2);
+    // The server has not divided it yet: the next exchange comes soon all
+    // the same.
+    let next = pod.on_answer(&shared(1, 0.25), at(5.0), 0.999);
+    assert!(next <= period / 2, "{next:?}");
+    // Once nothing the pod sees runs over its part, the usual cadence.
+    let mut quiet = PodLimiter::new(64, period, 8);
+    quiet.on_answer(&shared(1, 0.25), at(0.0), 0.5);
+    let mut t = 0.0;
+    while t < 5.0 {
+        quiet.admit(orders, 2, Op::Write, at(t), 0.5);
+        t += 1.0 / 10.0;
+    }
+    quiet.exchange(1, at(5.0));
+    let next = quiet.on_answer(&shared(1, 0.25), at(5.0), 0.999);
+    assert!(next > period / 2, "{next:?}");
+}
