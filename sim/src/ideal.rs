@@ -5,7 +5,9 @@
 //! for the whole tenant and is served oldest first; demand that arrived in
 //! the same tick shares what is available in proportion to its size. Work
 //! waiting longer than the workload's `max_wait` gives up, as it does at the
-//! pods. The refill is `refill_rate` per second, paused at `burst_limit`.
+//! pods. The refill is `refill_rate` per second; what demand leaves of it
+//! is kept up to `burst_limit` (a bucket of burst 0 admits its refill rate
+//! to demand that waits for it, and holds nothing).
 
 use std::collections::VecDeque;
 
@@ -61,9 +63,13 @@ impl IdealBucket {
     /// left: their waiting demand gives up.
     pub fn tick(&mut self, now: f64, arrivals: Vec<(usize, f64)>, gone: &[usize]) -> IdealTick {
         let mut out = IdealTick::default();
-        if self.tokens < self.burst_limit {
+        // The refill since the last tick flowed to demand that waited or
+        // arrived meanwhile as it came; only what is left over is capped at
+        // the burst (so a bucket of burst 0 still admits its refill rate).
+        let ceiling = self.tokens.max(self.burst_limit);
+        if self.tokens < self.burst_limit || self.burst_limit == 0.0 {
             let elapsed = (now - self.last).max(0.0);
-            self.tokens = (self.tokens + self.refill_rate * elapsed).min(self.burst_limit);
+            self.tokens += self.refill_rate * elapsed;
         }
         self.last = now;
 
@@ -115,6 +121,8 @@ impl IdealBucket {
             }
         }
 
+        self.tokens = self.tokens.min(ceiling);
+
         while let Some(front) = self.queue.front() {
             // A tick's demand gives up once it has waited `max_wait`; the
             // pods cancel at the same age.
@@ -160,6 +168,23 @@ mod tests {
         let t = b.tick(2.0, vec![], &[]);
         assert_eq!(admitted_by(&t, 0), 10.0);
         assert_eq!(t.admitted[0].2, 1.0, "waited a second");
+    }
+
+    #[test]
+    fn a_bucket_of_burst_zero_admits_its_refill_rate_and_holds_nothing() {
+        let mut b = bucket(10.0, 0.0);
+        let t = b.tick(0.0, vec![(0, 30.0)], &[]);
+        assert_eq!(admitted_by(&t, 0), 0.0);
+        let t = b.tick(1.0, vec![], &[]);
+        assert_eq!(admitted_by(&t, 0), 10.0);
+        // Nothing waits: the refill is not kept.
+        let t = b.tick(2.0, vec![], &[]);
+        assert_eq!(admitted_by(&t, 0), 10.0);
+        let _ = b.tick(3.0, vec![], &[]);
+        assert_eq!(b.tokens(), 0.0);
+        let t = b.tick(4.0, vec![(0, 5.0)], &[]);
+        assert_eq!(admitted_by(&t, 0), 5.0);
+        assert_eq!(b.tokens(), 0.0);
     }
 
     #[test]

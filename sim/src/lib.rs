@@ -8,13 +8,15 @@
 //! compares the two, [`check`] holds the measures to their thresholds, and
 //! [`report`] writes the markdown summary and the plots. A workload with a
 //! per-partition limit runs through [`partitions`] too: the pods' partition
-//! counters, alone and coordinated by the server's shares.
+//! counters, alone and coordinated by the server's shares. [`fuzz`] draws
+//! workloads from seeds and sums a corpus of them up.
 //!
 //! Runs are deterministic: the same workload and seed give the same report,
 //! byte for byte.
 
 pub mod check;
 pub mod engine;
+pub mod fuzz;
 pub mod ideal;
 pub mod measures;
 pub mod partitions;

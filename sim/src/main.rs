@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use tollgate_sim::engine::Policy;
 use tollgate_sim::partitions::{self, Mode};
 use tollgate_sim::workload::Workload;
-use tollgate_sim::{check, plot, report, run_workload};
+use tollgate_sim::{check, fuzz, plot, report, run_workload};
 
 #[derive(Debug, Parser)]
 #[command(name = "tollgate-sim", version, about)]
@@ -38,6 +38,47 @@ enum Command {
         #[command(flatten)]
         options: Options,
     },
+    /// Draw workloads from seeds, run each under every policy, and sum the
+    /// measures up (worst, p99 and median, with the seed of the worst).
+    Fuzz(FuzzOptions),
+}
+
+#[derive(Debug, clap::Args)]
+struct FuzzOptions {
+    /// How many workloads: seeds `seed` to `seed + count - 1`.
+    #[arg(long, default_value_t = 100)]
+    count: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Write the summary here (`fuzz.md`) besides printing it.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Write the worst workloads of each measure (and every one that breaks
+    /// the stated bound) as YAML files into this directory, for `run`.
+    #[arg(long)]
+    emit: Option<PathBuf>,
+    /// Exit with an error when a workload with no outage and no lost
+    /// message admits more than the stated bound
+    /// (`check::STATED_OVERSHOOT_BOUND` over any 60 s window).
+    #[arg(long)]
+    check: bool,
+    /// Threads [default: the machine's cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Run only these policies (repeatable) [default: every one].
+    #[arg(long = "policy", value_parser = parse_policy)]
+    policies: Vec<Policy>,
+}
+
+fn parse_policy(name: &str) -> Result<Policy, String> {
+    Policy::ALL
+        .into_iter()
+        .find(|p| p.name() == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown policy {name:?}; one of {}", names.join(", "))
+        })
 }
 
 #[derive(Debug, clap::Args)]
@@ -77,6 +118,7 @@ fn main() -> ExitCode {
 /// Returns false when `--check` found a miss.
 fn run(cli: Cli) -> anyhow::Result<bool> {
     let (files, options, title) = match cli.command {
+        Command::Fuzz(options) => return fuzz(&options),
         Command::Run { workload, options } => {
             let title = format!("Simulation of {}", workload.display());
             (vec![workload], options, title)
@@ -183,6 +225,64 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         for f in &failures {
             eprintln!("  {f}");
         }
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// Returns false when `--check` found a workload over the stated bound.
+fn fuzz(options: &FuzzOptions) -> anyhow::Result<bool> {
+    let seeds: Vec<u64> = (options.seed..options.seed.saturating_add(options.count)).collect();
+    let threads = options.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let started = Instant::now();
+    let policies = if options.policies.is_empty() {
+        Policy::ALL.to_vec()
+    } else {
+        options.policies.clone()
+    };
+    let outcomes = fuzz::run_corpus(&seeds, &policies, threads)?;
+    let elapsed = started.elapsed();
+    let mut summary = fuzz::summary(&outcomes, options.seed);
+    let over = fuzz::over_bound(&outcomes);
+    summary.push_str(&fuzz::bound_section(&outcomes, &over));
+    println!("{summary}");
+    eprintln!(
+        "{} workloads under {} policies in {:.1} s on {threads} threads",
+        outcomes.len(),
+        policies.len(),
+        elapsed.as_secs_f64()
+    );
+    if let Some(out) = &options.out {
+        std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+        let path = out.join("fuzz.md");
+        std::fs::write(&path, &summary).with_context(|| format!("write {}", path.display()))?;
+        eprintln!("summary: {}", path.display());
+    }
+    if let Some(dir) = &options.emit {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        let mut seeds = fuzz::worst_seeds(&outcomes);
+        seeds.extend(over.iter().map(|o| o.seed));
+        seeds.sort_unstable();
+        seeds.dedup();
+        for seed in &seeds {
+            let generated = fuzz::generate(*seed)?;
+            let path = dir.join(format!("fuzz-{seed}.yaml"));
+            std::fs::write(&path, &generated.yaml)
+                .with_context(|| format!("write {}", path.display()))?;
+        }
+        eprintln!("{} workloads written to {}", seeds.len(), dir.display());
+    }
+    if options.check && !over.is_empty() {
+        eprintln!(
+            "{} workload(s) admitted more than the stated bound: seeds {}",
+            over.len(),
+            over.iter()
+                .map(|o| o.seed.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         return Ok(false);
     }
     Ok(true)

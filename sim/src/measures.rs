@@ -17,7 +17,8 @@
 //!   allocation error — Σ over pods of |admitted − ideal| over Σ ideal, in
 //!   windows of [`CONVERGENCE_WINDOW_SECS`] — falls to
 //!   [`CONVERGENCE_TOLERANCE`] and stays there for a target period (or until
-//!   the next change).
+//!   the next change). The end of an outage counts as a change; a change
+//!   an outage interrupts is not measured (the ideal has no outage).
 //! - **Load**: token-bucket requests per pod per minute.
 //! - **Waits**: the token-weighted distribution of throttled waits, and the
 //!   share of demand that gave up.
@@ -228,15 +229,33 @@ fn convergence(workload: &Workload, run: &Record, ideal: &Record, period: f64) -
     let window = ((CONVERGENCE_WINDOW_SECS / sample).round() as usize).max(1);
     let errors = allocation_error(run, ideal, window);
     let end = workload.duration.as_secs_f64();
-    let changes: Vec<f64> = workload
+    // The end of an outage is a change too: pods come back from their
+    // fallback rate to grants. A change whose interval an outage cuts is
+    // not measured: the ideal has no outage, so no allocation during one
+    // can be judged against it.
+    let outages: Vec<(f64, f64)> = workload
+        .outages
+        .iter()
+        .map(|o| {
+            let start = o.start.as_secs_f64();
+            (start, start + o.duration.as_secs_f64())
+        })
+        .collect();
+    let mut changes: Vec<f64> = workload
         .demand_changes()
         .iter()
         .map(|d| d.as_secs_f64())
+        .chain(outages.iter().map(|&(_, to)| to).filter(|&to| to < end))
         .collect();
+    changes.sort_by(f64::total_cmp);
+    changes.dedup();
     let mut out = Vec::new();
     for (c, &change) in changes.iter().enumerate() {
         let next = changes.get(c + 1).copied().unwrap_or(end);
         let observed = next - change;
+        if outages.iter().any(|&(from, to)| from < next && change < to) {
+            continue;
+        }
         // Windows wholly after the change and ending before the next one.
         let candidates: Vec<(f64, f64)> = run
             .times

@@ -1,0 +1,799 @@
+//! Generated token-bucket workloads: the policy measured on what nobody
+//! tuned it for.
+//!
+//! [`generate`] draws one workload from a seed over the whole range the
+//! goals are meant for — 1 to 1 000 pods, limits from 1 to 10⁶ tokens/s,
+//! burst from 0 to 100 × the rate, demand made of every kind of term, pods
+//! joining, leaving and churning, a hot spot moving between pods, round
+//! trips to 500 ms, loss to 10 %, outages — and writes it as YAML, so the
+//! workload a seed stands for can be replayed by `tollgate-sim run`
+//! exactly. The draw does not depend on the outcome: the corpus is what it
+//! is, whatever the policy does with it.
+//!
+//! [`run_corpus`] runs seeds under every policy and [`Corpus`] sums the
+//! measures up: per policy and measure, the worst, the 99th percentile and
+//! the median over the set, with the seed of the worst; and the share of
+//! workloads meeting every goal under the checked policy.
+
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::check::{self, CHECKED_POLICY};
+use crate::engine::Policy;
+use crate::measures::Measures;
+use crate::workload::Workload;
+use crate::{SimError, run_workload};
+
+/// The families a generated workload's pods are drawn from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Family {
+    /// One to four groups, each with a base rate and up to three more
+    /// terms, joining and leaving at random.
+    Mix,
+    /// Tens of pods in phase groups, their sines adding up around the
+    /// limit.
+    Oscillating,
+    /// A few steady pods, then a herd joining within a second.
+    Herd,
+    /// Demand that moves from one group of pods to the next.
+    MovingHotSpot,
+    /// Waves of pods living a minute or two each.
+    Churn,
+}
+
+impl Family {
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Mix => "mix",
+            Family::Oscillating => "oscillating",
+            Family::Herd => "herd",
+            Family::MovingHotSpot => "moving hot spot",
+            Family::Churn => "churn",
+        }
+    }
+}
+
+/// A generated workload: the seed it came from, its family, and its YAML.
+#[derive(Clone, Debug)]
+pub struct Generated {
+    pub seed: u64,
+    pub family: Family,
+    pub yaml: String,
+    pub workload: Workload,
+}
+
+fn log_uniform(rng: &mut ChaCha8Rng, low: f64, high: f64) -> f64 {
+    (low.ln() + rng.random::<f64>() * (high.ln() - low.ln())).exp()
+}
+
+/// `x` to three significant digits (the YAML stays readable).
+fn round3(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powf(2.0 - x.abs().log10().floor());
+    (x * scale).round() / scale
+}
+
+/// Seconds, as the YAML writes them.
+fn secs(s: f64) -> String {
+    format!("{}ms", (s * 1000.0).round() as u64)
+}
+
+/// One group of pods, as drawn.
+struct Group {
+    name: String,
+    count: usize,
+    join: f64,
+    spread: f64,
+    leave: Option<f64>,
+    terms: Vec<String>,
+}
+
+impl Group {
+    fn new(name: impl Into<String>, count: usize) -> Group {
+        Group {
+            name: name.into(),
+            count,
+            join: 0.0,
+            spread: 0.0,
+            leave: None,
+            terms: Vec::new(),
+        }
+    }
+
+    fn yaml(&self, out: &mut String) {
+        let _ = writeln!(out, "  - name: {}", self.name);
+        let _ = writeln!(out, "    count: {}", self.count);
+        if self.join > 0.0 {
+            let _ = writeln!(out, "    join: {}", secs(self.join));
+        }
+        if self.spread > 0.0 {
+            let _ = writeln!(out, "    join_spread: {}", secs(self.spread));
+        }
+        if let Some(leave) = self.leave {
+            let _ = writeln!(out, "    leave: {}", secs(leave));
+        }
+        let _ = writeln!(out, "    demand:");
+        for term in &self.terms {
+            let _ = writeln!(out, "      - {term}");
+        }
+    }
+}
+
+/// Up to three terms beside a pod's base rate `base`, over `duration` s.
+fn extra_terms(rng: &mut ChaCha8Rng, base: f64, duration: f64) -> Vec<String> {
+    let n = rng.random_range(0..=3);
+    (0..n)
+        .map(|_| {
+            let at = round3(rng.random_range(0.05..0.9) * duration);
+            match rng.random_range(0..6) {
+                0 => {
+                    let end = round3(at + rng.random_range(0.05..0.5) * duration);
+                    let by = round3(base * rng.random_range(-1.0..2.0));
+                    format!(
+                        "ramp: {{ start: {}, end: {}, by: {by} }}",
+                        secs(at),
+                        secs(end.max(at + 1.0))
+                    )
+                }
+                1 => format!(
+                    "step: {{ at: {}, by: {} }}",
+                    secs(at),
+                    round3(base * rng.random_range(-1.0..3.0))
+                ),
+                2 => format!(
+                    "sine: {{ amplitude: {}, period: {}, phase: {} }}",
+                    round3(base * rng.random_range(0.1..1.0)),
+                    secs(round3(rng.random_range(10.0..180.0))),
+                    round3(rng.random::<f64>())
+                ),
+                3 => format!(
+                    "bump: {{ at: {}, width: {}, height: {} }}",
+                    secs(at),
+                    secs(round3(rng.random_range(0.5..10.0))),
+                    round3(base * log_uniform(rng, 1.0, 30.0))
+                ),
+                4 => format!(
+                    "noise: {{ stddev: {}, every: {} }}",
+                    round3(base * rng.random_range(0.05..0.5)),
+                    secs(round3(log_uniform(rng, 0.1, 5.0)))
+                ),
+                _ => {
+                    let on = round3(rng.random_range(5.0..60.0));
+                    let off = round3(rng.random_range(5.0..60.0));
+                    format!(
+                        "on_off: {{ on: {}, off: {}, rate: {}, start: {} }}",
+                        secs(on),
+                        secs(off),
+                        round3(base * rng.random_range(0.5..3.0)),
+                        secs(round3(rng.random_range(0.0..on + off)))
+                    )
+                }
+            }
+        })
+        .collect()
+}
+
+/// Splits `total` pods into `groups` groups of at least one each.
+fn split(rng: &mut ChaCha8Rng, total: usize, groups: usize) -> Vec<usize> {
+    let groups = groups.clamp(1, total.max(1));
+    let mut counts = vec![1usize; groups];
+    for _ in groups..total {
+        let g = rng.random_range(0..groups);
+        counts[g] += 1;
+    }
+    counts
+}
+
+/// The workload of `seed`.
+pub fn generate(seed: u64) -> Result<Generated, SimError> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let pods = log_uniform(&mut rng, 1.0, 1000.49).round() as usize;
+    let refill = round3(log_uniform(&mut rng, 1.0, 1e6));
+    let burst = if rng.random_bool(0.1) {
+        0.0
+    } else {
+        round3(refill * log_uniform(&mut rng, 0.01, 100.0))
+    };
+    let duration = f64::from(rng.random_range(18..=60u32) * 10);
+    let rtt_ms = rng.random_range(0..=500u64);
+    let loss = if rng.random_bool(1.0 / 3.0) {
+        0.0
+    } else {
+        f64::from(rng.random_range(1..=100u32)) / 1000.0
+    };
+    let mut outages = Vec::new();
+    let count = match rng.random::<f64>() {
+        x if x < 0.6 => 0,
+        x if x < 0.9 => 1,
+        _ => 2,
+    };
+    let mut from = 30.0;
+    for _ in 0..count {
+        let start =
+            round3(rng.random_range(from..(from + (duration - from) * 0.6).max(from + 1.0)));
+        let length = round3(rng.random_range(5.0..60.0));
+        if start + length + 30.0 < duration {
+            outages.push((start, length));
+            from = start + length + 10.0;
+        }
+    }
+    // Mean demand over the limit.
+    let load = log_uniform(&mut rng, 0.2, 4.0);
+    let family = match rng.random::<f64>() {
+        x if x < 0.4 => Family::Mix,
+        x if x < 0.55 => Family::Oscillating,
+        x if x < 0.7 => Family::Herd,
+        x if x < 0.85 => Family::MovingHotSpot,
+        _ => Family::Churn,
+    };
+    let per_pod = |n: usize| refill * load / n.max(1) as f64;
+    let mut groups = Vec::new();
+    match family {
+        Family::Mix => {
+            let n = rng.random_range(1..=4usize);
+            let counts = split(&mut rng, pods, n);
+            let weights: Vec<f64> = counts
+                .iter()
+                .map(|_| log_uniform(&mut rng, 0.2, 5.0))
+                .collect();
+            let weighted: f64 = counts
+                .iter()
+                .zip(&weights)
+                .map(|(c, w)| *c as f64 * w)
+                .sum();
+            for (g, (&count, &weight)) in counts.iter().zip(&weights).enumerate() {
+                let base = refill * load * weight / weighted;
+                let mut group = Group::new(format!("g{g}"), count);
+                group.terms.push(format!(
+                    "constant: {}",
+                    round3(base * rng.random_range(0.3..1.0))
+                ));
+                group.terms.extend(extra_terms(&mut rng, base, duration));
+                if rng.random_bool(0.4) {
+                    group.join = round3(rng.random_range(0.0..duration / 2.0));
+                }
+                if rng.random_bool(0.6) {
+                    group.spread = round3(log_uniform(&mut rng, 0.5, 60.0));
+                }
+                if rng.random_bool(0.2) {
+                    let alive = group.join + group.spread + 30.0;
+                    if alive < duration - 10.0 {
+                        group.leave = Some(round3(rng.random_range(alive..duration)));
+                    }
+                }
+                groups.push(group);
+            }
+        }
+        Family::Oscillating => {
+            let pods = pods.max(2);
+            let phases = rng.random_range(2..=6usize).min(pods);
+            let period = round3(rng.random_range(20.0..120.0));
+            let base = round3(per_pod(pods) * rng.random_range(0.8..1.25) / load);
+            for (g, count) in split(&mut rng, pods, phases).into_iter().enumerate() {
+                let mut group = Group::new(format!("phase{g}"), count);
+                group.terms.push(format!("constant: {base}"));
+                group.terms.push(format!(
+                    "sine: {{ amplitude: {}, period: {}, phase: {} }}",
+                    round3(base * rng.random_range(0.5..1.0)),
+                    secs(period),
+                    round3(g as f64 / phases as f64)
+                ));
+                if rng.random_bool(0.5) {
+                    group.terms.push(format!(
+                        "noise: {{ stddev: {} }}",
+                        round3(base * rng.random_range(0.05..0.3))
+                    ));
+                }
+                groups.push(group);
+            }
+        }
+        Family::Herd => {
+            let pods = pods.max(2);
+            let steady = rng.random_range(1..=5usize).min(pods - 1);
+            let herd = pods - steady;
+            let base = per_pod(pods);
+            let mut first = Group::new("steady", steady);
+            first.terms.push(format!("constant: {}", round3(base)));
+            first.terms.extend(extra_terms(&mut rng, base, duration));
+            groups.push(first);
+            let mut group = Group::new("herd", herd);
+            group.join = round3(rng.random_range(20.0..duration / 2.0));
+            group.spread = round3(rng.random_range(0.0..1.0));
+            group.terms.push(format!("constant: {}", round3(base)));
+            if rng.random_bool(0.5) {
+                group.terms.push(format!(
+                    "noise: {{ stddev: {} }}",
+                    round3(base * rng.random_range(0.05..0.3))
+                ));
+            }
+            groups.push(group);
+        }
+        Family::MovingHotSpot => {
+            let pods = pods.max(2);
+            let spots = rng.random_range(2..=8usize).min(pods);
+            let every = round3(rng.random_range(10.0..40.0));
+            let hot = refill * load / spots as f64;
+            for (g, count) in split(&mut rng, pods, spots).into_iter().enumerate() {
+                let mut group = Group::new(format!("spot{g}"), count);
+                let cold = round3(hot / count as f64 * rng.random_range(0.02..0.2));
+                group.terms.push(format!("constant: {cold}"));
+                group.terms.push(format!(
+                    "on_off: {{ on: {}, off: {}, rate: {}, start: {} }}",
+                    secs(every),
+                    secs(every * (spots - 1) as f64),
+                    round3(hot * spots as f64 / count as f64),
+                    secs(every * g as f64)
+                ));
+                groups.push(group);
+            }
+        }
+        Family::Churn => {
+            let waves = rng.random_range(4..=20usize).min(pods);
+            let lifetime = round3(rng.random_range(30.0..120.0));
+            let every = (duration - lifetime - 5.0).max(1.0) / waves as f64;
+            let live = (lifetime / every).clamp(1.0, waves as f64);
+            for (g, count) in split(&mut rng, pods, waves).into_iter().enumerate() {
+                let mut group = Group::new(format!("wave{g}"), count);
+                group.join = round3(every * g as f64);
+                group.spread = round3(rng.random_range(0.0..every.max(0.5)));
+                group.leave = Some(round3(group.join + group.spread + lifetime));
+                let base = refill * load / (live * count as f64);
+                group.terms.push(format!("constant: {}", round3(base)));
+                group.terms.extend(extra_terms(&mut rng, base, duration));
+                groups.push(group);
+            }
+        }
+    }
+    let mut yaml = String::new();
+    let _ = writeln!(yaml, "name: fuzz-{seed}");
+    let _ = writeln!(
+        yaml,
+        "description: generated ({}; {} pods; demand {:.2} x the refill rate on average)",
+        family.name(),
+        groups.iter().map(|g| g.count).sum::<usize>(),
+        load
+    );
+    let _ = writeln!(yaml, "duration: {}s", duration);
+    let _ = writeln!(yaml, "seed: {seed}");
+    let _ = writeln!(
+        yaml,
+        "limits: {{ refill_rate: {refill}, burst_limit: {burst} }}"
+    );
+    let _ = writeln!(yaml, "network: {{ rtt: {rtt_ms}ms, loss: {loss} }}");
+    if !outages.is_empty() {
+        let _ = writeln!(yaml, "outages:");
+        for (start, length) in &outages {
+            let _ = writeln!(
+                yaml,
+                "  - {{ start: {}, duration: {} }}",
+                secs(*start),
+                secs(*length)
+            );
+        }
+    }
+    let _ = writeln!(yaml, "pods:");
+    for group in &groups {
+        group.yaml(&mut yaml);
+    }
+    let workload = Workload::parse(&yaml).map_err(|e| {
+        SimError::Invalid(format!("generated workload of seed {seed}: {e}\n{yaml}"))
+    })?;
+    Ok(Generated {
+        seed,
+        family,
+        yaml,
+        workload,
+    })
+}
+
+/// A measure the corpus sums up, and which way is worse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MeasureKind {
+    pub name: &'static str,
+    /// Lower is worse (Jain's index).
+    pub lower_is_worse: bool,
+}
+
+/// The measures summed up over a corpus, in the order they are reported.
+pub const MEASURES: [MeasureKind; 8] = [
+    MeasureKind {
+        name: "|divergence| end",
+        lower_is_worse: false,
+    },
+    MeasureKind {
+        name: "|divergence| max",
+        lower_is_worse: false,
+    },
+    MeasureKind {
+        name: "overshoot 10 s",
+        lower_is_worse: false,
+    },
+    MeasureKind {
+        name: "overshoot 60 s",
+        lower_is_worse: false,
+    },
+    MeasureKind {
+        name: "pod error max",
+        lower_is_worse: false,
+    },
+    MeasureKind {
+        name: "Jain (equal demand)",
+        lower_is_worse: true,
+    },
+    MeasureKind {
+        name: "convergence (periods)",
+        lower_is_worse: false,
+    },
+    MeasureKind {
+        name: "req/pod/min",
+        lower_is_worse: false,
+    },
+];
+
+/// `m`'s value of each of [`MEASURES`] (`None` where it does not apply).
+fn values(m: &Measures, period: f64, equal_demand: bool) -> [Option<f64>; 8] {
+    [
+        Some(m.divergence_end.abs()),
+        Some(m.divergence_max.abs()),
+        Some(m.overshoot_10s),
+        Some(m.overshoot_60s),
+        Some(m.pod_error_max),
+        equal_demand.then_some(m.jain_index),
+        m.convergence_max().map(|c| c / period),
+        Some(m.requests_per_pod_minute),
+    ]
+}
+
+/// One workload's outcome.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub seed: u64,
+    pub family: Family,
+    /// Per policy (in [`Policy::ALL`]'s order), each measure's value.
+    pub values: Vec<[Option<f64>; 8]>,
+    /// The checked policy's goals it missed.
+    pub missed: Vec<String>,
+    /// The server was down at times.
+    pub outage: bool,
+    /// Messages were lost.
+    pub loss: bool,
+}
+
+impl Outcome {
+    /// Whether the stated bound applies: no outage, no lost message.
+    pub fn bound_applies(&self) -> bool {
+        !self.outage && !self.loss
+    }
+}
+
+/// Runs the workload of `seed` under `policies`.
+pub fn run_seed(seed: u64, policies: &[Policy]) -> Result<Outcome, SimError> {
+    let generated = generate(seed)?;
+    let period = generated
+        .workload
+        .client
+        .config()
+        .target_request_period
+        .as_secs_f64();
+    let equal = generated.workload.equal_demand();
+    let outage = !generated.workload.outages.is_empty();
+    let loss = generated.workload.network.loss > 0.0;
+    let run = run_workload(generated.workload, policies)?;
+    let values = Policy::ALL
+        .iter()
+        .map(|&p| {
+            run.policy(p)
+                .map_or([None; 8], |r| values(&r.measures, period, equal))
+        })
+        .collect();
+    let missed = check::check(&run)
+        .into_iter()
+        .filter(|c| !c.passed)
+        .map(|c| c.describe(&run.workload.name))
+        .collect();
+    Ok(Outcome {
+        seed,
+        family: generated.family,
+        values,
+        missed,
+        outage,
+        loss,
+    })
+}
+
+/// Runs `seeds` under `policies` on `threads` threads; the outcomes in
+/// seed order.
+pub fn run_corpus(
+    seeds: &[u64],
+    policies: &[Policy],
+    threads: usize,
+) -> Result<Vec<Outcome>, SimError> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<(usize, Result<Outcome, SimError>)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&seed) = seeds.get(i) else { break };
+                    let outcome = run_seed(seed, policies);
+                    results
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push((i, outcome));
+                }
+            });
+        }
+    });
+    let mut results = results
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
+}
+
+/// One measure of one policy over the corpus.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Spread {
+    pub worst: f64,
+    pub worst_seed: u64,
+    pub p99: f64,
+    pub median: f64,
+    /// Workloads it applies to.
+    pub count: usize,
+}
+
+/// The worst, p99 and median of measure `k` of `policy` over `outcomes`.
+pub fn spread(outcomes: &[Outcome], policy: usize, k: usize) -> Option<Spread> {
+    let kind = MEASURES[k];
+    let mut values: Vec<(f64, u64)> = outcomes
+        .iter()
+        .filter_map(|o| Some((o.values.get(policy)?[k]?, o.seed)))
+        .collect();
+    if values.is_empty() {
+        return None;
+    }
+    // Worst last.
+    values.sort_by(|a, b| {
+        if kind.lower_is_worse {
+            b.0.total_cmp(&a.0)
+        } else {
+            a.0.total_cmp(&b.0)
+        }
+    });
+    let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize].0;
+    let (worst, worst_seed) = values[values.len() - 1];
+    Some(Spread {
+        worst,
+        worst_seed,
+        p99: at(0.99),
+        median: at(0.5),
+        count: values.len(),
+    })
+}
+
+fn format_measure(k: usize, v: f64) -> String {
+    match k {
+        5 => format!("{v:.4}"),
+        6 if v.is_infinite() => "never".into(),
+        6 | 7 => format!("{v:.2}"),
+        _ => format!("{:+.2}%", v * 100.0),
+    }
+}
+
+/// The corpus summary, in markdown: per policy and measure the worst (and
+/// its seed), p99 and median; the share meeting every goal, per family.
+pub fn summary(outcomes: &[Outcome], first_seed: u64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} generated workloads, seeds {first_seed} to {}.\n",
+        outcomes.len(),
+        first_seed + outcomes.len().saturating_sub(1) as u64
+    );
+    let met = outcomes.iter().filter(|o| o.missed.is_empty()).count();
+    let _ = writeln!(
+        out,
+        "Meeting every goal under `{}`: **{met} of {} ({:.1} %)**.\n",
+        CHECKED_POLICY.name(),
+        outcomes.len(),
+        100.0 * met as f64 / outcomes.len().max(1) as f64
+    );
+    let mut families: Vec<Family> = outcomes.iter().map(|o| o.family).collect();
+    families.sort();
+    families.dedup();
+    let _ = writeln!(out, "| family | workloads | meeting every goal |");
+    let _ = writeln!(out, "|---|---:|---:|");
+    for family in families {
+        let of: Vec<&Outcome> = outcomes.iter().filter(|o| o.family == family).collect();
+        let met = of.iter().filter(|o| o.missed.is_empty()).count();
+        let _ = writeln!(out, "| {} | {} | {met} |", family.name(), of.len());
+    }
+    let _ = writeln!(out);
+    for (p, policy) in Policy::ALL.iter().enumerate() {
+        if (0..MEASURES.len()).all(|k| spread(outcomes, p, k).is_none()) {
+            continue;
+        }
+        let _ = writeln!(out, "### {}\n", policy.name());
+        let _ = writeln!(
+            out,
+            "| measure | worst | seed of the worst | p99 | median | workloads |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+        for (k, kind) in MEASURES.iter().enumerate() {
+            if let Some(s) = spread(outcomes, p, k) {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} | {} |",
+                    kind.name,
+                    format_measure(k, s.worst),
+                    s.worst_seed,
+                    format_measure(k, s.p99),
+                    format_measure(k, s.median),
+                    s.count
+                );
+            }
+        }
+        let _ = writeln!(out);
+    }
+    out
+}
+
+/// The index of the checked policy in [`Policy::ALL`].
+fn checked() -> usize {
+    Policy::ALL
+        .iter()
+        .position(|p| *p == CHECKED_POLICY)
+        .unwrap_or(0)
+}
+
+/// The index of the 60 s overshoot in [`MEASURES`].
+const OVERSHOOT_60S: usize = 3;
+
+/// The workloads the stated bound applies to whose checked policy
+/// admitted more than it over some 60 s window.
+pub fn over_bound(outcomes: &[Outcome]) -> Vec<&Outcome> {
+    outcomes
+        .iter()
+        .filter(|o| o.bound_applies())
+        .filter(|o| {
+            o.values
+                .get(checked())
+                .and_then(|v| v[OVERSHOOT_60S])
+                .is_some_and(|over| over > check::STATED_OVERSHOOT_BOUND)
+        })
+        .collect()
+}
+
+/// The stated bound, and how the corpus stands against it: the worst 60 s
+/// overshoot of the checked policy where the bound applies, and apart
+/// where the server was down or messages were lost.
+pub fn bound_section(outcomes: &[Outcome], over: &[&Outcome]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Stated bound (`{}`): with no outage and no lost message, over any window of T ≥ 60 s, admitted ≤ max(burst, initial) + R·T + ε·R·T with ε = {:.1} %.\n",
+        CHECKED_POLICY.name(),
+        check::STATED_OVERSHOOT_BOUND * 100.0,
+    );
+    let _ = writeln!(
+        out,
+        "| workloads | count | worst overshoot over 60 s | seed | p99 | median |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+    type Filter = fn(&Outcome) -> bool;
+    let groups: [(&str, Filter); 4] = [
+        ("no outage, no loss (the bound)", |o| o.bound_applies()),
+        ("loss, no outage", |o| o.loss && !o.outage),
+        ("outage", |o| o.outage),
+        ("all", |_| true),
+    ];
+    for (name, keep) in groups {
+        let of: Vec<Outcome> = outcomes.iter().filter(|o| keep(o)).cloned().collect();
+        if let Some(s) = spread(&of, checked(), OVERSHOOT_60S) {
+            let _ = writeln!(
+                out,
+                "| {name} | {} | {} | {} | {} | {} |",
+                s.count,
+                format_measure(OVERSHOOT_60S, s.worst),
+                s.worst_seed,
+                format_measure(OVERSHOOT_60S, s.p99),
+                format_measure(OVERSHOOT_60S, s.median),
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n{} of {} workloads the bound applies to are over it.",
+        over.len(),
+        outcomes.iter().filter(|o| o.bound_applies()).count()
+    );
+    out
+}
+
+/// The seeds worth replaying: the worst of each measure, every policy.
+pub fn worst_seeds(outcomes: &[Outcome]) -> Vec<u64> {
+    let mut seeds: Vec<u64> = (0..Policy::ALL.len())
+        .flat_map(|p| {
+            (0..MEASURES.len()).filter_map(move |k| Some(spread(outcomes, p, k)?.worst_seed))
+        })
+        .collect();
+    seeds.sort_unstable();
+    seeds.dedup();
+    seeds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_draws_the_same_valid_workload_every_time() {
+        for seed in 0..300 {
+            let a = generate(seed).expect("valid");
+            let b = generate(seed).expect("valid");
+            assert_eq!(a.yaml, b.yaml);
+            // The YAML is the workload: replaying it gives the same one.
+            assert_eq!(Workload::parse(&a.yaml).expect("parses"), a.workload);
+        }
+    }
+
+    #[test]
+    fn the_corpus_covers_the_range() {
+        let drawn: Vec<Generated> = (0..1000).map(|s| generate(s).expect("valid")).collect();
+        let pods: Vec<usize> = drawn.iter().map(|g| g.workload.pod_specs().len()).collect();
+        assert!(pods.contains(&1) && pods.iter().any(|&p| p >= 500));
+        let refill: Vec<f64> = drawn
+            .iter()
+            .filter_map(|g| Some(g.workload.limits.as_ref()?.refill_rate))
+            .collect();
+        assert!(refill.iter().any(|&r| r < 3.0) && refill.iter().any(|&r| r > 3e5));
+        assert!(drawn.iter().any(|g| {
+            g.workload
+                .limits
+                .as_ref()
+                .is_some_and(|l| l.burst_limit == 0.0)
+        }));
+        assert!(drawn.iter().any(|g| !g.workload.outages.is_empty()));
+        assert!(drawn.iter().any(|g| g.workload.network.loss > 0.09));
+        for family in [
+            Family::Mix,
+            Family::Oscillating,
+            Family::Herd,
+            Family::MovingHotSpot,
+            Family::Churn,
+        ] {
+            assert!(
+                drawn.iter().filter(|g| g.family == family).count() >= 50,
+                "{family:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn spreads_put_the_worst_last_whichever_way_is_worse() {
+        let outcome = |seed: u64, v: f64| Outcome {
+            seed,
+            family: Family::Mix,
+            values: vec![[Some(v); 8]],
+            missed: Vec::new(),
+            outage: false,
+            loss: false,
+        };
+        let outcomes: Vec<Outcome> = (0..101).map(|s| outcome(s, s as f64)).collect();
+        let over = spread(&outcomes, 0, 3).expect("applies");
+        assert_eq!(
+            (over.worst, over.worst_seed, over.median),
+            (100.0, 100, 50.0)
+        );
+        assert_eq!(over.p99, 99.0);
+        let jain = spread(&outcomes, 0, 5).expect("applies");
+        assert_eq!((jain.worst, jain.worst_seed, jain.p99), (0.0, 0, 1.0));
+    }
+}
