@@ -28,11 +28,13 @@ pub const GOAL_OVERSHOOT_60S: f64 = 0.02;
 pub const GOAL_CONVERGENCE_PERIODS: f64 = 2.0;
 /// Jain's index of per-pod admitted/ideal, when every pod wants the same.
 pub const GOAL_JAIN_INDEX: f64 = 0.99;
-/// The stated bound: over any window of 60 s or more, the checked policy
-/// admits at most `burst + R·T` plus this share of `R·T`. Measured as the
-/// worst 60 s overshoot over generated workloads (`tollgate-sim fuzz`);
-/// CI holds a fixed sample of them to it.
-pub const STATED_OVERSHOOT_BOUND: f64 = 0.05;
+/// The stated bound: with no outage and no lost message, over any window
+/// of 60 s or more, the checked policy admits at most
+/// `max(burst, initial) + R·T` plus this share of `R·T`. It is the worst 60 s
+/// overshoot measured over 1 000 generated workloads (`tollgate-sim fuzz
+/// --count 1000 --seed 0`: 11.85 %, seed 715), rounded up; the goal is
+/// [`GOAL_OVERSHOOT_60S`]. CI holds a fixed sample of the corpus to it.
+pub const STATED_OVERSHOOT_BOUND: f64 = 0.12;
 /// Coordinated: a hot spot's mean accepted rate in steady state, at most
 /// this many times its limit.
 pub const GOAL_HOT_ACCEPTED_MAX: f64 = 1.2;
