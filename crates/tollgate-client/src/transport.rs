@@ -1,6 +1,9 @@
 //! How a controller reaches its tenant's global bucket.
 //!
-//! [`GrpcTransport`] speaks the wire contract to a `tollgate serve`. The
+//! [`GrpcTransport`] speaks the wire contract to a `tollgate serve`, over a
+//! tonic channel or over any other gRPC service: the server's own services
+//! in-process, so that tests can run the real client against the real
+//! server in tokio's paused time, with no socket in between. The
 //! [`Transport`] trait exists so that tests can put a deterministic bucket
 //! behind the same controller, and so that users can route requests their
 //! own way (through a sidecar, a proxy, another RPC stack).
@@ -14,6 +17,8 @@ use tollgate_proto::partition::PartitionLoadCall;
 use tollgate_proto::v1;
 use tollgate_proto::v1::partition_limits_client::PartitionLimitsClient;
 use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
+use tonic::client::GrpcService;
+use tonic::codegen::{Body, Bytes, StdError};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::error::{ClientError, TransportError};
@@ -103,10 +108,13 @@ pub fn endpoint(
 
 /// The gRPC transport to a Tollgate server: one channel, shared by every
 /// bucket of the controller (the bucket travels in each request).
+///
+/// `S` is the gRPC service calls go to: a tonic [`Channel`] to a server
+/// ([`GrpcTransport::new`]), or any other ([`GrpcTransport::with_service`]).
 #[derive(Clone, Debug)]
-pub struct GrpcTransport {
-    client: TokenBucketServiceClient<Channel>,
-    partitions: PartitionLimitsClient<Channel>,
+pub struct GrpcTransport<S = Channel> {
+    client: TokenBucketServiceClient<S>,
+    partitions: PartitionLimitsClient<S>,
     tenant: TenantId,
 }
 
@@ -121,16 +129,39 @@ impl GrpcTransport {
         tls: Option<&ClientTls>,
     ) -> Result<Self, ClientError> {
         let channel = self::endpoint(endpoint, connect_timeout, tls)?.connect_lazy();
-        Ok(GrpcTransport {
-            client: TokenBucketServiceClient::new(channel.clone()),
-            partitions: PartitionLimitsClient::new(channel),
+        Ok(GrpcTransport::with_service(channel, tenant))
+    }
+}
+
+impl<S> GrpcTransport<S>
+where
+    S: GrpcService<tonic::body::Body> + Clone,
+    S::Error: Into<StdError>,
+    S::ResponseBody: Body<Data = Bytes> + Send + 'static,
+    <S::ResponseBody as Body>::Error: Into<StdError> + Send,
+{
+    /// A transport for `tenant` that sends its calls to `service`: a
+    /// channel built some other way, or a server's services in the same
+    /// process (each call then runs the server's handler on the caller's
+    /// task, encoded and decoded as on the wire).
+    pub fn with_service(service: S, tenant: TenantId) -> Self {
+        GrpcTransport {
+            client: TokenBucketServiceClient::new(service.clone()),
+            partitions: PartitionLimitsClient::new(service),
             tenant,
-        })
+        }
     }
 }
 
 #[async_trait]
-impl Transport for GrpcTransport {
+impl<S> Transport for GrpcTransport<S>
+where
+    S: GrpcService<tonic::body::Body> + Clone + Send + Sync + 'static,
+    S::Future: Send,
+    S::Error: Into<StdError>,
+    S::ResponseBody: Body<Data = Bytes> + Send + 'static,
+    <S::ResponseBody as Body>::Error: Into<StdError> + Send,
+{
     async fn token_bucket(
         &self,
         bucket: &BucketName,

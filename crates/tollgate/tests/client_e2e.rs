@@ -1,6 +1,12 @@
 //! Pods embedding `tollgate-client` against a real `tollgate serve` process
-//! (embedded store, gRPC over sockets, real time): accuracy over a minute,
-//! an outage and recovery, and consumption that adds up to the last token.
+//! (embedded store in a file, gRPC over sockets, real time), briefly: grants
+//! and reports cross the wire, and the consumption the server stores is
+//! what the pods charged, to the last token.
+//!
+//! Accuracy over a minute and an outage with recovery run in tokio's paused
+//! time against the server's services in-process (`tollgate-client`'s
+//! `server_virtual_time` test): a minute takes a fraction of a second there,
+//! and how busy the machine is cannot change the outcome.
 
 mod support;
 
@@ -14,6 +20,8 @@ use tollgate_client::{Controller, LocalBucketConfig, Options};
 
 /// Tokens per acquisition.
 const STEP: f64 = 10.0;
+/// What each pod may admit before its first grant.
+const INITIAL_TOKENS: f64 = 100.0;
 
 fn set_limits(server: &Server, tenant: &str, available: f64, refill: f64, burst: f64) {
     server.ok(&[
@@ -43,7 +51,7 @@ fn pods(url: &str, tenant: &str, n: u32) -> Vec<Controller> {
         .map(|instance| {
             let options = Options {
                 bucket: LocalBucketConfig {
-                    initial_tokens: 100.0,
+                    initial_tokens: INITIAL_TOKENS,
                     ..LocalBucketConfig::default()
                 },
                 ..Options::default()
@@ -94,75 +102,29 @@ fn assert_same_consumption(stored: f64, charged: f64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_pods_admit_refill_times_a_minute_plus_burst() {
+async fn a_served_store_keeps_exactly_what_pods_charged() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = tokio::task::block_in_place(|| Server::start(&dir.path().join("t.redb")));
-    let (refill, burst) = (1000.0, 5000.0);
-    tokio::task::block_in_place(|| set_limits(&server, "acme", burst, refill, burst));
+    // An empty bucket: past their initial allowances, the pods admit only
+    // what the server grants them.
+    let refill = 1000.0;
+    tokio::task::block_in_place(|| set_limits(&server, "smoke", 0.0, refill, refill));
+    let pods = pods(&server.url, "smoke", 3);
 
-    let pods = pods(&server.url, "acme", 3);
-    let secs = 60.0;
-    let admitted = saturate(&pods, 4, Instant::now() + Duration::from_secs_f64(secs)).await;
-    let ideal = refill * secs + burst;
-    let error = (admitted - ideal) / ideal;
+    let secs = 2.5;
+    let admitted = saturate(&pods, 2, Instant::now() + Duration::from_secs_f64(secs)).await;
+    let allowances = 3.0 * INITIAL_TOKENS;
     eprintln!(
-        "3 pods, refill {refill}/s, burst {burst}, {secs} s: admitted {admitted}, ideal {ideal}, error {:+.2}%",
-        error * 100.0
+        "3 pods, refill {refill}/s, {secs} s: admitted {admitted} ({allowances} before any grant)"
     );
-    assert!(error.abs() <= 0.05, "error {:+.2}%", error * 100.0);
-
-    let charged = shutdown(pods).await;
-    let stored = tokio::task::block_in_place(|| stored_request_units(&server, "acme"));
-    assert_same_consumption(stored, charged);
-    tokio::task::block_in_place(|| server.stop());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_keep_working_through_a_server_outage_and_resume() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = dir.path().join("t.redb");
-    let server = tokio::task::block_in_place(|| Server::start(&store));
-    let port = server.port;
-    let refill = 300.0;
-    tokio::task::block_in_place(|| set_limits(&server, "outage", 0.0, refill, 1000.0));
-    let pods = pods(&server.url, "outage", 3);
-
-    let before = saturate(&pods, 2, Instant::now() + Duration::from_secs(8)).await;
-    assert!(before > 0.0);
-
-    // The server dies without a goodbye.
-    tokio::task::block_in_place(|| server.kill());
-    let outage = Duration::from_secs(10);
-    let during = saturate(&pods, 2, Instant::now() + outage).await;
+    let floor = allowances + 0.5 * refill * secs;
     assert!(
-        pods.iter().all(|pod| pod.status().fallback_active),
-        "every pod runs on its fallback rate"
-    );
-    // Each pod may use at least an even split of the refill rate on its own,
-    // starting a second after its request went unanswered.
-    let floor = 0.5 * refill * (outage.as_secs_f64() - 2.0);
-    let ceiling = 2.0 * refill * outage.as_secs_f64() + 1000.0;
-    eprintln!("outage of {outage:?} at refill {refill}/s: pods admitted {during} on their own");
-    assert!(
-        during >= floor,
-        "admitted {during} in the outage, at least {floor} expected"
-    );
-    assert!(
-        during <= ceiling,
-        "admitted {during} in the outage, at most {ceiling} expected"
-    );
-
-    // Back on the same port and store: the pods reconnect and leave fallback.
-    let server = tokio::task::block_in_place(|| Server::start_on(&store, port, &[]));
-    let after = saturate(&pods, 2, Instant::now() + Duration::from_secs(8)).await;
-    assert!(after > 0.0, "pods admit work after the server is back");
-    assert!(
-        pods.iter().all(|pod| !pod.status().fallback_active),
-        "every pod is back on grants from the server"
+        admitted >= floor,
+        "admitted {admitted}, at least {floor} expected: grants reach the pods"
     );
 
     let charged = shutdown(pods).await;
-    let stored = tokio::task::block_in_place(|| stored_request_units(&server, "outage"));
+    let stored = tokio::task::block_in_place(|| stored_request_units(&server, "smoke"));
     assert_same_consumption(stored, charged);
     tokio::task::block_in_place(|| server.stop());
 }
