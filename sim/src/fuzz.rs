@@ -457,7 +457,7 @@ pub struct Outcome {
     pub family: Family,
     /// Per policy (in [`Policy::ALL`]'s order), each measure's value.
     pub values: Vec<[Option<f64>; 8]>,
-    /// The checked policy's goals it missed.
+    /// The checked policy's goals it missed (the checks' measures).
     pub missed: Vec<String>,
     /// The server was down at times.
     pub outage: bool,
@@ -495,7 +495,7 @@ pub fn run_seed(seed: u64, policies: &[Policy]) -> Result<Outcome, SimError> {
     let missed = check::check(&run)
         .into_iter()
         .filter(|c| !c.passed)
-        .map(|c| c.describe(&run.workload.name))
+        .map(|c| c.measure)
         .collect();
     Ok(Outcome {
         seed,
@@ -608,13 +608,37 @@ pub fn summary(outcomes: &[Outcome], first_seed: u64) -> String {
     let mut families: Vec<Family> = outcomes.iter().map(|o| o.family).collect();
     families.sort();
     families.dedup();
-    let _ = writeln!(out, "| family | workloads | meeting every goal |");
-    let _ = writeln!(out, "|---|---:|---:|");
+    // Which goal each family misses, as the checks name them.
+    let mut goals: Vec<&str> = outcomes
+        .iter()
+        .flat_map(|o| o.missed.iter().map(String::as_str))
+        .collect();
+    goals.sort_unstable();
+    goals.dedup();
+    let _ = write!(out, "| family | workloads | meeting every goal |");
+    for goal in &goals {
+        let _ = write!(out, " missing {goal} |");
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "|---|---:|---:|{}", "---:|".repeat(goals.len()));
+    let row = |name: &str, of: &[&Outcome], out: &mut String| {
+        let met = of.iter().filter(|o| o.missed.is_empty()).count();
+        let _ = write!(out, "| {name} | {} | {met} |", of.len());
+        for goal in &goals {
+            let missing = of
+                .iter()
+                .filter(|o| o.missed.iter().any(|m| m == goal))
+                .count();
+            let _ = write!(out, " {missing} |");
+        }
+        let _ = writeln!(out);
+    };
     for family in families {
         let of: Vec<&Outcome> = outcomes.iter().filter(|o| o.family == family).collect();
-        let met = of.iter().filter(|o| o.missed.is_empty()).count();
-        let _ = writeln!(out, "| {} | {} | {met} |", family.name(), of.len());
+        row(family.name(), &of, &mut out);
     }
+    let all: Vec<&Outcome> = outcomes.iter().collect();
+    row("all", &all, &mut out);
     let _ = writeln!(out);
     for (p, policy) in Policy::ALL.iter().enumerate() {
         if (0..MEASURES.len()).all(|k| spread(outcomes, p, k).is_none()) {
