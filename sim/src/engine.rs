@@ -99,13 +99,43 @@ enum Kind {
 }
 
 /// Something that happens at `at` in virtual time; events at the same
-/// time happen in the order they were scheduled (`order`). Both engines
-/// keep their events in a heap of these.
+/// time happen in the order they were scheduled (`order`).
 #[derive(Debug)]
 pub(crate) struct Event<K> {
     pub(crate) at: Timestamp,
-    pub(crate) order: u64,
+    order: u64,
     pub(crate) kind: K,
+}
+
+/// The events still to happen, earliest first: both engines' queue.
+#[derive(Debug)]
+pub(crate) struct Events<K> {
+    heap: BinaryHeap<Reverse<Event<K>>>,
+    order: u64,
+}
+
+impl<K> Events<K> {
+    pub(crate) fn new() -> Self {
+        Events {
+            heap: BinaryHeap::new(),
+            order: 0,
+        }
+    }
+
+    /// Schedules `kind` at `at`, after anything already scheduled then.
+    pub(crate) fn schedule(&mut self, at: Timestamp, kind: K) {
+        self.order += 1;
+        self.heap.push(Reverse(Event {
+            at,
+            order: self.order,
+            kind,
+        }));
+    }
+
+    /// The next event to happen.
+    pub(crate) fn pop(&mut self) -> Option<Event<K>> {
+        self.heap.pop().map(|Reverse(event)| event)
+    }
 }
 
 impl<K> PartialEq for Event<K> {
@@ -151,8 +181,7 @@ struct Sim<'w> {
     workload: &'w Workload,
     store: Store,
     pods: Vec<Pod>,
-    events: BinaryHeap<Reverse<Event<Kind>>>,
-    order: u64,
+    events: Events<Kind>,
     rng: ChaCha8Rng,
     record: Record,
     sample_demand: Vec<f64>,
@@ -208,8 +237,7 @@ pub fn simulate(
         workload,
         store,
         pods,
-        events: BinaryHeap::new(),
-        order: 0,
+        events: Events::new(),
         rng,
         record: Record::new(
             n,
@@ -227,20 +255,11 @@ pub fn simulate(
 }
 
 impl Sim<'_> {
-    fn schedule(&mut self, at: Timestamp, kind: Kind) {
-        self.order += 1;
-        self.events.push(Reverse(Event {
-            at,
-            order: self.order,
-            kind,
-        }));
-    }
-
     fn run(&mut self) -> Result<(), SimError> {
         let end = at(self.workload.duration);
-        self.schedule(end, Kind::End);
-        self.schedule(Timestamp::EPOCH, Kind::Tick(0));
-        while let Some(Reverse(event)) = self.events.pop() {
+        self.events.schedule(end, Kind::End);
+        self.events.schedule(Timestamp::EPOCH, Kind::Tick(0));
+        while let Some(event) = self.events.pop() {
             let now = event.at;
             match event.kind {
                 Kind::End => break,
@@ -343,7 +362,7 @@ impl Sim<'_> {
         }
         let next = now.saturating_add(tick);
         if next < at(self.workload.duration) {
-            self.schedule(next, Kind::Tick(k + 1));
+            self.events.schedule(next, Kind::Tick(k + 1));
         }
         Ok(())
     }
@@ -374,7 +393,7 @@ impl Sim<'_> {
             && pod.wake.is_none_or(|w| wake < w || w <= now)
         {
             pod.wake = Some(wake);
-            self.schedule(wake, Kind::Wake(p));
+            self.events.schedule(wake, Kind::Wake(p));
         }
         if let Some(request) = outcome.request {
             self.send(p, request, now);
@@ -393,12 +412,14 @@ impl Sim<'_> {
             .outage_at(now.duration_since(Timestamp::EPOCH))
         {
             // Refused at once: the pod hears of it after a round trip.
-            self.schedule(now.saturating_add(self.rtt), Kind::Fail(p, seq));
+            self.events
+                .schedule(now.saturating_add(self.rtt), Kind::Fail(p, seq));
         } else if self.lost() {
             let timeout = self.workload.network.request_timeout;
-            self.schedule(now.saturating_add(timeout), Kind::Fail(p, seq));
+            self.events
+                .schedule(now.saturating_add(timeout), Kind::Fail(p, seq));
         } else {
-            self.schedule(
+            self.events.schedule(
                 now.saturating_add(self.half_rtt),
                 Kind::Arrive(p, Box::new(request)),
             );
@@ -416,7 +437,8 @@ impl Sim<'_> {
             .workload
             .outage_at(now.duration_since(Timestamp::EPOCH))
         {
-            self.schedule(now.saturating_add(self.half_rtt), Kind::Fail(p, seq));
+            self.events
+                .schedule(now.saturating_add(self.half_rtt), Kind::Fail(p, seq));
             return Ok(());
         }
         let grant = self
@@ -432,9 +454,10 @@ impl Sim<'_> {
             // The answer is lost: the pod times out and sends the request again.
             let sent = now.saturating_sub(self.half_rtt);
             let timeout = self.workload.network.request_timeout;
-            self.schedule(sent.saturating_add(timeout), Kind::Fail(p, seq));
+            self.events
+                .schedule(sent.saturating_add(timeout), Kind::Fail(p, seq));
         } else {
-            self.schedule(
+            self.events.schedule(
                 now.saturating_add(self.half_rtt),
                 Kind::Answer(p, seq, grant),
             );

@@ -179,6 +179,16 @@ fn extra_terms(rng: &mut ChaCha8Rng, base: f64, duration: f64) -> Vec<String> {
         .collect()
 }
 
+/// Half the time, per-pod noise of 5 to 30 % of `base`.
+fn maybe_noise(rng: &mut ChaCha8Rng, base: f64) -> Option<String> {
+    rng.random_bool(0.5).then(|| {
+        format!(
+            "noise: {{ stddev: {} }}",
+            round3(base * rng.random_range(0.05..0.3))
+        )
+    })
+}
+
 /// Splits `total` pods into `groups` groups of at least one each.
 fn split(rng: &mut ChaCha8Rng, total: usize, groups: usize) -> Vec<usize> {
     let groups = groups.clamp(1, total.max(1));
@@ -284,12 +294,7 @@ pub fn generate(seed: u64) -> Result<Generated, SimError> {
                     secs(period),
                     round3(g as f64 / phases as f64)
                 ));
-                if rng.random_bool(0.5) {
-                    group.terms.push(format!(
-                        "noise: {{ stddev: {} }}",
-                        round3(base * rng.random_range(0.05..0.3))
-                    ));
-                }
+                group.terms.extend(maybe_noise(&mut rng, base));
                 groups.push(group);
             }
         }
@@ -306,12 +311,7 @@ pub fn generate(seed: u64) -> Result<Generated, SimError> {
             group.join = round3(rng.random_range(20.0..duration / 2.0));
             group.spread = round3(rng.random_range(0.0..1.0));
             group.terms.push(format!("constant: {}", round3(base)));
-            if rng.random_bool(0.5) {
-                group.terms.push(format!(
-                    "noise: {{ stddev: {} }}",
-                    round3(base * rng.random_range(0.05..0.3))
-                ));
-            }
+            group.terms.extend(maybe_noise(&mut rng, base));
             groups.push(group);
         }
         Family::MovingHotSpot => {

@@ -7,20 +7,17 @@ use std::path::PathBuf;
 
 use crate::check::{self, CHECKED_POLICY, Check};
 use crate::measures::{CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW_SECS, Measures};
+use crate::workload::Workload;
 use crate::{WorkloadRun, humantime_short};
 
 pub mod partitions;
 
 pub use partitions::{partition_section, partition_series_csv};
 
-/// One workload's section of the report.
-pub fn workload_section(run: &WorkloadRun, plots: &[PathBuf], checks: &[Check]) -> String {
-    let w = &run.workload;
-    let mut out = String::new();
-    let pods = w.pod_specs().len();
-    let _ = writeln!(out, "## {}\n", w.name);
-    if !w.description.is_empty() {
-        let _ = writeln!(out, "{}\n", w.description.trim());
+/// `, server down 30s from 1m, …` for a workload's outages (empty if none).
+fn outages_text(w: &Workload) -> String {
+    if w.outages.is_empty() {
+        return String::new();
     }
     let outages: Vec<String> = w
         .outages
@@ -33,6 +30,18 @@ pub fn workload_section(run: &WorkloadRun, plots: &[PathBuf], checks: &[Check]) 
             )
         })
         .collect();
+    format!(", server down {}", outages.join(", "))
+}
+
+/// One workload's section of the report.
+pub fn workload_section(run: &WorkloadRun, plots: &[PathBuf], checks: &[Check]) -> String {
+    let w = &run.workload;
+    let mut out = String::new();
+    let pods = w.pod_specs().len();
+    let _ = writeln!(out, "## {}\n", w.name);
+    if !w.description.is_empty() {
+        let _ = writeln!(out, "{}\n", w.description.trim());
+    }
     let _ = writeln!(
         out,
         "{pods} pods, {} virtual, refill {} tokens/s, burst {}, seed {}, round trip {}, loss {}%{}.\n",
@@ -42,11 +51,7 @@ pub fn workload_section(run: &WorkloadRun, plots: &[PathBuf], checks: &[Check]) 
         w.seed,
         humantime_short(w.network.rtt),
         w.network.loss * 100.0,
-        if outages.is_empty() {
-            String::new()
-        } else {
-            format!(", server down {}", outages.join(", "))
-        }
+        outages_text(w)
     );
     let _ = writeln!(
         out,

@@ -16,8 +16,6 @@
 //! counts exactly the operations before it, and each answer applies to the
 //! operations after it. Everything random is seeded by the workload.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
@@ -31,7 +29,7 @@ use tollgate_core::time::Timestamp;
 
 use super::traffic::{Destination, Source, Target, cold_target};
 use crate::SimError;
-use crate::engine::Event;
+use crate::engine::Events;
 use crate::workload::Workload;
 use crate::workload::partitions::{ColdSpec, HotSpot};
 
@@ -180,8 +178,7 @@ struct Sim<'w> {
     pods: Vec<Pod>,
     spots: usize,
     loads: Loads,
-    events: BinaryHeap<Reverse<Event<Kind>>>,
-    order: u64,
+    events: Events<Kind>,
     network: ChaCha8Rng,
     record: PartitionRecord,
     hot_seed: u64,
@@ -275,8 +272,7 @@ pub fn simulate(workload: &Workload, mode: Mode) -> Result<PartitionRecord, SimE
         pods,
         spots: spots.len(),
         loads: Loads::default(),
-        events: BinaryHeap::new(),
-        order: 0,
+        events: Events::new(),
         network,
         record: PartitionRecord {
             bin_secs: BIN_SECS,
@@ -309,31 +305,22 @@ pub fn simulate(workload: &Workload, mode: Mode) -> Result<PartitionRecord, SimE
 }
 
 impl Sim<'_> {
-    fn schedule(&mut self, at: Timestamp, kind: Kind) {
-        self.order += 1;
-        self.events.push(Reverse(Event {
-            at,
-            order: self.order,
-            kind,
-        }));
-    }
-
     fn run(&mut self) {
         let end = at(self.workload.duration);
-        self.schedule(end, Kind::End);
+        self.events.schedule(end, Kind::End);
         for p in 0..self.pods.len() {
             let pod = &self.pods[p];
             let (join, leave) = (pod.join, pod.leave);
             if join < self.workload.duration {
-                self.schedule(at(join), Kind::Join(p));
+                self.events.schedule(at(join), Kind::Join(p));
             }
             if let Some(leave) = leave
                 && leave < self.workload.duration
             {
-                self.schedule(at(leave), Kind::Leave(p));
+                self.events.schedule(at(leave), Kind::Leave(p));
             }
         }
-        while let Some(Reverse(event)) = self.events.pop() {
+        while let Some(event) = self.events.pop() {
             let now = event.at;
             self.operations_until(secs(now));
             match event.kind {
@@ -527,11 +514,13 @@ impl Sim<'_> {
         let network = &self.workload.network;
         if self.outage(now) {
             // Refused at once: the pod hears of it after a round trip.
-            self.schedule(now.saturating_add(network.rtt), Kind::Fail(p));
+            self.events
+                .schedule(now.saturating_add(network.rtt), Kind::Fail(p));
         } else if self.lost() {
-            self.schedule(now.saturating_add(network.request_timeout), Kind::Fail(p));
+            self.events
+                .schedule(now.saturating_add(network.request_timeout), Kind::Fail(p));
         } else {
-            self.schedule(
+            self.events.schedule(
                 now.saturating_add(network.rtt / 2),
                 Kind::Arrive(p, Box::new(exchange), now),
             );
@@ -542,14 +531,16 @@ impl Sim<'_> {
         let network = &self.workload.network;
         let (half_rtt, timeout) = (network.rtt / 2, network.request_timeout);
         if self.outage(now) {
-            self.schedule(now.saturating_add(half_rtt), Kind::Fail(p));
+            self.events
+                .schedule(now.saturating_add(half_rtt), Kind::Fail(p));
             return;
         }
         let answer = partition::exchange(&mut self.reports, &self.limits, exchange, now);
         if self.lost() {
-            self.schedule(sent.saturating_add(timeout), Kind::Fail(p));
+            self.events
+                .schedule(sent.saturating_add(timeout), Kind::Fail(p));
         } else {
-            self.schedule(
+            self.events.schedule(
                 now.saturating_add(half_rtt),
                 Kind::Answer(p, Box::new(answer)),
             );
@@ -566,7 +557,8 @@ impl Sim<'_> {
             self.record.fallback_secs += now.seconds_since(since);
         }
         self.record.exchanges += 1;
-        self.schedule(now.saturating_add(next), Kind::Send(p));
+        self.events
+            .schedule(now.saturating_add(next), Kind::Send(p));
     }
 
     fn fail(&mut self, p: usize, now: Timestamp) {
@@ -580,6 +572,7 @@ impl Sim<'_> {
             pod.fallback_since = Some(now);
             self.record.fallbacks += 1;
         }
-        self.schedule(now.saturating_add(next), Kind::Send(p));
+        self.events
+            .schedule(now.saturating_add(next), Kind::Send(p));
     }
 }

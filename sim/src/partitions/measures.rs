@@ -459,31 +459,25 @@ mod tests {
         // Back over the bound within a period of coming within (held 3 s
         // here): the reaction ends with the relapse. Back over later: the
         // steady state's noise, not the reaction.
+        let first_after = |accepted: &[u32]| {
+            let (r, _) = reactions(
+                accepted,
+                &offered,
+                &moves(&[10.0, 20.0], 10.0),
+                &[],
+                10,
+                0.1,
+                1000.0,
+            );
+            r[0].after.expect("came within")
+        };
         let mut relapse = accepted.clone();
         relapse[170] = 400;
-        let (r, _) = reactions(
-            &relapse,
-            &offered,
-            &moves(&[10.0, 20.0], 10.0),
-            &[],
-            10,
-            0.1,
-            1000.0,
-        );
-        let after = r[0].after.expect("came within");
+        let after = first_after(&relapse);
         assert!((after - 8.0).abs() < 1e-9, "{after}");
         let mut noise = accepted.clone();
         noise[185] = 400;
-        let (r, _) = reactions(
-            &noise,
-            &offered,
-            &moves(&[10.0, 20.0], 10.0),
-            &[],
-            10,
-            0.1,
-            1000.0,
-        );
-        let after = r[0].after.expect("came within");
+        let after = first_after(&noise);
         assert!((after - 4.8).abs() < 1e-9, "{after}");
         // Over to the next move: never within.
         let (r, _) = reactions(

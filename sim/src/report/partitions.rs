@@ -37,17 +37,6 @@ pub fn partition_section(
         return out;
     };
     let period = w.report_period();
-    let outages: Vec<String> = w
-        .outages
-        .iter()
-        .map(|o| {
-            format!(
-                "{} from {}",
-                humantime_short(o.duration),
-                humantime_short(o.start)
-            )
-        })
-        .collect();
     let _ = writeln!(
         out,
         "Partitions: {} pods, {} virtual, limit {} operations/s a partition, report period {}, {} arrivals, \
@@ -60,11 +49,7 @@ seed {}, round trip {}, loss {}%{}; steady state from {:.2} s after each change.
         w.seed,
         humantime_short(w.network.rtt),
         w.network.loss * 100.0,
-        if outages.is_empty() {
-            String::new()
-        } else {
-            format!(", server down {}", outages.join(", "))
-        },
+        super::outages_text(w),
         settle_secs(w),
     );
     let period_secs = period.as_secs_f64();
