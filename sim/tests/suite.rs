@@ -306,3 +306,57 @@ fn without_answers_coordinated_pods_go_back_to_the_whole_limit() {
     assert!((0.3..0.4).contains(&m.unlimited), "{}", m.unlimited);
     assert_eq!(m.fallbacks, 0, "never had an answer to fall back from");
 }
+
+#[test]
+fn fuzz_sums_up_a_corpus_and_its_emitted_workloads_replay() {
+    let dir = tempfile::tempdir().expect("dir");
+    let emit = dir.path().join("worst");
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate-sim"))
+        .args(["fuzz", "--count", "4", "--seed", "0", "--policy", "shares"])
+        .arg("--out")
+        .arg(dir.path())
+        .arg("--emit")
+        .arg(&emit)
+        .output()
+        .expect("run tollgate-sim");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let summary = std::fs::read_to_string(dir.path().join("fuzz.md")).expect("summary");
+    assert!(
+        summary.contains("4 generated workloads, seeds 0 to 3") && summary.contains("Stated bound"),
+        "{summary}"
+    );
+    // Only the policy asked for is run.
+    assert!(!summary.contains("### greedy"), "{summary}");
+    let mut emitted: Vec<PathBuf> = std::fs::read_dir(&emit)
+        .expect("emitted")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    emitted.sort();
+    assert!(!emitted.is_empty());
+    for file in &emitted {
+        let out = Command::new(env!("CARGO_BIN_EXE_tollgate-sim"))
+            .args(["run", "--no-plots", "--out"])
+            .arg(dir.path().join("replay"))
+            .arg(file)
+            .output()
+            .expect("run tollgate-sim");
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate-sim"))
+        .args(["fuzz", "--count", "1", "--policy", "fastest"])
+        .output()
+        .expect("run tollgate-sim");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unknown policy") && stderr.contains("shares"),
+        "{stderr}"
+    );
+}
