@@ -677,6 +677,51 @@ fn checked() -> usize {
         .unwrap_or(0)
 }
 
+/// One line per workload and policy run: the seed, the family, whether
+/// the server was down or messages were lost, the policy, every measure
+/// (empty where it does not apply) and the goals the checked policy
+/// missed, for comparing two corpora workload by workload.
+pub fn csv(outcomes: &[Outcome]) -> String {
+    let mut out = String::from("seed,family,outage,loss,policy");
+    for kind in MEASURES {
+        out.push(',');
+        out.push_str(kind.name);
+    }
+    out.push_str(",missed\n");
+    for o in outcomes {
+        for (p, policy) in Policy::ALL.iter().enumerate() {
+            let Some(values) = o.values.get(p) else {
+                continue;
+            };
+            if values.iter().all(Option::is_none) {
+                continue;
+            }
+            let _ = write!(
+                out,
+                "{},{},{},{},{}",
+                o.seed,
+                o.family.name(),
+                o.outage,
+                o.loss,
+                policy.name()
+            );
+            for v in values {
+                out.push(',');
+                if let Some(v) = v {
+                    let _ = write!(out, "{v}");
+                }
+            }
+            let missed = if *policy == CHECKED_POLICY {
+                o.missed.join("; ")
+            } else {
+                String::new()
+            };
+            let _ = writeln!(out, ",{missed}");
+        }
+    }
+    out
+}
+
 /// The index of the 60 s overshoot in [`MEASURES`].
 const OVERSHOOT_60S: usize = 3;
 

@@ -51,7 +51,8 @@ struct FuzzOptions {
     /// The first seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Write the summary here (`fuzz.md`) besides printing it.
+    /// Write the summary here (`fuzz.md`) besides printing it, and every
+    /// workload's measures (`fuzz.csv`).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Write the worst workloads of each measure (and every one that breaks
@@ -259,6 +260,10 @@ fn fuzz(options: &FuzzOptions) -> anyhow::Result<bool> {
         let path = out.join("fuzz.md");
         std::fs::write(&path, &summary).with_context(|| format!("write {}", path.display()))?;
         eprintln!("summary: {}", path.display());
+        let path = out.join("fuzz.csv");
+        std::fs::write(&path, fuzz::csv(&outcomes))
+            .with_context(|| format!("write {}", path.display()))?;
+        eprintln!("per workload: {}", path.display());
     }
     if let Some(dir) = &options.emit {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;

@@ -6,12 +6,14 @@ INSERT INTO tenant_usage (
     share_sum, live_instances, granted_tokens, committed_tokens, committed_rate,
     total_request_unit_micros, total_read_batches, total_read_requests, total_read_bytes,
     total_write_batches, total_write_requests, total_write_bytes,
-    total_cpu_micros, total_egress_bytes, created_at, updated_at
+    total_cpu_micros, total_egress_bytes, created_at, updated_at,
+    capped_refill, capped_from, capped_until
 ) VALUES (
     $1, $2, 0, $3,
     $4, $5, $6, $7, $8, $9,
     $10, $11, $12, $13, $14,
     $15, $16, $17, $18,
     $19, $20, $21,
-    $22, $23, $24, $25
+    $22, $23, $24, $25,
+    $26, $27, $28
 )

@@ -9,5 +9,6 @@ UPDATE tenant_usage SET
     total_read_requests = $17, total_read_bytes = $18,
     total_write_batches = $19, total_write_requests = $20,
     total_write_bytes = $21, total_cpu_micros = $22, total_egress_bytes = $23,
-    created_at = $24, updated_at = $25
+    created_at = $24, updated_at = $25,
+    capped_refill = $26, capped_from = $27, capped_until = $28
 WHERE tenant_id = $1 AND bucket = $2 AND instance_id = 0

@@ -212,6 +212,9 @@ fn to_wire(
         consumption_since_last_request: Some((&request.consumption).into()),
         next_live_instance_id: request.next_live_instance_id,
         returned_tokens: request.returned_tokens,
+        fallback_tokens: request.fallback_tokens,
+        fallback_duration: (!request.fallback_duration.is_zero())
+            .then(|| tollgate_proto::duration(request.fallback_duration)),
     }
 }
 
@@ -265,6 +268,8 @@ mod tests {
             consumption: tollgate_core::Consumption::from_request_units(2.0),
             next_live_instance_id: None,
             returned_tokens: 0.0,
+            fallback_tokens: 0.0,
+            fallback_duration: Duration::ZERO,
         };
         let email = BucketName::parse("bucket", "schedule-email").expect("valid");
         let wire = to_wire(&tenant, &email, request.clone());

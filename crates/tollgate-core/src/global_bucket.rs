@@ -51,7 +51,14 @@
 //! - **Reconfiguration** ([`reconfigure`]): sets the limits, correcting the
 //!   operator's `available_tokens` for refill and consumption since `as_of`.
 //! - **Fallback rate**: every response tells the pod what it may consume per
-//!   second on its own while the server is unreachable.
+//!   second on its own while the server is unreachable: half its share of
+//!   the refill rate and half an even split, so all pods' rates sum to it.
+//! - **Fallback charges**: tokens a pod used on its fallback rate are
+//!   charged to the bucket with its next request (the bucket carries the
+//!   debt, every pod's rate drops while it is paid back). While nobody
+//!   reached the server the bucket refilled only up to its burst limit; the
+//!   refill it lost in that stretch pays for fallback used during it, so
+//!   an outage costs the tenant what it would have under one bucket.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -69,6 +76,8 @@ pub type InstanceId = u32;
 const BUCKET_LEVEL_EMA_FACTOR: f64 = 0.25;
 /// The EMA policy refuses to go deeper in debt than this many periods of refill.
 const BUCKET_LEVEL_EMA_MAX_DEBT_PERIODS: f64 = 1.5;
+/// The longest fallback a pod may report (30 days).
+pub const MAX_FALLBACK_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The shortest trickle handed out, seconds (unless the period is shorter).
 const MIN_TRICKLE_SECS: f64 = 1.0;
 /// Tolerance when comparing an operator's `as_of_consumed_tokens` with the
@@ -179,6 +188,15 @@ pub struct BucketState {
     /// the instances' trickle rates.
     #[serde(default)]
     pub committed_rate: f64,
+    /// Refill the bucket lost to its burst limit during the last stretch
+    /// in which no request came (`capped_from` to `capped_until`), not yet
+    /// used to forgive fallback tokens (see [`BucketState::refill`]).
+    #[serde(default)]
+    pub capped_refill: f64,
+    #[serde(default)]
+    pub capped_from: Timestamp,
+    #[serde(default)]
+    pub capped_until: Timestamp,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }
@@ -239,6 +257,9 @@ impl BucketState {
             last_refill: now,
             committed_tokens: 0.0,
             committed_rate: 0.0,
+            capped_refill: 0.0,
+            capped_from: now,
+            capped_until: now,
             created_at: now,
             updated_at: now,
         }
@@ -256,11 +277,60 @@ impl BucketState {
     /// Brings `tokens` up to date with the refill since `last_refill`.
     /// `last_refill` never moves backwards, so a clock that steps back does
     /// not refill the same interval twice.
-    pub fn refill(&mut self, now: Timestamp) {
-        self.tokens = self.tokens_at(now);
-        let delivered = self.committed_rate * now.seconds_since(self.last_refill);
+    ///
+    /// Refill lost to the burst limit in the interval is kept (with when it
+    /// was lost) to forgive fallback tokens, unless what is left of an
+    /// earlier loss, recent by `credit_window`, is larger.
+    pub fn refill(&mut self, now: Timestamp, credit_window: Duration) {
+        let elapsed = now.seconds_since(self.last_refill);
+        let refilled = self.tokens_at(now);
+        let rate = self.limits.refill_rate;
+        let lost = rate * elapsed - (refilled - self.tokens).max(0.0);
+        if lost > 0.0 && rate > 0.0 {
+            let earlier_left = if self.capped_valid(now, credit_window) {
+                self.capped_refill
+            } else {
+                0.0
+            };
+            if lost > earlier_left {
+                self.capped_refill = lost;
+                self.capped_until = now;
+                self.capped_from = now.saturating_sub(Duration::from_secs_f64(lost / rate));
+            }
+        }
+        self.tokens = refilled;
+        let delivered = self.committed_rate * elapsed;
         self.committed_tokens = (self.committed_tokens - delivered).max(0.0);
         self.last_refill = self.last_refill.max(now);
+    }
+
+    fn capped_valid(&self, now: Timestamp, credit_window: Duration) -> bool {
+        now.duration_since(self.capped_until) <= credit_window
+    }
+
+    /// Charges the tokens a pod gave itself at its fallback rate. Those it
+    /// used while the bucket, unaware, sat at its burst limit are paid from
+    /// the refill lost meanwhile (it would otherwise have been lost): at
+    /// most the refill of the time the fallback and the loss overlap, and
+    /// at most what is left of the loss. Returns what that paid.
+    fn charge_fallback(&mut self, req: &TokenBucketRequest, now: Timestamp) -> f64 {
+        let window = req.target_request_period;
+        let forgiven = if req.fallback_tokens > 0.0 && self.capped_valid(now, window) {
+            let fallback_from = now.saturating_sub(req.fallback_duration);
+            let overlap = self
+                .capped_until
+                .min(now)
+                .seconds_since(self.capped_from.max(fallback_from));
+            req.fallback_tokens
+                .min(self.capped_refill)
+                .min(self.limits.refill_rate * overlap)
+                .max(0.0)
+        } else {
+            0.0
+        };
+        self.capped_refill -= forgiven;
+        self.tokens -= req.fallback_tokens - forgiven;
+        forgiven
     }
 
     /// Puts tokens a pod gave back into the bucket, never lifting it above
@@ -338,6 +408,13 @@ pub struct TokenBucketRequest {
     /// Tokens the pod gives back (at shutdown: what it held and what its
     /// trickle had yet to deliver).
     pub returned_tokens: f64,
+    /// Tokens the pod gave itself at its fallback rate while the server did
+    /// not answer, used already: the bucket is charged for them (they are
+    /// not granted)…
+    pub fallback_tokens: f64,
+    /// …over this long before the request (from when the pod began running
+    /// on its fallback rate).
+    pub fallback_duration: Duration,
 }
 
 impl TokenBucketRequest {
@@ -366,6 +443,17 @@ impl TokenBucketRequest {
         validate::non_negative("shares", self.shares, MAX_TOKENS)?;
         validate::target_request_period("target_request_period", self.target_request_period)?;
         validate::non_negative("returned_tokens", self.returned_tokens, MAX_TOKENS)?;
+        validate::non_negative("fallback_tokens", self.fallback_tokens, MAX_TOKENS)?;
+        if self.fallback_duration > MAX_FALLBACK_DURATION {
+            return Err(InvalidInput::new(
+                "fallback_duration",
+                format!(
+                    "must be at most {} s, got {} s",
+                    MAX_FALLBACK_DURATION.as_secs(),
+                    validate::number(self.fallback_duration.as_secs_f64())
+                ),
+            ));
+        }
         self.consumption
             .validate()
             .map_err(|e| e.within("consumption_since_last_request"))?;
@@ -606,7 +694,9 @@ pub fn request(
     // Work on a copy so that an error part-way leaves `rows` untouched.
     let mut next = rows.clone();
     let mut changes = RowChanges::default();
-    next.head.state.refill(now);
+    next.head.state.refill(now, req.target_request_period);
+    next.head.state.charge_fallback(req, now);
+    next.head.totals.granted_tokens += req.fallback_tokens;
     next.head.state.take_back(req.returned_tokens);
     if !next.instances.contains_key(&id) {
         link_instance(&mut next, id, now)?;
@@ -831,10 +921,10 @@ fn grant(
 
     let share = fraction(&tenant.members, req.shares);
     let even_share = 1.0 / f64::from(tenant.members.live_instances.max(1));
-    // Every pod may run at least an even split on its own, so an idle pod
-    // (shares 0) is never stalled by an outage; in total the fallback rates
-    // stay below twice the refill rate.
-    let fallback_rate = tenant.state.limits.refill_rate * share.max(even_share);
+    // Half the pod's share and half an even split: an idle pod (shares 0)
+    // still runs on its own in an outage, and the fallback rates of all pods
+    // sum to the refill rate.
+    let fallback_rate = tenant.state.limits.refill_rate * (share + even_share) / 2.0;
     let requested = req.requested_tokens;
     if requested <= 0.0 {
         let grant = Grant {
@@ -978,6 +1068,9 @@ pub fn reconfigure(
     row.state.configured = true;
     row.state.tokens = tokens;
     row.state.tokens_avg = tokens;
+    // The operator's level is the bucket's now: nothing lost before it is
+    // owed to anyone.
+    row.state.capped_refill = 0.0;
     row.state.last_refill = row.state.last_refill.max(now);
     row.state.updated_at = now;
     Ok(())

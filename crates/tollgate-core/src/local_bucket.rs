@@ -11,9 +11,15 @@
 //! - **Initial allowance**: a new bucket holds `initial_tokens` before any
 //!   answer, so a pod starts working at once. They are a loan: the first
 //!   request asks the server for them on top of what the pod needs, and the
-//!   pod repays them as debt once granted. Tokens the pod gives itself in
-//!   fallback are repaid the same way. A pod never uses tokens the global
-//!   bucket does not eventually pay for.
+//!   pod repays them as debt once granted, so a pod whose tenant cannot pay
+//!   for them waits until it can.
+//! - **Fallback tokens**: tokens the pod gave itself at its fallback rate
+//!   are already used; the next request has the global bucket charged for
+//!   them (`fallback_tokens`, with how long the fallback lasted, so the
+//!   server can pay them from refill it lost to its burst limit meanwhile).
+//!   The bucket, not the pod, carries that debt, so every pod's rate drops
+//!   while it is paid back, as it would under one bucket. A pod never uses
+//!   tokens the global bucket does not pay for or is not charged for.
 //! - **When to ask**: at start; when the tokens on hand (with what a trickle
 //!   delivers) would not last `low_tokens_horizon` (1 s) at the current usage;
 //!   when work is queued; `trickle_anticipation` (1 s) before a trickle ends;
@@ -52,7 +58,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::consumption::Consumption;
-use crate::global_bucket::{Grant, InstanceId, TokenBucketRequest};
+use crate::global_bucket::{Grant, InstanceId, MAX_FALLBACK_DURATION, TokenBucketRequest};
 use crate::time::Timestamp;
 use crate::validate::{self, InvalidInput, MAX_LEASE_LEN, MAX_TARGET_REQUEST_PERIOD, MAX_TOKENS};
 
@@ -278,8 +284,13 @@ pub struct LocalBucket {
 
     seq: u64,
     in_flight: Option<InFlight>,
-    /// Tokens the pod gave itself and has not yet asked the server to pay for.
+    /// Of the initial allowance, what the pod has not yet asked the server
+    /// to pay for.
     loans: f64,
+    /// Tokens given at the fallback rate not yet charged to the bucket, and
+    /// since when the pod has run on it.
+    fallback_tokens_due: f64,
+    fallback_since: Option<Timestamp>,
     unreported: Consumption,
     last_request_at: Option<Timestamp>,
     answered: bool,
@@ -338,6 +349,8 @@ impl LocalBucket {
             seq: 0,
             in_flight: None,
             loans: initial,
+            fallback_tokens_due: 0.0,
+            fallback_since: None,
             unreported: Consumption::default(),
             last_request_at: None,
             answered: false,
@@ -726,7 +739,7 @@ impl LocalBucket {
             self.add_capped(self.fallback_rate * elapsed, self.fallback_cap());
             let given = (self.tokens - before).max(0.0);
             self.fallback_total += given;
-            self.loans += given;
+            self.fallback_tokens_due += given;
         }
 
         let since_tick = now.seconds_since(self.last_tick);
@@ -746,6 +759,11 @@ impl LocalBucket {
             && now.duration_since(in_flight.first_sent_at) >= self.config.fallback_after
         {
             self.fallback_active = true;
+            self.fallback_since.get_or_insert(
+                in_flight
+                    .first_sent_at
+                    .saturating_add(self.config.fallback_after),
+            );
         }
     }
 
@@ -800,11 +818,14 @@ impl LocalBucket {
         };
         let reporting = self.unreported != Consumption::default()
             && now.duration_since(last) >= self.config.report_interval;
+        // Fallback tokens are charged as soon as the server answers again.
+        let charging = self.fallback_tokens_due > 0.0;
         if self.closed {
             return self.unreported != Consumption::default()
+                || charging
                 || (!self.returned && self.returnable(now) > RETURN_EPSILON);
         }
-        if reporting {
+        if reporting || charging {
             return true;
         }
         if self.empty_until.is_some_and(|until| now < until) {
@@ -841,7 +862,20 @@ impl LocalBucket {
         } else {
             self.tokens_needed(now)
         };
-        let loans = if self.closed { 0.0 } else { self.loans };
+        let loans = if self.closed {
+            0.0
+        } else {
+            std::mem::take(&mut self.loans)
+        };
+        // Fallback tokens are charged with every request, the last included.
+        let fallback = std::mem::take(&mut self.fallback_tokens_due);
+        let fallback_duration = match self.fallback_since {
+            Some(since) if fallback > 0.0 => now.duration_since(since).min(MAX_FALLBACK_DURATION),
+            _ => Duration::ZERO,
+        };
+        if !self.fallback_active {
+            self.fallback_since = None;
+        }
         let returned_tokens = if self.closed && !self.returned {
             // The final report gives back what the pod will never use.
             let returned = self.returnable(now);
@@ -867,8 +901,9 @@ impl LocalBucket {
             consumption: std::mem::take(&mut self.unreported),
             next_live_instance_id: None,
             returned_tokens,
+            fallback_tokens: fallback,
+            fallback_duration,
         };
-        self.loans -= loans;
         self.last_request_at = Some(now);
         self.in_flight = Some(InFlight {
             request: request.clone(),

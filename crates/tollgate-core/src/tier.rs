@@ -497,7 +497,8 @@ fn redefined(row: &BucketRow, definition: &BucketDefinition, now: Timestamp) -> 
         return None;
     }
     let mut row = row.clone();
-    row.state.refill(now);
+    row.state
+        .refill(now, crate::validate::DEFAULT_TARGET_REQUEST_PERIOD);
     row.state.limits = definition.limits;
     row.state.configured = true;
     row.state.tokens = row.state.tokens.min(definition.limits.burst_limit);

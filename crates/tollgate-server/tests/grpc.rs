@@ -57,6 +57,8 @@ fn pod_request(
         }),
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        fallback_tokens: 0.0,
+        fallback_duration: None,
     }
 }
 
@@ -420,6 +422,63 @@ async fn bad_pod_requests_get_clear_errors_and_change_nothing(backend: Backend) 
             period(3600, 0),
             Code::InvalidArgument,
             "target_request_period",
+        ),
+        (
+            v1::TokenBucketRequest {
+                fallback_tokens: f64::NAN,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "fallback_tokens",
+        ),
+        (
+            v1::TokenBucketRequest {
+                fallback_tokens: -1.0,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "fallback_tokens",
+        ),
+        (
+            v1::TokenBucketRequest {
+                fallback_tokens: 1e300,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "fallback_tokens",
+        ),
+        (
+            v1::TokenBucketRequest {
+                fallback_duration: Some(prost_types::Duration {
+                    seconds: -1,
+                    nanos: 0,
+                }),
+                ..good()
+            },
+            Code::InvalidArgument,
+            "fallback_duration",
+        ),
+        (
+            v1::TokenBucketRequest {
+                fallback_duration: Some(prost_types::Duration {
+                    seconds: 40 * 24 * 3600,
+                    nanos: 0,
+                }),
+                ..good()
+            },
+            Code::InvalidArgument,
+            "fallback_duration",
+        ),
+        (
+            v1::TokenBucketRequest {
+                fallback_duration: Some(prost_types::Duration {
+                    seconds: 1,
+                    nanos: 1_000_000_000,
+                }),
+                ..good()
+            },
+            Code::InvalidArgument,
+            "fallback_duration",
         ),
         (
             with_consumption(|c| c.request_units = f64::NAN),

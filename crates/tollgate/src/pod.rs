@@ -163,6 +163,8 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
             }),
             next_live_instance_id: None,
             returned_tokens: 0.0,
+            fallback_tokens: 0.0,
+            fallback_duration: None,
         })
         .await
         .map_err(rpc_error)?

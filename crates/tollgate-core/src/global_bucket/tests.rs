@@ -41,6 +41,8 @@ fn req(
         consumption: Consumption::default(),
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        fallback_tokens: 0.0,
+        fallback_duration: Duration::ZERO,
     }
 }
 
@@ -100,7 +102,7 @@ fn refill_is_capped_by_the_burst_limit() {
     for (before, rate, burst, from, to, after) in cases {
         let mut tenant = bucket(rate, burst, before).head;
         tenant.state.last_refill = at(from);
-        tenant.state.refill(at(to));
+        tenant.state.refill(at(to), PERIOD);
         assert_close(
             tenant.state.tokens,
             after,
@@ -241,7 +243,9 @@ fn commitments_follow_the_trickles_handed_out() {
         "rate after fold",
     );
     // Once everything is delivered nothing is committed any more.
-    rows.head.state.refill(Timestamp::from_secs_f64(100.0));
+    rows.head
+        .state
+        .refill(Timestamp::from_secs_f64(100.0), PERIOD);
     assert_eq!(rows.head.state.committed_tokens, 0.0);
 }
 
@@ -771,12 +775,13 @@ fn consumption_totals_accumulate_per_request() {
 
 #[test]
 fn every_response_carries_a_fallback_rate() {
-    // (refill, shares of pods 1..n as they ask, fallback rate of the last pod)
+    // (refill, shares of pods 1..n as they ask, fallback rate of the last
+    // pod): half its share of the refill rate and half an even split.
     let cases: [(f64, &[f64], f64); 4] = [
         (100.0, &[1.0], 100.0),
-        (100.0, &[1.0, 3.0], 75.0),
-        // An idle pod (no shares) still gets an even split.
-        (100.0, &[3.0, 0.0], 50.0),
+        (100.0, &[1.0, 3.0], 62.5),
+        // An idle pod (no shares) still gets half an even split.
+        (100.0, &[3.0, 0.0], 25.0),
         (0.0, &[1.0], 0.0),
     ];
     for (refill_rate, shares, expected) in cases {
@@ -787,6 +792,119 @@ fn every_response_carries_a_fallback_rate() {
         }
         assert_close(last.fallback_rate, expected, &format!("{shares:?}"));
     }
+}
+
+#[test]
+fn the_fallback_rates_of_all_pods_sum_to_the_refill_rate() {
+    let shares = [5.0, 0.0, 1.0, 2.5, 0.5];
+    let mut rows = bucket(120.0, 1000.0, 1000.0);
+    for (i, &s) in shares.iter().enumerate() {
+        serve(&mut rows, &req(i as InstanceId + 1, 1, 1.0, s), 0.0);
+    }
+    // Each asks again, now that every pod is known.
+    let sum: f64 = shares
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| serve(&mut rows, &req(i as InstanceId + 1, 2, 1.0, s), 0.0).fallback_rate)
+        .sum();
+    assert_close(sum, 120.0, "sum of fallback rates");
+}
+
+/// A request charging `fallback` tokens used over the `secs` before it,
+/// asking for nothing.
+fn repaying(instance_id: InstanceId, seq: u64, fallback: f64, secs: f64) -> TokenBucketRequest {
+    TokenBucketRequest {
+        fallback_tokens: fallback,
+        fallback_duration: Duration::from_secs_f64(secs),
+        ..req(instance_id, seq, 0.0, 1.0)
+    }
+}
+
+#[test]
+fn fallback_used_while_the_bucket_sat_full_is_paid_from_the_refill_it_lost() {
+    // 100/s, burst 500. Pod 1 empties the bucket at 0 s; the server hears
+    // nothing more until 30 s, while the pod runs on its fallback rate
+    // (100/s from 1 s: 2 900 tokens).
+    let mut rows = bucket(100.0, 500.0, 500.0);
+    serve(&mut rows, &req(1, 1, 500.0, 1.0), 0.0);
+    assert_close(rows.head.state.tokens, 0.0, "emptied");
+    let grant = serve(&mut rows, &repaying(1, 2, 2900.0, 29.0), 30.0);
+    assert_close(grant.granted_tokens, 0.0, "charged, not granted");
+    // The bucket refilled to 500 and lost 2 500 to the cap; of that, the
+    // refill of the 29 s the pod ran on fallback (all 2 500) pays for the
+    // fallback: the bucket ends where an uncapped one would, 3 000 − 2 900.
+    assert_close(rows.head.state.tokens, 100.0, "level after the charge");
+    assert_close(rows.head.state.capped_refill, 0.0, "the loss is used up");
+    let granted_total = rows.head.totals.granted_tokens;
+    assert_close(granted_total, 500.0 + 2900.0, "fallback counts as granted");
+
+    // A retry of the same request charges nothing more.
+    let again = serve(&mut rows, &repaying(1, 2, 2900.0, 29.0), 30.5);
+    assert_eq!(again, grant);
+    assert_close(rows.head.state.tokens, 100.0, "charged once");
+
+    // Without a fallback span nothing is forgiven: the bucket carries it
+    // as debt.
+    let mut rows = bucket(100.0, 500.0, 500.0);
+    serve(&mut rows, &req(1, 1, 500.0, 1.0), 0.0);
+    serve(&mut rows, &repaying(1, 2, 2900.0, 0.0), 30.0);
+    assert_close(rows.head.state.tokens, -2400.0, "charged from the burst");
+}
+
+#[test]
+fn fallback_is_forgiven_only_for_refill_lost_while_it_ran() {
+    let mut rows = bucket(100.0, 500.0, 500.0);
+    serve(&mut rows, &req(1, 1, 0.0, 1.0), 0.0);
+    // Nobody asks from 0 s to 20 s: 2 000 tokens of refill lost, all of it
+    // before pod 2's fallback began (it reports 5 s of fallback at 30 s).
+    serve(&mut rows, &req(1, 2, 0.0, 1.0), 20.0);
+    serve(&mut rows, &repaying(2, 1, 400.0, 5.0), 30.0);
+    assert_close(
+        rows.head.state.tokens,
+        100.0,
+        "nothing forgiven: the loss came before the fallback",
+    );
+
+    // Two pods over one 10 s stretch share the loss; neither gets more
+    // than the refill of the time it ran on fallback.
+    let mut rows = bucket(100.0, 500.0, 500.0);
+    serve(&mut rows, &req(1, 1, 500.0, 1.0), 0.0);
+    serve(&mut rows, &req(2, 1, 0.0, 1.0), 0.0);
+    // At 15 s: 1 000 tokens lost to the cap between 5 s and 15 s.
+    serve(&mut rows, &repaying(1, 2, 800.0, 4.0), 15.0);
+    assert_close(rows.head.state.capped_refill, 600.0, "400 of 1 000 used");
+    serve(&mut rows, &repaying(2, 2, 800.0, 14.0), 15.0);
+    assert_close(rows.head.state.capped_refill, 0.0, "the rest used");
+    assert_close(
+        rows.head.state.tokens,
+        500.0 + 1000.0 - 1600.0,
+        "charged what the lost refill did not pay",
+    );
+
+    // The loss forgives nothing once a target request period old: 2 500
+    // lost by 30 s; then pod 1 takes the bucket 1 000 into debt, which the
+    // refill repays exactly by 45 s, losing nothing more.
+    let mut rows = bucket(100.0, 500.0, 500.0);
+    serve(&mut rows, &req(1, 1, 500.0, 1.0), 0.0);
+    serve(&mut rows, &req(1, 2, 1500.0, 1.0), 30.0);
+    assert_close(rows.head.state.capped_refill, 2500.0, "lost by 30 s");
+    serve(&mut rows, &repaying(2, 1, 1000.0, 44.0), 45.0);
+    assert_close(rows.head.state.capped_refill, 2500.0, "expired, not used");
+    assert_close(rows.head.state.tokens, -500.0, "charged in full");
+
+    // An operator's new level owes nothing to earlier losses.
+    let mut rows = bucket(100.0, 500.0, 500.0);
+    serve(&mut rows, &req(1, 1, 500.0, 1.0), 0.0);
+    serve(&mut rows, &req(1, 2, 0.0, 1.0), 30.0);
+    let update = LimitsUpdate {
+        available_tokens: 100.0,
+        limits: rows.head.state.limits,
+        as_of: None,
+        as_of_consumed_tokens: 0.0,
+    };
+    reconfigure(&mut rows.head, &update, at(30.0)).expect("valid");
+    serve(&mut rows, &repaying(2, 1, 100.0, 29.0), 30.0);
+    assert_close(rows.head.state.tokens, 0.0, "nothing forgiven");
 }
 
 #[test]
@@ -864,6 +982,29 @@ fn invalid_requests_are_refused_without_change() {
             },
         ),
     ];
+    cases.extend([
+        (
+            "fallback_tokens",
+            TokenBucketRequest {
+                fallback_tokens: f64::NAN,
+                ..good.clone()
+            },
+        ),
+        (
+            "fallback_tokens",
+            TokenBucketRequest {
+                fallback_tokens: -1.0,
+                ..good.clone()
+            },
+        ),
+        (
+            "fallback_duration",
+            TokenBucketRequest {
+                fallback_duration: MAX_FALLBACK_DURATION + Duration::from_secs(1),
+                ..good.clone()
+            },
+        ),
+    ]);
     let mut bad_consumption = good.clone();
     bad_consumption.consumption.cpu_micros = u64::MAX;
     cases.push(("consumption_since_last_request.cpu_micros", bad_consumption));
@@ -960,7 +1101,7 @@ proptest! {
         elapsed in 0.0..1e4f64,
     ) {
         let mut tenant = bucket(rate, burst, tokens).head;
-        tenant.state.refill(Timestamp::from_secs_f64(elapsed));
+        tenant.state.refill(Timestamp::from_secs_f64(elapsed), PERIOD);
         prop_assert!(tenant.state.tokens <= burst.max(tokens));
         prop_assert!(tenant.state.tokens >= tokens);
     }

@@ -242,14 +242,27 @@ fn fallback_runs_at_the_servers_rate_after_a_second_without_answer() {
     assert!(b.status().fallback_active);
     assert_eq!(b.poll(at(3.61)).admitted, vec![id]);
     // The server comes back: the answer ends fallback, and the next request
-    // asks the server to pay for what fallback gave.
+    // has the tenant's bucket charged for what fallback gave (1 s at 50/s),
+    // with since when (3 s: 2.1 s before), so the server can pay it from
+    // refill it lost meanwhile. The pod owes nothing itself.
     let given = b.status().fallback_tokens;
     assert!(given > 29.0, "fallback gave {given}");
     assert!(b.on_response(request.seq, &immediate(0.0), at(4.0)));
     assert!(!b.status().fallback_active);
+    assert_close(b.status().fallback_tokens, 50.0);
+    assert_close(b.status().debt, 0.0);
     b.acquire(10.0, at(4.0)).expect("valid");
-    let next = b.poll(at(5.1)).request.expect("asks to repay the loan");
-    assert!(next.requested_tokens >= given - EPS);
+    let next = b.poll(at(5.1)).request.expect("asks to be charged");
+    assert_close(next.fallback_tokens, 50.0);
+    assert_eq!(next.fallback_duration, Duration::from_millis(2100));
+    // Once charged, a request carries no fallback.
+    b.on_response(next.seq, &immediate(next.requested_tokens), at(5.2));
+    b.acquire(b.status().tokens, at(5.2)).expect("valid");
+    let after = b.poll(at(6.5)).request.expect("asks again");
+    assert_eq!(
+        (after.fallback_tokens, after.fallback_duration),
+        (0.0, Duration::ZERO)
+    );
 }
 
 #[test]

@@ -32,6 +32,8 @@ fn req(instance_id: InstanceId, seq: u64, requested_tokens: f64) -> TokenBucketR
         consumption: Consumption::default(),
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        fallback_tokens: 0.0,
+        fallback_duration: Duration::ZERO,
     }
 }
 

@@ -55,6 +55,12 @@ pub fn token_bucket_request(
             .unwrap_or_default(),
         next_live_instance_id: req.next_live_instance_id,
         returned_tokens: req.returned_tokens,
+        fallback_tokens: req.fallback_tokens,
+        fallback_duration: req
+            .fallback_duration
+            .map(|d| duration("fallback_duration", d))
+            .transpose()?
+            .unwrap_or_default(),
     };
     request.validate()?;
     Ok((key, request))

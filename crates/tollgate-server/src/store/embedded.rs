@@ -1366,6 +1366,8 @@ mod tests {
             consumption: tollgate_core::Consumption::from_request_units(5.0),
             next_live_instance_id: None,
             returned_tokens: 0.0,
+            fallback_tokens: 0.0,
+            fallback_duration: std::time::Duration::ZERO,
         };
         let grant = store.token_bucket(&key, &retry).await.expect("retry");
         assert_eq!(grant.granted_tokens, 7.5);

@@ -329,7 +329,7 @@ struct Pending {
 /// What a worker serves: token-bucket requests and checks, each kind
 /// batched into transactions of its own.
 enum Job {
-    TokenBucket(Pending),
+    TokenBucket(Box<Pending>),
     Check(PendingCheck),
 }
 
@@ -523,7 +523,7 @@ impl Inner {
             let mut checks = Vec::new();
             for job in jobs {
                 match job {
-                    Job::TokenBucket(pending) => batch.push(pending),
+                    Job::TokenBucket(pending) => batch.push(*pending),
                     Job::Check(pending) => checks.push(pending),
                 }
             }
@@ -1324,7 +1324,7 @@ impl Store for PostgresStore {
             queues[shard(&key.tenant, queues.len())].clone()
         };
         sender
-            .send(Job::TokenBucket(pending))
+            .send(Job::TokenBucket(Box::new(pending)))
             .await
             .map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?

@@ -111,6 +111,9 @@ pub(super) fn head_from_row(row: &Row) -> Result<BucketRow, StoreError> {
             last_refill: timestamp(row, "last_refill")?,
             committed_tokens: get(row, "committed_tokens")?,
             committed_rate: get(row, "committed_rate")?,
+            capped_refill: get(row, "capped_refill")?,
+            capped_from: timestamp(row, "capped_from")?,
+            capped_until: timestamp(row, "capped_until")?,
             created_at: timestamp(row, "created_at")?,
             updated_at: timestamp(row, "updated_at")?,
         },
@@ -196,6 +199,9 @@ pub(super) struct HeadParams {
     egress_bytes: i64,
     created_at: SystemTime,
     updated_at: SystemTime,
+    capped_refill: f64,
+    capped_from: SystemTime,
+    capped_until: SystemTime,
 }
 
 impl HeadParams {
@@ -228,10 +234,13 @@ impl HeadParams {
             egress_bytes: to_i64("total_egress_bytes", c.egress_bytes)?,
             created_at: to_system_time(state.created_at),
             updated_at: to_system_time(state.updated_at),
+            capped_refill: state.capped_refill,
+            capped_from: to_system_time(state.capped_from),
+            capped_until: to_system_time(state.capped_until),
         })
     }
 
-    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 25] {
+    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 28] {
         [
             &self.tenant_id,
             &self.bucket,
@@ -258,6 +267,9 @@ impl HeadParams {
             &self.egress_bytes,
             &self.created_at,
             &self.updated_at,
+            &self.capped_refill,
+            &self.capped_from,
+            &self.capped_until,
         ]
     }
 }
