@@ -176,6 +176,49 @@ async fn a_duplicate_request_is_answered_from_the_first_response(backend: Backen
     server.stop().await;
 }
 
+/// Fallback tokens a pod reports are charged to the tenant's bucket once,
+/// whatever the retries, and are not granted.
+async fn fallback_tokens_are_charged_once(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    admin
+        .update_tenant_resource_limits(limits("fb", 1000.0, 0.0, 1000.0))
+        .await
+        .expect("configure");
+    let mut pods = server.pods().await;
+    let charging = v1::TokenBucketRequest {
+        requested_tokens: 0.0,
+        fallback_tokens: 300.0,
+        fallback_duration: Some(prost_types::Duration {
+            seconds: 20,
+            nanos: 0,
+        }),
+        ..pod_request("fb", 1, 1, 0.0, 0.0)
+    };
+    let first = pods
+        .token_bucket(charging.clone())
+        .await
+        .expect("charged")
+        .into_inner();
+    assert_eq!(first.granted_tokens, 0.0, "fallback tokens are not granted");
+    let level = |t: &v1::Tenant| t.current_tokens;
+    let after = get_tenant(&mut admin, "fb").await.expect("get");
+    // No refill, so no refill lost to the burst either: charged in full.
+    assert_eq!(level(&after), 700.0);
+    let retry = pods
+        .token_bucket(charging)
+        .await
+        .expect("retry")
+        .into_inner();
+    assert_eq!(retry, first);
+    assert_eq!(
+        level(&get_tenant(&mut admin, "fb").await.expect("get")),
+        700.0,
+        "a retry charges nothing more"
+    );
+    server.stop().await;
+}
+
 async fn state_survives_a_restart_on_the_same_store(backend: Backend) {
     let backing = Backing::new(backend).await;
     let server = TestServer::start(backing.open(BucketSettings::default()).await).await;
@@ -1229,6 +1272,7 @@ async fn tiers_refuse_bad_input_and_change_nothing(backend: Backend) {
 for_each_store!(
     several_instances_share_a_configured_tenant,
     a_duplicate_request_is_answered_from_the_first_response,
+    fallback_tokens_are_charged_once,
     state_survives_a_restart_on_the_same_store,
     bad_pod_requests_get_clear_errors_and_change_nothing,
     bad_admin_requests_get_clear_errors_and_change_nothing,
