@@ -24,14 +24,17 @@
 //! A real `tollgate serve` over sockets, in real time, is the `tollgate`
 //! crate's `client_e2e` test.
 
+#[path = "common/load.rs"]
+mod load;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use load::{assert_same_consumption, saturate, shutdown};
 use tokio::time::Instant;
 use tollgate_client::{Controller, GrpcTransport, LocalBucketConfig, Options, TenantId};
 use tollgate_core::Timestamp;
@@ -50,9 +53,6 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::service::Routes;
 use tower::{Layer, Service};
-
-/// Tokens per acquisition.
-const STEP: f64 = 10.0;
 
 /// The server's time when the test starts (2026-01-01T00:00:00Z): any
 /// instant would do; a real one keeps the stored timestamps plausible.
@@ -239,46 +239,6 @@ fn pods(server: &Server, tenant: &str, n: u32) -> Vec<Controller> {
                 .expect("valid options")
         })
         .collect()
-}
-
-/// Runs `workers` tasks per pod, each acquiring `STEP` tokens in a loop,
-/// until `until`; returns the tokens admitted before `until`.
-async fn saturate(pods: &[Controller], workers: usize, until: Instant) -> f64 {
-    let admitted = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for pod in pods {
-        for _ in 0..workers {
-            let pod = pod.clone();
-            let admitted = Arc::clone(&admitted);
-            tasks.push(tokio::spawn(async move {
-                while let Ok(Ok(())) = tokio::time::timeout_at(until, pod.acquire(STEP)).await {
-                    admitted.fetch_add(1, Ordering::Relaxed);
-                }
-            }));
-        }
-    }
-    for task in tasks {
-        task.await.expect("worker ran");
-    }
-    admitted.load(Ordering::Relaxed) as f64 * STEP
-}
-
-/// Shuts the pods down and returns the tokens they charged in total.
-async fn shutdown(pods: Vec<Controller>) -> f64 {
-    let mut charged = 0.0;
-    for pod in pods {
-        let report = pod.shutdown().await;
-        assert!(report.consumption_reported, "final report delivered");
-        charged += report.status.charged_tokens;
-    }
-    charged
-}
-
-fn assert_same_consumption(stored: f64, charged: f64) {
-    assert!(
-        (stored - charged).abs() <= 1e-6 * charged.max(1.0),
-        "server stored {stored} request units, pods charged {charged}"
-    );
 }
 
 #[tokio::test(start_paused = true)]

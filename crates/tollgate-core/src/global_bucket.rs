@@ -312,8 +312,8 @@ impl BucketState {
     /// used while the bucket, unaware, sat at its burst limit are paid from
     /// the refill lost meanwhile (it would otherwise have been lost): at
     /// most the refill of the time the fallback and the loss overlap, and
-    /// at most what is left of the loss. Returns what that paid.
-    fn charge_fallback(&mut self, req: &TokenBucketRequest, now: Timestamp) -> f64 {
+    /// at most what is left of the loss.
+    fn charge_fallback(&mut self, req: &TokenBucketRequest, now: Timestamp) {
         let window = req.target_request_period;
         let forgiven = if req.fallback_tokens > 0.0 && self.capped_valid(now, window) {
             let fallback_from = now.saturating_sub(req.fallback_duration);
@@ -330,7 +330,6 @@ impl BucketState {
         };
         self.capped_refill -= forgiven;
         self.tokens -= req.fallback_tokens - forgiven;
-        forgiven
     }
 
     /// Puts tokens a pod gave back into the bucket, never lifting it above

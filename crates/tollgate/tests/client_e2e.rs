@@ -12,18 +12,17 @@
 //! real-time accuracy figure (`TOLLGATE_E2E_SECS=60 cargo test --release -p
 //! tollgate --test client_e2e -- --nocapture`).
 
+#[path = "../../tollgate-client/tests/common/load.rs"]
+mod load;
 mod support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use load::{assert_same_consumption, saturate, shutdown};
 use support::Server;
 use tokio::time::Instant;
 use tollgate_client::{Controller, LocalBucketConfig, Options};
 
-/// Tokens per acquisition.
-const STEP: f64 = 10.0;
 /// What each pod may admit before its first grant.
 const INITIAL_TOKENS: f64 = 100.0;
 
@@ -63,46 +62,6 @@ fn pods(url: &str, tenant: &str, n: u32) -> Vec<Controller> {
             Controller::connect(url, tenant, instance, options).expect("valid options")
         })
         .collect()
-}
-
-/// Runs `workers` tasks per pod, each acquiring `STEP` tokens in a loop,
-/// until `until`; returns the tokens admitted before `until`.
-async fn saturate(pods: &[Controller], workers: usize, until: Instant) -> f64 {
-    let admitted = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for pod in pods {
-        for _ in 0..workers {
-            let pod = pod.clone();
-            let admitted = Arc::clone(&admitted);
-            tasks.push(tokio::spawn(async move {
-                while let Ok(Ok(())) = tokio::time::timeout_at(until, pod.acquire(STEP)).await {
-                    admitted.fetch_add(1, Ordering::Relaxed);
-                }
-            }));
-        }
-    }
-    for task in tasks {
-        task.await.expect("worker ran");
-    }
-    admitted.load(Ordering::Relaxed) as f64 * STEP
-}
-
-/// Shuts the pods down and returns the tokens they charged in total.
-async fn shutdown(pods: Vec<Controller>) -> f64 {
-    let mut charged = 0.0;
-    for pod in pods {
-        let report = pod.shutdown().await;
-        assert!(report.consumption_reported, "final report delivered");
-        charged += report.status.charged_tokens;
-    }
-    charged
-}
-
-fn assert_same_consumption(stored: f64, charged: f64) {
-    assert!(
-        (stored - charged).abs() <= 1e-6 * charged.max(1.0),
-        "server stored {stored} request units, pods charged {charged}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
