@@ -392,52 +392,69 @@ pub fn generate(seed: u64) -> Result<Generated, SimError> {
     })
 }
 
-/// A measure the corpus sums up, and which way is worse.
+/// A measure the corpus sums up, which way is worse, and how it reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MeasureKind {
     pub name: &'static str,
     /// Lower is worse (Jain's index).
     pub lower_is_worse: bool,
+    pub unit: Unit,
 }
 
+/// How a measure's values are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// A share, as a signed percentage.
+    Share,
+    /// A plain ratio (Jain's index).
+    Index,
+    /// Target periods; infinite reads "never".
+    Periods,
+    /// A count, such as requests per pod per minute.
+    Count,
+}
+
+impl Unit {
+    fn format(self, v: f64) -> String {
+        match self {
+            Unit::Share => format!("{:+.2}%", v * 100.0),
+            Unit::Index => format!("{v:.4}"),
+            Unit::Periods if v.is_infinite() => "never".into(),
+            Unit::Periods | Unit::Count => format!("{v:.2}"),
+        }
+    }
+}
+
+const fn measure(name: &'static str, unit: Unit) -> MeasureKind {
+    MeasureKind {
+        name,
+        lower_is_worse: false,
+        unit,
+    }
+}
+
+/// How many measures the corpus sums up.
+pub const MEASURE_COUNT: usize = 9;
+
 /// The measures summed up over a corpus, in the order they are reported.
-pub const MEASURES: [MeasureKind; 8] = [
-    MeasureKind {
-        name: "|divergence| end",
-        lower_is_worse: false,
-    },
-    MeasureKind {
-        name: "|divergence| max",
-        lower_is_worse: false,
-    },
-    MeasureKind {
-        name: "overshoot 10 s",
-        lower_is_worse: false,
-    },
-    MeasureKind {
-        name: "overshoot 60 s",
-        lower_is_worse: false,
-    },
-    MeasureKind {
-        name: "pod error max",
-        lower_is_worse: false,
-    },
+pub const MEASURES: [MeasureKind; MEASURE_COUNT] = [
+    measure("|divergence| end", Unit::Share),
+    measure("|divergence| max", Unit::Share),
+    measure("overshoot 10 s", Unit::Share),
+    measure("overshoot 60 s", Unit::Share),
+    measure("pod error max", Unit::Share),
     MeasureKind {
         name: "Jain (equal demand)",
         lower_is_worse: true,
+        unit: Unit::Index,
     },
-    MeasureKind {
-        name: "convergence (periods)",
-        lower_is_worse: false,
-    },
-    MeasureKind {
-        name: "req/pod/min",
-        lower_is_worse: false,
-    },
+    measure("convergence, every change (periods)", Unit::Periods),
+    measure("convergence, followable changes (periods)", Unit::Periods),
+    measure("req/pod/min", Unit::Count),
 ];
 
 /// `m`'s value of each of [`MEASURES`] (`None` where it does not apply).
-fn values(m: &Measures, period: f64, equal_demand: bool) -> [Option<f64>; 8] {
+fn values(m: &Measures, period: f64, equal_demand: bool) -> [Option<f64>; MEASURE_COUNT] {
     [
         Some(m.divergence_end.abs()),
         Some(m.divergence_max.abs()),
@@ -446,6 +463,8 @@ fn values(m: &Measures, period: f64, equal_demand: bool) -> [Option<f64>; 8] {
         Some(m.pod_error_max),
         equal_demand.then_some(m.jain_index),
         m.convergence_max().map(|c| c / period),
+        m.convergence_max_reachable(check::GOAL_CONVERGENCE_PERIODS * period)
+            .map(|c| c / period),
         Some(m.requests_per_pod_minute),
     ]
 }
@@ -456,13 +475,51 @@ pub struct Outcome {
     pub seed: u64,
     pub family: Family,
     /// Per policy (in [`Policy::ALL`]'s order), each measure's value.
-    pub values: Vec<[Option<f64>; 8]>,
+    pub values: Vec<[Option<f64>; MEASURE_COUNT]>,
     /// The checked policy's goals it missed (the checks' measures).
     pub missed: Vec<String>,
     /// The server was down at times.
     pub outage: bool,
     /// Messages were lost.
     pub loss: bool,
+    /// The checked policy's convergence, change by change.
+    pub changes: ChangeTally,
+}
+
+/// Demand changes counted by whether the delayed ideal followed them within
+/// the goal (see [`crate::measures::Convergence::reachable_within`]) and
+/// whether the checked policy converged within it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChangeTally {
+    pub followable: usize,
+    pub followable_met: usize,
+    pub unfollowable: usize,
+    pub unfollowable_met: usize,
+}
+
+impl ChangeTally {
+    fn of(m: &Measures, period: f64) -> ChangeTally {
+        let goal = check::GOAL_CONVERGENCE_PERIODS * period;
+        let mut tally = ChangeTally::default();
+        for c in &m.convergence {
+            let met = c.after.is_some_and(|a| a <= goal + 1e-9);
+            if c.reachable_within(goal) {
+                tally.followable += 1;
+                tally.followable_met += usize::from(met);
+            } else {
+                tally.unfollowable += 1;
+                tally.unfollowable_met += usize::from(met);
+            }
+        }
+        tally
+    }
+
+    fn add(&mut self, other: ChangeTally) {
+        self.followable += other.followable;
+        self.followable_met += other.followable_met;
+        self.unfollowable += other.unfollowable;
+        self.unfollowable_met += other.unfollowable_met;
+    }
 }
 
 impl Outcome {
@@ -488,10 +545,16 @@ pub fn run_seed(seed: u64, policies: &[Policy]) -> Result<Outcome, SimError> {
     let values = Policy::ALL
         .iter()
         .map(|&p| {
-            run.policy(p)
-                .map_or([None; 8], |r| values(&r.measures, period, equal))
+            run.policy(p).map_or([None; MEASURE_COUNT], |r| {
+                values(&r.measures, period, equal)
+            })
         })
         .collect();
+    let changes = run
+        .policy(CHECKED_POLICY)
+        .map_or_else(ChangeTally::default, |r| {
+            ChangeTally::of(&r.measures, period)
+        });
     let missed = check::check(&run)
         .into_iter()
         .filter(|c| !c.passed)
@@ -504,6 +567,7 @@ pub fn run_seed(seed: u64, policies: &[Policy]) -> Result<Outcome, SimError> {
         missed,
         outage,
         loss,
+        changes,
     })
 }
 
@@ -578,15 +642,6 @@ pub fn spread(outcomes: &[Outcome], policy: usize, k: usize) -> Option<Spread> {
     })
 }
 
-fn format_measure(k: usize, v: f64) -> String {
-    match k {
-        5 => format!("{v:.4}"),
-        6 if v.is_infinite() => "never".into(),
-        6 | 7 => format!("{v:.2}"),
-        _ => format!("{:+.2}%", v * 100.0),
-    }
-}
-
 /// The corpus summary, in markdown: per policy and measure the worst (and
 /// its seed), p99 and median; the share meeting every goal, per family.
 pub fn summary(outcomes: &[Outcome], first_seed: u64) -> String {
@@ -640,6 +695,7 @@ pub fn summary(outcomes: &[Outcome], first_seed: u64) -> String {
     let all: Vec<&Outcome> = outcomes.iter().collect();
     row("all", &all, &mut out);
     let _ = writeln!(out);
+    changes_section(outcomes, &mut out);
     for (p, policy) in Policy::ALL.iter().enumerate() {
         if (0..MEASURES.len()).all(|k| spread(outcomes, p, k).is_none()) {
             continue;
@@ -656,10 +712,10 @@ pub fn summary(outcomes: &[Outcome], first_seed: u64) -> String {
                     out,
                     "| {} | {} | {} | {} | {} | {} |",
                     kind.name,
-                    format_measure(k, s.worst),
+                    kind.unit.format(s.worst),
                     s.worst_seed,
-                    format_measure(k, s.p99),
-                    format_measure(k, s.median),
+                    kind.unit.format(s.p99),
+                    kind.unit.format(s.median),
                     s.count
                 );
             }
@@ -667,6 +723,58 @@ pub fn summary(outcomes: &[Outcome], first_seed: u64) -> String {
         let _ = writeln!(out);
     }
     out
+}
+
+/// Convergence change by change, per family: how many changes the delayed
+/// ideal followed within the goal (only those are judged) and how many of
+/// each kind the checked policy converged after in time.
+fn changes_section(outcomes: &[Outcome], out: &mut String) {
+    let _ = writeln!(
+        out,
+        "Convergence change by change under `{}`: a change is followable when the \
+         delayed ideal (every pod given its mean ideal allocation over the target \
+         period before) converges within {} periods; the goal judges only those.\n",
+        CHECKED_POLICY.name(),
+        check::GOAL_CONVERGENCE_PERIODS
+    );
+    let _ = writeln!(
+        out,
+        "| family | changes | followable | converged in time | not followable | converged in time |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+    let share = |n: usize, of: usize| {
+        if of == 0 {
+            "–".to_string()
+        } else {
+            format!("{n} ({:.0} %)", 100.0 * n as f64 / of as f64)
+        }
+    };
+    let mut families: Vec<Family> = outcomes.iter().map(|o| o.family).collect();
+    families.sort();
+    families.dedup();
+    let rows = families
+        .into_iter()
+        .map(|f| (f.name(), Some(f)))
+        .chain([("all", None)]);
+    for (name, family) in rows {
+        let mut t = ChangeTally::default();
+        for o in outcomes
+            .iter()
+            .filter(|o| family.is_none_or(|f| o.family == f))
+        {
+            t.add(o.changes);
+        }
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {} | {} | {} | {} |",
+            t.followable + t.unfollowable,
+            t.followable,
+            share(t.followable_met, t.followable),
+            t.unfollowable,
+            share(t.unfollowable_met, t.unfollowable),
+        );
+    }
+    let _ = writeln!(out);
 }
 
 /// The index of the checked policy in [`Policy::ALL`].
@@ -770,10 +878,10 @@ pub fn bound_section(outcomes: &[Outcome], over: &[&Outcome]) -> String {
                 out,
                 "| {name} | {} | {} | {} | {} | {} |",
                 s.count,
-                format_measure(OVERSHOOT_60S, s.worst),
+                MEASURES[OVERSHOOT_60S].unit.format(s.worst),
                 s.worst_seed,
-                format_measure(OVERSHOOT_60S, s.p99),
-                format_measure(OVERSHOOT_60S, s.median),
+                MEASURES[OVERSHOOT_60S].unit.format(s.p99),
+                MEASURES[OVERSHOOT_60S].unit.format(s.median),
             );
         }
     }
@@ -850,10 +958,11 @@ mod tests {
         let outcome = |seed: u64, v: f64| Outcome {
             seed,
             family: Family::Mix,
-            values: vec![[Some(v); 8]],
+            values: vec![[Some(v); MEASURE_COUNT]],
             missed: Vec::new(),
             outage: false,
             loss: false,
+            changes: ChangeTally::default(),
         };
         let outcomes: Vec<Outcome> = (0..101).map(|s| outcome(s, s as f64)).collect();
         let over = spread(&outcomes, 0, 3).expect("applies");

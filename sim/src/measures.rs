@@ -19,6 +19,12 @@
 //!   [`CONVERGENCE_TOLERANCE`] and stays there for a target period (or until
 //!   the next change). The end of an outage counts as a change; a change
 //!   an outage interrupts is not measured (the ideal has no outage).
+//!   Each change is measured for the **delayed ideal** too: every pod given
+//!   its mean ideal allocation over the target period before, the
+//!   allocation of a policy that knew every pod's ideal rate but, like any
+//!   pod asking once a period, learnt it as the last period's average. Where even that does not converge
+//!   in time, demand moves faster than the goal can judge (see
+//!   [`Convergence::reference`]).
 //! - **Load**: token-bucket requests per pod per minute.
 //! - **Waits**: the token-weighted distribution of throttled waits, and the
 //!   share of demand that gave up.
@@ -43,6 +49,17 @@ pub struct Convergence {
     pub after: Option<f64>,
     /// Seconds until the next change or the end: the most `after` could be.
     pub observed: f64,
+    /// Seconds the delayed ideal took, or `None` if it did not converge.
+    pub reference: Option<f64>,
+}
+
+impl Convergence {
+    /// Whether the delayed ideal converged within `secs`: only then does
+    /// a goal of `secs` judge the policy's convergence rather than how far
+    /// demand moves within a period.
+    pub fn reachable_within(&self, secs: f64) -> bool {
+        self.reference.is_some_and(|r| r <= secs + 1e-9)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -70,6 +87,16 @@ impl Measures {
     pub fn convergence_max(&self) -> Option<f64> {
         self.convergence
             .iter()
+            .map(|c| c.after.unwrap_or(f64::INFINITY))
+            .reduce(f64::max)
+    }
+
+    /// The slowest convergence, seconds, over the changes the delayed ideal
+    /// followed within `secs` (see [`Convergence::reachable_within`]).
+    pub fn convergence_max_reachable(&self, secs: f64) -> Option<f64> {
+        self.convergence
+            .iter()
+            .filter(|c| c.reachable_within(secs))
             .map(|c| c.after.unwrap_or(f64::INFINITY))
             .reduce(f64::max)
     }
@@ -228,6 +255,8 @@ fn convergence(workload: &Workload, run: &Record, ideal: &Record, period: f64) -
     let sample = run.sample_secs;
     let window = ((CONVERGENCE_WINDOW_SECS / sample).round() as usize).max(1);
     let errors = allocation_error(run, ideal, window);
+    let delayed = ideal.trailing_mean((period / sample).round() as usize);
+    let reference_errors = allocation_error(&delayed, ideal, window);
     let end = workload.duration.as_secs_f64();
     // The end of an outage is a change too: pods come back from their
     // fallback rate to grants. A change whose interval an outage cuts is
@@ -252,35 +281,54 @@ fn convergence(workload: &Workload, run: &Record, ideal: &Record, period: f64) -
     let mut out = Vec::new();
     for (c, &change) in changes.iter().enumerate() {
         let next = changes.get(c + 1).copied().unwrap_or(end);
-        let observed = next - change;
         if outages.iter().any(|&(from, to)| from < next && change < to) {
             continue;
         }
-        // Windows wholly after the change and ending before the next one.
-        let candidates: Vec<(f64, f64)> = run
-            .times
-            .iter()
-            .zip(&errors)
-            .map(|(&t, &e)| (t - window as f64 * sample, e))
-            .filter(|&(start, _)| start + 1e-9 >= change)
-            .filter(|&(start, _)| start + window as f64 * sample <= next + 1e-9)
-            .collect();
-        // Converged at the first window that starts a target period of
-        // windows within tolerance.
-        let after = candidates.iter().enumerate().find_map(|(i, &(start, _))| {
-            candidates[i..]
-                .iter()
-                .take_while(|&&(s, _)| s <= start + period + 1e-9)
-                .all(|&(_, e)| e <= CONVERGENCE_TOLERANCE)
-                .then_some(start - change)
-        });
+        let interval = Interval {
+            change,
+            next,
+            window_secs: window as f64 * sample,
+            period,
+        };
         out.push(Convergence {
             change_at: change,
-            after,
-            observed,
+            after: interval.converged(&run.times, &errors),
+            observed: next - change,
+            reference: interval.converged(&run.times, &reference_errors),
         });
     }
     out
+}
+
+/// The stretch between one demand change and the next.
+struct Interval {
+    change: f64,
+    next: f64,
+    window_secs: f64,
+    period: f64,
+}
+
+impl Interval {
+    /// Seconds from the change until the allocation error (`errors`, per
+    /// window ending at each of `times`) is within tolerance in every
+    /// window for a target period (or until the next change), counting only
+    /// windows wholly after the change and ending before the next one.
+    fn converged(&self, times: &[f64], errors: &[f64]) -> Option<f64> {
+        let candidates: Vec<(f64, f64)> = times
+            .iter()
+            .zip(errors)
+            .map(|(&t, &e)| (t - self.window_secs, e))
+            .filter(|&(start, _)| start + 1e-9 >= self.change)
+            .filter(|&(start, _)| start + self.window_secs <= self.next + 1e-9)
+            .collect();
+        candidates.iter().enumerate().find_map(|(i, &(start, _))| {
+            candidates[i..]
+                .iter()
+                .take_while(|&&(s, _)| s <= start + self.period + 1e-9)
+                .all(|&(_, e)| e <= CONVERGENCE_TOLERANCE)
+                .then_some(start - self.change)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -316,6 +364,9 @@ mod tests {
         assert_eq!(m.jain_index, 1.0);
         assert_eq!(m.convergence.len(), 1);
         assert_eq!(m.convergence[0].after, Some(0.0));
+        // Steady demand: the delayed ideal follows the change at once.
+        assert_eq!(m.convergence[0].reference, Some(0.0));
+        assert_eq!(m.convergence_max_reachable(20.0), Some(0.0));
         // 10/s over 10 s, burst 100: 100 admitted of 200 allowed.
         assert!(
             (m.overshoot_10s - (-1.0)).abs() < 1e-9,
@@ -343,6 +394,7 @@ mod tests {
         );
         assert!(m.jain_index < 1.0);
         assert_eq!(m.convergence[0].after, Some(20.0));
+        assert_eq!(m.convergence_max_reachable(20.0), Some(20.0));
         // Too much in a burst: 20/s for 10 s against 10/s + burst 100.
         let mut burst = vec![vec![5.0; 100], vec![5.0; 100]];
         burst[0][10..20].fill(25.0);
@@ -355,5 +407,27 @@ mod tests {
         // Window of 10 s: 300 admitted vs 100 + 100.
         assert!((m.overshoot_10s - 1.0).abs() < 1e-9, "{}", m.overshoot_10s);
         assert!(m.divergence_end > 0.0);
+    }
+
+    #[test]
+    fn a_change_the_delayed_ideal_cannot_follow_is_not_judged() {
+        let w = workload();
+        // After the change the ideal moves the whole allocation between the
+        // pods every 5 s: its mean over the last period is always half of
+        // it, so no allocation learnt a period late is ever within 10 %.
+        let mut a = vec![5.0; 100];
+        let mut b = vec![5.0; 100];
+        for k in 50..100 {
+            let first = (k / 5) % 2 == 0;
+            a[k] = if first { 10.0 } else { 0.0 };
+            b[k] = if first { 0.0 } else { 10.0 };
+        }
+        let ideal = record(&[a, b]);
+        let run = record(&[vec![5.0; 100], vec![5.0; 100]]);
+        let m = measure(&w, w.limits.as_ref().expect("limits"), &run, &ideal);
+        assert_eq!(m.convergence[0].reference, None);
+        assert!(!m.convergence[0].reachable_within(20.0));
+        assert_eq!(m.convergence_max(), Some(f64::INFINITY));
+        assert_eq!(m.convergence_max_reachable(20.0), None);
     }
 }

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 use std::path::PathBuf;
 
-use crate::check::{self, CHECKED_POLICY, Check};
+use crate::check::{self, CHECKED_POLICY, Check, GOAL_CONVERGENCE_PERIODS};
 use crate::measures::{CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW_SECS, Measures};
 use crate::workload::Workload;
 use crate::{WorkloadRun, humantime_short};
@@ -73,19 +73,32 @@ pub fn workload_section(run: &WorkloadRun, plots: &[PathBuf], checks: &[Check]) 
     if let Some(checked) = run.policy(CHECKED_POLICY)
         && !checked.measures.convergence.is_empty()
     {
+        let goal_secs =
+            GOAL_CONVERGENCE_PERIODS * w.client.config().target_request_period.as_secs_f64();
         let list: Vec<String> = checked
             .measures
             .convergence
             .iter()
-            .map(|c| match c.after {
-                Some(after) => format!("{:.0} s → {after:.0} s", c.change_at),
-                None => format!("{:.0} s → not within {:.0} s", c.change_at, c.observed),
+            .map(|c| {
+                let after = match c.after {
+                    Some(after) => format!("{after:.0} s"),
+                    None => format!("not within {:.0} s", c.observed),
+                };
+                let reference = match c.reference {
+                    Some(r) if c.reachable_within(goal_secs) => format!("{r:.0} s"),
+                    Some(r) => format!("{r:.0} s, not judged"),
+                    None => "never, not judged".to_string(),
+                };
+                format!("{:.0} s → {after} (delayed ideal {reference})", c.change_at)
             })
             .collect();
         let _ = writeln!(
             out,
-            "Convergence after each demand change ({}): {}.\n",
+            "Convergence after each demand change ({}; the delayed ideal is every pod \
+             given its mean ideal allocation over the target period before, and a change it \
+             does not follow within {} periods is not judged): {}.\n",
             CHECKED_POLICY.name(),
+            GOAL_CONVERGENCE_PERIODS,
             list.join("; ")
         );
     }
