@@ -688,14 +688,14 @@ pub fn summary(outcomes: &[Outcome], first_seed: u64) -> String {
         }
         let _ = writeln!(out);
     };
-    for family in families {
+    for &family in &families {
         let of: Vec<&Outcome> = outcomes.iter().filter(|o| o.family == family).collect();
         row(family.name(), &of, &mut out);
     }
     let all: Vec<&Outcome> = outcomes.iter().collect();
     row("all", &all, &mut out);
     let _ = writeln!(out);
-    changes_section(outcomes, &mut out);
+    changes_section(outcomes, &families, &mut out);
     for (p, policy) in Policy::ALL.iter().enumerate() {
         if (0..MEASURES.len()).all(|k| spread(outcomes, p, k).is_none()) {
             continue;
@@ -728,7 +728,7 @@ pub fn summary(outcomes: &[Outcome], first_seed: u64) -> String {
 /// Convergence change by change, per family: how many changes the delayed
 /// ideal followed within the goal (only those are judged) and how many of
 /// each kind the checked policy converged after in time.
-fn changes_section(outcomes: &[Outcome], out: &mut String) {
+fn changes_section(outcomes: &[Outcome], families: &[Family], out: &mut String) {
     let _ = writeln!(
         out,
         "Convergence change by change under `{}`: a change is followable when the \
@@ -749,12 +749,9 @@ fn changes_section(outcomes: &[Outcome], out: &mut String) {
             format!("{n} ({:.0} %)", 100.0 * n as f64 / of as f64)
         }
     };
-    let mut families: Vec<Family> = outcomes.iter().map(|o| o.family).collect();
-    families.sort();
-    families.dedup();
     let rows = families
-        .into_iter()
-        .map(|f| (f.name(), Some(f)))
+        .iter()
+        .map(|&f| (f.name(), Some(f)))
         .chain([("all", None)]);
     for (name, family) in rows {
         let mut t = ChangeTally::default();

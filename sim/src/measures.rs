@@ -85,21 +85,21 @@ pub struct Measures {
 impl Measures {
     /// The slowest convergence, seconds; infinite if one never converged.
     pub fn convergence_max(&self) -> Option<f64> {
-        self.convergence
-            .iter()
-            .map(|c| c.after.unwrap_or(f64::INFINITY))
-            .reduce(f64::max)
+        slowest(self.convergence.iter())
     }
 
     /// The slowest convergence, seconds, over the changes the delayed ideal
     /// followed within `secs` (see [`Convergence::reachable_within`]).
     pub fn convergence_max_reachable(&self, secs: f64) -> Option<f64> {
-        self.convergence
-            .iter()
-            .filter(|c| c.reachable_within(secs))
-            .map(|c| c.after.unwrap_or(f64::INFINITY))
-            .reduce(f64::max)
+        slowest(self.convergence.iter().filter(|c| c.reachable_within(secs)))
     }
+}
+
+/// The slowest of `changes`' convergences, infinite if one never converged.
+fn slowest<'a>(changes: impl Iterator<Item = &'a Convergence>) -> Option<f64> {
+    changes
+        .map(|c| c.after.unwrap_or(f64::INFINITY))
+        .reduce(f64::max)
 }
 
 /// Measures `run` against `ideal` (both of `workload`, with `limits`).
