@@ -315,6 +315,10 @@ async fn bad_pod_requests_get_clear_errors_and_change_nothing(backend: Backend) 
         target_request_period: Some(prost_types::Duration { seconds, nanos }),
         ..good()
     };
+    let fallback_for = |seconds: i64, nanos: i32| v1::TokenBucketRequest {
+        fallback_duration: Some(prost_types::Duration { seconds, nanos }),
+        ..good()
+    };
     let cases: Vec<(v1::TokenBucketRequest, Code, &str)> = vec![
         (
             v1::TokenBucketRequest {
@@ -491,35 +495,17 @@ async fn bad_pod_requests_get_clear_errors_and_change_nothing(backend: Backend) 
             "fallback_tokens",
         ),
         (
-            v1::TokenBucketRequest {
-                fallback_duration: Some(prost_types::Duration {
-                    seconds: -1,
-                    nanos: 0,
-                }),
-                ..good()
-            },
+            fallback_for(-1, 0),
             Code::InvalidArgument,
             "fallback_duration",
         ),
         (
-            v1::TokenBucketRequest {
-                fallback_duration: Some(prost_types::Duration {
-                    seconds: 40 * 24 * 3600,
-                    nanos: 0,
-                }),
-                ..good()
-            },
+            fallback_for(40 * 24 * 3600, 0),
             Code::InvalidArgument,
             "fallback_duration",
         ),
         (
-            v1::TokenBucketRequest {
-                fallback_duration: Some(prost_types::Duration {
-                    seconds: 1,
-                    nanos: 1_000_000_000,
-                }),
-                ..good()
-            },
+            fallback_for(1, 1_000_000_000),
             Code::InvalidArgument,
             "fallback_duration",
         ),

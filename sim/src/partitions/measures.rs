@@ -440,15 +440,19 @@ mod tests {
             hold: 30,
         };
         let offered = vec![3000.0; 300];
-        let (r, unmeasured) = reactions(
-            &accepted,
-            &offered,
-            &moves(&[10.0, 20.0], 10.0),
-            &[],
-            10,
-            0.1,
-            1000.0,
-        );
+        // Moved at 10 s and at 20 s, no outage.
+        let two_moves = |accepted: &[u32]| {
+            reactions(
+                accepted,
+                &offered,
+                &moves(&[10.0, 20.0], 10.0),
+                &[],
+                10,
+                0.1,
+                1000.0,
+            )
+        };
+        let (r, unmeasured) = two_moves(&accepted);
         assert_eq!(unmeasured, 0);
         assert_eq!(r.len(), 2);
         // The last window over 1.2 × ends at 14.8 s: two bins of 3 × and
@@ -459,18 +463,7 @@ mod tests {
         // Back over the bound within a period of coming within (held 3 s
         // here): the reaction ends with the relapse. Back over later: the
         // steady state's noise, not the reaction.
-        let first_after = |accepted: &[u32]| {
-            let (r, _) = reactions(
-                accepted,
-                &offered,
-                &moves(&[10.0, 20.0], 10.0),
-                &[],
-                10,
-                0.1,
-                1000.0,
-            );
-            r[0].after.expect("came within")
-        };
+        let first_after = |accepted: &[u32]| two_moves(accepted).0[0].after.expect("came within");
         let mut relapse = accepted.clone();
         relapse[170] = 400;
         let after = first_after(&relapse);
