@@ -790,7 +790,8 @@ pub fn csv(outcomes: &[Outcome]) -> String {
     let mut out = String::from("seed,family,outage,loss,policy");
     for kind in MEASURES {
         out.push(',');
-        out.push_str(kind.name);
+        // Measure names hold commas: quoted, as RFC 4180 has it.
+        let _ = write!(out, "\"{}\"", kind.name.replace('"', "\"\""));
     }
     out.push_str(",missed\n");
     for o in outcomes {
@@ -947,6 +948,41 @@ mod tests {
                 drawn.iter().filter(|g| g.family == family).count() >= 50,
                 "{family:?}"
             );
+        }
+    }
+
+    #[test]
+    fn every_csv_line_has_as_many_fields_as_the_header() {
+        let outcome = Outcome {
+            seed: 7,
+            family: Family::Herd,
+            values: vec![[Some(0.5); MEASURE_COUNT]; Policy::ALL.len()],
+            missed: vec!["cumulative divergence".into(), "jain index".into()],
+            outage: true,
+            loss: false,
+            changes: ChangeTally::default(),
+        };
+        let text = csv(&[outcome]);
+        // Fields split on commas outside quotes.
+        let fields = |line: &str| {
+            let mut quoted = false;
+            1 + line
+                .chars()
+                .filter(|&c| {
+                    if c == '"' {
+                        quoted = !quoted;
+                    }
+                    c == ',' && !quoted
+                })
+                .count()
+        };
+        let mut lines = text.lines();
+        let header = fields(lines.next().expect("a header"));
+        assert_eq!(header, 5 + MEASURE_COUNT + 1);
+        let rows: Vec<&str> = lines.collect();
+        assert_eq!(rows.len(), Policy::ALL.len());
+        for row in rows {
+            assert_eq!(fields(row), header, "{row}");
         }
     }
 
