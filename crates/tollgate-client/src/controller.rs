@@ -25,7 +25,7 @@ use crate::error::ClientError;
 use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::partition::{Op, Partition, PartitionLimiter, PartitionOptions};
-use crate::transport::{ClientTls, GrpcTransport, Transport};
+use crate::transport::{ClientTls, FailoverTransport, GrpcTransport, Transport, endpoint_list};
 
 /// How a controller behaves. `Options::default()` is what most pods want.
 #[derive(Clone, Debug)]
@@ -163,6 +163,11 @@ impl Controller {
     /// its initial allowance while the first request is under way, and on
     /// the fallback rate if the server cannot be reached.
     ///
+    /// `endpoint` may list several replicas of the server, separated by
+    /// commas (`http://a:50051,http://b:50051`): the pod starts on the one
+    /// at `instance % count`, so a tenant's pods spread over them, and
+    /// moves to the next whenever a request fails ([`FailoverTransport`]).
+    ///
     /// Must be called within a tokio runtime.
     pub fn connect(
         endpoint: &str,
@@ -171,12 +176,24 @@ impl Controller {
         options: Options,
     ) -> Result<Self, ClientError> {
         let tenant = TenantId::parse("tenant", tenant)?;
-        let transport = GrpcTransport::new(
-            endpoint,
-            tenant.clone(),
-            options.connect_timeout,
-            options.tls.as_ref(),
-        )?;
+        let grpc = |url: &str| {
+            GrpcTransport::new(
+                url,
+                tenant.clone(),
+                options.connect_timeout,
+                options.tls.as_ref(),
+            )
+        };
+        let endpoints = endpoint_list(endpoint)?;
+        if let [single] = endpoints.as_slice() {
+            let transport = grpc(single)?;
+            return Self::with_transport(transport, &tenant, instance, options);
+        }
+        let replicas = endpoints
+            .iter()
+            .map(|url| grpc(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let transport = FailoverTransport::new(replicas, instance as usize)?;
         Self::with_transport(transport, &tenant, instance, options)
     }
 

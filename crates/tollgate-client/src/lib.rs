@@ -80,7 +80,9 @@ pub use error::{ClientError, TransportError};
 pub use key_limits::{KeyAnswer, KeyCheck, KeyLimiter, KeyLimiterOptions, Verdict};
 pub use partition::{Partition, PartitionClock, PartitionLimiter, PartitionOptions};
 pub use tollgate_core::partition::Op;
-pub use transport::{ClientTls, GrpcTransport, Transport, endpoint};
+pub use transport::{
+    ClientTls, FailoverTransport, GrpcTransport, Transport, endpoint, endpoint_list,
+};
 
 pub use prometheus::Registry;
 pub use tollgate_core::{

@@ -7,7 +7,15 @@
 //! [`Transport`] trait exists so that tests can put a deterministic bucket
 //! behind the same controller, and so that users can route requests their
 //! own way (through a sidecar, a proxy, another RPC stack).
+//!
+//! [`FailoverTransport`] spreads a tenant's pods over several replicas of
+//! the server (stateless, on one database) and moves a pod to the next
+//! replica when a call fails. The pod's retry carries the same request,
+//! sequence number included, so whichever replica receives it, the
+//! database answers a request it already applied with the stored grant and
+//! counts nothing twice.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -194,6 +202,102 @@ where
     }
 }
 
+/// Several replicas of the server, one database behind them: calls go to
+/// one replica until a call fails, then to the next in the list, and stay
+/// there. The failed call is not repeated here: the pod's bucket retries it
+/// after its backoff, unchanged, and the retry reaches the next replica.
+/// Meanwhile the pod runs on its local bucket, then on its fallback rate,
+/// as during any outage.
+///
+/// Every failure moves on, whatever its cause: a replica that refuses
+/// (overloaded, shutting down) is worth leaving too, and an answer that
+/// would be the same from every replica (a bad request) costs one move.
+#[derive(Debug)]
+pub struct FailoverTransport<T = GrpcTransport> {
+    replicas: Vec<T>,
+    current: AtomicUsize,
+}
+
+impl<T: Transport> FailoverTransport<T> {
+    /// Calls go to `replicas[first % replicas.len()]` first (pods spread
+    /// over the replicas by choosing different `first`s). `replicas` must
+    /// not be empty.
+    pub fn new(replicas: Vec<T>, first: usize) -> Result<Self, ClientError> {
+        if replicas.is_empty() {
+            return Err(ClientError::Endpoint {
+                endpoint: String::new(),
+                reason: "no server endpoint given".into(),
+            });
+        }
+        let first = first % replicas.len();
+        Ok(FailoverTransport {
+            replicas,
+            current: AtomicUsize::new(first),
+        })
+    }
+
+    /// The index of the replica calls go to now.
+    pub fn current(&self) -> usize {
+        self.current.load(Ordering::Relaxed)
+    }
+
+    /// The replica calls go to now, with its index.
+    fn replica(&self) -> (usize, &T) {
+        let index = self.current() % self.replicas.len();
+        (index, &self.replicas[index])
+    }
+
+    /// A call to replica `index` failed: the next call goes to the next
+    /// replica (unless a concurrent failure moved on already).
+    fn failed(&self, index: usize) {
+        let next = (index + 1) % self.replicas.len();
+        let _ = self
+            .current
+            .compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl<T: Transport> Transport for FailoverTransport<T> {
+    async fn token_bucket(
+        &self,
+        bucket: &BucketName,
+        request: TokenBucketRequest,
+    ) -> Result<Grant, TransportError> {
+        let (index, replica) = self.replica();
+        let result = replica.token_bucket(bucket, request).await;
+        if result.is_err() {
+            self.failed(index);
+        }
+        result
+    }
+
+    async fn partition_load(
+        &self,
+        call: &PartitionLoadCall,
+    ) -> Result<ExchangeAnswer, TransportError> {
+        let (index, replica) = self.replica();
+        let result = replica.partition_load(call).await;
+        if result.is_err() {
+            self.failed(index);
+        }
+        result
+    }
+}
+
+/// The endpoints in `endpoints`: one URL, or several separated by commas
+/// (replicas of one server), each trimmed; empty entries are refused.
+pub fn endpoint_list(endpoints: &str) -> Result<Vec<&str>, ClientError> {
+    let list: Vec<&str> = endpoints.split(',').map(str::trim).collect();
+    if list.iter().any(|e| e.is_empty()) {
+        return Err(ClientError::Endpoint {
+            endpoint: endpoints.to_string(),
+            reason: "an empty endpoint in the list (expected URLs separated by commas)".into(),
+        });
+    }
+    Ok(list)
+}
+
 fn to_wire(
     tenant: &TenantId,
     bucket: &BucketName,
@@ -278,6 +382,120 @@ mod tests {
         assert_eq!((wire.instance_id, wire.seq), (3, 9));
         let wire = to_wire(&tenant, &BucketName::REQUEST_UNITS, request);
         assert_eq!(wire.bucket, "", "the request-unit bucket is the empty name");
+    }
+
+    /// A replica that answers or fails as told, and counts its calls.
+    #[derive(Debug, Default)]
+    struct Replica {
+        down: std::sync::atomic::AtomicBool,
+        calls: std::sync::atomic::AtomicU64,
+        seqs: std::sync::Mutex<Vec<u64>>,
+    }
+
+    #[async_trait]
+    impl Transport for std::sync::Arc<Replica> {
+        async fn token_bucket(
+            &self,
+            _bucket: &BucketName,
+            request: TokenBucketRequest,
+        ) -> Result<Grant, TransportError> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            // In flight for a moment, as over a network.
+            tokio::task::yield_now().await;
+            if self.down.load(Ordering::Relaxed) {
+                return Err(TransportError("Unavailable: connection refused".into()));
+            }
+            self.seqs.lock().expect("lock").push(request.seq);
+            Ok(Grant::default())
+        }
+    }
+
+    fn request(seq: u64) -> TokenBucketRequest {
+        TokenBucketRequest {
+            instance_id: 1,
+            lease: vec![1],
+            seq,
+            requested_tokens: 1.0,
+            shares: 1.0,
+            target_request_period: Duration::from_secs(10),
+            consumption: tollgate_core::Consumption::default(),
+            next_live_instance_id: None,
+            returned_tokens: 0.0,
+            fallback_tokens: 0.0,
+            fallback_duration: Duration::ZERO,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_call_moves_the_next_one_to_the_next_replica_and_it_stays() {
+        let replicas: Vec<std::sync::Arc<Replica>> = (0..3).map(|_| Default::default()).collect();
+        // Pod 4 of 3 replicas starts on the second.
+        let transport = FailoverTransport::new(replicas.clone(), 4).expect("replicas");
+        assert_eq!(transport.current(), 1);
+        let bucket = BucketName::REQUEST_UNITS;
+        transport
+            .token_bucket(&bucket, request(1))
+            .await
+            .expect("up");
+
+        replicas[1].down.store(true, Ordering::Relaxed);
+        assert!(transport.token_bucket(&bucket, request(2)).await.is_err());
+        // The retry, the same request, reaches the next replica; so does
+        // what follows.
+        transport
+            .token_bucket(&bucket, request(2))
+            .await
+            .expect("moved");
+        transport
+            .token_bucket(&bucket, request(3))
+            .await
+            .expect("stays");
+        assert_eq!(*replicas[1].seqs.lock().expect("lock"), vec![1]);
+        assert_eq!(*replicas[2].seqs.lock().expect("lock"), vec![2, 3]);
+
+        // Past the last, back to the first.
+        replicas[2].down.store(true, Ordering::Relaxed);
+        assert!(transport.token_bucket(&bucket, request(4)).await.is_err());
+        transport
+            .token_bucket(&bucket, request(4))
+            .await
+            .expect("wraps");
+        assert_eq!(*replicas[0].seqs.lock().expect("lock"), vec![4]);
+        assert_eq!(transport.current(), 0);
+    }
+
+    #[tokio::test]
+    async fn concurrent_failures_on_one_replica_move_on_once() {
+        let replicas: Vec<std::sync::Arc<Replica>> = (0..3).map(|_| Default::default()).collect();
+        replicas[0].down.store(true, Ordering::Relaxed);
+        let transport = FailoverTransport::new(replicas.clone(), 0).expect("replicas");
+        let bucket = BucketName::REQUEST_UNITS;
+        // Both calls went to replica 0 before either failure was seen.
+        let (a, b) = tokio::join!(
+            transport.token_bucket(&bucket, request(1)),
+            transport.token_bucket(&bucket, request(2))
+        );
+        assert!(a.is_err() && b.is_err());
+        assert_eq!(replicas[0].calls.load(Ordering::Relaxed), 2);
+        assert_eq!(transport.current(), 1, "not skipped past a live replica");
+    }
+
+    #[test]
+    fn endpoint_lists_are_split_on_commas_and_empty_entries_refused() {
+        assert_eq!(
+            endpoint_list("http://a:1, http://b:2").expect("two"),
+            vec!["http://a:1", "http://b:2"]
+        );
+        assert_eq!(
+            endpoint_list("http://a:1").expect("one"),
+            vec!["http://a:1"]
+        );
+        for bad in ["", "http://a:1,", ",http://a:1", "http://a:1,,http://b:2"] {
+            let err = endpoint_list(bad).expect_err(bad).to_string();
+            assert!(err.contains("empty endpoint"), "{err}");
+        }
+        let none: Vec<std::sync::Arc<Replica>> = Vec::new();
+        assert!(FailoverTransport::new(none, 0).is_err());
     }
 
     #[test]

@@ -1,0 +1,168 @@
+//! A replica dies under load: three `tollgate serve` on one PostgreSQL
+//! database, 24 pods of 4 tenants given all three endpoints (each pod
+//! starts on the replica its instance id picks), every pod saturating its
+//! bucket. One replica is SIGKILLed; its pods move to the next replica on
+//! their first failed request and carry on, retrying that request with the
+//! same sequence number. Every pod is served after the kill, and the
+//! consumption stored is what the pods charged, to the last token: nothing
+//! the dead replica applied is counted again, nothing a pod charged is
+//! lost. The test prints how long the pods ran on their fallback rate and
+//! waited for an answer.
+
+#[path = "../../tollgate-client/tests/common/load.rs"]
+mod load;
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use load::{assert_same_consumption, saturate, shutdown};
+use support::Server;
+use support::usage::read_tenant;
+use tokio::time::Instant;
+use tollgate_client::{Controller, LocalBucketConfig, Options};
+use tollgate_testdb::TestDatabase;
+
+const TENANTS: u32 = 4;
+const PODS_PER_TENANT: u32 = 6;
+/// Short, so that every pod asks several times after the kill.
+const PERIOD: Duration = Duration::from_secs(1);
+
+fn pod_options() -> Options {
+    Options {
+        bucket: LocalBucketConfig {
+            target_request_period: PERIOD,
+            report_interval: PERIOD,
+            initial_tokens: 50.0,
+            ..LocalBucketConfig::default()
+        },
+        request_timeout: Duration::from_secs(1),
+        ..Options::default()
+    }
+}
+
+/// Per pod: the longest stretch spent on the fallback rate and the longest
+/// stretch waiting for an answer, sampled every 10 ms until `stop`.
+async fn watch(pods: Vec<Controller>, stop: Arc<AtomicBool>) -> Vec<(Duration, Duration)> {
+    let step = Duration::from_millis(10);
+    let mut longest = vec![(Duration::ZERO, Duration::ZERO); pods.len()];
+    let mut since: Vec<(Option<Instant>, Option<Instant>)> = vec![(None, None); pods.len()];
+    let track = |on: bool, started: &mut Option<Instant>, worst: &mut Duration, now: Instant| match (
+        on, *started,
+    ) {
+        (true, None) => *started = Some(now),
+        (true, Some(from)) => *worst = (*worst).max(now - from),
+        (false, _) => *started = None,
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        for (i, pod) in pods.iter().enumerate() {
+            let status = pod.status();
+            let (fallback, waiting) = &mut since[i];
+            let (on_fallback, waited) = &mut longest[i];
+            track(status.fallback_active, fallback, on_fallback, now);
+            track(status.request_in_flight, waiting, waited, now);
+        }
+        tokio::time::sleep(step).await;
+    }
+    longest
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_move_to_another_replica_when_theirs_is_killed() {
+    let db = TestDatabase::create().await.expect("test database");
+    let limits = [
+        "--default-refill-rate",
+        "2000",
+        "--default-burst-limit",
+        "2000",
+        "--default-initial-tokens",
+        "0",
+        "--pg-pool-size",
+        "4",
+    ];
+    let mut servers: Vec<Server> = tokio::task::block_in_place(|| {
+        (0..3)
+            .map(|_| Server::start_with(Path::new(db.url()), &limits))
+            .collect()
+    });
+    let endpoints = servers
+        .iter()
+        .map(|s| s.url.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    let tenants: Vec<String> = (0..TENANTS).map(|t| format!("replica-loss-{t}")).collect();
+    let mut pods = Vec::new();
+    for tenant in &tenants {
+        for instance in 1..=PODS_PER_TENANT {
+            let pod = Controller::connect(&endpoints, tenant, instance, pod_options())
+                .expect("valid options");
+            pods.push((tenant.clone(), pod));
+        }
+    }
+    let controllers: Vec<Controller> = pods.iter().map(|(_, pod)| pod.clone()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = tokio::spawn(watch(controllers.clone(), Arc::clone(&stop)));
+
+    let start = Instant::now();
+    let kill_at = start + Duration::from_millis(2500);
+    let end = kill_at + Duration::from_secs(4);
+    let load = tokio::spawn({
+        let controllers = controllers.clone();
+        async move { saturate(&controllers, 1, end).await }
+    });
+
+    tokio::time::sleep_until(kill_at).await;
+    let granted_at_kill: Vec<f64> = controllers
+        .iter()
+        .map(|pod| pod.status().granted_tokens)
+        .collect();
+    let victim = servers.remove(0);
+    tokio::task::block_in_place(|| victim.kill());
+    let admitted = load.await.expect("load ran");
+    stop.store(true, Ordering::Relaxed);
+    let longest = watcher.await.expect("watcher ran");
+
+    // Every pod was served after the kill: a third of them started on the
+    // dead replica, so they were served by another.
+    for (i, (tenant, pod)) in pods.iter().enumerate() {
+        let granted = pod.status().granted_tokens;
+        assert!(
+            granted > granted_at_kill[i],
+            "{tenant} pod {}: no grant after the kill ({granted})",
+            i as u32 % PODS_PER_TENANT + 1
+        );
+    }
+    let fallback = longest.iter().map(|l| l.0).max().unwrap_or_default();
+    let waiting = longest.iter().map(|l| l.1).max().unwrap_or_default();
+    eprintln!(
+        "{} pods, 3 replicas, one killed: admitted {admitted} tokens; longest on the \
+         fallback rate {fallback:?}, longest wait for an answer {waiting:?}",
+        pods.len()
+    );
+
+    // Every report delivered, and stored exactly once.
+    let client = tollgate_testdb::connect(db.url()).await.expect("connect");
+    for tenant in &tenants {
+        let mine: Vec<Controller> = pods
+            .iter()
+            .filter(|(t, _)| t == tenant)
+            .map(|(_, pod)| pod.clone())
+            .collect();
+        let charged = shutdown(mine).await;
+        let stored = read_tenant(&client, tenant).await;
+        let micros = stored
+            .counters
+            .iter()
+            .find(|(name, _)| name == "request_unit_micros")
+            .map_or(0, |(_, v)| *v);
+        assert_same_consumption(micros as f64 / 1e6, charged);
+    }
+    tokio::task::block_in_place(|| {
+        for server in servers {
+            server.stop();
+        }
+    });
+}
