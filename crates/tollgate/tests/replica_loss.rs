@@ -8,6 +8,11 @@
 //! the dead replica applied is counted again, nothing a pod charged is
 //! lost. The test prints how long the pods ran on their fallback rate and
 //! waited for an answer.
+//!
+//! The load generator moves on the same way: a second test kills one of
+//! three replicas under `tollgate bench` and checks that no request failed
+//! or was left unanswered and that the store holds what the simulated pods
+//! saw confirmed.
 
 #[path = "../../tollgate-client/tests/common/load.rs"]
 mod load;
@@ -20,7 +25,7 @@ use std::time::Duration;
 
 use load::{assert_same_consumption, saturate, shutdown};
 use support::Server;
-use support::usage::read_tenant;
+use support::usage::{check_consumption, read_tenant};
 use tokio::time::Instant;
 use tollgate_client::{Controller, LocalBucketConfig, Options};
 use tollgate_testdb::TestDatabase;
@@ -159,6 +164,79 @@ async fn pods_move_to_another_replica_when_theirs_is_killed() {
             .find(|(name, _)| name == "request_unit_micros")
             .map_or(0, |(_, v)| *v);
         assert_same_consumption(micros as f64 / 1e6, charged);
+    }
+    tokio::task::block_in_place(|| {
+        for server in servers {
+            server.stop();
+        }
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_generator_moves_on_from_a_killed_replica() {
+    let db = TestDatabase::create().await.expect("test database");
+    let limits = [
+        "--default-refill-rate",
+        "1000",
+        "--default-burst-limit",
+        "1000",
+        "--pg-pool-size",
+        "4",
+    ];
+    let mut servers: Vec<Server> = tokio::task::block_in_place(|| {
+        (0..3)
+            .map(|_| Server::start_with(Path::new(db.url()), &limits))
+            .collect()
+    });
+    let mut args = vec![
+        "bench",
+        "--tenants",
+        "4",
+        "--instances-per-tenant",
+        "8",
+        "--duration",
+        "5s",
+        "--warmup",
+        "0s",
+        "--json",
+    ];
+    for server in &servers {
+        args.extend(["--server", server.url.as_str()]);
+    }
+    let bench = support::command()
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the bench");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let victim = servers.remove(0);
+    tokio::task::block_in_place(|| victim.kill());
+    let out = tokio::task::block_in_place(|| bench.wait_with_output()).expect("bench ran");
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let total = &report["total"];
+    assert_eq!(total["errors"], serde_json::json!({}), "{report}");
+    assert_eq!(total["abandoned"], 0, "{report}");
+    assert_eq!(total["duplicate_mismatches"], 0, "{report}");
+    let retried: u64 = total["retried"]
+        .as_object()
+        .map_or(0, |codes| codes.values().filter_map(|v| v.as_u64()).sum());
+    assert!(retried > 0, "the kill failed some requests: {report}");
+    eprintln!(
+        "bench, 3 replicas, one killed at 2 s of 5 s: {} requests, retried {}",
+        total["requests"], total["retried"]
+    );
+
+    let client = tollgate_testdb::connect(db.url()).await.expect("connect");
+    for t in 0..4 {
+        let tenant = format!("bench-{t}");
+        let stored = read_tenant(&client, &tenant).await;
+        check_consumption(&tenant, &stored, &[&report]);
     }
     tokio::task::block_in_place(|| {
         for server in servers {

@@ -45,7 +45,8 @@ use self::report::Report;
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// A server's gRPC endpoint. Repeat it (or separate URLs with commas) for
-    /// several replicas: pod i talks to server i mod n. Every server must be
+    /// several replicas: pod i talks to server i mod n, and moves to the
+    /// next when a request fails, retrying it there. Every server must be
     /// reachable when the run starts.
     #[arg(
         long = "server",

@@ -137,7 +137,7 @@ pub(super) struct Pod {
     /// consumed (rounded) in its next request.
     last_granted: f64,
     /// One client per server; the pod talks to `server` and moves to the
-    /// next one when it restarts.
+    /// next one when it restarts or a request fails.
     clients: Vec<TokenBucketServiceClient<Channel>>,
     server: usize,
     late: Vec<LateAttempt>,
@@ -397,6 +397,10 @@ impl Pod {
                 .retried
                 .entry(code_name(status.code()))
                 .or_default() += 1;
+            // The retry goes to the next server, as a pod's client moves on
+            // from a replica that failed it; the same `seq` makes it count
+            // once wherever it lands.
+            self.server = (self.server + 1) % self.clients.len();
             // Between half and all of the backoff, so pods that failed
             // together do not retry together.
             let delay = backoff.mul_f64(self.rng.random_range(0.5..=1.0));
