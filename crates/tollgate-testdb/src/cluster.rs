@@ -313,7 +313,7 @@ impl Drop for TempCluster {
 /// The process that stops the server and removes the directory when the test
 /// process ends without dropping the cluster (see the module documentation).
 #[derive(Debug)]
-struct Guardian {
+pub(crate) struct Guardian {
     /// The shell, its stdin the pipe whose end-of-file it waits for.
     child: Child,
 }
@@ -321,13 +321,13 @@ struct Guardian {
 impl Guardian {
     /// Starts the guardian of the cluster in `dir`; `stop` is the command
     /// that stops its server.
-    fn spawn(dir: &Path, stop: &Command) -> Result<Guardian, HarnessError> {
+    pub(crate) fn spawn(dir: &Path, stop: &Command) -> Result<Guardian, HarnessError> {
         const SCRIPT: &str = r#"
 trap '' HUP INT TERM
 cat >/dev/null
 dir=$1
 shift
-if [ -f "$dir/data/postmaster.pid" ]; then "$@" >/dev/null 2>&1; fi
+"$@" >/dev/null 2>&1
 rm -rf "$dir"
 "#;
         let child = Command::new("/bin/sh")
@@ -361,7 +361,12 @@ impl Drop for Guardian {
 /// A command running one of the server programs, as `postgres` when the
 /// process is root, from `dir` (`postgres` may not be allowed into the
 /// current directory).
-fn program_command(binaries: &PgBinaries, as_postgres: bool, dir: &Path, program: &str) -> Command {
+pub(crate) fn program_command(
+    binaries: &PgBinaries,
+    as_postgres: bool,
+    dir: &Path,
+    program: &str,
+) -> Command {
     let path = binaries.program(program);
     let mut command = if as_postgres {
         let mut runuser = Command::new("runuser");
@@ -391,7 +396,7 @@ fn stop_command(
 
 /// `chown -R postgres: <path>`, for the files a root process writes for the
 /// server.
-fn chown_to_postgres(path: &Path) -> Command {
+pub(crate) fn chown_to_postgres(path: &Path) -> Command {
     let mut chown = Command::new("chown");
     chown.args(["-R", "postgres:"]).arg(path);
     chown
@@ -399,7 +404,7 @@ fn chown_to_postgres(path: &Path) -> Command {
 
 /// Runs a command to completion; an unsuccessful exit is an error carrying
 /// its output.
-fn run(mut command: Command) -> Result<(), HarnessError> {
+pub(crate) fn run(mut command: Command) -> Result<(), HarnessError> {
     let description = describe(&command);
     let output = command
         .output()
@@ -434,7 +439,7 @@ fn describe(command: &Command) -> String {
 /// A port that was free a moment ago: bound to 127.0.0.1:0, then released.
 /// Another process may take it before the server binds it, hence the retries
 /// in [`TempCluster::start`].
-fn free_port() -> Result<u16, HarnessError> {
+pub(crate) fn free_port() -> Result<u16, HarnessError> {
     std::net::TcpListener::bind(("127.0.0.1", 0))
         .and_then(|listener| listener.local_addr())
         .map(|address| address.port())

@@ -80,6 +80,16 @@ pub enum HarnessError {
         searched: String,
     },
 
+    /// `pg_autoctl` (pg_auto_failover) was not found.
+    #[error(
+        "pg_autoctl not found; looked in: {searched}. Install pg_auto_failover \
+         (Debian: apt-get install postgresql-15-auto-failover)"
+    )]
+    AutoFailoverNotFound {
+        /// The directories that were searched, in order.
+        searched: String,
+    },
+
     /// A command (initdb, pg_ctl, chown, …) exited unsuccessfully.
     #[error("{command} failed ({status}): {output}")]
     CommandFailed {
@@ -103,6 +113,18 @@ pub enum HarnessError {
         reason: String,
         /// The last lines of the server log.
         log_tail: String,
+    },
+
+    /// The high-availability cluster did not reach the state a test waits
+    /// for (a primary and a standby, or a new primary) in time.
+    #[error("the pg_auto_failover cluster in {dir}: {what}; monitor state:\n{state}")]
+    HaTimeout {
+        /// The cluster's directory (its logs are there).
+        dir: PathBuf,
+        /// What did not happen.
+        what: String,
+        /// `pg_autoctl show state` at the time.
+        state: String,
     },
 
     /// An IO operation failed: creating the temporary directory, running a

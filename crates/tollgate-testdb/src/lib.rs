@@ -14,6 +14,8 @@
 //!   else a temporary cluster started for the test process.
 //! - [`TempCluster`]: a server of the test's own, for tests that stop,
 //!   restart or kill it.
+//! - [`HaCluster`]: pg_auto_failover's monitor, a primary and a synchronous
+//!   standby, for tests of failover.
 //! - [`connect`]: a `tokio_postgres::Client` for a URL, its connection
 //!   driven in the background.
 //! - [`TestPki`]: a test CA and server and client certificates, for tests
@@ -43,6 +45,7 @@ mod binaries;
 mod cluster;
 mod database;
 mod error;
+mod ha;
 mod os_user;
 mod pki;
 mod server;
@@ -50,6 +53,7 @@ mod server;
 pub use cluster::TempCluster;
 pub use database::TestDatabase;
 pub use error::HarnessError;
+pub use ha::{HA_DATABASE, HaCluster};
 pub use pki::TestPki;
 
 /// Connects to `url` (`postgres://user@host:port/database`, or any form

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use load::{assert_same_consumption, saturate, shutdown};
 use support::Server;
+use support::pods::watch;
 use support::usage::{check_consumption, read_tenant};
 use tokio::time::Instant;
 use tollgate_client::{Controller, LocalBucketConfig, Options};
@@ -46,33 +47,6 @@ fn pod_options() -> Options {
         request_timeout: Duration::from_secs(1),
         ..Options::default()
     }
-}
-
-/// Per pod: the longest stretch spent on the fallback rate and the longest
-/// stretch waiting for an answer, sampled every 10 ms until `stop`.
-async fn watch(pods: Vec<Controller>, stop: Arc<AtomicBool>) -> Vec<(Duration, Duration)> {
-    let step = Duration::from_millis(10);
-    let mut longest = vec![(Duration::ZERO, Duration::ZERO); pods.len()];
-    let mut since: Vec<(Option<Instant>, Option<Instant>)> = vec![(None, None); pods.len()];
-    let track = |on: bool, started: &mut Option<Instant>, worst: &mut Duration, now: Instant| match (
-        on, *started,
-    ) {
-        (true, None) => *started = Some(now),
-        (true, Some(from)) => *worst = (*worst).max(now - from),
-        (false, _) => *started = None,
-    };
-    while !stop.load(Ordering::Relaxed) {
-        let now = Instant::now();
-        for (i, pod) in pods.iter().enumerate() {
-            let status = pod.status();
-            let (fallback, waiting) = &mut since[i];
-            let (on_fallback, waited) = &mut longest[i];
-            track(status.fallback_active, fallback, on_fallback, now);
-            track(status.request_in_flight, waiting, waited, now);
-        }
-        tokio::time::sleep(step).await;
-    }
-    longest
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

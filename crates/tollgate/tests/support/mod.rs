@@ -8,6 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+pub mod pods;
 pub mod usage;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
