@@ -281,7 +281,7 @@ impl Sim<'_> {
                     self.record.failed_requests += 1;
                     let jitter = self.rng.random::<f64>();
                     if let Some(bucket) = self.pods[p].bucket.as_mut() {
-                        bucket.on_failure(seq, now, jitter);
+                        bucket.on_failure(seq, now, jitter, None);
                         self.poll(p, now);
                     }
                 }

@@ -183,6 +183,7 @@ impl Controller {
                 options.connect_timeout,
                 options.tls.as_ref(),
             )
+            .map(|t| t.with_deadline(options.request_timeout))
         };
         let endpoints = endpoint_list(endpoint)?;
         if let [single] = endpoints.as_slice() {

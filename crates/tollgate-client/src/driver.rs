@@ -97,7 +97,9 @@ pub(crate) async fn drive(
                             metrics.server_errors.inc();
                         }
                         let jitter: f64 = rand::random();
-                        gate.with_bucket(|inner, now| inner.bucket.on_failure(seq, now, jitter));
+                        gate.with_bucket(|inner, now| {
+                            inner.bucket.on_failure(seq, now, jitter, e.retry_after)
+                        });
                     }
                 }
             }
@@ -133,7 +135,7 @@ fn send(
         let answer = transport.token_bucket(&bucket.name, request);
         let result = match tokio::time::timeout(timeout, answer).await {
             Ok(result) => result,
-            Err(_) => Err(TransportError(format!("no answer within {timeout:?}"))),
+            Err(_) => Err(TransportError::new(format!("no answer within {timeout:?}"))),
         };
         (seq, result)
     })

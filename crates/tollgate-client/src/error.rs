@@ -1,5 +1,7 @@
 //! The client's errors.
 
+use std::time::Duration;
+
 use tollgate_core::partition::Op;
 use tollgate_core::{InvalidInput, TableName};
 
@@ -34,7 +36,31 @@ pub enum ClientError {
     Closed,
 }
 
-/// Why one request to the server failed. The controller retries it.
+/// Why one request to the server failed. The controller retries it, not
+/// before `retry_after` when the server asked for a pause (an overloaded
+/// server's `grpc-retry-pushback-ms`).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct TransportError(pub String);
+#[error("{message}")]
+pub struct TransportError {
+    pub message: String,
+    pub retry_after: Option<Duration>,
+}
+
+impl TransportError {
+    /// A failure without a retry hint.
+    pub fn new(message: impl Into<String>) -> Self {
+        TransportError {
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// The failure a gRPC `status` describes, with its retry hint if it
+    /// carries one.
+    pub fn from_status(status: &tonic::Status) -> Self {
+        TransportError {
+            message: format!("{}: {}", status.code(), status.message()),
+            retry_after: tollgate_proto::pushback::pushback(status),
+        }
+    }
+}

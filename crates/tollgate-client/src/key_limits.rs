@@ -180,7 +180,11 @@ impl KeyLimiter {
                 Err(status) if retried(status.code()) && attempt < self.options.attempts => {
                     tracing::debug!(attempt, code = ?status.code(), "check failed; retrying with the same request id");
                     let jitter = rand::rng().random_range(0.5..1.5);
-                    tokio::time::sleep(backoff.mul_f64(jitter)).await;
+                    // Never sooner than an overloaded server asked: between
+                    // one and two of its pushbacks.
+                    let pushback = tollgate_proto::pushback::pushback(&status).unwrap_or_default();
+                    let wait = backoff.mul_f64(jitter).max(pushback.mul_f64(jitter + 0.5));
+                    tokio::time::sleep(wait).await;
                     backoff = backoff.saturating_mul(2);
                     attempt += 1;
                 }

@@ -404,8 +404,8 @@ async fn exchange_loop(
         )
         .await
         .unwrap_or_else(|_| {
-            Err(crate::error::TransportError(
-                "the server did not answer in time".into(),
+            Err(crate::error::TransportError::new(
+                "the server did not answer in time",
             ))
         });
         let now = shared.now();
@@ -427,7 +427,7 @@ async fn exchange_loop(
                 }
                 let mut state = shared.lock();
                 let draw = state.rng.random::<f64>();
-                state.limiter.on_failure(now, draw).0
+                state.limiter.on_failure(now, draw, e.retry_after).0
             }
         };
         drop(shared);

@@ -56,8 +56,8 @@ pub trait Transport: Send + Sync + 'static {
         &self,
         _call: &PartitionLoadCall,
     ) -> Result<ExchangeAnswer, TransportError> {
-        Err(TransportError(
-            "this transport does not carry partition-load exchanges".into(),
+        Err(TransportError::new(
+            "this transport does not carry partition-load exchanges",
         ))
     }
 }
@@ -71,6 +71,11 @@ pub struct ClientTls {
     /// mutual TLS.
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
 }
+
+/// How often an idle connection to the server is pinged, and how long the
+/// answer may take before the connection is given up.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An endpoint for `url` (`http://host:port`, or `https://host:port` for
 /// TLS, verified against `tls`'s CA or the system's roots). TLS settings
@@ -87,7 +92,17 @@ pub fn endpoint(
     let mut endpoint = Endpoint::from_shared(url.to_string())
         .map_err(|e| endpoint_err(e.to_string()))?
         .connect_timeout(connect_timeout)
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        // A request given up on (its deadline passed) resets its stream.
+        // HTTP/2 libraries count such resets over a connection's whole
+        // life and drop the connection past a limit (1024), which under a
+        // slow server would fail every request in flight on it; the server
+        // is trusted, so no limit.
+        .http2_max_local_error_reset_streams(None)
+        // A server that vanished without closing the connection (its host
+        // died) is noticed within the timeout, not at the next request's.
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT);
     let https = url.starts_with("https://");
     match (https, tls) {
         (false, Some(tls)) if *tls != ClientTls::default() => {
@@ -124,6 +139,9 @@ pub struct GrpcTransport<S = Channel> {
     client: TokenBucketServiceClient<S>,
     partitions: PartitionLimitsClient<S>,
     tenant: TenantId,
+    /// Sent with every call as its `grpc-timeout`, so that the server drops
+    /// a call its caller has given up on instead of doing it for nobody.
+    deadline: Option<Duration>,
 }
 
 impl GrpcTransport {
@@ -157,7 +175,25 @@ where
             client: TokenBucketServiceClient::new(service.clone()),
             partitions: PartitionLimitsClient::new(service),
             tenant,
+            deadline: None,
         }
+    }
+
+    /// Sends every call with `deadline` as its `grpc-timeout`: the server
+    /// answers DEADLINE_EXCEEDED, without applying it, a call it could not
+    /// take up in time.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// `message` as a call, with the deadline if there is one.
+    fn call<M>(&self, message: M) -> tonic::Request<M> {
+        let mut call = tonic::Request::new(message);
+        if let Some(deadline) = self.deadline {
+            call.set_timeout(deadline);
+        }
+        call
     }
 }
 
@@ -179,9 +215,9 @@ where
         let response = self
             .client
             .clone()
-            .token_bucket(wire)
+            .token_bucket(self.call(wire))
             .await
-            .map_err(|status| TransportError(format!("{}: {}", status.code(), status.message())))?
+            .map_err(|status| TransportError::from_status(&status))?
             .into_inner();
         from_wire(&response)
     }
@@ -193,12 +229,12 @@ where
         let response = self
             .partitions
             .clone()
-            .partition_load(v1::PartitionLoadRequest::from(call))
+            .partition_load(self.call(v1::PartitionLoadRequest::from(call)))
             .await
-            .map_err(|status| TransportError(format!("{}: {}", status.code(), status.message())))?
+            .map_err(|status| TransportError::from_status(&status))?
             .into_inner();
         ExchangeAnswer::try_from(response)
-            .map_err(|e| TransportError(format!("server sent an invalid answer: {e}")))
+            .map_err(|e| TransportError::new(format!("server sent an invalid answer: {e}")))
     }
 }
 
@@ -333,7 +369,7 @@ fn from_wire(response: &v1::TokenBucketResponse) -> Result<Grant, TransportError
             match (secs, nanos) {
                 (Some(secs), Some(nanos)) if nanos < 1_000_000_000 => Duration::new(secs, nanos),
                 _ => {
-                    return Err(TransportError(format!(
+                    return Err(TransportError::new(format!(
                         "server sent an invalid trickle_duration {d:?}"
                     )));
                 }
@@ -344,7 +380,9 @@ fn from_wire(response: &v1::TokenBucketResponse) -> Result<Grant, TransportError
         if value.is_finite() && value >= 0.0 {
             Ok(value)
         } else {
-            Err(TransportError(format!("server sent {field} = {value}")))
+            Err(TransportError::new(format!(
+                "server sent {field} = {value}"
+            )))
         }
     };
     Ok(Grant {
@@ -403,7 +441,7 @@ mod tests {
             // In flight for a moment, as over a network.
             tokio::task::yield_now().await;
             if self.down.load(Ordering::Relaxed) {
-                return Err(TransportError("Unavailable: connection refused".into()));
+                return Err(TransportError::new("Unavailable: connection refused"));
             }
             self.seqs.lock().expect("lock").push(request.seq);
             Ok(Grant::default())

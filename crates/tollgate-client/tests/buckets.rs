@@ -129,15 +129,15 @@ impl Transport for Link {
             let now = Timestamp::from_unix_micros(server.origin.elapsed().as_micros() as i64);
             let mut buckets = server.buckets.lock().expect("lock");
             let Some((rows, answer)) = buckets.get_mut(bucket) else {
-                return Err(TransportError(format!("unknown bucket {bucket:?}")));
+                return Err(TransportError::new(format!("unknown bucket {bucket:?}")));
             };
             match answer {
                 Answer::Serve => Some(
                     global_bucket::request(rows, &request, now, &GlobalBucketConfig::default())
                         .map(|outcome| outcome.grant)
-                        .map_err(|e| TransportError(e.to_string())),
+                        .map_err(|e| TransportError::new(e.to_string())),
                 ),
-                Answer::Refuse => Some(Err(TransportError("connection refused".into()))),
+                Answer::Refuse => Some(Err(TransportError::new("connection refused"))),
                 Answer::Hang => None,
             }
         };

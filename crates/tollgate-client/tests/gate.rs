@@ -63,13 +63,13 @@ impl Transport for Link {
         assert!(bucket.is_request_units(), "sent to bucket {bucket:?}");
         let server = &self.0;
         if server.down.load(Ordering::SeqCst) {
-            return Err(TransportError("connection refused".into()));
+            return Err(TransportError::new("connection refused"));
         }
         let now = Timestamp::from_unix_micros(server.origin.elapsed().as_micros() as i64);
         let mut rows = server.rows.lock().expect("lock");
         global_bucket::request(&mut rows, &request, now, &GlobalBucketConfig::default())
             .map(|outcome| outcome.grant)
-            .map_err(|e| TransportError(e.to_string()))
+            .map_err(|e| TransportError::new(e.to_string()))
     }
 }
 

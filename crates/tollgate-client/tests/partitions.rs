@@ -82,7 +82,7 @@ impl Transport for Link {
     ) -> Result<ExchangeAnswer, TransportError> {
         let server = &self.0;
         if server.down.load(Ordering::SeqCst) {
-            return Err(TransportError("connection refused".into()));
+            return Err(TransportError::new("connection refused"));
         }
         server.exchanges.fetch_add(1, Ordering::SeqCst);
         let now = Timestamp::from_unix_micros(server.origin.elapsed().as_micros() as i64);

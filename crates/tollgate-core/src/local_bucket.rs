@@ -567,9 +567,16 @@ impl LocalBucket {
     }
 
     /// Request `seq` failed (transport error, timeout, error status). It is
-    /// sent again after a backoff; `jitter` in `[0, 1)` spreads the retries
-    /// of many pods.
-    pub fn on_failure(&mut self, seq: u64, now: Timestamp, jitter: f64) -> bool {
+    /// sent again after a backoff, and not before `pushback` when an
+    /// overloaded server asked for that pause; `jitter` in `[0, 1)` spreads
+    /// the retries of many pods (between one and two pushbacks).
+    pub fn on_failure(
+        &mut self,
+        seq: u64,
+        now: Timestamp,
+        jitter: f64,
+        pushback: Option<Duration>,
+    ) -> bool {
         let config = &self.config;
         let Some(in_flight) = self.in_flight.as_mut() else {
             return false;
@@ -588,7 +595,10 @@ impl LocalBucket {
         } else {
             0.0
         };
-        in_flight.retry_at = Some(now.saturating_add(backoff.mul_f64(0.5 + jitter / 2.0)));
+        let wait = backoff
+            .mul_f64(0.5 + jitter / 2.0)
+            .max(pushback.unwrap_or_default().mul_f64(1.0 + jitter));
+        in_flight.retry_at = Some(now.saturating_add(wait));
         true
     }
 

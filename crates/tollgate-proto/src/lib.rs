@@ -19,6 +19,7 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 pub use prost_types::{Duration, Timestamp};
 
 pub mod partition;
+pub mod pushback;
 
 /// The gRPC metadata key naming who asks for an `Admin` change (an
 /// operator's user name, say). The server only logs it: it authenticates

@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
@@ -12,9 +13,10 @@ use tollgate_proto::v1::token_bucket_service_server::TokenBucketServiceServer;
 use tonic::transport::server::{ServerTlsConfig, TcpIncoming};
 use tonic::transport::{Certificate, Identity};
 
+use crate::service::admission;
 use crate::service::edge::EdgeLayer;
 use crate::service::{
-    AdminAuth, AdminService, AdminTokens, EnvoyRateLimitService, KeyLimitsService,
+    AdminAuth, AdminService, AdminTokens, Admission, EnvoyRateLimitService, KeyLimitsService,
     PartitionLimitsService, TokenBucketService,
 };
 use crate::store::{self, Store};
@@ -75,14 +77,49 @@ pub async fn run_with_telemetry(
     run_with_options(listener, store, telemetry, GrpcOptions::default(), shutdown).await
 }
 
-/// How the gRPC port is secured.
-#[derive(Clone, Debug, Default)]
+/// How the gRPC port is secured and how much pod-facing work it admits.
+#[derive(Clone, Debug)]
 pub struct GrpcOptions {
     /// TLS, or plain gRPC.
     pub tls: Option<ServerTls>,
     /// Tokens the `Admin` service requires, or none (open `Admin`).
     pub admin_tokens: Option<AdminTokens>,
+    /// Pod-facing requests pending at once; beyond them a request is
+    /// refused at once ([`crate::service::admission`]).
+    pub max_pending_requests: usize,
 }
+
+impl Default for GrpcOptions {
+    fn default() -> Self {
+        GrpcOptions {
+            tls: None,
+            admin_tokens: None,
+            max_pending_requests: admission::DEFAULT_MAX_PENDING,
+        }
+    }
+}
+
+/// Streams one HTTP/2 connection may carry at once (hyper's default is
+/// 200). Pods share connections (a process runs many, a proxy multiplexes
+/// more), and a stream waiting at the client for a free slot is a request
+/// whose wait the server cannot see or bound; admission bounds the work.
+const MAX_CONCURRENT_STREAMS: u32 = 1024;
+/// The connection's flow-control window. h2 also bounds the small DATA
+/// frames a connection may hold unread to half of it, and closes the
+/// connection (GOAWAY, ENHANCE_YOUR_CALM) beyond: a request is one small
+/// frame, so the window must cover every stream's (1024 × 256 bytes, twice)
+/// or a burst of pods on one connection loses them all.
+const CONNECTION_WINDOW: u32 = 1 << 20;
+/// Streams a client may reset before the server has taken them up: pods
+/// cancel requests that missed their deadline, and under overload many do
+/// so at once, which must not cost the connection (h2 answers too many
+/// with GOAWAY).
+const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 1024;
+/// How often an idle connection is pinged, and how long the answer may
+/// take before the connection is dropped: a pod that vanished without
+/// closing its connection frees its resources.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// [`run_with_telemetry`], secured as `options` say.
 pub async fn run_with_options(
@@ -92,8 +129,17 @@ pub async fn run_with_options(
     options: GrpcOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    let GrpcOptions { tls, admin_tokens } = options;
-    let mut builder = tonic::transport::Server::builder();
+    let GrpcOptions {
+        tls,
+        admin_tokens,
+        max_pending_requests,
+    } = options;
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESET_STREAMS))
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT));
     if let Some(tls) = &tls {
         let mut config =
             ServerTlsConfig::new().identity(Identity::from_pem(&tls.cert_pem, &tls.key_pem));
@@ -127,22 +173,27 @@ pub async fn run_with_options(
         tls = tls.is_some(),
         mutual_tls = tls.as_ref().is_some_and(|t| t.client_ca_pem.is_some()),
         admin_operators = admin_tokens.as_ref().map(AdminTokens::len),
+        max_pending_requests,
         "tollgate server listening"
     );
+    // One bound for every pod-facing service: they share the store.
+    let admission = Admission::new(max_pending_requests, Some(Arc::clone(&telemetry.metrics)));
     // One service for the checks of both APIs: the same store and metrics.
-    let checks = KeyLimitsService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics));
+    let checks = KeyLimitsService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics))
+        .with_admission(admission.clone());
     let served = builder
         .layer(RpcMetricsLayer::new(Arc::clone(&telemetry.metrics)))
         // Inside the metrics layer, so RPCs are counted with the codes the
         // edge corrects.
         .layer(EdgeLayer)
         .add_service(TokenBucketServiceServer::new(
-            TokenBucketService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics)),
+            TokenBucketService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics))
+                .with_admission(admission.clone()),
         ))
         .add_service(KeyLimitsServer::new(checks.clone()))
-        .add_service(PartitionLimitsServer::new(PartitionLimitsService::new(
-            Arc::clone(&store),
-        )))
+        .add_service(PartitionLimitsServer::new(
+            PartitionLimitsService::new(Arc::clone(&store)).with_admission(admission),
+        ))
         .add_service(RateLimitServiceServer::new(EnvoyRateLimitService::new(
             checks,
         )))

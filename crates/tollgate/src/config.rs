@@ -133,6 +133,13 @@ pub struct ServeOptions {
     #[arg(long, value_name = "DURATION")]
     pub reported_dead_timeout: Option<HumanDuration>,
 
+    /// Pod-facing requests (token buckets, checks, partition exchanges)
+    /// pending in the store at once; beyond them a request is refused at
+    /// once with UNAVAILABLE and a retry hint, so an overloaded server
+    /// keeps answering in time. At least 1.
+    #[arg(long, value_name = "N")]
+    pub max_pending_requests: Option<usize>,
+
     /// PostgreSQL: connections in the pool (transactions in flight at once).
     #[arg(long, value_name = "N")]
     pub pg_pool_size: Option<usize>,
@@ -372,6 +379,8 @@ pub struct ServeConfig {
     pub tls: Option<TlsFiles>,
     /// The `Admin` service's tokens file, if any.
     pub admin_tokens_file: Option<PathBuf>,
+    /// Pod-facing requests pending at once.
+    pub max_pending_requests: usize,
     /// The layer each option came from, by option name; options no layer
     /// set are absent.
     pub sources: BTreeMap<String, Source>,
@@ -454,6 +463,7 @@ impl ServeConfig {
             config_file = self.config_file.as_ref().map(|p| p.display().to_string()),
             listen = %self.listen,
             store = %self.store.describe(),
+            max_pending_requests = self.max_pending_requests,
             pg_pool_size = postgres.map(|p| p.pool_size),
             pg_max_batch = postgres.map(|p| p.max_batch),
             pg_connect_timeout = postgres.map(|p| humantime::format_duration(p.connect_timeout).to_string()),
@@ -582,6 +592,11 @@ impl Layers {
             return Err(bad("pg-connect-timeout", &"must be more than zero"));
         }
 
+        let max_pending_requests = required(options.max_pending_requests, "max-pending-requests")?;
+        if max_pending_requests == 0 {
+            return Err(bad("max-pending-requests", &"must be at least 1"));
+        }
+
         let refill_rate = required(options.default_refill_rate, "default-refill-rate")?;
         let burst_limit = required(options.default_burst_limit, "default-burst-limit")?;
         for (option, value, max) in [
@@ -649,6 +664,7 @@ impl Layers {
             config_file,
             tls,
             admin_tokens_file: options.admin_tokens_file.clone(),
+            max_pending_requests,
             listen: required(options.listen, "listen")?,
             store,
             postgres,
@@ -705,6 +721,9 @@ fn component_default(id: &str) -> Option<String> {
         "grant_policy" => bucket.policy.name().to_owned(),
         "inactivity_timeout" => duration(bucket.inactivity_timeout),
         "reported_dead_timeout" => duration(bucket.reported_dead_timeout),
+        "max_pending_requests" => {
+            tollgate_server::service::admission::DEFAULT_MAX_PENDING.to_string()
+        }
         "pg_pool_size" => postgres.pool_size.to_string(),
         "pg_max_batch" => postgres.max_batch.to_string(),
         "pg_connect_timeout" => duration(postgres.connect_timeout),

@@ -59,7 +59,11 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         listener,
         Arc::clone(&store),
         telemetry,
-        GrpcOptions { tls, admin_tokens },
+        GrpcOptions {
+            tls,
+            admin_tokens,
+            max_pending_requests: config.max_pending_requests,
+        },
         shutdown_signal(),
     )
     .await;

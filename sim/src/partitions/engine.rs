@@ -567,7 +567,7 @@ impl Sim<'_> {
             return;
         }
         self.record.failed_exchanges += 1;
-        let (next, whole) = pod.limiter.on_failure(now, pod.draws.random());
+        let (next, whole) = pod.limiter.on_failure(now, pod.draws.random(), None);
         if whole && pod.limiter.last_answer().is_some() && pod.fallback_since.is_none() {
             pod.fallback_since = Some(now);
             self.record.fallbacks += 1;

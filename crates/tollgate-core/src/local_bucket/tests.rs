@@ -290,7 +290,7 @@ fn fallback_while_throttled_takes_over_when_the_trickle_ends() {
     b.poll(at(10.5));
     assert_close(b.status().tokens, 25.0);
     // A retry of the same request goes out after a failure and its backoff.
-    assert!(b.on_failure(2, at(10.5), 0.0));
+    assert!(b.on_failure(2, at(10.5), 0.0, None));
     assert!(b.poll(at(10.52)).request.is_none());
     let retry = b.poll(at(10.6)).request.expect("retried after backoff");
     assert_eq!(retry, request, "a retry repeats the request exactly");
@@ -321,7 +321,7 @@ fn consumption_is_reported_once_retries_repeat_it_and_nothing_is_lost() {
         at(0.5),
     )
     .expect("valid");
-    b.on_failure(first.seq, at(0.5), 0.5);
+    b.on_failure(first.seq, at(0.5), 0.5, None);
     let retry = b.poll(at(1.0)).request.expect("retry");
     assert_eq!(retry, first);
     b.on_response(first.seq, &immediate(1000.0), at(1.0));
@@ -341,7 +341,7 @@ fn answers_to_other_requests_are_ignored() {
     let mut b = bucket(config());
     let first = b.poll(at(0.0)).request.expect("first");
     assert!(!b.on_response(first.seq + 1, &immediate(5.0), at(0.1)));
-    assert!(!b.on_failure(first.seq + 1, at(0.1), 0.0));
+    assert!(!b.on_failure(first.seq + 1, at(0.1), 0.0, None));
     assert!(b.on_response(first.seq, &immediate(5.0), at(0.1)));
     assert!(
         !b.on_response(first.seq, &immediate(5.0), at(0.2)),
@@ -514,4 +514,24 @@ fn pods_against_the_global_bucket_admit_refill_times_time_plus_burst() {
     );
     let charged: f64 = pods.iter().map(|p| p.status().charged_tokens).sum();
     assert_close(charged, admitted);
+}
+
+#[test]
+fn an_overloaded_servers_pushback_delays_the_retry_between_one_and_two_hints() {
+    let hint = Duration::from_millis(250);
+    for jitter in [0.0, 0.5, 0.999] {
+        let mut b = bucket(config());
+        let first = b.poll(at(0.0)).request.expect("first");
+        b.on_failure(first.seq, at(0.0), jitter, Some(hint));
+        let earliest = hint.as_secs_f64();
+        assert!(
+            b.poll(at(earliest - 0.001)).request.is_none(),
+            "not before the hint (jitter {jitter})"
+        );
+        let retry = b
+            .poll(at(2.0 * earliest + 0.001))
+            .request
+            .expect("retried by two hints");
+        assert_eq!(retry, first, "the same request, for deduplication");
+    }
 }

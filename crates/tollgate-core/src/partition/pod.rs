@@ -265,18 +265,26 @@ impl PodLimiter {
     }
 
     /// Takes a failed exchange; returns how long until the next try
-    /// (`draw` uniform in [0, 1)), and whether the pod now applies whole
+    /// (`draw` uniform in [0, 1); not before `pushback` when an overloaded
+    /// server asked for that pause), and whether the pod now applies whole
     /// limits for want of an answer (two periods or more without one).
-    pub fn on_failure(&mut self, now: Timestamp, draw: f64) -> (Duration, bool) {
+    pub fn on_failure(
+        &mut self,
+        now: Timestamp,
+        draw: f64,
+        pushback: Option<Duration>,
+    ) -> (Duration, bool) {
         let stale = self
             .last_answer
             .is_none_or(|at| now.duration_since(at) >= self.period * 2);
         if stale {
             self.counters.clear_shares();
         }
+        let draw = draw.clamp(0.0, 1.0);
         let retry = RETRY_AFTER_FAILURE
             .min(self.period)
-            .mul_f64(0.5 + 1.5 * draw.clamp(0.0, 1.0));
+            .mul_f64(0.5 + 1.5 * draw)
+            .max(pushback.unwrap_or_default().mul_f64(1.0 + draw));
         (retry, stale)
     }
 

@@ -571,7 +571,7 @@ fn a_pod_exchanges_within_a_period_retries_soon_and_falls_back_after_two() {
         pod.admit(orders, 1, Op::Write, at(0.0), 0.5),
         PodVerdict::Unlimited
     );
-    let (retry, whole) = pod.on_failure(at(0.0), 1.0);
+    let (retry, whole) = pod.on_failure(at(0.0), 1.0, None);
     assert!(whole && retry <= RETRY_AFTER_FAILURE * 2 && retry >= RETRY_AFTER_FAILURE / 2);
     let answer = ExchangeAnswer {
         version: 7,
@@ -586,9 +586,9 @@ fn a_pod_exchanges_within_a_period_retries_soon_and_falls_back_after_two() {
     assert_eq!(pod.limits(), [(name("orders"), limits(10.0))].into());
     assert_eq!(pod.share(orders, 1, Op::Write), 0.25);
     // One failure soon after: shares kept; two periods on: whole again.
-    assert!(!pod.on_failure(at(5.0), 0.5).1);
+    assert!(!pod.on_failure(at(5.0), 0.5, None).1);
     assert_eq!(pod.share(orders, 1, Op::Write), 0.25);
-    assert!(pod.on_failure(at(21.0), 0.5).1);
+    assert!(pod.on_failure(at(21.0), 0.5, None).1);
     assert_eq!(pod.share(orders, 1, Op::Write), 1.0);
     // Over the limit: rejected, naming the table.
     let mut rejected = None;
@@ -647,4 +647,14 @@ fn a_moved_hot_spot_keeps_the_quick_cadence_until_it_has_its_share() {
     quiet.exchange(1, at(5.0));
     let next = quiet.on_answer(&shared(1, 0.25), at(5.0), 0.999);
     assert!(next > period / 2, "{next:?}");
+}
+
+#[test]
+fn a_partition_exchange_refused_by_an_overloaded_server_waits_its_pushback() {
+    let mut pod = PodLimiter::new(64, std::time::Duration::from_secs(10), 8);
+    let hint = std::time::Duration::from_secs(2);
+    for draw in [0.0, 0.5, 0.999] {
+        let (retry, _) = pod.on_failure(at(0.0), draw, Some(hint));
+        assert!(retry >= hint && retry <= hint * 2, "{retry:?}");
+    }
 }

@@ -100,6 +100,7 @@ impl RateLimitService for EnvoyRateLimitService {
     ) -> Result<Response<RateLimitResponse>, Status> {
         edge::enter(&request)?;
         let call = check_call(request.into_inner()).map_err(invalid)?;
+        let _permit = self.checks.admit()?;
         let answer = self
             .checks
             .run(&call)

@@ -7,7 +7,7 @@ use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_proto::v1::{self, key_limits_server};
 use tonic::{Request, Response, Status};
 
-use super::{convert, edge, invalid, status};
+use super::{Admission, convert, edge, invalid, status};
 use crate::store::{Store, StoreError};
 use crate::telemetry::Metrics;
 
@@ -16,6 +16,7 @@ use crate::telemetry::Metrics;
 pub struct KeyLimitsService {
     store: Arc<dyn Store>,
     metrics: Option<Arc<Metrics>>,
+    admission: Admission,
 }
 
 impl KeyLimitsService {
@@ -23,6 +24,7 @@ impl KeyLimitsService {
         KeyLimitsService {
             store,
             metrics: None,
+            admission: Admission::default(),
         }
     }
 
@@ -31,18 +33,33 @@ impl KeyLimitsService {
         KeyLimitsService {
             store,
             metrics: Some(metrics),
+            admission: Admission::default(),
         }
+    }
+
+    /// Bounds pending checks with `admission` (shared with the server's
+    /// other pod-facing services).
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
+        self
     }
 
     /// Runs a validated call: what the native and the Envoy API share.
     /// The error is the store's, so that each API names the fields in it
-    /// its own way before mapping it to a status.
+    /// its own way before mapping it to a status. Each API admits the call
+    /// first ([`Self::admit`]).
     pub(crate) async fn run(&self, call: &CheckCall) -> Result<CallAnswer, StoreError> {
         let answer = self.store.check(call).await?;
         if let Some(metrics) = &self.metrics {
             metrics.observe_check(call, &answer);
         }
         Ok(answer)
+    }
+
+    /// A place among the pending requests, or the refusal of an
+    /// overloaded server.
+    pub(crate) fn admit(&self) -> Result<super::admission::Permit, Status> {
+        self.admission.admit()
     }
 }
 
@@ -54,6 +71,7 @@ impl key_limits_server::KeyLimits for KeyLimitsService {
     ) -> Result<Response<v1::CheckResponse>, Status> {
         edge::enter(&request)?;
         let call = CheckCall::try_from(request.into_inner()).map_err(invalid)?;
+        let _permit = self.admit()?;
         let answer = self.run(&call).await.map_err(|e| status("check", e))?;
         Ok(Response::new(convert::check_answer(&answer)))
     }

@@ -7,6 +7,7 @@
 
 mod admin;
 pub mod admin_auth;
+pub mod admission;
 mod audit;
 mod convert;
 pub mod edge;
@@ -17,6 +18,7 @@ mod token_bucket;
 
 pub use admin::AdminService;
 pub use admin_auth::{AdminAuth, AdminTokens, Operator};
+pub use admission::Admission;
 pub use envoy::EnvoyRateLimitService;
 pub use key_limits::KeyLimitsService;
 pub use partition_limits::PartitionLimitsService;

@@ -8,18 +8,29 @@ use tollgate_proto::partition::PartitionLoadCall;
 use tollgate_proto::v1::{self, partition_limits_server};
 use tonic::{Request, Response, Status};
 
-use super::{edge, invalid, status};
+use super::{Admission, edge, invalid, status};
 use crate::store::Store;
 
 /// Serves pods' partition-load exchanges from the store.
 #[derive(Debug, Clone)]
 pub struct PartitionLimitsService {
     store: Arc<dyn Store>,
+    admission: Admission,
 }
 
 impl PartitionLimitsService {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        PartitionLimitsService { store }
+        PartitionLimitsService {
+            store,
+            admission: Admission::default(),
+        }
+    }
+
+    /// Bounds pending exchanges with `admission` (shared with the server's
+    /// other pod-facing services).
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
+        self
     }
 }
 
@@ -31,6 +42,7 @@ impl partition_limits_server::PartitionLimits for PartitionLimitsService {
     ) -> Result<Response<v1::PartitionLoadResponse>, Status> {
         edge::enter(&request)?;
         let call = PartitionLoadCall::try_from(request.into_inner()).map_err(invalid)?;
+        let _permit = self.admission.admit()?;
         let answer = self
             .store
             .partition_load(&call.tenant, &call.exchange)

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tollgate_proto::v1::{self, token_bucket_service_server};
 use tonic::{Request, Response, Status};
 
-use super::{convert, edge, invalid, status};
+use super::{Admission, convert, edge, invalid, status};
 use crate::store::Store;
 use crate::telemetry::Metrics;
 
@@ -14,6 +14,7 @@ use crate::telemetry::Metrics;
 pub struct TokenBucketService {
     store: Arc<dyn Store>,
     metrics: Option<Arc<Metrics>>,
+    admission: Admission,
 }
 
 impl TokenBucketService {
@@ -21,6 +22,7 @@ impl TokenBucketService {
         TokenBucketService {
             store,
             metrics: None,
+            admission: Admission::default(),
         }
     }
 
@@ -29,7 +31,15 @@ impl TokenBucketService {
         TokenBucketService {
             store,
             metrics: Some(metrics),
+            admission: Admission::default(),
         }
+    }
+
+    /// Bounds pending requests with `admission` (shared with the server's
+    /// other pod-facing services).
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
+        self
     }
 }
 
@@ -41,6 +51,7 @@ impl token_bucket_service_server::TokenBucketService for TokenBucketService {
     ) -> Result<Response<v1::TokenBucketResponse>, Status> {
         edge::enter(&request)?;
         let (key, req) = convert::token_bucket_request(request.into_inner()).map_err(invalid)?;
+        let _permit = self.admission.admit()?;
         let grant = self
             .store
             .token_bucket(&key, &req)

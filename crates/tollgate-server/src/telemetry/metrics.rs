@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::{BucketKey, Grant};
@@ -77,6 +78,8 @@ pub struct Metrics {
     rpc_duration: HistogramVec,
     grants: IntCounterVec,
     checks: IntCounterVec,
+    pending: IntGauge,
+    overload_refusals: IntCounter,
 }
 
 impl Metrics {
@@ -125,13 +128,25 @@ impl Metrics {
         registry.register(Box::new(rpc_duration.clone()))?;
         registry.register(Box::new(grants.clone()))?;
         registry.register(Box::new(checks.clone()))?;
+        let pending = IntGauge::new(
+            "tollgate_pending_requests",
+            "Pod-facing requests this replica admitted whose store operation has not been answered yet (bounded by --max-pending-requests).",
+        )?;
+        let overload_refusals = IntCounter::new(
+            "tollgate_overload_refusals_total",
+            "Pod-facing requests this replica refused at once (UNAVAILABLE, with a retry hint) because --max-pending-requests were already pending.",
+        )?;
         registry.register(Box::new(build_info))?;
+        registry.register(Box::new(pending.clone()))?;
+        registry.register(Box::new(overload_refusals.clone()))?;
         Ok(Metrics {
             registry,
             rpc_requests,
             rpc_duration,
             grants,
             checks,
+            pending,
+            overload_refusals,
         })
     }
 
@@ -147,6 +162,16 @@ impl Metrics {
         self.rpc_duration
             .with_label_values(&[method, code])
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Sets the number of admitted requests still pending.
+    pub fn set_pending(&self, pending: usize) {
+        self.pending.set(i64::try_from(pending).unwrap_or(i64::MAX));
+    }
+
+    /// Counts one request refused because the server was overloaded.
+    pub fn observe_overload_refusal(&self) {
+        self.overload_refusals.inc();
     }
 
     /// Counts one token-bucket answer for a bucket.

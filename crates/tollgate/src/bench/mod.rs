@@ -110,6 +110,12 @@ pub struct BenchArgs {
     #[arg(long, value_name = "R", allow_negative_numbers = true)]
     rate: Option<f64>,
 
+    /// Open loop: every pod sends its first request the moment the run
+    /// starts, as a fleet does when it comes back after an outage; later
+    /// requests follow the schedule of --rate.
+    #[arg(long, requires = "rate")]
+    herd: bool,
+
     /// Requested tokens are drawn uniformly from the integers 0 to 2 × T.
     #[arg(long, value_name = "T", default_value_t = 100)]
     tokens: u64,
@@ -263,6 +269,7 @@ struct Plan {
     warmup: Duration,
     duration: Duration,
     load: Load,
+    herd: bool,
     mix: Mix,
     timeout: Duration,
     tenant_prefix: String,
@@ -362,6 +369,7 @@ impl BenchArgs {
             warmup: self.warmup,
             duration: self.duration,
             load,
+            herd: self.herd,
             mix,
             timeout: self.timeout,
             tenant_prefix: self.tenant_prefix.clone(),
@@ -391,22 +399,34 @@ struct RunContext {
     /// When the pods stop starting requests.
     end: Instant,
     load: Load,
+    /// Every pod's first request is due at `start`.
+    herd: bool,
     pods: usize,
     mix: Mix,
     timeout: Duration,
     latency: Latencies,
+    /// Latency of the attempts answered, from when each was sent.
+    attempt_latency: Latencies,
     /// Answers so far, for the progress bar.
     answers: AtomicU64,
+    /// New requests answered while the window was open, whenever they were
+    /// due: the goodput. (Under overload, requests due in the window are
+    /// answered late or not at all, while older ones are answered in it.)
+    answered_in_window: AtomicU64,
 }
 
 impl RunContext {
     /// When pod `index` is due to send its `k`-th request in open loop, or
     /// `None` if that is past the end of the run. Pods are offset by one
-    /// interval of the total rate, so the requests are evenly spread.
+    /// interval of the total rate, so the requests are evenly spread
+    /// (except the first ones of a herd, all due at the start).
     fn due(&self, index: usize, k: u64) -> Option<Instant> {
         let Load::Open { rate } = self.load else {
             return None;
         };
+        if self.herd && k == 0 {
+            return Some(self.start);
+        }
         let seconds = (index as f64 + k as f64 * self.pods as f64) / rate;
         let due = self
             .start
@@ -416,6 +436,13 @@ impl RunContext {
 
     fn measured(&self, started: Instant) -> bool {
         started >= self.window_start && started < self.end
+    }
+
+    /// Counts a new request answered now, if now is in the window.
+    fn count_goodput(&self) {
+        if self.measured(Instant::now()) {
+            self.answered_in_window.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -482,11 +509,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         window_start,
         end,
         load: plan.load,
+        herd: plan.herd,
         pods: plan.pods,
         mix: plan.mix,
         timeout: plan.timeout,
         latency: Latencies::new(),
+        attempt_latency: Latencies::new(),
         answers: AtomicU64::new(0),
+        answered_in_window: AtomicU64::new(0),
     });
 
     if let Some(mix) = plan.checks {
@@ -532,7 +562,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     progress.finish();
 
     let context = Arc::into_inner(context).context("pods still hold the run context")?;
-    let report = Report::new(&plan, reports, context.latency.merged());
+    let goodput = context.answered_in_window.load(Ordering::Relaxed);
+    let report = Report::new(
+        &plan,
+        reports,
+        goodput,
+        context.latency.merged(),
+        context.attempt_latency.merged(),
+    );
     crate::output::print(args.json, &report, Report::text)
 }
 

@@ -59,7 +59,7 @@ pub(super) struct PodReport {
     pub retried: BTreeMap<String, u64>,
     /// Requests refused with a code that is not retried, by gRPC code.
     pub errors: BTreeMap<String, u64>,
-    /// The first message seen for each code in `errors`.
+    /// The first message seen for each code in `errors` and `retried`.
     pub error_messages: BTreeMap<String, String>,
     /// Requests still being retried when the run ended.
     pub abandoned: u64,
@@ -89,13 +89,16 @@ impl PodReport {
     }
 }
 
-/// One attempt of `request`, given up after `timeout`.
+/// One attempt of `request`, given up after `timeout`, which the server is
+/// told too (`grpc-timeout`), as the client library does.
 async fn send_once(
     mut client: TokenBucketServiceClient<Channel>,
     request: v1::TokenBucketRequest,
     timeout: Duration,
 ) -> Result<v1::TokenBucketResponse, Status> {
-    match tokio::time::timeout(timeout, client.token_bucket(request)).await {
+    let mut call = tonic::Request::new(request);
+    call.set_timeout(timeout);
+    match tokio::time::timeout(timeout, client.token_bucket(call)).await {
         Ok(answer) => answer.map(tonic::Response::into_inner),
         Err(_) => Err(Status::deadline_exceeded("no answer within --timeout")),
     }
@@ -118,6 +121,9 @@ enum Outcome {
         /// From when the request was due (open loop) or the successful
         /// attempt was sent (closed loop).
         latency: Duration,
+        /// From when the successful attempt was sent: the server's answer
+        /// time, without the waits of refused attempts before it.
+        attempt: Duration,
     },
     /// Refused with a code that is not retried; counted in `errors`.
     Refused,
@@ -220,8 +226,12 @@ impl Pod {
                 continue;
             }
             match self.call(&request, due).await {
-                Outcome::Answered { response, latency } => {
-                    self.answered(latency, measured);
+                Outcome::Answered {
+                    response,
+                    latency,
+                    attempt,
+                } => {
+                    self.answered(latency, attempt, measured);
                     self.confirm(&request, &response, measured);
                     self.last_granted = response.granted_tokens;
                     self.maybe_duplicate(&request, &response).await;
@@ -245,6 +255,7 @@ impl Pod {
         measured: bool,
     ) {
         self.report.total.requests += 1;
+        self.context.count_goodput();
         if measured {
             self.report.measured.requests += 1;
         }
@@ -271,8 +282,12 @@ impl Pod {
         let mut answered = None;
         if self.rng.random_bool(0.5) {
             match self.call(&request, due).await {
-                Outcome::Answered { response, latency } => {
-                    self.answered(latency, measured);
+                Outcome::Answered {
+                    response,
+                    latency,
+                    attempt,
+                } => {
+                    self.answered(latency, attempt, measured);
                     self.confirm(&request, &response, measured);
                     answered = Some(response);
                 }
@@ -339,8 +354,13 @@ impl Pod {
             return;
         }
         let measured = self.context.measured(started);
-        if let Outcome::Answered { response, latency } = self.call(request, None).await {
-            self.answered(latency, measured);
+        if let Outcome::Answered {
+            response,
+            latency,
+            attempt,
+        } = self.call(request, None).await
+        {
+            self.answered(latency, attempt, measured);
             self.report.total.duplicates += 1;
             if measured {
                 self.report.measured.duplicates += 1;
@@ -365,10 +385,11 @@ impl Pod {
 
     /// Counts an answer for the progress bar and records its latency if its
     /// request was started in the measured window.
-    fn answered(&self, latency: Duration, measured: bool) {
+    fn answered(&self, latency: Duration, attempt: Duration, measured: bool) {
         self.context.answers.fetch_add(1, Ordering::Relaxed);
         if measured {
             self.context.latency.record(self.index, latency);
+            self.context.attempt_latency.record(self.index, attempt);
         }
     }
 
@@ -384,6 +405,7 @@ impl Pod {
                     return Outcome::Answered {
                         response,
                         latency: due.unwrap_or(sent).elapsed(),
+                        attempt: sent.elapsed(),
                     };
                 }
                 Err(status) => status,
@@ -392,18 +414,24 @@ impl Pod {
                 self.report.record_error(&status);
                 return Outcome::Refused;
             }
-            *self
-                .report
-                .retried
-                .entry(code_name(status.code()))
-                .or_default() += 1;
+            let code = code_name(status.code());
+            if !self.report.error_messages.contains_key(&code) {
+                self.report
+                    .error_messages
+                    .insert(code.clone(), describe(&status));
+            }
+            *self.report.retried.entry(code).or_default() += 1;
             // The retry goes to the next server, as a pod's client moves on
             // from a replica that failed it; the same `seq` makes it count
             // once wherever it lands.
             self.server = (self.server + 1) % self.clients.len();
             // Between half and all of the backoff, so pods that failed
-            // together do not retry together.
-            let delay = backoff.mul_f64(self.rng.random_range(0.5..=1.0));
+            // together do not retry together; and between one and two of
+            // the pauses an overloaded server asked for.
+            let pushback = tollgate_proto::pushback::pushback(&status).unwrap_or_default();
+            let delay = backoff
+                .mul_f64(self.rng.random_range(0.5..=1.0))
+                .max(pushback.mul_f64(self.rng.random_range(1.0..=2.0)));
             if Instant::now() + delay >= self.context.end {
                 self.report.abandoned += 1;
                 return Outcome::Abandoned;
@@ -474,6 +502,16 @@ fn retryable(status: &Status) -> bool {
         | Code::Aborted => true,
         Code::Unknown | Code::Internal => status.source().is_some(),
         _ => false,
+    }
+}
+
+/// A status's message, with the local error behind it if there is one
+/// (a transport failure has no message of the server's).
+fn describe(status: &Status) -> String {
+    use std::error::Error;
+    match status.source() {
+        Some(source) => format!("{} ({source})", status.message()),
+        None => status.message().to_owned(),
     }
 }
 

@@ -25,17 +25,29 @@ pub(super) struct Report {
     mode: &'static str,
     /// Requests per second asked for in open loop; `null` in closed loop.
     target_rate: Option<f64>,
+    /// Open loop with every pod's first request at the start (`--herd`).
+    herd: bool,
     servers: Vec<String>,
     connections_per_server: usize,
     pods: usize,
     warmup_seconds: f64,
     measured_seconds: f64,
-    /// Answers (new requests and duplicates) per second in the measured
-    /// window.
+    /// Answers (new requests and duplicates) per second to the requests
+    /// due (open loop) or sent (closed loop) in the measured window.
     requests_per_second: f64,
+    /// New requests answered per second while the window was open,
+    /// whenever they were due: what the server got done. Past capacity in
+    /// open loop, requests fall behind their schedule, and this is the
+    /// measure of throughput.
+    goodput_per_second: f64,
     measured: Counts,
-    /// Latency of the answers in the measured window, in microseconds.
+    /// Latency of the answers in the measured window, in microseconds: from
+    /// when each request was due (open loop) or sent (closed loop), retries
+    /// and their waits included.
     latency_us: Latency,
+    /// Latency of the attempts that were answered, from when each was sent:
+    /// what the server took, without the pauses of refused attempts.
+    answered_attempt_latency_us: Latency,
     total: Totals,
     /// Keyed by tenant id.
     tenants: BTreeMap<String, TenantReport>,
@@ -111,7 +123,7 @@ struct Totals {
     /// Requests refused with a code that is not retried, by gRPC code; the
     /// pod moved on to a new seq.
     errors: BTreeMap<String, u64>,
-    /// The first message seen for each code in `errors`.
+    /// The first message seen for each code in `errors` and `retried`.
     error_messages: BTreeMap<String, String>,
     /// Requests still being retried when the run ended.
     abandoned: u64,
@@ -153,7 +165,13 @@ fn merge(into: &mut BTreeMap<String, u64>, from: BTreeMap<String, u64>) {
 }
 
 impl Report {
-    pub fn new(plan: &Plan, pods: Vec<PodReport>, latency: Histogram<u64>) -> Self {
+    pub fn new(
+        plan: &Plan,
+        pods: Vec<PodReport>,
+        goodput: u64,
+        latency: Histogram<u64>,
+        attempt_latency: Histogram<u64>,
+    ) -> Self {
         let mut measured = Counts::default();
         let mut total = Totals::default();
         let mut tenants: Vec<TenantReport> = plan
@@ -188,14 +206,17 @@ impl Report {
         Report {
             mode: plan.load.name(),
             target_rate: plan.load.target_rate(),
+            herd: plan.herd,
             servers: plan.servers.clone(),
             connections_per_server: plan.connections,
             pods: plan.pods,
             warmup_seconds: plan.warmup.as_secs_f64(),
             measured_seconds,
             requests_per_second: measured.answers as f64 / measured_seconds,
+            goodput_per_second: goodput as f64 / measured_seconds,
             measured,
             latency_us: Latency::of(&latency),
+            answered_attempt_latency_us: Latency::of(&attempt_latency),
             total,
             tenants: plan.tenants.iter().cloned().zip(tenants).collect(),
             tenant_order: plan.tenants.clone(),
@@ -207,6 +228,9 @@ impl Report {
     pub fn text(&self) -> String {
         let mode = match self.target_rate {
             None => "closed loop".to_owned(),
+            Some(rate) if self.herd => {
+                format!("open loop at {rate} requests/s, every pod's first at the start")
+            }
             Some(rate) => format!("open loop at {rate} requests/s"),
         };
         let servers = self.servers.len();
@@ -234,6 +258,7 @@ impl Report {
                 ),
             ),
             field("requests/s", format!("{:.1}", self.requests_per_second)),
+            field("goodput/s", format!("{:.1}", self.goodput_per_second)),
             field(
                 "answers",
                 format!(
@@ -242,6 +267,7 @@ impl Report {
                 ),
             ),
             field("latency", l.text()),
+            field("answered attempts", self.answered_attempt_latency_us.text()),
             field(
                 "whole run",
                 format!(

@@ -334,6 +334,12 @@ fn bad_values_name_the_option_and_where_it_was_set() {
             "--pg-pool-size: must be at least 1 (from the command line)",
         ),
         (
+            &["--max-pending-requests", "0"][..],
+            &[][..],
+            None,
+            "--max-pending-requests: must be at least 1 (from the command line)",
+        ),
+        (
             &[],
             &[("TOLLGATE_PG_MAX_BATCH", "0")],
             None,
