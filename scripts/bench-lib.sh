@@ -28,6 +28,11 @@ trap stop_server EXIT
 start_server() {
     RUST_LOG=warn "$BIN" serve --listen "127.0.0.1:${PORT}" --metrics-listen "${METRICS_LISTEN:-off}" "$@" 2>>"$OUT/server.log" &
     server_pid=$!
+    wait_for_server
+}
+
+# Waits until the server at $SERVER answers (for up to 10 s), else exits.
+wait_for_server() {
     for _ in $(seq 1 100); do
         if TOLLGATE_SERVER=$SERVER "$BIN" tenant list >/dev/null 2>&1; then return; fi
         sleep 0.1

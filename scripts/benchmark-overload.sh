@@ -60,12 +60,7 @@ start_limited() { # binary
     local bin=$1
     RUST_LOG=warn bash -c "echo \$\$ >$PROCS; exec taskset -c 0 $bin serve --in-memory --listen 127.0.0.1:${PORT} --metrics-listen off" 2>>"$OUT/server.log" &
     server_pid=$!
-    for _ in $(seq 1 100); do
-        if TOLLGATE_SERVER=$SERVER "$bin" tenant list >/dev/null 2>&1; then return; fi
-        sleep 0.1
-    done
-    echo "the server did not start; see $OUT/server.log" >&2
-    exit 1
+    wait_for_server
 }
 
 fleet() { # label, bench args…

@@ -107,12 +107,7 @@ async fn serving_resumes_on_the_promoted_standby_with_nothing_lost_or_counted_tw
         report_probe.consumption_reported,
         "the probe's report stored"
     );
-    assert!(
-        out.status.success(),
-        "bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let report = support::bench_report(&out);
     let total = &report["total"];
     assert_eq!(total["errors"], serde_json::json!({}), "{report}");
     assert_eq!(total["abandoned"], 0, "every request answered: {report}");

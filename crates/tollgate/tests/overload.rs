@@ -156,12 +156,7 @@ async fn the_load_generator_refused_by_a_full_server_keeps_exact_sums() {
             .output()
     })
     .expect("bench ran");
-    assert!(
-        out.status.success(),
-        "bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let report = support::bench_report(&out);
     let total = &report["total"];
     assert_eq!(total["errors"], serde_json::json!({}), "{report}");
     assert_eq!(total["duplicate_mismatches"], 0, "{report}");

@@ -39,12 +39,7 @@ fn start_bench(server: &Server, duration: &str) -> Child {
 
 fn finish_bench(child: Child) -> serde_json::Value {
     let out = child.wait_with_output().expect("bench output");
-    assert!(
-        out.status.success(),
-        "bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON report")
+    support::bench_report(&out)
 }
 
 async fn terminate_server_connections(admin: &tokio_postgres::Client) -> i64 {

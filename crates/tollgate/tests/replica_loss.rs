@@ -187,12 +187,7 @@ async fn the_load_generator_moves_on_from_a_killed_replica() {
     let victim = servers.remove(0);
     tokio::task::block_in_place(|| victim.kill());
     let out = tokio::task::block_in_place(|| bench.wait_with_output()).expect("bench ran");
-    assert!(
-        out.status.success(),
-        "bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let report = support::bench_report(&out);
     let total = &report["total"];
     assert_eq!(total["errors"], serde_json::json!({}), "{report}");
     assert_eq!(total["abandoned"], 0, "{report}");

@@ -59,12 +59,7 @@ async fn replicas_share_one_database_without_counting_twice() {
         .args(&args)
         .output()
         .expect("run the bench");
-    assert!(
-        out.status.success(),
-        "bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let report = support::bench_report(&out);
     let total = &report["total"];
     assert_eq!(
         total["errors"],

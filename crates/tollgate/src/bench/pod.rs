@@ -116,15 +116,8 @@ struct LateAttempt {
 
 /// How one request (with its retries) ended.
 enum Outcome {
-    Answered {
-        response: v1::TokenBucketResponse,
-        /// From when the request was due (open loop) or the successful
-        /// attempt was sent (closed loop).
-        latency: Duration,
-        /// From when the successful attempt was sent: the server's answer
-        /// time, without the waits of refused attempts before it.
-        attempt: Duration,
-    },
+    /// Answered; counted, and its latencies recorded if measured.
+    Answered(v1::TokenBucketResponse),
     /// Refused with a code that is not retried; counted in `errors`.
     Refused,
     /// Still being retried when the run ended.
@@ -225,13 +218,8 @@ impl Pod {
                 self.crash_and_restart(request, due, measured).await;
                 continue;
             }
-            match self.call(&request, due).await {
-                Outcome::Answered {
-                    response,
-                    latency,
-                    attempt,
-                } => {
-                    self.answered(latency, attempt, measured);
+            match self.call(&request, due, measured).await {
+                Outcome::Answered(response) => {
                     self.confirm(&request, &response, measured);
                     self.last_granted = response.granted_tokens;
                     self.maybe_duplicate(&request, &response).await;
@@ -281,13 +269,8 @@ impl Pod {
         self.server = (self.server + 1) % self.clients.len();
         let mut answered = None;
         if self.rng.random_bool(0.5) {
-            match self.call(&request, due).await {
-                Outcome::Answered {
-                    response,
-                    latency,
-                    attempt,
-                } => {
-                    self.answered(latency, attempt, measured);
+            match self.call(&request, due, measured).await {
+                Outcome::Answered(response) => {
                     self.confirm(&request, &response, measured);
                     answered = Some(response);
                 }
@@ -354,13 +337,7 @@ impl Pod {
             return;
         }
         let measured = self.context.measured(started);
-        if let Outcome::Answered {
-            response,
-            latency,
-            attempt,
-        } = self.call(request, None).await
-        {
-            self.answered(latency, attempt, measured);
+        if let Outcome::Answered(response) = self.call(request, None, measured).await {
             self.report.total.duplicates += 1;
             if measured {
                 self.report.measured.duplicates += 1;
@@ -394,19 +371,24 @@ impl Pod {
     }
 
     /// Sends `request` until it is answered, refused with a code that is not
-    /// retried, or the run ends while it is being retried.
-    async fn call(&mut self, request: &v1::TokenBucketRequest, due: Option<Instant>) -> Outcome {
+    /// retried, or the run ends while it is being retried. An answer is
+    /// counted, and if `measured` its latencies are recorded: from when it
+    /// was due (open loop) or its answered attempt was sent (closed loop),
+    /// and from when that attempt was sent.
+    async fn call(
+        &mut self,
+        request: &v1::TokenBucketRequest,
+        due: Option<Instant>,
+        measured: bool,
+    ) -> Outcome {
         let mut backoff = INITIAL_BACKOFF;
         loop {
             let sent = Instant::now();
             let client = self.clients[self.server].clone();
             let status = match send_once(client, request.clone(), self.context.timeout).await {
                 Ok(response) => {
-                    return Outcome::Answered {
-                        response,
-                        latency: due.unwrap_or(sent).elapsed(),
-                        attempt: sent.elapsed(),
-                    };
+                    self.answered(due.unwrap_or(sent).elapsed(), sent.elapsed(), measured);
+                    return Outcome::Answered(response);
                 }
                 Err(status) => status,
             };

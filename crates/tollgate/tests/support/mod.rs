@@ -23,6 +23,17 @@ pub struct Server {
 
 /// The `tollgate` binary with none of the caller's `TOLLGATE_*` variables:
 /// a test sets what it configures.
+/// The JSON report of a `tollgate bench` run that exited successfully
+/// (else the test fails with the bench's stderr).
+pub fn bench_report(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "bench failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON report")
+}
+
 pub fn command() -> Command {
     let mut command = Command::new(BIN);
     for (name, _) in std::env::vars_os() {
