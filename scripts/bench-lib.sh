@@ -1,6 +1,7 @@
 # Functions shared by the benchmark scripts, which set OUT, BIN, PORT,
 # SERVER, TENANTS, INSTANCES and DURATION (and METRICS_LISTEN, default
-# off) before calling them: build the
+# off; SERVER_BIN, default BIN, is the server's binary) before calling
+# them: build the
 # release binary, start and stop `tollgate serve`, run `tollgate bench`.
 
 # A database on the same server as URL $1, named $2.
@@ -26,7 +27,7 @@ stop_server() {
 trap stop_server EXIT
 
 start_server() {
-    RUST_LOG=warn "$BIN" serve --listen "127.0.0.1:${PORT}" --metrics-listen "${METRICS_LISTEN:-off}" "$@" 2>>"$OUT/server.log" &
+    RUST_LOG=warn "${SERVER_BIN:-$BIN}" serve --listen "127.0.0.1:${PORT}" --metrics-listen "${METRICS_LISTEN:-off}" "$@" 2>>"$OUT/server.log" &
     server_pid=$!
     wait_for_server
 }

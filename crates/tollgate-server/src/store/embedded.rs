@@ -35,7 +35,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
@@ -54,7 +54,7 @@ mod keys;
 
 use super::{
     BucketSettings, BucketSnapshot, Counters, KeyCounts, KeySweep, LimitsChange, PutTierOutcome,
-    Store, StoreError, StoreStats, TenantChangeOutcome, TenantView,
+    Stage, Store, StoreError, StoreStats, TenantChangeOutcome, TenantView,
 };
 
 const SCHEMA_VERSION: u64 = 3;
@@ -119,6 +119,8 @@ trait PendingWrite: Send {
     /// Answers the caller: with the operation's result if the batch committed,
     /// or with the batch's failure.
     fn answer(self: Box<Self>, batch_failure: Option<&str>);
+    /// When it was queued.
+    fn queued_at(&self) -> Instant;
 }
 
 type Work<T> = Box<
@@ -130,6 +132,7 @@ struct Write<T> {
     work: Option<Work<T>>,
     result: Option<Result<T, StoreError>>,
     reply: oneshot::Sender<Result<T, StoreError>>,
+    queued_at: Instant,
 }
 
 impl<T: Send> PendingWrite for Write<T> {
@@ -164,6 +167,10 @@ impl<T: Send> PendingWrite for Write<T> {
         // A caller that went away (its RPC was cancelled) no longer needs the
         // answer; its change stands, as it would had the answer been lost.
         let _ = self.reply.send(result);
+    }
+
+    fn queued_at(&self) -> Instant {
+        self.queued_at
     }
 }
 
@@ -234,6 +241,7 @@ impl EmbeddedStore {
             work: Some(work),
             result: None,
             reply,
+            queued_at: Instant::now(),
         });
         {
             let writes = self.inner.writes.lock().map_err(|_| closed())?;
@@ -443,6 +451,13 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            let started = Instant::now();
+            self.counters.stages.record_all(
+                Stage::Queued,
+                batch
+                    .iter()
+                    .map(|op| started.duration_since(op.queued_at())),
+            );
             let failure = self.commit_batch(&mut batch).err().map(|e| {
                 tracing::error!(error = %e, ops = batch.len(), "embedded store: write batch failed, nothing committed");
                 e.to_string()
@@ -461,15 +476,23 @@ impl Writer {
     }
 
     fn commit_batch(&self, batch: &mut [Box<dyn PendingWrite>]) -> Result<(), StoreError> {
+        let stages = &self.counters.stages;
+        let began = Instant::now();
         let now = (self.clock)();
         let txn = self
             .db
             .begin_write()
             .map_err(storage("begin write transaction"))?;
+        let written = Instant::now();
+        stages.record(Stage::Begin, written.duration_since(began));
         for op in batch.iter_mut() {
             op.apply(self, &txn, now)?;
         }
-        txn.commit().map_err(storage("commit write transaction"))
+        let committing = Instant::now();
+        stages.record(Stage::Write, committing.duration_since(written));
+        txn.commit().map_err(storage("commit write transaction"))?;
+        stages.record(Stage::Commit, committing.elapsed());
+        Ok(())
     }
 
     /// One request, by the script of `tollgate_core::transaction`.

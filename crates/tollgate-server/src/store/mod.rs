@@ -12,6 +12,7 @@
 
 mod embedded;
 pub mod postgres;
+mod stages;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +31,8 @@ use tollgate_core::{
 
 pub use embedded::{Clock, EmbeddedStore};
 pub use postgres::{PostgresOptions, PostgresStore};
+pub(crate) use stages::StageTimes;
+pub use stages::{STAGE_BOUNDS, Stage, StageHistogram, StageHistograms};
 
 /// What every store is told at construction: how buckets behave and what
 /// happens to tenants nobody configured.
@@ -197,6 +200,8 @@ pub struct StoreStats {
     /// Keys whose rows were removed for being full again (when a check
     /// found them so, or by a sweep).
     pub keys_removed: u64,
+    /// How long writes spent in each stage, indexed as [`Stage::ALL`].
+    pub stages: StageHistograms,
 }
 
 /// What a sweep of idle keys removed.
@@ -229,6 +234,7 @@ pub(crate) struct Counters {
     pub(crate) instances_removed: AtomicU64,
     pub(crate) checks: AtomicU64,
     pub(crate) keys_removed: AtomicU64,
+    pub(crate) stages: StageTimes,
 }
 
 impl Counters {
@@ -241,6 +247,7 @@ impl Counters {
             instances_removed: self.instances_removed.load(Ordering::Relaxed),
             checks: self.checks.load(Ordering::Relaxed),
             keys_removed: self.keys_removed.load(Ordering::Relaxed),
+            stages: self.stages.snapshot(),
         }
     }
 }

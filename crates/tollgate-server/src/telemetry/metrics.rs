@@ -29,7 +29,9 @@ use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::{BucketKey, Grant};
 use tonic::Code;
 
-use crate::store::{BucketSnapshot, KeyCounts, Store, StoreError, StoreStats};
+use crate::store::{
+    BucketSnapshot, KeyCounts, STAGE_BOUNDS, Stage, StageHistograms, Store, StoreError, StoreStats,
+};
 
 /// Buckets read per store call while scraping.
 const SCRAPE_PAGE: usize = 1000;
@@ -298,11 +300,50 @@ fn sample(labels: &[(&str, &str)], kind: MetricType, value: f64) -> proto::Metri
     metric
 }
 
+/// `tollgate_store_stage_seconds`: one histogram per stage of a write.
+fn stage_family(stages: &StageHistograms) -> MetricFamily {
+    let metrics = Stage::ALL
+        .iter()
+        .zip(stages)
+        .map(|(stage, times)| {
+            let mut histogram = proto::Histogram::default();
+            histogram.set_sample_count(times.count);
+            histogram.set_sample_sum(times.sum_seconds());
+            histogram.set_bucket(
+                STAGE_BOUNDS
+                    .iter()
+                    .zip(times.cumulative)
+                    .map(|(bound, count)| {
+                        let mut bucket = proto::Bucket::default();
+                        bucket.set_upper_bound(*bound);
+                        bucket.set_cumulative_count(count);
+                        bucket
+                    })
+                    .collect(),
+            );
+            let mut label = proto::LabelPair::default();
+            label.set_name("stage".to_owned());
+            label.set_value(stage.name().to_owned());
+            let mut metric = proto::Metric::default();
+            metric.set_label(vec![label]);
+            metric.set_histogram(histogram);
+            metric
+        })
+        .collect();
+    family(
+        "tollgate_store_stage_seconds",
+        "Time writes spent in each stage on this replica: queued (a request waiting for its transaction, once per request), begin (taking a connection), read (BEGIN, locking and reading the rows: one round trip), write (serving the batch), commit (the writes and COMMIT, until durable: one round trip); the last four once per transaction attempt.",
+        MetricType::HISTOGRAM,
+        metrics,
+    )
+}
+
 fn store_families(stats: StoreStats, store_up: bool) -> Vec<MetricFamily> {
     let one = |name: &str, help: &str, kind: MetricType, value: f64| {
         family(name, help, kind, vec![sample(&[], kind, value)])
     };
     vec![
+        stage_family(&stats.stages),
         one(
             "tollgate_store_up",
             "1 if this replica could read the store for this scrape, else 0.",

@@ -29,10 +29,12 @@
 //! workers never wait on each other's locks, and the requests of a
 //! tenant's buckets share transactions. A worker takes whatever requests are
 //! queued for it, up to `max_batch` requests (and `CHECKS_PER_REQUEST_BATCH`
-//! times as many checks), and serves them in one transaction:
-//! it locks the batch's head rows in key order, loads each request's
-//! instance window, and lets the script serve the requests in turn on the
-//! same in-memory rows. Each request stays atomic (a refused one changes
+//! times as many checks), and serves them in one transaction of two round
+//! trips (see [`Pipelined`]): `BEGIN`, the lock of the batch's head rows in
+//! key order and every request's instance window in one; the script then
+//! serves the requests in turn on the same in-memory rows, and the writes
+//! (one statement per kind of write, its rows as arrays) and `COMMIT` go in
+//! the other. Statements per transaction do not grow with the batch. Each request stays atomic (a refused one changes
 //! nothing) and idempotent (its lease and sequence number are in the rows),
 //! and nobody hears back before the commit that holds their change. The
 //! requests the script defers (their bucket lost silent instances earlier
@@ -58,19 +60,19 @@ mod tls;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use deadpool_postgres::{
     Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Timeouts, tokio_postgres,
 };
-use futures_util::future::join_all;
+use futures_util::future::{join, join_all};
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres_rustls::MakeRustlsConnect;
-use tollgate_core::global_bucket::{self, IdRange, InstanceWindow};
+use tollgate_core::global_bucket::{self, InstanceWindow};
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::partition::{self, Exchange, ExchangeAnswer, PartitionReports, TableLimitSet};
 use tollgate_core::tier::{self, LoadedTenant, TenantChange, TenantRecord, Tier, TierError};
@@ -81,10 +83,11 @@ use tollgate_core::{
 
 use self::keys::PendingCheck;
 use self::retry::{TxError, Verdict, chain};
-use self::rows::{HeadParams, InstanceParams};
+use self::rows::{HeadColumns, InstanceColumns};
 use super::{
     BucketSettings, BucketSnapshot, Clock, Counters, KeyCounts, KeySweep, LimitsChange,
-    PutTierOutcome, Store, StoreError, StoreStats, TenantChangeOutcome, TenantView,
+    PutTierOutcome, Stage, StageTimes, Store, StoreError, StoreStats, TenantChangeOutcome,
+    TenantView,
 };
 
 pub use self::retry::RetryPolicy;
@@ -99,11 +102,11 @@ mod sql {
     query!(LOCK_BUCKETS, "lock_buckets.sql");
     query!(LOCK_TENANT, "lock_tenant.sql");
     query!(CLOCK, "clock.sql");
-    query!(LOAD_WINDOW, "load_window.sql");
-    query!(INSERT_BUCKET, "insert_bucket.sql");
-    query!(UPDATE_BUCKET, "update_bucket.sql");
-    query!(UPSERT_INSTANCE, "upsert_instance.sql");
-    query!(DELETE_INSTANCE, "delete_instance.sql");
+    query!(LOAD_WINDOWS, "load_windows.sql");
+    query!(INSERT_BUCKETS, "insert_buckets.sql");
+    query!(UPDATE_BUCKETS, "update_buckets.sql");
+    query!(UPSERT_INSTANCES, "upsert_instances.sql");
+    query!(DELETE_INSTANCES, "delete_instances.sql");
     query!(READ_INSTANCES, "read_instances.sql");
     query!(READ_BUCKET, "read_bucket.sql");
     query!(READ_TENANT, "read_tenant.sql");
@@ -324,6 +327,9 @@ struct Pending {
     key: BucketKey,
     request: TokenBucketRequest,
     reply: oneshot::Sender<Result<Grant, StoreError>>,
+    /// When it was queued, until its wait is recorded (a deferred request
+    /// waits again, but counts once).
+    queued_at: Option<Instant>,
 }
 
 /// What a worker serves: token-bucket requests and checks, each kind
@@ -584,6 +590,14 @@ impl Inner {
         if batch.is_empty() {
             return batch;
         }
+        let started = Instant::now();
+        self.counters.stages.record_all(
+            Stage::Queued,
+            batch
+                .iter_mut()
+                .filter_map(|p| p.queued_at.take())
+                .map(|queued_at| started.duration_since(queued_at)),
+        );
         let result = self
             .run("token bucket request", true, || {
                 token_bucket_batch(self, &batch)
@@ -633,16 +647,18 @@ struct BatchOutcome {
 /// Serves `pending` in one transaction, by the script of
 /// `tollgate_core::transaction`: this function only reads and writes rows.
 async fn token_bucket_batch(store: &Inner, pending: &[Pending]) -> Result<BatchOutcome, TxError> {
-    let mut client = store.pool.get().await?;
+    let mut stopwatch = Stopwatch::new(&store.counters.stages);
+    let client = store.pool.get().await?;
     let lock = client.prepare_cached(sql::LOCK_BUCKETS).await?;
     let clock = client.prepare_cached(sql::CLOCK).await?;
-    let window = client.prepare_cached(sql::LOAD_WINDOW).await?;
-    let insert_head = client.prepare_cached(sql::INSERT_BUCKET).await?;
-    let update_head = client.prepare_cached(sql::UPDATE_BUCKET).await?;
-    let upsert_instance = client.prepare_cached(sql::UPSERT_INSTANCE).await?;
-    let delete_instance = client.prepare_cached(sql::DELETE_INSTANCE).await?;
+    let load_windows = client.prepare_cached(sql::LOAD_WINDOWS).await?;
+    let insert_heads = client.prepare_cached(sql::INSERT_BUCKETS).await?;
+    let update_heads = client.prepare_cached(sql::UPDATE_BUCKETS).await?;
+    let upsert_instances = client.prepare_cached(sql::UPSERT_INSTANCES).await?;
+    let delete_instances = client.prepare_cached(sql::DELETE_INSTANCES).await?;
     let delete_strays = client.prepare_cached(sql::DELETE_STRAY_INSTANCES).await?;
-    let txn = client.transaction().await?;
+    stopwatch.lap(Stage::Begin);
+    let txn = Pipelined::new(client);
 
     let plan = Batch::plan(
         pending.iter().map(|p| (&p.key, p.request.instance_id)),
@@ -651,36 +667,28 @@ async fn token_bucket_batch(store: &Inner, pending: &[Pending]) -> Result<BatchO
     let lock_tenants: Vec<&str> = plan.lock.iter().map(|k| k.tenant.as_str()).collect();
     let lock_buckets: Vec<&str> = plan.lock.iter().map(|k| k.bucket.as_str()).collect();
     let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_tenants, &lock_buckets];
-    let window_params: Vec<WindowParams<'_>> = pending
-        .iter()
-        .zip(&plan.windows)
-        .map(|(p, window)| WindowParams::new(&p.key, window))
-        .collect();
-    let window_refs: Vec<_> = window_params.iter().map(WindowParams::as_params).collect();
-    // One round trip: the lock first, then (once it is held) the clock and
-    // the instance windows.
+    let mut windows = WindowColumns::default();
+    for (p, window) in pending.iter().zip(&plan.windows) {
+        windows.push(&p.key, window);
+    }
+    let window_params = windows.as_params();
+    // One round trip, whatever the batch's size: BEGIN, the lock, then
+    // (once it is held) the clock and every request's instance window.
     let no_params: [&(dyn ToSql + Sync); 0] = [];
-    let mut read = settle(
-        join_all(
-            [
-                txn.query(&lock, &lock_params[..]),
-                txn.query(&clock, &no_params[..]),
-            ]
-            .into_iter()
-            .chain(
-                window_refs
-                    .iter()
-                    .map(|params| txn.query(&window, &params[..])),
-            ),
-        )
-        .await,
-    )?
-    .into_iter();
-    let (head_rows, clock_rows) = (
-        read.next().unwrap_or_default(),
-        read.next().unwrap_or_default(),
-    );
-    let windows: Vec<_> = read.collect();
+    let (begun, read) = join(
+        txn.client().batch_execute("BEGIN"),
+        join_all([
+            txn.client().query(&lock, &lock_params[..]),
+            txn.client().query(&clock, &no_params[..]),
+            txn.client().query(&load_windows, &window_params[..]),
+        ]),
+    )
+    .await;
+    begun?;
+    let [head_rows, clock_rows, window_rows] = settle(read)?
+        .try_into()
+        .map_err(|_| StoreError::internal("read a batch's rows", "a statement went missing"))?;
+    stopwatch.lap(Stage::Read);
     let clock_row = clock_rows
         .first()
         .ok_or_else(|| StoreError::internal("read the clock", "no row"))?;
@@ -696,12 +704,21 @@ async fn token_bucket_batch(store: &Inner, pending: &[Pending]) -> Result<BatchO
         &store.settings.unconfigured_tenants,
         now,
     );
-    for (p, window_rows) in pending.iter().zip(&windows) {
-        let loaded = window_rows
-            .iter()
-            .map(rows::instance_from_row)
-            .collect::<Result<Vec<_>, _>>()?;
-        batch.load(&p.key, loaded);
+    let mut loaded = vec![Vec::new(); pending.len()];
+    for row in &window_rows {
+        let request: i64 = row
+            .try_get("request")
+            .map_err(|e| StoreError::internal("read an instance window", e))?;
+        let slot = usize::try_from(request - 1)
+            .ok()
+            .and_then(|i| loaded.get_mut(i))
+            .ok_or_else(|| {
+                StoreError::internal("read an instance window", format!("no request {request}"))
+            })?;
+        slot.push(rows::instance_from_row(row)?);
+    }
+    for (p, instances) in pending.iter().zip(loaded) {
+        batch.load(&p.key, instances);
     }
     let answers = pending
         .iter()
@@ -715,66 +732,71 @@ async fn token_bucket_batch(store: &Inner, pending: &[Pending]) -> Result<BatchO
         )
         .collect();
 
-    // Write back, in one round trip.
+    // Write back in one round trip, one statement per kind of write.
     let writes = batch.writes();
-    let mut strays = Vec::new();
-    let mut head_params = Vec::new();
-    let mut instance_params = Vec::new();
-    let mut deletes = Vec::new();
+    let mut stray_tenants = Vec::new();
+    let mut stray_buckets = Vec::new();
+    let mut inserted = HeadColumns::default();
+    let mut updated = HeadColumns::default();
+    let mut upserted = InstanceColumns::default();
+    let mut deleted: (Vec<&str>, Vec<&str>, Vec<i64>) = Default::default();
     for write in &writes {
         let (tenant, bucket) = (write.key.tenant.as_str(), write.key.bucket.as_str());
         if write.insert {
-            strays.push((tenant, bucket));
+            stray_tenants.push(tenant);
+            stray_buckets.push(bucket);
+            inserted.push(write.key, write.head)?;
+        } else {
+            updated.push(write.key, write.head)?;
         }
-        head_params.push((write.insert, HeadParams::new(write.key, write.head)?));
         for row in &write.upsert {
-            instance_params.push(InstanceParams::new(write.key, row)?);
+            upserted.push(write.key, row)?;
         }
         for id in &write.delete {
-            deletes.push((tenant, bucket, i64::from(*id)));
+            deleted.0.push(tenant);
+            deleted.1.push(bucket);
+            deleted.2.push(i64::from(*id));
         }
     }
-    let head_writes: Vec<_> = head_params
-        .iter()
-        .map(|(insert, params)| (*insert, params.as_params()))
-        .collect();
-    let instance_writes: Vec<_> = instance_params
-        .iter()
-        .map(InstanceParams::as_params)
-        .collect();
-    let delete_params: Vec<[&(dyn ToSql + Sync); 3]> = deletes
-        .iter()
-        .map(|(tenant, bucket, id)| -> [&(dyn ToSql + Sync); 3] { [tenant, bucket, id] })
-        .collect();
-    let stray_params: Vec<[&(dyn ToSql + Sync); 2]> = strays
-        .iter()
-        .map(|(tenant, bucket)| -> [&(dyn ToSql + Sync); 2] { [tenant, bucket] })
-        .collect();
-    // Statements run in the order sent: strays go before anything is written.
-    settle(
+    let stray_params: [&(dyn ToSql + Sync); 2] = [&stray_tenants, &stray_buckets];
+    let (inserted_params, updated_params) = (inserted.as_params(), updated.as_params());
+    let upserted_params = upserted.as_params();
+    let deleted_params: [&(dyn ToSql + Sync); 3] = [&deleted.0, &deleted.1, &deleted.2];
+    // Statements run in the order sent: strays go before anything is
+    // written. Kinds with nothing to write are not sent.
+    let statements = [
+        (!stray_tenants.is_empty(), &delete_strays, &stray_params[..]),
+        (!inserted.is_empty(), &insert_heads, &inserted_params[..]),
+        (!updated.is_empty(), &update_heads, &updated_params[..]),
+        (
+            !upserted.is_empty(),
+            &upsert_instances,
+            &upserted_params[..],
+        ),
+        (
+            !deleted.0.is_empty(),
+            &delete_instances,
+            &deleted_params[..],
+        ),
+    ];
+    stopwatch.lap(Stage::Write);
+    let (written, committed) = join(
         join_all(
-            stray_params
+            statements
                 .iter()
-                .map(|params| txn.execute(&delete_strays, params))
-                .chain(head_writes.iter().map(|(insert, params)| {
-                    let statement = if *insert { &insert_head } else { &update_head };
-                    txn.execute(statement, params)
-                }))
-                .chain(
-                    instance_writes
-                        .iter()
-                        .map(|params| txn.execute(&upsert_instance, params)),
-                )
-                .chain(
-                    delete_params
-                        .iter()
-                        .map(|params| txn.execute(&delete_instance, params)),
-                ),
-        )
-        .await,
-    )?;
+                .filter(|(send, _, _)| *send)
+                .map(|(_, statement, params)| txn.client().execute(*statement, params)),
+        ),
+        txn.client().batch_execute("COMMIT"),
+    )
+    .await;
+    // A failed write aborted the transaction, and PostgreSQL answers the
+    // COMMIT after it by rolling back: nothing was applied.
+    settle(written)?;
+    committed.map_err(TxError::Commit)?;
+    txn.ended();
     drop(writes);
-    txn.commit().await.map_err(TxError::Commit)?;
+    stopwatch.lap(Stage::Commit);
     Ok(BatchOutcome {
         answers,
         batch,
@@ -782,32 +804,94 @@ async fn token_bucket_batch(store: &Inner, pending: &[Pending]) -> Result<BatchO
     })
 }
 
-/// The parameters of `load_window.sql` for one request.
-struct WindowParams<'a> {
-    tenant: &'a str,
-    bucket: &'a str,
-    /// (first, last, limit) of each run, in the statement's order.
-    runs: [[i64; 3]; 4],
+/// A pooled connection running a transaction whose BEGIN is sent with its
+/// first statements and whose COMMIT with its last, so that a transaction
+/// of token-bucket requests costs two round trips. Unlike
+/// `tokio_postgres::Transaction`, nothing rolls it back when it is dropped
+/// unfinished (an error, a cancelled future): the connection is then closed
+/// instead of going back to the pool in the middle of a transaction, and
+/// PostgreSQL rolls the transaction back.
+struct Pipelined {
+    connection: Option<deadpool_postgres::Object>,
 }
 
-impl<'a> WindowParams<'a> {
-    fn new(key: &'a BucketKey, window: &InstanceWindow) -> Self {
-        let run = |range: IdRange| {
-            [
-                i64::from(range.first),
-                i64::from(range.last),
-                i64::try_from(range.limit).unwrap_or(i64::MAX),
-            ]
-        };
-        WindowParams {
-            tenant: key.tenant.as_str(),
-            bucket: key.bucket.as_str(),
-            runs: [
-                run(window.own),
-                run(window.predecessor),
-                run(window.following),
-                run(window.wrapped),
-            ],
+impl Pipelined {
+    fn new(connection: deadpool_postgres::Object) -> Self {
+        Self {
+            connection: Some(connection),
+        }
+    }
+
+    fn client(&self) -> &tokio_postgres::Client {
+        // Some until `ended` consumes the value.
+        self.connection
+            .as_deref()
+            .map(|wrapper| &**wrapper)
+            .expect("a pipelined transaction's connection is held until it ends")
+    }
+
+    /// The transaction committed (or rolled back): the connection goes
+    /// back to the pool.
+    fn ended(mut self) {
+        drop(self.connection.take());
+    }
+}
+
+impl Drop for Pipelined {
+    fn drop(&mut self) {
+        if let Some(connection) = self.connection.take() {
+            drop(deadpool_postgres::Object::take(connection));
+        }
+    }
+}
+
+/// Times the stages of a transaction, one after another.
+struct Stopwatch<'a> {
+    times: &'a StageTimes,
+    since: Instant,
+}
+
+impl<'a> Stopwatch<'a> {
+    fn new(times: &'a StageTimes) -> Self {
+        Self {
+            times,
+            since: Instant::now(),
+        }
+    }
+
+    /// Records the time since the last lap as `stage`'s.
+    fn lap(&mut self, stage: Stage) {
+        let now = Instant::now();
+        self.times.record(stage, now.duration_since(self.since));
+        self.since = now;
+    }
+}
+
+/// The parameters of `load_windows.sql`: a request per index; its bucket,
+/// and each run of its window as (first, last, limit), in the statement's
+/// order (own row, predecessor, following, wrapped).
+#[derive(Default)]
+struct WindowColumns<'a> {
+    tenant: Vec<&'a str>,
+    bucket: Vec<&'a str>,
+    /// Per run, per part (first, last, limit): a value per request.
+    runs: [[Vec<i64>; 3]; 4],
+}
+
+impl<'a> WindowColumns<'a> {
+    fn push(&mut self, key: &'a BucketKey, window: &InstanceWindow) {
+        self.tenant.push(key.tenant.as_str());
+        self.bucket.push(key.bucket.as_str());
+        let runs = [
+            window.own,
+            window.predecessor,
+            window.following,
+            window.wrapped,
+        ];
+        for (columns, range) in self.runs.iter_mut().zip(runs) {
+            columns[0].push(i64::from(range.first));
+            columns[1].push(i64::from(range.last));
+            columns[2].push(i64::try_from(range.limit).unwrap_or(i64::MAX));
         }
     }
 
@@ -905,8 +989,8 @@ async fn change_in(
     let clock = txn.prepare_cached(sql::CLOCK).await?;
     let upsert_record = txn.prepare_cached(sql::UPSERT_TENANT_RECORD).await?;
     let delete_strays = txn.prepare_cached(sql::DELETE_STRAY_INSTANCES).await?;
-    let insert_head = txn.prepare_cached(sql::INSERT_BUCKET).await?;
-    let update_head = txn.prepare_cached(sql::UPDATE_BUCKET).await?;
+    let insert_heads = txn.prepare_cached(sql::INSERT_BUCKETS).await?;
+    let update_heads = txn.prepare_cached(sql::UPDATE_BUCKETS).await?;
     let delete_bucket = txn.prepare_cached(sql::DELETE_BUCKET).await?;
 
     let tenant_id = tenant.as_str();
@@ -949,17 +1033,32 @@ async fn change_in(
     let tier_name = edit.record.tier.as_ref().map(TierName::as_str);
     txn.execute(&upsert_record, &[&tenant_id, &tier_name, &record_json])
         .await?;
-    for (name, head) in &edit.created {
-        let key = BucketKey::new(tenant.clone(), name.clone());
-        txn.execute(&delete_strays, &[&tenant_id, &name.as_str()])
-            .await?;
-        let params = HeadParams::new(&key, head)?;
-        txn.execute(&insert_head, &params.as_params()).await?;
+    let created: Vec<_> = edit
+        .created
+        .iter()
+        .map(|(name, head)| (BucketKey::new(tenant.clone(), name.clone()), head))
+        .collect();
+    let changed: Vec<_> = edit
+        .changed
+        .iter()
+        .map(|(name, head)| (BucketKey::new(tenant.clone(), name.clone()), head))
+        .collect();
+    if !created.is_empty() {
+        let tenants = vec![tenant_id; created.len()];
+        let buckets: Vec<&str> = created.iter().map(|(key, _)| key.bucket.as_str()).collect();
+        txn.execute(&delete_strays, &[&tenants, &buckets]).await?;
+        let mut columns = HeadColumns::default();
+        for (key, head) in &created {
+            columns.push(key, head)?;
+        }
+        txn.execute(&insert_heads, &columns.as_params()).await?;
     }
-    for (name, head) in &edit.changed {
-        let key = BucketKey::new(tenant.clone(), name.clone());
-        let params = HeadParams::new(&key, head)?;
-        txn.execute(&update_head, &params.as_params()).await?;
+    if !changed.is_empty() {
+        let mut columns = HeadColumns::default();
+        for (key, head) in &changed {
+            columns.push(key, head)?;
+        }
+        txn.execute(&update_heads, &columns.as_params()).await?;
     }
     let mut retired = Vec::new();
     for name in &edit.retired {
@@ -1317,6 +1416,7 @@ impl Store for PostgresStore {
             key: key.clone(),
             request: request.clone(),
             reply,
+            queued_at: Some(Instant::now()),
         };
         let sender = {
             let queues = self.queue.requests.lock().map_err(|_| closed())?;
@@ -1341,8 +1441,8 @@ impl Store for PostgresStore {
                 let mut client = inner.pool.get().await?;
                 let lock = client.prepare_cached(sql::LOCK_BUCKETS).await?;
                 let clock = client.prepare_cached(sql::CLOCK).await?;
-                let insert = client.prepare_cached(sql::INSERT_BUCKET).await?;
-                let update_row = client.prepare_cached(sql::UPDATE_BUCKET).await?;
+                let insert = client.prepare_cached(sql::INSERT_BUCKETS).await?;
+                let update_row = client.prepare_cached(sql::UPDATE_BUCKETS).await?;
                 let read_instances = client.prepare_cached(sql::READ_INSTANCES).await?;
                 let delete_strays = client.prepare_cached(sql::DELETE_STRAY_INSTANCES).await?;
                 let txn = client.transaction().await?;
@@ -1372,14 +1472,14 @@ impl Store for PostgresStore {
                     Ok(head) => head,
                     Err(e) => return Err(TxError::Store(e.into())),
                 };
-                let params = HeadParams::new(key, &head)?;
+                let params = HeadColumns::of(key, &head)?;
                 let (tenant_id, bucket) = (key.tenant.as_str(), key.bucket.as_str());
                 let key_params: [&(dyn ToSql + Sync); 2] = [&tenant_id, &bucket];
                 let statement = if before.is_some() {
                     &update_row
                 } else {
                     // A new bucket starts with an empty instance list.
-                    txn.execute(&delete_strays, &key_params).await?;
+                    txn.execute(&delete_strays, &[&tenants, &buckets]).await?;
                     &insert
                 };
                 let write_params = params.as_params();

@@ -172,72 +172,100 @@ fn to_i64(what: &'static str, value: u64) -> Result<i64, StoreError> {
     })
 }
 
-/// The parameters of `insert_bucket.sql` and `update_bucket.sql`, in order.
-pub(super) struct HeadParams {
-    tenant_id: String,
-    bucket: String,
-    next_instance_id: i64,
-    refill_rate: f64,
-    burst_limit: f64,
-    configured: bool,
-    tokens: f64,
-    tokens_avg: f64,
-    last_refill: SystemTime,
-    share_sum: f64,
-    live_instances: i64,
-    granted_tokens: f64,
-    committed_tokens: f64,
-    committed_rate: f64,
-    request_unit_micros: i64,
-    read_batches: i64,
-    read_requests: i64,
-    read_bytes: i64,
-    write_batches: i64,
-    write_requests: i64,
-    write_bytes: i64,
-    cpu_micros: i64,
-    egress_bytes: i64,
-    created_at: SystemTime,
-    updated_at: SystemTime,
-    capped_refill: f64,
-    capped_from: SystemTime,
-    capped_until: SystemTime,
+/// The parameters of `insert_buckets.sql` and `update_buckets.sql`: an
+/// array per column, a head row per index, so one statement writes every
+/// head row of a transaction.
+#[derive(Default)]
+pub(super) struct HeadColumns<'a> {
+    tenant_id: Vec<&'a str>,
+    bucket: Vec<&'a str>,
+    next_instance_id: Vec<i64>,
+    refill_rate: Vec<f64>,
+    burst_limit: Vec<f64>,
+    configured: Vec<bool>,
+    tokens: Vec<f64>,
+    tokens_avg: Vec<f64>,
+    last_refill: Vec<SystemTime>,
+    share_sum: Vec<f64>,
+    live_instances: Vec<i64>,
+    granted_tokens: Vec<f64>,
+    committed_tokens: Vec<f64>,
+    committed_rate: Vec<f64>,
+    request_unit_micros: Vec<i64>,
+    read_batches: Vec<i64>,
+    read_requests: Vec<i64>,
+    read_bytes: Vec<i64>,
+    write_batches: Vec<i64>,
+    write_requests: Vec<i64>,
+    write_bytes: Vec<i64>,
+    cpu_micros: Vec<i64>,
+    egress_bytes: Vec<i64>,
+    created_at: Vec<SystemTime>,
+    updated_at: Vec<SystemTime>,
+    capped_refill: Vec<f64>,
+    capped_from: Vec<SystemTime>,
+    capped_until: Vec<SystemTime>,
 }
 
-impl HeadParams {
-    pub(super) fn new(key: &BucketKey, head: &BucketRow) -> Result<Self, StoreError> {
+impl<'a> HeadColumns<'a> {
+    /// The columns of one head row.
+    pub(super) fn of(key: &'a BucketKey, head: &BucketRow) -> Result<Self, StoreError> {
+        let mut columns = Self::default();
+        columns.push(key, head)?;
+        Ok(columns)
+    }
+
+    /// Adds bucket `key`'s head row.
+    pub(super) fn push(&mut self, key: &'a BucketKey, head: &BucketRow) -> Result<(), StoreError> {
         let (state, members) = (&head.state, &head.members);
         let c = &head.totals.consumption;
-        Ok(HeadParams {
-            tenant_id: key.tenant.as_str().to_owned(),
-            bucket: key.bucket.as_str().to_owned(),
-            next_instance_id: i64::from(members.first_instance_id),
-            refill_rate: state.limits.refill_rate,
-            burst_limit: state.limits.burst_limit,
-            configured: state.configured,
-            tokens: state.tokens,
-            tokens_avg: state.tokens_avg,
-            last_refill: to_system_time(state.last_refill),
-            share_sum: members.share_sum,
-            live_instances: i64::from(members.live_instances),
-            granted_tokens: head.totals.granted_tokens,
-            committed_tokens: state.committed_tokens,
-            committed_rate: state.committed_rate,
-            request_unit_micros: to_i64("total_request_unit_micros", c.request_unit_micros)?,
-            read_batches: to_i64("total_read_batches", c.read_batches)?,
-            read_requests: to_i64("total_read_requests", c.read_requests)?,
-            read_bytes: to_i64("total_read_bytes", c.read_bytes)?,
-            write_batches: to_i64("total_write_batches", c.write_batches)?,
-            write_requests: to_i64("total_write_requests", c.write_requests)?,
-            write_bytes: to_i64("total_write_bytes", c.write_bytes)?,
-            cpu_micros: to_i64("total_cpu_micros", c.cpu_micros)?,
-            egress_bytes: to_i64("total_egress_bytes", c.egress_bytes)?,
-            created_at: to_system_time(state.created_at),
-            updated_at: to_system_time(state.updated_at),
-            capped_refill: state.capped_refill,
-            capped_from: to_system_time(state.capped_from),
-            capped_until: to_system_time(state.capped_until),
-        })
+        // Every fallible conversion first, so a failure adds nothing.
+        let totals = [
+            to_i64("total_request_unit_micros", c.request_unit_micros)?,
+            to_i64("total_read_batches", c.read_batches)?,
+            to_i64("total_read_requests", c.read_requests)?,
+            to_i64("total_read_bytes", c.read_bytes)?,
+            to_i64("total_write_batches", c.write_batches)?,
+            to_i64("total_write_requests", c.write_requests)?,
+            to_i64("total_write_bytes", c.write_bytes)?,
+            to_i64("total_cpu_micros", c.cpu_micros)?,
+            to_i64("total_egress_bytes", c.egress_bytes)?,
+        ];
+        self.tenant_id.push(key.tenant.as_str());
+        self.bucket.push(key.bucket.as_str());
+        self.next_instance_id
+            .push(i64::from(members.first_instance_id));
+        self.refill_rate.push(state.limits.refill_rate);
+        self.burst_limit.push(state.limits.burst_limit);
+        self.configured.push(state.configured);
+        self.tokens.push(state.tokens);
+        self.tokens_avg.push(state.tokens_avg);
+        self.last_refill.push(to_system_time(state.last_refill));
+        self.share_sum.push(members.share_sum);
+        self.live_instances.push(i64::from(members.live_instances));
+        self.granted_tokens.push(head.totals.granted_tokens);
+        self.committed_tokens.push(state.committed_tokens);
+        self.committed_rate.push(state.committed_rate);
+        let [ru, rb, rr, rby, wb, wr, wby, cpu, egress] = totals;
+        self.request_unit_micros.push(ru);
+        self.read_batches.push(rb);
+        self.read_requests.push(rr);
+        self.read_bytes.push(rby);
+        self.write_batches.push(wb);
+        self.write_requests.push(wr);
+        self.write_bytes.push(wby);
+        self.cpu_micros.push(cpu);
+        self.egress_bytes.push(egress);
+        self.created_at.push(to_system_time(state.created_at));
+        self.updated_at.push(to_system_time(state.updated_at));
+        self.capped_refill.push(state.capped_refill);
+        self.capped_from.push(to_system_time(state.capped_from));
+        self.capped_until.push(to_system_time(state.capped_until));
+        Ok(())
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.tenant_id.is_empty()
     }
 
     pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 28] {
@@ -274,44 +302,57 @@ impl HeadParams {
     }
 }
 
-/// The parameters of `upsert_instance.sql`, in order.
-pub(super) struct InstanceParams {
-    tenant_id: String,
-    bucket: String,
-    instance_id: i64,
-    next_instance_id: i64,
-    lease: Vec<u8>,
-    seq: i64,
-    shares: f64,
-    last_update: SystemTime,
-    committed_rate: f64,
-    committed_until: SystemTime,
-    grant_tokens: f64,
-    grant_trickle_nanos: i64,
-    grant_max_burst: f64,
-    grant_fallback_rate: f64,
+/// The parameters of `upsert_instances.sql`: an array per column, an
+/// instance row per index.
+#[derive(Default)]
+pub(super) struct InstanceColumns<'a> {
+    tenant_id: Vec<&'a str>,
+    bucket: Vec<&'a str>,
+    instance_id: Vec<i64>,
+    next_instance_id: Vec<i64>,
+    lease: Vec<&'a [u8]>,
+    seq: Vec<i64>,
+    shares: Vec<f64>,
+    last_update: Vec<SystemTime>,
+    committed_rate: Vec<f64>,
+    committed_until: Vec<SystemTime>,
+    grant_tokens: Vec<f64>,
+    grant_trickle_nanos: Vec<i64>,
+    grant_max_burst: Vec<f64>,
+    grant_fallback_rate: Vec<f64>,
 }
 
-impl InstanceParams {
-    pub(super) fn new(key: &BucketKey, row: &InstanceState) -> Result<Self, StoreError> {
+impl<'a> InstanceColumns<'a> {
+    /// Adds an instance row of bucket `key`.
+    pub(super) fn push(
+        &mut self,
+        key: &'a BucketKey,
+        row: &'a InstanceState,
+    ) -> Result<(), StoreError> {
         let trickle_nanos =
             u64::try_from(row.last_grant.trickle_duration.as_nanos()).unwrap_or(u64::MAX);
-        Ok(InstanceParams {
-            tenant_id: key.tenant.as_str().to_owned(),
-            bucket: key.bucket.as_str().to_owned(),
-            instance_id: i64::from(row.instance_id),
-            next_instance_id: i64::from(row.next_instance_id),
-            lease: row.lease.clone(),
-            seq: to_i64("seq", row.seq)?,
-            shares: row.shares,
-            last_update: to_system_time(row.last_update),
-            committed_rate: row.committed_rate,
-            committed_until: to_system_time(row.committed_until),
-            grant_tokens: row.last_grant.granted_tokens,
-            grant_trickle_nanos: to_i64("last_grant_trickle_nanos", trickle_nanos)?,
-            grant_max_burst: row.last_grant.max_burst_tokens,
-            grant_fallback_rate: row.last_grant.fallback_rate,
-        })
+        let seq = to_i64("seq", row.seq)?;
+        let trickle_nanos = to_i64("last_grant_trickle_nanos", trickle_nanos)?;
+        self.tenant_id.push(key.tenant.as_str());
+        self.bucket.push(key.bucket.as_str());
+        self.instance_id.push(i64::from(row.instance_id));
+        self.next_instance_id.push(i64::from(row.next_instance_id));
+        self.lease.push(&row.lease);
+        self.seq.push(seq);
+        self.shares.push(row.shares);
+        self.last_update.push(to_system_time(row.last_update));
+        self.committed_rate.push(row.committed_rate);
+        self.committed_until
+            .push(to_system_time(row.committed_until));
+        self.grant_tokens.push(row.last_grant.granted_tokens);
+        self.grant_trickle_nanos.push(trickle_nanos);
+        self.grant_max_burst.push(row.last_grant.max_burst_tokens);
+        self.grant_fallback_rate.push(row.last_grant.fallback_rate);
+        Ok(())
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.tenant_id.is_empty()
     }
 
     pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 14] {

@@ -1,10 +1,17 @@
--- Inserts or replaces an instance row (its bucket's head row is locked).
+-- Inserts or replaces instance rows (their buckets' head rows are
+-- locked), one per index of the arrays. A row appears once: one statement
+-- cannot change a row twice.
 INSERT INTO tenant_usage (
     tenant_id, bucket, instance_id, next_instance_id,
     lease, seq, shares, last_update, committed_rate, committed_until,
     last_grant_tokens, last_grant_trickle_nanos, last_grant_max_burst,
     last_grant_fallback_rate
-) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+)
+SELECT * FROM unnest(
+    $1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::BIGINT[],
+    $5::BYTEA[], $6::BIGINT[], $7::FLOAT8[], $8::TIMESTAMPTZ[], $9::FLOAT8[], $10::TIMESTAMPTZ[],
+    $11::FLOAT8[], $12::BIGINT[], $13::FLOAT8[], $14::FLOAT8[]
+)
 ON CONFLICT (tenant_id, bucket, instance_id) DO UPDATE SET
     next_instance_id = excluded.next_instance_id,
     lease = excluded.lease,
