@@ -30,7 +30,7 @@
 //! tenant's buckets share transactions. A worker takes whatever requests are
 //! queued for it, up to `max_batch` requests (and `CHECKS_PER_REQUEST_BATCH`
 //! times as many checks), and serves them in one transaction of two round
-//! trips (see [`Pipelined`]): `BEGIN`, the lock of the batch's head rows in
+//! trips (see `Pipelined`): `BEGIN`, the lock of the batch's head rows in
 //! key order and every request's instance window in one; the script then
 //! serves the requests in turn on the same in-memory rows, and the writes
 //! (one statement per kind of write, its rows as arrays) and `COMMIT` go in
