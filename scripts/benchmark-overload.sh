@@ -10,7 +10,11 @@
 #      answered (or, refused, after the pause the server asked for);
 #   2. open loop at 1×, 2× and 5× that rate, the same fleet;
 #   3. a herd: 1× with every pod's first request at the start, on a fresh
-#      server.
+#      server;
+#   4. before each server stops, the consumption it stored for every
+#      tenant (its /metrics) against what the pods saw confirmed, plus what
+#      they abandoned unanswered (scripts/check-stored-totals.py): nothing
+#      lost, nothing counted twice. A difference fails the script.
 # With BEFORE=/path/to/an/older/tollgate the same rates run against that
 # server too (capacity measured once, on this build; this build's load
 # generator in every run), for before/after tables.
@@ -30,6 +34,7 @@ OUT=target/benchmarks/overload
 BIN=target/release/tollgate
 PORT=${PORT:-50652}
 SERVER=http://127.0.0.1:${PORT}
+METRICS_LISTEN=127.0.0.1:$((PORT + 1))
 CGROUP=tollgate-bench-server
 # shellcheck source=scripts/bench-lib.sh
 source scripts/bench-lib.sh
@@ -58,7 +63,7 @@ PROCS=$(cpu_cgroup)
 
 start_limited() { # binary
     local bin=$1
-    RUST_LOG=warn bash -c "echo \$\$ >$PROCS; exec taskset -c 0 $bin serve --in-memory --listen 127.0.0.1:${PORT} --metrics-listen off" 2>>"$OUT/server.log" &
+    RUST_LOG=warn bash -c "echo \$\$ >$PROCS; exec taskset -c 0 $bin serve --in-memory --listen 127.0.0.1:${PORT} --metrics-listen ${METRICS_LISTEN}" 2>>"$OUT/server.log" &
     server_pid=$!
     wait_for_server
 }
@@ -71,6 +76,18 @@ fleet() { # label, bench args…
         --duration "$DURATION" --warmup 2s --json "$@" >"$OUT/$label.json"
 }
 
+# Nothing lost or counted twice: the totals the server stored against what
+# the pods of the runs $2… (labels) saw, before the server ($1) stops.
+check_totals() {
+    local name=$1 label reports=()
+    shift
+    curl -s --max-time 60 "http://${METRICS_LISTEN}/metrics" >"$OUT/$name.prom"
+    for label in "$@"; do reports+=("$OUT/$label.json"); done
+    python3 scripts/check-stored-totals.py "$OUT/$name.prom" "${reports[@]}" | tee "$OUT/$name.totals.txt" ||
+        totals_failed=1
+}
+totals_failed=0
+
 # The fleet's tenants and instances exist before anything is measured.
 warm() { DURATION=5s fleet "$1-warm" --rate 3000; }
 
@@ -80,6 +97,7 @@ warm capacity
 fleet capacity
 CAPACITY=$(python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["goodput_per_second"]))' "$OUT/capacity.json")
 echo "capacity: $CAPACITY requests/s"
+check_totals capacity capacity-warm capacity
 stop_server
 
 measure() { # server binary, prefix
@@ -89,10 +107,12 @@ measure() { # server binary, prefix
     for k in 1 2 5; do
         fleet "$prefix-${k}x" --rate $((CAPACITY * k))
     done
+    check_totals "$prefix" "$prefix-warm" "$prefix-1x" "$prefix-2x" "$prefix-5x"
     stop_server
     # A herd meets a fresh server, as after an outage of the whole fleet.
     start_limited "$bin"
     fleet "$prefix-herd" --rate "$CAPACITY" --herd
+    check_totals "$prefix-herd" "$prefix-herd"
     stop_server
 }
 
@@ -123,3 +143,7 @@ for prefix in ("before", "after"):
               f"{r['goodput_per_second'] / capacity:.0%} | {r['latency_us']['p50'] / 1000:.1f} | "
               f"{r['latency_us']['p99'] / 1000:.1f} | {attempt} | {refused} | {transport} | {t['abandoned']} |")
 PY
+if [[ "$totals_failed" != 0 ]]; then
+    echo "stored totals differ from what the pods saw: see $OUT/*.totals.txt" >&2
+    exit 1
+fi
