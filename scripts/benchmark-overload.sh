@@ -21,6 +21,9 @@
 #
 # Usage: sudo scripts/benchmark-overload.sh   (DURATION=20s by default)
 #        BEFORE=/tmp/tollgate-old SERVER_CPUS=0.5 scripts/benchmark-overload.sh
+#        CAPACITY=4221 LOADS=2 HERD=0 SERVER_ARGS="--max-pending-requests 64" \
+#            scripts/benchmark-overload.sh   (one load against a given capacity,
+#            the server with other options)
 # Needs: root (for the cgroup; without it the server is only pinned),
 # taskset, python3.
 set -euo pipefail
@@ -63,7 +66,7 @@ PROCS=$(cpu_cgroup)
 
 start_limited() { # binary
     local bin=$1
-    RUST_LOG=warn bash -c "echo \$\$ >$PROCS; exec taskset -c 0 $bin serve --in-memory --listen 127.0.0.1:${PORT} --metrics-listen ${METRICS_LISTEN}" 2>>"$OUT/server.log" &
+    RUST_LOG=warn bash -c "echo \$\$ >$PROCS; exec taskset -c 0 $bin serve --in-memory --listen 127.0.0.1:${PORT} --metrics-listen ${METRICS_LISTEN} ${SERVER_ARGS:-}" 2>>"$OUT/server.log" &
     server_pid=$!
     wait_for_server
 }
@@ -91,24 +94,29 @@ totals_failed=0
 # The fleet's tenants and instances exist before anything is measured.
 warm() { DURATION=5s fleet "$1-warm" --rate 3000; }
 
-# Capacity, on this build.
-start_limited "$BIN"
-warm capacity
-fleet capacity
-CAPACITY=$(python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["goodput_per_second"]))' "$OUT/capacity.json")
-echo "capacity: $CAPACITY requests/s"
-check_totals capacity capacity-warm capacity
-stop_server
+# Capacity, on this build (unless given).
+if [[ -z "${CAPACITY:-}" ]]; then
+    start_limited "$BIN"
+    warm capacity
+    fleet capacity
+    CAPACITY=$(python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["goodput_per_second"]))' "$OUT/capacity.json")
+    echo "capacity: $CAPACITY requests/s"
+    check_totals capacity capacity-warm capacity
+    stop_server
+fi
 
 measure() { # server binary, prefix
     local bin=$1 prefix=$2
     start_limited "$bin"
     warm "$prefix"
-    for k in 1 2 5; do
+    local k runs=("$prefix-warm")
+    for k in ${LOADS:-1 2 5}; do
         fleet "$prefix-${k}x" --rate $((CAPACITY * k))
+        runs+=("$prefix-${k}x")
     done
-    check_totals "$prefix" "$prefix-warm" "$prefix-1x" "$prefix-2x" "$prefix-5x"
+    check_totals "$prefix" "${runs[@]}"
     stop_server
+    [[ "${HERD:-1}" == 1 ]] || return 0
     # A herd meets a fresh server, as after an outage of the whole fleet.
     start_limited "$bin"
     fleet "$prefix-herd" --rate "$CAPACITY" --herd
