@@ -296,6 +296,24 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
     assert_eq!(m["tollgate_stored_keys"], 1.0);
     assert!(m["tollgate_store_transactions_total"] >= 1.0);
     assert_eq!(m["tollgate_store_failures_total"], 0.0);
+    // Every request answered waited in a queue once (the embedded store
+    // also queues its other writes), and transactions committed.
+    let stage = |stage: &str, part: &str| {
+        m[&format!("tollgate_store_stage_seconds_{part}{{stage=\"{stage}\"}}")]
+    };
+    assert!(stage("queued", "count") >= f64::from(answered));
+    assert!(stage("commit", "count") >= 1.0);
+    for name in ["queued", "begin", "read", "write", "commit"] {
+        let inf =
+            m[&format!("tollgate_store_stage_seconds_bucket{{stage=\"{name}\",le=\"+Inf\"}}")];
+        assert_eq!(
+            inf,
+            stage(name, "count"),
+            "{name}: +Inf bucket is the count"
+        );
+        assert!(stage(name, "sum") >= 0.0);
+    }
+    assert!(stage("commit", "sum") > 0.0);
     assert!(m.contains_key("tollgate_build_info{version=\"0.1.0\"}"));
     promtool_accepts(&text);
     exported_as_listed(&text);

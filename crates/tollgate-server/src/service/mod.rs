@@ -13,6 +13,7 @@ mod convert;
 pub mod edge;
 mod envoy;
 mod key_limits;
+mod log_throttle;
 mod partition_limits;
 mod token_bucket;
 
@@ -24,10 +25,14 @@ pub use key_limits::KeyLimitsService;
 pub use partition_limits::PartitionLimitsService;
 pub use token_bucket::TokenBucketService;
 
+use std::time::Duration;
+
 use tollgate_core::key_bucket::CheckError;
 use tollgate_core::tier::TierError;
 use tollgate_core::{InvalidInput, RequestError};
 use tonic::Status;
+
+use self::log_throttle::LogThrottle;
 
 use crate::store::StoreError;
 
@@ -69,7 +74,11 @@ fn status(operation: &'static str, err: StoreError) -> Status {
             Status::internal(format!("{operation}: {e}"))
         }
         StoreError::Unavailable(msg) => {
-            tracing::warn!(operation, error = %msg, "store unavailable");
+            // A store that is down fails every pending request at once.
+            static UNAVAILABLE: LogThrottle = LogThrottle::new(Duration::from_secs(1));
+            if let Some(held_back) = UNAVAILABLE.allow() {
+                tracing::warn!(operation, error = %msg, held_back, "store unavailable");
+            }
             Status::unavailable(msg)
         }
         e @ StoreError::Internal { .. } => {
