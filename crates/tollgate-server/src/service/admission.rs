@@ -79,7 +79,7 @@ struct Pressure {
     started: Instant,
     admitted: u64,
     refused: u64,
-    /// A request was admitted with room to spare in this window.
+    /// The pause asked of requests refused now.
     pushback: Duration,
 }
 
