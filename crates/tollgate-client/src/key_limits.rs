@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use tollgate_core::key_bucket::{CheckCall, validate_request_id};
+use tollgate_core::pushback::pushback_wait;
 use tollgate_proto::v1;
 use tollgate_proto::v1::key_limits_client::KeyLimitsClient;
 use tonic::Code;
@@ -180,10 +181,11 @@ impl KeyLimiter {
                 Err(status) if retried(status.code()) && attempt < self.options.attempts => {
                     tracing::debug!(attempt, code = ?status.code(), "check failed; retrying with the same request id");
                     let jitter = rand::rng().random_range(0.5..1.5);
-                    // Never sooner than an overloaded server asked: between
-                    // one and two of its pushbacks.
+                    // Never sooner than an overloaded server asked.
                     let pushback = tollgate_proto::pushback::pushback(&status).unwrap_or_default();
-                    let wait = backoff.mul_f64(jitter).max(pushback.mul_f64(jitter + 0.5));
+                    let wait = backoff
+                        .mul_f64(jitter)
+                        .max(pushback_wait(pushback, jitter - 0.5));
                     tokio::time::sleep(wait).await;
                     backoff = backoff.saturating_mul(2);
                     attempt += 1;

@@ -34,6 +34,7 @@ pub mod global_bucket;
 pub mod key_bucket;
 pub mod local_bucket;
 pub mod partition;
+pub mod pushback;
 pub mod tier;
 pub mod time;
 pub mod transaction;

@@ -59,6 +59,7 @@ use serde::Serialize;
 
 use crate::consumption::Consumption;
 use crate::global_bucket::{Grant, InstanceId, MAX_FALLBACK_DURATION, TokenBucketRequest};
+use crate::pushback::pushback_wait;
 use crate::time::Timestamp;
 use crate::validate::{self, InvalidInput, MAX_LEASE_LEN, MAX_TARGET_REQUEST_PERIOD, MAX_TOKENS};
 
@@ -569,7 +570,7 @@ impl LocalBucket {
     /// Request `seq` failed (transport error, timeout, error status). It is
     /// sent again after a backoff, and not before `pushback` when an
     /// overloaded server asked for that pause; `jitter` in `[0, 1)` spreads
-    /// the retries of many pods (between one and two pushbacks).
+    /// the retries of many pods (by [`crate::pushback::pushback_wait`]).
     pub fn on_failure(
         &mut self,
         seq: u64,
@@ -597,7 +598,7 @@ impl LocalBucket {
         };
         let wait = backoff
             .mul_f64(0.5 + jitter / 2.0)
-            .max(pushback.unwrap_or_default().mul_f64(1.0 + jitter));
+            .max(pushback_wait(pushback.unwrap_or_default(), jitter));
         in_flight.retry_at = Some(now.saturating_add(wait));
         true
     }

@@ -27,6 +27,7 @@ use super::{
     CounterKey, CounterTable, Exchange, ExchangeAnswer, Op, ReportedPartition, TableLimitSet,
     TableLimits, Verdict, table_seed,
 };
+use crate::pushback::pushback_wait;
 use crate::time::Timestamp;
 use crate::validate::TableName;
 
@@ -284,7 +285,7 @@ impl PodLimiter {
         let retry = RETRY_AFTER_FAILURE
             .min(self.period)
             .mul_f64(0.5 + 1.5 * draw)
-            .max(pushback.unwrap_or_default().mul_f64(1.0 + draw));
+            .max(pushback_wait(pushback.unwrap_or_default(), draw));
         (retry, stale)
     }
 

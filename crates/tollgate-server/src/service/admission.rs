@@ -10,12 +10,12 @@
 //! UNAVAILABLE and a retry hint in the `grpc-retry-pushback-ms` trailer
 //! (gRPC's name for a server's pushback): nothing was applied, and the pod
 //! retries the same request later, or on another replica, running on its
-//! local bucket meanwhile. The pause asked for grows while refusals are
-//! many against the work admitted and shrinks once they are few
-//! ([`Pressure`]): forty thousand pods told to
-//! come back in a quarter of a second would cost more to refuse than the
-//! work admitted, and told to come back in ten seconds would leave the
-//! server idle.
+//! local bucket meanwhile. Each refused request is given its own time to
+//! come back ([`Pacer`]): the refused are lined up at the rate the server
+//! admits work, so a herd of forty thousand pods returns spread over the
+//! seconds the server needs to serve them, neither all at once (refusing
+//! them again costs more than the work admitted) nor later than needed
+//! (which would leave the server idle).
 //!
 //! The limit bounds the time an admitted request waits: about the limit
 //! divided by the store's throughput. The `Admin` service is not bounded:
@@ -49,14 +49,19 @@ pub const DEFAULT_MAX_PENDING: usize = 128;
 pub const MIN_PUSHBACK: Duration = Duration::from_millis(250);
 pub const MAX_PUSHBACK: Duration = Duration::from_secs(10);
 
-/// How often the pushback is revised from the refusals seen.
-const PRESSURE_WINDOW: Duration = Duration::from_millis(500);
-/// More refusals than this fraction of the requests admitted in a window
-/// doubles the pushback; fewer halves it. No band between: a pause longer
-/// than the pods waiting need leaves the server idle, which costs more than
-/// refusing some of them again, so the pause keeps refusals near this
-/// fraction rather than resting anywhere below it.
-const PRESS_ABOVE: f64 = 0.25;
+/// How often the admitted rate is measured.
+const PACING_WINDOW: Duration = Duration::from_millis(250);
+/// The rate assumed before any window has shown what the server admits
+/// (a herd meets a fresh server before the first window ends). High
+/// rather than low: refused pods told to return too early are refused
+/// again, at about a third of the cost of serving them, and then paced at
+/// the rate measured by then; told to return too late, they leave the
+/// server idle.
+const INITIAL_RATE: f64 = 10_000.0;
+/// The lowest admitted rate the pacing assumes, so that a store stalled
+/// for a while (nothing admitted) does not push every pause to the cap at
+/// once.
+const MIN_RATE: f64 = 100.0;
 
 /// The bound on pending pod-facing requests, shared by the services of one
 /// server.
@@ -69,47 +74,65 @@ pub struct Admission {
 struct Inner {
     limit: usize,
     pending: AtomicUsize,
-    pressure: Mutex<Pressure>,
+    pacer: Mutex<Pacer>,
     metrics: Option<Arc<Metrics>>,
 }
 
-/// What the refusals of the current window say about the pause to ask for.
+/// Gives each refused request its time to come back: the next free slot of
+/// a line that moves at the rate the server admits requests when full. A
+/// herd is spread over the time the server needs to serve it; refusals
+/// that stop let the line fall back to now, and the next pause is the
+/// shortest again.
 #[derive(Debug)]
-struct Pressure {
-    started: Instant,
-    admitted: u64,
-    refused: u64,
-    /// The pause asked of requests refused now.
-    pushback: Duration,
+struct Pacer {
+    window_started: Instant,
+    window_admitted: u64,
+    window_refused: u64,
+    /// Requests admitted per second while the limit was reached: the
+    /// server's capacity as last seen.
+    rate: f64,
+    /// The slot given to the last refused request.
+    line: Instant,
 }
 
-impl Pressure {
-    /// Counts one request, and at the end of a window revises the pushback:
-    /// doubled while refusals are many against the work admitted (the pods
-    /// waiting are too many for the pause they were given), halved once
-    /// they are fewer (paused pods come back too late).
-    fn count(&mut self, admitted: bool, now: Instant) -> Duration {
-        if admitted {
-            self.admitted += 1;
-        } else {
-            self.refused += 1;
+impl Pacer {
+    fn new(now: Instant) -> Self {
+        Pacer {
+            window_started: now,
+            window_admitted: 0,
+            window_refused: 0,
+            rate: INITIAL_RATE,
+            line: now,
         }
-        if now.duration_since(self.started) >= PRESSURE_WINDOW {
-            let refused = self.refused as f64;
-            let admitted = self.admitted.max(1) as f64;
-            self.pushback = if refused > PRESS_ABOVE * admitted {
-                (self.pushback * 2).min(MAX_PUSHBACK)
+    }
+
+    /// Counts one request; for a refused one, the pause it is asked for.
+    fn count(&mut self, admitted: bool, now: Instant) -> Option<Duration> {
+        let elapsed = now.duration_since(self.window_started);
+        if elapsed >= PACING_WINDOW {
+            let rate = self.window_admitted as f64 / elapsed.as_secs_f64();
+            // A window with refusals was full: what it admitted is the
+            // capacity. One without shows only that the server can admit
+            // at least that much.
+            self.rate = if self.window_refused > 0 {
+                (self.rate + rate) / 2.0
             } else {
-                (self.pushback / 2).max(MIN_PUSHBACK)
-            };
-            *self = Pressure {
-                started: now,
-                admitted: 0,
-                refused: 0,
-                pushback: self.pushback,
-            };
+                self.rate.max(rate)
+            }
+            .max(MIN_RATE);
+            self.window_started = now;
+            self.window_admitted = 0;
+            self.window_refused = 0;
         }
-        self.pushback
+        if admitted {
+            self.window_admitted += 1;
+            return None;
+        }
+        self.window_refused += 1;
+        let slot =
+            (self.line.max(now) + Duration::from_secs_f64(1.0 / self.rate)).min(now + MAX_PUSHBACK);
+        self.line = slot;
+        Some(slot.duration_since(now).max(MIN_PUSHBACK))
     }
 }
 
@@ -127,12 +150,7 @@ impl Admission {
             inner: Arc::new(Inner {
                 limit: limit.max(1),
                 pending: AtomicUsize::new(0),
-                pressure: Mutex::new(Pressure {
-                    started: Instant::now(),
-                    admitted: 0,
-                    refused: 0,
-                    pushback: MIN_PUSHBACK,
-                }),
+                pacer: Mutex::new(Pacer::new(Instant::now())),
                 metrics,
             }),
         }
@@ -159,11 +177,11 @@ impl Admission {
         let before = inner.pending.fetch_add(1, Ordering::AcqRel);
         let admitted = before < inner.limit;
         let pushback = inner
-            .pressure
+            .pacer
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .count(admitted, now);
-        if !admitted {
+        if let Some(pushback) = pushback {
             inner.pending.fetch_sub(1, Ordering::AcqRel);
             if let Some(metrics) = &inner.metrics {
                 metrics.observe_overload_refusal();
@@ -236,45 +254,91 @@ mod tests {
         assert!(admission.admit().is_err());
     }
 
-    #[test]
-    fn the_pushback_doubles_under_many_refusals_and_halves_under_few() {
-        let admission = Admission::new(4, None);
-        let start = Instant::now();
-        let hint = |status: Status| tollgate_proto::pushback::pushback(&status).expect("hint");
-        let full: Vec<Permit> = (0..4)
+    fn hint(status: Status) -> Duration {
+        tollgate_proto::pushback::pushback(&status).expect("hint")
+    }
+
+    /// A server that admitted `rate` requests a second while full, in one
+    /// window before `start` + a window.
+    fn full_at_rate(admission: &Admission, start: Instant, rate: u32) -> (Instant, Vec<Permit>) {
+        let per_window = (f64::from(rate) * PACING_WINDOW.as_secs_f64()) as u32;
+        for _ in 0..per_window {
+            drop(admission.admit_at(start).expect("room"));
+        }
+        let full: Vec<Permit> = (0..admission.limit())
             .map(|_| admission.admit_at(start).expect("place"))
             .collect();
-        let mut hints = Vec::new();
-        for window in 1..=8 {
-            // Each window: many refused, none admitted.
-            let at = start + PRESSURE_WINDOW * window;
-            for _ in 0..10 {
-                hints.push(hint(admission.admit_at(at).expect_err("full")));
-            }
-        }
-        assert_eq!(hints[0], MIN_PUSHBACK);
-        assert_eq!(
-            hints.last().copied(),
-            Some(MAX_PUSHBACK),
-            "doubled up to the cap: {hints:?}"
+        let _ = admission
+            .admit_at(start)
+            .expect_err("full: the window saw a refusal");
+        (start + PACING_WINDOW, full)
+    }
+
+    #[test]
+    fn a_herd_is_told_to_return_spread_at_the_rate_the_server_admits() {
+        let admission = Admission::new(4, None);
+        let start = Instant::now();
+        let (at, _full) = full_at_rate(&admission, start, 4000);
+        // The measured rate is the mean of the initial guess and the
+        // window's (what it admitted, the 4 places included).
+        let window = PACING_WINDOW.as_secs_f64();
+        let admitted = (4000.0 * window).floor() + 4.0;
+        let rate = (INITIAL_RATE + admitted / window) / 2.0;
+        let hints: Vec<Duration> = (0..80_000)
+            .map(|_| hint(admission.admit_at(at).expect_err("full")))
+            .collect();
+        assert!(
+            hints
+                .iter()
+                .all(|h| (MIN_PUSHBACK..=MAX_PUSHBACK).contains(h))
         );
-        // The places empty: most requests admitted, a few refused in
-        // bursts, and the pause halves each window to the floor.
+        assert!(hints.windows(2).all(|w| w[0] <= w[1]), "in line order");
+        // The 5 000th refused returns after about 5 000 / rate seconds.
+        let expected = 5000.0 / rate;
+        let got = hints[4999].as_secs_f64();
+        assert!(
+            (got - expected).abs() < 0.01,
+            "{got} s, expected {expected} s"
+        );
+        // The line stops at the cap: the rest are told the longest pause.
+        assert_eq!(hints.last().copied(), Some(MAX_PUSHBACK));
+    }
+
+    #[test]
+    fn once_refusals_stop_the_line_falls_back_to_the_shortest_pause() {
+        let admission = Admission::new(2, None);
+        let start = Instant::now();
+        let (at, full) = full_at_rate(&admission, start, 400);
+        let long = (0..20_000)
+            .map(|_| hint(admission.admit_at(at).expect_err("full")))
+            .max()
+            .unwrap_or_default();
+        assert!(long > Duration::from_secs(2), "{long:?}");
         drop(full);
-        let mut last = MAX_PUSHBACK;
-        for window in 9..=20 {
-            let at = start + PRESSURE_WINDOW * window;
-            for _ in 0..40 {
-                drop(admission.admit_at(at).expect("room"));
-            }
-            let burst: Vec<Permit> = (0..4)
-                .map(|_| admission.admit_at(at).expect("place"))
-                .collect();
-            for _ in 0..10 {
-                last = hint(admission.admit_at(at).expect_err("burst"));
-            }
-            drop(burst);
+        // Later than the line's last slot, a refusal waits the least.
+        let later = at + long + PACING_WINDOW;
+        let _again: Vec<Permit> = (0..2)
+            .map(|_| admission.admit_at(later).expect("room again"))
+            .collect();
+        assert_eq!(
+            hint(admission.admit_at(later).expect_err("full")),
+            MIN_PUSHBACK
+        );
+    }
+
+    #[test]
+    fn a_stalled_store_does_not_send_every_pod_to_the_cap_at_once() {
+        // Nothing admitted for many windows (every place held): the rate
+        // assumed stays at its floor, and refusals are spread at it.
+        let admission = Admission::new(1, None);
+        let start = Instant::now();
+        let _held = admission.admit_at(start).expect("one");
+        let mut at = start;
+        for _ in 0..10 {
+            at += PACING_WINDOW;
+            let _ = admission.admit_at(at).expect_err("held");
         }
-        assert_eq!(last, MIN_PUSHBACK);
+        let first = hint(admission.admit_at(at).expect_err("held"));
+        assert!(first <= Duration::from_secs(2), "{first:?}");
     }
 }

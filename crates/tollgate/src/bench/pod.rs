@@ -25,6 +25,7 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tollgate_core::Consumption;
+use tollgate_core::pushback::pushback_wait;
 use tollgate_proto::v1::{self, token_bucket_service_client::TokenBucketServiceClient};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -408,12 +409,12 @@ impl Pod {
             // once wherever it lands.
             self.server = (self.server + 1) % self.clients.len();
             // Between half and all of the backoff, so pods that failed
-            // together do not retry together; and between one and two of
-            // the pauses an overloaded server asked for.
+            // together do not retry together; and never sooner than an
+            // overloaded server asked, as a pod's client waits.
             let pushback = tollgate_proto::pushback::pushback(&status).unwrap_or_default();
             let delay = backoff
                 .mul_f64(self.rng.random_range(0.5..=1.0))
-                .max(pushback.mul_f64(self.rng.random_range(1.0..=2.0)));
+                .max(pushback_wait(pushback, self.rng.random_range(0.0..1.0)));
             if Instant::now() + delay >= self.context.end {
                 self.report.abandoned += 1;
                 return Outcome::Abandoned;
