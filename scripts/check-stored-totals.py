@@ -11,27 +11,25 @@ Prints one line and exits 0 if every tenant holds, else lists the first
 tenants that do not and exits 1.
 """
 import json
-import re
 import sys
+
+from prom_text import samples
 
 COUNTERS = ["read_batches", "read_requests", "read_bytes", "write_batches",
             "write_requests", "write_bytes", "egress_bytes"]
-SAMPLE = re.compile(r'^tollgate_tenant_(\w+)_total\{([^}]*)\} (\S+)$')
 
 
 def stored(path):
     """{tenant: {field: value}} of the request-unit buckets in a scrape."""
     tenants = {}
-    with open(path) as f:
-        for line in f:
-            match = SAMPLE.match(line.strip())
-            if not match:
-                continue
-            field, labels, value = match.groups()
-            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels))
-            if labels.get("bucket", "") != "":
-                continue
-            tenants.setdefault(labels["tenant_id"], {})[field] = float(value)
+    for (name, labels), value in samples(path).items():
+        labels = dict(labels)
+        if not (name.startswith("tollgate_tenant_") and name.endswith("_total")):
+            continue
+        if labels.get("bucket", "") != "" or "tenant_id" not in labels:
+            continue
+        field = name[len("tollgate_tenant_"):-len("_total")]
+        tenants.setdefault(labels["tenant_id"], {})[field] = value
     return tenants
 
 

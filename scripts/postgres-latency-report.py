@@ -7,26 +7,11 @@ Usage: postgres-latency-report.py OUT RUNS
 """
 import json
 import os
-import re
 import sys
 
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
-LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+from prom_text import samples as parse
+
 STAGES = ["queued", "begin", "read", "write", "commit"]
-
-
-def parse(path):
-    """{(name, frozenset(labels)): value} of a Prometheus text file."""
-    samples = {}
-    with open(path) as f:
-        for line in f:
-            match = SAMPLE.match(line.strip())
-            if not match or line.startswith("#"):
-                continue
-            name, labels, value = match.groups()
-            key = (name, frozenset(LABEL.findall(labels or "")))
-            samples[key] = float(value)
-    return samples
 
 
 def delta(before, after, name, **labels):

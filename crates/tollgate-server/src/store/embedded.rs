@@ -54,7 +54,7 @@ mod keys;
 
 use super::{
     BucketSettings, BucketSnapshot, Counters, KeyCounts, KeySweep, LimitsChange, PutTierOutcome,
-    Stage, Store, StoreError, StoreStats, TenantChangeOutcome, TenantView,
+    Stage, Stopwatch, Store, StoreError, StoreStats, TenantChangeOutcome, TenantView,
 };
 
 const SCHEMA_VERSION: u64 = 3;
@@ -476,22 +476,19 @@ impl Writer {
     }
 
     fn commit_batch(&self, batch: &mut [Box<dyn PendingWrite>]) -> Result<(), StoreError> {
-        let stages = &self.counters.stages;
-        let began = Instant::now();
+        let mut stopwatch = Stopwatch::new(&self.counters.stages);
         let now = (self.clock)();
         let txn = self
             .db
             .begin_write()
             .map_err(storage("begin write transaction"))?;
-        let written = Instant::now();
-        stages.record(Stage::Begin, written.duration_since(began));
+        stopwatch.lap(Stage::Begin);
         for op in batch.iter_mut() {
             op.apply(self, &txn, now)?;
         }
-        let committing = Instant::now();
-        stages.record(Stage::Write, committing.duration_since(written));
+        stopwatch.lap(Stage::Write);
         txn.commit().map_err(storage("commit write transaction"))?;
-        stages.record(Stage::Commit, committing.elapsed());
+        stopwatch.lap(Stage::Commit);
         Ok(())
     }
 

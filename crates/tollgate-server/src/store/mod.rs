@@ -31,8 +31,8 @@ use tollgate_core::{
 
 pub use embedded::{Clock, EmbeddedStore};
 pub use postgres::{PostgresOptions, PostgresStore};
-pub(crate) use stages::StageTimes;
 pub use stages::{STAGE_BOUNDS, Stage, StageHistogram, StageHistograms};
+pub(crate) use stages::{StageTimes, Stopwatch};
 
 /// What every store is told at construction: how buckets behave and what
 /// happens to tenants nobody configured.

@@ -8,7 +8,7 @@
 //! scrape time; the same bounds for every stage, so stages compare.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Upper bounds of the histogram buckets, in seconds: 50 µs to 1 s.
 pub const STAGE_BOUNDS: [f64; 13] = [
@@ -134,6 +134,28 @@ impl StageTimes {
             histogram.count = running;
             histogram
         })
+    }
+}
+
+/// Times the stages of a transaction, one after another.
+pub(crate) struct Stopwatch<'a> {
+    times: &'a StageTimes,
+    since: Instant,
+}
+
+impl<'a> Stopwatch<'a> {
+    pub(crate) fn new(times: &'a StageTimes) -> Self {
+        Self {
+            times,
+            since: Instant::now(),
+        }
+    }
+
+    /// Records the time since the last lap (or the start) as `stage`'s.
+    pub(crate) fn lap(&mut self, stage: Stage) {
+        let now = Instant::now();
+        self.times.record(stage, now.duration_since(self.since));
+        self.since = now;
     }
 }
 

@@ -272,7 +272,8 @@ fn family(name: &str, help: &str, kind: MetricType, metrics: Vec<proto::Metric>)
     family
 }
 
-fn sample(labels: &[(&str, &str)], kind: MetricType, value: f64) -> proto::Metric {
+/// A metric with these labels and no value yet.
+fn labelled(labels: &[(&str, &str)]) -> proto::Metric {
     let mut metric = proto::Metric::default();
     metric.set_label(
         labels
@@ -285,6 +286,11 @@ fn sample(labels: &[(&str, &str)], kind: MetricType, value: f64) -> proto::Metri
             })
             .collect(),
     );
+    metric
+}
+
+fn sample(labels: &[(&str, &str)], kind: MetricType, value: f64) -> proto::Metric {
+    let mut metric = labelled(labels);
     match kind {
         MetricType::COUNTER => {
             let mut counter = proto::Counter::default();
@@ -321,11 +327,7 @@ fn stage_family(stages: &StageHistograms) -> MetricFamily {
                     })
                     .collect(),
             );
-            let mut label = proto::LabelPair::default();
-            label.set_name("stage".to_owned());
-            label.set_value(stage.name().to_owned());
-            let mut metric = proto::Metric::default();
-            metric.set_label(vec![label]);
+            let mut metric = labelled(&[("stage", stage.name())]);
             metric.set_histogram(histogram);
             metric
         })

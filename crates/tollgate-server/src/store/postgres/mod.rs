@@ -34,8 +34,9 @@
 //! key order and every request's instance window in one; the script then
 //! serves the requests in turn on the same in-memory rows, and the writes
 //! (one statement per kind of write, its rows as arrays) and `COMMIT` go in
-//! the other. Statements per transaction do not grow with the batch. Each request stays atomic (a refused one changes
-//! nothing) and idempotent (its lease and sequence number are in the rows),
+//! the other. Statements per transaction do not grow with the batch. Each
+//! request stays atomic (a refused one changes nothing) and idempotent (its
+//! lease and sequence number are in the rows),
 //! and nobody hears back before the commit that holds their change. The
 //! requests the script defers (their bucket lost silent instances earlier
 //! in the batch) go into the next transaction.
@@ -86,7 +87,7 @@ use self::retry::{TxError, Verdict, chain};
 use self::rows::{HeadColumns, InstanceColumns};
 use super::{
     BucketSettings, BucketSnapshot, Clock, Counters, KeyCounts, KeySweep, LimitsChange,
-    PutTierOutcome, Stage, StageTimes, Store, StoreError, StoreStats, TenantChangeOutcome,
+    PutTierOutcome, Stage, Stopwatch, Store, StoreError, StoreStats, TenantChangeOutcome,
     TenantView,
 };
 
@@ -845,28 +846,6 @@ impl Drop for Pipelined {
     }
 }
 
-/// Times the stages of a transaction, one after another.
-struct Stopwatch<'a> {
-    times: &'a StageTimes,
-    since: Instant,
-}
-
-impl<'a> Stopwatch<'a> {
-    fn new(times: &'a StageTimes) -> Self {
-        Self {
-            times,
-            since: Instant::now(),
-        }
-    }
-
-    /// Records the time since the last lap as `stage`'s.
-    fn lap(&mut self, stage: Stage) {
-        let now = Instant::now();
-        self.times.record(stage, now.duration_since(self.since));
-        self.since = now;
-    }
-}
-
 /// The parameters of `load_windows.sql`: a request per index; its bucket,
 /// and each run of its window as (first, last, limit), in the statement's
 /// order (own row, predecessor, following, wrapped).
@@ -1047,17 +1026,11 @@ async fn change_in(
         let tenants = vec![tenant_id; created.len()];
         let buckets: Vec<&str> = created.iter().map(|(key, _)| key.bucket.as_str()).collect();
         txn.execute(&delete_strays, &[&tenants, &buckets]).await?;
-        let mut columns = HeadColumns::default();
-        for (key, head) in &created {
-            columns.push(key, head)?;
-        }
+        let columns = HeadColumns::of(created.iter().map(|(key, head)| (key, *head)))?;
         txn.execute(&insert_heads, &columns.as_params()).await?;
     }
     if !changed.is_empty() {
-        let mut columns = HeadColumns::default();
-        for (key, head) in &changed {
-            columns.push(key, head)?;
-        }
+        let columns = HeadColumns::of(changed.iter().map(|(key, head)| (key, *head)))?;
         txn.execute(&update_heads, &columns.as_params()).await?;
     }
     let mut retired = Vec::new();
@@ -1472,7 +1445,7 @@ impl Store for PostgresStore {
                     Ok(head) => head,
                     Err(e) => return Err(TxError::Store(e.into())),
                 };
-                let params = HeadColumns::of(key, &head)?;
+                let params = HeadColumns::of([(key, &head)])?;
                 let (tenant_id, bucket) = (key.tenant.as_str(), key.bucket.as_str());
                 let key_params: [&(dyn ToSql + Sync); 2] = [&tenant_id, &bucket];
                 let statement = if before.is_some() {

@@ -208,10 +208,14 @@ pub(super) struct HeadColumns<'a> {
 }
 
 impl<'a> HeadColumns<'a> {
-    /// The columns of one head row.
-    pub(super) fn of(key: &'a BucketKey, head: &BucketRow) -> Result<Self, StoreError> {
+    /// The columns of these buckets' head rows.
+    pub(super) fn of<'h>(
+        heads: impl IntoIterator<Item = (&'a BucketKey, &'h BucketRow)>,
+    ) -> Result<Self, StoreError> {
         let mut columns = Self::default();
-        columns.push(key, head)?;
+        for (key, head) in heads {
+            columns.push(key, head)?;
+        }
         Ok(columns)
     }
 
