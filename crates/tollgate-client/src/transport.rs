@@ -390,6 +390,12 @@ fn from_wire(response: &v1::TokenBucketResponse) -> Result<Grant, TransportError
         trickle_duration,
         max_burst_tokens: finite("max_burst_tokens", response.max_burst_tokens)?,
         fallback_rate: finite("fallback_rate", response.fallback_rate)?,
+        // Unsaid (a server that does not tell): every fallback token the
+        // request carried counts as charged.
+        fallback_charged: match response.fallback_charged_tokens {
+            Some(charged) => finite("fallback_charged_tokens", charged)?,
+            None => f64::NAN,
+        },
     })
 }
 
@@ -559,9 +565,22 @@ mod tests {
             }),
             max_burst_tokens: 1.0,
             fallback_rate: 3.0,
+            fallback_charged_tokens: Some(4.0),
         };
         let grant = from_wire(&good).expect("valid");
         assert_eq!(grant.trickle_duration, Duration::from_millis(2500));
         assert_eq!(grant.granted_tokens, 5.0);
+        assert_eq!(grant.fallback_charged, 4.0);
+        let negative_charge = v1::TokenBucketResponse {
+            fallback_charged_tokens: Some(-1.0),
+            ..good
+        };
+        assert!(from_wire(&negative_charge).is_err());
+        // An older server does not say: the pod takes all it sent as charged.
+        let unsaid = v1::TokenBucketResponse {
+            fallback_charged_tokens: None,
+            ..good
+        };
+        assert!(from_wire(&unsaid).expect("valid").fallback_charged.is_nan());
     }
 }

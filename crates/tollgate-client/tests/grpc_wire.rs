@@ -28,12 +28,14 @@ impl TokenBucketService for Recorder {
     ) -> Result<Response<v1::TokenBucketResponse>, Status> {
         let request = request.into_inner();
         let granted_tokens = request.requested_tokens;
+        let request_fallback = request.fallback_tokens;
         self.received.lock().expect("lock").push(request);
         Ok(Response::new(v1::TokenBucketResponse {
             granted_tokens,
             trickle_duration: None,
             max_burst_tokens: 0.0,
             fallback_rate: 1.0,
+            fallback_charged_tokens: Some(request_fallback),
         }))
     }
 }

@@ -54,11 +54,15 @@
 //!   second on its own while the server is unreachable: half its share of
 //!   the refill rate and half an even split, so all pods' rates sum to it.
 //! - **Fallback charges**: tokens a pod used on its fallback rate are
-//!   charged to the bucket with its next request (the bucket carries the
-//!   debt, every pod's rate drops while it is paid back). While nobody
-//!   reached the server the bucket refilled only up to its burst limit; the
-//!   refill it lost in that stretch pays for fallback used during it, so
-//!   an outage costs the tenant what it would have under one bucket.
+//!   charged to the bucket with its next request, or with the retry of the
+//!   request that went unanswered (the bucket carries the debt, every pod's
+//!   rate drops while it is paid back). While nobody reached the server the
+//!   bucket refilled only up to its burst limit; the refill it kept and then
+//!   the refill it lost in that stretch pay for fallback used during it, so
+//!   an outage costs the tenant what it would have under one bucket. Each
+//!   grant records the fallback its request was charged
+//!   (`Grant::fallback_charged`): a retry answered with the grant of an
+//!   earlier attempt tells the pod what is still to charge.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -308,11 +312,13 @@ impl BucketState {
         now.duration_since(self.capped_until) <= credit_window
     }
 
-    /// Charges the tokens a pod gave itself at its fallback rate. Those it
-    /// used while the bucket, unaware, sat at its burst limit are paid from
-    /// the refill lost meanwhile (it would otherwise have been lost): at
-    /// most the refill of the time the fallback and the loss overlap, and
-    /// at most what is left of the loss.
+    /// Charges the tokens a pod gave itself at its fallback rate. The
+    /// refill the bucket got while the fallback ran pays for them: what it
+    /// kept (until it reached its burst limit at `capped_from`) is charged
+    /// first, then the refill it lost meanwhile is used to forgive the rest
+    /// (it would otherwise have been lost): at most the refill of the time
+    /// the fallback and the loss overlap, and at most what is left of the
+    /// loss.
     fn charge_fallback(&mut self, req: &TokenBucketRequest, now: Timestamp) {
         let window = req.target_request_period;
         let forgiven = if req.fallback_tokens > 0.0 && self.capped_valid(now, window) {
@@ -321,7 +327,13 @@ impl BucketState {
                 .capped_until
                 .min(now)
                 .seconds_since(self.capped_from.max(fallback_from));
-            req.fallback_tokens
+            // Refill the bucket kept while the fallback ran (it refilled
+            // up to `capped_from`, then lost the rest) pays for it before
+            // the refill it lost: both are the fallback's.
+            let kept = (self.limits.refill_rate * self.capped_from.seconds_since(fallback_from))
+                .min(self.tokens)
+                .max(0.0);
+            (req.fallback_tokens - kept)
                 .min(self.capped_refill)
                 .min(self.limits.refill_rate * overlap)
                 .max(0.0)
@@ -391,6 +403,12 @@ pub struct Grant {
     pub max_burst_tokens: f64,
     /// Tokens per second the pod may use on its own while the server is unreachable.
     pub fallback_rate: f64,
+    /// The fallback tokens charged with the request this answers: those
+    /// its applied attempt carried. A retry carries the fallback its pod
+    /// used since the first attempt as well; answered with the grant of an
+    /// earlier attempt, this tells the pod how much is still to charge.
+    #[serde(default)]
+    pub fallback_charged: f64,
 }
 
 /// A pod's request to its tenant's global bucket.
@@ -727,7 +745,8 @@ pub fn request(
         }
         None => 0.0,
     };
-    let (grant, commitment) = grant(&mut next, req, config, still_committed);
+    let (mut grant, commitment) = grant(&mut next, req, config, still_committed);
+    grant.fallback_charged = req.fallback_tokens;
     next.head.totals.granted_tokens += grant.granted_tokens;
     if let Some(instance) = next.instances.get_mut(&id) {
         instance.last_grant = grant;
@@ -953,6 +972,7 @@ fn grant(
             trickle_duration: Duration::ZERO,
             max_burst_tokens: 0.0,
             fallback_rate,
+            fallback_charged: 0.0,
         };
         return (grant, 0.0);
     }
@@ -1001,6 +1021,7 @@ fn grant(
             trickle_duration: Duration::ZERO,
             max_burst_tokens: 0.0,
             fallback_rate,
+            fallback_charged: 0.0,
         };
         return (grant, 0.0);
     }
@@ -1013,6 +1034,7 @@ fn grant(
         // The pod's part of the tenant's burst, but at least a second of its trickle.
         max_burst_tokens: (tenant.state.limits.burst_limit * share).max(delivery_rate),
         fallback_rate,
+        fallback_charged: 0.0,
     };
     (grant, commitment)
 }

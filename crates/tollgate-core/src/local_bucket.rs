@@ -16,8 +16,12 @@
 //! - **Fallback tokens**: tokens the pod gave itself at its fallback rate
 //!   are already used; the next request has the global bucket charged for
 //!   them (`fallback_tokens`, with how long the fallback lasted, so the
-//!   server can pay them from refill it lost to its burst limit meanwhile).
-//!   The bucket, not the pod, carries that debt, so every pod's rate drops
+//!   server can pay them from refill it got meanwhile). A retry of the
+//!   request that went unanswered carries those used so far, so that a
+//!   bucket the first attempt never reached is charged before it grants;
+//!   the answer says how many its applied attempt was charged, and the
+//!   rest goes with the next request. The bucket, not the pod, carries
+//!   that debt, so every pod's rate drops
 //!   while it is paid back, as it would under one bucket. A pod never uses
 //!   tokens the global bucket does not pay for or is not charged for.
 //! - **When to ask**: at start; when the tokens on hand (with what a trickle
@@ -41,9 +45,10 @@
 //! - **Fallback**: with no answer `fallback_after` (1 s) after sending, the
 //!   pod runs on its own at the server's last `fallback_rate` until an answer
 //!   comes. Before any answer it assumes its initial allowance per period.
-//! - **Retries** repeat the request unchanged, sequence number included, so
-//!   the server answers a retry of a request it already served with the same
-//!   grant and counts nothing twice. Failed attempts back off exponentially.
+//! - **Retries** repeat the request, sequence number included (only the
+//!   fallback tokens grow, above), so the server answers a retry of a
+//!   request it already served with the same grant and counts nothing
+//!   twice. Failed attempts back off exponentially.
 //! - **Shutdown**: [`LocalBucket::close`] refuses the waiters; the final
 //!   request reports the last consumption and gives back the tokens the pod
 //!   holds and what its trickle has yet to deliver, for other pods to use.
@@ -524,6 +529,17 @@ impl LocalBucket {
         };
         self.answered = true;
         self.fallback_active = false;
+        // The attempt the bucket applied was charged the fallback tokens it
+        // carried; what this request carried beyond them (used since that
+        // attempt) is still to charge. An answer that does not say is
+        // taken to have charged them all.
+        let carried = in_flight.request.fallback_tokens;
+        let charged = if grant.fallback_charged.is_finite() {
+            grant.fallback_charged.clamp(0.0, carried)
+        } else {
+            carried
+        };
+        self.fallback_tokens_due += carried - charged;
         if grant.fallback_rate.is_finite() && grant.fallback_rate >= 0.0 {
             self.fallback_rate = grant.fallback_rate;
         }
@@ -863,6 +879,21 @@ impl LocalBucket {
                 return None;
             }
             in_flight.retry_at = None;
+            // A retry carries the fallback used since the first attempt: if
+            // that attempt never reached the bucket, the bucket is charged
+            // for it before it grants, not a request later (the first
+            // request back after an outage is such a retry). If it did,
+            // the answer says what was charged and the rest stays due.
+            let room = (MAX_TOKENS - in_flight.request.fallback_tokens).max(0.0);
+            let late = self.fallback_tokens_due.min(room);
+            self.fallback_tokens_due -= late;
+            if late > 0.0 {
+                in_flight.request.fallback_tokens += late;
+                if let Some(since) = self.fallback_since {
+                    in_flight.request.fallback_duration =
+                        now.duration_since(since).min(MAX_FALLBACK_DURATION);
+                }
+            }
             return Some(in_flight.request.clone());
         }
         if !self.request_due(now) {

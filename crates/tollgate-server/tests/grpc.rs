@@ -177,7 +177,7 @@ async fn a_duplicate_request_is_answered_from_the_first_response(backend: Backen
 }
 
 /// Fallback tokens a pod reports are charged to the tenant's bucket once,
-/// whatever the retries, and are not granted.
+/// whatever the retries (which may carry more), and are not granted.
 async fn fallback_tokens_are_charged_once(backend: Backend) {
     let server = TestServer::new(backend, BucketSettings::default()).await;
     let mut admin = server.admin().await;
@@ -201,12 +201,24 @@ async fn fallback_tokens_are_charged_once(backend: Backend) {
         .expect("charged")
         .into_inner();
     assert_eq!(first.granted_tokens, 0.0, "fallback tokens are not granted");
+    assert_eq!(
+        first.fallback_charged_tokens,
+        Some(300.0),
+        "the response says what was charged"
+    );
     let level = |t: &v1::Tenant| t.current_tokens;
     let after = get_tenant(&mut admin, "fb").await.expect("get");
     // No refill, so no refill lost to the burst either: charged in full.
     assert_eq!(level(&after), 700.0);
+    // A retry carries the fallback used since (450 in all): answered with
+    // the first attempt's response, it charges nothing, and that response
+    // tells the pod that 300 were charged (the other 150 are its to charge
+    // with its next request).
     let retry = pods
-        .token_bucket(charging)
+        .token_bucket(v1::TokenBucketRequest {
+            fallback_tokens: 450.0,
+            ..charging.clone()
+        })
         .await
         .expect("retry")
         .into_inner();
@@ -215,6 +227,20 @@ async fn fallback_tokens_are_charged_once(backend: Backend) {
         level(&get_tenant(&mut admin, "fb").await.expect("get")),
         700.0,
         "a retry charges nothing more"
+    );
+    // A retry whose first attempt never arrived is charged what it carries.
+    let late = pods
+        .token_bucket(v1::TokenBucketRequest {
+            fallback_tokens: 450.0,
+            ..pod_request("fb", 2, 1, 0.0, 0.0)
+        })
+        .await
+        .expect("charged")
+        .into_inner();
+    assert_eq!(late.fallback_charged_tokens, Some(450.0));
+    assert_eq!(
+        level(&get_tenant(&mut admin, "fb").await.expect("get")),
+        250.0
     );
     server.stop().await;
 }

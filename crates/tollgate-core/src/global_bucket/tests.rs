@@ -851,6 +851,53 @@ fn fallback_used_while_the_bucket_sat_full_is_paid_from_the_refill_it_lost() {
     assert_close(rows.head.state.tokens, -2400.0, "charged from the burst");
 }
 
+/// An outage: two pods run on their fallback rates (50/s each) from 1 s to
+/// 30 s while the bucket refills to its burst and loses the rest. The first
+/// request back is a retry of the one the outage cut off, carrying the
+/// fallback used since: it is charged before the bucket grants, so the
+/// refill the fallback used is not granted again.
+#[test]
+fn a_retry_back_from_an_outage_is_charged_its_fallback_before_it_is_granted() {
+    let mut rows = bucket(100.0, 500.0, 0.0);
+    serve(&mut rows, &req(1, 1, 0.0, 50.0), 0.0);
+    serve(&mut rows, &req(2, 1, 0.0, 50.0), 0.0);
+    let cut_off = TokenBucketRequest {
+        requested_tokens: 400.0,
+        ..repaying(1, 2, 1450.0, 29.0)
+    };
+    let grant = serve(&mut rows, &cut_off, 30.0);
+    assert_close(grant.fallback_charged, 1450.0, "what it carried is charged");
+    // 3 000 of refill: 500 kept, 2 500 lost. This pod's 1 450 are paid by
+    // the 400 kept while it ran (1 s to 5 s), then from the loss; the 100
+    // of the first second remain, with the other pod's 1 450 still to come.
+    // So the 400 it asks for are not there at once (charged after the
+    // grant, they were): it gets the 100 and a trickle.
+    assert!(!grant.trickle_duration.is_zero(), "{grant:?}");
+    assert!(
+        grant.granted_tokens < 200.0,
+        "granted {} from a bucket its fallback emptied",
+        grant.granted_tokens
+    );
+    // The other pod's charge comes with its next request.
+    serve(&mut rows, &repaying(2, 2, 1450.0, 29.0), 30.1);
+    assert!(rows.head.state.tokens < 100.0, "{}", rows.head.state.tokens);
+
+    // Answered again (an earlier attempt of it reached the bucket), the
+    // stored grant says what that attempt charged; nothing more is.
+    let before = rows.head.state.tokens;
+    let again = serve(
+        &mut rows,
+        &TokenBucketRequest {
+            fallback_tokens: 2000.0,
+            ..cut_off
+        },
+        30.2,
+    );
+    assert_eq!(again, grant);
+    assert_close(again.fallback_charged, 1450.0, "the applied attempt's");
+    assert!(rows.head.state.tokens >= before, "charged once");
+}
+
 #[test]
 fn fallback_is_forgiven_only_for_refill_lost_while_it_ran() {
     let mut rows = bucket(100.0, 500.0, 500.0);

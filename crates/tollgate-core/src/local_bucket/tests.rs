@@ -30,9 +30,14 @@ fn immediate(tokens: f64) -> Grant {
     Grant {
         granted_tokens: tokens,
         fallback_rate: 50.0,
+        fallback_charged: ALL_CHARGED,
         ..Grant::default()
     }
 }
+
+/// What a grant says it charged when it does not say: every fallback token
+/// the request carried.
+const ALL_CHARGED: f64 = f64::NAN;
 
 fn trickle(tokens: f64, secs: f64, cap: f64) -> Grant {
     Grant {
@@ -40,6 +45,7 @@ fn trickle(tokens: f64, secs: f64, cap: f64) -> Grant {
         trickle_duration: Duration::from_secs_f64(secs),
         max_burst_tokens: cap,
         fallback_rate: 50.0,
+        fallback_charged: ALL_CHARGED,
     }
 }
 
@@ -293,7 +299,65 @@ fn fallback_while_throttled_takes_over_when_the_trickle_ends() {
     assert!(b.on_failure(2, at(10.5), 0.0, None));
     assert!(b.poll(at(10.52)).request.is_none());
     let retry = b.poll(at(10.6)).request.expect("retried after backoff");
-    assert_eq!(retry, request, "a retry repeats the request exactly");
+    // The retry repeats the request, and carries the fallback used since
+    // (0.6 s at 50/s), with since when.
+    assert_close(retry.fallback_tokens, 30.0);
+    assert_eq!(retry.fallback_duration, Duration::from_millis(600));
+    assert_eq!(
+        TokenBucketRequest {
+            fallback_tokens: 0.0,
+            fallback_duration: Duration::ZERO,
+            ..retry
+        },
+        request,
+        "otherwise a retry repeats the request exactly"
+    );
+}
+
+/// A pod whose request went unanswered through an outage: its fallback so
+/// far goes with the retry, so a bucket the first attempt never reached is
+/// charged before it grants; a retry answered with an earlier attempt's
+/// grant leaves the rest to charge, once.
+#[test]
+fn a_retry_carries_the_fallback_used_since_and_each_token_is_charged_once() {
+    let run = |charged_by_answer: Option<f64>| {
+        let mut b = started(immediate(100.0), 0.0);
+        b.poll(at(2.0));
+        b.acquire(100.0, at(2.0)).expect("valid");
+        queued(b.acquire(30.0, at(2.0)).expect("valid"));
+        let request = b.poll(at(2.0)).request.expect("asks");
+        assert_close(request.fallback_tokens, 0.0);
+        // No answer: fallback from 3 s at 50/s, used as it comes.
+        let mut t = 3.0;
+        while t < 5.0 {
+            t += 0.25;
+            b.poll(at(t));
+            let held = b.status().tokens;
+            b.acquire(held, at(t)).expect("valid");
+        }
+        assert!(b.on_failure(request.seq, at(5.0), 0.0, None));
+        let retry = b.poll(at(5.2)).request.expect("retry");
+        assert_eq!(retry.seq, request.seq);
+        let carried = retry.fallback_tokens;
+        assert!(carried > 90.0, "the retry carries {carried}");
+        let grant = Grant {
+            fallback_charged: charged_by_answer.unwrap_or(carried),
+            ..immediate(10.0)
+        };
+        assert!(b.on_response(retry.seq, &grant, at(5.2)));
+        b.acquire(b.status().tokens + 5.0, at(5.2)).expect("valid");
+        let next = b.poll(at(6.5)).request.expect("asks again");
+        (carried, next.fallback_tokens, b.status().fallback_tokens)
+    };
+    // The retry was applied: everything it carried is charged, and the
+    // next request carries nothing more.
+    let (carried, next, used) = run(None);
+    assert_close(next, 0.0);
+    assert_close(used, carried);
+    // An earlier attempt was applied (it carried nothing): all of it is
+    // charged with the next request instead.
+    let (carried, next, _) = run(Some(0.0));
+    assert_close(next, carried);
 }
 
 #[test]

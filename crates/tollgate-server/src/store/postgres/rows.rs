@@ -154,6 +154,7 @@ pub(super) fn instance_from_row(row: &Row) -> Result<InstanceState, StoreError> 
             trickle_duration: Duration::from_nanos(trickle_nanos),
             max_burst_tokens: get(row, "last_grant_max_burst")?,
             fallback_rate: get(row, "last_grant_fallback_rate")?,
+            fallback_charged: get(row, "last_grant_fallback_charged")?,
         },
         committed_rate: get(row, "committed_rate")?,
         committed_until: timestamp(row, "committed_until")?,
@@ -324,6 +325,7 @@ pub(super) struct InstanceColumns<'a> {
     grant_trickle_nanos: Vec<i64>,
     grant_max_burst: Vec<f64>,
     grant_fallback_rate: Vec<f64>,
+    grant_fallback_charged: Vec<f64>,
 }
 
 impl<'a> InstanceColumns<'a> {
@@ -352,6 +354,8 @@ impl<'a> InstanceColumns<'a> {
         self.grant_trickle_nanos.push(trickle_nanos);
         self.grant_max_burst.push(row.last_grant.max_burst_tokens);
         self.grant_fallback_rate.push(row.last_grant.fallback_rate);
+        self.grant_fallback_charged
+            .push(row.last_grant.fallback_charged);
         Ok(())
     }
 
@@ -359,7 +363,7 @@ impl<'a> InstanceColumns<'a> {
         self.tenant_id.is_empty()
     }
 
-    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 14] {
+    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 15] {
         [
             &self.tenant_id,
             &self.bucket,
@@ -375,6 +379,7 @@ impl<'a> InstanceColumns<'a> {
             &self.grant_trickle_nanos,
             &self.grant_max_burst,
             &self.grant_fallback_rate,
+            &self.grant_fallback_charged,
         ]
     }
 }
