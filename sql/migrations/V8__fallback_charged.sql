@@ -6,7 +6,8 @@
 -- them before it grants. A retry answered with the stored response of an
 -- earlier attempt must tell the pod how much that attempt charged, so the
 -- instance row keeps it with the rest of its last grant. Existing rows
--- start with none (their last requests carried no more than they charged).
+-- have it NULL, not recorded: a pod answered from such a grant takes all
+-- the fallback its retry carried as charged, as it would have before.
 
 ALTER TABLE tenant_usage
-    ADD COLUMN IF NOT EXISTS last_grant_fallback_charged FLOAT8 NOT NULL DEFAULT 0;
+    ADD COLUMN IF NOT EXISTS last_grant_fallback_charged FLOAT8;

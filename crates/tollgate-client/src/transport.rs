@@ -390,12 +390,10 @@ fn from_wire(response: &v1::TokenBucketResponse) -> Result<Grant, TransportError
         trickle_duration,
         max_burst_tokens: finite("max_burst_tokens", response.max_burst_tokens)?,
         fallback_rate: finite("fallback_rate", response.fallback_rate)?,
-        // Unsaid (a server that does not tell): every fallback token the
-        // request carried counts as charged.
-        fallback_charged: match response.fallback_charged_tokens {
-            Some(charged) => finite("fallback_charged_tokens", charged)?,
-            None => f64::NAN,
-        },
+        fallback_charged: response
+            .fallback_charged_tokens
+            .map(|charged| finite("fallback_charged_tokens", charged))
+            .transpose()?,
     })
 }
 
@@ -570,7 +568,7 @@ mod tests {
         let grant = from_wire(&good).expect("valid");
         assert_eq!(grant.trickle_duration, Duration::from_millis(2500));
         assert_eq!(grant.granted_tokens, 5.0);
-        assert_eq!(grant.fallback_charged, 4.0);
+        assert_eq!(grant.fallback_charged, Some(4.0));
         let negative_charge = v1::TokenBucketResponse {
             fallback_charged_tokens: Some(-1.0),
             ..good
@@ -581,6 +579,6 @@ mod tests {
             fallback_charged_tokens: None,
             ..good
         };
-        assert!(from_wire(&unsaid).expect("valid").fallback_charged.is_nan());
+        assert_eq!(from_wire(&unsaid).expect("valid").fallback_charged, None);
     }
 }

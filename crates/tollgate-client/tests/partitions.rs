@@ -73,7 +73,7 @@ impl Transport for Link {
             trickle_duration: Duration::ZERO,
             max_burst_tokens: 0.0,
             fallback_rate: 1e9,
-            fallback_charged: 0.0,
+            fallback_charged: Some(0.0),
         })
     }
 

@@ -407,8 +407,10 @@ pub struct Grant {
     /// its applied attempt carried. A retry carries the fallback its pod
     /// used since the first attempt as well; answered with the grant of an
     /// earlier attempt, this tells the pod how much is still to charge.
+    /// `None` where it was not recorded (a grant stored before it was, or
+    /// a server that does not say): the pod takes all it sent as charged.
     #[serde(default)]
-    pub fallback_charged: f64,
+    pub fallback_charged: Option<f64>,
 }
 
 /// A pod's request to its tenant's global bucket.
@@ -746,7 +748,7 @@ pub fn request(
         None => 0.0,
     };
     let (mut grant, commitment) = grant(&mut next, req, config, still_committed);
-    grant.fallback_charged = req.fallback_tokens;
+    grant.fallback_charged = Some(req.fallback_tokens);
     next.head.totals.granted_tokens += grant.granted_tokens;
     if let Some(instance) = next.instances.get_mut(&id) {
         instance.last_grant = grant;
@@ -972,7 +974,7 @@ fn grant(
             trickle_duration: Duration::ZERO,
             max_burst_tokens: 0.0,
             fallback_rate,
-            fallback_charged: 0.0,
+            fallback_charged: None,
         };
         return (grant, 0.0);
     }
@@ -1021,7 +1023,7 @@ fn grant(
             trickle_duration: Duration::ZERO,
             max_burst_tokens: 0.0,
             fallback_rate,
-            fallback_charged: 0.0,
+            fallback_charged: None,
         };
         return (grant, 0.0);
     }
@@ -1034,7 +1036,7 @@ fn grant(
         // The pod's part of the tenant's burst, but at least a second of its trickle.
         max_burst_tokens: (tenant.state.limits.burst_limit * share).max(delivery_rate),
         fallback_rate,
-        fallback_charged: 0.0,
+        fallback_charged: None,
     };
     (grant, commitment)
 }

@@ -534,11 +534,10 @@ impl LocalBucket {
         // attempt) is still to charge. An answer that does not say is
         // taken to have charged them all.
         let carried = in_flight.request.fallback_tokens;
-        let charged = if grant.fallback_charged.is_finite() {
-            grant.fallback_charged.clamp(0.0, carried)
-        } else {
-            carried
-        };
+        let charged = grant
+            .fallback_charged
+            .filter(|charged| charged.is_finite())
+            .map_or(carried, |charged| charged.clamp(0.0, carried));
         self.fallback_tokens_due += carried - charged;
         if grant.fallback_rate.is_finite() && grant.fallback_rate >= 0.0 {
             self.fallback_rate = grant.fallback_rate;
@@ -871,7 +870,16 @@ impl LocalBucket {
         low || !self.waiters.is_empty() || self.loans > 0.0
     }
 
+    /// How long the pod has been running on its fallback rate (the span
+    /// its fallback tokens were used in), if it is or was since its last
+    /// request.
+    fn fallback_span(&self, now: Timestamp) -> Option<Duration> {
+        self.fallback_since
+            .map(|since| now.duration_since(since).min(MAX_FALLBACK_DURATION))
+    }
+
     fn next_request(&mut self, now: Timestamp) -> Option<TokenBucketRequest> {
+        let fallback_span = self.fallback_span(now);
         if let Some(in_flight) = self.in_flight.as_mut() {
             // A retry: the same request, once its backoff is over.
             let retry_at = in_flight.retry_at?;
@@ -889,9 +897,8 @@ impl LocalBucket {
             self.fallback_tokens_due -= late;
             if late > 0.0 {
                 in_flight.request.fallback_tokens += late;
-                if let Some(since) = self.fallback_since {
-                    in_flight.request.fallback_duration =
-                        now.duration_since(since).min(MAX_FALLBACK_DURATION);
+                if let Some(span) = fallback_span {
+                    in_flight.request.fallback_duration = span;
                 }
             }
             return Some(in_flight.request.clone());
@@ -911,9 +918,10 @@ impl LocalBucket {
         };
         // Fallback tokens are charged with every request, the last included.
         let fallback = std::mem::take(&mut self.fallback_tokens_due);
-        let fallback_duration = match self.fallback_since {
-            Some(since) if fallback > 0.0 => now.duration_since(since).min(MAX_FALLBACK_DURATION),
-            _ => Duration::ZERO,
+        let fallback_duration = if fallback > 0.0 {
+            fallback_span.unwrap_or_default()
+        } else {
+            Duration::ZERO
         };
         if !self.fallback_active {
             self.fallback_since = None;

@@ -288,6 +288,10 @@ async fn migration_v3_turns_each_tenant_into_its_request_unit_bucket() {
     let grant = store.token_bucket(&key, &retry).await.expect("retry");
     assert_eq!(grant.granted_tokens, 12.5);
     assert_eq!(grant.fallback_rate, 5.0);
+    assert_eq!(
+        grant.fallback_charged, None,
+        "a grant stored before V8 does not say what it charged"
+    );
     let after = store.get_bucket(&key).await.expect("acme");
     assert_eq!(
         after.head.totals.consumption.request_unit_micros,

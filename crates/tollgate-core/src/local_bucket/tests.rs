@@ -35,9 +35,9 @@ fn immediate(tokens: f64) -> Grant {
     }
 }
 
-/// What a grant says it charged when it does not say: every fallback token
-/// the request carried.
-const ALL_CHARGED: f64 = f64::NAN;
+/// A grant that does not say what it charged: every fallback token the
+/// request carried counts as charged.
+const ALL_CHARGED: Option<f64> = None;
 
 fn trickle(tokens: f64, secs: f64, cap: f64) -> Grant {
     Grant {
@@ -341,7 +341,7 @@ fn a_retry_carries_the_fallback_used_since_and_each_token_is_charged_once() {
         let carried = retry.fallback_tokens;
         assert!(carried > 90.0, "the retry carries {carried}");
         let grant = Grant {
-            fallback_charged: charged_by_answer.unwrap_or(carried),
+            fallback_charged: Some(charged_by_answer.unwrap_or(carried)),
             ..immediate(10.0)
         };
         assert!(b.on_response(retry.seq, &grant, at(5.2)));

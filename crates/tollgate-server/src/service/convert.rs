@@ -116,7 +116,7 @@ pub fn grant_to_proto(g: &Grant) -> v1::TokenBucketResponse {
         trickle_duration: Some(tollgate_proto::duration(g.trickle_duration)),
         max_burst_tokens: g.max_burst_tokens,
         fallback_rate: g.fallback_rate,
-        fallback_charged_tokens: Some(g.fallback_charged),
+        fallback_charged_tokens: g.fallback_charged,
     }
 }
 

@@ -325,7 +325,7 @@ pub(super) struct InstanceColumns<'a> {
     grant_trickle_nanos: Vec<i64>,
     grant_max_burst: Vec<f64>,
     grant_fallback_rate: Vec<f64>,
-    grant_fallback_charged: Vec<f64>,
+    grant_fallback_charged: Vec<Option<f64>>,
 }
 
 impl<'a> InstanceColumns<'a> {
