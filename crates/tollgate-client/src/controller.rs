@@ -25,7 +25,9 @@ use crate::error::ClientError;
 use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::partition::{Op, Partition, PartitionLimiter, PartitionOptions};
-use crate::transport::{ClientTls, FailoverTransport, GrpcTransport, Transport, endpoint_list};
+use crate::transport::{
+    ClientTls, FailoverTransport, GrpcTransport, PodToken, Transport, endpoint_list,
+};
 
 /// How a controller behaves. `Options::default()` is what most pods want.
 #[derive(Clone, Debug)]
@@ -47,6 +49,8 @@ pub struct Options {
     pub registry: Option<Registry>,
     /// TLS for an `https://` endpoint (the system's roots if unset).
     pub tls: Option<ClientTls>,
+    /// The pod token to send, for servers that bind pods to tenants.
+    pub pod_token: Option<PodToken>,
     /// Hot-partition limits, for [`Controller::partitions`] and requests
     /// that name their partition.
     pub partitions: PartitionOptions,
@@ -62,6 +66,7 @@ impl Default for Options {
             shutdown_timeout: Duration::from_secs(5),
             registry: None,
             tls: None,
+            pod_token: None,
             partitions: PartitionOptions::default(),
         }
     }
@@ -183,7 +188,10 @@ impl Controller {
                 options.connect_timeout,
                 options.tls.as_ref(),
             )
-            .map(|t| t.with_deadline(options.request_timeout))
+            .map(|t| {
+                t.with_deadline(options.request_timeout)
+                    .with_token(options.pod_token.clone())
+            })
         };
         let endpoints = endpoint_list(endpoint)?;
         if let [single] = endpoints.as_slice() {

@@ -39,7 +39,7 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 use crate::error::ClientError;
-use crate::transport::{ClientTls, endpoint};
+use crate::transport::{ClientTls, PodToken, endpoint};
 
 /// How a [`KeyLimiter`] talks to the server.
 #[derive(Clone, Debug)]
@@ -55,6 +55,8 @@ pub struct KeyLimiterOptions {
     pub backoff: Duration,
     /// TLS, for `https://` endpoints.
     pub tls: Option<ClientTls>,
+    /// The pod token to send, for servers that bind pods to tenants.
+    pub pod_token: Option<PodToken>,
 }
 
 impl Default for KeyLimiterOptions {
@@ -65,6 +67,7 @@ impl Default for KeyLimiterOptions {
             attempts: 3,
             backoff: Duration::from_millis(50),
             tls: None,
+            pod_token: None,
         }
     }
 }
@@ -176,6 +179,9 @@ impl KeyLimiter {
         loop {
             let mut call = tonic::Request::new(request.clone());
             call.set_timeout(self.options.attempt_timeout);
+            if let Some(token) = &self.options.pod_token {
+                token.attach(&mut call);
+            }
             match self.client.clone().check(call).await {
                 Ok(response) => return Ok(from_wire(response.into_inner())),
                 Err(status) if retried(status.code()) && attempt < self.options.attempts => {

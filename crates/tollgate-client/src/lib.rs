@@ -81,7 +81,7 @@ pub use key_limits::{KeyAnswer, KeyCheck, KeyLimiter, KeyLimiterOptions, Verdict
 pub use partition::{Partition, PartitionClock, PartitionLimiter, PartitionOptions};
 pub use tollgate_core::partition::Op;
 pub use transport::{
-    ClientTls, FailoverTransport, GrpcTransport, Transport, endpoint, endpoint_list,
+    ClientTls, FailoverTransport, GrpcTransport, PodToken, Transport, endpoint, endpoint_list,
 };
 
 pub use prometheus::Registry;

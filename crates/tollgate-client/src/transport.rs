@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tollgate_core::partition::ExchangeAnswer;
-use tollgate_core::{BucketName, Grant, TenantId, TokenBucketRequest};
+use tollgate_core::{BucketName, Grant, InvalidInput, TenantId, TokenBucketRequest};
 use tollgate_proto::partition::PartitionLoadCall;
 use tollgate_proto::v1;
 use tollgate_proto::v1::partition_limits_client::PartitionLimitsClient;
@@ -59,6 +59,40 @@ pub trait Transport: Send + Sync + 'static {
         Err(TransportError::new(
             "this transport does not carry partition-load exchanges",
         ))
+    }
+}
+
+/// A pod token (from the server's `--pod-tokens-file`), sent with every
+/// pod-facing call as `authorization: Bearer <token>`. Servers that bind
+/// pods to tenants refuse calls without one (UNAUTHENTICATED) and calls
+/// for a tenant the token does not name (PERMISSION_DENIED).
+#[derive(Clone, PartialEq, Eq)]
+pub struct PodToken(tonic::metadata::AsciiMetadataValue);
+
+impl PodToken {
+    /// `token`, which must be printable ASCII and not empty.
+    pub fn new(token: &str) -> Result<PodToken, InvalidInput> {
+        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(InvalidInput::new(
+                "pod_token",
+                "must be printable ASCII without spaces, and not empty",
+            ));
+        }
+        format!("Bearer {token}")
+            .parse()
+            .map(PodToken)
+            .map_err(|_| InvalidInput::new("pod_token", "must be printable ASCII"))
+    }
+
+    /// Adds the token to `call`.
+    pub fn attach<M>(&self, call: &mut tonic::Request<M>) {
+        call.metadata_mut().insert("authorization", self.0.clone());
+    }
+}
+
+impl std::fmt::Debug for PodToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PodToken(…)")
     }
 }
 
@@ -142,6 +176,8 @@ pub struct GrpcTransport<S = Channel> {
     /// Sent with every call as its `grpc-timeout`, so that the server drops
     /// a call its caller has given up on instead of doing it for nobody.
     deadline: Option<Duration>,
+    /// Sent with every call, for servers that bind pods to tenants.
+    token: Option<PodToken>,
 }
 
 impl GrpcTransport {
@@ -176,6 +212,7 @@ where
             partitions: PartitionLimitsClient::new(service),
             tenant,
             deadline: None,
+            token: None,
         }
     }
 
@@ -187,11 +224,20 @@ where
         self
     }
 
-    /// `message` as a call, with the deadline if there is one.
+    /// Sends `token` with every call.
+    pub fn with_token(mut self, token: Option<PodToken>) -> Self {
+        self.token = token;
+        self
+    }
+
+    /// `message` as a call, with the deadline and the token if there are.
     fn call<M>(&self, message: M) -> tonic::Request<M> {
         let mut call = tonic::Request::new(message);
         if let Some(deadline) = self.deadline {
             call.set_timeout(deadline);
+        }
+        if let Some(token) = &self.token {
+            token.attach(&mut call);
         }
         call
     }

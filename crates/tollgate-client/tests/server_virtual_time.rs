@@ -104,10 +104,9 @@ fn services(store: &Arc<dyn Store>) -> Services {
     .add_service(PartitionLimitsServer::new(PartitionLimitsService::new(
         Arc::clone(store),
     )))
-    .add_service(AdminServer::with_interceptor(
-        AdminService::new(Arc::clone(store)),
-        AdminAuth::new(None),
-    ));
+    .add_service(
+        AdminAuth::new(None).guard(AdminServer::new(AdminService::new(Arc::clone(store)))),
+    );
     EdgeLayer.layer(routes)
 }
 

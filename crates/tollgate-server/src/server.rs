@@ -16,8 +16,8 @@ use tonic::transport::{Certificate, Identity};
 use crate::service::admission;
 use crate::service::edge::EdgeLayer;
 use crate::service::{
-    AdminAuth, AdminService, AdminTokens, Admission, EnvoyRateLimitService, KeyLimitsService,
-    PartitionLimitsService, TokenBucketService,
+    AdminAuth, AdminService, AdminTokens, Admission, EnvoyRateLimitService, KeyLimitsService, Live,
+    PartitionLimitsService, PodAuth, PodTokens, TokenBucketService,
 };
 use crate::store::{self, Store};
 use crate::telemetry::health::PROBE_INTERVAL;
@@ -35,6 +35,8 @@ pub enum ServeError {
     Metrics(#[from] MetricsError),
     #[error("set up TLS: {0}")]
     Tls(#[source] tonic::transport::Error),
+    #[error("pod tenants from client certificates need mutual TLS (a client CA)")]
+    CertificatesWithoutMutualTls,
 }
 
 /// TLS on the gRPC port.
@@ -82,8 +84,15 @@ pub async fn run_with_telemetry(
 pub struct GrpcOptions {
     /// TLS, or plain gRPC.
     pub tls: Option<ServerTls>,
-    /// Tokens the `Admin` service requires, or none (open `Admin`).
-    pub admin_tokens: Option<AdminTokens>,
+    /// Tokens the `Admin` service requires, or none (open `Admin`); a
+    /// reload replaces what they hold.
+    pub admin_tokens: Option<Live<AdminTokens>>,
+    /// Tokens pods present, each naming the tenants it may act for; none:
+    /// pods are not asked for one ([`crate::service::pod_auth`]).
+    pub pod_tokens: Option<Live<PodTokens>>,
+    /// Pods may act for the tenants their client certificate names
+    /// (`tollgate://tenant/<id>` URIs); needs mutual TLS.
+    pub pod_tenants_from_certificates: bool,
     /// Pod-facing requests pending at once; beyond them a request is
     /// refused at once ([`crate::service::admission`]).
     pub max_pending_requests: usize,
@@ -94,6 +103,8 @@ impl Default for GrpcOptions {
         GrpcOptions {
             tls: None,
             admin_tokens: None,
+            pod_tokens: None,
+            pod_tenants_from_certificates: false,
             max_pending_requests: admission::DEFAULT_MAX_PENDING,
         }
     }
@@ -132,8 +143,13 @@ pub async fn run_with_options(
     let GrpcOptions {
         tls,
         admin_tokens,
+        pod_tokens,
+        pod_tenants_from_certificates,
         max_pending_requests,
     } = options;
+    if pod_tenants_from_certificates && tls.as_ref().is_none_or(|t| t.client_ca_pem.is_none()) {
+        return Err(ServeError::CertificatesWithoutMutualTls);
+    }
     let mut builder = tonic::transport::Server::builder()
         .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
         .initial_connection_window_size(CONNECTION_WINDOW)
@@ -172,15 +188,21 @@ pub async fn run_with_options(
         address = ?local,
         tls = tls.is_some(),
         mutual_tls = tls.as_ref().is_some_and(|t| t.client_ca_pem.is_some()),
-        admin_operators = admin_tokens.as_ref().map(AdminTokens::len),
+        admin_operators = admin_tokens.as_ref().map(|t| t.load().len()),
+        pod_tokens = pod_tokens.as_ref().map(|t| t.load().len()),
+        pod_tenants_from_certificates,
         max_pending_requests,
         "tollgate server listening"
     );
     // One bound for every pod-facing service: they share the store.
     let admission = Admission::new(max_pending_requests, Some(Arc::clone(&telemetry.metrics)));
+    // One check of pod credentials for every pod-facing service.
+    let pod_auth = PodAuth::new(pod_tokens, pod_tenants_from_certificates)
+        .with_metrics(Arc::clone(&telemetry.metrics));
     // One service for the checks of both APIs: the same store and metrics.
     let checks = KeyLimitsService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics))
-        .with_admission(admission.clone());
+        .with_admission(admission.clone())
+        .with_auth(pod_auth.clone());
     let served = builder
         .layer(RpcMetricsLayer::new(Arc::clone(&telemetry.metrics)))
         // Inside the metrics layer, so RPCs are counted with the codes the
@@ -188,19 +210,23 @@ pub async fn run_with_options(
         .layer(EdgeLayer)
         .add_service(TokenBucketServiceServer::new(
             TokenBucketService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics))
-                .with_admission(admission.clone()),
+                .with_admission(admission.clone())
+                .with_auth(pod_auth.clone()),
         ))
         .add_service(KeyLimitsServer::new(checks.clone()))
         .add_service(PartitionLimitsServer::new(
-            PartitionLimitsService::new(Arc::clone(&store)).with_admission(admission),
+            PartitionLimitsService::new(Arc::clone(&store))
+                .with_admission(admission)
+                .with_auth(pod_auth),
         ))
         .add_service(RateLimitServiceServer::new(EnvoyRateLimitService::new(
             checks,
         )))
-        .add_service(AdminServer::with_interceptor(
-            AdminService::new(store),
-            AdminAuth::new(admin_tokens),
-        ))
+        .add_service(
+            AdminAuth::new(admin_tokens)
+                .with_metrics(Arc::clone(&telemetry.metrics))
+                .guard(AdminServer::new(AdminService::new(store))),
+        )
         .add_service(telemetry.health_service())
         .add_service(reflection)
         // No Nagle delay: answers are small and latency is what pods wait on.

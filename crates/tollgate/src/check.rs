@@ -14,7 +14,7 @@ use serde::Serialize;
 use tollgate_client::{ClientError, KeyCheck, KeyLimiter, KeyLimiterOptions, Verdict};
 
 use crate::output::{self, Table, field};
-use crate::remote::{ServerArg, rpc_error};
+use crate::remote::{PodTokenArg, ServerArg, rpc_error};
 
 /// The exit status of a refused check.
 pub const EXIT_REFUSED: u8 = 3;
@@ -23,6 +23,9 @@ pub const EXIT_REFUSED: u8 = 3;
 pub struct CheckArgs {
     #[command(flatten)]
     server: ServerArg,
+
+    #[command(flatten)]
+    pod_token: PodTokenArg,
 
     #[arg(long)]
     tenant: String,
@@ -118,8 +121,11 @@ impl CheckJson {
 }
 
 pub async fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let limiter =
-        KeyLimiter::from_channel(args.server.connect().await?, KeyLimiterOptions::default());
+    let options = KeyLimiterOptions {
+        pod_token: args.pod_token.token()?,
+        ..KeyLimiterOptions::default()
+    };
+    let limiter = KeyLimiter::from_channel(args.server.connect().await?, options);
     let item = [KeyCheck::new(
         &args.tenant,
         &args.bucket,

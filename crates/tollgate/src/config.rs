@@ -184,11 +184,42 @@ pub struct ServeOptions {
     pub tls_client_ca: Option<PathBuf>,
 
     /// The `Admin` service requires a bearer token from this file: one
-    /// `NAME TOKEN` line per operator (tokens of 16 characters or more);
-    /// the operator's name goes into the audit log [default: none, `Admin`
-    /// open to whoever reaches the port].
+    /// `NAME TOKEN [operator|read-only]` line per operator (tokens of 16
+    /// characters or more; a read-only token may only get and list); the
+    /// operator's name goes into the audit log. Reloaded on SIGHUP and when
+    /// it changes [default: none, `Admin` open to whoever reaches the
+    /// port].
     #[arg(long, value_name = "FILE")]
     pub admin_tokens_file: Option<PathBuf>,
+
+    /// Pods must present a bearer token from this file, whose line names
+    /// the tenants it may act for: `NAME TOKEN TENANT[,TENANT...]`, or `*`
+    /// for every tenant. A call for another tenant is refused
+    /// (PERMISSION_DENIED). Reloaded on SIGHUP and when it changes
+    /// [default: none].
+    #[arg(long, value_name = "FILE")]
+    pub pod_tokens_file: Option<PathBuf>,
+
+    /// Pods may act for the tenants their client certificate names as URI
+    /// subject alternative names, `tollgate://tenant/<id>` (or
+    /// `tollgate://tenant/*`); a call for another tenant is refused
+    /// (PERMISSION_DENIED). Needs --tls-client-ca.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        action = ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value = "false",
+        value_parser = BoolishValueParser::new()
+    )]
+    pub tls_client_tenants: Option<bool>,
+
+    /// How often the credentials files are checked for changes (SIGHUP
+    /// reloads them at once).
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub credentials_reload_interval: Option<HumanDuration>,
 }
 
 /// The files of the gRPC port's TLS (`--tls-*`).
@@ -379,6 +410,12 @@ pub struct ServeConfig {
     pub tls: Option<TlsFiles>,
     /// The `Admin` service's tokens file, if any.
     pub admin_tokens_file: Option<PathBuf>,
+    /// The pods' tokens file, if any.
+    pub pod_tokens_file: Option<PathBuf>,
+    /// Pods act for the tenants their client certificates name.
+    pub tls_client_tenants: bool,
+    /// How often the credentials files are checked for changes.
+    pub credentials_reload_interval: Duration,
     /// Pod-facing requests pending at once.
     pub max_pending_requests: usize,
     /// The layer each option came from, by option name; options no layer
@@ -480,6 +517,8 @@ impl ServeConfig {
             tls = self.tls.is_some(),
             mutual_tls = self.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
             admin_tokens_file = self.admin_tokens_file.as_ref().map(|f| f.display().to_string()),
+            pod_tokens_file = self.pod_tokens_file.as_ref().map(|f| f.display().to_string()),
+            tls_client_tenants = self.tls_client_tenants,
             set_by = %self.describe_sources(),
             "effective configuration"
         );
@@ -660,10 +699,32 @@ impl Layers {
             (None, Some(_)) => return Err(bad("tls-key", &"needs --tls-cert too")),
         };
 
+        let tls_client_tenants = required(options.tls_client_tenants, "tls-client-tenants")?;
+        if tls_client_tenants && tls.as_ref().is_none_or(|t| t.client_ca.is_none()) {
+            return Err(bad(
+                "tls-client-tenants",
+                &"needs --tls-client-ca (tenants come from verified client certificates)",
+            ));
+        }
+        let credentials_reload_interval = required(
+            options.credentials_reload_interval,
+            "credentials-reload-interval",
+        )?
+        .0;
+        if credentials_reload_interval.is_zero() {
+            return Err(bad(
+                "credentials-reload-interval",
+                &"must be more than zero",
+            ));
+        }
+
         Ok(ServeConfig {
             config_file,
             tls,
             admin_tokens_file: options.admin_tokens_file.clone(),
+            pod_tokens_file: options.pod_tokens_file.clone(),
+            tls_client_tenants,
+            credentials_reload_interval,
             max_pending_requests,
             listen: required(options.listen, "listen")?,
             store,

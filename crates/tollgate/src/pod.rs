@@ -15,7 +15,7 @@ use serde::Serialize;
 use tollgate_proto::v1::{self, token_bucket_service_client::TokenBucketServiceClient};
 
 use crate::output::{self, Table, field, seconds};
-use crate::remote::{ServerArg, rpc_error};
+use crate::remote::{PodTokenArg, ServerArg, rpc_error};
 
 #[derive(Debug, Args)]
 pub struct PodArgs {
@@ -34,6 +34,9 @@ enum PodCommand {
 
 #[derive(Debug, Args)]
 struct RequestArgs {
+    #[command(flatten)]
+    pod_token: PodTokenArg,
+
     #[arg(long)]
     tenant: String,
     /// The tenant's bucket (a rate-limited action); empty for its
@@ -147,25 +150,30 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
         .duration_since(UNIX_EPOCH)
         .context("read the system clock")?;
     let lease = lease(started, std::process::id());
+    let token = a.pod_token.token()?;
+    let mut call = tonic::Request::new(v1::TokenBucketRequest {
+        tenant_id: a.tenant.clone(),
+        bucket: a.bucket.clone(),
+        instance_id: a.instance,
+        instance_lease: lease.into_bytes(),
+        seq: 1,
+        requested_tokens: a.tokens,
+        shares: a.shares,
+        target_request_period: None,
+        consumption_since_last_request: Some(v1::Consumption {
+            request_units: a.report_ru,
+            ..v1::Consumption::default()
+        }),
+        next_live_instance_id: None,
+        returned_tokens: 0.0,
+        fallback_tokens: 0.0,
+        fallback_duration: None,
+    });
+    if let Some(token) = &token {
+        token.attach(&mut call);
+    }
     let grant = TokenBucketServiceClient::new(channel)
-        .token_bucket(v1::TokenBucketRequest {
-            tenant_id: a.tenant.clone(),
-            bucket: a.bucket.clone(),
-            instance_id: a.instance,
-            instance_lease: lease.into_bytes(),
-            seq: 1,
-            requested_tokens: a.tokens,
-            shares: a.shares,
-            target_request_period: None,
-            consumption_since_last_request: Some(v1::Consumption {
-                request_units: a.report_ru,
-                ..v1::Consumption::default()
-            }),
-            next_live_instance_id: None,
-            returned_tokens: 0.0,
-            fallback_tokens: 0.0,
-            fallback_duration: None,
-        })
+        .token_bucket(call)
         .await
         .map_err(rpc_error)?
         .into_inner();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use tollgate_client::ClientTls;
+use tollgate_client::{ClientTls, PodToken};
 use tollgate_proto::v1::admin_client::AdminClient;
 use tollgate_proto::{ACTOR_METADATA, MAX_ACTOR_LEN};
 use tonic::metadata::AsciiMetadataValue;
@@ -96,6 +96,30 @@ impl ServerArg {
             .connect()
             .await
             .with_context(|| format!("connect to {}", self.server))
+    }
+}
+
+/// The token a pod-facing command sends, for servers that bind pods to
+/// tenants (`--pod-tokens-file`).
+#[derive(Debug, Args)]
+pub struct PodTokenArg {
+    /// The pod token to send, for servers that bind pods to tenants
+    /// (`--pod-tokens-file` on the server) [default: none].
+    #[arg(
+        long,
+        env = "TOLLGATE_POD_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pod_token: Option<String>,
+}
+
+impl PodTokenArg {
+    pub fn token(&self) -> anyhow::Result<Option<PodToken>> {
+        self.pod_token
+            .as_deref()
+            .map(|t| PodToken::new(t).map_err(|e| anyhow::anyhow!("--pod-token: {}", e.reason)))
+            .transpose()
     }
 }
 

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use tollgate_server::service::AdminTokens;
+use std::time::Duration;
+
+use tollgate_server::service::credentials::CredentialsFile;
+use tollgate_server::service::{AdminTokens, PodTokens, Watched};
 use tollgate_server::store::Store;
 use tollgate_server::telemetry::{Telemetry, serve_http};
 use tollgate_server::{GrpcOptions, ServerTls};
@@ -18,23 +21,42 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let admin_tokens = config
         .admin_tokens_file
         .as_deref()
-        .map(read_admin_tokens)
+        .map(Watched::<AdminTokens>::load)
         .transpose()?;
-    if admin_tokens.is_none()
-        && config.tls.as_ref().is_none_or(|t| t.client_ca.is_none())
-        && !config.listen.ip().is_loopback()
-    {
-        tracing::warn!(
-            listen = %config.listen,
-            "the Admin service is open to anyone who reaches this address: set --admin-tokens-file or --tls-client-ca"
-        );
+    let pod_tokens = config
+        .pod_tokens_file
+        .as_deref()
+        .map(Watched::<PodTokens>::load)
+        .transpose()?;
+    let mutual_tls = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+    if !config.listen.ip().is_loopback() {
+        if admin_tokens.is_none() && !mutual_tls {
+            tracing::warn!(
+                listen = %config.listen,
+                "the Admin service is open to anyone who reaches this address: set --admin-tokens-file or --tls-client-ca"
+            );
+        }
+        if pod_tokens.is_none() && !config.tls_client_tenants {
+            tracing::warn!(
+                listen = %config.listen,
+                "pods may act for any tenant: set --pod-tokens-file or --tls-client-tenants to bind pods to their tenants"
+            );
+        }
     }
+    let admin_live = admin_tokens.as_ref().map(Watched::live);
+    let pod_live = pod_tokens.as_ref().map(Watched::live);
     let store: Arc<dyn Store> =
         location::open(&config.store, &config.postgres, config.settings.clone()).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listen on {}", config.listen))?;
     let telemetry = Telemetry::new().context("set up metrics")?;
+    let reloads = tokio::spawn(reload_credentials(
+        admin_tokens,
+        pod_tokens,
+        config.credentials_reload_interval,
+        Arc::clone(&telemetry.metrics),
+    ));
     // One signal, two servers: gRPC drains first; the HTTP side (metrics,
     // health) keeps answering until gRPC has stopped.
     let (grpc_done, grpc_stopped) = tokio::sync::watch::channel(false);
@@ -61,12 +83,15 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         telemetry,
         GrpcOptions {
             tls,
-            admin_tokens,
+            admin_tokens: admin_live,
+            pod_tokens: pod_live,
+            pod_tenants_from_certificates: config.tls_client_tenants,
             max_pending_requests: config.max_pending_requests,
         },
         shutdown_signal(),
     )
     .await;
+    reloads.abort();
     let _ = grpc_done.send(true);
     if let Some(http) = http {
         match http.await {
@@ -81,11 +106,65 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Reads and checks the `Admin` tokens file.
-fn read_admin_tokens(path: &std::path::Path) -> anyhow::Result<AdminTokens> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("--admin-tokens-file: read {}", path.display()))?;
-    AdminTokens::parse(&text).with_context(|| format!("--admin-tokens-file: {}", path.display()))
+/// Reloads the credentials files on SIGHUP, and whenever one has changed
+/// (checked every `interval`), until aborted. A file that fails to load
+/// leaves its credentials as they were ([`Watched::reload`] logs why).
+async fn reload_credentials(
+    admin: Option<Watched<AdminTokens>>,
+    pods: Option<Watched<PodTokens>>,
+    interval: Duration,
+    metrics: Arc<tollgate_server::telemetry::Metrics>,
+) {
+    if admin.is_none() && pods.is_none() {
+        return;
+    }
+    #[cfg(unix)]
+    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(signal) => Some(signal),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGHUP; credentials reload only when their files change");
+            None
+        }
+    };
+    let mut poll = tokio::time::interval(interval);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    poll.tick().await;
+    loop {
+        #[cfg(unix)]
+        let hangup_received = async {
+            match hangup.as_mut() {
+                Some(signal) => signal.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hangup_received = std::future::pending::<Option<()>>();
+        let force = tokio::select! {
+            _ = poll.tick() => false,
+            Some(()) = hangup_received => {
+                tracing::info!("SIGHUP: reloading the credentials files");
+                true
+            }
+        };
+        if let Some(admin) = &admin {
+            count_reload::<AdminTokens>(&metrics, admin.reload(force));
+        }
+        if let Some(pods) = &pods {
+            count_reload::<PodTokens>(&metrics, pods.reload(force));
+        }
+    }
+}
+
+fn count_reload<T: CredentialsFile>(
+    metrics: &tollgate_server::telemetry::Metrics,
+    outcome: tollgate_server::service::credentials::Reload,
+) {
+    use tollgate_server::service::credentials::Reload;
+    match outcome {
+        Reload::Unchanged => {}
+        Reload::Replaced(_) => metrics.observe_credentials_reload(T::OPTION, true),
+        Reload::Failed(_) => metrics.observe_credentials_reload(T::OPTION, false),
+    }
 }
 
 /// Reads the gRPC port's TLS files.

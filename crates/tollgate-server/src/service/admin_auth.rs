@@ -1,51 +1,90 @@
-//! Who may use the `Admin` service.
+//! Who may use the `Admin` service, and for what.
 //!
 //! With a tokens file, every `Admin` call must carry `authorization: Bearer
 //! <token>` with one of its tokens, or it is refused with UNAUTHENTICATED
 //! before it reaches the store. Each token names its operator, and that
 //! name (authenticated, unlike the `x-tollgate-actor` a client claims) goes
-//! into the audit line of every change. Pods' `TokenBucket` calls are not
-//! affected. Without a tokens file, `Admin` is open to whoever reaches the
-//! port (protect it with mutual TLS or the network instead).
+//! into the audit line of every change. Each token also has a [`Role`]: an
+//! `operator` may call everything, a `read-only` token only the methods
+//! that change nothing ([`READ_ONLY_METHODS`]); any other call with it is
+//! refused with PERMISSION_DENIED. Without a tokens file, `Admin` is open
+//! to whoever reaches the port (protect it with mutual TLS or the network
+//! instead).
 //!
-//! The file holds one `NAME TOKEN` pair per line; `#` starts a comment.
+//! The file holds one `NAME TOKEN [ROLE]` line per operator (`#` starts a
+//! comment; the role is `operator` unless given). The check sits in front
+//! of the service ([`AdminGuard`]), where the method is known before the
+//! request is decoded.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use tonic::service::Interceptor;
-use tonic::{Request, Status};
+use tonic::Status;
+use tonic::server::NamedService;
+use tower::Service;
 
-/// The shortest token accepted: guessing one must be hopeless.
-pub const MIN_TOKEN_LEN: usize = 16;
+use super::credentials::{
+    CredentialsError, CredentialsFile, Live, TokenTable, presented_token, token_lines,
+};
+use crate::telemetry::Metrics;
 
-/// Why a tokens file was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum AdminTokensError {
-    #[error("line {line}: expected `NAME TOKEN`")]
-    Malformed { line: usize },
-    #[error("line {line}: the token of {name} is shorter than {MIN_TOKEN_LEN} characters")]
-    TooShort { line: usize, name: String },
-    #[error("line {line}: the token of {name} is not printable ASCII")]
-    NotPrintable { line: usize, name: String },
-    #[error("line {line}: {what} {name} appears twice")]
-    Duplicate {
-        line: usize,
-        what: &'static str,
-        name: String,
-    },
-    #[error("no tokens")]
-    Empty,
+/// The `Admin` methods a read-only token may call: those that change
+/// nothing. Every method not listed needs an operator, so a method added
+/// later is closed to read-only tokens until it is listed here.
+pub const READ_ONLY_METHODS: [&str; 5] = [
+    "GetTenant",
+    "ListTenants",
+    "GetTier",
+    "ListTiers",
+    "DescribeTenant",
+];
+
+/// What an `Admin` token may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Every `Admin` method.
+    Operator,
+    /// Only [`READ_ONLY_METHODS`].
+    ReadOnly,
+}
+
+impl Role {
+    fn parse(word: &str) -> Option<Role> {
+        match word {
+            "operator" => Some(Role::Operator),
+            "read-only" => Some(Role::ReadOnly),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Operator => "operator",
+            Role::ReadOnly => "read-only",
+        }
+    }
+
+    /// Whether this role may call `method` (its bare name, `GetTenant`).
+    pub fn may_call(self, method: &str) -> bool {
+        match self {
+            Role::Operator => true,
+            Role::ReadOnly => READ_ONLY_METHODS.contains(&method),
+        }
+    }
 }
 
 /// The operators' tokens.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct AdminTokens {
-    entries: Arc<Vec<(String, Vec<u8>)>>,
+    table: TokenTable<Role>,
 }
 
 impl std::fmt::Debug for AdminTokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<&str> = self.entries.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<&str> = self.table.names().collect();
         f.debug_struct("AdminTokens")
             .field("operators", &names)
             .finish()
@@ -54,130 +93,170 @@ impl std::fmt::Debug for AdminTokens {
 
 impl AdminTokens {
     /// Parses a tokens file.
-    pub fn parse(text: &str) -> Result<AdminTokens, AdminTokensError> {
-        let mut entries: Vec<(String, Vec<u8>)> = Vec::new();
-        for (index, raw) in text.lines().enumerate() {
-            let line = index + 1;
-            let content = raw.split('#').next().unwrap_or_default().trim();
-            if content.is_empty() {
-                continue;
-            }
-            let mut fields = content.split_whitespace();
-            let (Some(name), Some(token), None) = (fields.next(), fields.next(), fields.next())
-            else {
-                return Err(AdminTokensError::Malformed { line });
+    pub fn parse(text: &str) -> Result<AdminTokens, CredentialsError> {
+        let mut entries = Vec::new();
+        for line in token_lines(text, "NAME TOKEN [operator|read-only]", 1)? {
+            let role = match line.rest.first() {
+                None => Role::Operator,
+                Some(word) => Role::parse(word).ok_or_else(|| CredentialsError::Invalid {
+                    line: line.line,
+                    name: line.name.to_owned(),
+                    reason: format!("unknown role {word:?} (operator or read-only)"),
+                })?,
             };
-            let name = name.to_owned();
-            if token.len() < MIN_TOKEN_LEN {
-                return Err(AdminTokensError::TooShort { line, name });
-            }
-            if !token.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(AdminTokensError::NotPrintable { line, name });
-            }
-            if entries.iter().any(|(n, _)| *n == name) {
-                return Err(AdminTokensError::Duplicate {
-                    line,
-                    what: "operator",
-                    name,
-                });
-            }
-            if entries.iter().any(|(_, t)| t == token.as_bytes()) {
-                return Err(AdminTokensError::Duplicate {
-                    line,
-                    what: "the token of",
-                    name,
-                });
-            }
-            entries.push((name, token.as_bytes().to_vec()));
-        }
-        if entries.is_empty() {
-            return Err(AdminTokensError::Empty);
+            entries.push((line.name.to_owned(), line.token.as_bytes().to_vec(), role));
         }
         Ok(AdminTokens {
-            entries: Arc::new(entries),
+            table: TokenTable::new(entries),
         })
     }
 
     /// How many operators have a token.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.table.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.table.len() == 0
     }
 
-    /// The operator whose token `presented` is. Every token is compared in
-    /// full, so the time taken does not tell how much of one matched.
-    fn operator(&self, presented: &[u8]) -> Option<&str> {
-        let mut found = None;
-        for (name, token) in self.entries.iter() {
-            if constant_time_eq(token, presented) {
-                found = Some(name.as_str());
-            }
-        }
-        found
+    /// The operator whose token `presented` is, and the token's role.
+    fn operator(&self, presented: &[u8]) -> Option<(&str, Role)> {
+        self.table.find(presented).map(|(name, role)| (name, *role))
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+impl CredentialsFile for AdminTokens {
+    const OPTION: &'static str = "--admin-tokens-file";
+
+    fn parse(text: &str) -> Result<Self, CredentialsError> {
+        AdminTokens::parse(text)
     }
-    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+
+    fn count(&self) -> usize {
+        self.len()
+    }
 }
 
 /// The operator an `Admin` request was authenticated as, in its extensions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Operator(pub String);
 
-/// The interceptor in front of the `Admin` service.
+/// Who may call the `Admin` service: the tokens in force, or nobody's
+/// business (`None`: open).
 #[derive(Clone, Debug, Default)]
 pub struct AdminAuth {
-    tokens: Option<AdminTokens>,
+    tokens: Option<Live<AdminTokens>>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl AdminAuth {
-    /// Requires one of `tokens`; `None` lets every call through.
-    pub fn new(tokens: Option<AdminTokens>) -> Self {
-        AdminAuth { tokens }
+    /// Requires one of `tokens` (as reloads leave them); `None` lets every
+    /// call through.
+    pub fn new(tokens: Option<Live<AdminTokens>>) -> Self {
+        AdminAuth {
+            tokens,
+            metrics: None,
+        }
+    }
+
+    /// Counts refused calls in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// `service` (the `Admin` server) behind this check.
+    pub fn guard<S>(self, service: S) -> AdminGuard<S> {
+        AdminGuard {
+            inner: service,
+            auth: self,
+        }
+    }
+
+    /// The operator a call to `path` with `metadata` is made by, or why it
+    /// is refused. `None` when no tokens are required.
+    fn check(&self, path: &str, headers: &http::HeaderMap) -> Result<Option<Operator>, Status> {
+        let Some(tokens) = &self.tokens else {
+            return Ok(None);
+        };
+        let Some(presented) = presented_token(headers) else {
+            return Err(self.refused(
+                "unauthenticated",
+                Status::unauthenticated(
+                    "the Admin service needs `authorization: Bearer <token>` (tollgate --token)",
+                ),
+            ));
+        };
+        let tokens = tokens.load();
+        let Some((name, role)) = tokens.operator(presented.as_bytes()) else {
+            tracing::warn!(path, "Admin call with an unknown token refused");
+            return Err(self.refused("unauthenticated", Status::unauthenticated("unknown token")));
+        };
+        let method = path.rsplit('/').next().unwrap_or(path);
+        if !role.may_call(method) {
+            tracing::warn!(
+                operator = name,
+                method,
+                role = role.name(),
+                "Admin call refused: the token's role does not allow it"
+            );
+            return Err(self.refused(
+                "permission_denied",
+                Status::permission_denied(format!(
+                    "the token of {name} is {}: it may call only {}, not {method}",
+                    role.name(),
+                    READ_ONLY_METHODS.join(", ")
+                )),
+            ));
+        }
+        Ok(Some(Operator(name.to_owned())))
+    }
+
+    fn refused(&self, reason: &'static str, status: Status) -> Status {
+        if let Some(metrics) = &self.metrics {
+            metrics.observe_auth_refusal("admin", reason);
+        }
+        status
     }
 }
 
-/// The token of an `authorization: Bearer <token>` value. The scheme is
-/// case-insensitive (RFC 9110, section 11.1); spaces around the token are
-/// not part of it.
-fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim_start().split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+/// The `Admin` service behind its token check ([`AdminAuth::guard`]).
+#[derive(Clone, Debug)]
+pub struct AdminGuard<S> {
+    inner: S,
+    auth: AdminAuth,
 }
 
-impl Interceptor for AdminAuth {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let Some(tokens) = &self.tokens else {
-            return Ok(request);
-        };
-        let presented = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_token);
-        let Some(presented) = presented else {
-            return Err(Status::unauthenticated(
-                "the Admin service needs `authorization: Bearer <token>` (tollgate --token)",
-            ));
-        };
-        match tokens.operator(presented.as_bytes()) {
-            Some(name) => {
-                let operator = Operator(name.to_owned());
-                request.extensions_mut().insert(operator);
-                Ok(request)
+impl<S: NamedService> NamedService for AdminGuard<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, B, ResBody> Service<http::Request<B>> for AdminGuard<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<ResBody>, Error = Infallible>,
+    S::Future: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = http::Response<ResBody>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        match self.auth.check(request.uri().path(), request.headers()) {
+            Ok(operator) => {
+                if let Some(operator) = operator {
+                    request.extensions_mut().insert(operator);
+                }
+                Box::pin(self.inner.call(request))
             }
-            None => {
-                tracing::warn!(peer = ?request.remote_addr(), "Admin call with an unknown token refused");
-                Err(Status::unauthenticated("unknown token"))
-            }
+            Err(status) => Box::pin(std::future::ready(Ok(status.into_http()))),
         }
     }
 }
@@ -186,77 +265,61 @@ impl Interceptor for AdminAuth {
 mod tests {
     use super::*;
 
-    const FILE: &str =
-        "# operators\nalice  0123456789abcdef-alice\nbob 0123456789abcdef-bob # on call\n\n";
+    const FILE: &str = "# operators\nalice  0123456789abcdef-alice\nbob 0123456789abcdef-bob operator # on call\ncarol 0123456789abcdef-carol read-only\n\n";
 
-    #[test]
-    fn tokens_name_their_operators() {
+    fn auth() -> AdminAuth {
         let tokens = AdminTokens::parse(FILE).expect("valid");
-        assert_eq!(tokens.len(), 2);
-        assert_eq!(tokens.operator(b"0123456789abcdef-bob"), Some("bob"));
-        assert_eq!(tokens.operator(b"0123456789abcdef-bo"), None);
-        assert_eq!(tokens.operator(b""), None);
-        assert!(!format!("{tokens:?}").contains("0123"), "no token in Debug");
+        AdminAuth::new(Some(Arc::new(arc_swap::ArcSwap::from_pointee(tokens))))
+    }
+
+    fn headers(authorization: Option<&str>) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        if let Some(value) = authorization {
+            headers.insert("authorization", value.parse().expect("ascii"));
+        }
+        headers
     }
 
     #[test]
-    fn bad_files_are_refused_with_the_line() {
-        for (text, expected) in [
-            ("alice", AdminTokensError::Malformed { line: 1 }),
-            ("alice a b", AdminTokensError::Malformed { line: 1 }),
-            (
-                "\nalice short",
-                AdminTokensError::TooShort {
-                    line: 2,
-                    name: "alice".into(),
-                },
-            ),
-            (
-                "alice 0123456789abcdef\nalice 0123456789abcdeg",
-                AdminTokensError::Duplicate {
-                    line: 2,
-                    what: "operator",
-                    name: "alice".into(),
-                },
-            ),
-            (
-                "alice 0123456789abcdef\nbob 0123456789abcdef",
-                AdminTokensError::Duplicate {
-                    line: 2,
-                    what: "the token of",
-                    name: "bob".into(),
-                },
-            ),
-            ("# nothing\n", AdminTokensError::Empty),
-        ] {
-            assert_eq!(
-                AdminTokens::parse(text).map(|_| ()),
-                Err(expected),
-                "{text:?}"
-            );
-        }
+    fn tokens_name_their_operators_and_roles() {
+        let tokens = AdminTokens::parse(FILE).expect("valid");
+        assert_eq!(tokens.len(), 3);
+        assert_eq!(
+            tokens.operator(b"0123456789abcdef-bob"),
+            Some(("bob", Role::Operator))
+        );
+        assert_eq!(
+            tokens.operator(b"0123456789abcdef-alice"),
+            Some(("alice", Role::Operator))
+        );
+        assert_eq!(
+            tokens.operator(b"0123456789abcdef-carol"),
+            Some(("carol", Role::ReadOnly))
+        );
+        assert_eq!(tokens.operator(b"0123456789abcdef-bo"), None);
+        assert!(!format!("{tokens:?}").contains("0123"), "no token in Debug");
+        assert_eq!(
+            AdminTokens::parse("dave 0123456789abcdef-dave admin").map(|_| ()),
+            Err(CredentialsError::Invalid {
+                line: 1,
+                name: "dave".into(),
+                reason: "unknown role \"admin\" (operator or read-only)".into()
+            })
+        );
     }
 
     #[test]
     fn calls_need_a_known_bearer_token() {
-        let mut auth = AdminAuth::new(Some(AdminTokens::parse(FILE).expect("valid")));
-        let with = |value: Option<&str>| {
-            let mut request = Request::new(());
-            if let Some(value) = value {
-                request
-                    .metadata_mut()
-                    .insert("authorization", value.parse().expect("ascii"));
-            }
-            request
-        };
+        let auth = auth();
+        let path = "/tollgate.v1.Admin/UpdateTenantResourceLimits";
         for scheme in ["Bearer", "bearer", "BEARER"] {
-            let ok = auth
-                .call(with(Some(&format!("{scheme} 0123456789abcdef-alice"))))
+            let operator = auth
+                .check(
+                    path,
+                    &headers(Some(&format!("{scheme} 0123456789abcdef-alice"))),
+                )
                 .expect("known token, the scheme in any case");
-            assert_eq!(
-                ok.extensions().get::<Operator>(),
-                Some(&Operator("alice".into()))
-            );
+            assert_eq!(operator, Some(Operator("alice".into())));
         }
         for refused in [
             None,
@@ -265,10 +328,34 @@ mod tests {
             Some("Bearer"),
             Some("Basic 0123456789abcdef-alice"),
         ] {
-            let status = auth.call(with(refused)).expect_err("refused");
+            let status = auth.check(path, &headers(refused)).expect_err("refused");
             assert_eq!(status.code(), tonic::Code::Unauthenticated);
         }
-        let mut open = AdminAuth::new(None);
-        assert!(open.call(with(None)).is_ok());
+        let open = AdminAuth::new(None);
+        assert_eq!(open.check(path, &headers(None)).expect("open"), None);
+    }
+
+    #[test]
+    fn read_only_tokens_call_only_what_changes_nothing() {
+        let auth = auth();
+        let carol = headers(Some("Bearer 0123456789abcdef-carol"));
+        for method in READ_ONLY_METHODS {
+            let operator = auth
+                .check(&format!("/tollgate.v1.Admin/{method}"), &carol)
+                .expect("read-only may read");
+            assert_eq!(operator, Some(Operator("carol".into())));
+        }
+        for method in [
+            "UpdateTenantResourceLimits",
+            "DeleteTenant",
+            "PutTier",
+            "Unknown",
+        ] {
+            let status = auth
+                .check(&format!("/tollgate.v1.Admin/{method}"), &carol)
+                .expect_err("read-only may not change");
+            assert_eq!(status.code(), tonic::Code::PermissionDenied, "{method}");
+            assert!(status.message().contains(method), "{}", status.message());
+        }
     }
 }

@@ -99,7 +99,9 @@ impl RateLimitService for EnvoyRateLimitService {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         edge::enter(&request)?;
+        let caller = self.checks.caller(&request)?;
         let call = check_call(request.into_inner()).map_err(invalid)?;
+        self.checks.authorize(&caller, "ShouldRateLimit", &call)?;
         let _permit = self.checks.admit()?;
         let answer = self
             .checks

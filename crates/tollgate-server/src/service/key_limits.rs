@@ -7,7 +7,7 @@ use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_proto::v1::{self, key_limits_server};
 use tonic::{Request, Response, Status};
 
-use super::{Admission, convert, edge, invalid, status};
+use super::{Admission, PodAuth, convert, edge, invalid, status};
 use crate::store::{Store, StoreError};
 use crate::telemetry::Metrics;
 
@@ -17,6 +17,7 @@ pub struct KeyLimitsService {
     store: Arc<dyn Store>,
     metrics: Option<Arc<Metrics>>,
     admission: Admission,
+    auth: PodAuth,
 }
 
 impl KeyLimitsService {
@@ -25,6 +26,7 @@ impl KeyLimitsService {
             store,
             metrics: None,
             admission: Admission::default(),
+            auth: PodAuth::default(),
         }
     }
 
@@ -34,6 +36,7 @@ impl KeyLimitsService {
             store,
             metrics: Some(metrics),
             admission: Admission::default(),
+            auth: PodAuth::default(),
         }
     }
 
@@ -42,6 +45,36 @@ impl KeyLimitsService {
     pub fn with_admission(mut self, admission: Admission) -> Self {
         self.admission = admission;
         self
+    }
+
+    /// Serves only callers whose credentials name every tenant a call's
+    /// items belong to.
+    pub fn with_auth(mut self, auth: PodAuth) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    /// Who made a call (the first step of every check, either API).
+    pub(crate) fn caller<T>(
+        &self,
+        request: &Request<T>,
+    ) -> Result<super::pod_auth::PodCaller, Status> {
+        self.auth
+            .caller(request.metadata().as_ref(), request.extensions())
+    }
+
+    /// Refuses `call` unless `caller` may act for all its tenants.
+    pub(crate) fn authorize(
+        &self,
+        caller: &super::pod_auth::PodCaller,
+        service: &'static str,
+        call: &CheckCall,
+    ) -> Result<(), Status> {
+        self.auth.authorize(
+            caller,
+            service,
+            call.items.iter().map(|i| &i.key.bucket.tenant),
+        )
     }
 
     /// Runs a validated call: what the native and the Envoy API share.
@@ -70,7 +103,9 @@ impl key_limits_server::KeyLimits for KeyLimitsService {
         request: Request<v1::CheckRequest>,
     ) -> Result<Response<v1::CheckResponse>, Status> {
         edge::enter(&request)?;
+        let caller = self.caller(&request)?;
         let call = CheckCall::try_from(request.into_inner()).map_err(invalid)?;
+        self.authorize(&caller, "Check", &call)?;
         let _permit = self.admit()?;
         let answer = self.run(&call).await.map_err(|e| status("check", e))?;
         Ok(Response::new(convert::check_answer(&answer)))

@@ -10,19 +10,23 @@ pub mod admin_auth;
 pub mod admission;
 mod audit;
 mod convert;
+pub mod credentials;
 pub mod edge;
 mod envoy;
 mod key_limits;
 mod log_throttle;
 mod partition_limits;
+pub mod pod_auth;
 mod token_bucket;
 
 pub use admin::AdminService;
-pub use admin_auth::{AdminAuth, AdminTokens, Operator};
+pub use admin_auth::{AdminAuth, AdminGuard, AdminTokens, Operator, Role};
 pub use admission::Admission;
+pub use credentials::{CredentialsError, Live, Watched};
 pub use envoy::EnvoyRateLimitService;
 pub use key_limits::KeyLimitsService;
 pub use partition_limits::PartitionLimitsService;
+pub use pod_auth::{PodAuth, PodTokens};
 pub use token_bucket::TokenBucketService;
 
 use std::time::Duration;

@@ -8,7 +8,7 @@ use tollgate_proto::partition::PartitionLoadCall;
 use tollgate_proto::v1::{self, partition_limits_server};
 use tonic::{Request, Response, Status};
 
-use super::{Admission, edge, invalid, status};
+use super::{Admission, PodAuth, edge, invalid, status};
 use crate::store::Store;
 
 /// Serves pods' partition-load exchanges from the store.
@@ -16,6 +16,7 @@ use crate::store::Store;
 pub struct PartitionLimitsService {
     store: Arc<dyn Store>,
     admission: Admission,
+    auth: PodAuth,
 }
 
 impl PartitionLimitsService {
@@ -23,6 +24,7 @@ impl PartitionLimitsService {
         PartitionLimitsService {
             store,
             admission: Admission::default(),
+            auth: PodAuth::default(),
         }
     }
 
@@ -30,6 +32,12 @@ impl PartitionLimitsService {
     /// other pod-facing services).
     pub fn with_admission(mut self, admission: Admission) -> Self {
         self.admission = admission;
+        self
+    }
+
+    /// Serves only callers whose credentials name the exchange's tenant.
+    pub fn with_auth(mut self, auth: PodAuth) -> Self {
+        self.auth = auth;
         self
     }
 }
@@ -41,7 +49,12 @@ impl partition_limits_server::PartitionLimits for PartitionLimitsService {
         request: Request<v1::PartitionLoadRequest>,
     ) -> Result<Response<v1::PartitionLoadResponse>, Status> {
         edge::enter(&request)?;
+        let caller = self
+            .auth
+            .caller(request.metadata().as_ref(), request.extensions())?;
         let call = PartitionLoadCall::try_from(request.into_inner()).map_err(invalid)?;
+        self.auth
+            .authorize(&caller, "PartitionLoad", [&call.tenant])?;
         let _permit = self.admission.admit()?;
         let answer = self
             .store

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tollgate_proto::v1::{self, token_bucket_service_server};
 use tonic::{Request, Response, Status};
 
-use super::{Admission, convert, edge, invalid, status};
+use super::{Admission, PodAuth, convert, edge, invalid, status};
 use crate::store::Store;
 use crate::telemetry::Metrics;
 
@@ -15,6 +15,7 @@ pub struct TokenBucketService {
     store: Arc<dyn Store>,
     metrics: Option<Arc<Metrics>>,
     admission: Admission,
+    auth: PodAuth,
 }
 
 impl TokenBucketService {
@@ -23,6 +24,7 @@ impl TokenBucketService {
             store,
             metrics: None,
             admission: Admission::default(),
+            auth: PodAuth::default(),
         }
     }
 
@@ -32,6 +34,7 @@ impl TokenBucketService {
             store,
             metrics: Some(metrics),
             admission: Admission::default(),
+            auth: PodAuth::default(),
         }
     }
 
@@ -39,6 +42,12 @@ impl TokenBucketService {
     /// other pod-facing services).
     pub fn with_admission(mut self, admission: Admission) -> Self {
         self.admission = admission;
+        self
+    }
+
+    /// Serves only callers whose credentials name the request's tenant.
+    pub fn with_auth(mut self, auth: PodAuth) -> Self {
+        self.auth = auth;
         self
     }
 }
@@ -50,7 +59,11 @@ impl token_bucket_service_server::TokenBucketService for TokenBucketService {
         request: Request<v1::TokenBucketRequest>,
     ) -> Result<Response<v1::TokenBucketResponse>, Status> {
         edge::enter(&request)?;
+        let caller = self
+            .auth
+            .caller(request.metadata().as_ref(), request.extensions())?;
         let (key, req) = convert::token_bucket_request(request.into_inner()).map_err(invalid)?;
+        self.auth.authorize(&caller, "TokenBucket", [&key.tenant])?;
         let _permit = self.admission.admit()?;
         let grant = self
             .store

@@ -42,7 +42,7 @@ const LATENCY_BUCKETS: [f64; 14] = [
 ];
 
 /// The methods the RPC metrics name; anything else is `other`.
-const METHODS: [&str; 18] = [
+const METHODS: [&str; 21] = [
     "TokenBucket",
     "UpdateTenantResourceLimits",
     "GetTenant",
@@ -57,7 +57,10 @@ const METHODS: [&str; 18] = [
     "SetBucketOverride",
     "ClearBucketOverride",
     "DescribeTenant",
+    "SetTableLimits",
+    "ClearTableLimits",
     "Check",
+    "PartitionLoad",
     "ShouldRateLimit",
     "Watch",
     "ServerReflectionInfo",
@@ -82,6 +85,8 @@ pub struct Metrics {
     checks: IntCounterVec,
     pending: IntGauge,
     overload_refusals: IntCounter,
+    auth_refusals: IntCounterVec,
+    credentials_reloads: IntCounterVec,
 }
 
 impl Metrics {
@@ -138,6 +143,22 @@ impl Metrics {
             "tollgate_overload_refusals_total",
             "Pod-facing requests this replica refused at once (UNAVAILABLE, with a retry hint) because --max-pending-requests were already pending.",
         )?;
+        let auth_refusals = IntCounterVec::new(
+            Opts::new(
+                "tollgate_auth_refusals_total",
+                "Calls this replica refused for their credentials, by service (pod: the pod-facing services; admin) and reason: unauthenticated (no credential or an unknown one) or permission_denied (a pod credential not naming the tenant, a read-only admin token on a change).",
+            ),
+            &["service", "reason"],
+        )?;
+        registry.register(Box::new(auth_refusals.clone()))?;
+        let credentials_reloads = IntCounterVec::new(
+            Opts::new(
+                "tollgate_credentials_reloads_total",
+                "Reloads of a credentials file after it changed or on SIGHUP, by file option and result: ok (its credentials are in force) or failed (the previous ones stay; the log says why).",
+            ),
+            &["file", "result"],
+        )?;
+        registry.register(Box::new(credentials_reloads.clone()))?;
         registry.register(Box::new(build_info))?;
         registry.register(Box::new(pending.clone()))?;
         registry.register(Box::new(overload_refusals.clone()))?;
@@ -149,6 +170,8 @@ impl Metrics {
             checks,
             pending,
             overload_refusals,
+            auth_refusals,
+            credentials_reloads,
         })
     }
 
@@ -174,6 +197,21 @@ impl Metrics {
     /// Counts one request refused because the server was overloaded.
     pub fn observe_overload_refusal(&self) {
         self.overload_refusals.inc();
+    }
+
+    /// Counts one call refused for its credentials.
+    pub fn observe_auth_refusal(&self, service: &str, reason: &str) {
+        self.auth_refusals
+            .with_label_values(&[service, reason])
+            .inc();
+    }
+
+    /// Counts one reload of the credentials file `option` names.
+    pub fn observe_credentials_reload(&self, option: &str, ok: bool) {
+        let result = if ok { "ok" } else { "failed" };
+        self.credentials_reloads
+            .with_label_values(&[option.trim_start_matches('-'), result])
+            .inc();
     }
 
     /// Counts one token-bucket answer for a bucket.
