@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use tollgate_client::{Controller, LocalBucketConfig, Options};
+use tollgate_client::{Controller, LocalBucketConfig, Options, PodToken};
 use tollgate_proto::v1;
 use tollgate_proto::v1::token_bucket_service_server::{
     TokenBucketService, TokenBucketServiceServer,
@@ -14,10 +14,12 @@ use tollgate_proto::v1::token_bucket_service_server::{
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
-/// Grants whatever is asked, at once, and keeps every request.
+/// Grants whatever is asked, at once, and keeps every request (and its
+/// `authorization` header, if any).
 #[derive(Clone, Default)]
 struct Recorder {
     received: Arc<Mutex<Vec<v1::TokenBucketRequest>>>,
+    authorization: Arc<Mutex<Vec<Option<String>>>>,
 }
 
 #[async_trait::async_trait]
@@ -26,6 +28,11 @@ impl TokenBucketService for Recorder {
         &self,
         request: Request<v1::TokenBucketRequest>,
     ) -> Result<Response<v1::TokenBucketResponse>, Status> {
+        let authorization = request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.to_str().expect("ascii").to_owned());
+        self.authorization.lock().expect("lock").push(authorization);
         let request = request.into_inner();
         let granted_tokens = request.requested_tokens;
         let request_fallback = request.fallback_tokens;
@@ -40,8 +47,8 @@ impl TokenBucketService for Recorder {
     }
 }
 
-#[tokio::test]
-async fn grpc_transport_sends_each_request_to_its_bucket() {
+/// A recording server on `127.0.0.1:0`, and its URL.
+async fn recording_server() -> (Recorder, String) {
     let recorder = Recorder::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -52,6 +59,12 @@ async fn grpc_transport_sends_each_request_to_its_bucket() {
             .add_service(TokenBucketServiceServer::new(recorder.clone()))
             .serve_with_incoming(TcpIncoming::from(listener)),
     );
+    (recorder, url)
+}
+
+#[tokio::test]
+async fn grpc_transport_sends_each_request_to_its_bucket() {
+    let (recorder, url) = recording_server().await;
     let options = Options {
         bucket: LocalBucketConfig {
             initial_tokens: 100.0,
@@ -87,5 +100,29 @@ async fn grpc_transport_sends_each_request_to_its_bucket() {
             .map(|c| c.request_units)
             .sum();
         assert!((reported - charged).abs() < 1e-6, "{bucket:?}: {reported}");
+    }
+}
+
+#[tokio::test]
+async fn every_request_carries_the_pod_token() {
+    let (recorder, url) = recording_server().await;
+    let options = Options {
+        pod_token: Some(PodToken::new("acme-pods-0123456789abcdef").expect("valid")),
+        ..Options::default()
+    };
+    let controller = Controller::connect(&url, "acme", 1, options).expect("valid options");
+    controller.acquire(3.0).await.expect("initial allowance");
+    let report = controller.shutdown().await;
+    assert!(report.consumption_reported, "{report:?}");
+    let sent = recorder.authorization.lock().expect("lock").clone();
+    assert!(
+        sent.len() >= 2,
+        "a first request and a final report: {sent:?}"
+    );
+    for header in sent {
+        assert_eq!(header.as_deref(), Some("Bearer acme-pods-0123456789abcdef"));
+    }
+    for bad in ["", "has space", "tab\there", "é-not-ascii"] {
+        assert!(PodToken::new(bad).is_err(), "{bad:?}");
     }
 }

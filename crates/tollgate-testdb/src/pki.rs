@@ -6,6 +6,10 @@
 pub struct TestPki {
     /// The CA's certificate.
     pub ca_pem: String,
+    /// The CA's private key, to sign more certificates
+    /// ([`TestPki::client_with_uris`]).
+    ca_key_pem: String,
+    ca_params: rcgen::CertificateParams,
     /// A server certificate for `127.0.0.1` and `localhost`.
     pub server_cert_pem: String,
     /// The server certificate's private key.
@@ -31,7 +35,9 @@ impl TestPki {
         ca.distinguished_name
             .push(DnType::CommonName, "tollgate test CA");
         let ca_key = KeyPair::generate()?;
+        let ca_key_pem = ca_key.serialize_pem();
         let ca_cert = ca.self_signed(&ca_key)?;
+        let ca_params = ca.clone();
         let issuer = Issuer::new(ca, ca_key);
         let leaf = |names: Vec<String>| -> Result<(String, String), rcgen::Error> {
             let key = KeyPair::generate()?;
@@ -43,10 +49,28 @@ impl TestPki {
         let (client_cert_pem, client_key_pem) = leaf(vec!["pod.tollgate.test".to_owned()])?;
         Ok(TestPki {
             ca_pem: ca_cert.pem(),
+            ca_key_pem,
+            ca_params,
             server_cert_pem,
             server_key_pem,
             client_cert_pem,
             client_key_pem,
         })
+    }
+
+    /// A client certificate (and its key, PEM) signed by this CA, naming
+    /// `uris` as URI subject alternative names (`tollgate://tenant/acme`).
+    pub fn client_with_uris(&self, uris: &[&str]) -> Result<(String, String), rcgen::Error> {
+        use rcgen::{CertificateParams, Issuer, KeyPair, SanType};
+        let issuer = Issuer::new(self.ca_params.clone(), KeyPair::from_pem(&self.ca_key_pem)?);
+        let mut params = CertificateParams::new(vec!["pod.tollgate.test".to_owned()])?;
+        for uri in uris {
+            params
+                .subject_alt_names
+                .push(SanType::URI((*uri).try_into()?));
+        }
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
     }
 }

@@ -51,12 +51,15 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listen on {}", config.listen))?;
     let telemetry = Telemetry::new().context("set up metrics")?;
-    let reloads = tokio::spawn(reload_credentials(
-        admin_tokens,
-        pod_tokens,
-        config.credentials_reload_interval,
-        Arc::clone(&telemetry.metrics),
-    ));
+    let reloads = (admin_tokens.is_some() || pod_tokens.is_some()).then(|| {
+        tokio::spawn(reload_credentials(
+            admin_tokens,
+            pod_tokens,
+            Hangups::listen(),
+            config.credentials_reload_interval,
+            Arc::clone(&telemetry.metrics),
+        ))
+    });
     // One signal, two servers: gRPC drains first; the HTTP side (metrics,
     // health) keeps answering until gRPC has stopped.
     let (grpc_done, grpc_stopped) = tokio::sync::watch::channel(false);
@@ -91,7 +94,9 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         shutdown_signal(),
     )
     .await;
-    reloads.abort();
+    if let Some(reloads) = reloads {
+        reloads.abort();
+    }
     let _ = grpc_done.send(true);
     if let Some(http) = http {
         match http.await {
@@ -106,42 +111,58 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// SIGHUP, listened for from the moment this is made: once the server is
+/// up, a signal never meets the default action (which ends the process).
+struct Hangups {
+    #[cfg(unix)]
+    signal: Option<tokio::signal::unix::Signal>,
+}
+
+impl Hangups {
+    fn listen() -> Hangups {
+        #[cfg(unix)]
+        let signal = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(signal) => Some(signal),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGHUP; credentials reload only when their files change");
+                None
+            }
+        };
+        Hangups {
+            #[cfg(unix)]
+            signal,
+        }
+    }
+
+    /// Completes at the next SIGHUP; never, where there is none.
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        if let Some(signal) = self.signal.as_mut()
+            && signal.recv().await.is_some()
+        {
+            return;
+        }
+        std::future::pending::<()>().await;
+    }
+}
+
 /// Reloads the credentials files on SIGHUP, and whenever one has changed
 /// (checked every `interval`), until aborted. A file that fails to load
 /// leaves its credentials as they were ([`Watched::reload`] logs why).
 async fn reload_credentials(
     admin: Option<Watched<AdminTokens>>,
     pods: Option<Watched<PodTokens>>,
+    mut hangups: Hangups,
     interval: Duration,
     metrics: Arc<tollgate_server::telemetry::Metrics>,
 ) {
-    if admin.is_none() && pods.is_none() {
-        return;
-    }
-    #[cfg(unix)]
-    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(signal) => Some(signal),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGHUP; credentials reload only when their files change");
-            None
-        }
-    };
     let mut poll = tokio::time::interval(interval);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     poll.tick().await;
     loop {
-        #[cfg(unix)]
-        let hangup_received = async {
-            match hangup.as_mut() {
-                Some(signal) => signal.recv().await,
-                None => std::future::pending().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let hangup_received = std::future::pending::<Option<()>>();
         let force = tokio::select! {
             _ = poll.tick() => false,
-            Some(()) = hangup_received => {
+            () = hangups.recv() => {
                 tracing::info!("SIGHUP: reloading the credentials files");
                 true
             }

@@ -150,6 +150,13 @@ impl Metrics {
             ),
             &["service", "reason"],
         )?;
+        // Every series at 0 from the start, so that rates and alerts see
+        // the first refusal.
+        for service in ["pod", "admin"] {
+            for reason in ["unauthenticated", "permission_denied"] {
+                auth_refusals.with_label_values(&[service, reason]);
+            }
+        }
         registry.register(Box::new(auth_refusals.clone()))?;
         let credentials_reloads = IntCounterVec::new(
             Opts::new(
@@ -158,6 +165,11 @@ impl Metrics {
             ),
             &["file", "result"],
         )?;
+        for file in ["admin-tokens-file", "pod-tokens-file"] {
+            for result in ["ok", "failed"] {
+                credentials_reloads.with_label_values(&[file, result]);
+            }
+        }
         registry.register(Box::new(credentials_reloads.clone()))?;
         registry.register(Box::new(build_info))?;
         registry.register(Box::new(pending.clone()))?;

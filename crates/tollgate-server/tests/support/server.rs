@@ -39,6 +39,33 @@ impl TestServer {
         }
     }
 
+    /// A server over `store` with `options`, counting into `telemetry`.
+    pub async fn start_with(
+        store: Arc<dyn Store>,
+        telemetry: tollgate_server::telemetry::Telemetry,
+        options: tollgate_server::GrpcOptions,
+    ) -> TestServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let (shutdown, signal) = oneshot::channel::<()>();
+        let task = tokio::spawn(tollgate_server::run_with_options(
+            listener,
+            Arc::clone(&store),
+            telemetry,
+            options,
+            async {
+                let _ = signal.await;
+            },
+        ));
+        TestServer {
+            addr,
+            shutdown,
+            task,
+            store,
+            backing: None,
+        }
+    }
+
     /// A server on a fresh store of `backend`.
     pub async fn new(backend: Backend, settings: BucketSettings) -> TestServer {
         let backing = Backing::new(backend).await;
