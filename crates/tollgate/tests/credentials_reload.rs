@@ -187,3 +187,38 @@ fn a_changed_credentials_file_takes_effect_without_a_signal() {
     refused_with(&running.pod("acme", Some(POD_1)), "Unauthenticated");
     assert!(running.log().contains("credentials reloaded"));
 }
+
+#[test]
+fn bench_sends_a_pod_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(dir.path(), "pods", &format!("bench {POD_1} *\n"));
+    write(dir.path(), "admins", &format!("ops {OPS_1}\n"));
+    let running = Running::start(dir.path(), "1h");
+    let bench = |token: &str| {
+        command()
+            .args(["bench", "--server", &running.url])
+            .args(["--duration", "1s", "--warmup", "0s", "--tenants", "2"])
+            .args([
+                "--instances-per-tenant",
+                "2",
+                "--json",
+                "--pod-token",
+                token,
+            ])
+            .output()
+            .expect("run tollgate bench")
+    };
+    let report = support::bench_report(&bench(POD_1));
+    assert_eq!(
+        report["total"]["errors"],
+        serde_json::json!({}),
+        "{report:#}"
+    );
+    let refused = support::bench_report(&bench(POD_2));
+    assert!(
+        refused["total"]["errors"]
+            .as_object()
+            .is_some_and(|e| e.contains_key("Unauthenticated")),
+        "{refused:#}"
+    );
+}

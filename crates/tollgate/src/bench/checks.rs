@@ -224,6 +224,9 @@ async fn caller(
             }],
         });
         request.set_timeout(context.timeout);
+        if let Some(token) = &context.pod_token {
+            token.attach(&mut request);
+        }
         let answer = client.check(request).await;
         let measured = context.measured(started);
         context.answers.fetch_add(1, Ordering::Relaxed);

@@ -60,6 +60,9 @@ pub struct BenchArgs {
     #[command(flatten)]
     tls: crate::remote::ClientTlsArgs,
 
+    #[command(flatten)]
+    pod_token: crate::remote::PodTokenArg,
+
     /// HTTP/2 connections per server; the server's pods are spread over them
     /// (one connection can be the bottleneck).
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -404,6 +407,9 @@ struct RunContext {
     pods: usize,
     mix: Mix,
     timeout: Duration,
+    /// Sent with every pod call, for servers that bind pods to tenants
+    /// (one token naming every tenant of the run, or `*`).
+    pod_token: Option<tollgate_client::PodToken>,
     latency: Latencies,
     /// Latency of the attempts answered, from when each was sent.
     attempt_latency: Latencies,
@@ -513,6 +519,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         pods: plan.pods,
         mix: plan.mix,
         timeout: plan.timeout,
+        pod_token: args.pod_token.token()?,
         latency: Latencies::new(),
         attempt_latency: Latencies::new(),
         answers: AtomicU64::new(0),

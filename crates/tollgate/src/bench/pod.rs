@@ -95,10 +95,14 @@ impl PodReport {
 async fn send_once(
     mut client: TokenBucketServiceClient<Channel>,
     request: v1::TokenBucketRequest,
-    timeout: Duration,
+    context: Arc<RunContext>,
 ) -> Result<v1::TokenBucketResponse, Status> {
+    let timeout = context.timeout;
     let mut call = tonic::Request::new(request);
     call.set_timeout(timeout);
+    if let Some(token) = &context.pod_token {
+        token.attach(&mut call);
+    }
     match tokio::time::timeout(timeout, client.token_bucket(call)).await {
         Ok(answer) => answer.map(tonic::Response::into_inner),
         Err(_) => Err(Status::deadline_exceeded("no answer within --timeout")),
@@ -263,7 +267,7 @@ impl Pod {
         let attempt = tokio::spawn(send_once(
             self.clients[self.server].clone(),
             request.clone(),
-            self.context.timeout,
+            Arc::clone(&self.context),
         ));
         let pause = Duration::from_micros(self.rng.random_range(0..=2_000));
         tokio::time::sleep(pause).await;
@@ -386,7 +390,7 @@ impl Pod {
         loop {
             let sent = Instant::now();
             let client = self.clients[self.server].clone();
-            let status = match send_once(client, request.clone(), self.context.timeout).await {
+            let status = match send_once(client, request.clone(), Arc::clone(&self.context)).await {
                 Ok(response) => {
                     self.answered(due.unwrap_or(sent).elapsed(), sent.elapsed(), measured);
                     return Outcome::Answered(response);
