@@ -18,14 +18,13 @@
 
 mod bench;
 mod check;
-mod config;
-mod output;
 mod pod;
 mod remote;
 mod serve;
-mod store;
 mod tenant;
 mod tier;
+
+use tollgate::{config, output, store};
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
