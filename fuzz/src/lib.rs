@@ -309,7 +309,7 @@ enum Step {
 /// instance list is consistent; totals never decreased; tokens are finite;
 /// a grant is finite, not negative, trickled over at most the period, and
 /// takes the bucket no lower than two periods of refill into debt (or
-/// where it already was).
+/// where it already was), less the fallback tokens the request reports.
 pub fn bucket_sequences(data: &[u8]) {
     let mut input = Unstructured::new(data);
     let Ok(setup) = Setup::arbitrary(&mut input) else {
@@ -381,7 +381,7 @@ pub fn bucket_sequences(data: &[u8]) {
                 let instance_id = InstanceId::from(instance % 8);
                 let last = seqs.entry((instance_id, incarnation % 3)).or_insert(0);
                 let seq = match seq {
-                    Seq::Next => *last + 1,
+                    Seq::Next => last.saturating_add(1),
                     Seq::Same => *last,
                     Seq::Older => last.saturating_sub(1),
                     Seq::Any(n) => n,
@@ -421,12 +421,26 @@ pub fn bucket_sequences(data: &[u8]) {
                         assert!(grant.fallback_rate.is_finite() && grant.fallback_rate >= 0.0);
                         assert!(grant.trickle_duration <= period, "trickled past the period");
                         let rate = rows.head.state.limits.refill_rate;
-                        let floor = tokens_before.min(-2.0 * rate * period.as_secs_f64());
-                        let slack = 1e-6 * floor.abs().max(1.0);
+                        // What the pod used on its fallback rate while
+                        // it could not reach the server is charged as it
+                        // is, on top of the debt grants may make.
+                        let floor = tokens_before.min(-2.0 * rate * period.as_secs_f64())
+                            - req.fallback_tokens;
+                        // Rounding: a few units in the last place of the
+                        // largest amount the step added or took.
+                        let scale = floor
+                            .abs()
+                            .max(tokens_before.abs())
+                            .max(grant.granted_tokens)
+                            .max(req.returned_tokens.abs())
+                            .max(req.fallback_tokens.abs())
+                            .max(1.0);
+                        let slack = 1e-12 * scale;
                         assert!(
                             rows.head.state.tokens >= floor - slack,
-                            "tokens {} below {floor}",
-                            rows.head.state.tokens
+                            "tokens {} below {floor} (before {tokens_before}, granted {})",
+                            rows.head.state.tokens,
+                            grant.granted_tokens
                         );
                     }
                 }

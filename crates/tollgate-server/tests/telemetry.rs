@@ -32,6 +32,7 @@ struct Observed {
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     store: Arc<dyn Store>,
+    telemetry: Telemetry,
     _backing: Backing,
 }
 
@@ -63,7 +64,8 @@ async fn start(backend: Backend) -> Observed {
             }
         }),
         tokio::spawn({
-            let (store, signal) = (Arc::clone(&store), signal(stopped));
+            let (store, telemetry, signal) =
+                (Arc::clone(&store), telemetry.clone(), signal(stopped));
             async move {
                 serve_http(http_listener, store, telemetry, signal)
                     .await
@@ -77,6 +79,7 @@ async fn start(backend: Backend) -> Observed {
         stop,
         tasks,
         store,
+        telemetry,
         _backing: backing,
     }
 }
@@ -456,7 +459,37 @@ fn tokio_stream_once<T: Send + 'static>(item: T) -> impl futures_util::Stream<It
     futures_util::stream::iter([item])
 }
 
+/// Scrapes within the interval are served the last read of the store;
+/// a scrape after it (here: with the interval at zero) reads it again.
+async fn tenant_metrics_are_read_at_most_once_per_interval(backend: Backend) {
+    let server = start(backend).await;
+    let mut pods = TokenBucketServiceClient::new(server.channel().await);
+    let consumed = "tollgate_tenant_request_units_total{bucket=\"\",tenant_id=\"acme\"}";
+    let scrape = || async {
+        let (code, body) = server.get("/metrics").await;
+        assert_eq!(code, 200);
+        samples(&body)
+    };
+    pods.token_bucket(pod_request("acme", 1, 1, 5.0))
+        .await
+        .expect("first report");
+    assert_eq!(scrape().await[consumed], 5.0);
+    pods.token_bucket(pod_request("acme", 1, 2, 7.0))
+        .await
+        .expect("second report");
+    let cached = scrape().await;
+    assert_eq!(cached[consumed], 5.0, "served the last read");
+    assert_eq!(cached["tollgate_store_up"], 1.0);
+    server
+        .telemetry
+        .metrics
+        .set_store_read_interval(Duration::ZERO);
+    assert_eq!(scrape().await[consumed], 12.0, "read again");
+    server.stop().await;
+}
+
 for_each_store!(
     metrics_match_the_store_after_traffic,
     health_readiness_and_reflection,
+    tenant_metrics_are_read_at_most_once_per_interval,
 );

@@ -168,6 +168,12 @@ pub struct ServeOptions {
     #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:9464")]
     pub metrics_listen: Option<MetricsListen>,
 
+    /// How old the per-tenant metrics (read from the store) may be: the
+    /// store is read for them at most once per interval, whatever the
+    /// number of scrapes; `0s` reads it at every scrape.
+    #[arg(long, value_name = "DURATION")]
+    pub metrics_store_read_interval: Option<HumanDuration>,
+
     /// TLS on the gRPC port: the server's certificate chain, PEM (with
     /// --tls-key) [default: none, plain gRPC].
     #[arg(long, value_name = "FILE")]
@@ -406,6 +412,8 @@ pub struct ServeConfig {
     pub log_format: LogFormat,
     /// Where Prometheus metrics are served over HTTP; `None` when `off`.
     pub metrics_listen: Option<SocketAddr>,
+    /// How old the per-tenant metrics may be.
+    pub metrics_store_read_interval: Duration,
     /// TLS on the gRPC port; `None` for plain gRPC.
     pub tls: Option<TlsFiles>,
     /// The `Admin` service's tokens file, if any.
@@ -514,6 +522,7 @@ impl ServeConfig {
             reported_dead_timeout = %humantime::format_duration(bucket.reported_dead_timeout),
             log_format = %self.log_format,
             metrics_listen = %self.metrics_listen.map_or_else(|| "off".to_owned(), |a| a.to_string()),
+            metrics_store_read_interval = %humantime::format_duration(self.metrics_store_read_interval),
             tls = self.tls.is_some(),
             mutual_tls = self.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
             admin_tokens_file = self.admin_tokens_file.as_ref().map(|f| f.display().to_string()),
@@ -732,6 +741,11 @@ impl Layers {
             settings,
             log_format: required(options.log_format, "log-format")?,
             metrics_listen: required(options.metrics_listen, "metrics-listen")?.0,
+            metrics_store_read_interval: required(
+                options.metrics_store_read_interval,
+                "metrics-store-read-interval",
+            )?
+            .0,
             sources: self.sources,
         })
     }
@@ -784,6 +798,9 @@ fn component_default(id: &str) -> Option<String> {
         "reported_dead_timeout" => duration(bucket.reported_dead_timeout),
         "max_pending_requests" => {
             tollgate_server::service::admission::DEFAULT_MAX_PENDING.to_string()
+        }
+        "metrics_store_read_interval" => {
+            duration(tollgate_server::telemetry::metrics::DEFAULT_STORE_READ_INTERVAL)
         }
         "pg_pool_size" => postgres.pool_size.to_string(),
         "pg_max_batch" => postgres.max_batch.to_string(),

@@ -51,6 +51,9 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listen on {}", config.listen))?;
     let telemetry = Telemetry::new().context("set up metrics")?;
+    telemetry
+        .metrics
+        .set_store_read_interval(config.metrics_store_read_interval);
     let reloads = (admin_tokens.is_some() || pod_tokens.is_some()).then(|| {
         tokio::spawn(reload_credentials(
             admin_tokens,

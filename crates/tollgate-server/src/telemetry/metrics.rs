@@ -4,9 +4,13 @@
 //! - **Per bucket, from the store** (`tollgate_tenant_*`, labelled
 //!   `tenant_id` and `bucket`; the request-unit bucket has `bucket=""`):
 //!   cumulative consumption, tokens granted, the bucket level and limits,
-//!   live instances. They are read from the store at every scrape, so every
-//!   replica sharing a store exports the same values: aggregate them with
-//!   `max by (tenant_id, bucket)`, never `sum`.
+//!   live instances. They are read from the store at most once per
+//!   `--metrics-store-read-interval` ([`DEFAULT_STORE_READ_INTERVAL`]),
+//!   not at every scrape: with 100 000 tenants a read is 100 pages of
+//!   1 000 rows and some 70 MB of text, and every replica would do it at
+//!   every scrape of every Prometheus. Scrapes in between are served the
+//!   last read. Every replica sharing a store exports the same values:
+//!   aggregate them with `max by (tenant_id, bucket)`, never `sum`.
 //! - **Per key table, from the store**: `tollgate_stored_keys`,
 //!   `tollgate_check_records` (aggregate with `max`).
 //! - **Per replica** (RPCs, grants answered, checks answered by tenant,
@@ -18,6 +22,8 @@
 //! per-replica metrics and `tollgate_store_up 0`, without tenant metrics.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus::proto::{self, MetricFamily, MetricType};
@@ -32,6 +38,9 @@ use tonic::Code;
 use crate::store::{
     BucketSnapshot, KeyCounts, STAGE_BOUNDS, Stage, StageHistograms, Store, StoreError, StoreStats,
 };
+
+/// How old the store's metrics may be when a scrape is served them.
+pub const DEFAULT_STORE_READ_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Buckets read per store call while scraping.
 const SCRAPE_PAGE: usize = 1000;
@@ -87,6 +96,9 @@ pub struct Metrics {
     overload_refusals: IntCounter,
     auth_refusals: IntCounterVec,
     credentials_reloads: IntCounterVec,
+    /// See [`Metrics::set_store_read_interval`].
+    store_read_interval_ms: AtomicU64,
+    store_snapshot: tokio::sync::Mutex<Option<Arc<StoreSnapshot>>>,
 }
 
 impl Metrics {
@@ -184,6 +196,10 @@ impl Metrics {
             overload_refusals,
             auth_refusals,
             credentials_reloads,
+            store_read_interval_ms: AtomicU64::new(
+                u64::try_from(DEFAULT_STORE_READ_INTERVAL.as_millis()).unwrap_or(u64::MAX),
+            ),
+            store_snapshot: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -250,15 +266,47 @@ impl Metrics {
         }
     }
 
-    /// The metrics in Prometheus's text format, tenants read from `store`.
+    /// Reads the store for the per-bucket and per-key-table metrics at
+    /// most once per `interval`; scrapes in between are served what the
+    /// last read found. Zero reads at every scrape.
+    pub fn set_store_read_interval(&self, interval: Duration) {
+        let millis = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+        self.store_read_interval_ms
+            .store(millis, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The metrics in Prometheus's text format: this replica's own, and
+    /// the store's from a read at most `set_store_read_interval` old.
     pub async fn render(&self, store: &dyn Store) -> Result<String, MetricsError> {
+        let snapshot = self.store_snapshot(store).await?;
+        let mut families = self.registry.gather();
+        families.extend(store_families(store.stats(), snapshot.store_up));
+        families.retain(|f| !f.get_metric().is_empty());
+        families.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut out = encode(&families)?;
+        out.push_str(&snapshot.text);
+        Ok(out)
+    }
+
+    /// The store's metrics, read now if the last read is older than the
+    /// interval (or failed). One read at a time: scrapes that arrive during
+    /// a read wait for it and share it.
+    async fn store_snapshot(&self, store: &dyn Store) -> Result<Arc<StoreSnapshot>, MetricsError> {
+        let interval = Duration::from_millis(
+            self.store_read_interval_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let mut cached = self.store_snapshot.lock().await;
+        if let Some(snapshot) = cached.as_ref()
+            && snapshot.store_up
+            && snapshot.read_at.elapsed() < interval
+        {
+            return Ok(Arc::clone(snapshot));
+        }
         let buckets = read_all_buckets(store).await;
         let keys = store.key_counts().await;
-        let mut families = self.registry.gather();
-        families.extend(store_families(
-            store.stats(),
-            buckets.is_ok() && keys.is_ok(),
-        ));
+        let store_up = buckets.is_ok() && keys.is_ok();
+        let mut families = Vec::new();
         match keys {
             Ok(counts) => families.extend(key_families(counts)),
             Err(e) => tracing::warn!(error = %e, "metrics: cannot count keys in the store"),
@@ -269,12 +317,30 @@ impl Metrics {
         }
         families.retain(|f| !f.get_metric().is_empty());
         families.sort_by(|a, b| a.name().cmp(b.name()));
-        let mut out = Vec::new();
-        prometheus::TextEncoder::new()
-            .encode(&families, &mut out)
-            .map_err(|e| MetricsError::Encode(e.to_string()))?;
-        String::from_utf8(out).map_err(|e| MetricsError::Encode(e.to_string()))
+        let snapshot = Arc::new(StoreSnapshot {
+            read_at: std::time::Instant::now(),
+            store_up,
+            text: encode(&families)?,
+        });
+        *cached = Some(Arc::clone(&snapshot));
+        Ok(snapshot)
     }
+}
+
+/// What the last read of the store for metrics found, encoded.
+#[derive(Debug)]
+struct StoreSnapshot {
+    read_at: std::time::Instant,
+    store_up: bool,
+    text: String,
+}
+
+fn encode(families: &[MetricFamily]) -> Result<String, MetricsError> {
+    let mut out = Vec::new();
+    prometheus::TextEncoder::new()
+        .encode(families, &mut out)
+        .map_err(|e| MetricsError::Encode(e.to_string()))?;
+    String::from_utf8(out).map_err(|e| MetricsError::Encode(e.to_string()))
 }
 
 async fn read_all_buckets(store: &dyn Store) -> Result<Vec<BucketSnapshot>, StoreError> {
@@ -398,7 +464,7 @@ fn store_families(stats: StoreStats, store_up: bool) -> Vec<MetricFamily> {
         stage_family(&stats.stages),
         one(
             "tollgate_store_up",
-            "1 if this replica could read the store for this scrape, else 0.",
+            "1 if this replica's last read of the store for metrics succeeded (tenant metrics come from it), else 0.",
             MetricType::GAUGE,
             if store_up { 1.0 } else { 0.0 },
         ),
