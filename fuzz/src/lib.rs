@@ -12,6 +12,9 @@
 //! - [`bucket_sequences`]: requests, retries, reconfigurations and clock
 //!   steps (forwards and back) against the global bucket's state machine,
 //!   with its invariants checked after every step.
+//! - [`key_sequences`]: checks of several items and clock steps against
+//!   per-key buckets: all or nothing, and never more than burst plus
+//!   refill from any key.
 //! - [`workload`]: the simulator's workload parser (YAML).
 //! - [`config`]: `tollgate serve`'s configuration (its TOML file and
 //!   `TOLLGATE_*` variables) and both credentials files.
@@ -309,7 +312,9 @@ enum Step {
 /// instance list is consistent; totals never decreased; tokens are finite;
 /// a grant is finite, not negative, trickled over at most the period, and
 /// takes the bucket no lower than two periods of refill into debt (or
-/// where it already was), less the fallback tokens the request reports.
+/// where it already was), less the fallback tokens the request reports;
+/// and no request lifts the bucket above its burst limit (or where it
+/// already was).
 pub fn bucket_sequences(data: &[u8]) {
     let mut input = Unstructured::new(data);
     let Ok(setup) = Setup::arbitrary(&mut input) else {
@@ -442,6 +447,14 @@ pub fn bucket_sequences(data: &[u8]) {
                             rows.head.state.tokens,
                             grant.granted_tokens
                         );
+                        // Refill and returned tokens stop at the burst
+                        // limit (a level an operator set above it is kept).
+                        let ceiling = rows.head.state.limits.burst_limit.max(tokens_before);
+                        assert!(
+                            rows.head.state.tokens <= ceiling + slack,
+                            "tokens {} above {ceiling}",
+                            rows.head.state.tokens
+                        );
                     }
                 }
             }
@@ -481,6 +494,143 @@ fn assert_list_consistent(rows: &BucketRows) {
         (share_sum - sum).abs() <= 1e-6 * sum.abs().max(1.0),
         "share_sum {share_sum} against {sum}"
     );
+}
+
+/// One step of a [`key_sequences`] input.
+#[derive(Arbitrary, Debug)]
+enum KeyStep {
+    Check { items: Vec<(u8, f64)> },
+    Advance { ms: i32 },
+}
+
+/// The [`key_sequences`] check, on up to four keys of per-key buckets
+/// (`key_bucket::check`, the rule behind `KeyLimits/Check` and Envoy's
+/// `ShouldRateLimit`), after every step: a check takes all its items'
+/// tokens or none; a refused check leaves every key as it was; a key holds
+/// between 0 and its burst; a refused item's `retry_after` is when its
+/// tokens will be there; and over the whole run no key has given more
+/// than its burst plus its refill over the time elapsed: per-key limits
+/// are exact.
+pub fn key_sequences(data: &[u8]) {
+    use tollgate_core::key_bucket::{CheckItem, KeySlot, KeyState, check, validate_tokens};
+    let mut input = Unstructured::new(data);
+    let Ok(raw_limits) = <[(f64, f64); 4]>::arbitrary(&mut input) else {
+        return;
+    };
+    let limits: Vec<Limits> = raw_limits
+        .iter()
+        .map(|&(refill_rate, burst_limit)| Limits {
+            refill_rate,
+            burst_limit,
+        })
+        .collect();
+    if limits.iter().any(|l| l.validate().is_err()) {
+        return;
+    }
+    let start_ms: i64 = 1_000_000;
+    let mut now_ms = start_ms;
+    let mut latest_ms = start_ms;
+    let at = |ms: i64| Timestamp::from_unix_micros(ms.saturating_mul(1000));
+    let mut states: Vec<Option<KeyState>> = vec![None; limits.len()];
+    let mut taken = vec![0.0_f64; limits.len()];
+    for _ in 0..64 {
+        let Ok(step) = KeyStep::arbitrary(&mut input) else {
+            break;
+        };
+        let items = match step {
+            KeyStep::Advance { ms } => {
+                now_ms = now_ms.saturating_add(i64::from(ms)).max(0);
+                latest_ms = latest_ms.max(now_ms);
+                continue;
+            }
+            KeyStep::Check { items } => items,
+        };
+        let items: Vec<CheckItem> = items
+            .into_iter()
+            .take(8)
+            .map(|(slot, tokens)| CheckItem {
+                slot: usize::from(slot) % limits.len(),
+                tokens,
+            })
+            .collect();
+        // What the edge refuses never reaches the rule.
+        if items.is_empty()
+            || items
+                .iter()
+                .any(|i| validate_tokens("tokens", i.tokens).is_err())
+        {
+            continue;
+        }
+        let now = at(now_ms);
+        let slots: Vec<KeySlot> = limits
+            .iter()
+            .zip(&states)
+            .map(|(&limits, &state)| KeySlot { limits, state })
+            .collect();
+        let before: Vec<f64> = slots
+            .iter()
+            .map(|s| KeyState::level(s.state.as_ref(), &s.limits, now))
+            .collect();
+        let outcome = check(&slots, &items, now);
+        let mut asked = vec![0.0_f64; limits.len()];
+        for item in &items {
+            asked[item.slot] += item.tokens;
+        }
+        for (i, slot) in slots.iter().enumerate() {
+            let after = KeyState::level(outcome.states[i].as_ref(), &slot.limits, now);
+            let burst = slot.limits.burst_limit;
+            let slack = 1e-9 * burst.max(asked[i]).max(1.0);
+            assert!(
+                after >= -slack && after <= burst + slack,
+                "key {i} holds {after}, burst {burst}"
+            );
+            if outcome.allowed {
+                assert!(
+                    (before[i] - asked[i] - after).abs() <= slack,
+                    "key {i}: {} - {} != {after}",
+                    before[i],
+                    asked[i]
+                );
+                taken[i] += asked[i];
+            } else {
+                assert_eq!(
+                    outcome.states[i], slot.state,
+                    "a refused check changed key {i}"
+                );
+            }
+        }
+        if !outcome.allowed {
+            for (item, answer) in items.iter().zip(&outcome.answers) {
+                assert!(!answer.allowed);
+                if let Some(wait) = answer.retry_after {
+                    let slot = &slots[item.slot];
+                    let later = at(now_ms.saturating_add(
+                        i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2) + 1,
+                    ));
+                    let level = KeyState::level(slot.state.as_ref(), &slot.limits, later);
+                    let slack = 1e-9 * item.tokens.max(1.0);
+                    assert!(
+                        level >= item.tokens - slack || wait.is_zero(),
+                        "after {wait:?} key {} holds {level}, not {}",
+                        item.slot,
+                        item.tokens
+                    );
+                }
+            }
+        }
+        states = outcome.states;
+        let elapsed = (latest_ms - start_ms) as f64 / 1000.0;
+        for (i, l) in limits.iter().enumerate() {
+            let bound = l.burst_limit + l.refill_rate * elapsed;
+            assert!(
+                taken[i] <= bound + 1e-9 * bound.max(1.0),
+                "key {i} gave {} > burst {} + refill {}",
+                taken[i],
+                l.burst_limit,
+                l.refill_rate * elapsed
+            );
+        }
+    }
 }
 
 /// The [`workload`] check: any text parses or is refused, and a workload

@@ -245,10 +245,26 @@ fn bucket_seeds() -> Vec<(&'static str, Vec<u8>)> {
         .collect()
 }
 
+/// Four valid keys' limits (refill rate, burst limit), then bytes for the
+/// steps.
+fn key_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let mut rng = StdRng::seed_from_u64(11);
+    let limits: [f64; 8] = [1.0, 10.0, 0.5, 3.0, 0.0, 4.0, 100.0, 1000.0];
+    ["seed-0", "seed-1", "seed-2", "seed-3"]
+        .into_iter()
+        .map(|name| {
+            let mut bytes: Vec<u8> = limits.iter().flat_map(|v| v.to_le_bytes()).collect();
+            bytes.extend((0..1024).map(|_| rng.random::<u8>()));
+            (name, bytes)
+        })
+        .collect()
+}
+
 fn seeds(target: &str) -> Vec<(&'static str, Vec<u8>)> {
     match target {
         "wire" => wire_seeds(),
         "bucket_sequences" => bucket_seeds(),
+        "key_sequences" => key_seeds(),
         _ => text_seeds(target),
     }
 }
@@ -299,6 +315,11 @@ fn wire() {
 #[test]
 fn bucket_sequences() {
     replay("bucket_sequences", tollgate_fuzz::bucket_sequences);
+}
+
+#[test]
+fn key_sequences() {
+    replay("key_sequences", tollgate_fuzz::key_sequences);
 }
 
 #[test]
