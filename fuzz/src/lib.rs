@@ -593,10 +593,12 @@ pub fn key_sequences(data: &[u8]) {
                 );
                 taken[i] += asked[i];
             } else {
-                assert_eq!(
-                    outcome.states[i], slot.state,
-                    "a refused check changed key {i}"
-                );
+                // A key that refilled to full may lose its row (full is
+                // no row); its level is what it was.
+                assert_eq!(after, before[i], "a refused check changed key {i}");
+                if after < burst {
+                    assert_eq!(outcome.states[i], slot.state, "key {i}");
+                }
             }
         }
         if !outcome.allowed {

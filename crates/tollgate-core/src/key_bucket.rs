@@ -166,16 +166,29 @@ pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOut
                 |s| s.limits,
             );
             let remaining = final_levels.get(item.slot).copied().unwrap_or(0.0);
+            // Refill starts at the key's `last_refill`, which a clock that
+            // stepped back (another replica's, say) may put after `now`.
+            let lag = slots
+                .get(item.slot)
+                .and_then(|s| s.state)
+                .map_or(Duration::ZERO, |s| s.last_refill.duration_since(now));
+            let from_now = |wait: Option<Duration>| {
+                wait.map(|w| if w.is_zero() { w } else { w.saturating_add(lag) })
+            };
             let retry_after = if allowed || item.tokens <= before {
                 Some(Duration::ZERO)
             } else {
-                time_to(item.tokens - before, item.tokens, &limits)
+                from_now(time_to(item.tokens - before, item.tokens, &limits))
             };
             ItemAnswer {
                 allowed,
                 remaining,
                 retry_after,
-                reset_after: time_to(limits.burst_limit - remaining, limits.burst_limit, &limits),
+                reset_after: from_now(time_to(
+                    limits.burst_limit - remaining,
+                    limits.burst_limit,
+                    &limits,
+                )),
             }
         })
         .collect();

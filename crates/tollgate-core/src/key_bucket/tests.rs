@@ -49,6 +49,24 @@ fn a_key_never_seen_starts_full_and_a_full_key_needs_no_row() {
     assert_eq!(read.answers[0].remaining, 10.0, "capped at the burst");
 }
 
+/// Found by the `key_sequences` fuzz target: a key last refilled by a
+/// clock ahead of this one refills only from then, and the waits say so.
+#[test]
+fn waits_count_from_a_last_refill_after_now() {
+    let state = KeyState {
+        tokens: 0.0,
+        last_refill: at(100.0),
+    };
+    let outcome = check(&[slot(1.0, 10.0, Some(state))], &[item(0, 1.0)], at(90.0));
+    assert!(!outcome.allowed);
+    assert_eq!(outcome.states[0], Some(state), "refused: unchanged");
+    let answer = outcome.answers[0];
+    assert_eq!(answer.retry_after, Some(Duration::from_secs(11)));
+    assert_eq!(answer.reset_after, Some(Duration::from_secs(20)));
+    let retried = check(&[slot(1.0, 10.0, Some(state))], &[item(0, 1.0)], at(101.0));
+    assert!(retried.allowed, "the tokens are there when it said");
+}
+
 #[test]
 fn a_refused_check_takes_nothing_and_says_when_to_retry() {
     let state = KeyState {
