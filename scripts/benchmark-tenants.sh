@@ -9,6 +9,11 @@
 #   2. Populate: 100 000 tenants × 10 pods, each pod's first request (the
 #      instance row is created), open loop at POPULATE_RATE.
 #   3. The big fleet, open loop at RATE for DURATION: latency.
+#   3b. The reference again with as many pods as the big fleet (4 tenants ×
+#      TENANTS×INSTANCES/4 pods, populated the same way) on a fresh store,
+#      so that the load generator's own work is the same in both.
+#   Around every measured run the server's /metrics is read, for the
+#   server's own time (tollgate_rpc_duration_seconds) beside the bench's.
 #   4. The server's resident memory and the store's size, per tenant.
 #   5. /metrics, three scrapes, with the store read at every scrape
 #      (--metrics-store-read-interval 0s, how every release before it
@@ -55,6 +60,15 @@ open_loop() { # label, tenants, rate, duration, extra bench args…
         --rate "$rate" --duration "$duration" --warmup 2s --json "$@" >"$OUT/$label.json"
 }
 
+metrics_to() { curl -s "http://${METRICS_LISTEN}/metrics" >"$1"; }
+
+measured() { # label, tenants, rate, duration, extra bench args…
+    local label=$1
+    metrics_to "$OUT/$label.before.prom"
+    open_loop "$@"
+    metrics_to "$OUT/$label.after.prom"
+}
+
 rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$server_pid/status"; }
 
 scrape() { # label
@@ -87,10 +101,10 @@ for store in $STORES; do
     esac
     serve_args=(--store "$location" --inactivity-timeout 1h --max-pending-requests 1024)
     start_server "${serve_args[@]}" --metrics-store-read-interval 0s
-    open_loop "$store-4-tenants" 4 "$RATE" "$DURATION" --tenant-prefix small
+    measured "$store-4-tenants" 4 "$RATE" "$DURATION" --tenant-prefix small
     populate_seconds=$(( TENANTS * INSTANCES / POPULATE_RATE ))
     open_loop "$store-populate" "$TENANTS" "$POPULATE_RATE" "${populate_seconds}s" --tenant-prefix big
-    open_loop "$store-$TENANTS-tenants" "$TENANTS" "$RATE" "$DURATION" --tenant-prefix big
+    measured "$store-$TENANTS-tenants" "$TENANTS" "$RATE" "$DURATION" --tenant-prefix big
     echo "$store: server RSS $(rss_kib) KiB, store $(store_bytes "$store" "$location") bytes, $TENANTS tenants × $INSTANCES pods" | tee -a "$OUT/sizes.txt"
     scrape "$store, read at every scrape"
     start=$(date +%s.%N)
@@ -105,18 +119,52 @@ for store in $STORES; do
     open_loop "$store-again" "$TENANTS" "$POPULATE_RATE" "${populate_seconds}s" --tenant-prefix big
     scrape "$store, read at most every 30 s"
     stop_server
+    # The reference with the big fleet's number of pods, on a fresh store.
+    case $store in
+    embedded) rm -f "$file" ;;
+    postgres) "$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS tollgate_tenants" -c "CREATE DATABASE tollgate_tenants" ;;
+    esac
+    start_server "${serve_args[@]}"
+    INSTANCES=$(( TENANTS * INSTANCES / 4 )) open_loop "$store-populate-4" 4 "$POPULATE_RATE" "${populate_seconds}s" --tenant-prefix wide
+    INSTANCES=$(( TENANTS * INSTANCES / 4 )) measured "$store-4-tenants-wide" 4 "$RATE" "$DURATION" --tenant-prefix wide
+    stop_server
 done
 
-python3 - "$OUT" "$STORES" "$TENANTS" <<'PY'
+python3 - "$OUT" "$STORES" "$TENANTS" "$INSTANCES" <<'PY'
 import json, sys
-out, stores, tenants = sys.argv[1], sys.argv[2].split(), sys.argv[3]
-print(f"\n| store | tenants × pods | rate asked | answered/s | p50 ms | p99 ms | p99.9 ms |")
-print("|---|---|---:|---:|---:|---:|---:|")
+sys.path.insert(0, "scripts")
+from prom_text import samples
+out, stores, tenants, instances = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), int(sys.argv[4])
+
+def server_quantiles(label):
+    """p50 and p99 of the server's TokenBucket time over the run, from the
+    histogram's buckets (the upper bound of the bucket each falls in)."""
+    def buckets(path):
+        found = {}
+        for (name, labels), value in samples(path).items():
+            l = dict(labels)
+            if name == "tollgate_rpc_duration_seconds_bucket" and l.get("method") == "TokenBucket" and l.get("code") == "OK":
+                found[float(l["le"])] = value
+        return found
+    before, after = buckets(f"{out}/{label}.before.prom"), buckets(f"{out}/{label}.after.prom")
+    delta = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    total = delta[-1][1] if delta else 0
+    def q(p):
+        return next((le for le, n in delta if n >= p * total), float("inf")) * 1000
+    return q(0.5), q(0.99)
+
+print("\n| store | tenants × pods | rate asked | answered/s | p50 ms | p99 ms | p99.9 ms | attempt p50 / p99 ms | server p50 / p99 ms (≤ bucket) |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
 for store in stores:
-    for label in ("4-tenants", f"{tenants}-tenants"):
-        r = json.load(open(f"{out}/{store}-{label}.json"))
-        l = r["latency_us"]
-        print(f"| {store} | {label.split('-')[0]} × {r['pods'] // int(label.split('-')[0])} | {r['target_rate']:.0f} | "
-              f"{r['requests_per_second']:.0f} | {l['p50'] / 1000:.2f} | {l['p99'] / 1000:.2f} | {l['p99_9'] / 1000:.2f} |")
+    for label, shape in (("4-tenants", f"4 × {instances}"), (f"{tenants}-tenants", f"{tenants} × {instances}"),
+                         ("4-tenants-wide", f"4 × {tenants * instances // 4}")):
+        try:
+            r = json.load(open(f"{out}/{store}-{label}.json"))
+        except FileNotFoundError:
+            continue
+        l, a = r["latency_us"], r["answered_attempt_latency_us"]
+        s50, s99 = server_quantiles(f"{store}-{label}")
+        print(f"| {store} | {shape} | {r['target_rate']:.0f} | {r['requests_per_second']:.0f} | {l['p50'] / 1000:.2f} | "
+              f"{l['p99'] / 1000:.2f} | {l['p99_9'] / 1000:.2f} | {a['p50'] / 1000:.2f} / {a['p99'] / 1000:.2f} | {s50:g} / {s99:g} |")
 PY
 cat "$OUT/sizes.txt" "$OUT/scrapes.txt"

@@ -529,7 +529,8 @@ pub fn key_sequences(data: &[u8]) {
     }
     let start_ms: i64 = 1_000_000;
     let mut now_ms = start_ms;
-    let mut latest_ms = start_ms;
+    // The window the run spans, whichever way the clock stepped.
+    let (mut earliest_ms, mut latest_ms) = (start_ms, start_ms);
     let at = |ms: i64| Timestamp::from_unix_micros(ms.saturating_mul(1000));
     let mut states: Vec<Option<KeyState>> = vec![None; limits.len()];
     let mut taken = vec![0.0_f64; limits.len()];
@@ -540,6 +541,7 @@ pub fn key_sequences(data: &[u8]) {
         let items = match step {
             KeyStep::Advance { ms } => {
                 now_ms = now_ms.saturating_add(i64::from(ms)).max(0);
+                earliest_ms = earliest_ms.min(now_ms);
                 latest_ms = latest_ms.max(now_ms);
                 continue;
             }
@@ -604,7 +606,11 @@ pub fn key_sequences(data: &[u8]) {
         if !outcome.allowed {
             for (item, answer) in items.iter().zip(&outcome.answers) {
                 assert!(!answer.allowed);
-                if let Some(wait) = answer.retry_after {
+                // Within the range of a timestamp (about 290 000 years).
+                if let Some(wait) = answer
+                    .retry_after
+                    .filter(|w| w.as_secs() < 1_000_000_000_000)
+                {
                     let slot = &slots[item.slot];
                     let later = at(now_ms.saturating_add(
                         i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2) + 1,
@@ -621,7 +627,7 @@ pub fn key_sequences(data: &[u8]) {
             }
         }
         states = outcome.states;
-        let elapsed = (latest_ms - start_ms) as f64 / 1000.0;
+        let elapsed = (latest_ms - earliest_ms) as f64 / 1000.0;
         for (i, l) in limits.iter().enumerate() {
             let bound = l.burst_limit + l.refill_rate * elapsed;
             assert!(
