@@ -1,5 +1,6 @@
 //! The fuzz smoke: every input of the checked-in corpus (`corpus/<target>/`,
-//! what `cargo fuzz` found worth keeping), the seeds below, and random
+//! what `cargo fuzz` found worth keeping), of the findings fixed
+//! (`regressions/<target>/`), the seeds below, and random
 //! inputs and mutations of the corpus drawn from a fixed seed, through the
 //! same checks the fuzz targets run. A stable toolchain suffices, and
 //! every finding fixed so far stays fixed: its input is in the corpus.
@@ -280,7 +281,15 @@ fn replay(target: &str, check: fn(&[u8])) {
         }
     }
     let mut inputs: Vec<Vec<u8>> = seeds.into_iter().map(|(_, bytes)| bytes).collect();
-    if let Ok(entries) = std::fs::read_dir(&dir) {
+    // The corpus, and the inputs of findings fixed (kept apart, so that
+    // minimising the corpus never drops them).
+    let regressions = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("regressions")
+        .join(target);
+    for dir in [&dir, &regressions] {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
         let mut paths: Vec<PathBuf> = entries.filter_map(|e| Some(e.ok()?.path())).collect();
         paths.sort();
         for path in paths {
