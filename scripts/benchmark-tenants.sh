@@ -27,6 +27,9 @@
 #
 # Usage: scripts/benchmark-tenants.sh   (RATE=4000 DURATION=20s)
 #        STORES=embedded TENANTS=20000 scripts/benchmark-tenants.sh
+#        FLEET_ONLY=1 STORES=postgres POPULATE_RATE=3000 scripts/benchmark-tenants.sh
+#          (steps 1 to 6 only: no second server, no 4-tenant reference of
+#          as many pods)
 # Needs: python3, curl; for PostgreSQL, a server (default
 # postgres://postgres@127.0.0.1:5432/postgres) and psql.
 set -euo pipefail
@@ -112,6 +115,7 @@ for store in $STORES; do
     end=$(date +%s.%N)
     echo "$store: tenant list --json: $(python3 -c "print(round($end - $start, 2))") s, $(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$OUT/$store-list.json") buckets" | tee -a "$OUT/sizes.txt"
     stop_server
+    if [[ -n ${FLEET_ONLY:-} ]]; then continue; fi
     # The same again on a server reading the store at most every 30 s; the
     # fleet's requests first, so that its own per-tenant counters (grants)
     # are as large as the first server's.
