@@ -173,7 +173,13 @@ pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOut
                 .and_then(|s| s.state)
                 .map_or(Duration::ZERO, |s| s.last_refill.duration_since(now));
             let from_now = |wait: Option<Duration>| {
-                wait.map(|w| if w.is_zero() { w } else { w.saturating_add(lag) })
+                wait.map(|w| {
+                    if w.is_zero() {
+                        w
+                    } else {
+                        w.saturating_add(lag)
+                    }
+                })
             };
             let retry_after = if allowed || item.tokens <= before {
                 Some(Duration::ZERO)
