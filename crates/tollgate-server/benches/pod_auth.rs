@@ -23,24 +23,24 @@ fn tokens_file(tenants: usize) -> String {
         .collect()
 }
 
-fn headers(token: &str) -> http::HeaderMap {
-    let mut headers = http::HeaderMap::new();
-    headers.insert(
-        "authorization",
-        format!("Bearer {token}").parse().expect("ascii"),
-    );
-    headers
+fn call(token: Option<&str>) -> tonic::Request<()> {
+    let mut request = tonic::Request::new(());
+    if let Some(token) = token {
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("ascii"),
+        );
+    }
+    request
 }
 
 fn check(c: &mut Criterion) {
-    let extensions = http::Extensions::new();
     let tenant = TenantId::parse("tenant", "tenant-7").expect("valid");
     let open = PodAuth::default();
+    let anonymous = call(None);
     c.bench_function("pod auth: none configured", |b| {
         b.iter(|| {
-            let caller = open
-                .caller(black_box(&http::HeaderMap::new()), &extensions)
-                .expect("open");
+            let caller = open.caller(black_box(&anonymous)).expect("open");
             open.authorize(&caller, "TokenBucket", [&tenant])
                 .expect("open")
         })
@@ -49,12 +49,10 @@ fn check(c: &mut Criterion) {
         let file = tokens_file(tenants);
         let tokens = PodTokens::parse(&file).expect("valid file");
         let auth = PodAuth::new(Some(Arc::new(ArcSwap::from_pointee(tokens))), false);
-        let presented = headers("token-0000000000000007-0123456789");
+        let presented = call(Some("token-0000000000000007-0123456789"));
         c.bench_function(&format!("pod auth: token among {tenants}"), |b| {
             b.iter(|| {
-                let caller = auth
-                    .caller(black_box(&presented), &extensions)
-                    .expect("known token");
+                let caller = auth.caller(black_box(&presented)).expect("known token");
                 auth.authorize(&caller, "TokenBucket", [&tenant])
                     .expect("its tenant")
             })

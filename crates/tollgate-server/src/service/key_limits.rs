@@ -59,8 +59,7 @@ impl KeyLimitsService {
         &self,
         request: &Request<T>,
     ) -> Result<super::pod_auth::PodCaller, Status> {
-        self.auth
-            .caller(request.metadata().as_ref(), request.extensions())
+        self.auth.caller(request)
     }
 
     /// Refuses `call` unless `caller` may act for all its tenants.

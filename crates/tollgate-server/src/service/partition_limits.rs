@@ -49,9 +49,7 @@ impl partition_limits_server::PartitionLimits for PartitionLimitsService {
         request: Request<v1::PartitionLoadRequest>,
     ) -> Result<Response<v1::PartitionLoadResponse>, Status> {
         edge::enter(&request)?;
-        let caller = self
-            .auth
-            .caller(request.metadata().as_ref(), request.extensions())?;
+        let caller = self.auth.caller(&request)?;
         let call = PartitionLoadCall::try_from(request.into_inner()).map_err(invalid)?;
         self.auth
             .authorize(&caller, "PartitionLoad", [&call.tenant])?;

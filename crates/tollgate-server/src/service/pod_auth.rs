@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use tollgate_core::TenantId;
 use tonic::Status;
-use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use x509_parser::extensions::GeneralName;
 
 use super::credentials::{
@@ -210,29 +209,17 @@ impl PodAuth {
         self.tokens.is_none() && !self.certificates
     }
 
-    /// Who made the call with `headers` (its metadata) and `extensions`
-    /// (the connection's), or UNAUTHENTICATED.
-    pub fn caller(
-        &self,
-        headers: &http::HeaderMap,
-        extensions: &http::Extensions,
-    ) -> Result<PodCaller, Status> {
+    /// Who made `request`, or UNAUTHENTICATED.
+    pub fn caller<T>(&self, request: &tonic::Request<T>) -> Result<PodCaller, Status> {
         if self.is_open() {
             return Ok(PodCaller {
                 grant: None,
                 proof: "none",
             });
         }
-        let peer = extensions
-            .get::<TlsConnectInfo<TcpConnectInfo>>()
-            .and_then(|i| i.get_ref().remote_addr())
-            .or_else(|| {
-                extensions
-                    .get::<TcpConnectInfo>()
-                    .and_then(TcpConnectInfo::remote_addr)
-            });
+        let peer = request.remote_addr();
         if let Some(tokens) = &self.tokens
-            && let Some(presented) = presented_token(headers)
+            && let Some(presented) = presented_token(request.metadata().as_ref())
         {
             let tokens = tokens.load();
             return match tokens.table.find(presented.as_bytes()) {
@@ -243,22 +230,20 @@ impl PodAuth {
                 None => Err(self.unauthenticated(peer, "unknown pod token")),
             };
         }
-        if self.certificates {
-            let certs = extensions
-                .get::<TlsConnectInfo<TcpConnectInfo>>()
-                .and_then(TlsConnectInfo::peer_certs);
-            if let Some(leaf) = certs.as_ref().and_then(|certs| certs.first()) {
-                return match certificate_tenants(leaf) {
-                    Ok((subject, tenants)) => Ok(PodCaller {
-                        grant: Some(PodGrant {
-                            name: Arc::from(subject),
-                            tenants: Arc::new(tenants),
-                        }),
-                        proof: "certificate",
+        if self.certificates
+            && let Some(certs) = request.peer_certs()
+            && let Some(leaf) = certs.first()
+        {
+            return match certificate_tenants(leaf) {
+                Ok((subject, tenants)) => Ok(PodCaller {
+                    grant: Some(PodGrant {
+                        name: Arc::from(subject),
+                        tenants: Arc::new(tenants),
                     }),
-                    Err(e) => Err(self.unauthenticated(peer, &e)),
-                };
-            }
+                    proof: "certificate",
+                }),
+                Err(e) => Err(self.unauthenticated(peer, &e)),
+            };
         }
         let wanted = match (self.tokens.is_some(), self.certificates) {
             (true, true) => {
@@ -336,23 +321,22 @@ mod tests {
         )
     }
 
-    fn with_token(token: Option<&str>) -> http::HeaderMap {
-        let mut headers = http::HeaderMap::new();
+    fn with_token(token: Option<&str>) -> tonic::Request<()> {
+        let mut request = tonic::Request::new(());
         if let Some(token) = token {
-            headers.insert(
+            request.metadata_mut().insert(
                 "authorization",
                 format!("Bearer {token}").parse().expect("ascii"),
             );
         }
-        headers
+        request
     }
 
     #[test]
     fn tokens_name_their_tenants() {
         let auth = auth();
-        let none = http::Extensions::new();
         let acme = auth
-            .caller(&with_token(Some("0123456789abcdef-acme")), &none)
+            .caller(&with_token(Some("0123456789abcdef-acme")))
             .expect("known");
         assert!(auth.authorize(&acme, "t", [&tenant("acme")]).is_ok());
         let refused = auth
@@ -366,7 +350,7 @@ mod tests {
         );
 
         let both = auth
-            .caller(&with_token(Some("0123456789abcdef-both")), &none)
+            .caller(&with_token(Some("0123456789abcdef-both")))
             .expect("known");
         assert!(
             auth.authorize(&both, "t", [&tenant("acme"), &tenant("globex")])
@@ -375,18 +359,18 @@ mod tests {
         assert!(auth.authorize(&both, "t", [&tenant("initech")]).is_err());
 
         let gateway = auth
-            .caller(&with_token(Some("0123456789abcdef-gate")), &none)
+            .caller(&with_token(Some("0123456789abcdef-gate")))
             .expect("known");
         assert!(auth.authorize(&gateway, "t", [&tenant("anyone")]).is_ok());
 
         for token in [None, Some("0123456789abcdef-nope")] {
             let status = auth
-                .caller(&with_token(token), &none)
+                .caller(&with_token(token))
                 .expect_err("unauthenticated");
             assert_eq!(status.code(), tonic::Code::Unauthenticated);
         }
         let open = PodAuth::default();
-        let anyone = open.caller(&with_token(None), &none).expect("open");
+        let anyone = open.caller(&with_token(None)).expect("open");
         assert!(open.authorize(&anyone, "t", [&tenant("acme")]).is_ok());
     }
 

@@ -59,9 +59,7 @@ impl token_bucket_service_server::TokenBucketService for TokenBucketService {
         request: Request<v1::TokenBucketRequest>,
     ) -> Result<Response<v1::TokenBucketResponse>, Status> {
         edge::enter(&request)?;
-        let caller = self
-            .auth
-            .caller(request.metadata().as_ref(), request.extensions())?;
+        let caller = self.auth.caller(&request)?;
         let (key, req) = convert::token_bucket_request(request.into_inner()).map_err(invalid)?;
         self.auth.authorize(&caller, "TokenBucket", [&key.tenant])?;
         let _permit = self.admission.admit()?;

@@ -24,19 +24,8 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(store: Arc<dyn Store>) -> TestServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("local addr");
-        let (shutdown, signal) = oneshot::channel::<()>();
-        let task = tokio::spawn(tollgate_server::run(listener, Arc::clone(&store), async {
-            let _ = signal.await;
-        }));
-        TestServer {
-            addr,
-            shutdown,
-            task,
-            store,
-            backing: None,
-        }
+        let telemetry = tollgate_server::telemetry::Telemetry::new().expect("telemetry");
+        TestServer::start_with(store, telemetry, tollgate_server::GrpcOptions::default()).await
     }
 
     /// A server over `store` with `options`, counting into `telemetry`.
