@@ -218,8 +218,8 @@ pub struct Watched<T> {
     path: PathBuf,
     live: Live<T>,
     /// The text of the last attempt, to tell a changed file from one that
-    /// did not change.
-    last_text: std::sync::Mutex<String>,
+    /// did not change; `None` if the last attempt could not read it.
+    last_text: std::sync::Mutex<Option<String>>,
 }
 
 /// What a reload of one file did.
@@ -241,7 +241,7 @@ impl<T: CredentialsFile> Watched<T> {
         Ok(Watched {
             path: path.to_owned(),
             live: Arc::new(ArcSwap::from_pointee(parsed)),
-            last_text: std::sync::Mutex::new(text),
+            last_text: std::sync::Mutex::new(Some(text)),
         })
     }
 
@@ -259,20 +259,19 @@ impl<T: CredentialsFile> Watched<T> {
     /// text is unchanged since the last attempt is left alone (a broken
     /// file is then reported once, not at every poll). Logs the outcome.
     pub fn reload(&self, force: bool) -> Reload {
+        let mut last = self.last_text.lock().unwrap_or_else(|p| p.into_inner());
         let outcome = match read(T::OPTION, &self.path) {
             Err(e) => {
                 // A file being replaced may be missing for a moment; the
-                // next poll or signal tries again.
-                let mut last = self.last_text.lock().unwrap_or_else(|p| p.into_inner());
-                if !force && last.is_empty() {
+                // next poll or signal tries again. Reported once.
+                if !force && last.is_none() {
                     return Reload::Unchanged;
                 }
-                last.clear();
+                *last = None;
                 Reload::Failed(e.to_string())
             }
             Ok(text) => {
-                let mut last = self.last_text.lock().unwrap_or_else(|p| p.into_inner());
-                if !force && *last == text {
+                if !force && last.as_deref() == Some(text.as_str()) {
                     return Reload::Unchanged;
                 }
                 let outcome = match parse::<T>(&self.path, &text) {
@@ -283,10 +282,11 @@ impl<T: CredentialsFile> Watched<T> {
                     }
                     Err(e) => Reload::Failed(e.to_string()),
                 };
-                *last = text;
+                *last = Some(text);
                 outcome
             }
         };
+        drop(last);
         match &outcome {
             Reload::Replaced(count) => tracing::info!(
                 option = T::OPTION,
