@@ -543,6 +543,53 @@ pub struct BucketRows {
     pub instances: BTreeMap<InstanceId, InstanceState>,
 }
 
+impl BucketRows {
+    /// With every instance row of the bucket loaded (not a window): checks
+    /// that the list from the sentinel is the instance rows in ascending
+    /// id order, each once, and that the head's `live_instances` and
+    /// `share_sum` match them. What every operation keeps true; the tests
+    /// and the fuzz targets check it after each step.
+    pub fn check_whole_list(&self) -> Result<(), String> {
+        let mut seen = Vec::new();
+        let mut cur = self.head.members.first_instance_id;
+        while cur != 0 {
+            if seen.len() > self.instances.len() {
+                return Err("a cycle that misses the sentinel".to_owned());
+            }
+            seen.push(cur);
+            cur = match self.instances.get(&cur) {
+                Some(row) => row.next_instance_id,
+                None => {
+                    return Err(format!(
+                        "the list links to instance {cur}, which has no row"
+                    ));
+                }
+            };
+        }
+        let ids: Vec<InstanceId> = self.instances.keys().copied().collect();
+        if seen != ids {
+            return Err(format!(
+                "the list is {seen:?}, not the ascending ids {ids:?}"
+            ));
+        }
+        if self.head.members.live_instances as usize != ids.len() {
+            return Err(format!(
+                "live_instances {} for {} rows",
+                self.head.members.live_instances,
+                ids.len()
+            ));
+        }
+        let sum: f64 = self.instances.values().map(|i| i.shares).sum();
+        let share_sum = self.head.members.share_sum;
+        if (share_sum - sum).abs() > 1e-6 * sum.abs().max(1.0) {
+            return Err(format!(
+                "share_sum {share_sum} for shares adding up to {sum}"
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A run of instance ids to load: `first..=last` (empty if `first >
 /// last`), in ascending order or descending, at most `limit` rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -63,24 +63,11 @@ fn assert_close(actual: f64, expected: f64, what: &str) {
     );
 }
 
-/// Follows the pointers from the sentinel and checks the list is the sorted
-/// set of instance rows, each once, with consistent counters.
+/// The whole instance list is consistent ([`BucketRows::check_whole_list`]).
 fn assert_list_consistent(rows: &BucketRows) {
-    let mut seen = Vec::new();
-    let mut cur = rows.head.members.first_instance_id;
-    while cur != 0 {
-        assert!(
-            seen.len() <= rows.instances.len(),
-            "cycle that misses the sentinel"
-        );
-        seen.push(cur);
-        cur = rows.instances[&cur].next_instance_id;
+    if let Err(e) = rows.check_whole_list() {
+        panic!("{e}");
     }
-    let ids: Vec<InstanceId> = rows.instances.keys().copied().collect();
-    assert_eq!(seen, ids, "list order must be the ascending ids");
-    assert_eq!(rows.head.members.live_instances as usize, ids.len());
-    let sum: f64 = rows.instances.values().map(|i| i.shares).sum();
-    assert_close(rows.head.members.share_sum, sum, "share_sum");
 }
 
 #[test]
