@@ -30,8 +30,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use http_body_util::{BodyExt, Full};
 use prost::Message;
 use tollgate_core::global_bucket::{
-    BucketRow, BucketRows, GlobalBucketConfig, GrantPolicy, InstanceId, Limits, LimitsUpdate,
-    TokenBucketRequest, reconfigure, request,
+    BucketRow, BucketRows, GlobalBucketConfig, GrantPolicy, InstanceId, Limits, LimitsMask,
+    LimitsUpdate, TokenBucketRequest, reconfigure, request,
 };
 use tollgate_core::{Consumption, Timestamp};
 use tollgate_proto::v1::admin_server::AdminServer;
@@ -364,6 +364,7 @@ pub fn bucket_sequences(data: &[u8]) {
                     },
                     as_of: as_of_ago_ms.map(|ago| at(now_ms - i64::from(ago))),
                     as_of_consumed_tokens,
+                    mask: LimitsMask::ALL,
                 };
                 if reconfigure(&mut rows.head, &update, at(now_ms)).is_err() {
                     assert_eq!(rows, before, "a refused reconfiguration changed the bucket");

@@ -83,8 +83,13 @@ async fn user(kv: Arc<Kv>, controller: Controller) -> Result<(), tollgate_client
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // The client says through `tracing` when the server does not answer:
+    // show its warnings unless RUST_LOG says otherwise.
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
         .init();
     let args = Args::parse();
     let registry = Registry::new();
@@ -127,5 +132,13 @@ async fn main() -> anyhow::Result<()> {
         report.status.charged_tokens,
         report.consumption_reported
     );
+    if !report.consumption_reported {
+        // The work ran on the initial allowance and the fallback rate; its
+        // consumption never reached the server, so nothing was billed.
+        anyhow::bail!(
+            "the server at {} did not take the final consumption report: is `tollgate serve` running there (--server)?",
+            args.server
+        );
+    }
     Ok(())
 }

@@ -202,6 +202,7 @@ async fn set_limits(server: &Server, tenant: &str, available: f64, refill: f64, 
             burst_limit: burst,
             as_of: None,
             as_of_consumed_tokens: 0.0,
+            update_mask: None,
         })
         .await
         .expect("limits set");

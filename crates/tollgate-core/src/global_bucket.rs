@@ -490,12 +490,70 @@ pub struct LimitsUpdate {
     pub as_of: Option<Timestamp>,
     /// The tenant's cumulative request units at `as_of`.
     pub as_of_consumed_tokens: f64,
+    /// Which of the three values the update sets; the others keep the
+    /// bucket's.
+    pub mask: LimitsMask,
 }
+
+/// The values a [`LimitsUpdate`] sets. A value left out keeps what the
+/// bucket has: the rate changes without touching the tokens, say. Only an
+/// existing bucket can be updated in part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitsMask {
+    pub available_tokens: bool,
+    pub refill_rate: bool,
+    pub burst_limit: bool,
+}
+
+impl LimitsMask {
+    /// Every value: the update replaces the bucket's limits and level.
+    pub const ALL: LimitsMask = LimitsMask {
+        available_tokens: true,
+        refill_rate: true,
+        burst_limit: true,
+    };
+
+    pub fn is_all(&self) -> bool {
+        *self == LimitsMask::ALL
+    }
+}
+
+/// How far after the store's clock an update's `as_of` may lie: the clock
+/// of whoever read the consumption may be a little ahead. Later is refused.
+pub const MAX_AS_OF_AHEAD: Duration = Duration::from_secs(5);
 
 impl LimitsUpdate {
     pub fn validate(&self) -> Result<(), InvalidInput> {
-        validate::non_negative("available_tokens", self.available_tokens, MAX_TOKENS)?;
-        self.limits.validate()?;
+        if self.mask.available_tokens {
+            validate::non_negative("available_tokens", self.available_tokens, MAX_TOKENS)?;
+        }
+        // The limits' own rules, on the values the update sets (0 is
+        // valid for either).
+        Limits {
+            refill_rate: if self.mask.refill_rate {
+                self.limits.refill_rate
+            } else {
+                0.0
+            },
+            burst_limit: if self.mask.burst_limit {
+                self.limits.burst_limit
+            } else {
+                0.0
+            },
+        }
+        .validate()?;
+        if !(self.mask.available_tokens || self.mask.refill_rate || self.mask.burst_limit) {
+            return Err(InvalidInput::new(
+                "update_mask",
+                "names none of available_tokens, refill_rate, burst_limit: nothing to update",
+            ));
+        }
+        if self.as_of.is_some() && !self.mask.available_tokens {
+            return Err(InvalidInput::new(
+                "as_of",
+                "applies to available_tokens, which update_mask leaves out",
+            ));
+        }
         // No bound of its own: any value up to the tenant's total is valid,
         // and that is checked against the stored total.
         validate::non_negative(
@@ -1095,9 +1153,17 @@ pub fn configure(
     update: &LimitsUpdate,
     now: Timestamp,
 ) -> Result<BucketRow, RequestError> {
-    let mut head = existing
-        .cloned()
-        .unwrap_or_else(|| BucketRow::new(update.limits, 0.0, true, now));
+    let mut head = match existing {
+        Some(row) => row.clone(),
+        None if update.mask.is_all() => BucketRow::new(update.limits, 0.0, true, now),
+        None => {
+            return Err(InvalidInput::new(
+                "update_mask",
+                "sets only part of the limits, but the bucket does not exist: a new bucket needs available_tokens, refill_rate and burst_limit",
+            )
+            .into());
+        }
+    };
     reconfigure(&mut head, update, now)?;
     Ok(head)
 }
@@ -1114,8 +1180,40 @@ pub fn reconfigure(
     now: Timestamp,
 ) -> Result<(), RequestError> {
     update.validate()?;
+    let mask = update.mask;
+    let limits = Limits {
+        refill_rate: if mask.refill_rate {
+            update.limits.refill_rate
+        } else {
+            row.state.limits.refill_rate
+        },
+        burst_limit: if mask.burst_limit {
+            update.limits.burst_limit
+        } else {
+            row.state.limits.burst_limit
+        },
+    };
+    if !mask.available_tokens {
+        // The level stays the bucket's own: brought up to `now` under the
+        // limits it had, then kept under the new ones.
+        row.state.refill(now, Duration::ZERO);
+        row.state.limits = limits;
+        row.state.configured = true;
+        row.state.updated_at = now;
+        return Ok(());
+    }
     let mut tokens = update.available_tokens;
     if let Some(as_of) = update.as_of {
+        if as_of.seconds_since(now) > MAX_AS_OF_AHEAD.as_secs_f64() {
+            return Err(InvalidInput::new(
+                "as_of",
+                format!(
+                    "is {} s after the store's clock: the consumption cannot have been read in the future",
+                    validate::number(as_of.seconds_since(now)),
+                ),
+            )
+            .into());
+        }
         let total = row.totals.consumption.request_unit_micros;
         let as_of_consumed = validate::to_micros(update.as_of_consumed_tokens);
         let tolerance = 1 + (total >> AS_OF_CONSUMED_TOLERANCE_SHIFT);
@@ -1131,10 +1229,10 @@ pub fn reconfigure(
             .into());
         }
         let consumed_since = total.saturating_sub(as_of_consumed);
-        tokens = refilled_tokens(tokens, &update.limits, now.seconds_since(as_of));
+        tokens = refilled_tokens(tokens, &limits, now.seconds_since(as_of));
         tokens -= validate::units(consumed_since);
     }
-    row.state.limits = update.limits;
+    row.state.limits = limits;
     row.state.configured = true;
     row.state.tokens = tokens;
     row.state.tokens_avg = tokens;

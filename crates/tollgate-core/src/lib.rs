@@ -44,8 +44,8 @@ pub use consumption::Consumption;
 pub use cost_model::{Batch, CostModel};
 pub use global_bucket::{
     BucketRow, BucketRows, BucketState, GlobalBucketConfig, Grant, GrantPolicy, InstanceId,
-    InstanceState, Limits, LimitsUpdate, Membership, RequestError, RequestOutcome, RowChanges,
-    TokenBucketRequest, Totals,
+    InstanceState, Limits, LimitsMask, LimitsUpdate, Membership, RequestError, RequestOutcome,
+    RowChanges, TokenBucketRequest, Totals,
 };
 pub use local_bucket::{
     Admission, LocalBucket, LocalBucketConfig, LocalBucketStatus, PollOutcome, WaiterId,

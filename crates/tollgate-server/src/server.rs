@@ -164,13 +164,22 @@ pub async fn run_with_options(
         }
         builder = builder.tls_config(config).map_err(ServeError::Tls)?;
     }
-    let local = listener.local_addr().ok();
+    // For the logs: the address, or why it is not known.
+    let local = listener
+        .local_addr()
+        .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string());
     // Envoy's rate limit service is left out: envoy-types ships no
     // descriptor set for it.
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(tollgate_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+    // Both versions of reflection: v1, and v1alpha for the tools that
+    // speak nothing else (grpcurl before 1.8.8, grpcui, evans, older
+    // Postman).
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(tollgate_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
     telemetry.health.register().await;
     let probe =
         tokio::spawn(Arc::clone(&telemetry.health).probe(Arc::clone(&store), PROBE_INTERVAL));
@@ -185,7 +194,7 @@ pub async fn run_with_options(
         health.stopping().await;
     };
     tracing::info!(
-        address = ?local,
+        address = %local,
         tls = tls.is_some(),
         mutual_tls = tls.as_ref().is_some_and(|t| t.client_ca_pem.is_some()),
         admin_operators = admin_tokens.as_ref().map(|t| t.load().len()),
@@ -228,7 +237,8 @@ pub async fn run_with_options(
                 .guard(AdminServer::new(AdminService::new(store))),
         )
         .add_service(telemetry.health_service())
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         // No Nagle delay: answers are small and latency is what pods wait on.
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
@@ -242,6 +252,6 @@ pub async fn run_with_options(
     sweeper.abort();
     let _ = sweeper.await;
     served?;
-    tracing::info!(address = ?local, "tollgate server stopped");
+    tracing::info!(address = %local, "tollgate server stopped");
     Ok(())
 }

@@ -24,6 +24,7 @@ fn limits(
         burst_limit,
         as_of: None,
         as_of_consumed_tokens: 0.0,
+        update_mask: None,
     }
 }
 
@@ -582,6 +583,19 @@ async fn bad_pod_requests_get_clear_errors_and_change_nothing(backend: Backend) 
     server.stop().await;
 }
 
+/// `request` with an update mask of `paths`.
+fn masked(
+    request: v1::UpdateTenantResourceLimitsRequest,
+    paths: &[&str],
+) -> v1::UpdateTenantResourceLimitsRequest {
+    v1::UpdateTenantResourceLimitsRequest {
+        update_mask: Some(prost_types::FieldMask {
+            paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+        }),
+        ..request
+    }
+}
+
 async fn bad_admin_requests_get_clear_errors_and_change_nothing(backend: Backend) {
     let server = TestServer::new(backend, BucketSettings::default()).await;
     let mut admin = server.admin().await;
@@ -675,6 +689,43 @@ async fn bad_admin_requests_get_clear_errors_and_change_nothing(backend: Backend
             },
             "refill_rate",
         ),
+        // An as_of in the future (a day after now).
+        (
+            as_of(
+                i64::try_from(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .expect("clock")
+                        .as_secs(),
+                )
+                .expect("seconds")
+                    + 86_400,
+                0,
+                0.0,
+            ),
+            "as_of",
+        ),
+        // Update masks: an unknown path, an empty part, as_of without
+        // available_tokens, and part of a bucket that does not exist.
+        (
+            masked(good(), &["refill_rate", "tokens"]),
+            "update_mask.paths[1]",
+        ),
+        (masked(good(), &[""]), "update_mask.paths[0]"),
+        (
+            masked(as_of(1_700_000_000, 0, 0.0), &["refill_rate"]),
+            "as_of",
+        ),
+        (
+            masked(
+                v1::UpdateTenantResourceLimitsRequest {
+                    tenant_id: "newcomer".into(),
+                    ..good()
+                },
+                &["refill_rate"],
+            ),
+            "update_mask",
+        ),
     ];
     for (request, field) in cases {
         let what = format!("{request:?}");
@@ -748,8 +799,22 @@ async fn bad_admin_requests_get_clear_errors_and_change_nothing(backend: Backend
         after.current_tokens, before.current_tokens,
         "refill 0: exact"
     );
+    let tokens_before = before.current_tokens;
     assert_eq!(stored(after), stored(before));
     assert_eq!(tenant_ids(&mut admin).await, vec!["acme".to_owned()]);
+
+    // A masked update changes what it names and nothing else.
+    let updated = admin
+        .update_tenant_resource_limits(masked(good(), &["burst_limit"]))
+        .await
+        .expect("masked update")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+    let limits = updated.limits.expect("limits");
+    assert_eq!(limits.burst_limit, 500.0);
+    assert_eq!(limits.refill_rate, 0.0, "the rate is kept");
+    assert_eq!(updated.current_tokens, tokens_before, "tokens kept");
     server.stop().await;
 }
 

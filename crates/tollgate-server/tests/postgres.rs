@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use tollgate_core::{
-    BucketKey, BucketName, Consumption, Limits, LimitsUpdate, TenantId, TokenBucketRequest,
+    BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId,
+    TokenBucketRequest,
 };
 use tollgate_server::store::postgres::{PostgresTls, migrate, migrate_to};
 use tollgate_server::store::{BucketSettings, PostgresOptions, PostgresStore, Store, StoreError};
@@ -99,6 +100,7 @@ async fn serialization_failures_between_replicas_are_retried() {
             },
             as_of: None,
             as_of_consumed_tokens: 0.0,
+            mask: LimitsMask::ALL,
         },
     )
     .await
@@ -324,6 +326,7 @@ async fn migration_v3_turns_each_tenant_into_its_request_unit_bucket() {
                 },
                 as_of: None,
                 as_of_consumed_tokens: 0.0,
+                mask: LimitsMask::ALL,
             },
         )
         .await

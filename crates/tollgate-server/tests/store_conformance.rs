@@ -10,8 +10,8 @@ use std::time::Duration;
 use support::{Backend, Backing, ManualClock};
 use tollgate_core::tier::{BucketDefinition, BucketKind, TenantChange, Tier, TierError};
 use tollgate_core::{
-    BucketKey, BucketName, Consumption, Limits, LimitsUpdate, TenantId, TierName, Timestamp,
-    TokenBucketRequest,
+    BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId, TierName,
+    Timestamp, TokenBucketRequest,
 };
 use tollgate_server::store::{BucketSettings, Store, StoreError};
 
@@ -69,6 +69,7 @@ async fn configure(store: &dyn Store, id: &BucketKey, refill_rate: f64) {
                 },
                 as_of: None,
                 as_of_consumed_tokens: 0.0,
+                mask: LimitsMask::ALL,
             },
         )
         .await
@@ -319,6 +320,7 @@ async fn buckets_of_a_tenant_are_isolated(store: &dyn Store, clock: &ManualClock
                     },
                     as_of: None,
                     as_of_consumed_tokens: 0.0,
+                    mask: LimitsMask::ALL,
                 },
             )
             .await

@@ -13,6 +13,8 @@
 //! - `tollgate pod request`: one token-bucket request, as a pod would send it.
 //! - `tollgate bench`: a load generator: many simulated pods against one or
 //!   more servers, with throughput, latency and per-tenant consumption sums.
+//! - `tollgate completions SHELL` and `tollgate man`: shell completions and
+//!   the manual page, generated from the same definitions as `--help`.
 //!
 //! Every command that prints a result takes `--json` (see `output`).
 
@@ -29,7 +31,7 @@ use tollgate::{config, output, store};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::{LogFormat, ServeConfig};
@@ -64,6 +66,23 @@ enum Command {
     Pod(pod::PodArgs),
     /// Load a running server with simulated pods and measure it.
     Bench(bench::BenchArgs),
+    /// Print shell completions for bash, zsh, fish, elvish or PowerShell
+    ///
+    /// bash: `tollgate completions bash > /etc/bash_completion.d/tollgate`;
+    /// zsh: `tollgate completions zsh > "${fpath[1]}/_tollgate"`;
+    /// fish: `tollgate completions fish > ~/.config/fish/completions/tollgate.fish`.
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff), for `man`
+    ///
+    /// `tollgate man | man -l -`, or `tollgate man --out-dir
+    /// /usr/local/share/man/man1` for a page per command (`man
+    /// tollgate-tenant-set-limits`).
+    Man {
+        /// Write tollgate.1 and a page for every subcommand into this
+        /// directory instead of printing the top page.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -91,6 +110,16 @@ fn main() -> ExitCode {
         },
         Command::Pod(args) => with_text_logs(pod::run(args)),
         Command::Bench(args) => with_text_logs(bench::run(args)),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "tollgate",
+                &mut std::io::stdout(),
+            );
+            (Ok(()), LogFormat::Text)
+        }
+        Command::Man { out_dir } => (man(out_dir.as_deref()), LogFormat::Text),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -101,6 +130,20 @@ fn main() -> ExitCode {
                 LogFormat::Text => eprintln!("error: {e:#}"),
             }
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The manual: the top page on stdout, or every page into `out_dir`.
+fn man(out_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use anyhow::Context;
+    match out_dir {
+        None => Ok(clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?),
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("--out-dir: create {}", dir.display()))?;
+            clap_mangen::generate_to(Cli::command(), dir)
+                .with_context(|| format!("--out-dir: write the pages into {}", dir.display()))
         }
     }
 }

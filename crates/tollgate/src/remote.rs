@@ -17,7 +17,10 @@ use tonic::transport::Channel;
 /// A connection to the `Admin` service that sends the bearer token.
 pub type AdminConnection = AdminClient<InterceptedService<Channel, BearerToken>>;
 
+/// Where the server is and how to reach it, for every command that talks
+/// to one: shown apart from each command's own options in `--help`.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Connection")]
 pub struct ServerArg {
     /// The server's gRPC endpoint (`https://…` for TLS).
     #[arg(
@@ -30,6 +33,14 @@ pub struct ServerArg {
 
     #[command(flatten)]
     tls: ClientTlsArgs,
+}
+
+/// The server, for commands of its `Admin` service: with the bearer token
+/// it requires, if it does.
+#[derive(Debug, Args)]
+pub struct AdminServerArg {
+    #[command(flatten)]
+    server: ServerArg,
 
     /// The bearer token the server's `Admin` service requires, if it does
     /// (`--admin-tokens-file` on the server).
@@ -38,7 +49,8 @@ pub struct ServerArg {
         global = true,
         env = "TOLLGATE_TOKEN",
         value_name = "TOKEN",
-        hide_env_values = true
+        hide_env_values = true,
+        help_heading = "Connection"
     )]
     token: Option<String>,
 }
@@ -75,7 +87,7 @@ impl tonic::service::Interceptor for BearerToken {
     }
 }
 
-impl ServerArg {
+impl AdminServerArg {
     /// The interceptor that sends `--token`, if given.
     pub fn bearer(&self) -> anyhow::Result<BearerToken> {
         BearerToken::new(self.token.as_deref())
@@ -84,19 +96,42 @@ impl ServerArg {
     /// A client of the server's `Admin` service, sending `--token`.
     pub async fn admin(&self) -> anyhow::Result<AdminConnection> {
         Ok(AdminClient::with_interceptor(
-            self.connect().await?,
+            self.server.connect().await?,
             self.bearer()?,
         ))
     }
+}
 
+impl ServerArg {
     pub async fn connect(&self) -> anyhow::Result<Channel> {
         let tls = self.tls.load()?;
         tollgate_client::endpoint(&self.server, Duration::from_secs(5), tls.as_ref())
             .with_context(|| format!("--server {:?}", self.server))?
             .connect()
             .await
-            .with_context(|| format!("connect to {}", self.server))
+            .map_err(|e| unreachable_server(&self.server, &e))
     }
+}
+
+/// A failed connection, said once (tonic's transport error repeats its
+/// cause in its own message) and with what to check.
+fn unreachable_server(server: &str, error: &tonic::transport::Error) -> anyhow::Error {
+    let mut causes = Vec::<String>::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = next {
+        let said = e.to_string();
+        // A message that repeats an earlier one (or is the start of one)
+        // adds nothing.
+        if !causes.iter().any(|c| c.contains(&said)) {
+            causes.retain(|c| !said.contains(c.as_str()));
+            causes.push(said);
+        }
+        next = e.source();
+    }
+    anyhow::anyhow!(
+        "cannot connect to {server}: {}\n(is `tollgate serve` running and listening there? Set the address with --server or TOLLGATE_SERVER.)",
+        causes.join(": ")
+    )
 }
 
 /// The token a pod-facing command sends, for servers that bind pods to
@@ -210,7 +245,21 @@ impl ActorArg {
     }
 }
 
-/// Turns a gRPC status into an error that reads well on a terminal.
+/// Turns a gRPC status into an error that reads well on a terminal, with
+/// a hint where the status says the other end is not a Tollgate server.
 pub fn rpc_error(status: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{:?}: {}", status.code(), status.message())
+    let hint = match status.code() {
+        // What an HTTP server that is not gRPC (the metrics port, a proxy)
+        // answers, as tonic maps it.
+        tonic::Code::Unimplemented | tonic::Code::Unknown | tonic::Code::Internal
+            if status.message().contains("grpc-status header missing") =>
+        {
+            "\n(the server answered HTTP but not gRPC: is --server the gRPC port (default 50051) rather than the metrics port (default 9464)?)"
+        }
+        tonic::Code::Unavailable => {
+            "\n(is `tollgate serve` running and listening there? Set the address with --server or TOLLGATE_SERVER.)"
+        }
+        _ => "",
+    };
+    anyhow::anyhow!("{:?}: {}{hint}", status.code(), status.message())
 }

@@ -174,7 +174,7 @@ pub async fn open(
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
     /// The store to prepare: a PostgreSQL URL or an embedded store file
-    /// [default: $DATABASE_URL, else tollgate.redb].
+    /// [default: $DATABASE_URL; one of them is required].
     #[arg(long, env = "TOLLGATE_STORE")]
     store: Option<String>,
 
@@ -200,7 +200,16 @@ struct MigrationJson {
 
 /// Brings the store's schema up to date; harmless when it already is.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
-    let location = StoreLocation::resolve(args.store.as_deref());
+    // No default file, unlike `serve`: migrating a store nobody named
+    // would create an empty one in the working directory and say it went
+    // well.
+    let location = match StoreLocation::resolve(args.store.as_deref()) {
+        StoreLocation::File(path) if args.store.is_none() => anyhow::bail!(
+            "which store? Give --store PATH|URL (or TOLLGATE_STORE or DATABASE_URL); {} was not assumed",
+            path.display()
+        ),
+        location => location,
+    };
     let mut created = None;
     match &location {
         StoreLocation::Postgres(url) => {

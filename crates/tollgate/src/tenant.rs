@@ -15,12 +15,12 @@ use serde::Serialize;
 use tollgate_proto::v1::{self, admin_client::AdminClient};
 
 use crate::output::{self, Table, field, rfc3339, seconds};
-use crate::remote::{ActorArg, ServerArg, rpc_error};
+use crate::remote::{ActorArg, AdminServerArg, rpc_error};
 
 #[derive(Debug, Args)]
 pub struct TenantArgs {
     #[command(flatten)]
-    server: ServerArg,
+    server: AdminServerArg,
 
     #[command(subcommand)]
     command: TenantCommand,
@@ -49,10 +49,16 @@ enum TenantCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Delete a tenant and its instances.
+    /// Delete a tenant: its buckets, instances and totals
+    ///
+    /// Asks for the tenant id to be typed again unless --yes is given;
+    /// without a terminal to ask on, refuses without --yes.
     Delete {
         #[arg(long)]
         tenant: String,
+        /// Delete without asking.
+        #[arg(long, short = 'y')]
+        yes: bool,
         /// Print JSON instead of a line of text.
         #[arg(long)]
         json: bool,
@@ -87,6 +93,12 @@ enum TenantCommand {
 }
 
 #[derive(Debug, Args)]
+#[command(group(
+    clap::ArgGroup::new("values")
+        .args(["available", "refill_rate", "burst_limit"])
+        .multiple(true)
+        .required(true)
+))]
 struct SetLimitsArgs {
     #[arg(long)]
     tenant: String,
@@ -94,32 +106,57 @@ struct SetLimitsArgs {
     /// request-unit bucket.
     #[arg(long, default_value = "")]
     bucket: String,
-    /// Tokens in the bucket (as of --as-of, if given).
+    /// Tokens in the bucket (as of --as-of, if given). Left out: the
+    /// bucket keeps its tokens.
     #[arg(long, allow_negative_numbers = true)]
-    available: f64,
-    /// Tokens added per second.
+    available: Option<f64>,
+    /// Tokens added per second. Left out: the bucket keeps its rate.
     #[arg(long, allow_negative_numbers = true)]
-    refill_rate: f64,
-    /// Refill pauses at this many tokens; 0 means no burst.
+    refill_rate: Option<f64>,
+    /// Refill pauses at this many tokens; 0 means no burst. Left out: the
+    /// bucket keeps its burst limit.
     #[arg(long, allow_negative_numbers = true)]
-    burst_limit: f64,
-    /// When the consumption these limits are based on was read (RFC 3339,
-    /// e.g. 2026-01-02T03:04:05Z); the server corrects for what happened since.
-    #[arg(long, value_parser = humantime::parse_rfc3339)]
-    as_of: Option<SystemTime>,
-    /// The tenant's cumulative request units at --as-of.
+    burst_limit: Option<f64>,
+    /// When the consumption --available is based on was read (RFC 3339,
+    /// e.g. 2026-01-02T03:04:05Z); the server corrects for what happened
+    /// since. Needs --as-of-consumed.
     #[arg(
         long,
-        default_value_t = 0.0,
-        requires = "as_of",
-        allow_negative_numbers = true
+        value_parser = humantime::parse_rfc3339,
+        requires_all = ["available", "as_of_consumed"]
     )]
-    as_of_consumed: f64,
+    as_of: Option<SystemTime>,
+    /// The tenant's cumulative request units at --as-of (`tenant show`
+    /// prints them); what was consumed after it is taken off --available.
+    #[arg(long, requires = "as_of", allow_negative_numbers = true)]
+    as_of_consumed: Option<f64>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
     actor: ActorArg,
+}
+
+impl SetLimitsArgs {
+    /// The values given, as an update mask; none when all three are (the
+    /// update replaces them all, as servers before masks understand).
+    fn update_mask(&self) -> Option<prost_types::FieldMask> {
+        let given = [
+            ("available_tokens", self.available.is_some()),
+            ("refill_rate", self.refill_rate.is_some()),
+            ("burst_limit", self.burst_limit.is_some()),
+        ];
+        if given.iter().all(|(_, is)| *is) {
+            return None;
+        }
+        Some(prost_types::FieldMask {
+            paths: given
+                .iter()
+                .filter(|(_, is)| *is)
+                .map(|(path, _)| (*path).to_owned())
+                .collect(),
+        })
+    }
 }
 
 pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
@@ -133,16 +170,18 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
             tiering::describe(&mut client, tenant, json).await
         }
         TenantCommand::SetLimits(a) => {
+            let update_mask = a.update_mask();
             let response = client
                 .update_tenant_resource_limits(a.actor.request(
                     v1::UpdateTenantResourceLimitsRequest {
                         tenant_id: a.tenant,
                         bucket: a.bucket,
-                        available_tokens: a.available,
-                        refill_rate: a.refill_rate,
-                        burst_limit: a.burst_limit,
+                        available_tokens: a.available.unwrap_or_default(),
+                        refill_rate: a.refill_rate.unwrap_or_default(),
+                        burst_limit: a.burst_limit.unwrap_or_default(),
                         as_of: a.as_of.map(prost_types::Timestamp::from),
-                        as_of_consumed_tokens: a.as_of_consumed,
+                        as_of_consumed_tokens: a.as_of_consumed.unwrap_or_default(),
+                        update_mask,
                     },
                 ))
                 .await
@@ -200,9 +239,19 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
         TenantCommand::List { json } => print_list(&list(&mut client, "").await?, json),
         TenantCommand::Delete {
             tenant,
+            yes,
             json,
             actor,
         } => {
+            if !yes {
+                let buckets = list(&mut client, &tenant).await?;
+                if buckets.is_empty() {
+                    return Err(rpc_error(tonic::Status::not_found(format!(
+                        "tenant \"{tenant}\" not found"
+                    ))));
+                }
+                confirm_delete(&tenant, &buckets)?;
+            }
             client
                 .delete_tenant(actor.request(v1::DeleteTenantRequest {
                     tenant_id: tenant.clone(),
@@ -218,6 +267,36 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
             })
         }
     }
+}
+
+/// Asks on the terminal for the tenant id to be typed again; refuses when
+/// there is no terminal to ask on.
+fn confirm_delete(tenant: &str, buckets: &[v1::Tenant]) -> anyhow::Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        anyhow::bail!(
+            "not deleting tenant {tenant:?} without confirmation: pass --yes (there is no terminal to ask on)"
+        );
+    }
+    let consumed: f64 = buckets
+        .iter()
+        .map(|b| b.consumption.as_ref().map_or(0.0, |c| c.request_units))
+        .sum();
+    let mut stderr = std::io::stderr();
+    write!(
+        stderr,
+        "Delete tenant {tenant:?}: {} bucket(s), their instances and their totals ({consumed} request units consumed)? \
+         This cannot be undone. Type the tenant id to confirm: ",
+        buckets.len()
+    )?;
+    stderr.flush()?;
+    let mut answer = String::new();
+    stdin.lock().read_line(&mut answer)?;
+    if answer.trim() != tenant {
+        anyhow::bail!("not deleted: the answer was not {tenant:?}");
+    }
+    Ok(())
 }
 
 /// Every bucket of every tenant, or of `tenant` if it is not empty.

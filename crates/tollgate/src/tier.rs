@@ -32,7 +32,7 @@ use tollgate_core::validate;
 use tollgate_proto::v1;
 
 use crate::output::{self, Table, field, rfc3339};
-use crate::remote::{ActorArg, AdminConnection, ServerArg, rpc_error};
+use crate::remote::{ActorArg, AdminConnection, AdminServerArg, rpc_error};
 use definition::{
     BucketFlag, PartitionLimits, TierDefinition, buckets_from_flags, tier_from_proto, tier_to_proto,
 };
@@ -41,7 +41,7 @@ use plan::{Action, BucketChanges, Plan, TierChange};
 #[derive(Debug, Args)]
 pub struct TierArgs {
     #[command(flatten)]
-    server: ServerArg,
+    server: AdminServerArg,
 
     #[command(subcommand)]
     command: TierCommand,
@@ -267,7 +267,7 @@ async fn put(client: &mut AdminConnection, a: PutArgs, must_exist: bool) -> anyh
 
 /// `tier apply`: check the file, read the server's tiers, plan, and
 /// (unless `--dry-run`) send what differs.
-async fn apply(server: &ServerArg, a: ApplyArgs) -> anyhow::Result<()> {
+async fn apply(server: &AdminServerArg, a: ApplyArgs) -> anyhow::Result<()> {
     let name = a.file.display().to_string();
     let text = std::fs::read_to_string(&a.file).with_context(|| format!("read {name}"))?;
     let declared = file::parse(&name, &text)?;

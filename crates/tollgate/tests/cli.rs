@@ -106,7 +106,7 @@ fn tenant_commands_work_against_a_served_store_and_survive_a_restart() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("NotFound"));
 
-    server.ok(&["tenant", "delete", "--tenant", "beta"]);
+    server.ok(&["tenant", "delete", "--tenant", "beta", "--yes"]);
     server.stop();
 
     // Same file, new process: everything is still there.
@@ -242,7 +242,14 @@ fn tenant_delete_json_names_the_deleted_tenant_and_a_failed_delete_prints_nothin
     let (_dir, server) = fresh_server();
     set_limits(&server, "gone", "10", "1");
 
-    let deleted = server.json(&["tenant", "delete", "--tenant", "gone", "--json"]);
+    // Not without asking, and there is no terminal to ask on.
+    assert_failed_with(
+        &server.tollgate(&["tenant", "delete", "--tenant", "gone", "--json"]),
+        "pass --yes",
+    );
+    server.ok(&["tenant", "show", "--tenant", "gone", "--bucket", ""]);
+
+    let deleted = server.json(&["tenant", "delete", "--tenant", "gone", "--yes", "--json"]);
     assert_eq!(deleted, json!({"tenant_id": "gone", "deleted": true}));
     assert_failed_with(
         &server.tollgate(&[
@@ -251,7 +258,7 @@ fn tenant_delete_json_names_the_deleted_tenant_and_a_failed_delete_prints_nothin
         "NotFound",
     );
     assert_failed_with(
-        &server.tollgate(&["tenant", "delete", "--tenant", "gone", "--json"]),
+        &server.tollgate(&["tenant", "delete", "--tenant", "gone", "--yes", "--json"]),
         "NotFound",
     );
 }
@@ -276,6 +283,27 @@ fn migrate_json(store: &Path) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
+
+#[test]
+fn migrate_without_a_store_refuses_and_creates_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = support::command()
+        .arg("migrate")
+        .env_remove("DATABASE_URL")
+        .current_dir(dir.path())
+        .output()
+        .expect("run tollgate migrate");
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("--store"), "{said}");
+    assert!(
+        std::fs::read_dir(dir.path())
+            .expect("read dir")
+            .next()
+            .is_none(),
+        "migrate left a file behind"
+    );
 }
 
 #[test]
@@ -409,4 +437,246 @@ fn bucket_options_reach_each_bucket_and_show_lists_them_all() {
         &server.tollgate(&["tenant", "show", "--tenant", "t1234", "--bucket", "a b"]),
         "bucket",
     );
+}
+
+#[test]
+fn completions_load_in_bash_and_name_the_commands() {
+    let out = support::command()
+        .args(["completions", "bash"])
+        .output()
+        .expect("run tollgate completions");
+    assert!(out.status.success());
+    let script = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(script.contains("set-limits") && script.contains("--as-of-consumed"));
+    // bash itself takes the script and registers the completion.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("tollgate.bash");
+    std::fs::write(&file, &script).expect("write the script");
+    let registered = Command::new("bash")
+        .arg("-c")
+        .arg(format!("source {} && complete -p tollgate", file.display()))
+        .output()
+        .expect("run bash");
+    assert!(
+        registered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&registered.stderr)
+    );
+    assert!(String::from_utf8_lossy(&registered.stdout).contains("tollgate"));
+    for shell in ["zsh", "fish"] {
+        let out = support::command()
+            .args(["completions", shell])
+            .output()
+            .expect("run tollgate completions");
+        assert!(out.status.success(), "{shell}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("set-limits"),
+            "{shell}"
+        );
+    }
+}
+
+#[test]
+fn the_manual_has_a_page_for_every_command() {
+    let out = support::command()
+        .arg("man")
+        .output()
+        .expect("run tollgate man");
+    assert!(out.status.success());
+    let page = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH tollgate"),
+        "{page}"
+    );
+    assert!(page.contains("tenant"), "{page}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pages = dir.path().join("man1");
+    let out = support::command()
+        .args(["man", "--out-dir"])
+        .arg(&pages)
+        .output()
+        .expect("run tollgate man --out-dir");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for page in [
+        "tollgate.1",
+        "tollgate-tenant.1",
+        "tollgate-tenant-set-limits.1",
+        "tollgate-serve.1",
+    ] {
+        assert!(pages.join(page).is_file(), "{page} missing");
+    }
+}
+
+#[test]
+fn help_shows_connection_options_apart_and_pod_request_has_no_admin_token() {
+    let out = support::command()
+        .args(["tenant", "set-limits", "--help"])
+        .output()
+        .expect("run tollgate");
+    let help = String::from_utf8(out.stdout).expect("utf-8");
+    let connection = help.find("Connection:").expect("a Connection heading");
+    for option in ["--server", "--ca-file", "--token"] {
+        let at = help
+            .find(option)
+            .unwrap_or_else(|| panic!("{option} in {help}"));
+        assert!(at > connection, "{option} under Connection: {help}");
+    }
+    let at = help.find("--refill-rate").expect("--refill-rate");
+    assert!(at < connection, "own options first: {help}");
+
+    let out = support::command()
+        .args(["pod", "request", "--help"])
+        .output()
+        .expect("run tollgate");
+    let help = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(help.contains("--pod-token"), "{help}");
+    assert!(!help.contains("--token "), "{help}");
+}
+
+#[test]
+fn a_dead_server_or_the_metrics_port_gives_one_error_with_a_hint() {
+    let port = support::free_port();
+    let out = support::command()
+        .args([
+            "tenant",
+            "list",
+            "--server",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .output()
+        .expect("run tollgate");
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("is `tollgate serve` running"), "{said}");
+    assert_eq!(
+        said.matches("tcp connect error").count(),
+        1,
+        "the cause once: {said}"
+    );
+
+    // An HTTP server that is not gRPC: the metrics port of a real server.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let metrics = support::free_port();
+    let server = Server::start_with(
+        &dir.path().join("tollgate.redb"),
+        &["--metrics-listen", &format!("127.0.0.1:{metrics}")],
+    );
+    let out = support::command()
+        .args([
+            "tenant",
+            "list",
+            "--server",
+            &format!("http://127.0.0.1:{metrics}"),
+        ])
+        .output()
+        .expect("run tollgate");
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("metrics port"), "{said}");
+    server.stop();
+}
+
+#[test]
+fn set_limits_changes_only_what_it_is_given() {
+    let (_dir, server) = fresh_server();
+    server.ok(&[
+        "tenant",
+        "set-limits",
+        "--tenant",
+        "acme",
+        "--available",
+        "500",
+        "--refill-rate",
+        "0",
+        "--burst-limit",
+        "1000",
+    ]);
+    let set = server.json(&[
+        "tenant",
+        "set-limits",
+        "--tenant",
+        "acme",
+        "--burst-limit",
+        "2000",
+        "--json",
+    ]);
+    assert_eq!(set["refill_rate"], 0.0, "{set}");
+    assert_eq!(set["burst_limit"], 2000.0, "{set}");
+    assert_eq!(set["current_tokens"], 500.0, "{set}");
+    // A bucket that does not exist needs all three.
+    assert_failed_with(
+        &server.tollgate(&[
+            "tenant",
+            "set-limits",
+            "--tenant",
+            "new",
+            "--refill-rate",
+            "7",
+        ]),
+        "update_mask",
+    );
+    // Nothing at all is a usage error.
+    assert!(
+        !server
+            .tollgate(&["tenant", "set-limits", "--tenant", "acme"])
+            .status
+            .success()
+    );
+    // --as-of without --as-of-consumed, or in the future: refused.
+    assert!(
+        !server
+            .tollgate(&[
+                "tenant",
+                "set-limits",
+                "--tenant",
+                "acme",
+                "--available",
+                "5",
+                "--as-of",
+                "2026-01-02T03:04:05Z",
+            ])
+            .status
+            .success()
+    );
+    assert_failed_with(
+        &server.tollgate(&[
+            "tenant",
+            "set-limits",
+            "--tenant",
+            "acme",
+            "--available",
+            "5",
+            "--as-of",
+            "2999-01-02T03:04:05Z",
+            "--as-of-consumed",
+            "0",
+        ]),
+        "as_of",
+    );
+    let shown = server.json(&[
+        "tenant", "show", "--tenant", "acme", "--bucket", "", "--json",
+    ]);
+    assert_eq!(
+        shown["current_tokens"], 500.0,
+        "refusals changed nothing: {shown}"
+    );
+
+    let set = server.json(&[
+        "tenant",
+        "set-limits",
+        "--tenant",
+        "acme",
+        "--refill-rate",
+        "7",
+        "--json",
+    ]);
+    assert_eq!(set["refill_rate"], 7.0, "{set}");
+    assert_eq!(set["burst_limit"], 2000.0, "{set}");
+    let tokens = set["current_tokens"].as_f64().expect("tokens");
+    assert!((500.0..510.0).contains(&tokens), "tokens kept: {set}");
 }

@@ -150,7 +150,7 @@ fn rotated_credentials_take_effect_on_sighup_and_a_broken_file_keeps_the_old() {
     );
     assert!(running.admin(VIEWER, &["tenant", "list"]).status.success());
     refused_with(
-        &running.admin(VIEWER, &["tenant", "delete", "--tenant", "acme"]),
+        &running.admin(VIEWER, &["tenant", "delete", "--tenant", "acme", "--yes"]),
         "PermissionDenied",
     );
 

@@ -221,7 +221,7 @@ fn set_limits_and_delete_leave_an_audit_line_with_actor_tenant_and_values() {
     set_limits("50", "7", "200", "alice");
     // Without --actor the client sends $USER.
     let out = Command::new(BIN)
-        .args(["tenant", "delete", "--tenant", "acme"])
+        .args(["tenant", "delete", "--tenant", "acme", "--yes"])
         .env("TOLLGATE_SERVER", &server.url)
         .env_remove("TOLLGATE_ACTOR")
         .env("USER", "bob")

@@ -592,6 +592,7 @@ fn as_of_consumed_tokens_may_be_any_value_up_to_the_total() {
         },
         as_of: Some(at(0.0)),
         as_of_consumed_tokens: total,
+        mask: LimitsMask::ALL,
     };
     reconfigure(&mut rows.head, &update, at(1.0)).expect("the total itself is valid");
     assert_eq!(rows.head.state.tokens, 10.0);
@@ -622,8 +623,8 @@ fn reconfiguration_corrects_for_refill_and_consumption_since_as_of() {
         (2000.0, 10.0, 1000.0, Some(80.0), 300.0, 250.0, 1950.0),
         // Consumption beyond the new allowance puts the bucket in debt.
         (0.0, 1.0, 100.0, Some(90.0), 300.0, 100.0, -190.0),
-        // as_of in the future: no refill.
-        (500.0, 10.0, 1000.0, Some(150.0), 300.0, 300.0, 500.0),
+        // as_of a little in the future (a clock ahead): no refill.
+        (500.0, 10.0, 1000.0, Some(104.0), 300.0, 300.0, 500.0),
     ];
     for (available, refill_rate, burst_limit, as_of, total, as_of_consumed, expected) in cases {
         let mut tenant = bucket(1.0, 1.0, 0.0).head;
@@ -636,6 +637,7 @@ fn reconfiguration_corrects_for_refill_and_consumption_since_as_of() {
             },
             as_of: as_of.map(at),
             as_of_consumed_tokens: as_of_consumed,
+            mask: LimitsMask::ALL,
         };
         reconfigure(&mut tenant, &update, at(100.0)).expect("valid");
         assert_close(tenant.state.tokens, expected, &format!("{update:?}"));
@@ -643,6 +645,82 @@ fn reconfiguration_corrects_for_refill_and_consumption_since_as_of() {
         assert!(tenant.state.configured);
         assert_eq!(tenant.state.last_refill, at(100.0));
     }
+}
+
+#[test]
+fn an_as_of_beyond_the_clock_skew_is_refused_without_change() {
+    let mut tenant = bucket(1.0, 1.0, 7.0).head;
+    let before = tenant.clone();
+    let update = LimitsUpdate {
+        available_tokens: 10.0,
+        limits: Limits {
+            refill_rate: 1.0,
+            burst_limit: 10.0,
+        },
+        as_of: Some(at(100.0 + MAX_AS_OF_AHEAD.as_secs_f64() + 0.5)),
+        as_of_consumed_tokens: 0.0,
+        mask: LimitsMask::ALL,
+    };
+    let err = reconfigure(&mut tenant, &update, at(100.0)).expect_err("in the future");
+    assert!(err.to_string().contains("as_of"), "{err}");
+    assert_eq!(tenant, before);
+}
+
+#[test]
+fn a_masked_update_keeps_what_it_leaves_out() {
+    // 7 tokens at t=0, 1 token/s, burst 100: 17 tokens at t=10.
+    let head = bucket(1.0, 100.0, 7.0).head;
+    let only = |available_tokens, refill_rate, burst_limit| LimitsMask {
+        available_tokens,
+        refill_rate,
+        burst_limit,
+    };
+    let update = |mask| LimitsUpdate {
+        available_tokens: 50.0,
+        limits: Limits {
+            refill_rate: 5.0,
+            burst_limit: 500.0,
+        },
+        as_of: None,
+        as_of_consumed_tokens: 0.0,
+        mask,
+    };
+    // (mask, tokens, refill rate, burst limit) after the update at t=10.
+    let cases = [
+        (only(false, true, false), 17.0, 5.0, 100.0),
+        (only(false, false, true), 17.0, 1.0, 500.0),
+        (only(true, false, false), 50.0, 1.0, 100.0),
+        (only(false, true, true), 17.0, 5.0, 500.0),
+        (LimitsMask::ALL, 50.0, 5.0, 500.0),
+    ];
+    for (mask, tokens, refill_rate, burst_limit) in cases {
+        let mut row = head.clone();
+        reconfigure(&mut row, &update(mask), at(10.0)).expect("valid");
+        assert_close(row.state.tokens, tokens, &format!("{mask:?}"));
+        assert_eq!(row.state.limits.refill_rate, refill_rate, "{mask:?}");
+        assert_eq!(row.state.limits.burst_limit, burst_limit, "{mask:?}");
+        assert!(row.state.configured);
+        // The new rate counts from the update on: 10 s later, 10 × rate more.
+        assert_close(
+            row.state.tokens_at(at(20.0)),
+            (tokens + 10.0 * refill_rate).min(burst_limit),
+            &format!("{mask:?}"),
+        );
+    }
+    // Nothing to set, as_of without available_tokens, part of a bucket
+    // that does not exist: refused.
+    let mut row = head.clone();
+    let err =
+        reconfigure(&mut row, &update(only(false, false, false)), at(10.0)).expect_err("empty");
+    assert!(err.to_string().contains("update_mask"), "{err}");
+    let mut with_as_of = update(only(false, true, false));
+    with_as_of.as_of = Some(at(5.0));
+    let err = reconfigure(&mut row, &with_as_of, at(10.0)).expect_err("as_of alone");
+    assert!(err.to_string().contains("as_of"), "{err}");
+    assert_eq!(row, head);
+    let err = configure(None, &update(only(false, true, false)), at(10.0)).expect_err("new");
+    assert!(err.to_string().contains("update_mask"), "{err}");
+    configure(None, &update(LimitsMask::ALL), at(10.0)).expect("a new bucket, whole");
 }
 
 #[test]
@@ -657,6 +735,7 @@ fn reconfiguration_refuses_bad_input_without_change() {
         },
         as_of: Some(at(0.0)),
         as_of_consumed_tokens: 50.0,
+        mask: LimitsMask::ALL,
     };
     let cases: Vec<(&str, LimitsUpdate)> = vec![
         (
@@ -943,6 +1022,7 @@ fn fallback_is_forgiven_only_for_refill_lost_while_it_ran() {
         limits: rows.head.state.limits,
         as_of: None,
         as_of_consumed_tokens: 0.0,
+        mask: LimitsMask::ALL,
     };
     reconfigure(&mut rows.head, &update, at(30.0)).expect("valid");
     serve(&mut rows, &repaying(2, 1, 100.0, 29.0), 30.0);

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tollgate_core::validate::{self, DEFAULT_TARGET_REQUEST_PERIOD};
 use tollgate_core::{
-    BucketKey, BucketName, Consumption, Grant, InstanceState, InvalidInput, Limits, LimitsUpdate,
-    TenantId, Timestamp, TokenBucketRequest,
+    BucketKey, BucketName, Consumption, Grant, InstanceState, InvalidInput, Limits, LimitsMask,
+    LimitsUpdate, TenantId, Timestamp, TokenBucketRequest,
 };
 use tollgate_proto::v1;
 
@@ -78,9 +78,42 @@ pub fn limits_update(
         },
         as_of: req.as_of.map(|t| timestamp("as_of", t)).transpose()?,
         as_of_consumed_tokens: req.as_of_consumed_tokens,
+        mask: limits_mask(req.update_mask)?,
     };
     update.validate()?;
     Ok((key, update))
+}
+
+/// An update mask's paths as the values they name; none (or no mask) is
+/// all of them.
+fn limits_mask(mask: Option<prost_types::FieldMask>) -> Result<LimitsMask, InvalidInput> {
+    let paths = mask.map(|m| m.paths).unwrap_or_default();
+    if paths.is_empty() {
+        return Ok(LimitsMask::ALL);
+    }
+    let mut set = LimitsMask {
+        available_tokens: false,
+        refill_rate: false,
+        burst_limit: false,
+    };
+    for (i, path) in paths.iter().enumerate() {
+        let named = match path.as_str() {
+            "available_tokens" => &mut set.available_tokens,
+            "refill_rate" => &mut set.refill_rate,
+            "burst_limit" => &mut set.burst_limit,
+            other => {
+                return Err(InvalidInput::new(
+                    format!("update_mask.paths[{i}]"),
+                    format!(
+                        "{:?} is not one of available_tokens, refill_rate, burst_limit",
+                        other.chars().take(64).collect::<String>()
+                    ),
+                ));
+            }
+        };
+        *named = true;
+    }
+    Ok(set)
 }
 
 fn duration(field: &str, d: prost_types::Duration) -> Result<Duration, InvalidInput> {

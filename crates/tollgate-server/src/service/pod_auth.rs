@@ -260,7 +260,12 @@ impl PodAuth {
             metrics.observe_auth_refusal("pod", "unauthenticated");
         }
         if let Some(held_back) = UNAUTHENTICATED.allow() {
-            tracing::warn!(peer = ?peer, reason = why, held_back, "pod call refused: not authenticated");
+            tracing::warn!(
+                peer = %peer.map_or_else(|| "unknown".to_owned(), |p| p.to_string()),
+                reason = why,
+                held_back,
+                "pod call refused: not authenticated"
+            );
         }
         Status::unauthenticated(why.to_owned())
     }

@@ -28,8 +28,8 @@ pub async fn serve_http(
     telemetry: Telemetry,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let local = listener.local_addr().ok();
-    tracing::info!(address = ?local, "metrics and health listening over HTTP");
+    let local = listener.local_addr()?;
+    tracing::info!(address = %local, "metrics and health listening over HTTP");
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))

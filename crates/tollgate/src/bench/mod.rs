@@ -603,6 +603,7 @@ async fn create_buckets(plan: &Plan, channel: &Channel, token: Option<&str>) -> 
                         burst_limit: defaults.limits.burst_limit,
                         as_of: None,
                         as_of_consumed_tokens: 0.0,
+                        update_mask: None,
                     },
                 )
                 .await
