@@ -761,11 +761,21 @@ def cmd_kubernetes() -> int:
             continue
         for doc in load_yaml(path):
             docs[(doc["kind"], doc["metadata"]["name"])] = (name, doc)
-    if "secret.example.yaml" in resources:
-        p.add("kustomization.yaml", "lists secret.example.yaml: applying it would overwrite the real Secret")
+    # The *.example.yaml files are Secrets with placeholders, never applied.
+    examples = sorted(f.name for f in K8S.glob("*.example.yaml"))
+    for name in examples:
+        if name in resources:
+            p.add("kustomization.yaml", f"lists {name}: applying it would overwrite the real Secret")
     for f in sorted(K8S.glob("*.yaml")):
-        if f.name not in resources and f.name not in ("kustomization.yaml", "secret.example.yaml"):
+        if f.name not in resources and f.name != "kustomization.yaml" and f.name not in examples:
             p.add("kustomization.yaml", f"does not list {f.name}")
+    example_secrets = {}
+    for name in examples:
+        doc = load_one(K8S / name)
+        if doc.get("kind") != "Secret":
+            p.add(name, "an example file that is not a Secret")
+            continue
+        example_secrets[doc["metadata"]["name"]] = set(doc.get("stringData", {}))
 
     def get(kind, name=None):
         found = [d for (k, n), (_, d) in docs.items() if k == kind and (name is None or n == name)]
@@ -867,14 +877,33 @@ def cmd_kubernetes() -> int:
             if not str(config.get(key, "")).startswith("0.0.0.0:"):
                 p.add("configmap.yaml", f"{key} must be on 0.0.0.0 in a container")
 
-    # Environment: the Secret of secret.example.yaml, known options.
-    secret = load_one(K8S / "secret.example.yaml")
+        # Files the configuration names (credentials, certificates) lie in
+        # a mounted Secret whose example has them.
+        secret_mounts = {}
+        for mount in server.get("volumeMounts", []):
+            volume = next((v for v in podspec.get("volumes", []) if v["name"] == mount["name"]), None)
+            if volume and "secret" in volume:
+                secret_mounts[mount["mountPath"].rstrip("/")] = volume["secret"]["secretName"]
+                if volume["secret"]["secretName"] not in example_secrets:
+                    p.add(where, f"volume {volume['name']}: Secret {volume['secret']['secretName']} has no *.example.yaml")
+        for key in ("tls-cert", "tls-key", "tls-client-ca", "admin-tokens-file", "pod-tokens-file", "pg-ca-file"):
+            if key not in config:
+                continue
+            path = str(config[key])
+            directory, _, file = path.rpartition("/")
+            secret_name = secret_mounts.get(directory)
+            if secret_name is None:
+                p.add("configmap.yaml", f"{key} = {path!r}: not in a mounted Secret")
+            elif file not in example_secrets.get(secret_name, set()):
+                p.add("configmap.yaml", f"{key} = {path!r}: Secret {secret_name}'s example has no key {file}")
+
+    # Environment: the Secrets of the *.example.yaml files, known options.
     for c in list(containers.values()) + list(inits.values()):
         env = {}
         for e in c.get("env", []):
             ref = e.get("valueFrom", {}).get("secretKeyRef")
-            if ref and (ref["name"] != secret["metadata"]["name"] or ref["key"] not in secret.get("stringData", {})):
-                p.add(where, f"container {c['name']}: {e['name']} refers to a Secret key secret.example.yaml lacks")
+            if ref and ref["key"] not in example_secrets.get(ref["name"], set()):
+                p.add(where, f"container {c['name']}: {e['name']} refers to a Secret key no *.example.yaml has")
             env[e["name"]] = e.get("value", "")
         check_env(p, f"{where}: container {c['name']}", options, {k: v for k, v in env.items() if v})
 

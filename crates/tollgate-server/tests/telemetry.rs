@@ -18,6 +18,7 @@ use tollgate_core::{BucketKey, TenantId};
 use tollgate_proto::v1::key_limits_client::KeyLimitsClient;
 use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
 use tollgate_proto::v1::{self, admin_client::AdminClient};
+use tollgate_server::service::AdminAuth;
 use tollgate_server::store::{BucketSettings, Store};
 use tollgate_server::telemetry::{Telemetry, serve_http};
 use tonic::transport::Channel;
@@ -67,9 +68,15 @@ async fn start(backend: Backend) -> Observed {
             let (store, telemetry, signal) =
                 (Arc::clone(&store), telemetry.clone(), signal(stopped));
             async move {
-                serve_http(http_listener, store, telemetry, signal)
-                    .await
-                    .expect("HTTP server ran");
+                serve_http(
+                    http_listener,
+                    store,
+                    telemetry,
+                    AdminAuth::default(),
+                    signal,
+                )
+                .await
+                .expect("HTTP server ran");
             }
         }),
     ];

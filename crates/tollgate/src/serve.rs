@@ -7,7 +7,7 @@ use anyhow::Context;
 use std::time::Duration;
 
 use tollgate_server::service::credentials::CredentialsFile;
-use tollgate_server::service::{AdminTokens, PodTokens, Watched};
+use tollgate_server::service::{AdminAuth, AdminTokens, PodTokens, Watched};
 use tollgate_server::store::Store;
 use tollgate_server::telemetry::{Telemetry, serve_http};
 use tollgate_server::{GrpcOptions, ServerTls};
@@ -44,6 +44,19 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         }
     }
     let admin_live = admin_tokens.as_ref().map(Watched::live);
+    // The web console's data goes over plain HTTP: it takes the admin
+    // tokens; with client certificates guarding the Admin service and no
+    // tokens, nothing could vouch for a reader, so it stays closed.
+    let console_auth = match (&admin_live, mutual_tls) {
+        (Some(live), _) => AdminAuth::new(Some(Arc::clone(live))),
+        (None, true) => {
+            tracing::info!(
+                "the web console is closed: the Admin service takes client certificates, which plain HTTP cannot check; set --admin-tokens-file to open it"
+            );
+            AdminAuth::nobody()
+        }
+        (None, false) => AdminAuth::new(None),
+    };
     let pod_live = pod_tokens.as_ref().map(Watched::live);
     let store: Arc<dyn Store> =
         location::open(&config.store, &config.postgres, config.settings.clone()).await?;
@@ -76,6 +89,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 http_listener,
                 Arc::clone(&store),
                 telemetry.clone(),
+                console_auth,
                 async move {
                     let _ = stopped.wait_for(|done| *done).await;
                 },

@@ -160,6 +160,17 @@ impl AdminAuth {
         }
     }
 
+    /// Refuses every call: no token is good. For a door that has no way
+    /// to check callers, such as the web console's over plain HTTP when
+    /// client certificates, not tokens, guard the Admin service.
+    pub fn nobody() -> Self {
+        AdminAuth::new(Some(Arc::new(arc_swap::ArcSwap::from_pointee(
+            AdminTokens {
+                table: TokenTable::new(Vec::new()),
+            },
+        ))))
+    }
+
     /// Counts refused calls in `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
@@ -172,6 +183,12 @@ impl AdminAuth {
             inner: service,
             auth: self,
         }
+    }
+
+    /// As for a call of `ListTenants`: whoever may list tenants (any role)
+    /// may read what the web console shows.
+    pub fn check_reader(&self, headers: &http::HeaderMap) -> Result<Option<Operator>, Status> {
+        self.check("/tollgate.v1.Admin/ListTenants", headers)
     }
 
     /// The operator a call to `path` with `metadata` is made by, or why it

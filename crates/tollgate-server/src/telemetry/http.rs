@@ -1,31 +1,40 @@
 //! The HTTP side: `/metrics` for Prometheus, `/healthz` (the process is
-//! alive) and `/readyz` (it can reach its store), on a port of their own.
+//! alive), `/readyz` (it can reach its store) and the web console
+//! (`/console`, its data at `/console/api/buckets`), on a port of their own.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
 
 use super::Telemetry;
+use crate::service::AdminAuth;
 use crate::store::Store;
+
+/// The console page: one static file, its script inline.
+const CONSOLE_PAGE: &str = include_str!("console.html");
 
 #[derive(Clone)]
 struct AppState {
     telemetry: Telemetry,
     store: Arc<dyn Store>,
+    admin: AdminAuth,
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until
-/// `shutdown` completes.
+/// Serves `/metrics`, `/healthz`, `/readyz` and the console on `listener`
+/// until `shutdown` completes. The console's data needs what `admin`
+/// requires of a call of `ListTenants` (an admin token of any role, where
+/// tokens are configured).
 pub async fn serve_http(
     listener: TcpListener,
     store: Arc<dyn Store>,
     telemetry: Telemetry,
+    admin: AdminAuth,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
@@ -34,7 +43,14 @@ pub async fn serve_http(
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
-        .with_state(AppState { telemetry, store });
+        .route("/", get(|| async { Redirect::to("/console") }))
+        .route("/console", get(|| async { Html(CONSOLE_PAGE) }))
+        .route("/console/api/buckets", get(console_buckets))
+        .with_state(AppState {
+            telemetry,
+            store,
+            admin,
+        });
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
@@ -66,5 +82,31 @@ async fn ready(State(state): State<AppState>) -> Response {
             "not ready: the store is unreachable or the server is stopping\n",
         )
             .into_response()
+    }
+}
+
+async fn console_buckets(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(status) = state.admin.check_reader(&headers) {
+        let code = match status.code() {
+            tonic::Code::PermissionDenied => StatusCode::FORBIDDEN,
+            _ => StatusCode::UNAUTHORIZED,
+        };
+        return (code, format!("{}\n", status.message())).into_response();
+    }
+    match state
+        .telemetry
+        .console
+        .view(state.store.as_ref(), &state.telemetry.metrics)
+        .await
+    {
+        Ok(view) => ([(header::CACHE_CONTROL, "no-store")], axum::Json(view)).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "console: cannot read the store");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot read the store: {e}\n"),
+            )
+                .into_response()
+        }
     }
 }

@@ -254,6 +254,45 @@ impl Metrics {
             .inc();
     }
 
+    /// This replica's trickle grants so far, per bucket that had any.
+    pub fn trickle_grants(&self) -> std::collections::HashMap<BucketKey, u64> {
+        let mut found = std::collections::HashMap::new();
+        for family in prometheus::core::Collector::collect(&self.grants) {
+            for metric in family.get_metric() {
+                let label = |name: &str| {
+                    metric
+                        .get_label()
+                        .iter()
+                        .find(|l| l.name() == name)
+                        .map(|l| l.value().to_owned())
+                };
+                if label("grant").as_deref() != Some("trickle") {
+                    continue;
+                }
+                let (Some(tenant), Some(bucket)) = (label("tenant_id"), label("bucket")) else {
+                    continue;
+                };
+                // Labels were made from valid keys; anything else is skipped.
+                let (Ok(tenant), Ok(bucket)) = (
+                    tollgate_core::TenantId::parse("tenant_id", &tenant),
+                    tollgate_core::BucketName::parse("bucket", &bucket),
+                ) else {
+                    continue;
+                };
+                found.insert(
+                    BucketKey::new(tenant, bucket),
+                    metric.get_counter().get_value() as u64,
+                );
+            }
+        }
+        found
+    }
+
+    /// Pod-facing requests this replica has admitted and not yet answered.
+    pub fn pending_requests(&self) -> i64 {
+        self.pending.get()
+    }
+
     /// Counts one answered check: once per bucket it touched, with the
     /// call's verdict.
     pub fn observe_check(&self, call: &CheckCall, answer: &CallAnswer) {

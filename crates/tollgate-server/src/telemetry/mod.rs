@@ -5,8 +5,12 @@
 //! - [`rpc`]: the tower layer that counts and times every RPC.
 //! - [`health`]: readiness from a periodic store probe, published through
 //!   the standard gRPC health service.
-//! - [`http`]: `/metrics`, `/healthz` and `/readyz` over HTTP.
+//! - [`http`]: `/metrics`, `/healthz`, `/readyz` and the web console over
+//!   HTTP.
+//! - [`console`]: what the web console shows, sampled from the store while
+//!   a console is open.
 
+pub mod console;
 pub mod health;
 pub mod http;
 pub mod metrics;
@@ -26,6 +30,7 @@ pub use self::metrics::{Metrics, MetricsError};
 pub struct Telemetry {
     pub metrics: Arc<Metrics>,
     pub health: Arc<Health>,
+    pub console: Arc<console::Console>,
     reporter: HealthReporter,
 }
 
@@ -35,6 +40,7 @@ impl Telemetry {
         Ok(Telemetry {
             metrics: Arc::new(Metrics::new()?),
             health: Arc::new(Health::new(reporter.clone())),
+            console: Arc::new(console::Console::new()),
             reporter,
         })
     }

@@ -1,0 +1,258 @@
+//! The web console on the HTTP port: `/console`, a page that shows the
+//! tenants' buckets (limits, level, request units per second, throttled
+//! and live pods, a chart of the last minutes), and `/console/api/buckets`,
+//! the JSON it polls.
+//!
+//! The page is one static file with its script inline: no build step, and
+//! nothing to serve but itself. The data comes from the store, read at most
+//! every [`SAMPLE_INTERVAL`] whatever the number of open consoles, and only
+//! while a console asks: with no console open, nothing is read. Each read
+//! keeps the first [`MAX_BUCKETS`] buckets (in tenant-id order) and a
+//! history of [`HISTORY`], from which rates are the differences of the
+//! exact totals between reads. Read-only: the console changes nothing, and
+//! wants an admin token (any role) where the Admin service does.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tollgate_core::{BucketKey, Timestamp};
+
+use super::Metrics;
+use crate::store::{BucketSnapshot, Store, StoreError};
+
+/// How often the store is read, at most, while a console is open.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How many buckets a read keeps: the first, in tenant-id and bucket order.
+pub const MAX_BUCKETS: usize = 1000;
+
+/// How far back the charts go.
+pub const HISTORY: Duration = Duration::from_secs(10 * 60);
+
+/// Pods renew about once per target period (10 s by default), so trickle
+/// grants per second × this estimates the pods being throttled.
+const RENEWALS_PER_POD_SECONDS: f64 = 10.0;
+
+/// One bucket as one read found it.
+#[derive(Clone, Debug)]
+struct BucketSample {
+    refill_rate: f64,
+    burst_limit: f64,
+    tokens: f64,
+    live_instances: u32,
+    request_unit_micros: u64,
+    /// This replica's trickle grants to the bucket so far.
+    trickles: u64,
+}
+
+/// One read of the store.
+#[derive(Debug)]
+struct Sample {
+    taken: Instant,
+    read_at: Timestamp,
+    buckets: BTreeMap<BucketKey, BucketSample>,
+    truncated: bool,
+}
+
+/// The console's reads, newest last.
+#[derive(Debug, Default)]
+pub struct Console {
+    samples: tokio::sync::Mutex<VecDeque<Sample>>,
+}
+
+/// What `/console/api/buckets` answers.
+#[derive(Debug, Serialize)]
+pub struct ConsoleView {
+    /// When the store was last read, by its clock: seconds since the Unix
+    /// epoch.
+    pub read_at_unix: f64,
+    pub sample_interval_seconds: f64,
+    /// More buckets exist than [`MAX_BUCKETS`]; only the first are shown.
+    pub truncated: bool,
+    pub total_buckets: usize,
+    pub total_tenants: usize,
+    /// This replica's pod-facing requests in flight.
+    pub pending_requests: i64,
+    pub buckets: Vec<BucketView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BucketView {
+    pub tenant_id: String,
+    /// Empty for the tenant's request-unit bucket.
+    pub bucket: String,
+    pub refill_rate: f64,
+    pub burst_limit: f64,
+    /// The level when read; negative is debt.
+    pub tokens: f64,
+    pub live_instances: u32,
+    /// Between the last two reads; `null` until there are two.
+    pub request_units_per_second: Option<f64>,
+    /// Trickle grants per 10 s from this replica between the last two
+    /// reads: about the pods it throttles.
+    pub throttled_pods: Option<f64>,
+    /// `[unix seconds, request units per second]` between consecutive
+    /// reads, oldest first.
+    pub history: Vec<(f64, f64)>,
+}
+
+impl Console {
+    pub fn new() -> Console {
+        Console::default()
+    }
+
+    /// The view, reading the store first if the last read is older than
+    /// [`SAMPLE_INTERVAL`]. Concurrent callers share one read.
+    pub async fn view(
+        &self,
+        store: &dyn Store,
+        metrics: &Metrics,
+    ) -> Result<ConsoleView, StoreError> {
+        let mut samples = self.samples.lock().await;
+        let stale = samples
+            .back()
+            .is_none_or(|last| last.taken.elapsed() >= SAMPLE_INTERVAL);
+        if stale {
+            let sample = read(store, metrics).await?;
+            samples.push_back(sample);
+            while samples
+                .front()
+                .is_some_and(|first| first.taken.elapsed() > HISTORY)
+            {
+                samples.pop_front();
+            }
+        }
+        Ok(view_of(&samples, metrics))
+    }
+}
+
+async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError> {
+    let taken = Instant::now();
+    let mut listed: Vec<BucketSnapshot> = Vec::new();
+    // One more than kept, to know whether there are more.
+    while listed.len() <= MAX_BUCKETS {
+        let after = listed.last().map(|b| b.key.clone());
+        let want = MAX_BUCKETS + 1 - listed.len();
+        let page = store.list_buckets(after.as_ref(), want.min(1000)).await?;
+        let full = page.len() == want.min(1000);
+        listed.extend(page);
+        if !full {
+            break;
+        }
+    }
+    let truncated = listed.len() > MAX_BUCKETS;
+    listed.truncate(MAX_BUCKETS);
+    let trickles = metrics.trickle_grants();
+    let read_at = listed.first().map_or(Timestamp::EPOCH, |b| b.read_at);
+    let buckets = listed
+        .into_iter()
+        .map(|b| {
+            let sample = BucketSample {
+                refill_rate: b.head.state.limits.refill_rate,
+                burst_limit: b.head.state.limits.burst_limit,
+                tokens: b.current_tokens(),
+                live_instances: b.head.members.live_instances,
+                request_unit_micros: b.head.totals.consumption.request_unit_micros,
+                trickles: trickles.get(&b.key).copied().unwrap_or(0),
+            };
+            (b.key, sample)
+        })
+        .collect();
+    Ok(Sample {
+        taken,
+        read_at,
+        buckets,
+        truncated,
+    })
+}
+
+fn unix_seconds(t: Timestamp) -> f64 {
+    t.unix_micros() as f64 / 1e6
+}
+
+/// Units per second between two cumulative readings `seconds` apart.
+fn per_second(earlier: u64, later: u64, seconds: f64) -> f64 {
+    later.saturating_sub(earlier) as f64 / seconds
+}
+
+fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
+    let Some(last) = samples.back() else {
+        return ConsoleView {
+            read_at_unix: 0.0,
+            sample_interval_seconds: SAMPLE_INTERVAL.as_secs_f64(),
+            truncated: false,
+            total_buckets: 0,
+            total_tenants: 0,
+            pending_requests: metrics.pending_requests(),
+            buckets: Vec::new(),
+        };
+    };
+    let pairs: Vec<(&Sample, &Sample)> = samples.iter().zip(samples.iter().skip(1)).collect();
+    let buckets = last
+        .buckets
+        .iter()
+        .map(|(key, now)| {
+            let mut history = Vec::new();
+            for (before, after) in &pairs {
+                let (Some(b), Some(a)) = (before.buckets.get(key), after.buckets.get(key)) else {
+                    continue;
+                };
+                let seconds = after.taken.duration_since(before.taken).as_secs_f64();
+                if seconds > 0.0 {
+                    let at = unix_seconds(after.read_at);
+                    history.push((
+                        at,
+                        per_second(b.request_unit_micros, a.request_unit_micros, seconds) / 1e6,
+                    ));
+                }
+            }
+            let latest_pair = pairs
+                .last()
+                .and_then(|(before, after)| {
+                    let seconds = after.taken.duration_since(before.taken).as_secs_f64();
+                    before.buckets.get(key).map(|b| (b, seconds))
+                })
+                .filter(|(_, seconds)| *seconds > 0.0);
+            BucketView {
+                tenant_id: key.tenant.as_str().to_owned(),
+                bucket: key.bucket.as_str().to_owned(),
+                refill_rate: now.refill_rate,
+                burst_limit: now.burst_limit,
+                tokens: now.tokens,
+                live_instances: now.live_instances,
+                request_units_per_second: latest_pair.map(|(b, seconds)| {
+                    per_second(b.request_unit_micros, now.request_unit_micros, seconds) / 1e6
+                }),
+                throttled_pods: latest_pair.map(|(b, seconds)| {
+                    per_second(b.trickles, now.trickles, seconds) * RENEWALS_PER_POD_SECONDS
+                }),
+                history,
+            }
+        })
+        .collect::<Vec<_>>();
+    let mut tenants: Vec<&str> = buckets.iter().map(|b| b.tenant_id.as_str()).collect();
+    tenants.dedup();
+    ConsoleView {
+        read_at_unix: unix_seconds(last.read_at),
+        sample_interval_seconds: SAMPLE_INTERVAL.as_secs_f64(),
+        truncated: last.truncated,
+        total_buckets: buckets.len(),
+        total_tenants: tenants.len(),
+        pending_requests: metrics.pending_requests(),
+        buckets,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_differences_of_totals_over_the_time_between_reads() {
+        assert_eq!(per_second(1_000_000, 6_000_000, 5.0), 1_000_000.0);
+        // A total never decreases; a smaller later reading (a bucket
+        // deleted and made again) gives zero, not a negative rate.
+        assert_eq!(per_second(6_000_000, 1_000_000, 5.0), 0.0);
+    }
+}
