@@ -70,7 +70,34 @@ fn cumulative(values: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-fn draw(path: &Path, title: &str, y_desc: &str, lines: &[Line]) -> Result<(), SimError> {
+/// The server's outages, as `(start, end)` in seconds of virtual time:
+/// shaded on the plots of a workload that has them.
+fn outage_spans(run: &WorkloadRun) -> Vec<(f64, f64)> {
+    run.workload
+        .outages
+        .iter()
+        .map(|o| {
+            let start = o.start.as_secs_f64();
+            (start, start + o.duration.as_secs_f64())
+        })
+        .collect()
+}
+
+const OUTAGE_SHADE: RGBColor = RGBColor(225, 225, 225);
+
+/// The share of the plot's height the legend takes, with `entries` rows:
+/// about 22 px a row of the 400 px a plot area has, and a margin.
+fn legend_share(entries: usize) -> f64 {
+    (0.055 * entries as f64 + 0.04).min(0.6)
+}
+
+fn draw(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    lines: &[Line],
+    outages: &[(f64, f64)],
+) -> Result<(), SimError> {
     let fail = |e: &dyn std::fmt::Display| SimError::Plot {
         path: path.to_owned(),
         message: e.to_string(),
@@ -84,7 +111,12 @@ fn draw(path: &Path, title: &str, y_desc: &str, lines: &[Line]) -> Result<(), Si
             y_max = y_max.max(y);
         }
     }
-    let pad = (y_max - y_min) * 0.05;
+    // Room above the data for the legend (upper left), so that it covers
+    // none of the lines: the legend's share of the height is left empty.
+    let range = (y_max - y_min).max(f64::MIN_POSITIVE);
+    let entries = lines.len() + usize::from(!outages.is_empty());
+    let share = legend_share(entries);
+    let (y_low, y_high) = (y_min - range * 0.05, y_max + range * share / (1.0 - share));
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -94,7 +126,7 @@ fn draw(path: &Path, title: &str, y_desc: &str, lines: &[Line]) -> Result<(), Si
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(72)
-            .build_cartesian_2d(0.0..x_max, (y_min - pad)..(y_max + pad))
+            .build_cartesian_2d(0.0..x_max, y_low..y_high)
             .map_err(|e| fail(&e))?;
         chart
             .configure_mesh()
@@ -103,19 +135,38 @@ fn draw(path: &Path, title: &str, y_desc: &str, lines: &[Line]) -> Result<(), Si
             .light_line_style(WHITE.mix(0.0))
             .draw()
             .map_err(|e| fail(&e))?;
+        if !outages.is_empty() {
+            chart
+                .draw_series(outages.iter().map(|&(start, end)| {
+                    Rectangle::new([(start, y_low), (end, y_high)], OUTAGE_SHADE.filled())
+                }))
+                .map_err(|e| fail(&e))?
+                .label("server outage")
+                .legend(|(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 20, y + 5)], OUTAGE_SHADE.filled())
+                });
+        }
         for line in lines {
             let color = line.color;
-            let style = ShapeStyle::from(&color).stroke_width(if line.dashed { 1 } else { 2 });
+            let width = if line.dashed { 1 } else { 2 };
+            let style = ShapeStyle::from(&color).stroke_width(width);
+            // A dash of 6 and a gap of 4, on the plot and in the legend.
+            let (dash, gap) = if line.dashed { (6, 4) } else { (10_000, 0) };
             let series = chart
                 .draw_series(DashedLineSeries::new(
                     line.points.iter().copied(),
-                    if line.dashed { 6 } else { 10_000 },
-                    if line.dashed { 4 } else { 0 },
+                    dash,
+                    gap,
                     style,
                 ))
                 .map_err(|e| fail(&e))?;
             series.label(line.label.clone()).legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                plotters::element::DashedPathElement::new(
+                    vec![(x, y), (x + 20, y)],
+                    dash,
+                    gap,
+                    style,
+                )
             });
         }
         chart
@@ -159,6 +210,7 @@ pub fn write_plots(run: &WorkloadRun, dir: &Path) -> Result<Vec<PathBuf>, SimErr
     let ideal = &run.ideal;
     let times = &ideal.times;
     let ideal_cumulative = cumulative(&ideal.admitted_total());
+    let outages = outage_spans(run);
     let mut files = Vec::new();
 
     let mut admitted = vec![Line {
@@ -204,7 +256,7 @@ pub fn write_plots(run: &WorkloadRun, dir: &Path) -> Result<Vec<PathBuf>, SimErr
     }
     let mut plot = |file: String, title: String, y: &str, lines: &[Line]| {
         let path = dir.join(&file);
-        draw(&path, &title, y, lines)?;
+        draw(&path, &title, y, lines, &outages)?;
         files.push(PathBuf::from(file));
         Ok::<(), SimError>(())
     };

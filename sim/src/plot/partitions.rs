@@ -76,6 +76,7 @@ pub fn write_partition_plots(
             &format!("{name}: {}, per second", spot.describe()),
             "operations / limit",
             &lines,
+            &[],
         )?;
         files.push(PathBuf::from(file));
     }
