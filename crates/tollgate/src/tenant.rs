@@ -7,6 +7,7 @@
 //! code and message.
 
 mod tiering;
+mod watch;
 
 use std::time::SystemTime;
 
@@ -82,6 +83,11 @@ enum TenantCommand {
     /// most reads and writes per second of any one partition, summed over
     /// its pods), replacing its tier's for that table.
     TableLimits(tiering::TableLimitsArgs),
+    /// Watch the busiest buckets live, as `top` does processes
+    ///
+    /// Every --interval: limits, level, request units and granted tokens
+    /// per second (from the exact totals), live pods; busiest first.
+    Watch(watch::WatchArgs),
     /// Show a tenant's tier, overrides and buckets.
     Describe {
         #[arg(long)]
@@ -166,6 +172,7 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
         TenantCommand::SetTier(a) => tiering::set_tier(&mut client, a).await,
         TenantCommand::Override(a) => tiering::override_(&mut client, a).await,
         TenantCommand::TableLimits(a) => tiering::table_limits(&mut client, a).await,
+        TenantCommand::Watch(a) => watch::watch(&mut client, a).await,
         TenantCommand::Describe { tenant, json } => {
             tiering::describe(&mut client, tenant, json).await
         }

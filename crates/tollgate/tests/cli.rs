@@ -680,3 +680,58 @@ fn set_limits_changes_only_what_it_is_given() {
     let tokens = set["current_tokens"].as_f64().expect("tokens");
     assert!((500.0..510.0).contains(&tokens), "tokens kept: {set}");
 }
+
+#[test]
+fn tenant_watch_shows_request_units_per_second_between_frames() {
+    let (_dir, server) = fresh_server();
+    set_limits(&server, "acme", "1000", "100");
+    set_limits(&server, "idle", "10", "1");
+    let watching = Command::new(support::BIN)
+        .args(["tenant", "watch", "--interval", "1s", "--count", "2"])
+        .env("TOLLGATE_SERVER", &server.url)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run tollgate tenant watch");
+    // Between the first frame (at once) and the second (a second later).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    server.ok(&[
+        "pod",
+        "request",
+        "--tenant",
+        "acme",
+        "--tokens",
+        "10",
+        "--report-ru",
+        "100",
+    ]);
+    let out = watching
+        .wait_with_output()
+        .expect("watch ends after two frames");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let frames: Vec<&str> = text.split("\n\n20").collect();
+    assert_eq!(frames.len(), 2, "two frames: {text}");
+    assert!(
+        frames[0].contains("2 tenants, 2 buckets, – request units/s"),
+        "{text}"
+    );
+    // The busiest first, at about 100 request units/s.
+    let second = frames[1];
+    let acme = second
+        .lines()
+        .find(|l| l.starts_with("acme"))
+        .expect("acme's row");
+    let idle = second
+        .lines()
+        .find(|l| l.starts_with("idle"))
+        .expect("idle's row");
+    assert!(second.find("acme").expect("acme") < second.find("idle").expect("idle"));
+    let ru: f64 = acme
+        .split_whitespace()
+        .nth(6)
+        .expect("RU/S")
+        .parse()
+        .expect("a number");
+    assert!((60.0..=110.0).contains(&ru), "{acme}");
+    assert!(idle.contains(" 0.0 "), "{idle}");
+}

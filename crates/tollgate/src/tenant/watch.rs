@@ -1,0 +1,167 @@
+//! `tollgate tenant watch`: a live view in the terminal, as `top` is for
+//! processes. Every interval it lists the buckets (every tenant's, or one
+//! tenant's) and shows the busiest first: limits, level, request units
+//! and granted tokens per second (differences of the exact totals between
+//! two listings), live pods. On a terminal each frame replaces the last;
+//! otherwise frames follow each other, each under its time.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use tollgate_proto::v1;
+
+use super::{bucket_label, list};
+use crate::output::Table;
+use crate::remote::AdminConnection;
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Only this tenant's buckets [default: every tenant's].
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Time between two listings (at least 1s).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    interval: Duration,
+    /// Show this many buckets, the busiest first.
+    #[arg(long, default_value_t = 20)]
+    top: usize,
+    /// Stop after this many frames [default: until interrupted].
+    #[arg(long)]
+    count: Option<u64>,
+}
+
+/// A bucket's totals at one listing.
+#[derive(Clone, Copy)]
+struct Totals {
+    request_unit_micros: u64,
+    granted_tokens: f64,
+}
+
+type Key = (String, String);
+
+pub async fn watch(client: &mut AdminConnection, args: WatchArgs) -> anyhow::Result<()> {
+    if args.interval < Duration::from_secs(1) {
+        anyhow::bail!("--interval: at least 1s, got {:?}", args.interval);
+    }
+    let terminal = std::io::stdout().is_terminal();
+    let mut previous: Option<(Instant, HashMap<Key, Totals>)> = None;
+    let mut frames = 0u64;
+    let mut ticks = tokio::time::interval(args.interval);
+    loop {
+        ticks.tick().await;
+        let listed = list(client, args.tenant.as_deref().unwrap_or("")).await?;
+        let taken = Instant::now();
+        let totals: HashMap<Key, Totals> = listed
+            .iter()
+            .map(|b| {
+                let c = b.consumption.unwrap_or_default();
+                (
+                    (b.tenant_id.clone(), b.bucket.clone()),
+                    Totals {
+                        request_unit_micros: c.request_unit_micros,
+                        granted_tokens: b.granted_tokens,
+                    },
+                )
+            })
+            .collect();
+        let frame = render(&listed, &totals, previous.as_ref(), taken, args.top);
+        let mut out = std::io::stdout().lock();
+        if terminal {
+            // Home and clear, then the frame: the view updates in place.
+            write!(out, "\x1b[H\x1b[2J")?;
+        } else if frames > 0 {
+            writeln!(out)?;
+        }
+        let when = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+        writeln!(out, "{when}  {frame}")?;
+        out.flush()?;
+        frames += 1;
+        if args.count.is_some_and(|count| frames >= count) {
+            return Ok(());
+        }
+        previous = Some((taken, totals));
+    }
+}
+
+/// One frame: a line of totals, then the busiest buckets.
+fn render(
+    listed: &[v1::Tenant],
+    totals: &HashMap<Key, Totals>,
+    previous: Option<&(Instant, HashMap<Key, Totals>)>,
+    taken: Instant,
+    top: usize,
+) -> String {
+    // Per bucket: request units and granted tokens per second since the
+    // last listing (None on the first, or for a bucket new since).
+    let rates = |key: &Key| -> Option<(f64, f64)> {
+        let (at, before) = previous?;
+        let seconds = taken.duration_since(*at).as_secs_f64();
+        let (then, now) = (before.get(key)?, totals.get(key)?);
+        (seconds > 0.0).then(|| {
+            (
+                now.request_unit_micros
+                    .saturating_sub(then.request_unit_micros) as f64
+                    / 1e6
+                    / seconds,
+                (now.granted_tokens - then.granted_tokens).max(0.0) / seconds,
+            )
+        })
+    };
+    let mut rows: Vec<(&v1::Tenant, Option<(f64, f64)>)> = listed
+        .iter()
+        .map(|b| (b, rates(&(b.tenant_id.clone(), b.bucket.clone()))))
+        .collect();
+    // Busiest first; before rates exist, by tenant id as listed.
+    rows.sort_by(|a, b| {
+        let ru = |r: &Option<(f64, f64)>| r.map_or(0.0, |(ru, _)| ru);
+        ru(&b.1).total_cmp(&ru(&a.1))
+    });
+    let tenants = {
+        let mut ids: Vec<&str> = listed.iter().map(|b| b.tenant_id.as_str()).collect();
+        ids.dedup();
+        ids.len()
+    };
+    let total_ru: f64 = rows.iter().filter_map(|(_, r)| r.map(|(ru, _)| ru)).sum();
+    let in_debt = listed.iter().filter(|b| b.current_tokens < 0.0).count();
+    let header = format!(
+        "{tenants} tenants, {} buckets, {} request units/s in all, {in_debt} in debt{}",
+        listed.len(),
+        if previous.is_some() {
+            format!("{total_ru:.1}")
+        } else {
+            "–".to_owned()
+        },
+        if listed.len() > top {
+            format!(" (the {top} busiest shown)")
+        } else {
+            String::new()
+        }
+    );
+    let mut table = Table::with_header(&[
+        "TENANT",
+        "BUCKET",
+        "REFILL/S",
+        "BURST",
+        "TOKENS",
+        "RU/S",
+        "GRANTED/S",
+        "LIVE PODS",
+    ]);
+    let shown = |v: Option<f64>| v.map_or_else(|| "–".to_owned(), |v| format!("{v:.1}"));
+    for (b, rate) in rows.iter().take(top) {
+        let limits = b.limits.unwrap_or_default();
+        table.push(vec![
+            b.tenant_id.clone(),
+            bucket_label(&b.bucket).to_owned(),
+            limits.refill_rate.to_string(),
+            limits.burst_limit.to_string(),
+            format!("{:.1}", b.current_tokens),
+            shown(rate.map(|(ru, _)| ru)),
+            shown(rate.map(|(_, granted)| granted)),
+            b.live_instances.to_string(),
+        ]);
+    }
+    format!("{header}\n\n{table}")
+}
