@@ -734,4 +734,9 @@ fn tenant_watch_shows_request_units_per_second_between_frames() {
         .expect("a number");
     assert!((60.0..=110.0).contains(&ru), "{acme}");
     assert!(idle.contains(" 0.0 "), "{idle}");
+
+    assert_failed_with(
+        &server.tollgate(&["tenant", "watch", "--tenant", "nobody", "--count", "1"]),
+        "NotFound",
+    );
 }

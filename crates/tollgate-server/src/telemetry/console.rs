@@ -247,6 +247,79 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tollgate_core::{BucketName, TenantId};
+
+    fn key(tenant: &str) -> BucketKey {
+        BucketKey::new(
+            TenantId::parse("tenant_id", tenant).expect("tenant"),
+            BucketName::REQUEST_UNITS,
+        )
+    }
+
+    fn sample(taken: Instant, secs: f64, buckets: &[(&str, u64, u64)]) -> Sample {
+        Sample {
+            taken,
+            read_at: Timestamp::from_secs_f64(secs),
+            buckets: buckets
+                .iter()
+                .map(|&(tenant, micros, trickles)| {
+                    (
+                        key(tenant),
+                        BucketSample {
+                            refill_rate: 10.0,
+                            burst_limit: 100.0,
+                            tokens: 5.0,
+                            live_instances: 2,
+                            request_unit_micros: micros,
+                            trickles,
+                        },
+                    )
+                })
+                .collect(),
+            truncated: false,
+        }
+    }
+
+    #[test]
+    fn the_view_has_rates_from_the_last_two_reads_and_a_point_per_pair() {
+        let metrics = Metrics::new().expect("metrics");
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let samples: VecDeque<Sample> = [
+            sample(at(0), 100.0, &[("acme", 0, 0)]),
+            // 50 request units in 5 s; two trickles.
+            sample(
+                at(5),
+                105.0,
+                &[("acme", 50_000_000, 2), ("new", 7_000_000, 0)],
+            ),
+            // 10 more in 5 s; one more trickle.
+            sample(
+                at(10),
+                110.0,
+                &[("acme", 60_000_000, 3), ("new", 7_000_000, 0)],
+            ),
+        ]
+        .into();
+        let view = view_of(&samples, &metrics);
+        assert_eq!(view.total_buckets, 2);
+        assert_eq!(view.read_at_unix, 110.0);
+        let acme = &view.buckets[0];
+        assert_eq!(acme.tenant_id, "acme");
+        assert_eq!(acme.request_units_per_second, Some(2.0));
+        // One trickle in 5 s: two pods renewing every 10 s.
+        assert_eq!(acme.throttled_pods, Some(2.0));
+        assert_eq!(acme.history, vec![(105.0, 10.0), (110.0, 2.0)]);
+        // A bucket first seen in the middle read: one pair so far.
+        let new = &view.buckets[1];
+        assert_eq!(new.request_units_per_second, Some(0.0));
+        assert_eq!(new.history, vec![(110.0, 0.0)]);
+        // One read: levels, no rates yet.
+        let first: VecDeque<Sample> = [sample(at(0), 100.0, &[("acme", 0, 0)])].into();
+        let view = view_of(&first, &metrics);
+        assert_eq!(view.buckets[0].request_units_per_second, None);
+        assert!(view.buckets[0].history.is_empty());
+    }
 
     #[test]
     fn rates_are_differences_of_totals_over_the_time_between_reads() {

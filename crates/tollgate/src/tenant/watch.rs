@@ -52,6 +52,15 @@ pub async fn watch(client: &mut AdminConnection, args: WatchArgs) -> anyhow::Res
     loop {
         ticks.tick().await;
         let listed = list(client, args.tenant.as_deref().unwrap_or("")).await?;
+        if frames == 0
+            && listed.is_empty()
+            && let Some(tenant) = &args.tenant
+        {
+            // As `tenant show` says it, rather than empty frames forever.
+            return Err(crate::remote::rpc_error(tonic::Status::not_found(format!(
+                "tenant \"{tenant}\" not found"
+            ))));
+        }
         let taken = Instant::now();
         let totals: HashMap<Key, Totals> = listed
             .iter()
