@@ -113,6 +113,9 @@ impl ServerArg {
     }
 }
 
+/// What to check when no Tollgate server answers at `--server`.
+const NOT_RUNNING_HINT: &str = "(is `tollgate serve` running and listening there? Set the address with --server or TOLLGATE_SERVER.)";
+
 /// A failed connection, said once (tonic's transport error repeats its
 /// cause in its own message) and with what to check.
 fn unreachable_server(server: &str, error: &tonic::transport::Error) -> anyhow::Error {
@@ -129,7 +132,7 @@ fn unreachable_server(server: &str, error: &tonic::transport::Error) -> anyhow::
         next = e.source();
     }
     anyhow::anyhow!(
-        "cannot connect to {server}: {}\n(is `tollgate serve` running and listening there? Set the address with --server or TOLLGATE_SERVER.)",
+        "cannot connect to {server}: {}\n{NOT_RUNNING_HINT}",
         causes.join(": ")
     )
 }
@@ -254,12 +257,10 @@ pub fn rpc_error(status: tonic::Status) -> anyhow::Error {
         tonic::Code::Unimplemented | tonic::Code::Unknown | tonic::Code::Internal
             if status.message().contains("grpc-status header missing") =>
         {
-            "\n(the server answered HTTP but not gRPC: is --server the gRPC port (default 50051) rather than the metrics port (default 9464)?)"
+            "\n(the server answered HTTP but not gRPC: is --server the gRPC port (default 50051) rather than the metrics port (default 9464)?)".to_owned()
         }
-        tonic::Code::Unavailable => {
-            "\n(is `tollgate serve` running and listening there? Set the address with --server or TOLLGATE_SERVER.)"
-        }
-        _ => "",
+        tonic::Code::Unavailable => format!("\n{NOT_RUNNING_HINT}"),
+        _ => String::new(),
     };
     anyhow::anyhow!("{:?}: {}{hint}", status.code(), status.message())
 }

@@ -217,10 +217,7 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
         } => {
             let listed = list(&mut client, &tenant).await?;
             if listed.is_empty() {
-                // As the server words it for one bucket.
-                return Err(rpc_error(tonic::Status::not_found(format!(
-                    "tenant \"{tenant}\" not found"
-                ))));
+                return Err(tenant_not_found(&tenant));
             }
             // Scripts read the tier with `tenant describe`: the JSON stays
             // a list of buckets.
@@ -253,9 +250,7 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
             if !yes {
                 let buckets = list(&mut client, &tenant).await?;
                 if buckets.is_empty() {
-                    return Err(rpc_error(tonic::Status::not_found(format!(
-                        "tenant \"{tenant}\" not found"
-                    ))));
+                    return Err(tenant_not_found(&tenant));
                 }
                 confirm_delete(&tenant, &buckets)?;
             }
@@ -274,6 +269,13 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
             })
         }
     }
+}
+
+/// A tenant with no bucket, worded as the server words it for one bucket.
+fn tenant_not_found(tenant: &str) -> anyhow::Error {
+    rpc_error(tonic::Status::not_found(format!(
+        "tenant \"{tenant}\" not found"
+    )))
 }
 
 /// Asks on the terminal for the tenant id to be typed again; refuses when

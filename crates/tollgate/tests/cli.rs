@@ -441,12 +441,15 @@ fn bucket_options_reach_each_bucket_and_show_lists_them_all() {
 
 #[test]
 fn completions_load_in_bash_and_name_the_commands() {
-    let out = support::command()
-        .args(["completions", "bash"])
-        .output()
-        .expect("run tollgate completions");
-    assert!(out.status.success());
-    let script = String::from_utf8(out.stdout).expect("utf-8");
+    let completions = |shell: &str| {
+        let out = support::command()
+            .args(["completions", shell])
+            .output()
+            .expect("run tollgate completions");
+        assert!(out.status.success(), "{shell}");
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let script = completions("bash");
     assert!(script.contains("set-limits") && script.contains("--as-of-consumed"));
     // bash itself takes the script and registers the completion.
     let dir = tempfile::tempdir().expect("tempdir");
@@ -464,15 +467,7 @@ fn completions_load_in_bash_and_name_the_commands() {
     );
     assert!(String::from_utf8_lossy(&registered.stdout).contains("tollgate"));
     for shell in ["zsh", "fish"] {
-        let out = support::command()
-            .args(["completions", shell])
-            .output()
-            .expect("run tollgate completions");
-        assert!(out.status.success(), "{shell}");
-        assert!(
-            String::from_utf8_lossy(&out.stdout).contains("set-limits"),
-            "{shell}"
-        );
+        assert!(completions(shell).contains("set-limits"), "{shell}");
     }
 }
 
@@ -584,18 +579,7 @@ fn a_dead_server_or_the_metrics_port_gives_one_error_with_a_hint() {
 #[test]
 fn set_limits_changes_only_what_it_is_given() {
     let (_dir, server) = fresh_server();
-    server.ok(&[
-        "tenant",
-        "set-limits",
-        "--tenant",
-        "acme",
-        "--available",
-        "500",
-        "--refill-rate",
-        "0",
-        "--burst-limit",
-        "1000",
-    ]);
+    set_limits(&server, "acme", "500", "0");
     let set = server.json(&[
         "tenant",
         "set-limits",

@@ -1,7 +1,7 @@
 //! The web console in a real browser: `tollgate serve` with admin tokens,
 //! two tenants (one throttled), and headless Chromium loading `/console`.
 //! What the page shows after its script ran (Chromium's `--dump-dom`) is
-//! checked, and a screenshot is kept in `target/console/console.png`.
+//! checked, and a screenshot is kept in `target/tmp/console/console.png`.
 //!
 //! Chromium is looked up on `PATH` (`chromium`, `chromium-browser`,
 //! `google-chrome`) or at `TOLLGATE_CHROMIUM`; CI installs Debian's and
@@ -12,25 +12,14 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use support::{Served, free_port};
+use support::{Server, free_port};
 
 const OPERATOR_TOKEN: &str = "console-test-operator-token";
 const READER_TOKEN: &str = "console-test-read-only-token";
-
-fn chromium() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("TOLLGATE_CHROMIUM") {
-        return Some(PathBuf::from(path));
-    }
-    let path = std::env::var_os("PATH")?;
-    ["chromium", "chromium-browser", "google-chrome"]
-        .iter()
-        .flat_map(|name| std::env::split_paths(&path).map(move |dir| dir.join(name)))
-        .find(|candidate| candidate.is_file())
-}
 
 /// A plain HTTP/1.0 GET: the status code and the body.
 fn get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
@@ -105,12 +94,11 @@ fn number(text: &str) -> f64 {
 
 #[test]
 fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
-    let Some(chromium) = chromium() else {
-        assert!(
-            std::env::var_os("TOLLGATE_REQUIRE_CHROMIUM").is_none(),
-            "TOLLGATE_REQUIRE_CHROMIUM is set but Chromium is not on PATH"
-        );
-        eprintln!("chromium not found: skipped (CI installs it)");
+    let Some(chromium) = support::external_tool(
+        "TOLLGATE_CHROMIUM",
+        &["chromium", "chromium-browser", "google-chrome"],
+        "TOLLGATE_REQUIRE_CHROMIUM",
+    ) else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -121,53 +109,26 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
     )
     .expect("write tokens");
     let (port, metrics) = (free_port(), free_port());
-    let server = Served(
-        support::command()
-            .arg("serve")
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
-            .arg("--store")
-            .arg(dir.path().join("tollgate.redb"))
-            .arg("--admin-tokens-file")
-            .arg(&tokens)
-            .env("RUST_LOG", "warn")
-            .spawn()
-            .expect("spawn tollgate serve"),
+    let store = dir.path().join("tollgate.redb");
+    let server = Server::start_logged_as(
+        &[
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--metrics-listen",
+            &format!("127.0.0.1:{metrics}"),
+            "--store",
+            &store.display().to_string(),
+            "--admin-tokens-file",
+            &tokens.display().to_string(),
+        ],
+        &[],
+        port,
+        &dir.path().join("server.log"),
+        Some(OPERATOR_TOKEN),
     );
-    let url = format!("http://127.0.0.1:{port}");
-    let tollgate = |args: &[&str]| {
-        let out = support::command()
-            .args(args)
-            .env("TOLLGATE_SERVER", &url)
-            .env("TOLLGATE_TOKEN", OPERATOR_TOKEN)
-            .output()
-            .expect("run tollgate");
-        assert!(
-            out.status.success(),
-            "tollgate {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    // Up when the Admin service answers.
-    let mut up = false;
-    for _ in 0..200 {
-        let out = support::command()
-            .args(["tenant", "list"])
-            .env("TOLLGATE_SERVER", &url)
-            .env("TOLLGATE_TOKEN", OPERATOR_TOKEN)
-            .output()
-            .expect("run tollgate");
-        if out.status.success() {
-            up = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(up, "the server did not come up");
-
     // acme: 1 token/s and 10 held, so 100 tokens come as a trickle
     // (throttled); globex: plenty.
-    tollgate(&[
+    server.ok(&[
         "tenant",
         "set-limits",
         "--tenant",
@@ -179,7 +140,7 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
         "--burst-limit",
         "10",
     ]);
-    tollgate(&[
+    server.ok(&[
         "tenant",
         "set-limits",
         "--tenant",
@@ -211,7 +172,7 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
 
     // Between the first read and the next (5 s later): 500 request units
     // for globex, and three trickles for acme.
-    tollgate(&[
+    server.ok(&[
         "pod",
         "request",
         "--tenant",
@@ -222,7 +183,7 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
         "500",
     ]);
     for instance in ["1", "2", "3"] {
-        tollgate(&[
+        server.ok(&[
             "pod",
             "request",
             "--tenant",
@@ -295,5 +256,5 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
     );
     assert!(asked.contains("an admin token is needed"), "{asked}");
     assert!(!asked.contains("data-tenant=\"acme\""), "{asked}");
-    drop(server);
+    server.stop();
 }

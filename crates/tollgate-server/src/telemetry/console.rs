@@ -19,7 +19,8 @@ use serde::Serialize;
 use tollgate_core::{BucketKey, Timestamp};
 
 use super::Metrics;
-use crate::store::{BucketSnapshot, Store, StoreError};
+use super::metrics::read_buckets;
+use crate::store::{Store, StoreError};
 
 /// How often the store is read, at most, while a console is open.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
@@ -129,18 +130,8 @@ impl Console {
 
 async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError> {
     let taken = Instant::now();
-    let mut listed: Vec<BucketSnapshot> = Vec::new();
     // One more than kept, to know whether there are more.
-    while listed.len() <= MAX_BUCKETS {
-        let after = listed.last().map(|b| b.key.clone());
-        let want = MAX_BUCKETS + 1 - listed.len();
-        let page = store.list_buckets(after.as_ref(), want.min(1000)).await?;
-        let full = page.len() == want.min(1000);
-        listed.extend(page);
-        if !full {
-            break;
-        }
-    }
+    let mut listed = read_buckets(store, MAX_BUCKETS + 1).await?;
     let truncated = listed.len() > MAX_BUCKETS;
     listed.truncate(MAX_BUCKETS);
     let trickles = metrics.trickle_grants();

@@ -42,7 +42,7 @@ use crate::store::{
 /// How old the store's metrics may be when a scrape is served them.
 pub const DEFAULT_STORE_READ_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Buckets read per store call while scraping.
+/// Buckets read per store call while scraping (and for the console).
 const SCRAPE_PAGE: usize = 1000;
 
 /// RPC latency buckets, in seconds: 250 µs to 10 s.
@@ -342,7 +342,7 @@ impl Metrics {
         {
             return Ok(Arc::clone(snapshot));
         }
-        let buckets = read_all_buckets(store).await;
+        let buckets = read_buckets(store, usize::MAX).await;
         let keys = store.key_counts().await;
         let store_up = buckets.is_ok() && keys.is_ok();
         let mut families = Vec::new();
@@ -382,17 +382,24 @@ fn encode(families: &[MetricFamily]) -> Result<String, MetricsError> {
     String::from_utf8(out).map_err(|e| MetricsError::Encode(e.to_string()))
 }
 
-async fn read_all_buckets(store: &dyn Store) -> Result<Vec<BucketSnapshot>, StoreError> {
+/// The first `at_most` buckets in key order (`usize::MAX`: every one), a
+/// page of [`SCRAPE_PAGE`] at a time.
+pub(super) async fn read_buckets(
+    store: &dyn Store,
+    at_most: usize,
+) -> Result<Vec<BucketSnapshot>, StoreError> {
     let mut buckets: Vec<BucketSnapshot> = Vec::new();
-    loop {
+    while buckets.len() < at_most {
         let after = buckets.last().map(|b| b.key.clone());
-        let page = store.list_buckets(after.as_ref(), SCRAPE_PAGE).await?;
-        let full = page.len() == SCRAPE_PAGE;
+        let want = SCRAPE_PAGE.min(at_most - buckets.len());
+        let page = store.list_buckets(after.as_ref(), want).await?;
+        let full = page.len() == want;
         buckets.extend(page);
         if !full {
-            return Ok(buckets);
+            break;
         }
     }
+    Ok(buckets)
 }
 
 /// gRPC's canonical name of a status code, as gRPC's own metrics spell it.

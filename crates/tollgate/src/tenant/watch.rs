@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use tollgate_proto::v1;
 
-use super::{bucket_label, list};
+use super::{bucket_label, list, tenant_not_found};
 use crate::output::Table;
 use crate::remote::AdminConnection;
 
@@ -57,9 +57,7 @@ pub async fn watch(client: &mut AdminConnection, args: WatchArgs) -> anyhow::Res
             && let Some(tenant) = &args.tenant
         {
             // As `tenant show` says it, rather than empty frames forever.
-            return Err(crate::remote::rpc_error(tonic::Status::not_found(format!(
-                "tenant \"{tenant}\" not found"
-            ))));
+            return Err(tenant_not_found(tenant));
         }
         let taken = Instant::now();
         let totals: HashMap<Key, Totals> = listed

@@ -19,6 +19,31 @@ pub struct Server {
     pub port: u16,
     /// The file the server's stderr goes to, if it is kept.
     log: Option<PathBuf>,
+    /// The admin token every command sends (TOLLGATE_TOKEN), for a server
+    /// started with admin tokens.
+    token: Option<String>,
+}
+
+/// An external program a test drives (a browser, a gRPC tool): `variable`
+/// if it names one, else the first of `names` on PATH. `None` skips the
+/// test, unless `require` is set in the environment (CI installs the
+/// program and sets it), which makes its absence a failure.
+pub fn external_tool(variable: &str, names: &[&str], require: &str) -> Option<PathBuf> {
+    let found = std::env::var_os(variable).map(PathBuf::from).or_else(|| {
+        let path = std::env::var_os("PATH")?;
+        names
+            .iter()
+            .flat_map(|name| std::env::split_paths(&path).map(move |dir| dir.join(name)))
+            .find(|candidate| candidate.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os(require).is_none(),
+            "{require} is set but none of {names:?} is on PATH (or at {variable})"
+        );
+        eprintln!("none of {names:?} found: skipped (CI installs it)");
+    }
+    found
 }
 
 /// The `tollgate` binary with none of the caller's `TOLLGATE_*` variables:
@@ -76,6 +101,18 @@ impl Server {
     /// put it on `port`) and `envs`, none of the caller's `TOLLGATE_*`
     /// variables, `RUST_LOG=info`, and stderr kept in `log`.
     pub fn start_logged(args: &[&str], envs: &[(&str, &str)], port: u16, log: &Path) -> Server {
+        Server::start_logged_as(args, envs, port, log, None)
+    }
+
+    /// As [`Server::start_logged`], for a server with admin tokens:
+    /// every command, the check that it is up included, sends `token`.
+    pub fn start_logged_as(
+        args: &[&str],
+        envs: &[(&str, &str)],
+        port: u16,
+        log: &Path,
+        token: Option<&str>,
+    ) -> Server {
         let mut command = command();
         command.arg("serve").args(args);
         let stderr = File::create(log).expect("create the server log");
@@ -89,7 +126,7 @@ impl Server {
             .stderr(stderr)
             .spawn()
             .expect("spawn tollgate serve");
-        Server::wait_until_up(child, port, Some(log.to_owned()))
+        Server::wait_until_up(child, port, Some(log.to_owned()), token)
     }
 
     /// What the server wrote to stderr so far (see [`Server::start_logged`]).
@@ -110,15 +147,16 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn tollgate serve");
-        Server::wait_until_up(child, port, None)
+        Server::wait_until_up(child, port, None, None)
     }
 
-    fn wait_until_up(child: Child, port: u16, log: Option<PathBuf>) -> Server {
+    fn wait_until_up(child: Child, port: u16, log: Option<PathBuf>, token: Option<&str>) -> Server {
         let mut server = Server {
             child,
             url: format!("http://127.0.0.1:{port}"),
             port,
             log,
+            token: token.map(str::to_owned),
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !server.tollgate(&["tenant", "list"]).status.success() {
@@ -137,11 +175,12 @@ impl Server {
     }
 
     pub fn tollgate(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(args)
-            .env("TOLLGATE_SERVER", &self.url)
-            .output()
-            .expect("run tollgate")
+        let mut command = Command::new(BIN);
+        command.args(args).env("TOLLGATE_SERVER", &self.url);
+        if let Some(token) = &self.token {
+            command.env("TOLLGATE_TOKEN", token);
+        }
+        command.output().expect("run tollgate")
     }
 
     pub fn ok(&self, args: &[&str]) -> String {
