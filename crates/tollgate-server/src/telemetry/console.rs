@@ -69,6 +69,9 @@ pub struct ConsoleView {
     /// epoch.
     pub read_at_unix: f64,
     pub sample_interval_seconds: f64,
+    /// The time between the last two reads, which the rates cover; `null`
+    /// until there are two.
+    pub rate_window_seconds: Option<f64>,
     /// More buckets exist than [`MAX_BUCKETS`]; only the first are shown.
     pub truncated: bool,
     pub total_buckets: usize,
@@ -172,6 +175,7 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
         return ConsoleView {
             read_at_unix: 0.0,
             sample_interval_seconds: SAMPLE_INTERVAL.as_secs_f64(),
+            rate_window_seconds: None,
             truncated: false,
             total_buckets: 0,
             total_tenants: 0,
@@ -180,6 +184,16 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
         };
     };
     let pairs: Vec<(&Sample, &Sample)> = samples.iter().zip(samples.iter().skip(1)).collect();
+    // The last two reads, and the seconds between them: what rates cover.
+    let latest = pairs
+        .last()
+        .map(|(before, after)| {
+            (
+                *before,
+                after.taken.duration_since(before.taken).as_secs_f64(),
+            )
+        })
+        .filter(|(_, seconds)| *seconds > 0.0);
     let buckets = last
         .buckets
         .iter()
@@ -198,13 +212,8 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
                     ));
                 }
             }
-            let latest_pair = pairs
-                .last()
-                .and_then(|(before, after)| {
-                    let seconds = after.taken.duration_since(before.taken).as_secs_f64();
-                    before.buckets.get(key).map(|b| (b, seconds))
-                })
-                .filter(|(_, seconds)| *seconds > 0.0);
+            let latest_pair =
+                latest.and_then(|(before, seconds)| before.buckets.get(key).map(|b| (b, seconds)));
             BucketView {
                 tenant_id: key.tenant.as_str().to_owned(),
                 bucket: key.bucket.as_str().to_owned(),
@@ -227,6 +236,7 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
     ConsoleView {
         read_at_unix: unix_seconds(last.read_at),
         sample_interval_seconds: SAMPLE_INTERVAL.as_secs_f64(),
+        rate_window_seconds: latest.map(|(_, seconds)| seconds),
         truncated: last.truncated,
         total_buckets: buckets.len(),
         total_tenants: tenants.len(),
@@ -295,6 +305,7 @@ mod tests {
         let view = view_of(&samples, &metrics);
         assert_eq!(view.total_buckets, 2);
         assert_eq!(view.read_at_unix, 110.0);
+        assert_eq!(view.rate_window_seconds, Some(5.0));
         let acme = &view.buckets[0];
         assert_eq!(acme.tenant_id, "acme");
         assert_eq!(acme.request_units_per_second, Some(2.0));
@@ -309,6 +320,7 @@ mod tests {
         let first: VecDeque<Sample> = [sample(at(0), 100.0, &[("acme", 0, 0)])].into();
         let view = view_of(&first, &metrics);
         assert_eq!(view.buckets[0].request_units_per_second, None);
+        assert_eq!(view.rate_window_seconds, None);
         assert!(view.buckets[0].history.is_empty());
     }
 
