@@ -667,17 +667,30 @@ fn set_limits_changes_only_what_it_is_given() {
 
 #[test]
 fn tenant_watch_shows_request_units_per_second_between_frames() {
+    use std::io::BufRead;
     let (_dir, server) = fresh_server();
     set_limits(&server, "acme", "1000", "100");
     set_limits(&server, "idle", "10", "1");
-    let watching = Command::new(support::BIN)
-        .args(["tenant", "watch", "--interval", "1s", "--count", "2"])
+    let mut watching = Command::new(support::BIN)
+        .args(["tenant", "watch", "--interval", "2s", "--count", "2"])
         .env("TOLLGATE_SERVER", &server.url)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("run tollgate tenant watch");
-    // Between the first frame (at once) and the second (a second later).
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut lines = std::io::BufReader::new(watching.stdout.take().expect("stdout")).lines();
+    let mut next = || lines.next().expect("more output").expect("a line");
+    // The first frame: its header, a blank line, the table's head and both
+    // rows (by tenant id before there are rates).
+    let first: Vec<String> = (0..5).map(|_| next()).collect();
+    assert!(
+        first[0].contains("2 tenants, 2 buckets, – request units/s"),
+        "{first:?}"
+    );
+    assert!(
+        first[3].starts_with("acme") && first[4].starts_with("idle"),
+        "{first:?}"
+    );
+    // Between the first frame and the second.
     server.ok(&[
         "pod",
         "request",
@@ -688,36 +701,36 @@ fn tenant_watch_shows_request_units_per_second_between_frames() {
         "--report-ru",
         "100",
     ]);
-    let out = watching
-        .wait_with_output()
-        .expect("watch ends after two frames");
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).expect("utf-8");
-    let frames: Vec<&str> = text.split("\n\n20").collect();
-    assert_eq!(frames.len(), 2, "two frames: {text}");
+    let second: Vec<String> = (0..6).map(|_| next()).collect();
     assert!(
-        frames[0].contains("2 tenants, 2 buckets, – request units/s"),
-        "{text}"
+        second[0].is_empty(),
+        "a blank line between frames: {second:?}"
     );
-    // The busiest first, at about 100 request units/s.
-    let second = frames[1];
-    let acme = second
-        .lines()
-        .find(|l| l.starts_with("acme"))
-        .expect("acme's row");
-    let idle = second
-        .lines()
-        .find(|l| l.starts_with("idle"))
-        .expect("idle's row");
-    assert!(second.find("acme").expect("acme") < second.find("idle").expect("idle"));
+    let window: f64 = second[1]
+        .split("over the last ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("the time the rates cover: {second:?}"));
+    // The busiest first.
+    let (acme, idle) = (&second[4], &second[5]);
+    assert!(
+        acme.starts_with("acme") && idle.starts_with("idle"),
+        "{second:?}"
+    );
     let ru: f64 = acme
         .split_whitespace()
         .nth(6)
         .expect("RU/S")
         .parse()
         .expect("a number");
-    assert!((60.0..=110.0).contains(&ru), "{acme}");
+    // 100 request units over the window, shown with one decimal.
+    assert!(
+        (ru - 100.0 / window).abs() <= 0.051,
+        "{acme} over {window} s"
+    );
     assert!(idle.contains(" 0.0 "), "{idle}");
+    assert!(watching.wait().expect("watch ends").success());
 
     assert_failed_with(
         &server.tollgate(&["tenant", "watch", "--tenant", "nobody", "--count", "1"]),

@@ -135,10 +135,13 @@ fn render(
     let header = format!(
         "{tenants} tenants, {} buckets, {} request units/s in all, {in_debt} in debt{}",
         listed.len(),
-        if previous.is_some() {
-            format!("{total_ru:.1}")
-        } else {
-            "–".to_owned()
+        match previous {
+            // The rates cover the time since the last listing.
+            Some((at, _)) => format!(
+                "{total_ru:.1} over the last {:.3} s",
+                taken.duration_since(*at).as_secs_f64()
+            ),
+            None => "–".to_owned(),
         },
         if listed.len() > top {
             format!(" (the {top} busiest shown)")
