@@ -20,6 +20,7 @@
 
 mod bench;
 mod check;
+mod image;
 mod pod;
 mod remote;
 mod serve;
@@ -53,6 +54,19 @@ enum Command {
     Serve(config::ServeArgs),
     /// Bring a store's schema up to date (the server also does it at start).
     Migrate(store::MigrateArgs),
+    /// Write a consistent snapshot of a store as JSON lines (a backup, or
+    /// the first half of a move to another store)
+    ///
+    /// A server on an embedded store file must be stopped first; a
+    /// PostgreSQL store exports while servers run.
+    Export(image::ExportArgs),
+    /// Load an export into a store, in one transaction (a restore, or the
+    /// second half of a move)
+    ///
+    /// The whole file is checked first: one cut short or inconsistent is
+    /// refused and the store left untouched. A store that holds anything is
+    /// refused unless --replace.
+    Import(image::ImportArgs),
     /// Configure and inspect tenants on a running server.
     Tenant(tenant::TenantArgs),
     /// Define tiers (named sets of bucket limits) on a running server.
@@ -102,6 +116,8 @@ fn main() -> ExitCode {
             }
         }
         Command::Migrate(args) => with_text_logs(store::migrate(args)),
+        Command::Export(args) => with_text_logs(image::export(args)),
+        Command::Import(args) => with_text_logs(image::import(args)),
         Command::Tenant(args) => with_text_logs(tenant::run(args)),
         Command::Tier(args) => with_text_logs(tier::run(args)),
         Command::Check(args) => match with_text_logs(check::run(args)) {

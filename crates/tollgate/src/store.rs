@@ -54,6 +54,20 @@ impl StoreLocation {
         }
     }
 
+    /// Like [`resolve`](Self::resolve), but without the default file: for
+    /// the commands that work on a store rather than serve it (`migrate`,
+    /// `export`, `import`), where a store nobody named would be an empty
+    /// one made in the working directory.
+    pub fn named(flag: Option<&str>) -> anyhow::Result<StoreLocation> {
+        match StoreLocation::resolve(flag) {
+            StoreLocation::File(path) if flag.is_none() => anyhow::bail!(
+                "which store? Give --store PATH|URL (or TOLLGATE_STORE or DATABASE_URL); {} was not assumed",
+                path.display()
+            ),
+            location => Ok(location),
+        }
+    }
+
     /// `tollgate.redb` in the working directory.
     pub fn default_file() -> StoreLocation {
         StoreLocation::File(PathBuf::from(DEFAULT_STORE_FILE))
@@ -200,16 +214,7 @@ struct MigrationJson {
 
 /// Brings the store's schema up to date; harmless when it already is.
 pub async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
-    // No default file, unlike `serve`: migrating a store nobody named
-    // would create an empty one in the working directory and say it went
-    // well.
-    let location = match StoreLocation::resolve(args.store.as_deref()) {
-        StoreLocation::File(path) if args.store.is_none() => anyhow::bail!(
-            "which store? Give --store PATH|URL (or TOLLGATE_STORE or DATABASE_URL); {} was not assumed",
-            path.display()
-        ),
-        location => location,
-    };
+    let location = StoreLocation::named(args.store.as_deref())?;
     let mut created = None;
     match &location {
         StoreLocation::Postgres(url) => {

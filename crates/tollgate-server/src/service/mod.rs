@@ -73,6 +73,7 @@ fn status(operation: &'static str, err: StoreError) -> Status {
         StoreError::Tier(e @ TierError::TierInUse { .. }) => {
             Status::failed_precondition(e.to_string())
         }
+        e @ StoreError::NotEmpty(_) => Status::failed_precondition(e.to_string()),
         StoreError::Rejected(e @ RequestError::Inconsistent(_)) => {
             tracing::error!(operation, error = %e, "store holds an inconsistent instance list");
             Status::internal(format!("{operation}: {e}"))

@@ -50,11 +50,13 @@ use tollgate_core::{
     Timestamp, TokenBucketRequest,
 };
 
+mod image;
 mod keys;
 
 use super::{
-    BucketSettings, BucketSnapshot, Counters, KeyCounts, KeySweep, LimitsChange, PutTierOutcome,
-    Stage, Stopwatch, Store, StoreError, StoreStats, TenantChangeOutcome, TenantView,
+    BucketSettings, BucketSnapshot, Counters, Counts, KeyCounts, KeySweep, LimitsChange,
+    PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
+    TenantChangeOutcome, TenantView,
 };
 
 const SCHEMA_VERSION: u64 = 3;
@@ -1238,6 +1240,17 @@ impl Store for EmbeddedStore {
 
     async fn key_counts(&self) -> Result<KeyCounts, StoreError> {
         self.read(|db, _| keys::counts(db)).await
+    }
+
+    async fn export(&self, sink: RecordSink) -> Result<Counts, StoreError> {
+        self.read(move |db, now| image::export(db, now, sink)).await
+    }
+
+    async fn import(&self, image: StoreImage, replace: bool) -> Result<Counts, StoreError> {
+        self.write(Box::new(move |_, txn, _| {
+            image::import(txn, &image, replace)
+        }))
+        .await
     }
 
     fn stats(&self) -> StoreStats {

@@ -11,6 +11,7 @@
 //! replicas).
 
 mod embedded;
+pub mod image;
 pub mod postgres;
 mod stages;
 
@@ -30,6 +31,7 @@ use tollgate_core::{
 };
 
 pub use embedded::{Clock, EmbeddedStore};
+pub use image::{Counts, ImageError, Record, RecordSink, StoreImage};
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use stages::{STAGE_BOUNDS, Stage, StageHistogram, StageHistograms};
 pub(crate) use stages::{StageTimes, Stopwatch};
@@ -125,6 +127,10 @@ pub enum StoreError {
     /// The store cannot be reached right now; the operation may be retried.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// An import into a store that already holds something, not told to
+    /// replace it; nothing was changed.
+    #[error("the store is not empty: it holds {0}")]
+    NotEmpty(String),
     /// The store failed in a way a retry will not fix.
     #[error("{context}: {source}")]
     Internal {
@@ -155,6 +161,7 @@ impl StoreError {
             StoreError::Tier(e) => StoreError::Tier(e.clone()),
             StoreError::Check(e) => StoreError::Check(e.clone()),
             StoreError::Unavailable(message) => StoreError::Unavailable(message.clone()),
+            StoreError::NotEmpty(what) => StoreError::NotEmpty(what.clone()),
             StoreError::Internal { context, source } => {
                 StoreError::internal(context, source.to_string())
             }
@@ -338,6 +345,17 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Counts the stored keys and request records.
     async fn key_counts(&self) -> Result<KeyCounts, StoreError>;
+
+    /// Sends a consistent snapshot of the whole store to `sink`: a header,
+    /// every tier, tenant record, bucket with its instances, key and check
+    /// record, and an end line with their counts (the format of
+    /// [`image`]). Writes nothing.
+    async fn export(&self, sink: RecordSink) -> Result<Counts, StoreError>;
+
+    /// Loads `image` in one transaction. A store that already holds tiers,
+    /// tenants, buckets or keys is refused with `NotEmpty` unless
+    /// `replace`, which removes all of it first, in the same transaction.
+    async fn import(&self, image: StoreImage, replace: bool) -> Result<Counts, StoreError>;
 
     /// Counters of the store's work so far.
     fn stats(&self) -> StoreStats;

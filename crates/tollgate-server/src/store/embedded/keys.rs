@@ -115,7 +115,7 @@ type KeysTable<'t> = redb::Table<'t, (&'static str, &'static str, &'static str),
 type RequestsTable<'t> =
     redb::Table<'t, (&'static str, &'static str, &'static str, &'static str), &'static [u8]>;
 
-fn write_back(
+pub(super) fn write_back(
     keys: &mut KeysTable<'_>,
     requests: &mut RequestsTable<'_>,
     writes: &KeyWrites,

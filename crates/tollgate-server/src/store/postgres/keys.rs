@@ -47,14 +47,14 @@ use tokio::sync::oneshot;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{IsolationLevel, Row};
 use tollgate_core::key_bucket::{
-    CallAnswer, CheckCall, KeyBatch, KeyId, KeyState, KeyTable, KeyWrites, RequestRecord,
+    CallAnswer, CheckCall, KeyBatch, KeyId, KeyState, KeyTable, KeyWrites, RequestRecord, StoredKey,
 };
 use tollgate_core::tier::{self, BucketDefinition, TenantRecord, Tier};
 use tollgate_core::{BucketName, TenantId, Timestamp};
 
 use super::retry::TxError;
 use super::{Inner, rows, settle, sql};
-use crate::store::{KeyCounts, KeySweep, StoreError};
+use crate::store::{KeyCounts, KeySweep, Record, StoreError};
 
 /// A queued check.
 pub(super) struct PendingCheck {
@@ -294,9 +294,9 @@ async fn in_transaction(
         .collect();
     let writes = table.writes();
 
-    let upserts = UpsertColumns::new(&writes);
+    let upserts = UpsertColumns::new(&writes.upserts);
     let deletes = KeyColumns::new(&writes.deletes);
-    let records = RecordColumns::new(&writes)?;
+    let records = RecordColumns::new(&writes.records)?;
     let upsert_params = upserts.as_params();
     let delete_params: [&(dyn ToSql + Sync); 3] =
         [&deletes.tenants, &deletes.buckets, &deletes.keys];
@@ -352,10 +352,10 @@ struct UpsertColumns<'a> {
 }
 
 impl<'a> UpsertColumns<'a> {
-    fn new(writes: &'a KeyWrites) -> Self {
-        let stored = || writes.upserts.iter().map(|(_, stored)| stored);
+    fn new(upserts: &'a [(KeyId, StoredKey)]) -> Self {
+        let stored = || upserts.iter().map(|(_, stored)| stored);
         UpsertColumns {
-            keys: KeyColumns::new(writes.upserts.iter().map(|(id, _)| id)),
+            keys: KeyColumns::new(upserts.iter().map(|(id, _)| id)),
             tokens: stored().map(|s| s.state.tokens).collect(),
             last_refill: stored()
                 .map(|s| s.state.last_refill.unix_micros())
@@ -387,21 +387,15 @@ struct RecordColumns<'a> {
 }
 
 impl<'a> RecordColumns<'a> {
-    fn new(writes: &'a KeyWrites) -> Result<Self, StoreError> {
+    fn new(records: &'a [(KeyId, String, RequestRecord)]) -> Result<Self, StoreError> {
         Ok(RecordColumns {
-            keys: KeyColumns::new(writes.records.iter().map(|(id, _, _)| id)),
-            request_ids: writes
-                .records
-                .iter()
-                .map(|(_, id, _)| id.as_bytes())
-                .collect(),
-            records: writes
-                .records
+            keys: KeyColumns::new(records.iter().map(|(id, _, _)| id)),
+            request_ids: records.iter().map(|(_, id, _)| id.as_bytes()).collect(),
+            records: records
                 .iter()
                 .map(|(_, _, record)| encode("encode request record", record))
                 .collect::<Result<_, _>>()?,
-            expires_at: writes
-                .records
+            expires_at: records
                 .iter()
                 .map(|(_, _, record)| record.expires_at.unix_micros())
                 .collect(),
@@ -418,6 +412,66 @@ impl<'a> RecordColumns<'a> {
             &self.expires_at,
         ]
     }
+}
+
+/// Writes an import's keys and check records, `chunk` rows a statement.
+pub(super) async fn import(
+    txn: &deadpool_postgres::Transaction<'_>,
+    writes: &KeyWrites,
+    chunk: usize,
+) -> Result<(), TxError> {
+    let upsert_keys = txn.prepare_cached(sql::UPSERT_KEYS).await?;
+    let upsert_records = txn.prepare_cached(sql::UPSERT_CHECK_REQUESTS).await?;
+    for upserts in writes.upserts.chunks(chunk) {
+        let columns = UpsertColumns::new(upserts);
+        txn.execute(&upsert_keys, &columns.as_params()).await?;
+    }
+    for records in writes.records.chunks(chunk) {
+        let columns = RecordColumns::new(records)?;
+        txn.execute(&upsert_records, &columns.as_params()).await?;
+    }
+    Ok(())
+}
+
+/// A row of `export_keys.sql` as an export's record.
+pub(super) fn key_record(row: &Row) -> Result<Record, StoreError> {
+    let id = key_id(row)?;
+    let full_at: Option<i64> = get(row, "full_at")?;
+    Ok(Record::key(
+        id,
+        StoredKey {
+            state: KeyState {
+                tokens: get(row, "tokens")?,
+                last_refill: Timestamp::from_unix_micros(get(row, "last_refill")?),
+            },
+            full_at: full_at.map(Timestamp::from_unix_micros),
+        },
+    ))
+}
+
+/// A row of `export_check_requests.sql` as an export's record.
+pub(super) fn check_request_record(row: &Row) -> Result<Record, StoreError> {
+    let id = key_id(row)?;
+    let request_id = utf8(get(row, "request_id")?, "request_id")?;
+    let record: &str = get(row, "record")?;
+    Ok(Record::check_request(id, request_id, decode(record)?))
+}
+
+fn key_id(row: &Row) -> Result<KeyId, StoreError> {
+    let tenant: &str = get(row, "tenant_id")?;
+    let bucket: &str = get(row, "bucket")?;
+    Ok(KeyId::new(
+        TenantId::parse("tenant_id", tenant)
+            .map_err(|e| StoreError::internal("read tenant_id", e))?,
+        BucketName::parse("bucket", bucket).map_err(|e| StoreError::internal("read bucket", e))?,
+        utf8(get(row, "key")?, "key")?,
+    ))
+}
+
+fn utf8(bytes: Vec<u8>, column: &'static str) -> Result<String, StoreError> {
+    String::from_utf8(bytes).map_err(|e| {
+        StoreError::internal("read a stored key", format!("{column} is not UTF-8: {e}"))
+    })
 }
 
 /// Removes up to `limit` key rows full by now and up to `limit` expired

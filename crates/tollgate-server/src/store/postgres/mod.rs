@@ -53,6 +53,7 @@
 //! Every transaction is retried on conflicts and lost connections (see
 //! [`retry`]); retries are logged and counted in [`StoreStats`].
 
+mod image;
 mod keys;
 mod retry;
 mod rows;
@@ -86,9 +87,9 @@ use self::keys::PendingCheck;
 use self::retry::{TxError, Verdict, chain};
 use self::rows::{HeadColumns, InstanceColumns};
 use super::{
-    BucketSettings, BucketSnapshot, Clock, Counters, KeyCounts, KeySweep, LimitsChange,
-    PutTierOutcome, Stage, Stopwatch, Store, StoreError, StoreStats, TenantChangeOutcome,
-    TenantView,
+    BucketSettings, BucketSnapshot, Clock, Counters, Counts, KeyCounts, KeySweep, LimitsChange,
+    PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
+    TenantChangeOutcome, TenantView,
 };
 
 pub use self::retry::RetryPolicy;
@@ -145,6 +146,15 @@ mod sql {
     query!(READ_TABLE_LIMITS, "read_table_limits.sql");
     query!(UPSERT_PARTITION_REPORTS, "upsert_partition_reports.sql");
     query!(DELETE_PARTITION_REPORTS, "delete_partition_reports.sql");
+    query!(EXPORT_TIERS, "export_tiers.sql");
+    query!(EXPORT_TENANT_RECORDS, "export_tenant_records.sql");
+    query!(EXPORT_BUCKETS, "export_buckets.sql");
+    query!(EXPORT_KEYS, "export_keys.sql");
+    query!(EXPORT_CHECK_REQUESTS, "export_check_requests.sql");
+    query!(LOCK_STORE, "lock_store.sql");
+    query!(STORE_CONTENTS, "store_contents.sql");
+    query!(CLEAR_STORE, "clear_store.sql");
+    query!(INSERT_TENANT_RECORDS, "insert_tenant_records.sql");
 }
 
 mod embedded_migrations {
@@ -1377,6 +1387,20 @@ impl Store for PostgresStore {
     async fn key_counts(&self) -> Result<KeyCounts, StoreError> {
         let inner = &*self.inner;
         inner.run("count keys", true, || keys::counts(inner)).await
+    }
+
+    async fn export(&self, sink: RecordSink) -> Result<Counts, StoreError> {
+        // Not retried: records already sent cannot be taken back.
+        image::export(&self.inner, sink)
+            .await
+            .map_err(|e| e.into_store_error("export"))
+    }
+
+    async fn import(&self, image: StoreImage, replace: bool) -> Result<Counts, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("import", false, || image::import(inner, &image, replace))
+            .await
     }
 
     async fn token_bucket(

@@ -1,0 +1,502 @@
+//! A whole store as a sequence of records: what `tollgate export` writes
+//! and `tollgate import` reads, one JSON object per line.
+//!
+//! Records rather than a copy of the file or a database dump, so that an
+//! export of either store loads into the other (moving from the embedded
+//! store to PostgreSQL and back), and so that a file cut short or edited
+//! into something inconsistent is refused whole, before the store is
+//! touched, instead of half loaded.
+//!
+//! The lines, in order:
+//! - `header`: the format and its version, the kind of store, and the
+//!   store's clock when the snapshot was taken;
+//! - `tier`: every tier; `tenant`: every tenant record (its tier and
+//!   overrides);
+//! - `bucket`: every bucket's head row (limits, level, exact consumption
+//!   totals), each followed by its `instance` rows: the pods' leases and
+//!   sequence numbers, so that a pod's retry after the move is still
+//!   answered once and counted once;
+//! - `key`: per-key buckets below their burst; `check_request`: the
+//!   records of checks kept for retries, for the same reason;
+//! - `end`: how many records of each kind came before it, so that a file
+//!   cut short is told from a whole one.
+//!
+//! Hot-partition reports are not exported: each lasts a few seconds and
+//! pods send them again.
+
+use std::collections::{BTreeSet, HashSet};
+use std::fmt;
+use std::io::BufRead;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tollgate_core::key_bucket::{KeyId, KeyWrites, RequestRecord, StoredKey};
+use tollgate_core::tier::{TenantRecord, Tier};
+use tollgate_core::{
+    BucketKey, BucketName, BucketRow, InstanceState, TenantId, TierName, Timestamp,
+};
+
+use super::StoreError;
+
+/// The `format` of the header line.
+pub const FORMAT: &str = "tollgate-store-export";
+/// The newest format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The first line of an export.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    pub format: String,
+    pub version: u32,
+    /// `embedded` or `postgres`.
+    pub store: String,
+    /// The store's clock when the snapshot was taken.
+    pub exported_at: Timestamp,
+}
+
+impl Header {
+    pub fn new(store: &str, exported_at: Timestamp) -> Header {
+        Header {
+            format: FORMAT.to_owned(),
+            version: FORMAT_VERSION,
+            store: store.to_owned(),
+            exported_at,
+        }
+    }
+}
+
+/// One line of an export.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    Header(Header),
+    Tier {
+        name: TierName,
+        tier: Tier,
+    },
+    Tenant {
+        tenant: TenantId,
+        record: TenantRecord,
+    },
+    Bucket {
+        tenant: TenantId,
+        bucket: BucketName,
+        head: BucketRow,
+    },
+    Instance {
+        tenant: TenantId,
+        bucket: BucketName,
+        instance: InstanceState,
+    },
+    Key {
+        tenant: TenantId,
+        bucket: BucketName,
+        key: String,
+        stored: StoredKey,
+    },
+    CheckRequest {
+        tenant: TenantId,
+        bucket: BucketName,
+        key: String,
+        request_id: String,
+        record: RequestRecord,
+    },
+    End(Counts),
+}
+
+impl Record {
+    pub fn bucket(key: &BucketKey, head: BucketRow) -> Record {
+        Record::Bucket {
+            tenant: key.tenant.clone(),
+            bucket: key.bucket.clone(),
+            head,
+        }
+    }
+
+    pub fn instance(key: &BucketKey, instance: InstanceState) -> Record {
+        Record::Instance {
+            tenant: key.tenant.clone(),
+            bucket: key.bucket.clone(),
+            instance,
+        }
+    }
+
+    pub fn key(id: KeyId, stored: StoredKey) -> Record {
+        Record::Key {
+            tenant: id.bucket.tenant,
+            bucket: id.bucket.bucket,
+            key: id.key,
+            stored,
+        }
+    }
+
+    pub fn check_request(id: KeyId, request_id: String, record: RequestRecord) -> Record {
+        Record::CheckRequest {
+            tenant: id.bucket.tenant,
+            bucket: id.bucket.bucket,
+            key: id.key,
+            request_id,
+            record,
+        }
+    }
+}
+
+/// How many records of each kind an export holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub tiers: u64,
+    pub tenants: u64,
+    pub buckets: u64,
+    pub instances: u64,
+    pub keys: u64,
+    pub check_requests: u64,
+}
+
+impl Counts {
+    /// Counts `record` (the header and the end count for nothing).
+    fn add(&mut self, record: &Record) {
+        match record {
+            Record::Tier { .. } => self.tiers += 1,
+            Record::Tenant { .. } => self.tenants += 1,
+            Record::Bucket { .. } => self.buckets += 1,
+            Record::Instance { .. } => self.instances += 1,
+            Record::Key { .. } => self.keys += 1,
+            Record::CheckRequest { .. } => self.check_requests += 1,
+            Record::Header(_) | Record::End(_) => {}
+        }
+    }
+}
+
+impl fmt::Display for Counts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} tiers, {} tenant records, {} buckets, {} instances, {} keys, {} check records",
+            self.tiers, self.tenants, self.buckets, self.instances, self.keys, self.check_requests
+        )
+    }
+}
+
+/// Where a store sends the records of its export, counting them so that it
+/// can end with the counts.
+#[derive(Debug)]
+pub struct RecordSink {
+    tx: mpsc::Sender<Record>,
+    counts: Counts,
+}
+
+impl RecordSink {
+    pub fn new(tx: mpsc::Sender<Record>) -> RecordSink {
+        RecordSink {
+            tx,
+            counts: Counts::default(),
+        }
+    }
+
+    /// Sends `record` from a blocking thread.
+    pub fn send_blocking(&mut self, record: Record) -> Result<(), StoreError> {
+        self.counts.add(&record);
+        self.tx.blocking_send(record).map_err(|_| reader_gone())
+    }
+
+    /// Sends `record` from a task.
+    pub async fn send(&mut self, record: Record) -> Result<(), StoreError> {
+        self.counts.add(&record);
+        self.tx.send(record).await.map_err(|_| reader_gone())
+    }
+
+    /// Sends the `end` record from a blocking thread; answers the counts.
+    pub fn end_blocking(mut self) -> Result<Counts, StoreError> {
+        let counts = self.counts;
+        self.send_blocking(Record::End(counts))?;
+        Ok(counts)
+    }
+
+    /// Sends the `end` record from a task; answers the counts.
+    pub async fn end(mut self) -> Result<Counts, StoreError> {
+        let counts = self.counts;
+        self.send(Record::End(counts)).await?;
+        Ok(counts)
+    }
+}
+
+fn reader_gone() -> StoreError {
+    StoreError::Unavailable("the export's reader stopped reading".into())
+}
+
+/// A bucket of an image, with its instances in list order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ImageBucket {
+    pub key: BucketKey,
+    pub head: BucketRow,
+    pub instances: Vec<InstanceState>,
+}
+
+/// A whole export, read and checked: what an import loads in one
+/// transaction.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StoreImage {
+    pub tiers: Vec<(TierName, Tier)>,
+    pub tenants: Vec<(TenantId, TenantRecord)>,
+    pub buckets: Vec<ImageBucket>,
+    /// The keys (`upserts`) and check records (`records`); no deletes.
+    pub keys: KeyWrites,
+}
+
+/// Why an export cannot be loaded; nothing was.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("line {line}: {message}")]
+    Line { line: usize, message: String },
+    #[error("reading the export: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the export is empty: no header line")]
+    Empty,
+    #[error(
+        "the export ends after line {lines} without its \"end\" line: it was cut short, and nothing was loaded"
+    )]
+    Truncated { lines: usize },
+}
+
+impl StoreImage {
+    /// How many records of each kind the image holds.
+    pub fn counts(&self) -> Counts {
+        Counts {
+            tiers: self.tiers.len() as u64,
+            tenants: self.tenants.len() as u64,
+            buckets: self.buckets.len() as u64,
+            instances: self.buckets.iter().map(|b| b.instances.len() as u64).sum(),
+            keys: self.keys.upserts.len() as u64,
+            check_requests: self.keys.records.len() as u64,
+        }
+    }
+
+    /// Reads an export, checking that it is whole and consistent: a
+    /// header this build reads, each thing once, instances right after
+    /// their bucket and forming its pod list, tenants on tiers the export
+    /// holds, and an end line whose counts match.
+    pub fn read(input: impl BufRead) -> Result<StoreImage, ImageError> {
+        let mut reader = ImageReader::default();
+        let mut line_no = 0;
+        for line in input.lines() {
+            let line = line?;
+            line_no += 1;
+            if reader.ended {
+                return Err(at(line_no, "a line after the \"end\" line".to_owned()));
+            }
+            if line.trim().is_empty() {
+                return Err(at(line_no, "an empty line".to_owned()));
+            }
+            let record: Record =
+                serde_json::from_str(&line).map_err(|e| at(line_no, e.to_string()))?;
+            reader
+                .take(record)
+                .map_err(|message| at(line_no, message))?;
+        }
+        if line_no == 0 {
+            return Err(ImageError::Empty);
+        }
+        if !reader.ended {
+            return Err(ImageError::Truncated { lines: line_no });
+        }
+        Ok(reader.image)
+    }
+}
+
+fn at(line: usize, message: String) -> ImageError {
+    ImageError::Line { line, message }
+}
+
+/// The state of a read: what came so far and what it allows next.
+#[derive(Default)]
+struct ImageReader {
+    header: bool,
+    ended: bool,
+    image: StoreImage,
+    tiers: BTreeSet<TierName>,
+    tenants: HashSet<TenantId>,
+    buckets: HashSet<BucketKey>,
+    keys: HashSet<KeyId>,
+    check_requests: HashSet<(KeyId, String)>,
+}
+
+impl ImageReader {
+    fn take(&mut self, record: Record) -> Result<(), String> {
+        if !self.header {
+            let Record::Header(header) = record else {
+                return Err("the first line must be the \"header\" line".to_owned());
+            };
+            if header.format != FORMAT {
+                return Err(format!(
+                    "not a Tollgate export: format {:?}, expected {FORMAT:?}",
+                    header.format
+                ));
+            }
+            if header.version > FORMAT_VERSION {
+                return Err(format!(
+                    "written in format version {} by a newer Tollgate; this one reads up to version {FORMAT_VERSION}",
+                    header.version
+                ));
+            }
+            self.header = true;
+            return Ok(());
+        }
+        // An instance belongs to the bucket right before it.
+        if !matches!(record, Record::Instance { .. }) {
+            self.close_bucket()?;
+        }
+        match record {
+            Record::Header(_) => return Err("a second \"header\" line".to_owned()),
+            Record::Tier { name, tier } => {
+                if !self.tiers.insert(name.clone()) {
+                    return Err(format!("tier {name} appears twice"));
+                }
+                self.image.tiers.push((name, tier));
+            }
+            Record::Tenant { tenant, record } => {
+                if !self.tenants.insert(tenant.clone()) {
+                    return Err(format!("tenant {tenant} has two records"));
+                }
+                self.image.tenants.push((tenant, record));
+            }
+            Record::Bucket {
+                tenant,
+                bucket,
+                head,
+            } => {
+                let key = BucketKey::new(tenant, bucket);
+                if !self.buckets.insert(key.clone()) {
+                    return Err(format!("bucket {key} appears twice"));
+                }
+                self.image.buckets.push(ImageBucket {
+                    key,
+                    head,
+                    instances: Vec::new(),
+                });
+            }
+            Record::Instance {
+                tenant,
+                bucket,
+                instance,
+            } => {
+                let key = BucketKey::new(tenant, bucket);
+                let Some(last) = self.image.buckets.last_mut().filter(|b| b.key == key) else {
+                    return Err(format!(
+                        "an instance of bucket {key} that is not right after that bucket's line"
+                    ));
+                };
+                if last
+                    .instances
+                    .last()
+                    .is_some_and(|before| before.instance_id >= instance.instance_id)
+                {
+                    return Err(format!(
+                        "instance {} of bucket {key} is out of order or appears twice",
+                        instance.instance_id
+                    ));
+                }
+                if instance.instance_id == 0 {
+                    return Err(format!(
+                        "instance 0 of bucket {key}: instance ids start at 1"
+                    ));
+                }
+                last.instances.push(instance);
+            }
+            Record::Key {
+                tenant,
+                bucket,
+                key,
+                stored,
+            } => {
+                let id = KeyId::new(tenant, bucket, key);
+                if !self.keys.insert(id.clone()) {
+                    return Err(format!(
+                        "key {:?} of bucket {} appears twice",
+                        id.key, id.bucket
+                    ));
+                }
+                self.image.keys.upserts.push((id, stored));
+            }
+            Record::CheckRequest {
+                tenant,
+                bucket,
+                key,
+                request_id,
+                record,
+            } => {
+                let id = KeyId::new(tenant, bucket, key);
+                if !self.check_requests.insert((id.clone(), request_id.clone())) {
+                    return Err(format!(
+                        "check request {request_id:?} of key {:?} appears twice",
+                        id.key
+                    ));
+                }
+                self.image.keys.records.push((id, request_id, record));
+            }
+            Record::End(counts) => {
+                for (tenant, record) in &self.image.tenants {
+                    if let Some(tier) = record.tier.as_ref().filter(|t| !self.tiers.contains(*t)) {
+                        return Err(format!(
+                            "tenant {tenant} is on tier {tier}, which the export does not hold"
+                        ));
+                    }
+                }
+                let found = self.image.counts();
+                if counts != found {
+                    return Err(format!(
+                        "the end line counts {counts}, but the export holds {found}"
+                    ));
+                }
+                self.ended = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that the last bucket's instances form its pod list: as many
+    /// as it counts, the first the one it names, each naming the next.
+    fn close_bucket(&self) -> Result<(), String> {
+        let Some(bucket) = self.image.buckets.last() else {
+            return Ok(());
+        };
+        let members = &bucket.head.members;
+        let ids: Vec<u32> = bucket.instances.iter().map(|i| i.instance_id).collect();
+        let first = ids.first().copied().unwrap_or(0);
+        let linked = bucket
+            .instances
+            .iter()
+            .zip(ids.iter().skip(1).copied().chain([0]))
+            .all(|(instance, next)| instance.next_instance_id == next);
+        if members.live_instances as usize != ids.len()
+            || members.first_instance_id != first
+            || !linked
+        {
+            return Err(format!(
+                "bucket {} counts {} live instances from instance {}, but its instance lines ({:?}) do not form that list",
+                bucket.key, members.live_instances, members.first_instance_id, ids
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Writes `record` as one line of JSON.
+pub fn write_line(out: &mut impl std::io::Write, record: &Record) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, record)?;
+    out.write_all(b"\n")
+}
+
+/// What an import into a store holding the kinds of rows marked true
+/// answers: `NotEmpty` naming them, if any is.
+pub(crate) fn refuse_unless_empty(held: &[(&str, bool)]) -> Result<(), StoreError> {
+    let held: Vec<&str> = held
+        .iter()
+        .filter(|(_, any)| *any)
+        .map(|(what, _)| *what)
+        .collect();
+    if held.is_empty() {
+        Ok(())
+    } else {
+        Err(StoreError::NotEmpty(held.join(", ")))
+    }
+}

@@ -1,0 +1,483 @@
+//! Export and import on both stores, and between them.
+//!
+//! A store is filled by generated traffic (tiers with shared and per-key
+//! buckets, tenants on them with overrides, pods coming and going, keys
+//! taken with and without request ids, tenants deleted), exported through
+//! the JSON-lines text, and imported into a fresh store of each kind. The
+//! second store must then be the first: the same export, the same reads,
+//! the same totals, and the same answers to what comes next, retries of
+//! requests and checks made before the move included.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use support::{Backend, Backing, ManualClock};
+use tokio::sync::mpsc;
+use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem};
+use tollgate_core::tier::{BucketDefinition, BucketKind, TenantChange, Tier};
+use tollgate_core::{
+    BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId, TierName,
+    Timestamp, TokenBucketRequest,
+};
+use tollgate_server::store::image::write_line;
+use tollgate_server::store::{
+    BucketSettings, Counts, ImageError, Record, RecordSink, Store, StoreError, StoreImage,
+};
+
+fn tenant_id(id: &str) -> TenantId {
+    TenantId::parse("tenant_id", id).expect("valid id")
+}
+
+fn bucket_name(name: &str) -> BucketName {
+    BucketName::parse("bucket", name).expect("valid name")
+}
+
+fn tier_name(name: &str) -> TierName {
+    TierName::parse("tier", name).expect("valid name")
+}
+
+fn definition(refill_rate: f64, burst_limit: f64, kind: BucketKind) -> BucketDefinition {
+    BucketDefinition {
+        limits: Limits {
+            refill_rate,
+            burst_limit,
+        },
+        initial_tokens: None,
+        kind,
+    }
+}
+
+/// A pod's request: instance `instance` of lease `lease`, number `seq`.
+fn request(instance: u32, lease: u32, seq: u64, tokens: f64, units: f64) -> TokenBucketRequest {
+    TokenBucketRequest {
+        instance_id: instance,
+        lease: format!("lease-{lease}").into_bytes(),
+        seq,
+        requested_tokens: tokens,
+        shares: 1.0,
+        target_request_period: Duration::from_secs(10),
+        consumption: Consumption::from_request_units(units),
+        next_live_instance_id: None,
+        returned_tokens: 0.0,
+        fallback_tokens: 0.0,
+        fallback_duration: Duration::ZERO,
+    }
+}
+
+/// What generated traffic did, to be done again after the move.
+#[derive(Default)]
+struct History {
+    /// Each pod's last request, by bucket and instance.
+    last_requests: BTreeMap<(BucketKey, u32), TokenBucketRequest>,
+    /// Checks made with a request id.
+    checks: Vec<CheckCall>,
+}
+
+/// Fills `store` with state generated from `seed`; the clock moves on by
+/// up to a minute and a half between steps, so pods fall silent and are
+/// removed, and keys refill.
+async fn populate(store: &dyn Store, clock: &ManualClock, seed: u64) -> History {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut history = History::default();
+    clock.set_secs(1_700_000_000.0 + rng.random_range(0.0..1e6));
+    let tiers = ["free", "pro", "enterprise"];
+    for (i, tier) in tiers.iter().enumerate() {
+        let scale = 10f64.powi(i as i32);
+        let buckets = BTreeMap::from([
+            (
+                bucket_name("schedule-email"),
+                definition(scale, 10.0 * scale, BucketKind::Shared),
+            ),
+            (
+                bucket_name("per-user"),
+                definition(scale, 5.0 * scale, BucketKind::PerKey),
+            ),
+        ]);
+        let tier_doc = Tier {
+            buckets,
+            tables: BTreeMap::new(),
+            created_at: clock.now(),
+            updated_at: clock.now(),
+        };
+        store
+            .put_tier(&tier_name(tier), &tier_doc)
+            .await
+            .expect("put tier");
+    }
+    let tenants: Vec<String> = (0..rng.random_range(4..9))
+        .map(|i| format!("tenant-{seed}-{i}"))
+        .collect();
+    for tenant in &tenants {
+        let id = tenant_id(tenant);
+        if rng.random_bool(0.75) {
+            let tier = tiers[rng.random_range(0..tiers.len())];
+            store
+                .change_tenant(
+                    &id,
+                    &TenantChange::Create {
+                        tier: tier_name(tier),
+                    },
+                )
+                .await
+                .expect("onboard");
+            if rng.random_bool(0.4) {
+                store
+                    .change_tenant(
+                        &id,
+                        &TenantChange::SetOverride {
+                            bucket: bucket_name("schedule-email"),
+                            definition: definition(
+                                rng.random_range(0.5..50.0),
+                                rng.random_range(1.0..500.0),
+                                BucketKind::Shared,
+                            ),
+                        },
+                    )
+                    .await
+                    .expect("override");
+            }
+        }
+        // Every tenant has a request-unit bucket of its own limits.
+        store
+            .update_limits(
+                &BucketKey::request_units(id.clone()),
+                &LimitsUpdate {
+                    available_tokens: rng.random_range(0.0..1000.0),
+                    limits: Limits {
+                        refill_rate: rng.random_range(1.0..100.0),
+                        burst_limit: rng.random_range(0.0..1000.0),
+                    },
+                    as_of: None,
+                    as_of_consumed_tokens: 0.0,
+                    mask: LimitsMask::ALL,
+                },
+            )
+            .await
+            .expect("set limits");
+    }
+    let mut seqs: BTreeMap<(BucketKey, u32), u64> = BTreeMap::new();
+    for _ in 0..rng.random_range(60..160) {
+        clock.advance(Duration::from_millis(rng.random_range(0..90_000)));
+        let tenant = tenant_id(&tenants[rng.random_range(0..tenants.len())]);
+        if rng.random_bool(0.8) {
+            let bucket = if rng.random_bool(0.5) {
+                BucketKey::request_units(tenant)
+            } else {
+                BucketKey::new(tenant, bucket_name("schedule-email"))
+            };
+            let instance = rng.random_range(1..12);
+            let seq = seqs.entry((bucket.clone(), instance)).or_insert(0);
+            *seq += 1;
+            let request = request(
+                instance,
+                1,
+                *seq,
+                rng.random_range(0.0..200.0),
+                rng.random_range(0.0..50.0),
+            );
+            // A tenant not on a tier has no schedule-email bucket.
+            if store.token_bucket(&bucket, &request).await.is_ok() {
+                history
+                    .last_requests
+                    .insert((bucket.clone(), instance), request);
+            }
+        } else {
+            let key = KeyId::new(
+                tenant,
+                bucket_name("per-user"),
+                format!("user-{}", rng.random_range(0..6)),
+            );
+            let request_id = rng
+                .random_bool(0.5)
+                .then(|| format!("req-{}", rng.random::<u32>()));
+            let call = CheckCall::new(vec![RequestItem {
+                key,
+                tokens: rng.random_range(0.5..4.0),
+                request_id: request_id.clone(),
+            }])
+            .expect("a valid call");
+            // A tenant not on a tier has no per-user bucket.
+            if store.check(&call).await.is_ok() && request_id.is_some() {
+                history.checks.push(call);
+            }
+        }
+    }
+    // A deleted tenant leaves nothing behind to export.
+    let gone = tenant_id(&tenants[0]);
+    store.delete_tenant(&gone).await.expect("delete");
+    history
+        .last_requests
+        .retain(|(bucket, _), _| bucket.tenant != gone);
+    history
+        .checks
+        .retain(|call| call.items.iter().all(|i| i.key.bucket.tenant != gone));
+    history
+}
+
+/// Everything `store` exports, in order.
+async fn export(store: &dyn Store) -> (Vec<Record>, Counts) {
+    let (tx, mut rx) = mpsc::channel(16);
+    let collect = tokio::spawn(async move {
+        let mut records = Vec::new();
+        while let Some(record) = rx.recv().await {
+            records.push(record);
+        }
+        records
+    });
+    let counts = store.export(RecordSink::new(tx)).await.expect("export");
+    (collect.await.expect("collector"), counts)
+}
+
+/// The records as the text `tollgate export` writes.
+fn text(records: &[Record]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for record in records {
+        write_line(&mut out, record).expect("write to memory");
+    }
+    out
+}
+
+/// The records after the header, which names the store and the time.
+fn body(records: &[Record]) -> &[Record] {
+    assert!(matches!(records.first(), Some(Record::Header(_))));
+    &records[1..]
+}
+
+/// Everything a server reads of a store: buckets with their instances,
+/// tenants as tiers see them, tiers, key counts.
+async fn reads(store: &dyn Store) -> String {
+    let mut out = String::new();
+    let buckets = store.list_buckets(None, 10_000).await.expect("list");
+    let mut tenants: Vec<TenantId> = buckets.iter().map(|b| b.key.tenant.clone()).collect();
+    tenants.dedup();
+    for tenant in tenants {
+        out += &format!("{:?}\n", store.get_tenant(&tenant).await.expect("tenant"));
+        out += &format!(
+            "{:?}\n",
+            store.describe_tenant(&tenant).await.expect("view")
+        );
+    }
+    out += &format!("{:?}\n", store.list_tiers().await.expect("tiers"));
+    out += &format!("{:?}\n", store.key_counts().await.expect("key counts"));
+    out
+}
+
+/// Moves a generated store from `from` to `to` and checks the copy is the
+/// original in every way a server or an operator can tell.
+async fn moves_whole(from: Backend, to: Backend, seed: u64) {
+    let clock = ManualClock::default();
+    let source_backing = Backing::new(from).await;
+    let source = source_backing
+        .open_with_clock(BucketSettings::default(), clock.as_clock())
+        .await;
+    let history = populate(source.as_ref(), &clock, seed).await;
+    let (records, counts) = export(source.as_ref()).await;
+    assert_eq!(records.last(), Some(&Record::End(counts)));
+    assert!(
+        counts.tiers == 3 && counts.buckets > 0 && counts.instances > 0 && counts.keys > 0,
+        "seed {seed}: a thin store exercises little: {counts}"
+    );
+
+    let image = StoreImage::read(text(&records).as_slice()).expect("read the export");
+    assert_eq!(image.counts(), counts);
+    let target_backing = Backing::new(to).await;
+    let target = target_backing
+        .open_with_clock(BucketSettings::default(), clock.as_clock())
+        .await;
+    assert_eq!(
+        target.import(image.clone(), false).await.expect("import"),
+        counts
+    );
+
+    let (copied, _) = export(target.as_ref()).await;
+    assert_eq!(
+        body(&copied),
+        body(&records),
+        "seed {seed}: the exports differ"
+    );
+    assert_eq!(reads(target.as_ref()).await, reads(source.as_ref()).await);
+
+    // Into a store that holds something: refused, and nothing changes.
+    let refused = target.import(image.clone(), false).await;
+    assert!(
+        matches!(refused, Err(StoreError::NotEmpty(ref what)) if what.contains("buckets")),
+        "{refused:?}"
+    );
+    assert_eq!(body(&export(target.as_ref()).await.0), body(&records));
+
+    // What comes next is answered the same on both: retries of the last
+    // requests (answered from the stored grant, counted once), new
+    // requests, retried checks.
+    clock.advance(Duration::from_secs(1));
+    for ((bucket, _), last) in &history.last_requests {
+        let mut next = last.clone();
+        next.seq += 1;
+        for request in [last, &next] {
+            let there = source.token_bucket(bucket, request).await;
+            let here = target.token_bucket(bucket, request).await;
+            assert_eq!(
+                format!("{here:?}"),
+                format!("{there:?}"),
+                "{bucket}, instance {}",
+                request.instance_id
+            );
+        }
+    }
+    for call in &history.checks {
+        let there = source.check(call).await.expect("check");
+        let here = target.check(call).await.expect("check");
+        assert_eq!(here, there);
+    }
+    assert_eq!(reads(target.as_ref()).await, reads(source.as_ref()).await);
+
+    // --replace: the store becomes the export, whatever it held.
+    assert_eq!(target.import(image, true).await.expect("replace"), counts);
+    assert_eq!(body(&export(target.as_ref()).await.0), body(&records));
+
+    source.close().await.expect("close");
+    target.close().await.expect("close");
+}
+
+macro_rules! moves {
+    ($($name:ident: $from:ident -> $to:ident, seeds $seeds:expr;)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                for seed in $seeds {
+                    moves_whole(Backend::$from, Backend::$to, seed).await;
+                }
+            }
+        )*
+    };
+}
+
+moves! {
+    embedded_to_embedded: Embedded -> Embedded, seeds 0..6;
+    embedded_to_postgres: Embedded -> Postgres, seeds 10..13;
+    postgres_to_embedded: Postgres -> Embedded, seeds 20..23;
+    postgres_to_postgres: Postgres -> Postgres, seeds 30..32;
+}
+
+/// A file cut short anywhere, or with a line changed into something
+/// inconsistent, is refused as a whole: the store stays empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_exports_are_refused_whole() {
+    let clock = ManualClock::default();
+    let backing = Backing::new(Backend::Embedded).await;
+    let store = backing
+        .open_with_clock(BucketSettings::default(), clock.as_clock())
+        .await;
+    populate(store.as_ref(), &clock, 99).await;
+    let (records, _) = export(store.as_ref()).await;
+    let whole = text(&records);
+    let lines: Vec<&[u8]> = whole.split_inclusive(|b| *b == b'\n').collect();
+
+    // Every cut at a line boundary but the whole file.
+    for kept in 0..lines.len() {
+        let cut = lines[..kept].concat();
+        let read = StoreImage::read(cut.as_slice());
+        assert!(
+            matches!(read, Err(ImageError::Truncated { .. } | ImageError::Empty)),
+            "cut after {kept} lines: {read:?}"
+        );
+    }
+    // A cut inside the last line.
+    let cut = &whole[..whole.len() - 5];
+    assert!(StoreImage::read(cut).is_err());
+
+    // A line dropped (but not the header or the end line): the counts or
+    // the pod lists no longer add up.
+    for dropped in 1..lines.len() - 1 {
+        let mut edited = lines.clone();
+        edited.remove(dropped);
+        let read = StoreImage::read(edited.concat().as_slice());
+        assert!(
+            matches!(read, Err(ImageError::Line { .. })),
+            "line {} dropped: {read:?}",
+            dropped + 1
+        );
+    }
+    // A line twice.
+    for doubled in 1..lines.len() - 1 {
+        let mut edited = lines.clone();
+        edited.insert(doubled, lines[doubled]);
+        let read = StoreImage::read(edited.concat().as_slice());
+        assert!(
+            matches!(read, Err(ImageError::Line { .. })),
+            "line {} doubled: {read:?}",
+            doubled + 1
+        );
+    }
+
+    let fresh_backing = Backing::new(Backend::Embedded).await;
+    let fresh = fresh_backing.open(BucketSettings::default()).await;
+    let (empty, counts) = export(fresh.as_ref()).await;
+    assert_eq!(counts, Counts::default());
+    assert_eq!(empty.len(), 2, "a header and an end line");
+    store.close().await.expect("close");
+    fresh.close().await.expect("close");
+}
+
+/// What an operator sees for the common mistakes: the line, and what is
+/// wrong with it.
+#[test]
+fn errors_name_the_line_and_the_fault() {
+    let header = format!(
+        r#"{{"kind":"header","format":"tollgate-store-export","version":1,"store":"embedded","exported_at":{}}}"#,
+        Timestamp::EPOCH.unix_micros()
+    );
+    let end = r#"{"kind":"end","tiers":0,"tenants":0,"buckets":0,"instances":0,"keys":0,"check_requests":0}"#;
+    let cases = [
+        (format!("{header}\n{end}\n"), None),
+        (String::new(), Some("the export is empty".to_owned())),
+        (
+            format!("{end}\n"),
+            Some("line 1: the first line must be the \"header\" line".into()),
+        ),
+        (
+            header.replace("\"version\":1", "\"version\":2") + "\n",
+            Some("line 1: written in format version 2 by a newer Tollgate".into()),
+        ),
+        (
+            header.replace("tollgate-store-export", "something-else") + "\n",
+            Some("line 1: not a Tollgate export".into()),
+        ),
+        (
+            format!("{header}\n{{\"kind\":\"tier\",\"name\":\"bad name!\",\"tier\":{{}}}}\n"),
+            Some("line 2:".into()),
+        ),
+        (
+            format!("{header}\nnot json\n{end}\n"),
+            Some("line 2: expected ident".into()),
+        ),
+        (
+            format!("{header}\n{end}\n{end}\n"),
+            Some("line 3: a line after the \"end\" line".into()),
+        ),
+        (
+            format!("{header}\n"),
+            Some("the export ends after line 1 without its \"end\" line".into()),
+        ),
+        (
+            format!("{header}\n{}\n", end.replace("\"tiers\":0", "\"tiers\":1")),
+            Some("line 2: the end line counts 1 tiers".into()),
+        ),
+    ];
+    for (input, expected) in cases {
+        let read = StoreImage::read(input.as_bytes());
+        match expected {
+            None => assert_eq!(read.expect("valid").counts(), Counts::default()),
+            Some(expected) => {
+                let message = read.expect_err("invalid").to_string();
+                assert!(
+                    message.starts_with(&expected),
+                    "{message:?}, expected {expected:?}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,8 @@
+-- Removes all tenants' state, for an import told to replace it (after
+-- lock_store.sql, in the import's transaction).
+DELETE FROM tollgate_tiers;
+DELETE FROM tollgate_tenants;
+DELETE FROM tenant_usage;
+DELETE FROM tollgate_keys;
+DELETE FROM tollgate_check_requests;
+DELETE FROM tollgate_partition_reports;

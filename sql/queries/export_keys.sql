@@ -1,0 +1,3 @@
+-- Every stored key (keys below their burst), for an export.
+SELECT tenant_id, bucket, key, tokens, last_refill, full_at FROM tollgate_keys
+ORDER BY tenant_id COLLATE "C", bucket COLLATE "C", key

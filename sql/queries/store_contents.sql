@@ -1,0 +1,8 @@
+-- Which kinds of rows the store holds, for an import that must find it
+-- empty. Hot-partition reports last seconds and do not count.
+SELECT
+    EXISTS (SELECT 1 FROM tollgate_tiers) AS tiers,
+    EXISTS (SELECT 1 FROM tollgate_tenants) AS tenants,
+    EXISTS (SELECT 1 FROM tenant_usage) AS buckets,
+    EXISTS (SELECT 1 FROM tollgate_keys) AS keys,
+    EXISTS (SELECT 1 FROM tollgate_check_requests) AS check_requests
