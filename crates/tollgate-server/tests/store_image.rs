@@ -464,7 +464,7 @@ fn errors_name_the_line_and_the_fault() {
         ),
         (
             format!("{header}\n{}\n", end.replace("\"tiers\":0", "\"tiers\":1")),
-            Some("line 2: the end line counts 1 tiers".into()),
+            Some("line 2: the end line counts 1 tier,".into()),
         ),
     ];
     for (input, expected) in cases {

@@ -140,14 +140,33 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            let error = said_once(&e);
             match log_format {
                 // Keep stderr one JSON object per line.
-                LogFormat::Json => tracing::error!(error = %format!("{e:#}"), "tollgate failed"),
-                LogFormat::Text => eprintln!("error: {e:#}"),
+                LogFormat::Json => tracing::error!(%error, "tollgate failed"),
+                LogFormat::Text => eprintln!("error: {error}"),
             }
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes, joined with `: `, each said once: a cause
+/// whose message the text so far already ends with (an error that prints
+/// its source as well as returning it) is left out.
+fn said_once(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let message = cause.to_string();
+        if text.ends_with(&message) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&message);
+    }
+    text
 }
 
 /// The manual: the top page on stdout, or every page into `out_dir`.
@@ -191,4 +210,38 @@ fn with_text_logs<T>(
 ) -> (anyhow::Result<T>, LogFormat) {
     init_logging(LogFormat::Text);
     (block_on(work), LogFormat::Text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that prints its source and also returns it, as store
+    /// errors do.
+    #[derive(Debug)]
+    struct Opening(std::io::Error);
+
+    impl std::fmt::Display for Opening {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "open the store file: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Opening {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let cause = std::io::Error::other("Database already open");
+        let e = anyhow::Error::new(Opening(cause)).context("export file a.redb");
+        assert_eq!(
+            said_once(&e),
+            "export file a.redb: open the store file: Database already open"
+        );
+        let plain = anyhow::anyhow!("refused").context("import a.jsonl");
+        assert_eq!(said_once(&plain), "import a.jsonl: refused");
+    }
 }

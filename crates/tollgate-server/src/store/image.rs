@@ -169,10 +169,17 @@ impl Counts {
 
 impl fmt::Display for Counts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let counted =
+            |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         write!(
             f,
-            "{} tiers, {} tenant records, {} buckets, {} instances, {} keys, {} check records",
-            self.tiers, self.tenants, self.buckets, self.instances, self.keys, self.check_requests
+            "{}, {}, {}, {}, {}, {}",
+            counted(self.tiers, "tier", "tiers"),
+            counted(self.tenants, "tenant record", "tenant records"),
+            counted(self.buckets, "bucket", "buckets"),
+            counted(self.instances, "instance", "instances"),
+            counted(self.keys, "key", "keys"),
+            counted(self.check_requests, "check record", "check records"),
         )
     }
 }
