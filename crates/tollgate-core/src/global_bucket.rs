@@ -1168,6 +1168,41 @@ pub fn configure(
     Ok(head)
 }
 
+/// How many of a bucket's pods count as live at `now`: those heard from
+/// within the inactivity timeout.
+///
+/// With the instance rows at hand (`Some`), they are counted. Without
+/// (listings read head rows only), the list's count, or none once the
+/// bucket is idle: every request sets the head's `updated_at` as well as
+/// its own instance's `last_update`, so a bucket without a request for
+/// longer than the timeout has only silent instances.
+///
+/// The silent rows themselves stay until a request's walk removes them:
+/// each is its pod's idempotency record, and a pod cut off after its
+/// request was applied but before it heard the answer retries that request
+/// when it gets through; while the row is there, the retry is answered,
+/// not counted again.
+pub fn live_instances(
+    head: &BucketRow,
+    instances: Option<&[InstanceState]>,
+    now: Timestamp,
+    inactivity_timeout: Duration,
+) -> u32 {
+    if now.duration_since(head.state.updated_at) > inactivity_timeout {
+        return 0;
+    }
+    match instances {
+        Some(rows) => {
+            let heard = rows
+                .iter()
+                .filter(|i| now.duration_since(i.last_update) <= inactivity_timeout)
+                .count();
+            u32::try_from(heard).unwrap_or(u32::MAX)
+        }
+        None => head.members.live_instances,
+    }
+}
+
 /// Applies an operator's new limits to a bucket.
 ///
 /// With `as_of`, the new level is `available_tokens` plus the refill from

@@ -45,7 +45,7 @@ pub use cost_model::{Batch, CostModel};
 pub use global_bucket::{
     BucketRow, BucketRows, BucketState, GlobalBucketConfig, Grant, GrantPolicy, InstanceId,
     InstanceState, Limits, LimitsMask, LimitsUpdate, Membership, RequestError, RequestOutcome,
-    RowChanges, TokenBucketRequest, Totals,
+    RowChanges, TokenBucketRequest, Totals, live_instances,
 };
 pub use local_bucket::{
     Admission, LocalBucket, LocalBucketConfig, LocalBucketStatus, PollOutcome, WaiterId,

@@ -1346,8 +1346,68 @@ async fn tiers_refuse_bad_input_and_change_nothing(backend: Backend) {
     server.stop().await;
 }
 
+/// `live_instances` counts the pods heard from within the inactivity
+/// timeout, in `GetTenant` and `ListTenants`: pods that fell silent leave
+/// the count, and an idle bucket has none, while their rows stay listed
+/// so that a late retry is answered, not counted again.
+async fn live_instances_are_the_pods_heard_within_the_timeout(backend: Backend) {
+    let clock = support::ManualClock::default();
+    clock.set_secs(1_000.0);
+    let backing = Backing::new(backend).await;
+    let store = backing
+        .open_with_clock(BucketSettings::default(), clock.as_clock())
+        .await;
+    let server = TestServer::start(store).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+    admin
+        .update_tenant_resource_limits(limits("acme", 1000.0, 10.0, 1000.0))
+        .await
+        .expect("configure");
+    for instance in 1..=3 {
+        pods.token_bucket(pod_request("acme", instance, 1, 1.0, 1.0))
+            .await
+            .expect("grant");
+    }
+    let live = async |admin: &mut AdminClient<Channel>| {
+        let shown = get_tenant(admin, "acme").await.expect("get");
+        let listed = admin
+            .list_tenants(v1::ListTenantsRequest::default())
+            .await
+            .expect("list")
+            .into_inner()
+            .tenants;
+        (
+            shown.live_instances,
+            listed[0].live_instances,
+            shown.instances.len(),
+        )
+    };
+    assert_eq!(live(&mut admin).await, (3, 3, 3));
+    // Instance 3 asks again 40 s later; 1 and 2 stay silent.
+    clock.advance(std::time::Duration::from_secs(40));
+    pods.token_bucket(pod_request("acme", 3, 2, 1.0, 1.0))
+        .await
+        .expect("grant");
+    clock.advance(std::time::Duration::from_secs(21));
+    // 1 and 2 are silent for 61 s: not live; the listing counts the list
+    // until the bucket is idle.
+    assert_eq!(live(&mut admin).await, (1, 3, 3));
+    clock.advance(std::time::Duration::from_secs(40));
+    assert_eq!(live(&mut admin).await, (0, 0, 3), "idle for 61 s");
+    // Instance 3's last request, retried late: answered, not counted.
+    let before = get_tenant(&mut admin, "acme").await.expect("get");
+    pods.token_bucket(pod_request("acme", 3, 2, 1.0, 1.0))
+        .await
+        .expect("the retry is answered");
+    let after = get_tenant(&mut admin, "acme").await.expect("get");
+    assert_eq!(after.consumption, before.consumption);
+    server.stop().await;
+}
+
 for_each_store!(
     several_instances_share_a_configured_tenant,
+    live_instances_are_the_pods_heard_within_the_timeout,
     a_duplicate_request_is_answered_from_the_first_response,
     fallback_tokens_are_charged_once,
     state_survives_a_restart_on_the_same_store,

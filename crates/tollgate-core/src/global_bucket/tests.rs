@@ -442,6 +442,42 @@ fn cleanup_wraps_around_the_sentinel_and_is_bounded_per_request() {
 }
 
 #[test]
+fn live_instances_are_those_heard_from_within_the_timeout() {
+    let config = GlobalBucketConfig::default();
+    let timeout = config.inactivity_timeout.as_secs_f64();
+    let mut rows = bucket(100.0, 0.0, 0.0);
+    serve(&mut rows, &req(1, 1, 0.0, 1.0), 0.0);
+    serve(&mut rows, &req(2, 1, 0.0, 1.0), 0.0);
+    let mut last = req(3, 1, 0.0, 1.0);
+    last.consumption = Consumption::from_request_units(2.0);
+    serve(&mut rows, &last, 30.0);
+    let instances: Vec<InstanceState> = rows.instances.values().cloned().collect();
+    // (seconds, with the rows at hand, without (a listing))
+    let cases = [
+        (30.0, 3, 3),
+        (timeout, 3, 3),
+        // 1 and 2 fell silent; a listing still counts the list.
+        (timeout + 1.0, 1, 3),
+        (30.0 + timeout, 1, 3),
+        // No request since 30 s: the bucket is idle, nobody is live.
+        (30.0 + timeout + 0.001, 0, 0),
+        (3600.0, 0, 0),
+    ];
+    for (now, with_rows, listed) in cases {
+        let live = |rows_at_hand| {
+            live_instances(&rows.head, rows_at_hand, at(now), config.inactivity_timeout)
+        };
+        assert_eq!(live(Some(instances.as_slice())), with_rows, "at {now} s");
+        assert_eq!(live(None), listed, "at {now} s, listed");
+    }
+    // The rows stay: instance 3's last request, retried an hour later
+    // by a pod that never heard the answer, is answered, not counted.
+    let retry = request(&mut rows, &last, at(3600.0), &config).expect("valid");
+    assert!(retry.duplicate);
+    assert_eq!(rows.head.totals.consumption.request_units(), 2.0);
+}
+
+#[test]
 fn a_duplicate_gets_the_first_response_and_changes_nothing() {
     // (requested, tokens) — an immediate grant and a trickle grant.
     let cases = [(40.0, 100.0), (500.0, 0.0)];

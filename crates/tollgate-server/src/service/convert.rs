@@ -188,7 +188,7 @@ pub fn bucket_to_proto(snapshot: &BucketSnapshot) -> v1::Tenant {
             .iter()
             .map(|i| instance_to_proto(snapshot, i))
             .collect(),
-        live_instances: members.live_instances,
+        live_instances: snapshot.live_instances(),
         created_at: Some(timestamp_to_proto(state.created_at)),
         updated_at: Some(timestamp_to_proto(state.updated_at)),
         granted_tokens: totals.granted_tokens,

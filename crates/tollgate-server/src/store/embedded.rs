@@ -35,7 +35,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
@@ -99,6 +99,8 @@ struct Inner {
     writes: Mutex<Option<mpsc::UnboundedSender<Box<dyn PendingWrite>>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     sweep_cursor: Arc<Mutex<keys::SweepCursor>>,
+    /// Pods silent longer are not live (`BucketSnapshot::live_instances`).
+    inactivity_timeout: Duration,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -212,6 +214,7 @@ impl EmbeddedStore {
 
     fn start(db: Database, settings: BucketSettings, clock: Clock) -> Result<Self, StoreError> {
         init_schema(&db)?;
+        let inactivity_timeout = settings.bucket.inactivity_timeout;
         let db = Arc::new(db);
         let (tx, rx) = mpsc::unbounded_channel();
         let counters = Arc::new(Counters::default());
@@ -233,6 +236,7 @@ impl EmbeddedStore {
                 writes: Mutex::new(Some(tx)),
                 writer: Mutex::new(Some(handle)),
                 sweep_cursor: Arc::default(),
+                inactivity_timeout,
             }),
         })
     }
@@ -443,6 +447,10 @@ struct Served {
 }
 
 impl Writer {
+    fn inactivity_timeout(&self) -> Duration {
+        self.settings.bucket.inactivity_timeout
+    }
+
     fn run(self, mut rx: mpsc::UnboundedReceiver<Box<dyn PendingWrite>>) {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         while let Some(first) = rx.blocking_recv() {
@@ -557,6 +565,7 @@ impl Writer {
                 head,
                 instances: read_all_instances(&instances, key)?,
                 read_at: now,
+                inactivity_timeout: self.inactivity_timeout(),
             },
         }))
     }
@@ -614,12 +623,17 @@ fn tenant_heads(
 }
 
 /// A head row as a snapshot without instances.
-fn head_snapshot((key, head): (BucketKey, BucketRow), now: Timestamp) -> BucketSnapshot {
+fn head_snapshot(
+    (key, head): (BucketKey, BucketRow),
+    now: Timestamp,
+    inactivity_timeout: Duration,
+) -> BucketSnapshot {
     BucketSnapshot {
         key,
         head,
         instances: Vec::new(),
         read_at: now,
+        inactivity_timeout,
     }
 }
 
@@ -651,6 +665,7 @@ fn delete(
     txn: &WriteTransaction,
     tenant: &TenantId,
     now: Timestamp,
+    inactivity_timeout: Duration,
 ) -> Result<Result<Vec<BucketSnapshot>, StoreError>, StoreError> {
     let mut buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
     let mut instances = txn
@@ -680,7 +695,7 @@ fn delete(
     }
     Ok(Ok(heads
         .into_iter()
-        .map(|head| head_snapshot(head, now))
+        .map(|head| head_snapshot(head, now, inactivity_timeout))
         .collect()))
 }
 
@@ -786,6 +801,7 @@ fn change_one(
     tenant: &TenantId,
     change: &TenantChange,
     now: Timestamp,
+    inactivity_timeout: Duration,
 ) -> Result<Result<TenantChangeOutcome, StoreError>, StoreError> {
     let loaded = load_tenant(txn, tenant, change)?;
     let edit = match tier::change_tenant(tenant, change, &loaded, now) {
@@ -818,12 +834,16 @@ fn change_one(
                 .remove((tenant.as_str(), name.as_str()))
                 .map_err(storage("delete bucket row"))?;
             delete_instances(&mut instances, &key(name))?;
-            retired.push(head_snapshot((key(name), head.clone()), now));
+            retired.push(head_snapshot(
+                (key(name), head.clone()),
+                now,
+                inactivity_timeout,
+            ));
         }
     }
     let view_buckets = tenant_heads(&buckets, tenant)?
         .into_iter()
-        .map(|head| head_snapshot(head, now))
+        .map(|head| head_snapshot(head, now, inactivity_timeout))
         .collect();
     Ok(Ok(TenantChangeOutcome {
         view: TenantView {
@@ -915,6 +935,7 @@ fn put_tier(
     name: &TierName,
     tier: &Tier,
     now: Timestamp,
+    inactivity_timeout: Duration,
 ) -> Result<Result<PutTierOutcome, StoreError>, StoreError> {
     let mut tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
     let before = read_tier(&tiers, name)?;
@@ -936,7 +957,7 @@ fn put_tier(
         previous: before.clone(),
     };
     for tenant in on_tier {
-        match change_one(txn, &tenant, &reapply, now)? {
+        match change_one(txn, &tenant, &reapply, now, inactivity_timeout)? {
             Ok(outcome) => {
                 if !(outcome.created.is_empty()
                     && outcome.changed.is_empty()
@@ -1022,6 +1043,7 @@ impl Store for EmbeddedStore {
 
     async fn get_bucket(&self, key: &BucketKey) -> Result<BucketSnapshot, StoreError> {
         let key = key.clone();
+        let inactivity_timeout = self.inner.inactivity_timeout;
         self.read(move |db, now| {
             let txn = db.begin_read().map_err(storage("begin read transaction"))?;
             let buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
@@ -1037,6 +1059,7 @@ impl Store for EmbeddedStore {
                 head,
                 instances,
                 read_at: now,
+                inactivity_timeout,
             })
         })
         .await
@@ -1044,6 +1067,7 @@ impl Store for EmbeddedStore {
 
     async fn get_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError> {
         let tenant = tenant.clone();
+        let inactivity_timeout = self.inner.inactivity_timeout;
         self.read(move |db, now| {
             let txn = db.begin_read().map_err(storage("begin read transaction"))?;
             let buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
@@ -1058,6 +1082,7 @@ impl Store for EmbeddedStore {
                     head,
                     instances: rows,
                     read_at: now,
+                    inactivity_timeout,
                 });
             }
             if out.is_empty() {
@@ -1074,6 +1099,7 @@ impl Store for EmbeddedStore {
         limit: usize,
     ) -> Result<Vec<BucketSnapshot>, StoreError> {
         let after = after.cloned();
+        let inactivity_timeout = self.inner.inactivity_timeout;
         self.read(move |db, now| {
             let txn = db.begin_read().map_err(storage("begin read transaction"))?;
             let buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
@@ -1096,6 +1122,7 @@ impl Store for EmbeddedStore {
                     head: decode("decode bucket row", value.value())?,
                     instances: Vec::new(),
                     read_at: now,
+                    inactivity_timeout,
                 });
             }
             Ok(out)
@@ -1105,8 +1132,10 @@ impl Store for EmbeddedStore {
 
     async fn delete_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError> {
         let tenant = tenant.clone();
-        self.write(Box::new(move |_, txn, now| delete(txn, &tenant, now)))
-            .await
+        self.write(Box::new(move |writer, txn, now| {
+            delete(txn, &tenant, now, writer.inactivity_timeout())
+        }))
+        .await
     }
 
     async fn change_tenant(
@@ -1115,14 +1144,15 @@ impl Store for EmbeddedStore {
         change: &TenantChange,
     ) -> Result<TenantChangeOutcome, StoreError> {
         let (tenant, change) = (tenant.clone(), change.clone());
-        self.write(Box::new(move |_, txn, now| {
-            change_one(txn, &tenant, &change, now)
+        self.write(Box::new(move |writer, txn, now| {
+            change_one(txn, &tenant, &change, now, writer.inactivity_timeout())
         }))
         .await
     }
 
     async fn describe_tenant(&self, tenant: &TenantId) -> Result<TenantView, StoreError> {
         let tenant = tenant.clone();
+        let inactivity_timeout = self.inner.inactivity_timeout;
         self.read(move |db, now| {
             let txn = db.begin_read().map_err(storage("begin read transaction"))?;
             let records = txn
@@ -1132,7 +1162,7 @@ impl Store for EmbeddedStore {
             let buckets_table = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
             let buckets: Vec<_> = tenant_heads(&buckets_table, &tenant)?
                 .into_iter()
-                .map(|head| head_snapshot(head, now))
+                .map(|head| head_snapshot(head, now, inactivity_timeout))
                 .collect();
             if record.is_none() && buckets.is_empty() {
                 return Err(StoreError::TenantNotFound(tenant));
@@ -1148,8 +1178,8 @@ impl Store for EmbeddedStore {
 
     async fn put_tier(&self, name: &TierName, tier: &Tier) -> Result<PutTierOutcome, StoreError> {
         let (name, tier) = (name.clone(), tier.clone());
-        self.write(Box::new(move |_, txn, now| {
-            put_tier(txn, &name, &tier, now)
+        self.write(Box::new(move |writer, txn, now| {
+            put_tier(txn, &name, &tier, now, writer.inactivity_timeout())
         }))
         .await
     }

@@ -53,12 +53,23 @@ pub struct BucketSnapshot {
     pub instances: Vec<InstanceState>,
     /// The store's clock when the snapshot was read.
     pub read_at: Timestamp,
+    /// The store's inactivity timeout: pods silent longer are not live.
+    pub inactivity_timeout: Duration,
 }
 
 impl BucketSnapshot {
     /// The bucket level at `read_at`, refill included.
     pub fn current_tokens(&self) -> f64 {
         self.head.state.tokens_at(self.read_at)
+    }
+
+    /// The pods heard from within the inactivity timeout (by the rule of
+    /// `tollgate_core::global_bucket::live_instances`): counted from the
+    /// instance rows when the snapshot has them, else the list's count,
+    /// or none for a bucket idle past the timeout.
+    pub fn live_instances(&self) -> u32 {
+        let rows = (!self.instances.is_empty()).then_some(self.instances.as_slice());
+        tollgate_core::live_instances(&self.head, rows, self.read_at, self.inactivity_timeout)
     }
 
     /// How long the server has not heard from `instance`.

@@ -146,7 +146,7 @@ async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError
                 refill_rate: b.head.state.limits.refill_rate,
                 burst_limit: b.head.state.limits.burst_limit,
                 tokens: b.current_tokens(),
-                live_instances: b.head.members.live_instances,
+                live_instances: b.live_instances(),
                 request_unit_micros: b.head.totals.consumption.request_unit_micros,
                 trickles: trickles.get(&b.key).copied().unwrap_or(0),
             };

@@ -656,9 +656,9 @@ const BUCKET_METRICS: [(&str, &str, MetricType, BucketValue); 14] = [
     ),
     (
         "tollgate_tenant_instances",
-        "Live instances (pods) in the tenant's list.",
+        "Live instances (pods) of the tenant's bucket: none once it has had no request for the inactivity timeout.",
         MetricType::GAUGE,
-        |b| f64::from(b.head.members.live_instances),
+        |b| f64::from(b.live_instances()),
     ),
 ];
 

@@ -921,6 +921,7 @@ fn snapshots_from_rows(
                 head: rows::head_from_row(row)?,
                 instances: Vec::new(),
                 read_at: inner.now(rows::clock(row, read_at_column)?),
+                inactivity_timeout: inner.settings.bucket.inactivity_timeout,
             });
         } else if let Some(last) = out.last_mut().filter(|s| s.key == key) {
             last.instances.push(rows::instance_from_row(row)?);
@@ -1053,6 +1054,7 @@ async fn change_in(
                 head: head.clone(),
                 instances: Vec::new(),
                 read_at: now,
+                inactivity_timeout: inner.settings.bucket.inactivity_timeout,
             });
         }
     }
@@ -1073,6 +1075,7 @@ async fn change_in(
                     head,
                     instances: Vec::new(),
                     read_at: now,
+                    inactivity_timeout: inner.settings.bucket.inactivity_timeout,
                 })
                 .collect(),
         },
@@ -1512,6 +1515,7 @@ impl Store for PostgresStore {
                         head,
                         instances,
                         read_at: now,
+                        inactivity_timeout: inner.settings.bucket.inactivity_timeout,
                     },
                 })
             })
