@@ -657,6 +657,18 @@ fn read_record(
         .transpose()
 }
 
+fn write_record(
+    records: &mut redb::Table<'_, &'static str, &'static [u8]>,
+    tenant: &TenantId,
+    record: &TenantRecord,
+) -> Result<(), StoreError> {
+    let bytes = encode("encode tenant record", record)?;
+    records
+        .insert(tenant.as_str(), bytes.as_slice())
+        .map_err(storage("write tenant record"))?;
+    Ok(())
+}
+
 fn bucket_name(stored: &str) -> Result<BucketName, StoreError> {
     BucketName::parse("bucket", stored).map_err(|e| StoreError::internal("decode bucket name", e))
 }
@@ -811,10 +823,7 @@ fn change_one(
     let mut records = txn
         .open_table(TENANT_RECORDS)
         .map_err(storage("open tenant records"))?;
-    let bytes = encode("encode tenant record", &edit.record)?;
-    records
-        .insert(tenant.as_str(), bytes.as_slice())
-        .map_err(storage("write tenant record"))?;
+    write_record(&mut records, tenant, &edit.record)?;
     let mut buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
     let mut instances = txn
         .open_table(INSTANCES)

@@ -14,7 +14,7 @@ use tollgate_core::{BucketKey, TenantId, TierName, Timestamp};
 use super::keys::{self, KEY_REQUESTS, KEYS};
 use super::{
     BUCKETS, INSTANCES, PARTITION_REPORTS, TENANT_RECORDS, TIERS, bucket_name, decode, encode,
-    read_all_instances, storage, write_head,
+    read_all_instances, storage, write_head, write_record,
 };
 use crate::store::image::{Header, Record, RecordSink, StoreImage, refuse_unless_empty};
 use crate::store::{Counts, StoreError};
@@ -117,10 +117,7 @@ pub(super) fn import(
         .open_table(TENANT_RECORDS)
         .map_err(storage("open tenant records"))?;
     for (tenant, record) in &image.tenants {
-        let bytes = encode("encode tenant record", record)?;
-        records
-            .insert(tenant.as_str(), bytes.as_slice())
-            .map_err(storage("write tenant record"))?;
+        write_record(&mut records, tenant, record)?;
     }
     let mut buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
     let mut instances = txn

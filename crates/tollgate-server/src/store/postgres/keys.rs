@@ -458,14 +458,10 @@ pub(super) fn check_request_record(row: &Row) -> Result<Record, StoreError> {
 }
 
 fn key_id(row: &Row) -> Result<KeyId, StoreError> {
-    let tenant: &str = get(row, "tenant_id")?;
-    let bucket: &str = get(row, "bucket")?;
-    Ok(KeyId::new(
-        TenantId::parse("tenant_id", tenant)
-            .map_err(|e| StoreError::internal("read tenant_id", e))?,
-        BucketName::parse("bucket", bucket).map_err(|e| StoreError::internal("read bucket", e))?,
-        utf8(get(row, "key")?, "key")?,
-    ))
+    Ok(KeyId {
+        bucket: rows::bucket_key(row)?,
+        key: utf8(get(row, "key")?, "key")?,
+    })
 }
 
 fn utf8(bytes: Vec<u8>, column: &'static str) -> Result<String, StoreError> {
