@@ -89,6 +89,21 @@ impl Consumption {
         Ok(())
     }
 
+    /// Every counter, by its name.
+    pub fn counters(&self) -> [(&'static str, u64); 9] {
+        [
+            ("request_unit_micros", self.request_unit_micros),
+            ("read_batches", self.read_batches),
+            ("read_requests", self.read_requests),
+            ("read_bytes", self.read_bytes),
+            ("write_batches", self.write_batches),
+            ("write_requests", self.write_requests),
+            ("write_bytes", self.write_bytes),
+            ("cpu_micros", self.cpu_micros),
+            ("egress_bytes", self.egress_bytes),
+        ]
+    }
+
     /// Adds a (validated) delta to these totals, each saturating at [`MAX_TOTAL`].
     pub fn add(&mut self, delta: &Consumption) {
         let add = |total: &mut u64, delta: u64| {

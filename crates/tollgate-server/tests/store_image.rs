@@ -413,6 +413,47 @@ async fn damaged_exports_are_refused_whole() {
         );
     }
 
+    // A bucket edited out of what a store holds: limits out of range,
+    // a total beyond a BIGINT, an instance's seq beyond one.
+    let bucket_line = lines
+        .iter()
+        .position(|l| l.starts_with(b"{\"kind\":\"bucket\""))
+        .expect("a bucket line");
+    let instance_line = lines
+        .iter()
+        .position(|l| l.starts_with(b"{\"kind\":\"instance\""))
+        .expect("an instance line");
+    let edits: [(usize, &str, serde_json::Value, &str); 3] = [
+        (
+            bucket_line,
+            "/head/limits/refill_rate",
+            (-1.0).into(),
+            "refill_rate",
+        ),
+        (
+            bucket_line,
+            "/head/consumption/read_bytes",
+            u64::MAX.into(),
+            "read_bytes total",
+        ),
+        (instance_line, "/instance/seq", u64::MAX.into(), "seq"),
+    ];
+    for (line, pointer, value, expected) in edits {
+        let mut record: serde_json::Value =
+            serde_json::from_slice(lines[line]).expect("a JSON line");
+        *record.pointer_mut(pointer).expect(pointer) = value;
+        let mut edited = lines.clone();
+        let text = format!("{record}\n");
+        edited[line] = text.as_bytes();
+        let message = StoreImage::read(edited.concat().as_slice())
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            message.starts_with(&format!("line {}:", line + 1)) && message.contains(expected),
+            "{pointer}: {message}"
+        );
+    }
+
     let fresh_backing = Backing::new(Backend::Embedded).await;
     let fresh = fresh_backing.open(BucketSettings::default()).await;
     let (empty, counts) = export(fresh.as_ref()).await;

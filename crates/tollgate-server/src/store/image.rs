@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tollgate_core::key_bucket::{KeyId, KeyWrites, RequestRecord, StoredKey};
 use tollgate_core::tier::{TenantRecord, Tier};
+use tollgate_core::validate::MAX_TOTAL;
 use tollgate_core::{
     BucketKey, BucketName, BucketRow, InstanceState, TenantId, TierName, Timestamp,
 };
@@ -372,6 +373,7 @@ impl ImageReader {
                 head,
             } => {
                 let key = BucketKey::new(tenant, bucket);
+                check_head(&key, &head)?;
                 if !self.buckets.insert(key.clone()) {
                     return Err(format!("bucket {key} appears twice"));
                 }
@@ -400,6 +402,12 @@ impl ImageReader {
                     return Err(format!(
                         "instance {} of bucket {key} is out of order or appears twice",
                         instance.instance_id
+                    ));
+                }
+                if instance.seq > MAX_TOTAL {
+                    return Err(format!(
+                        "instance {} of bucket {key}: seq {} is beyond {MAX_TOTAL}",
+                        instance.instance_id, instance.seq
                     ));
                 }
                 if instance.instance_id == 0 {
@@ -485,6 +493,23 @@ impl ImageReader {
         }
         Ok(())
     }
+}
+
+/// What a store cannot hold, or the core would not have written: limits
+/// out of their range, totals beyond a BIGINT.
+fn check_head(key: &BucketKey, head: &BucketRow) -> Result<(), String> {
+    head.state
+        .limits
+        .validate()
+        .map_err(|e| format!("bucket {key}: {e}"))?;
+    for (name, value) in head.totals.consumption.counters() {
+        if value > MAX_TOTAL {
+            return Err(format!(
+                "bucket {key}: {name} total {value} is beyond {MAX_TOTAL}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Writes `record` as one line of JSON.
