@@ -5,7 +5,9 @@
 //! value, and hands it to [`print`] with the function that turns it into
 //! text. Nothing else writes a result to stdout, so with `--json` stdout
 //! holds exactly one JSON document, or nothing when the command fails (its
-//! error goes to stderr and the exit code is non-zero).
+//! error goes to stderr and the exit code is non-zero). The one command
+//! whose stdout is data rather than a result is `export` without `--out`:
+//! the export itself, its summary on stderr.
 //!
 //! The JSON conventions, the same for every command:
 //! - field names are snake_case, and name the unit where there is one;
