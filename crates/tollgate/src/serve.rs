@@ -67,15 +67,16 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     telemetry
         .metrics
         .set_store_read_interval(config.metrics_store_read_interval);
-    let reloads = (admin_tokens.is_some() || pod_tokens.is_some()).then(|| {
-        tokio::spawn(reload_credentials(
-            admin_tokens,
-            pod_tokens,
-            Hangups::listen(),
-            config.credentials_reload_interval,
-            Arc::clone(&telemetry.metrics),
-        ))
-    });
+    // Listened for even without credentials files, so that a SIGHUP (a
+    // habit, a config-management tool) never meets the default action,
+    // which would end the server.
+    let reloads = tokio::spawn(reload_credentials(
+        admin_tokens,
+        pod_tokens,
+        Hangups::listen(),
+        config.credentials_reload_interval,
+        Arc::clone(&telemetry.metrics),
+    ));
     // One signal, two servers: gRPC drains first; the HTTP side (metrics,
     // health) keeps answering until gRPC has stopped.
     let (grpc_done, grpc_stopped) = tokio::sync::watch::channel(false);
@@ -111,9 +112,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         shutdown_signal(),
     )
     .await;
-    if let Some(reloads) = reloads {
-        reloads.abort();
-    }
+    reloads.abort();
     let _ = grpc_done.send(true);
     if let Some(http) = http {
         match http.await {
@@ -166,6 +165,7 @@ impl Hangups {
 /// Reloads the credentials files on SIGHUP, and whenever one has changed
 /// (checked every `interval`), until aborted. A file that fails to load
 /// leaves its credentials as they were ([`Watched::reload`] logs why).
+/// Without files, a SIGHUP is only logged.
 async fn reload_credentials(
     admin: Option<Watched<AdminTokens>>,
     pods: Option<Watched<PodTokens>>,
@@ -180,7 +180,11 @@ async fn reload_credentials(
         let force = tokio::select! {
             _ = poll.tick() => false,
             () = hangups.recv() => {
-                tracing::info!("SIGHUP: reloading the credentials files");
+                if admin.is_none() && pods.is_none() {
+                    tracing::info!("SIGHUP: no credentials files to reload (--admin-tokens-file, --pod-tokens-file); nothing to do");
+                } else {
+                    tracing::info!("SIGHUP: reloading the credentials files");
+                }
                 true
             }
         };

@@ -222,3 +222,38 @@ fn bench_sends_a_pod_token() {
         "{refused:#}"
     );
 }
+
+/// SIGHUP to a server without credentials files (out of habit, or from a
+/// config-management tool) is logged and changes nothing: the server goes
+/// on serving, and stops cleanly afterwards.
+#[test]
+fn sighup_without_credentials_files_is_harmless() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let server = support::Server::start_logged(
+        &["--in-memory", "--listen", &listen],
+        &[],
+        port,
+        &dir.path().join("server.log"),
+    );
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !server
+        .log()
+        .contains("SIGHUP: no credentials files to reload")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no SIGHUP line: {}",
+            server.log()
+        );
+        sleep(Duration::from_millis(20));
+    }
+    server.ok(&["tenant", "list"]);
+    server.stop();
+}

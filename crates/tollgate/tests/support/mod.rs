@@ -197,6 +197,11 @@ impl Server {
         serde_json::from_str(&self.ok(args)).expect("valid JSON")
     }
 
+    /// The server's process id, for signals.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGTERM, then expect a clean exit.
     pub fn stop(mut self) {
         let pid = self.child.id().to_string();
