@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use support::ManualClock;
+use support::{ManualClock, bucket_name, definition, tenant_id};
 use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError, KeyId, RequestItem};
 use tollgate_core::tier::{BucketDefinition, BucketKind, TenantChange, Tier};
-use tollgate_core::{BucketName, Limits, TenantId, TierName, Timestamp};
+use tollgate_core::{TierName, Timestamp};
 use tollgate_server::store::{
     BucketSettings, KeyCounts, PostgresOptions, PostgresStore, Store, StoreError,
 };
@@ -39,25 +39,6 @@ async fn fresh() -> (TestDatabase, ManualClock, PostgresStore) {
     clock.set_secs(1000.0);
     let store = store_at(&db, &clock).await;
     (db, clock, store)
-}
-
-fn tenant_id(id: &str) -> TenantId {
-    TenantId::parse("tenant_id", id).expect("valid id")
-}
-
-fn bucket_name(name: &str) -> BucketName {
-    BucketName::parse("bucket", name).expect("valid name")
-}
-
-fn definition(refill_rate: f64, burst_limit: f64, kind: BucketKind) -> BucketDefinition {
-    BucketDefinition {
-        limits: Limits {
-            refill_rate,
-            burst_limit,
-        },
-        initial_tokens: None,
-        kind,
-    }
 }
 
 /// Puts tier `tier` with `buckets` and onboards `tenants` on it.

@@ -7,11 +7,11 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{Backend, Backing, ManualClock};
+use support::{Backend, Backing, ManualClock, tenant_id, tier_name};
 use tollgate_core::tier::{BucketDefinition, BucketKind, TenantChange, Tier, TierError};
 use tollgate_core::{
-    BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId, TierName,
-    Timestamp, TokenBucketRequest,
+    BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, Timestamp,
+    TokenBucketRequest,
 };
 use tollgate_server::store::{BucketSettings, Store, StoreError};
 
@@ -22,10 +22,6 @@ async fn store_on(backend: Backend, clock: &ManualClock) -> (Backing, Arc<dyn St
         .open_with_clock(BucketSettings::default(), clock.as_clock())
         .await;
     (backing, store)
-}
-
-fn tenant_id(id: &str) -> TenantId {
-    TenantId::parse("tenant_id", id).expect("valid id")
 }
 
 /// The request-unit bucket of tenant `id`.
@@ -395,14 +391,7 @@ async fn buckets_of_a_tenant_are_isolated(store: &dyn Store, clock: &ManualClock
 }
 
 fn definition(refill_rate: f64, burst_limit: f64) -> BucketDefinition {
-    BucketDefinition {
-        limits: Limits {
-            refill_rate,
-            burst_limit,
-        },
-        initial_tokens: None,
-        kind: BucketKind::Shared,
-    }
+    support::definition(refill_rate, burst_limit, BucketKind::Shared)
 }
 
 fn tier(buckets: &[(&str, f64, f64)]) -> Tier {
@@ -412,10 +401,6 @@ fn tier(buckets: &[(&str, f64, f64)]) -> Tier {
         Timestamp::EPOCH,
     )
     .expect("valid tier")
-}
-
-fn tier_name(name: &str) -> TierName {
-    TierName::parse("tier", name).expect("tier name")
 }
 
 /// Onboarding provisions every bucket of a tier in one go; a switch

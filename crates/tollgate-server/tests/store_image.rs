@@ -15,41 +15,18 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use support::{Backend, Backing, ManualClock};
+use support::{Backend, Backing, ManualClock, bucket_name, definition, tenant_id, tier_name};
 use tokio::sync::mpsc;
 use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem};
-use tollgate_core::tier::{BucketDefinition, BucketKind, TenantChange, Tier};
+use tollgate_core::tier::{BucketKind, TenantChange, Tier};
 use tollgate_core::{
-    BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId, TierName,
-    Timestamp, TokenBucketRequest,
+    BucketKey, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId, Timestamp,
+    TokenBucketRequest,
 };
 use tollgate_server::store::image::write_line;
 use tollgate_server::store::{
     BucketSettings, Counts, ImageError, Record, RecordSink, Store, StoreError, StoreImage,
 };
-
-fn tenant_id(id: &str) -> TenantId {
-    TenantId::parse("tenant_id", id).expect("valid id")
-}
-
-fn bucket_name(name: &str) -> BucketName {
-    BucketName::parse("bucket", name).expect("valid name")
-}
-
-fn tier_name(name: &str) -> TierName {
-    TierName::parse("tier", name).expect("valid name")
-}
-
-fn definition(refill_rate: f64, burst_limit: f64, kind: BucketKind) -> BucketDefinition {
-    BucketDefinition {
-        limits: Limits {
-            refill_rate,
-            burst_limit,
-        },
-        initial_tokens: None,
-        kind,
-    }
-}
 
 /// A pod's request: instance `instance` of lease `lease`, number `seq`.
 fn request(instance: u32, lease: u32, seq: u64, tokens: f64, units: f64) -> TokenBucketRequest {

@@ -60,18 +60,7 @@ fn tenant_commands_work_against_a_served_store_and_survive_a_restart() {
     assert!(table.contains("request units   42.5"), "{table}");
     assert!(table.contains("INSTANCE"), "{table}");
 
-    server.ok(&[
-        "tenant",
-        "set-limits",
-        "--tenant",
-        "beta",
-        "--available",
-        "1",
-        "--refill-rate",
-        "2",
-        "--burst-limit",
-        "3",
-    ]);
+    server.set_limits("beta", 1.0, 2.0, 3.0);
     let listed = server.json(&["tenant", "list", "--json"]);
     let ids: Vec<&str> = listed
         .as_array()
@@ -139,19 +128,9 @@ fn fresh_server() -> (tempfile::TempDir, Server) {
     (dir, server)
 }
 
-fn set_limits(server: &Server, tenant: &str, available: &str, refill_rate: &str) {
-    server.ok(&[
-        "tenant",
-        "set-limits",
-        "--tenant",
-        tenant,
-        "--available",
-        available,
-        "--refill-rate",
-        refill_rate,
-        "--burst-limit",
-        "1000",
-    ]);
+/// Limits with a burst of 1 000.
+fn set_limits(server: &Server, tenant: &str, available: f64, refill_rate: f64) {
+    server.set_limits(tenant, available, refill_rate, 1000.0);
 }
 
 fn pod_request(server: &Server, tenant: &str, tokens: &str) -> Value {
@@ -178,7 +157,7 @@ fn assert_failed_with(out: &Output, reason: &str) {
 fn pod_request_json_reports_the_grant_and_whether_the_pod_was_throttled() {
     let (_dir, server) = fresh_server();
     // No refill: every grant comes out of the 500 tokens there are.
-    set_limits(&server, "acme", "500", "0");
+    set_limits(&server, "acme", 500.0, 0.0);
 
     let full = pod_request(&server, "acme", "120");
     assert_eq!(full["tenant_id"], "acme");
@@ -198,7 +177,7 @@ fn pod_request_json_reports_the_grant_and_whether_the_pod_was_throttled() {
 
     // 100 tokens and 10 per second: 500 tokens cannot come at once; the
     // pod gets what a target period (10 s) of refill adds, over a trickle.
-    set_limits(&server, "slow", "100", "10");
+    set_limits(&server, "slow", 100.0, 10.0);
     let trickled = pod_request(&server, "slow", "500");
     assert_eq!(trickled["trickle_duration_seconds"], 10.0, "{trickled:#}");
     assert!(number(&trickled["granted_tokens"]) < 500.0, "{trickled:#}");
@@ -207,7 +186,7 @@ fn pod_request_json_reports_the_grant_and_whether_the_pod_was_throttled() {
 
     // 100 tokens and 100 per second: 150 tokens come in full, but over the
     // shortest trickle (1 s) rather than at once, which throttles too.
-    set_limits(&server, "brisk", "100", "100");
+    set_limits(&server, "brisk", 100.0, 100.0);
     let spread = pod_request(&server, "brisk", "150");
     assert!(number(&spread["granted_tokens"]) >= 150.0, "{spread:#}");
     assert_eq!(spread["trickle_duration_seconds"], 1.0, "{spread:#}");
@@ -219,14 +198,14 @@ fn pod_request_json_reports_the_grant_and_whether_the_pod_was_throttled() {
         empty.contains("throttled         yes: granted 0.000 of 50.000 tokens"),
         "{empty}"
     );
-    set_limits(&server, "slow-too", "100", "10");
+    set_limits(&server, "slow-too", 100.0, 10.0);
     let trickled = server.ok(&["pod", "request", "--tenant", "slow-too", "--tokens", "500"]);
     assert!(
         trickled.contains("throttled         yes: granted 2")
             && trickled.contains("of 500.000 tokens, tokens arrive over 10.000s"),
         "{trickled}"
     );
-    set_limits(&server, "plenty", "1000", "0");
+    set_limits(&server, "plenty", 1000.0, 0.0);
     let granted = server.ok(&["pod", "request", "--tenant", "plenty", "--tokens", "5"]);
     assert!(granted.contains("throttled         no"), "{granted}");
 
@@ -240,7 +219,7 @@ fn pod_request_json_reports_the_grant_and_whether_the_pod_was_throttled() {
 #[test]
 fn tenant_delete_json_names_the_deleted_tenant_and_a_failed_delete_prints_nothing() {
     let (_dir, server) = fresh_server();
-    set_limits(&server, "gone", "10", "1");
+    set_limits(&server, "gone", 10.0, 1.0);
 
     // Not without asking, and there is no terminal to ask on.
     assert_failed_with(
@@ -579,7 +558,7 @@ fn a_dead_server_or_the_metrics_port_gives_one_error_with_a_hint() {
 #[test]
 fn set_limits_changes_only_what_it_is_given() {
     let (_dir, server) = fresh_server();
-    set_limits(&server, "acme", "500", "0");
+    set_limits(&server, "acme", 500.0, 0.0);
     let set = server.json(&[
         "tenant",
         "set-limits",
@@ -669,8 +648,8 @@ fn set_limits_changes_only_what_it_is_given() {
 fn tenant_watch_shows_request_units_per_second_between_frames() {
     use std::io::BufRead;
     let (_dir, server) = fresh_server();
-    set_limits(&server, "acme", "1000", "100");
-    set_limits(&server, "idle", "10", "1");
+    set_limits(&server, "acme", 1000.0, 100.0);
+    set_limits(&server, "idle", 10.0, 1.0);
     let mut watching = Command::new(support::BIN)
         .args(["tenant", "watch", "--interval", "2s", "--count", "2"])
         .env("TOLLGATE_SERVER", &server.url)

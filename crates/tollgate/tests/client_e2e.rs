@@ -26,21 +26,6 @@ use tollgate_client::{Controller, LocalBucketConfig, Options};
 /// What each pod may admit before its first grant.
 const INITIAL_TOKENS: f64 = 100.0;
 
-fn set_limits(server: &Server, tenant: &str, available: f64, refill: f64, burst: f64) {
-    server.ok(&[
-        "tenant",
-        "set-limits",
-        "--tenant",
-        tenant,
-        "--available",
-        &available.to_string(),
-        "--refill-rate",
-        &refill.to_string(),
-        "--burst-limit",
-        &burst.to_string(),
-    ]);
-}
-
 fn stored_request_units(server: &Server, tenant: &str) -> f64 {
     server.json(&[
         "tenant", "show", "--tenant", tenant, "--bucket", "", "--json",
@@ -71,7 +56,7 @@ async fn a_served_store_keeps_exactly_what_pods_charged() {
     // An empty bucket: past their initial allowances, the pods admit only
     // what the server grants them.
     let refill = 1000.0;
-    tokio::task::block_in_place(|| set_limits(&server, "smoke", 0.0, refill, refill));
+    tokio::task::block_in_place(|| server.set_limits("smoke", 0.0, refill, refill));
     let pods = pods(&server.url, "smoke", 3);
 
     let secs = std::env::var("TOLLGATE_E2E_SECS")

@@ -128,30 +128,8 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
     );
     // acme: 1 token/s and 10 held, so 100 tokens come as a trickle
     // (throttled); globex: plenty.
-    server.ok(&[
-        "tenant",
-        "set-limits",
-        "--tenant",
-        "acme",
-        "--available",
-        "10",
-        "--refill-rate",
-        "1",
-        "--burst-limit",
-        "10",
-    ]);
-    server.ok(&[
-        "tenant",
-        "set-limits",
-        "--tenant",
-        "globex",
-        "--available",
-        "10000",
-        "--refill-rate",
-        "1000",
-        "--burst-limit",
-        "10000",
-    ]);
+    server.set_limits("acme", 10.0, 1.0, 10.0);
+    server.set_limits("globex", 10000.0, 1000.0, 10000.0);
 
     // The data wants a token where the Admin service does; any role.
     let (code, _) = get(metrics, "/console/api/buckets", None);

@@ -114,19 +114,8 @@ async fn a_store_moves_to_postgres_and_back_with_its_totals() {
     .expect("write tiers");
     server.ok(&["tier", "apply", "-f", path(&tiers)]);
     server.ok(&["tenant", "create", "--tenant", "acme", "--tier", "pro"]);
-    for (tenant, available) in [("acme", "500"), ("globex", "80")] {
-        server.ok(&[
-            "tenant",
-            "set-limits",
-            "--tenant",
-            tenant,
-            "--available",
-            available,
-            "--refill-rate",
-            "5",
-            "--burst-limit",
-            "1000",
-        ]);
+    for (tenant, available) in [("acme", 500.0), ("globex", 80.0)] {
+        server.set_limits(tenant, available, 5.0, 1000.0);
     }
     for (tenant, bucket, instance, units) in [
         ("acme", "", "1", "42.5"),
@@ -251,18 +240,7 @@ fn a_damaged_export_is_refused_and_creates_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("tollgate.redb");
     let server = Server::start(&file);
-    server.ok(&[
-        "tenant",
-        "set-limits",
-        "--tenant",
-        "acme",
-        "--available",
-        "5",
-        "--refill-rate",
-        "1",
-        "--burst-limit",
-        "10",
-    ]);
+    server.set_limits("acme", 5.0, 1.0, 10.0);
     server.stop();
     let export = ok(&["export", "--store", path(&file)]);
     let lines: Vec<&str> = export.lines().collect();

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use tempfile::TempDir;
-use tollgate_core::Timestamp;
+use tollgate_core::tier::{BucketDefinition, BucketKind};
+use tollgate_core::{BucketName, Limits, TenantId, TierName, Timestamp};
 use tollgate_server::store::{
     BucketSettings, Clock, EmbeddedStore, PostgresOptions, PostgresStore, Store,
 };
@@ -42,6 +43,31 @@ impl ManualClock {
     pub fn as_clock(&self) -> Clock {
         let clock = self.clone();
         Arc::new(move || clock.now())
+    }
+}
+
+/// Tenant id `id`, valid by the test's choice.
+pub fn tenant_id(id: &str) -> TenantId {
+    TenantId::parse("tenant_id", id).expect("valid id")
+}
+
+pub fn bucket_name(name: &str) -> BucketName {
+    BucketName::parse("bucket", name).expect("valid name")
+}
+
+pub fn tier_name(name: &str) -> TierName {
+    TierName::parse("tier", name).expect("valid name")
+}
+
+/// A bucket definition of `kind` starting full.
+pub fn definition(refill_rate: f64, burst_limit: f64, kind: BucketKind) -> BucketDefinition {
+    BucketDefinition {
+        limits: Limits {
+            refill_rate,
+            burst_limit,
+        },
+        initial_tokens: None,
+        kind,
     }
 }
 

@@ -197,6 +197,23 @@ impl Server {
         serde_json::from_str(&self.ok(args)).expect("valid JSON")
     }
 
+    /// `tenant set-limits` of `tenant`'s request-unit bucket, all three
+    /// values given.
+    pub fn set_limits(&self, tenant: &str, available: f64, refill_rate: f64, burst_limit: f64) {
+        self.ok(&[
+            "tenant",
+            "set-limits",
+            "--tenant",
+            tenant,
+            "--available",
+            &available.to_string(),
+            "--refill-rate",
+            &refill_rate.to_string(),
+            "--burst-limit",
+            &burst_limit.to_string(),
+        ]);
+    }
+
     /// The server's process id, for signals.
     pub fn pid(&self) -> u32 {
         self.child.id()
