@@ -516,6 +516,23 @@ impl LimitsMask {
     pub fn is_all(&self) -> bool {
         *self == LimitsMask::ALL
     }
+
+    /// The limits an update leaves: `update`'s values where the mask
+    /// names them, `kept`'s elsewhere.
+    pub fn limits(&self, update: Limits, kept: Limits) -> Limits {
+        Limits {
+            refill_rate: if self.refill_rate {
+                update.refill_rate
+            } else {
+                kept.refill_rate
+            },
+            burst_limit: if self.burst_limit {
+                update.burst_limit
+            } else {
+                kept.burst_limit
+            },
+        }
+    }
 }
 
 /// How far after the store's clock an update's `as_of` may lie: the clock
@@ -529,19 +546,11 @@ impl LimitsUpdate {
         }
         // The limits' own rules, on the values the update sets (0 is
         // valid for either).
-        Limits {
-            refill_rate: if self.mask.refill_rate {
-                self.limits.refill_rate
-            } else {
-                0.0
-            },
-            burst_limit: if self.mask.burst_limit {
-                self.limits.burst_limit
-            } else {
-                0.0
-            },
-        }
-        .validate()?;
+        let unset = Limits {
+            refill_rate: 0.0,
+            burst_limit: 0.0,
+        };
+        self.mask.limits(self.limits, unset).validate()?;
         if !(self.mask.available_tokens || self.mask.refill_rate || self.mask.burst_limit) {
             return Err(InvalidInput::new(
                 "update_mask",
@@ -1216,18 +1225,7 @@ pub fn reconfigure(
 ) -> Result<(), RequestError> {
     update.validate()?;
     let mask = update.mask;
-    let limits = Limits {
-        refill_rate: if mask.refill_rate {
-            update.limits.refill_rate
-        } else {
-            row.state.limits.refill_rate
-        },
-        burst_limit: if mask.burst_limit {
-            update.limits.burst_limit
-        } else {
-            row.state.limits.burst_limit
-        },
-    };
+    let limits = mask.limits(update.limits, row.state.limits);
     if !mask.available_tokens {
         // The level stays the bucket's own: brought up to `now` under the
         // limits it had, then kept under the new ones.

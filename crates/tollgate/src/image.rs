@@ -55,17 +55,7 @@ impl StoreArg {
             connect_timeout: Duration::from_secs(5),
             ca_file: self.pg_ca_file.clone(),
         };
-        let opened = store::open(&location, &pool, BucketSettings::default()).await;
-        let store = opened.map_err(|e| {
-            if format!("{e:#}").contains("already open") {
-                e.context(
-                    "another process has the store file open; stop the server on it first \
-                     (a PostgreSQL store can be exported while servers run)",
-                )
-            } else {
-                e
-            }
-        })?;
+        let store = store::open(&location, &pool, BucketSettings::default()).await?;
         Ok((location, store))
     }
 }
@@ -138,36 +128,32 @@ pub async fn export(args: ExportArgs) -> anyhow::Result<()> {
 fn write_records(mut rx: mpsc::Receiver<Record>, out: Option<&Path>) -> anyhow::Result<()> {
     let Some(out) = out else {
         let mut stdout = BufWriter::new(std::io::stdout().lock());
-        let mut ended = false;
-        while let Some(record) = rx.blocking_recv() {
-            ended = matches!(record, Record::End(_));
-            write_line(&mut stdout, &record).context("write the export to stdout")?;
-        }
-        stdout.flush().context("write the export to stdout")?;
-        anyhow::ensure!(ended, "the export stopped before its end");
-        return Ok(());
+        return write_through(&mut rx, &mut stdout).context("write the export to stdout");
     };
     let partial = partial_path(out);
     let file = File::create(&partial).with_context(|| format!("create {}", partial.display()))?;
     let mut writer = BufWriter::new(file);
-    let mut ended = false;
-    let written = (|| -> std::io::Result<()> {
-        while let Some(record) = rx.blocking_recv() {
-            ended = matches!(record, Record::End(_));
-            write_line(&mut writer, &record)?;
-        }
-        writer.flush()?;
-        writer.get_ref().sync_all()
-    })();
-    if let Err(e) = written.map_err(anyhow::Error::from).and_then(|()| {
-        anyhow::ensure!(ended, "the export stopped before its end");
-        Ok(())
-    }) {
+    let written =
+        write_through(&mut rx, &mut writer).and_then(|()| Ok(writer.get_ref().sync_all()?));
+    if let Err(e) = written {
         let _ = std::fs::remove_file(&partial);
         return Err(e.context(format!("write {}", out.display())));
     }
     std::fs::rename(&partial, out)
         .with_context(|| format!("rename {} to {}", partial.display(), out.display()))
+}
+
+/// Writes every record from `rx` to `out` as a line and flushes it; an
+/// error if the records stop before the end line.
+fn write_through(rx: &mut mpsc::Receiver<Record>, out: &mut impl Write) -> anyhow::Result<()> {
+    let mut ended = false;
+    while let Some(record) = rx.blocking_recv() {
+        ended = matches!(record, Record::End(_));
+        write_line(out, &record)?;
+    }
+    out.flush()?;
+    anyhow::ensure!(ended, "the export stopped before its end");
+    Ok(())
 }
 
 /// `out` with `.partial` added to its name.

@@ -191,8 +191,13 @@ impl EmbeddedStore {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::internal("create the store's directory", e))?;
         }
-        let db = Database::create(path)
-            .map_err(|e| StoreError::internal("open the store file", redb::Error::from(e)))?;
+        let db = Database::create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Unavailable(format!(
+                "another process has the store file {} open: an embedded store serves one process at a time; stop the server on it first",
+                path.display()
+            )),
+            e => StoreError::internal("open the store file", redb::Error::from(e)),
+        })?;
         Self::start(db, settings, Arc::new(system_clock))
     }
 
@@ -669,6 +674,24 @@ fn write_record(
     Ok(())
 }
 
+fn tenant_id(stored: &str) -> Result<TenantId, StoreError> {
+    TenantId::parse("tenant_id", stored).map_err(|e| StoreError::internal("decode tenant id", e))
+}
+
+/// Every tier, in name order.
+fn read_tiers(
+    tiers: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Vec<(TierName, Tier)>, StoreError> {
+    let mut out = Vec::new();
+    for entry in tiers.iter().map_err(storage("list tiers"))? {
+        let (name, bytes) = entry.map_err(storage("list tiers"))?;
+        let name = TierName::parse("tier", name.value())
+            .map_err(|e| StoreError::internal("decode tier name", e))?;
+        out.push((name, decode("decode tier", bytes.value())?));
+    }
+    Ok(out)
+}
+
 fn bucket_name(stored: &str) -> Result<BucketName, StoreError> {
     BucketName::parse("bucket", stored).map_err(|e| StoreError::internal("decode bucket name", e))
 }
@@ -930,10 +953,7 @@ fn tenants_on(
         let (id, bytes) = entry.map_err(storage("read tenant records"))?;
         let record: TenantRecord = decode("decode tenant record", bytes.value())?;
         if record.tier.as_ref() == Some(tier) {
-            tenants.push(
-                TenantId::parse("tenant_id", id.value())
-                    .map_err(|e| StoreError::internal("decode tenant id", e))?,
-            );
+            tenants.push(tenant_id(id.value())?);
         }
     }
     Ok(tenants)
@@ -1124,10 +1144,8 @@ impl Store for EmbeddedStore {
             for entry in range.take(limit) {
                 let (key, value) = entry.map_err(storage("list bucket rows"))?;
                 let (tenant, bucket) = key.value();
-                let tenant = TenantId::parse("tenant_id", tenant)
-                    .map_err(|e| StoreError::internal("decode tenant id", e))?;
                 out.push(BucketSnapshot {
-                    key: BucketKey::new(tenant, bucket_name(bucket)?),
+                    key: BucketKey::new(tenant_id(tenant)?, bucket_name(bucket)?),
                     head: decode("decode bucket row", value.value())?,
                     instances: Vec::new(),
                     read_at: now,
@@ -1207,14 +1225,7 @@ impl Store for EmbeddedStore {
         self.read(move |db, _| {
             let txn = db.begin_read().map_err(storage("begin read transaction"))?;
             let tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
-            let mut out = Vec::new();
-            for entry in tiers.iter().map_err(storage("list tiers"))? {
-                let (name, bytes) = entry.map_err(storage("list tiers"))?;
-                let name = TierName::parse("tier", name.value())
-                    .map_err(|e| StoreError::internal("decode tier name", e))?;
-                out.push((name, decode("decode tier", bytes.value())?));
-            }
-            Ok(out)
+            read_tiers(&tiers)
         })
         .await
     }

@@ -9,12 +9,12 @@ use redb::{
     WriteTransaction,
 };
 use tollgate_core::key_bucket::{KeyId, RequestRecord, StoredKey};
-use tollgate_core::{BucketKey, TenantId, TierName, Timestamp};
+use tollgate_core::{BucketKey, Timestamp};
 
 use super::keys::{self, KEY_REQUESTS, KEYS};
 use super::{
     BUCKETS, INSTANCES, PARTITION_REPORTS, TENANT_RECORDS, TIERS, bucket_name, decode, encode,
-    read_all_instances, storage, write_head, write_record,
+    read_all_instances, read_tiers, storage, tenant_id, write_head, write_record,
 };
 use crate::store::image::{Header, Record, RecordSink, StoreImage, refuse_unless_empty};
 use crate::store::{Counts, StoreError};
@@ -29,13 +29,8 @@ pub(super) fn export(
     let txn = db.begin_read().map_err(storage("begin read transaction"))?;
     sink.send_blocking(Record::Header(Header::new("embedded", now)))?;
     let tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
-    for entry in tiers.iter().map_err(storage("read tiers"))? {
-        let (name, bytes) = entry.map_err(storage("read tiers"))?;
-        sink.send_blocking(Record::Tier {
-            name: TierName::parse("tier", name.value())
-                .map_err(|e| StoreError::internal("decode tier name", e))?,
-            tier: decode("decode tier", bytes.value())?,
-        })?;
+    for (name, tier) in read_tiers(&tiers)? {
+        sink.send_blocking(Record::Tier { name, tier })?;
     }
     let records = txn
         .open_table(TENANT_RECORDS)
@@ -84,10 +79,6 @@ pub(super) fn export(
         ))?;
     }
     sink.end_blocking()
-}
-
-fn tenant_id(stored: &str) -> Result<TenantId, StoreError> {
-    TenantId::parse("tenant_id", stored).map_err(|e| StoreError::internal("decode tenant id", e))
 }
 
 fn key_id(tenant: &str, bucket: &str, key: &str) -> Result<KeyId, StoreError> {

@@ -12,7 +12,7 @@ use tokio_postgres::types::ToSql;
 
 use super::retry::TxError;
 use super::rows::{self, HeadColumns, InstanceColumns};
-use super::{Inner, keys, record_of, sql, tier_of, to_json};
+use super::{Inner, keys, named_tier, record_of, sql, to_json};
 use crate::store::image::{Header, Record, RecordSink, StoreImage, refuse_unless_empty};
 use crate::store::{Counts, StoreError};
 
@@ -35,16 +35,8 @@ pub(super) async fn export(inner: &Inner, mut sink: RecordSink) -> Result<Counts
 
     let tiers = txn.prepare_cached(sql::EXPORT_TIERS).await?;
     for row in txn.query(&tiers, &[]).await? {
-        let name: &str = row
-            .try_get("name")
-            .map_err(|e| StoreError::internal("read a stored row", e))?;
-        let name = tollgate_core::TierName::parse("tier", name)
-            .map_err(|e| StoreError::internal("decode tier name", e))?;
-        sink.send(Record::Tier {
-            name,
-            tier: tier_of(&row)?,
-        })
-        .await?;
+        let (name, tier) = named_tier(&row)?;
+        sink.send(Record::Tier { name, tier }).await?;
     }
 
     let records = txn.prepare_cached(sql::EXPORT_TENANT_RECORDS).await?;

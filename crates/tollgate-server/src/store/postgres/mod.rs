@@ -958,6 +958,16 @@ fn tier_of(row: &tokio_postgres::Row) -> Result<Tier, StoreError> {
     json_column(row, "definition")
 }
 
+/// A row of `tollgate_tiers`: the tier's name and definition.
+fn named_tier(row: &tokio_postgres::Row) -> Result<(TierName, Tier), StoreError> {
+    let name: &str = row
+        .try_get("name")
+        .map_err(|e| StoreError::internal("read a stored row", e))?;
+    let name =
+        TierName::parse("tier", name).map_err(|e| StoreError::internal("decode tier name", e))?;
+    Ok((name, tier_of(row)?))
+}
+
 fn to_json<T: serde::Serialize>(what: &'static str, value: &T) -> Result<String, StoreError> {
     serde_json::to_string(value).map_err(|e| StoreError::internal(what, e))
 }
@@ -1299,14 +1309,7 @@ impl PostgresStore {
                     .query(&list, &[])
                     .await?
                     .iter()
-                    .map(|row| {
-                        let name: &str = row
-                            .try_get("name")
-                            .map_err(|e| StoreError::internal("read a stored row", e))?;
-                        let name = TierName::parse("tier", name)
-                            .map_err(|e| StoreError::internal("decode tier name", e))?;
-                        Ok((name, tier_of(row)?))
-                    })
+                    .map(named_tier)
                     .collect::<Result<Vec<(TierName, Tier)>, StoreError>>()?;
                 tiers.sort_by(|a, b| a.0.cmp(&b.0));
                 Ok(tiers)
