@@ -22,11 +22,13 @@
 --     call counted from)
 --
 -- Concurrency: the key's row is locked (SELECT ... FOR UPDATE) before it is
--- read. Under READ COMMITTED the calls on one key queue on that lock. Under
+-- read, and a key's first row is created with INSERT ... ON CONFLICT DO
+-- NOTHING. Under READ COMMITTED the calls on one key queue on that lock,
+-- two first calls on a key without a row too (the second waits for the
+-- first to commit, then runs on the row it made): they never fail. Under
 -- SERIALIZABLE (YugabyteDB's and CockroachDB's default, PostgreSQL's when
 -- asked) two calls on the same key conflict and one fails with SQLSTATE
--- 40001 (serialization_failure), or 23505 (unique_violation) when both
--- created the key's first row, or 40P01 (deadlock_detected) when your
+-- 40001 (serialization_failure), or 40P01 (deadlock_detected) when your
 -- transaction also locks other rows: roll back and run the whole
 -- transaction again, with a short random backoff. Nothing was taken by
 -- the failed attempt. Bad arguments raise SQLSTATE 22023
@@ -79,39 +81,52 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    SELECT t.tokens, t.last_refill INTO v_tokens, v_last
-    FROM tollgate_key_tokens t
-    WHERE t.bucket = p_bucket AND t.key = p_key
-    FOR UPDATE;
-    v_found := FOUND;
-    -- Read after the lock: calls on a key see time move forward in the
-    -- order they run.
-    v_now := clock_timestamp();
+    -- Lock the key's row and compute the call; a key with no row is full.
+    -- A first call that leaves the key below its burst creates the row,
+    -- and a concurrent first call may have created it since this one
+    -- looked (the SELECT finds no row to wait on): the INSERT then waits
+    -- for that transaction, does nothing once it has committed, and the
+    -- call starts over on the row it made, so under READ COMMITTED it
+    -- queues like any other call instead of failing with 23505. Under
+    -- SERIALIZABLE the same INSERT fails with 40001 (the row is not in the
+    -- transaction's snapshot), so no token is taken twice.
+    LOOP
+        SELECT t.tokens, t.last_refill INTO v_tokens, v_last
+        FROM tollgate_key_tokens t
+        WHERE t.bucket = p_bucket AND t.key = p_key
+        FOR UPDATE;
+        v_found := FOUND;
+        -- Read after the lock: calls on a key see time move forward in
+        -- the order they run.
+        v_now := clock_timestamp();
 
-    IF NOT v_found THEN
-        v_level := p_burst_limit;
-    ELSE
-        v_level := LEAST(p_burst_limit,
-            v_tokens + p_refill_rate * GREATEST(0, EXTRACT(EPOCH FROM v_now - v_last)));
-        v_now := GREATEST(v_now, v_last);
-    END IF;
-
-    allowed := p_tokens <= v_level;
-    IF allowed THEN
-        v_level := v_level - p_tokens;
-    END IF;
-    IF v_level >= p_burst_limit THEN
-        -- Full: no row needed.
-        IF v_found THEN
-            DELETE FROM tollgate_key_tokens t WHERE t.bucket = p_bucket AND t.key = p_key;
+        IF NOT v_found THEN
+            v_level := p_burst_limit;
+        ELSE
+            v_level := LEAST(p_burst_limit,
+                v_tokens + p_refill_rate * GREATEST(0, EXTRACT(EPOCH FROM v_now - v_last)));
+            v_now := GREATEST(v_now, v_last);
         END IF;
-    ELSIF allowed THEN
-        IF v_found THEN
+
+        allowed := p_tokens <= v_level;
+        IF allowed THEN
+            v_level := v_level - p_tokens;
+        END IF;
+        -- A refused call, or one that leaves the key full, writes no row.
+        EXIT WHEN v_found OR v_level >= p_burst_limit;
+        INSERT INTO tollgate_key_tokens (bucket, key, tokens, last_refill)
+        VALUES (p_bucket, p_key, v_level, v_now)
+        ON CONFLICT (bucket, key) DO NOTHING;
+        EXIT WHEN FOUND;
+    END LOOP;
+
+    IF v_found THEN
+        IF v_level >= p_burst_limit THEN
+            -- Full: no row needed.
+            DELETE FROM tollgate_key_tokens t WHERE t.bucket = p_bucket AND t.key = p_key;
+        ELSIF allowed THEN
             UPDATE tollgate_key_tokens t SET tokens = v_level, last_refill = v_now
             WHERE t.bucket = p_bucket AND t.key = p_key;
-        ELSE
-            INSERT INTO tollgate_key_tokens (bucket, key, tokens, last_refill)
-            VALUES (p_bucket, p_key, v_level, v_now);
         END IF;
     END IF;
     -- A refused call below the burst changes nothing: the key keeps
