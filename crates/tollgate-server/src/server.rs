@@ -217,20 +217,31 @@ pub async fn run_with_options(
         // Inside the metrics layer, so RPCs are counted with the codes the
         // edge corrects.
         .layer(EdgeLayer)
-        .add_service(TokenBucketServiceServer::new(
-            TokenBucketService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics))
+        // Each pod-facing service behind the guard that authenticates its
+        // callers before their requests are decoded.
+        .add_service(
+            pod_auth.clone().guard(TokenBucketServiceServer::new(
+                TokenBucketService::with_metrics(
+                    Arc::clone(&store),
+                    Arc::clone(&telemetry.metrics),
+                )
                 .with_admission(admission.clone())
                 .with_auth(pod_auth.clone()),
-        ))
-        .add_service(KeyLimitsServer::new(checks.clone()))
-        .add_service(PartitionLimitsServer::new(
-            PartitionLimitsService::new(Arc::clone(&store))
-                .with_admission(admission)
-                .with_auth(pod_auth),
-        ))
-        .add_service(RateLimitServiceServer::new(EnvoyRateLimitService::new(
-            checks,
-        )))
+            )),
+        )
+        .add_service(pod_auth.clone().guard(KeyLimitsServer::new(checks.clone())))
+        .add_service(
+            pod_auth.clone().guard(PartitionLimitsServer::new(
+                PartitionLimitsService::new(Arc::clone(&store))
+                    .with_admission(admission)
+                    .with_auth(pod_auth.clone()),
+            )),
+        )
+        .add_service(
+            pod_auth.guard(RateLimitServiceServer::new(EnvoyRateLimitService::new(
+                checks,
+            ))),
+        )
         .add_service(
             AdminAuth::new(admin_tokens)
                 .with_metrics(Arc::clone(&telemetry.metrics))

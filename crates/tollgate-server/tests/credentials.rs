@@ -5,7 +5,9 @@
 //! Every pod-facing RPC (`TokenBucket`, `Check`, `PartitionLoad`, Envoy's
 //! `ShouldRateLimit`) is called for the credential's tenant (served), for
 //! another tenant (PERMISSION_DENIED, nothing changed), without a
-//! credential and with an unknown one (UNAUTHENTICATED).
+//! credential and with an unknown one (UNAUTHENTICATED), the last two
+//! whatever bytes the call carries: the caller is authenticated before its
+//! message is decoded.
 
 mod support;
 
@@ -309,6 +311,52 @@ async fn a_pod_token_acts_only_for_the_tenants_it_names() {
     let metrics = metrics(&server, &telemetry).await;
     assert_eq!(counted(&metrics, "permission_denied"), 5, "{metrics}");
     assert_eq!(counted(&metrics, "unauthenticated"), 8, "{metrics}");
+    server.stop().await;
+}
+
+/// Each pod-facing RPC's path, for calls with bytes of our choosing.
+const PATHS: [&str; 4] = [
+    "/tollgate.v1.TokenBucketService/TokenBucket",
+    "/tollgate.v1.KeyLimits/Check",
+    "/tollgate.v1.PartitionLimits/PartitionLoad",
+    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_calls_are_authenticated_before_their_message_is_decoded() {
+    let (server, telemetry) = start(GrpcOptions {
+        pod_tokens: Some(live(PodTokens::parse(POD_TOKENS).expect("pod tokens"))),
+        ..GrpcOptions::default()
+    })
+    .await;
+    let channel = server.channel().await;
+    // Field 1, length-delimited, of a length no message has.
+    let undecodable = vec![0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f];
+    for path in PATHS {
+        for token in [None, Some("mallory-0123456789abcdef")] {
+            let refused =
+                support::raw::unary(channel.clone(), path, bearer(undecodable.clone(), token))
+                    .await
+                    .expect_err("not authenticated");
+            assert_eq!(
+                refused.code(),
+                Code::Unauthenticated,
+                "{path} with {token:?}: {refused:?}"
+            );
+        }
+        // Known, the caller's bytes are judged next.
+        let invalid = support::raw::unary(
+            channel.clone(),
+            path,
+            bearer(undecodable.clone(), Some(ACME_TOKEN)),
+        )
+        .await
+        .expect_err("undecodable");
+        assert_eq!(invalid.code(), Code::InvalidArgument, "{path}: {invalid:?}");
+    }
+    let metrics = metrics(&server, &telemetry).await;
+    assert_eq!(counted(&metrics, "unauthenticated"), 8, "{metrics}");
+    assert_eq!(server.store.stats().failures, 0);
     server.stop().await;
 }
 

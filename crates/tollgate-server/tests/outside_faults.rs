@@ -6,14 +6,12 @@ mod support;
 
 use std::time::Duration;
 
-use bytes::{Buf, BufMut};
 use futures_util::future::join_all;
 use support::server::{TestServer, get_tenant};
 use support::{Backend, Backing};
 use tollgate_proto::v1;
 use tollgate_server::store::BucketSettings;
 use tonic::Code;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 fn pod_request(tenant: &str, instance: u32, lease: &str, seq: u64) -> v1::TokenBucketRequest {
     v1::TokenBucketRequest {
@@ -231,67 +229,12 @@ async fn postgres_store_a_new_tenant_drops_stray_instance_rows() {
     drop(backing);
 }
 
-/// Writes a request's bytes as they are, and reads an answer's bytes: a
-/// client that can send what no protobuf library would.
-#[derive(Clone, Copy, Debug, Default)]
-struct RawCodec;
-
-#[derive(Debug)]
-struct RawEncoder;
-
-#[derive(Debug)]
-struct RawDecoder;
-
-impl Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = RawEncoder;
-    type Decoder = RawDecoder;
-
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder
-    }
-
-    fn decoder(&mut self) -> RawDecoder {
-        RawDecoder
-    }
-}
-
-impl Encoder for RawEncoder {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawDecoder {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
-        let bytes = src.copy_to_bytes(src.remaining());
-        Ok(Some(bytes.to_vec()))
-    }
-}
-
 async fn send_raw(
     server: &TestServer,
     path: &'static str,
     body: Vec<u8>,
 ) -> Result<Vec<u8>, tonic::Status> {
-    let mut grpc =
-        tonic::client::Grpc::new(server.channel().await).max_encoding_message_size(usize::MAX);
-    grpc.ready().await.expect("ready");
-    grpc.unary(
-        tonic::Request::new(body),
-        http::uri::PathAndQuery::from_static(path),
-        RawCodec,
-    )
-    .await
-    .map(tonic::Response::into_inner)
+    support::raw::unary(server.channel().await, path, tonic::Request::new(body)).await
 }
 
 /// Sends one call over a bare HTTP/2 connection with `headers` as they are

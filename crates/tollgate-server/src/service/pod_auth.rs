@@ -15,13 +15,18 @@
 //!
 //! With either configured, every pod-facing call (`TokenBucket`, `Check`,
 //! `PartitionLoad`, Envoy's `ShouldRateLimit`) is checked before it is
-//! admitted or reaches the store: no credential, or an unknown token, is
-//! UNAUTHENTICATED; a credential that does not name every tenant the call
-//! acts for is PERMISSION_DENIED. A refused call changes nothing; it is
-//! counted (`tollgate_auth_refusals_total`) and logged. With both
-//! configured, a call that carries a token is judged by the token, one
-//! without by its certificate. With neither, every call may act for any
-//! tenant: the network is the boundary.
+//! admitted or reaches the store, in two steps. Who the caller is comes
+//! first, from the call's metadata and connection alone, before its
+//! message is decoded ([`PodAuth::guard`], a tonic interceptor in front of
+//! each service): no credential, or an unknown token, is UNAUTHENTICATED
+//! whatever bytes the call carries. Then the handler, which has decoded
+//! the message and knows its tenants, checks that the credential names
+//! every one of them ([`PodAuth::authorize`]), or the call is
+//! PERMISSION_DENIED. A refused call changes nothing; it is counted
+//! (`tollgate_auth_refusals_total`) and logged. With both configured, a
+//! call that carries a token is judged by the token, one without by its
+//! certificate. With neither, every call may act for any tenant: the
+//! network is the boundary.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -29,6 +34,7 @@ use std::time::Duration;
 
 use tollgate_core::TenantId;
 use tonic::Status;
+use tonic::service::{Interceptor, interceptor::InterceptedService};
 use x509_parser::extensions::GeneralName;
 
 use super::credentials::{
@@ -209,8 +215,24 @@ impl PodAuth {
         self.tokens.is_none() && !self.certificates
     }
 
-    /// Who made `request`, or UNAUTHENTICATED.
+    /// `service` (a pod-facing gRPC server) behind the check of who the
+    /// caller is, made before the request is decoded.
+    pub fn guard<S>(self, service: S) -> InterceptedService<S, PodAuth> {
+        InterceptedService::new(service, self)
+    }
+
+    /// Who made `request`: as the guard found, or (for a service served
+    /// without it) found now. UNAUTHENTICATED if not known.
     pub fn caller<T>(&self, request: &tonic::Request<T>) -> Result<PodCaller, Status> {
+        match request.extensions().get::<PodCaller>() {
+            Some(caller) => Ok(caller.clone()),
+            None => self.authenticate(request),
+        }
+    }
+
+    /// Who made `request`, from its metadata and connection, or
+    /// UNAUTHENTICATED.
+    fn authenticate<T>(&self, request: &tonic::Request<T>) -> Result<PodCaller, Status> {
         if self.is_open() {
             return Ok(PodCaller {
                 grant: None,
@@ -305,6 +327,16 @@ impl PodAuth {
             }
         }
         Ok(())
+    }
+}
+
+/// The guard: the caller, authenticated on the metadata alone, goes into
+/// the request's extensions for the handler.
+impl Interceptor for PodAuth {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        let caller = self.authenticate(&request)?;
+        request.extensions_mut().insert(caller);
+        Ok(request)
     }
 }
 

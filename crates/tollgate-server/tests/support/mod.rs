@@ -3,6 +3,7 @@
 //! from `tollgate-testdb`).
 #![allow(dead_code)] // each test binary uses part of it
 
+pub mod raw;
 pub mod server;
 
 use std::sync::Arc;
