@@ -76,7 +76,7 @@ pub mod transport;
 
 pub use bucket::{Acquire, BucketHandle};
 pub use controller::{BucketReport, Controller, Options, Request, ShutdownReport};
-pub use error::{ClientError, TransportError};
+pub use error::{ClientError, Failure, Refusal, TransportError, classify};
 pub use key_limits::{KeyAnswer, KeyCheck, KeyLimiter, KeyLimiterOptions, Verdict};
 pub use partition::{Partition, PartitionClock, PartitionLimiter, PartitionOptions};
 pub use tollgate_core::partition::Op;
