@@ -158,7 +158,9 @@ pub struct BucketReport {
 /// [`Controller::shutdown`] to report the final consumption first).
 ///
 /// The controller's own methods gate the tenant's request-unit bucket;
-/// [`Controller::bucket`] reaches the others.
+/// [`Controller::bucket`] reaches the others. Once the server refused a
+/// bucket (see [`crate::classify`]), every method on it fails with
+/// [`ClientError::Refused`], exempt work aside.
 #[derive(Clone, Debug)]
 pub struct Controller {
     /// The request-unit bucket, held directly so that its fast path looks

@@ -2,6 +2,9 @@
 //! passes in (never a global one), labelled with the tenant, instance and
 //! bucket so several controllers, and the several buckets one controller
 //! gates, can share a registry. The request-unit bucket's label is `""`.
+//! A pod on its fallback rate shows here (`_fallback_active`,
+//! `_fallback_entries_total`, `_fallback_tokens_total`), as does a bucket
+//! the server refused (`_refused`).
 
 use prometheus::{Counter, Gauge, Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry};
 use tollgate_core::{BucketName, InstanceId, LocalBucketStatus, TenantId};
