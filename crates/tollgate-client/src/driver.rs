@@ -183,8 +183,15 @@ struct FallbackLog {
 impl FallbackLog {
     /// Logs the start and end of a fallback, and at most once per
     /// [`FALLBACK_LOG_INTERVAL`] that it goes on, whatever the number of
-    /// requests admitted on it.
-    fn observe(&mut self, controller: &str, bucket: &str, active: bool, tokens: f64, rate: f64) {
+    /// requests admitted on it. Returns whether it logged.
+    fn observe(
+        &mut self,
+        controller: &str,
+        bucket: &str,
+        active: bool,
+        tokens: f64,
+        rate: f64,
+    ) -> bool {
         let now = Instant::now();
         match (self.since, active) {
             (None, true) => {
@@ -196,6 +203,7 @@ impl FallbackLog {
                 );
                 self.since = Some((now, tokens));
                 self.logged_at = Some(now);
+                true
             }
             (Some((since, at_start)), true) => {
                 if self
@@ -207,23 +215,26 @@ impl FallbackLog {
                         bucket,
                         fallback_rate = rate,
                         seconds = now.duration_since(since).as_secs(),
-                        admitted_tokens = tokens - at_start,
+                        fallback_tokens = tokens - at_start,
                         "tollgate bucket still runs on its fallback rate"
                     );
                     self.logged_at = Some(now);
+                    return true;
                 }
+                false
             }
             (Some((since, at_start)), false) => {
                 tracing::info!(
                     controller,
                     bucket,
                     seconds = now.duration_since(since).as_secs(),
-                    admitted_tokens = (tokens - at_start).max(0.0),
+                    fallback_tokens = (tokens - at_start).max(0.0),
                     "tollgate bucket left its fallback rate"
                 );
                 *self = FallbackLog::default();
+                true
             }
-            (None, false) => {}
+            (None, false) => false,
         }
     }
 }
@@ -247,4 +258,27 @@ fn send(
         };
         (seq, result)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_fallback_is_logged_once_a_minute_not_once_a_request() {
+        let mut log = FallbackLog::default();
+        let mut lines = 0;
+        // Off fallback: nothing to say.
+        assert!(!log.observe("acme/1", "", false, 0.0, 10.0));
+        // 150 s on fallback, observed every 10 ms.
+        for i in 0..15_000 {
+            if log.observe("acme/1", "", true, f64::from(i), 10.0) {
+                lines += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(lines, 3, "at the start, after 60 s and after 120 s");
+        assert!(log.observe("acme/1", "", false, 15_000.0, 10.0), "its end");
+        assert!(!log.observe("acme/1", "", false, 15_000.0, 10.0));
+    }
 }
