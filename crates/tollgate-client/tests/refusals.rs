@@ -9,6 +9,9 @@
 //! - A tenant the server does not know (with unconfigured tenants
 //!   refused): every entry point of the request-unit bucket fails the same
 //!   way, and `shutdown` reports the refusal.
+//! - A pod whose token does not name its tenant, or that sends none, to a
+//!   server that binds pods to tenants: `PERMISSION_DENIED` and
+//!   `UNAUTHENTICATED` are refusals too.
 //! - An unreachable server is still an outage: the pod runs on its
 //!   fallback rate, and the metrics say so.
 //!
@@ -22,10 +25,13 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tollgate_client::{
-    BucketHandle, ClientError, Consumption, Controller, LocalBucketConfig, Options, Refusal,
-    Registry, Request,
+    BucketHandle, ClientError, Consumption, Controller, LocalBucketConfig, Options, PodToken,
+    Refusal, Registry, Request,
 };
+use tollgate_server::GrpcOptions;
+use tollgate_server::service::PodTokens;
 use tollgate_server::store::{BucketSettings, EmbeddedStore, Store, UnconfiguredTenants};
+use tollgate_server::telemetry::Telemetry;
 
 /// The initial allowance of the pods here: all a pod may admit before the
 /// server's first answer.
@@ -43,13 +49,24 @@ struct Server {
 
 impl Server {
     async fn start(settings: BucketSettings) -> Server {
+        Server::start_with(settings, GrpcOptions::default()).await
+    }
+
+    async fn start_with(settings: BucketSettings, options: GrpcOptions) -> Server {
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::in_memory(settings).expect("store"));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("address"));
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(tollgate_server::run(listener, store, async {
-            let _ = stopped.await;
-        }));
+        let telemetry = Telemetry::new().expect("telemetry");
+        let task = tokio::spawn(tollgate_server::run_with_options(
+            listener,
+            store,
+            telemetry,
+            options,
+            async {
+                let _ = stopped.await;
+            },
+        ));
         Server {
             url,
             stop: Some(stop),
@@ -276,6 +293,57 @@ async fn every_entry_point_of_a_refused_bucket_fails_with_the_refusal() {
     let report = controller.shutdown().await;
     assert_eq!(report.buckets[0].refusal.as_ref(), Some(&refusal));
     assert!(!report.consumption_reported);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_pod_without_a_credential_for_its_tenant_is_refused_not_failed_open() {
+    let tokens = PodTokens::parse("acme-pods acme-pods-0123456789abcdef acme\n").expect("tokens");
+    let server = Server::start_with(
+        BucketSettings::default(),
+        GrpcOptions {
+            pod_tokens: Some(Arc::new(arc_swap::ArcSwap::from_pointee(tokens))),
+            ..GrpcOptions::default()
+        },
+    )
+    .await;
+    let acme_token = PodToken::new("acme-pods-0123456789abcdef").expect("a valid token");
+    let cases = [
+        (
+            "globex",
+            Some(acme_token.clone()),
+            tonic::Code::PermissionDenied,
+        ),
+        ("acme", None, tonic::Code::Unauthenticated),
+    ];
+    for (tenant, token, code) in cases {
+        let registry = Registry::new();
+        let options = Options {
+            pod_token: token,
+            ..options(&registry)
+        };
+        let controller = Controller::connect(&server.url, tenant, 1, options).expect("pod");
+        let handle = controller.bucket("").expect("the request-unit bucket");
+        let (admitted, error) = acquire_until_refused(&handle).await;
+        let refusal = refusal(error);
+        assert_eq!((refusal.tenant.as_str(), refusal.code), (tenant, code));
+        assert!(
+            admitted as f64 <= INITIAL_TOKENS,
+            "{tenant}: admitted {admitted}"
+        );
+        assert_eq!(controller.status().fallback_tokens, 0.0, "{tenant}");
+        assert_eq!(metric(&registry, "tollgate_client_refused", ""), 1.0);
+        controller.shutdown().await;
+    }
+    // The pod the token names is served.
+    let registry = Registry::new();
+    let options = Options {
+        pod_token: Some(acme_token),
+        ..options(&registry)
+    };
+    let acme = Controller::connect(&server.url, "acme", 2, options).expect("pod");
+    acme.acquire(5.0).await.expect("served");
+    assert!(acme.shutdown().await.consumption_reported);
     server.stop().await;
 }
 
