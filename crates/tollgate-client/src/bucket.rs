@@ -7,7 +7,9 @@
 //! out of tokens, or whose server requests are slow, never holds up
 //! another. [`BucketHandle`] is the one implementation of acquiring and
 //! charging; the [`Controller`](crate::Controller)'s methods are those of
-//! its request-unit bucket's handle.
+//! its request-unit bucket's handle. Once the server refused the bucket
+//! for good, each of them fails with the refusal
+//! ([`ClientError::Refused`]), which the gate holds.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -75,6 +77,10 @@ impl BucketHandle {
     /// When the tokens are there, the first poll takes them and is ready:
     /// the future is a few words on the stack, and only an acquisition
     /// that has to wait allocates its queued state.
+    ///
+    /// Fails with [`ClientError::Refused`] once the server refused the
+    /// bucket (an acquisition already waiting, as soon as the refusal
+    /// comes), and with [`ClientError::Closed`] after shutdown.
     #[inline]
     pub fn acquire(&self, tokens: f64) -> Acquire<'_> {
         Acquire {
@@ -91,9 +97,11 @@ impl BucketHandle {
         &self,
         tokens: f64,
     ) -> Result<Option<(WaiterId, oneshot::Receiver<()>)>, ClientError> {
-        self.bucket
-            .gate
-            .with_bucket(|inner, now| match inner.bucket.acquire(tokens, now)? {
+        self.bucket.gate.with_bucket(|inner, now| {
+            if let Some(refused) = inner.refused() {
+                return Err(refused);
+            }
+            match inner.bucket.acquire(tokens, now)? {
                 Admission::Admitted => Ok(None),
                 Admission::Closed => Err(ClientError::Closed),
                 Admission::Queued(id) => {
@@ -101,7 +109,8 @@ impl BucketHandle {
                     inner.waiters.insert(id, (tx, tokens));
                     Ok(Some((id, rx)))
                 }
-            })
+            }
+        })
     }
 
     /// Waits for a queued acquisition's admission.
@@ -122,20 +131,23 @@ impl BucketHandle {
         };
         let admitted = wait.wait().await;
         let waited = started.elapsed().as_secs_f64();
-        gate.with_bucket(|inner, _| {
+        let refused = gate.with_bucket(|inner, _| {
             if let Some(metrics) = &inner.metrics {
                 metrics.wait_seconds.observe(waited);
             }
+            inner.refused()
         });
-        if admitted {
-            Ok(())
-        } else {
-            Err(ClientError::Closed)
+        match (admitted, refused) {
+            (true, _) => Ok(()),
+            // Refused while waiting: the refusal dropped the waiters.
+            (false, Some(refused)) => Err(refused),
+            (false, None) => Err(ClientError::Closed),
         }
     }
 
     /// Takes `tokens` from this bucket if they are available now; never
-    /// waits, never queues.
+    /// waits, never queues. Fails with [`ClientError::Refused`] once the
+    /// server refused the bucket.
     #[inline]
     pub fn try_acquire(&self, tokens: f64) -> Result<bool, ClientError> {
         let gate = &self.bucket.gate;
@@ -144,19 +156,24 @@ impl BucketHandle {
         {
             return Ok(true);
         }
-        let admitted = gate.with_bucket(|inner, now| inner.bucket.try_acquire(tokens, now))?;
-        Ok(admitted)
+        gate.with_bucket(|inner, now| match inner.refused() {
+            Some(refused) => Err(refused),
+            None => Ok(inner.bucket.try_acquire(tokens, now)?),
+        })
     }
 
     /// Charges `consumption` to this bucket after the fact, as it is: its
     /// request units are the tokens (for an action bucket,
     /// `Consumption::from_request_units(n)` charges `n` actions). Never
-    /// waits; may put the bucket in debt.
+    /// waits; may put the bucket in debt. Fails with
+    /// [`ClientError::Refused`] once the server refused the bucket.
     pub fn charge_after(&self, consumption: Consumption) -> Result<(), ClientError> {
         self.bucket
             .gate
-            .with_bucket(|inner, now| inner.bucket.charge_after(&consumption, now))?;
-        Ok(())
+            .with_bucket(|inner, now| match inner.refused() {
+                Some(refused) => Err(refused),
+                None => Ok(inner.bucket.charge_after(&consumption, now)?),
+            })
     }
 
     /// Records the counters (reads, writes, bytes) of work whose tokens

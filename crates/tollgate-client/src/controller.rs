@@ -21,7 +21,7 @@ use tollgate_core::{
 };
 
 use crate::bucket::{Acquire, Bucket, BucketHandle};
-use crate::error::ClientError;
+use crate::error::{ClientError, Refusal};
 use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::partition::{Op, Partition, PartitionLimiter, PartitionOptions};
@@ -142,10 +142,14 @@ pub struct ShutdownReport {
 #[derive(Clone, Debug, PartialEq)]
 pub struct BucketReport {
     pub bucket: BucketName,
-    /// True if this bucket's final report reached the server.
+    /// True if this bucket's final report reached the server; false for a
+    /// bucket the server refused (it sent none: the server would refuse it
+    /// too).
     pub consumption_reported: bool,
     /// The bucket as it was left.
     pub status: LocalBucketStatus,
+    /// The server's refusal, if it refused the bucket.
+    pub refusal: Option<Refusal>,
 }
 
 /// A pod's handle on its tenant's tokens. Cheap to clone; every clone gates
@@ -154,7 +158,9 @@ pub struct BucketReport {
 /// [`Controller::shutdown`] to report the final consumption first).
 ///
 /// The controller's own methods gate the tenant's request-unit bucket;
-/// [`Controller::bucket`] reaches the others.
+/// [`Controller::bucket`] reaches the others. Once the server refused a
+/// bucket (see [`crate::classify`]), every method on it fails with
+/// [`ClientError::Refused`], exempt work aside.
 #[derive(Clone, Debug)]
 pub struct Controller {
     /// The request-unit bucket, held directly so that its fast path looks
@@ -254,13 +260,16 @@ impl Controller {
     ///
     /// Fails with [`ClientError::InvalidInput`] (field `bucket`) for a name
     /// that breaks the rule, with [`ClientError::Closed`] for a new bucket
-    /// after [`Controller::shutdown`], and with [`ClientError::Metrics`] if
-    /// a new bucket's metrics cannot be registered.
+    /// after [`Controller::shutdown`], with [`ClientError::Metrics`] if
+    /// a new bucket's metrics cannot be registered, and with
+    /// [`ClientError::Refused`] for a bucket the server has refused.
     ///
-    /// A server that serves only the request-unit bucket refuses a named
-    /// bucket's requests; the bucket then retries them as it does any
-    /// failed request, and works on its initial allowance and the fallback
-    /// rate meanwhile, as it would with the server down.
+    /// A bucket the tenant does not have (a misspelt name, a bucket its
+    /// tier no longer has) works on its initial allowance until the
+    /// server's first answer, `NOT_FOUND`, comes back: from then on every
+    /// call on it fails with [`ClientError::Refused`], and it never runs
+    /// on the fallback rate. See [`crate::classify`] for the answers that
+    /// refuse a bucket and those that are outages.
     pub fn bucket(&self, name: &str) -> Result<BucketHandle, ClientError> {
         self.request_units.pod().bucket(name)
     }
@@ -357,6 +366,8 @@ impl Controller {
     /// [`ClientError::Closed`], and no new bucket starts), then reports each
     /// bucket's consumption not yet reported, with the tokens it holds
     /// given back, waiting at most the shutdown timeout for the server.
+    /// A bucket the server refused has nothing to report and takes no
+    /// time.
     pub async fn shutdown(&self) -> ShutdownReport {
         let buckets = self.request_units.pod().shutdown().await;
         ShutdownReport {
@@ -452,6 +463,9 @@ impl Pod {
     fn bucket(self: &Arc<Self>, name: &str) -> Result<BucketHandle, ClientError> {
         let mut buckets = self.lock();
         if let Some(started) = buckets.by_name.get(name) {
+            if let Some(refused) = started.bucket.gate.with_bucket(|inner, _| inner.refused()) {
+                return Err(refused);
+            }
             return Ok(BucketHandle::new(
                 Arc::clone(&started.bucket),
                 Arc::clone(self),
@@ -494,7 +508,8 @@ impl Pod {
             Arc::clone(&self.transport),
             self.request_timeout,
             self.stop.subscribe(),
-            format!("{}/{}", self.tenant, self.instance),
+            self.tenant.clone(),
+            self.instance,
         ));
         Ok(Started {
             bucket,
@@ -541,11 +556,14 @@ impl Pod {
                 // An earlier shutdown already waited for it.
                 None => false,
             };
-            let status = bucket.gate.with_bucket(|inner, _| inner.bucket.status());
+            let (status, refusal) = bucket
+                .gate
+                .with_bucket(|inner, _| (inner.bucket.status(), inner.refusal.clone()));
             reports.push(BucketReport {
                 bucket: bucket.name.clone(),
                 consumption_reported: reported,
                 status,
+                refusal,
             });
         }
         reports

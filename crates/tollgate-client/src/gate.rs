@@ -21,6 +21,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 use tollgate_core::{Consumption, LocalBucket, Timestamp, WaiterId};
 
+use crate::error::{ClientError, Refusal};
 use crate::metrics::Metrics;
 
 /// The reservoir's value while nothing is lent: below any admission.
@@ -50,6 +51,17 @@ pub(crate) struct Inner {
     /// Queued acquisitions: how to tell each it is admitted, and its tokens.
     pub waiters: HashMap<WaiterId, (oneshot::Sender<()>, f64)>,
     pub metrics: Option<Metrics>,
+    /// The server's final answer, once it refused the bucket: every call
+    /// on the bucket fails with it from then on.
+    pub refusal: Option<Refusal>,
+}
+
+impl Inner {
+    /// The error a call on the bucket fails with once the server refused
+    /// it, or `None` while it has not.
+    pub fn refused(&self) -> Option<ClientError> {
+        self.refusal.clone().map(ClientError::Refused)
+    }
 }
 
 impl std::fmt::Debug for Inner {
@@ -129,6 +141,7 @@ impl Gate {
                 bucket,
                 waiters: HashMap::new(),
                 metrics,
+                refusal: None,
             }),
             wake: Notify::new(),
             origin,
@@ -216,8 +229,9 @@ impl Gate {
             self.low_water.store(CLOSED, Ordering::Relaxed);
         }
         let status = inner.bucket.status();
+        let refused = inner.refusal.is_some();
         if let Some(metrics) = inner.metrics.as_mut() {
-            metrics.observe(&status);
+            metrics.observe(&status, refused);
             metrics
                 .waiting
                 .set(i64::try_from(status.waiters).unwrap_or(i64::MAX));

@@ -13,6 +13,20 @@
 //! cannot be reached. Buckets are independent: one out of tokens, or with a
 //! slow request, never holds up another.
 //!
+//! Unreachable is not refused. Only an outage (no connection, a timeout,
+//! `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`, the server's
+//! own failures) leads to the fallback rate. An answer no retry changes
+//! (`NOT_FOUND` for a misspelt or retired bucket, `PERMISSION_DENIED`,
+//! `UNAUTHENTICATED`, `FAILED_PRECONDITION` for a suspended tenant or a
+//! superseded incarnation, …: see [`classify`]) refuses the bucket for
+//! good: every call on it fails with [`ClientError::Refused`], naming the
+//! tenant, the bucket and the status, from the first answer on. Before
+//! that answer a bucket admits at most its initial allowance
+//! ([`LocalBucketConfig::initial_tokens`]). The refusal stays until the
+//! controller is built again: the same request would get the same
+//! answer, and a bucket that reopened on its own could run a superseded
+//! incarnation beside its successor, or undo a suspension unnoticed.
+//!
 //! # Example
 //!
 //! ```no_run
@@ -54,6 +68,8 @@
 //! - [`controller`]: the controller, its buckets and their shutdown.
 //! - `bucket`: [`BucketHandle`], where acquiring and charging live.
 //! - `driver`: each bucket's background task, talking to the server.
+//! - `error`: [`ClientError`], [`TransportError`], and [`classify`], the
+//!   table of which answers are outages and which refuse a bucket.
 //! - `gate`: the lock-free admission fast path in front of a bucket.
 //! - [`transport`]: gRPC to the server, or your own [`Transport`].
 //! - [`key_limits`]: [`KeyLimiter`], exact per-key checks (a user, an API
@@ -76,7 +92,7 @@ pub mod transport;
 
 pub use bucket::{Acquire, BucketHandle};
 pub use controller::{BucketReport, Controller, Options, Request, ShutdownReport};
-pub use error::{ClientError, TransportError};
+pub use error::{ClientError, Failure, Refusal, TransportError, classify};
 pub use key_limits::{KeyAnswer, KeyCheck, KeyLimiter, KeyLimiterOptions, Verdict};
 pub use partition::{Partition, PartitionClock, PartitionLimiter, PartitionOptions};
 pub use tollgate_core::partition::Op;

@@ -2,6 +2,9 @@
 //! passes in (never a global one), labelled with the tenant, instance and
 //! bucket so several controllers, and the several buckets one controller
 //! gates, can share a registry. The request-unit bucket's label is `""`.
+//! A pod on its fallback rate shows here (`_fallback_active`,
+//! `_fallback_entries_total`, `_fallback_tokens_total`), as does a bucket
+//! the server refused (`_refused`).
 
 use prometheus::{Counter, Gauge, Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry};
 use tollgate_core::{BucketName, InstanceId, LocalBucketStatus, TenantId};
@@ -22,10 +25,17 @@ pub(crate) struct Metrics {
     pub server_requests: IntCounter,
     pub server_errors: IntCounter,
     pub fallback_active: IntGauge,
+    /// Times the bucket went onto its fallback rate.
+    pub fallback_entries: IntCounter,
+    /// Tokens the pod gave itself at the fallback rate.
+    pub fallback_tokens: Counter,
+    /// 1 once the server refused the bucket for good.
+    pub refused: IntGauge,
     pub tokens: Gauge,
     /// Last values folded into the counters (they only move forward).
     granted_seen: f64,
     charged_seen: f64,
+    fallback_seen: f64,
 }
 
 impl Metrics {
@@ -73,6 +83,19 @@ impl Metrics {
             "tollgate_client_fallback_active",
             "1 while the pod runs on the fallback rate because the server does not answer",
         )))?;
+        let fallback_entries = IntCounter::with_opts(labels(Opts::new(
+            "tollgate_client_fallback_entries_total",
+            "Times the bucket went onto its fallback rate",
+        )))?;
+        let fallback_tokens = Counter::with_opts(labels(Opts::new(
+            "tollgate_client_fallback_tokens_total",
+            "Tokens the pod gave itself at the fallback rate, without the server",
+        )))?;
+        let refused = IntGauge::with_opts(labels(Opts::new(
+            "tollgate_client_refused",
+            "1 once the server refused the bucket for good (no such bucket or tenant, \
+             credentials, a suspended tenant, a superseded lease): its calls fail",
+        )))?;
         let tokens = Gauge::with_opts(labels(Opts::new(
             "tollgate_client_tokens",
             "Tokens in the local bucket (negative while paying debt)",
@@ -84,6 +107,9 @@ impl Metrics {
         registry.register(Box::new(server_requests.clone()))?;
         registry.register(Box::new(server_errors.clone()))?;
         registry.register(Box::new(fallback_active.clone()))?;
+        registry.register(Box::new(fallback_entries.clone()))?;
+        registry.register(Box::new(fallback_tokens.clone()))?;
+        registry.register(Box::new(refused.clone()))?;
         registry.register(Box::new(tokens.clone()))?;
         Ok(Metrics {
             waiting,
@@ -93,15 +119,29 @@ impl Metrics {
             server_requests,
             server_errors,
             fallback_active,
+            fallback_entries,
+            fallback_tokens,
+            refused,
             tokens,
             granted_seen: 0.0,
             charged_seen: 0.0,
+            fallback_seen: 0.0,
         })
     }
 
-    /// Brings the gauges and counters in line with the bucket.
-    pub fn observe(&mut self, status: &LocalBucketStatus) {
+    /// Brings the gauges and counters in line with the bucket (`refused`
+    /// once the server refused it).
+    pub fn observe(&mut self, status: &LocalBucketStatus, refused: bool) {
+        if status.fallback_active && self.fallback_active.get() == 0 {
+            self.fallback_entries.inc();
+        }
         self.fallback_active.set(i64::from(status.fallback_active));
+        self.refused.set(i64::from(refused));
+        if status.fallback_tokens > self.fallback_seen {
+            self.fallback_tokens
+                .inc_by(status.fallback_tokens - self.fallback_seen);
+            self.fallback_seen = status.fallback_tokens;
+        }
         self.tokens.set(status.tokens);
         if status.granted_tokens > self.granted_seen {
             self.granted_tokens

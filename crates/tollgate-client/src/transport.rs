@@ -293,7 +293,8 @@ where
 ///
 /// Every failure moves on, whatever its cause: a replica that refuses
 /// (overloaded, shutting down) is worth leaving too, and an answer that
-/// would be the same from every replica (a bad request) costs one move.
+/// would be the same from every replica (a refusal, which stops the
+/// bucket) costs one move.
 #[derive(Debug)]
 pub struct FailoverTransport<T = GrpcTransport> {
     replicas: Vec<T>,

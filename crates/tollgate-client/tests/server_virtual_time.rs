@@ -11,7 +11,9 @@
 //! - while the server is down every pod runs on its fallback rate and
 //!   admits what that rate allows; once it is back they leave it;
 //! - the consumption the server stores is what the pods charged, to the
-//!   last token.
+//!   last token;
+//! - a bucket the tenant lacks is refused at the server's first answer,
+//!   and shutdown does not wait for it.
 //!
 //! Two things keep the server in virtual time. Its store reads tokio's
 //! clock ([`tokio_clock`]), although the embedded store reads it on its
@@ -36,7 +38,9 @@ use std::time::Duration;
 
 use load::{assert_same_consumption, saturate, shutdown};
 use tokio::time::Instant;
-use tollgate_client::{Controller, GrpcTransport, LocalBucketConfig, Options, TenantId};
+use tollgate_client::{
+    ClientError, Controller, GrpcTransport, LocalBucketConfig, Options, TenantId,
+};
 use tollgate_core::Timestamp;
 use tollgate_proto::v1;
 use tollgate_proto::v1::admin_client::AdminClient;
@@ -311,5 +315,53 @@ async fn pods_keep_working_through_a_server_outage_and_resume() {
 
     let charged = shutdown(pods).await;
     assert_same_consumption(stored_request_units(&server, "outage").await, charged);
+    server.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_after_a_refusal_takes_no_time() {
+    let server = Server::start();
+    set_limits(&server, "acme", 1000.0, 100.0, 1000.0).await;
+    let pod = pods(&server, "acme", 1).remove(0);
+    let sms = pod.bucket("send-sms").expect("a valid name");
+    let mut admitted = 0u32;
+    let error = loop {
+        match tokio::time::timeout(Duration::from_secs(30), sms.acquire(1.0)).await {
+            Ok(Ok(())) => admitted += 1,
+            Ok(Err(e)) => break e,
+            Err(_) => panic!("no refusal in 30 s; {admitted} admitted"),
+        }
+    };
+    assert!(
+        matches!(&error, ClientError::Refused(r) if r.bucket.as_str() == "send-sms"),
+        "{error}"
+    );
+    // The pods here start on 100 tokens: the refusal came before more.
+    assert!(admitted <= 100, "admitted {admitted}");
+    pod.acquire(10.0)
+        .await
+        .expect("the request-unit bucket works");
+
+    // Nothing to report for the refused bucket: shutdown waits only for
+    // the request-unit bucket's report, not its timeout (5 s).
+    let started = Instant::now();
+    let report = pod.shutdown().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    let reported: Vec<(&str, bool, bool)> = report
+        .buckets
+        .iter()
+        .map(|b| {
+            (
+                b.bucket.as_str(),
+                b.consumption_reported,
+                b.refusal.is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(reported, [("", true, false), ("send-sms", false, true)]);
     server.stop().await;
 }

@@ -49,6 +49,12 @@
 //!   fallback tokens grow, above), so the server answers a retry of a
 //!   request it already served with the same grant and counts nothing
 //!   twice. Failed attempts back off exponentially.
+//! - **Refusal**: an answer no retry changes (the bucket does not exist,
+//!   the pod may not use it, its lease was superseded) stops the bucket for
+//!   good ([`LocalBucket::on_refusal`]): it admits nothing more, leaves the
+//!   fallback rate and sends nothing, not even a final report. Before that
+//!   answer the pod admits at most its initial allowance, plus what the
+//!   fallback rate gives while no answer comes at all.
 //! - **Shutdown**: [`LocalBucket::close`] refuses the waiters; the final
 //!   request reports the last consumption and gives back the tokens the pod
 //!   holds and what its trickle has yet to deliver, for other pods to use.
@@ -304,6 +310,8 @@ pub struct LocalBucket {
     closed: bool,
     /// Set once a closed bucket has sent what it held back to the server.
     returned: bool,
+    /// Set by an answer no retry changes: the bucket is stopped for good.
+    refused: bool,
 
     granted_total: f64,
     charged_total: f64,
@@ -363,6 +371,7 @@ impl LocalBucket {
             empty_until: None,
             closed: false,
             returned: false,
+            refused: false,
             granted_total: 0.0,
             charged_total: 0.0,
             discarded_total: 0.0,
@@ -618,6 +627,37 @@ impl LocalBucket {
         true
     }
 
+    /// Request `seq` was answered with a refusal no retry changes: the
+    /// bucket does not exist, the pod may not use it, or its lease was
+    /// superseded. The bucket stops for good: it admits nothing more (as
+    /// if closed), leaves the fallback rate, drops what it holds, and sends
+    /// nothing more — not even a final report, which would be refused the
+    /// same way. Returns the queued acquisitions, to be refused, or `None`
+    /// (and changes nothing) if `seq` is not the request in flight.
+    pub fn on_refusal(&mut self, seq: u64, now: Timestamp) -> Option<Vec<WaiterId>> {
+        if self.in_flight.as_ref().map(|f| f.request.seq) != Some(seq) {
+            return None;
+        }
+        self.advance(now);
+        self.in_flight = None;
+        self.refused = true;
+        self.closed = true;
+        self.fallback_active = false;
+        self.fallback_since = None;
+        self.fallback_tokens_due = 0.0;
+        self.trickle = None;
+        self.tokens = 0.0;
+        self.debt = 0.0;
+        self.debt_rate = 0.0;
+        self.queued_tokens = 0.0;
+        Some(self.waiters.drain(..).map(|w| w.id).collect())
+    }
+
+    /// True once a refusal stopped the bucket ([`LocalBucket::on_refusal`]).
+    pub fn is_refused(&self) -> bool {
+        self.refused
+    }
+
     /// Stops admitting: every queued acquisition is returned to be refused.
     /// The bucket still reports its consumption through [`poll`]; it asks
     /// for no more tokens.
@@ -629,12 +669,14 @@ impl LocalBucket {
         self.waiters.drain(..).map(|w| w.id).collect()
     }
 
-    /// True once closed, with nothing in flight and nothing left to report.
+    /// True once closed, with nothing in flight and nothing left to report,
+    /// or once refused (nothing it could send would be taken).
     pub fn is_finished(&self) -> bool {
-        self.closed
-            && self.in_flight.is_none()
-            && self.unreported == Consumption::default()
-            && (self.returned || self.returnable(self.last_advance) <= RETURN_EPSILON)
+        self.refused
+            || self.closed
+                && self.in_flight.is_none()
+                && self.unreported == Consumption::default()
+                && (self.returned || self.returnable(self.last_advance) <= RETURN_EPSILON)
     }
 
     /// What a closed bucket gives back: the tokens it holds and what its
@@ -839,6 +881,9 @@ impl LocalBucket {
     }
 
     fn request_due(&self, now: Timestamp) -> bool {
+        if self.refused {
+            return false;
+        }
         let Some(last) = self.last_request_at else {
             return true; // the first request: pay for the initial allowance
         };

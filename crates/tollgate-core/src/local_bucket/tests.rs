@@ -500,6 +500,41 @@ fn closing_refuses_waiters_and_sends_a_final_report() {
 }
 
 #[test]
+fn a_refusal_stops_the_bucket_for_good_even_on_fallback() {
+    let mut b = bucket(config());
+    let first = b.poll(at(0.0)).request.expect("first request");
+    // No answer for over a second: the pod runs on its fallback rate, and
+    // work that does not fit waits.
+    assert!(b.try_acquire(1000.0, at(0.5)).expect("valid"));
+    b.poll(at(1.5));
+    assert!(b.status().fallback_active);
+    let waiter = queued(b.acquire(500.0, at(1.5)).expect("valid"));
+    // An answer to another request changes nothing.
+    assert_eq!(b.on_refusal(first.seq + 1, at(1.6)), None);
+    assert!(!b.is_refused());
+
+    assert_eq!(b.on_refusal(first.seq, at(1.6)), Some(vec![waiter]));
+    assert!(b.is_refused() && b.is_finished());
+    let status = b.status();
+    assert!(!status.fallback_active, "off the fallback rate");
+    assert_eq!((status.tokens, status.waiters), (0.0, 0));
+    assert_eq!(b.acquire(1.0, at(1.7)).expect("valid"), Admission::Closed);
+    assert!(!b.try_acquire(0.0, at(1.7)).expect("valid"));
+    assert_eq!(b.lend(), 0.0);
+    // Later, with consumption charged and time passing: nothing is sent,
+    // not even a final report, and no fallback tokens arrive.
+    b.charge_after(&Consumption::from_request_units(3.0), at(1.8))
+        .expect("valid");
+    b.close();
+    for t in [2.0, 15.0, 60.0] {
+        assert!(b.poll(at(t)).request.is_none(), "at {t}");
+    }
+    let later = b.status();
+    assert!(!later.fallback_active);
+    assert_eq!(later.fallback_tokens, status.fallback_tokens);
+}
+
+#[test]
 fn bad_input_is_refused_and_changes_nothing() {
     let mut b = bucket(config());
     let before = b.status();
