@@ -54,7 +54,8 @@ mod image;
 mod keys;
 
 use super::{
-    BucketSettings, BucketSnapshot, Counters, Counts, KeyCounts, KeySweep, LimitsChange,
+    BucketSettings, BucketSnapshot, Counters, Counts, KeyBucketSnapshot, KeyCounts, KeySweep,
+    LimitsChange,
     PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
     TenantChangeOutcome, TenantView,
 };
@@ -1290,6 +1291,20 @@ impl Store for EmbeddedStore {
 
     async fn key_counts(&self) -> Result<KeyCounts, StoreError> {
         self.read(|db, _| keys::counts(db)).await
+    }
+
+    async fn list_key_buckets(
+        &self,
+        tenant: Option<&TenantId>,
+        after: Option<&BucketKey>,
+        limit: usize,
+        busiest: usize,
+    ) -> Result<Vec<KeyBucketSnapshot>, StoreError> {
+        let (tenant, after) = (tenant.cloned(), after.cloned());
+        self.read(move |db, now| {
+            keys::list_buckets(db, tenant.as_ref(), after.as_ref(), limit, busiest, now)
+        })
+        .await
     }
 
     async fn export(&self, sink: RecordSink) -> Result<Counts, StoreError> {
