@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use support::{Backend, Backing, ManualClock, tenant_id, tier_name};
 use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem};
-use tollgate_core::tier::{
-    BucketDefinition, BucketKind, DefinedBy, TenantChange, Tier, TierError,
-};
+use tollgate_core::tier::{BucketDefinition, BucketKind, DefinedBy, TenantChange, Tier, TierError};
 use tollgate_core::{
     BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, Timestamp,
     TokenBucketRequest,
@@ -604,10 +602,7 @@ async fn take(store: &dyn Store, tenant: &str, bucket: &str, key: &str, tokens: 
 /// order, a page at a time, each with its keys below their burst counted
 /// and the busiest of them: furthest from full first (a key that never
 /// refills first of all), then by key.
-async fn per_key_buckets_are_listed_with_their_stored_keys(
-    store: &dyn Store,
-    clock: &ManualClock,
-) {
+async fn per_key_buckets_are_listed_with_their_stored_keys(store: &dyn Store, clock: &ManualClock) {
     clock.set_secs(0.0);
     let per_key = |r, b| support::definition(r, b, BucketKind::PerKey);
     let api = Tier::from_definitions(
@@ -620,14 +615,22 @@ async fn per_key_buckets_are_listed_with_their_stored_keys(
         Timestamp::EPOCH,
     )
     .expect("tier");
-    store.put_tier(&tier_name("api"), &api).await.expect("put api");
+    store
+        .put_tier(&tier_name("api"), &api)
+        .await
+        .expect("put api");
     store
         .put_tier(&tier_name("plain"), &tier(&[("email", 1.0, 10.0)]))
         .await
         .expect("put plain");
     for (t, on) in [("acme", "api"), ("beta", "api"), ("zeta", "plain")] {
         store
-            .change_tenant(&tenant_id(t), &TenantChange::Create { tier: tier_name(on) })
+            .change_tenant(
+                &tenant_id(t),
+                &TenantChange::Create {
+                    tier: tier_name(on),
+                },
+            )
             .await
             .expect("onboard");
     }
@@ -660,7 +663,12 @@ async fn per_key_buckets_are_listed_with_their_stored_keys(
     let keys: Vec<String> = all.iter().map(|b| b.key.to_string()).collect();
     assert_eq!(
         keys,
-        ["acme/per-ip", "acme/per-user", "beta/per-ip", "beta/per-user"]
+        [
+            "acme/per-ip",
+            "acme/per-user",
+            "beta/per-ip",
+            "beta/per-user"
+        ]
     );
     let acme_users = &all[1];
     assert_eq!(acme_users.keys_stored, 4);

@@ -55,9 +55,8 @@ mod keys;
 
 use super::{
     BucketSettings, BucketSnapshot, Counters, Counts, KeyBucketSnapshot, KeyCounts, KeySweep,
-    LimitsChange,
-    PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
-    TenantChangeOutcome, TenantView,
+    LimitsChange, PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage,
+    StoreStats, TenantChangeOutcome, TenantView,
 };
 
 const SCHEMA_VERSION: u64 = 3;

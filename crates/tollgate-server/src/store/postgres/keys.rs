@@ -536,9 +536,7 @@ pub(super) async fn list_buckets(
         return Ok(Vec::new());
     }
     let mut client = store.pool.get().await?;
-    let list_tenants = client
-        .prepare_cached(sql::LIST_KEY_BUCKET_TENANTS)
-        .await?;
+    let list_tenants = client.prepare_cached(sql::LIST_KEY_BUCKET_TENANTS).await?;
     let read = client.prepare_cached(sql::READ_KEY_BUCKETS).await?;
     let txn = client
         .build_transaction()
@@ -555,10 +553,7 @@ pub(super) async fn list_buckets(
     let mut wanted: Vec<(BucketKey, BucketDefinition, DefinedBy)> = Vec::new();
     'tenants: loop {
         let found = txn
-            .query(
-                &list_tenants,
-                &[&from, &inclusive, &only, &LISTING_TENANTS],
-            )
+            .query(&list_tenants, &[&from, &inclusive, &only, &LISTING_TENANTS])
             .await?;
         for row in &found {
             let id: &str = get(row, "tenant_id")?;

@@ -87,10 +87,9 @@ use self::keys::PendingCheck;
 use self::retry::{TxError, Verdict, chain};
 use self::rows::{HeadColumns, InstanceColumns};
 use super::{
-    BucketSettings, BucketSnapshot, Clock, Counters, Counts, KeyBucketSnapshot, KeyCounts, KeySweep,
-    LimitsChange,
-    PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
-    TenantChangeOutcome, TenantView,
+    BucketSettings, BucketSnapshot, Clock, Counters, Counts, KeyBucketSnapshot, KeyCounts,
+    KeySweep, LimitsChange, PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError,
+    StoreImage, StoreStats, TenantChangeOutcome, TenantView,
 };
 
 pub use self::retry::RetryPolicy;
