@@ -279,10 +279,11 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
         } => {
             if !yes {
                 let buckets = list(&mut client, &tenant).await?;
-                if buckets.is_empty() {
+                let key_buckets = per_key::list(&mut client, &tenant, 0).await?;
+                if buckets.is_empty() && key_buckets.is_empty() {
                     return Err(tenant_not_found(&tenant));
                 }
-                confirm_delete(&tenant, &buckets)?;
+                confirm_delete(&tenant, &buckets, &key_buckets)?;
             }
             client
                 .delete_tenant(actor.request(v1::DeleteTenantRequest {
@@ -310,7 +311,11 @@ fn tenant_not_found(tenant: &str) -> anyhow::Error {
 
 /// Asks on the terminal for the tenant id to be typed again; refuses when
 /// there is no terminal to ask on.
-fn confirm_delete(tenant: &str, buckets: &[v1::Tenant]) -> anyhow::Result<()> {
+fn confirm_delete(
+    tenant: &str,
+    buckets: &[v1::Tenant],
+    key_buckets: &[v1::KeyBucket],
+) -> anyhow::Result<()> {
     use std::io::{BufRead, IsTerminal, Write};
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
@@ -323,11 +328,14 @@ fn confirm_delete(tenant: &str, buckets: &[v1::Tenant]) -> anyhow::Result<()> {
         .map(|b| b.consumption.as_ref().map_or(0.0, |c| c.request_units))
         .sum();
     let mut stderr = std::io::stderr();
+    let keys: u64 = key_buckets.iter().map(|k| k.keys_stored).sum();
     write!(
         stderr,
-        "Delete tenant {tenant:?}: {} bucket(s), their instances and their totals ({consumed} request units consumed)? \
+        "Delete tenant {tenant:?}: {} bucket(s), their instances and their totals ({consumed} request units consumed), \
+         and the {keys} stored key(s) of its {} per-key bucket(s)? \
          This cannot be undone. Type the tenant id to confirm: ",
-        buckets.len()
+        buckets.len(),
+        key_buckets.len()
     )?;
     stderr.flush()?;
     let mut answer = String::new();

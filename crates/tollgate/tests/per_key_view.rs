@@ -133,6 +133,12 @@ fn tenant_show_shows_a_tenant_with_only_per_key_buckets() {
         "tenant", "show", "--tenant", "acme", "--bucket", "per-user", "--json",
     ]);
     assert_per_user(&one);
+    // Deleting it asks (here, with no terminal, it wants --yes) rather
+    // than saying it does not exist.
+    let out = server.tollgate(&["tenant", "delete", "--tenant", "acme"]);
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("pass --yes"), "{stderr}");
     // A tenant that does not exist, and a bucket it does not have, still
     // fail as before.
     for args in [
