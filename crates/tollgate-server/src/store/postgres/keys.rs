@@ -544,45 +544,71 @@ pub(super) async fn list_buckets(
         .read_only(true)
         .start()
         .await?;
-    let only = tenant.is_some();
-    let (mut from, mut inclusive) = match (tenant, after) {
-        (Some(t), _) => (t.as_str().to_owned(), true),
-        (None, Some(a)) => (a.tenant.as_str().to_owned(), true),
-        (None, None) => (String::new(), false),
-    };
     let mut wanted: Vec<(BucketKey, BucketDefinition, DefinedBy)> = Vec::new();
-    'tenants: loop {
-        let found = txn
-            .query(&list_tenants, &[&from, &inclusive, &only, &LISTING_TENANTS])
-            .await?;
-        for row in &found {
-            let id: &str = get(row, "tenant_id")?;
-            let id = TenantId::parse("tenant_id", id)
-                .map_err(|e| StoreError::internal("decode tenant id", e))?;
-            let record: Option<&str> = get(row, "record")?;
-            let Some(record) = record.map(decode::<TenantRecord>).transpose()? else {
+    // Per tenant, in order: its per-key definitions, those after `after`,
+    // until `limit`. True once `limit` is reached.
+    let mut take = |id: TenantId, record: TenantRecord, tier: Option<Tier>| {
+        for (bucket, definition, by) in tier::key_buckets(tier.as_ref(), &record.overrides) {
+            // `after`'s own tenant goes on after its bucket; the store
+            // answered only tenants from `after`'s on, in its order.
+            if after.is_some_and(|a| a.tenant == id && bucket <= a.bucket) {
                 continue;
-            };
-            let definition: Option<&str> = get(row, "definition")?;
-            let tier = definition.map(decode::<Tier>).transpose()?;
-            for (bucket, definition, by) in tier::key_buckets(tier.as_ref(), &record.overrides) {
-                let key = BucketKey::new(id.clone(), bucket);
-                if after.is_some_and(|a| key <= *a) {
-                    continue;
-                }
-                wanted.push((key, definition, by));
-                if wanted.len() >= limit {
+            }
+            wanted.push((BucketKey::new(id.clone(), bucket), definition, by));
+            if wanted.len() >= limit {
+                return true;
+            }
+        }
+        false
+    };
+    let decoded = |row: &Row,
+                   id: &str|
+     -> Result<Option<(TenantId, TenantRecord, Option<Tier>)>, StoreError> {
+        let id = TenantId::parse("tenant_id", id)
+            .map_err(|e| StoreError::internal("decode tenant id", e))?;
+        let record: Option<&str> = get(row, "record")?;
+        let Some(record) = record.map(decode::<TenantRecord>).transpose()? else {
+            return Ok(None);
+        };
+        let definition: Option<&str> = get(row, "definition")?;
+        Ok(Some((
+            id,
+            record,
+            definition.map(decode::<Tier>).transpose()?,
+        )))
+    };
+    if let Some(tenant) = tenant {
+        let read = txn.prepare_cached(sql::READ_DEFINITIONS).await?;
+        let ids = [tenant.as_str()];
+        if let Some(row) = txn.query_opt(&read, &[&&ids[..]]).await?
+            && let Some((id, record, tier)) = decoded(&row, tenant.as_str())?
+        {
+            take(id, record, tier);
+        }
+    } else {
+        let (mut from, mut inclusive) = match after {
+            Some(a) => (a.tenant.as_str().to_owned(), true),
+            None => (String::new(), false),
+        };
+        'tenants: loop {
+            let found = txn
+                .query(&list_tenants, &[&from, &inclusive, &LISTING_TENANTS])
+                .await?;
+            for row in &found {
+                let id: &str = get(row, "tenant_id")?;
+                if let Some((id, record, tier)) = decoded(row, id)?
+                    && take(id, record, tier)
+                {
                     break 'tenants;
                 }
             }
-        }
-        let more = found.len() as i64 == LISTING_TENANTS;
-        match found.last() {
-            Some(last) if more && !only => {
-                from = get::<&str>(last, "tenant_id")?.to_owned();
-                inclusive = false;
+            match found.last() {
+                Some(last) if found.len() as i64 == LISTING_TENANTS => {
+                    from = get::<&str>(last, "tenant_id")?.to_owned();
+                    inclusive = false;
+                }
+                _ => break,
             }
-            _ => break,
         }
     }
     if wanted.is_empty() {
