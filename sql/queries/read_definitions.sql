@@ -1,5 +1,5 @@
--- The records and tiers of the tenants a batch of checks needs, without
--- locks: tenant i is $1[i] and comes back as n = i with its record and its
+-- The records and tiers of the tenants a batch of checks needs (or the
+-- one tenant a listing of per-key buckets names), without locks: tenant i is $1[i] and comes back as n = i with its record and its
 -- tier's definition (NULL if it is on none). A tenant without a record
 -- does not come back: it has no definitions. A tier or override change
 -- committing meanwhile applies to the next batch.

@@ -24,6 +24,10 @@
 //!   [`REQUEST_RECORD_TTL`]; a retry with the same id on the same key gets
 //!   that answer and takes nothing again.
 //!
+//! - **Operators' view**: a bucket's stored keys busiest first
+//!   ([`busiest_first`]: furthest from full), each read as its level now
+//!   under the definition in force ([`KeyReading`]).
+//!
 //! [`check`] is one call on loaded slots; [`KeyBatch`] and [`KeyTable`] are
 //! the script a store follows for a batch of calls.
 
@@ -220,6 +224,83 @@ pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOut
         allowed,
         answers,
         states,
+    }
+}
+
+/// A stored key as operators see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyReading {
+    pub key: String,
+    /// Its level now under the definition in force.
+    pub tokens: f64,
+    /// How long until it is full (and its row may go): `None` if never
+    /// (no refill).
+    pub full_in: Option<Duration>,
+}
+
+impl KeyReading {
+    /// `stored` read at `now` under `limits` (the definition in force,
+    /// which may differ from the one the row was written under).
+    pub fn new(key: String, stored: &StoredKey, limits: &Limits, now: Timestamp) -> KeyReading {
+        let tokens = KeyState::level(Some(&stored.state), limits, now);
+        KeyReading {
+            key,
+            tokens,
+            full_in: time_to(limits.burst_limit - tokens, limits.burst_limit, limits),
+        }
+    }
+}
+
+/// The order operators see a bucket's stored keys in, busiest first: the
+/// keys furthest from full (the latest `full_at`, a key that never
+/// refills first), then by key. Under one definition, the latest to be
+/// full is the one with the fewest tokens now. A store that sorts in its
+/// query (`ORDER BY full_at DESC NULLS FIRST, key`) follows the same
+/// order.
+pub fn busiest_first(a: (&str, &StoredKey), b: (&str, &StoredKey)) -> std::cmp::Ordering {
+    // `None` (never full) above every time.
+    let later = |at: Option<Timestamp>| at.map_or(i64::MAX, Timestamp::unix_micros);
+    later(b.1.full_at)
+        .cmp(&later(a.1.full_at))
+        .then_with(|| a.0.cmp(b.0))
+}
+
+/// The `n` busiest of a bucket's stored keys, by [`busiest_first`], from
+/// a walk over all of them, in memory for about `2 n` keys.
+#[derive(Clone, Debug)]
+pub struct BusiestKeys {
+    n: usize,
+    keys: Vec<(String, StoredKey)>,
+}
+
+impl BusiestKeys {
+    pub fn new(n: usize) -> BusiestKeys {
+        BusiestKeys {
+            n,
+            keys: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, key: String, stored: StoredKey) {
+        if self.n == 0 {
+            return;
+        }
+        self.keys.push((key, stored));
+        if self.keys.len() >= 2 * self.n {
+            self.trim();
+        }
+    }
+
+    fn trim(&mut self) {
+        self.keys
+            .sort_by(|a, b| busiest_first((&a.0, &a.1), (&b.0, &b.1)));
+        self.keys.truncate(self.n);
+    }
+
+    /// The busiest, busiest first.
+    pub fn into_vec(mut self) -> Vec<(String, StoredKey)> {
+        self.trim();
+        self.keys
     }
 }
 

@@ -22,6 +22,8 @@
 //! - [`partition`]: hot-partition limits — a pod's per-partition counters,
 //!   the rejection rule, and the shares that hold a partition to its limit
 //!   across pods.
+//! - [`rate_window`]: events per second over the last seconds (a
+//!   replica's checks of a per-key bucket).
 //! - [`cost_model`]: what reads, writes, CPU and egress cost in tokens.
 //! - [`consumption`]: what pods report they used.
 //! - [`validate`]: input checks shared by every edge (gRPC, CLI, stores),
@@ -35,6 +37,7 @@ pub mod key_bucket;
 pub mod local_bucket;
 pub mod partition;
 pub mod pushback;
+pub mod rate_window;
 pub mod tier;
 pub mod time;
 pub mod transaction;

@@ -368,6 +368,36 @@ pub fn definitions(
     all
 }
 
+/// Where a tenant's definition of a bucket comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DefinedBy {
+    /// Its tier's definition.
+    Tier,
+    /// The tenant's own override, whatever its tier says.
+    Override,
+}
+
+/// The per-key buckets of a tenant on `tier` with `overrides`, in name
+/// order: each definition in force (an override wins over the tier) and
+/// where it comes from.
+pub fn key_buckets(
+    tier: Option<&Tier>,
+    overrides: &BTreeMap<BucketName, BucketDefinition>,
+) -> Vec<(BucketName, BucketDefinition, DefinedBy)> {
+    definitions(tier, overrides)
+        .into_iter()
+        .filter(|(_, d)| d.kind == BucketKind::PerKey)
+        .map(|(name, d)| {
+            let by = if overrides.contains_key(&name) {
+                DefinedBy::Override
+            } else {
+                DefinedBy::Tier
+            };
+            (name, d, by)
+        })
+        .collect()
+}
+
 /// The shared buckets a tenant on `tier` with `overrides` should have rows
 /// for (per-key definitions provision nothing).
 pub fn wanted_buckets(

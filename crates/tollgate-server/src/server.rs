@@ -245,7 +245,9 @@ pub async fn run_with_options(
         .add_service(
             AdminAuth::new(admin_tokens)
                 .with_metrics(Arc::clone(&telemetry.metrics))
-                .guard(AdminServer::new(AdminService::new(store))),
+                .guard(AdminServer::new(
+                    AdminService::new(store).with_metrics(Arc::clone(&telemetry.metrics)),
+                )),
         )
         .add_service(telemetry.health_service())
         .add_service(reflection_v1)

@@ -469,6 +469,180 @@ async fn deleting_a_tenant_deletes_its_keys_and_records(backend: Backend) {
     f.stop().await;
 }
 
+/// Operators see per-key buckets through the Admin API: `DescribeTenant`
+/// and `ListKeyBuckets` give each its definition (tier or override), the
+/// keys stored and the busiest of them with their tokens now, and this
+/// replica's checks and refusals per second over the window they name;
+/// `ListKeyBuckets` pages, and refuses bad input naming the field.
+async fn operators_see_per_key_buckets_with_keys_and_rates(backend: Backend) {
+    let mut f = fixture(backend).await;
+    let mut admin = f.server.admin().await;
+    admin
+        .set_bucket_override(v1::SetBucketOverrideRequest {
+            tenant_id: "globex".into(),
+            bucket: Some(definition("per-user", 1.0, 4.0, v1::BucketKind::PerKey)),
+        })
+        .await
+        .expect("override");
+    // acme/per-user: u1 left with 2, u2 with 7, u3 refused (11 > 10).
+    f.ok(vec![item("acme", "per-user", "u1", 8.0)]).await;
+    f.ok(vec![item("acme", "per-user", "u2", 3.0)]).await;
+    let refused = f.ok(vec![item("acme", "per-user", "u3", 11.0)]).await;
+    assert!(!refused.allowed);
+    f.ok(vec![item("acme", "per-tenant", "all", 1.0)]).await;
+
+    let acme = admin
+        .describe_tenant(v1::DescribeTenantRequest {
+            tenant_id: "acme".into(),
+        })
+        .await
+        .expect("describe")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+    let names: Vec<&str> = acme.key_buckets.iter().map(|b| b.bucket.as_str()).collect();
+    assert_eq!(names, ["per-tenant", "per-user"]);
+    let users = &acme.key_buckets[1];
+    assert_eq!(users.tenant_id, "acme");
+    assert_eq!(
+        users.limits,
+        Some(v1::ResourceLimits {
+            refill_rate: 2.0,
+            burst_limit: 10.0
+        })
+    );
+    assert!(!users.overridden);
+    assert_eq!(users.keys_stored, 2);
+    let busiest: Vec<(&str, f64, Option<f64>)> = users
+        .busiest_keys
+        .iter()
+        .map(|k| (k.key.as_str(), k.tokens, secs(&k.full_in)))
+        .collect();
+    assert_eq!(busiest, [("u1", 2.0, Some(4.0)), ("u2", 7.0, Some(1.5))]);
+    // Three checks, one refused, over the window the answer names.
+    let window = secs(&users.rate_window).expect("window");
+    assert!(window > 0.0 && window <= 10.0, "{window}");
+    assert!(
+        (users.checks_per_second * window - 3.0).abs() < 1e-6,
+        "{} checks/s over {window} s",
+        users.checks_per_second
+    );
+    assert!((users.refusals_per_second * window - 1.0).abs() < 1e-6);
+    assert_eq!(
+        users.read_at.map(|t| (t.seconds, t.nanos)),
+        Some((1_000, 0)),
+        "the store's clock"
+    );
+    let per_tenant = &acme.key_buckets[0];
+    assert_eq!(per_tenant.keys_stored, 1);
+    assert!((per_tenant.checks_per_second * window - 1.0).abs() < 0.5);
+    assert_eq!(per_tenant.refusals_per_second, 0.0);
+
+    // Every tenant's, a page of one at a time.
+    let mut listed = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = admin
+            .list_key_buckets(v1::ListKeyBucketsRequest {
+                page_size: 1,
+                page_token,
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        listed.extend(page.key_buckets);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    let keys: Vec<String> = listed
+        .iter()
+        .map(|b| format!("{}/{}", b.tenant_id, b.bucket))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "acme/per-tenant",
+            "acme/per-user",
+            "globex/per-tenant",
+            "globex/per-user"
+        ]
+    );
+    let globex_users = &listed[3];
+    assert!(globex_users.overridden);
+    assert_eq!(
+        globex_users.limits.map(|l| (l.refill_rate, l.burst_limit)),
+        Some((1.0, 4.0))
+    );
+    assert_eq!(globex_users.keys_stored, 0);
+    assert_eq!(globex_users.checks_per_second, 0.0);
+    // One tenant's, with one busiest key each.
+    let one = admin
+        .list_key_buckets(v1::ListKeyBucketsRequest {
+            tenant_id: "acme".into(),
+            busiest_keys: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("acme's")
+        .into_inner();
+    assert_eq!(one.key_buckets.len(), 2);
+    assert_eq!(one.key_buckets[1].busiest_keys.len(), 1);
+    assert_eq!(one.key_buckets[1].keys_stored, 2);
+    // Shared buckets stay in ListTenants, per-key ones do not appear there.
+    let tenants = admin
+        .list_tenants(v1::ListTenantsRequest::default())
+        .await
+        .expect("list tenants")
+        .into_inner();
+    assert!(tenants.tenants.iter().all(|t| t.bucket == "emails"));
+
+    for (request, field) in [
+        (
+            v1::ListKeyBucketsRequest {
+                busiest_keys: 101,
+                ..Default::default()
+            },
+            "busiest_keys",
+        ),
+        (
+            v1::ListKeyBucketsRequest {
+                page_size: 1001,
+                ..Default::default()
+            },
+            "page_size",
+        ),
+        (
+            v1::ListKeyBucketsRequest {
+                page_token: "acme/".into(),
+                ..Default::default()
+            },
+            "page_token",
+        ),
+        (
+            v1::ListKeyBucketsRequest {
+                tenant_id: "no spaces".into(),
+                ..Default::default()
+            },
+            "tenant_id",
+        ),
+    ] {
+        let refused = admin
+            .list_key_buckets(request)
+            .await
+            .expect_err("bad input");
+        assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+        assert!(
+            refused.message().starts_with(field),
+            "{}",
+            refused.message()
+        );
+    }
+    f.stop().await;
+}
+
 for_each_store!(
     exact_refill_and_cap,
     items_are_taken_together_or_not_at_all,
@@ -478,4 +652,5 @@ for_each_store!(
     bad_input_is_refused_naming_the_field_and_takes_nothing,
     a_definition_change_applies_to_the_next_check,
     deleting_a_tenant_deletes_its_keys_and_records,
+    operators_see_per_key_buckets_with_keys_and_rates,
 );

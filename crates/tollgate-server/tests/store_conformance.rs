@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::{Backend, Backing, ManualClock, tenant_id, tier_name};
-use tollgate_core::tier::{BucketDefinition, BucketKind, TenantChange, Tier, TierError};
+use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem};
+use tollgate_core::tier::{BucketDefinition, BucketKind, DefinedBy, TenantChange, Tier, TierError};
 use tollgate_core::{
     BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, Timestamp,
     TokenBucketRequest,
@@ -581,6 +582,134 @@ async fn tiers_onboard_switch_and_override(store: &dyn Store, clock: &ManualCloc
     store.delete_tier(&free).await.expect("no longer in use");
 }
 
+fn check_item(tenant: &str, bucket: &str, key: &str, tokens: f64) -> RequestItem {
+    RequestItem {
+        key: KeyId::new(tenant_id(tenant), support::bucket_name(bucket), key),
+        tokens,
+        request_id: None,
+    }
+}
+
+/// Takes `tokens` from one key; it must be allowed.
+async fn take(store: &dyn Store, tenant: &str, bucket: &str, key: &str, tokens: f64) {
+    let call = CheckCall::new(vec![check_item(tenant, bucket, key, tokens)]).expect("call");
+    let answer = store.check(&call).await.expect("check");
+    assert!(answer.allowed, "{tenant}/{bucket}/{key} takes {tokens}");
+}
+
+/// Per-key buckets are listed from the tenants' definitions (an override
+/// winning over the tier, shared buckets left out) in tenant and bucket
+/// order, a page at a time, each with its keys below their burst counted
+/// and the busiest of them: furthest from full first (a key that never
+/// refills first of all), then by key.
+async fn per_key_buckets_are_listed_with_their_stored_keys(store: &dyn Store, clock: &ManualClock) {
+    clock.set_secs(0.0);
+    let per_key = |r, b| support::definition(r, b, BucketKind::PerKey);
+    let api = Tier::from_definitions(
+        "tier.buckets",
+        [
+            ("per-user", per_key(1.0, 10.0)),
+            ("per-ip", per_key(0.0, 5.0)),
+            ("email", definition(1.0, 10.0)),
+        ],
+        Timestamp::EPOCH,
+    )
+    .expect("tier");
+    store
+        .put_tier(&tier_name("api"), &api)
+        .await
+        .expect("put api");
+    store
+        .put_tier(&tier_name("plain"), &tier(&[("email", 1.0, 10.0)]))
+        .await
+        .expect("put plain");
+    for (t, on) in [("acme", "api"), ("beta", "api"), ("zeta", "plain")] {
+        store
+            .change_tenant(
+                &tenant_id(t),
+                &TenantChange::Create {
+                    tier: tier_name(on),
+                },
+            )
+            .await
+            .expect("onboard");
+    }
+    store
+        .change_tenant(
+            &tenant_id("beta"),
+            &TenantChange::SetOverride {
+                bucket: support::bucket_name("per-user"),
+                definition: per_key(2.0, 20.0),
+            },
+        )
+        .await
+        .expect("override");
+    configure(store, &tenant("gamma"), 5.0).await;
+
+    // At 0 s: u1 and u0 left with 2 (full at 8 s), u2 with 7 (at 3 s);
+    // at 1 s: u3 with 1 (full at 10 s). The address never refills.
+    take(store, "acme", "per-user", "u1", 8.0).await;
+    take(store, "acme", "per-user", "u0", 8.0).await;
+    take(store, "acme", "per-user", "u2", 3.0).await;
+    take(store, "acme", "per-ip", "203.0.113.7", 1.0).await;
+    clock.set_secs(1.0);
+    take(store, "acme", "per-user", "u3", 9.0).await;
+    take(store, "beta", "per-user", "b1", 1.0).await;
+
+    let all = store
+        .list_key_buckets(None, None, 100, 3)
+        .await
+        .expect("list");
+    let keys: Vec<String> = all.iter().map(|b| b.key.to_string()).collect();
+    assert_eq!(
+        keys,
+        [
+            "acme/per-ip",
+            "acme/per-user",
+            "beta/per-ip",
+            "beta/per-user"
+        ]
+    );
+    let acme_users = &all[1];
+    assert_eq!(acme_users.keys_stored, 4);
+    assert_eq!(acme_users.defined_by, DefinedBy::Tier);
+    assert_eq!(acme_users.definition, per_key(1.0, 10.0));
+    let busiest: Vec<&str> = acme_users.busiest.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(busiest, ["u3", "u0", "u1"]);
+    assert_eq!(acme_users.busiest[0].1.state.tokens, 1.0);
+    assert_eq!(acme_users.read_at, Timestamp::from_secs_f64(1.0));
+    assert_eq!(all[0].keys_stored, 1);
+    assert_eq!(all[0].busiest[0].0, "203.0.113.7");
+    assert_eq!(all[0].busiest[0].1.full_at, None);
+    assert_eq!((all[2].keys_stored, all[2].busiest.len()), (0, 0));
+    assert_eq!(all[3].defined_by, DefinedBy::Override);
+    assert_eq!(all[3].definition, per_key(2.0, 20.0));
+    assert_eq!(all[3].keys_stored, 1);
+
+    // A page at a time, after the last key listed.
+    let page = store
+        .list_key_buckets(None, Some(&bucket("acme", "per-user")), 1, 3)
+        .await
+        .expect("page");
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].key, bucket("beta", "per-ip"));
+    // One tenant's; none for a tenant without per-key buckets or unknown.
+    let beta = store
+        .list_key_buckets(Some(&tenant_id("beta")), None, 100, 0)
+        .await
+        .expect("beta");
+    assert_eq!(beta.len(), 2);
+    assert!(beta.iter().all(|b| b.busiest.is_empty()), "none asked for");
+    assert_eq!(beta[1].keys_stored, 1, "counted all the same");
+    for t in ["zeta", "gamma", "nobody"] {
+        let none = store
+            .list_key_buckets(Some(&tenant_id(t)), None, 100, 3)
+            .await
+            .expect("none");
+        assert!(none.is_empty(), "{t}: {none:?}");
+    }
+}
+
 /// Runs `test` on a fresh store of `backend` and closes it.
 async fn with_store<F>(backend: Backend, test: F)
 where
@@ -621,4 +750,5 @@ conformance!(
     concurrent_requests_are_each_counted_once,
     buckets_of_a_tenant_are_isolated,
     tiers_onboard_switch_and_override,
+    per_key_buckets_are_listed_with_their_stored_keys,
 );

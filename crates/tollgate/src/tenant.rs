@@ -1,11 +1,14 @@
 //! `tollgate tenant …`: operator commands that talk to a running server's
 //! `Admin` service over gRPC. Tenants' limits bucket by bucket are here;
-//! their tiers and overrides are in `tiering`.
+//! their tiers and overrides are in `tiering`, their per-key buckets
+//! (shown by `show`, `list`, `describe` and `watch` beside the shared
+//! ones) in `per_key`.
 //!
 //! Human output is an aligned table; `--json` prints one JSON document for
 //! scripts (see `output`). Errors from the server are shown with their gRPC
 //! code and message.
 
+mod per_key;
 mod tiering;
 mod watch;
 
@@ -31,7 +34,9 @@ pub struct TenantArgs {
 enum TenantCommand {
     /// Set the limits of a tenant's bucket, creating it if needed.
     SetLimits(SetLimitsArgs),
-    /// Show a tenant's buckets: limits, tokens, consumption and instances.
+    /// Show a tenant's buckets: limits, tokens, consumption and instances;
+    /// per-key buckets with their keys stored, checks per second and
+    /// busiest keys.
     Show {
         #[arg(long)]
         tenant: String,
@@ -40,11 +45,12 @@ enum TenantCommand {
         #[arg(long)]
         bucket: Option<String>,
         /// Print JSON instead of a table: one bucket with --bucket, else a
-        /// list of the tenant's buckets.
+        /// list of the tenant's buckets (per-key ones with "kind":
+        /// "per-key").
         #[arg(long)]
         json: bool,
     },
-    /// List all tenants' buckets.
+    /// List all tenants' buckets, shared and per-key.
     List {
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -203,12 +209,31 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
         } => {
             let response = client
                 .get_tenant(v1::GetTenantRequest {
-                    tenant_id: tenant,
-                    bucket,
+                    tenant_id: tenant.clone(),
+                    bucket: bucket.clone(),
                 })
-                .await
-                .map_err(rpc_error)?;
-            print_tenant(&response.into_inner().tenant.unwrap_or_default(), json)
+                .await;
+            match response {
+                Ok(response) => {
+                    print_tenant(&response.into_inner().tenant.unwrap_or_default(), json)
+                }
+                // Not a shared bucket: perhaps a per-key one.
+                Err(status) if status.code() == tonic::Code::NotFound => {
+                    let found = per_key::list(&mut client, &tenant, 0)
+                        .await?
+                        .into_iter()
+                        .find(|k| k.bucket == bucket);
+                    match found {
+                        Some(k) => output::print(
+                            json,
+                            &per_key::key_bucket_json(&k),
+                            per_key::key_bucket_text,
+                        ),
+                        None => Err(rpc_error(status)),
+                    }
+                }
+                Err(status) => Err(rpc_error(status)),
+            }
         }
         TenantCommand::Show {
             tenant,
@@ -216,7 +241,8 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
             json,
         } => {
             let listed = list(&mut client, &tenant).await?;
-            if listed.is_empty() {
+            let key_buckets = per_key::list(&mut client, &tenant, 0).await?;
+            if listed.is_empty() && key_buckets.is_empty() {
                 return Err(tenant_not_found(&tenant));
             }
             // Scripts read the tier with `tenant describe`: the JSON stays
@@ -238,9 +264,13 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
                     .map_err(rpc_error)?;
                 buckets.push(response.into_inner().tenant.unwrap_or_default());
             }
-            print_buckets(&buckets, header, json)
+            print_buckets(&buckets, &key_buckets, header, json)
         }
-        TenantCommand::List { json } => print_list(&list(&mut client, "").await?, json),
+        TenantCommand::List { json } => {
+            let shared = list(&mut client, "").await?;
+            let key_buckets = per_key::list(&mut client, "", 0).await?;
+            print_list(&shared, &key_buckets, json)
+        }
         TenantCommand::Delete {
             tenant,
             yes,
@@ -249,10 +279,11 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
         } => {
             if !yes {
                 let buckets = list(&mut client, &tenant).await?;
-                if buckets.is_empty() {
+                let key_buckets = per_key::list(&mut client, &tenant, 0).await?;
+                if buckets.is_empty() && key_buckets.is_empty() {
                     return Err(tenant_not_found(&tenant));
                 }
-                confirm_delete(&tenant, &buckets)?;
+                confirm_delete(&tenant, &buckets, &key_buckets)?;
             }
             client
                 .delete_tenant(actor.request(v1::DeleteTenantRequest {
@@ -280,7 +311,11 @@ fn tenant_not_found(tenant: &str) -> anyhow::Error {
 
 /// Asks on the terminal for the tenant id to be typed again; refuses when
 /// there is no terminal to ask on.
-fn confirm_delete(tenant: &str, buckets: &[v1::Tenant]) -> anyhow::Result<()> {
+fn confirm_delete(
+    tenant: &str,
+    buckets: &[v1::Tenant],
+    key_buckets: &[v1::KeyBucket],
+) -> anyhow::Result<()> {
     use std::io::{BufRead, IsTerminal, Write};
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
@@ -293,11 +328,14 @@ fn confirm_delete(tenant: &str, buckets: &[v1::Tenant]) -> anyhow::Result<()> {
         .map(|b| b.consumption.as_ref().map_or(0.0, |c| c.request_units))
         .sum();
     let mut stderr = std::io::stderr();
+    let keys: u64 = key_buckets.iter().map(|k| k.keys_stored).sum();
     write!(
         stderr,
-        "Delete tenant {tenant:?}: {} bucket(s), their instances and their totals ({consumed} request units consumed)? \
+        "Delete tenant {tenant:?}: {} bucket(s), their instances and their totals ({consumed} request units consumed), \
+         and the {keys} stored key(s) of its {} per-key bucket(s)? \
          This cannot be undone. Type the tenant id to confirm: ",
-        buckets.len()
+        buckets.len(),
+        key_buckets.len()
     )?;
     stderr.flush()?;
     let mut answer = String::new();
@@ -342,6 +380,8 @@ struct TenantJson {
     tenant_id: String,
     /// Empty for the tenant's request-unit bucket.
     bucket: String,
+    /// Always `shared` (per-key buckets are `per_key::KeyBucketJson`).
+    kind: &'static str,
     configured: bool,
     refill_rate: f64,
     burst_limit: f64,
@@ -381,6 +421,7 @@ fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {
     TenantJson {
         tenant_id: t.tenant_id.clone(),
         bucket: t.bucket.clone(),
+        kind: "shared",
         configured: t.configured,
         refill_rate: limits.refill_rate,
         burst_limit: limits.burst_limit,
@@ -411,14 +452,26 @@ fn print_tenant(t: &v1::Tenant, json: bool) -> anyhow::Result<()> {
     output::print(json, &tenant_json(t, true), tenant_text)
 }
 
-/// A tenant's buckets, each as `tenant show --bucket` shows it, under
-/// `header` (the tenant's tier and overrides) in text.
-fn print_buckets(buckets: &[v1::Tenant], header: Option<String>, json: bool) -> anyhow::Result<()> {
-    let views: Vec<TenantJson> = buckets.iter().map(|t| tenant_json(t, true)).collect();
+/// A tenant's buckets, shared and per-key, each as `tenant show
+/// --bucket` shows it, under `header` (the tenant's tier and overrides)
+/// in text.
+fn print_buckets(
+    buckets: &[v1::Tenant],
+    key_buckets: &[v1::KeyBucket],
+    header: Option<String>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let views = per_key::merged(
+        buckets.iter().map(|t| tenant_json(t, true)).collect(),
+        key_buckets.iter().map(per_key::key_bucket_json).collect(),
+    );
     output::print(json, &views, |views| {
         header
             .into_iter()
-            .chain(views.iter().map(tenant_text))
+            .chain(views.iter().map(|v| match v {
+                per_key::AnyBucketJson::Shared(t) => tenant_text(t),
+                per_key::AnyBucketJson::PerKey(k) => per_key::key_bucket_text(k),
+            }))
             .collect::<Vec<_>>()
             .join("\n\n")
     })
@@ -489,9 +542,33 @@ fn tenant_text(view: &TenantJson) -> String {
     text
 }
 
-fn print_list(tenants: &[v1::Tenant], json: bool) -> anyhow::Result<()> {
-    let views: Vec<TenantJson> = tenants.iter().map(|t| tenant_json(t, false)).collect();
-    output::print(json, &views, |views| {
+/// Every bucket: in JSON one list, shared and per-key; in text a table of
+/// the shared buckets, then one of the per-key buckets if there are any.
+fn print_list(
+    tenants: &[v1::Tenant],
+    key_buckets: &[v1::KeyBucket],
+    json: bool,
+) -> anyhow::Result<()> {
+    let shared: Vec<TenantJson> = tenants.iter().map(|t| tenant_json(t, false)).collect();
+    let per_key: Vec<per_key::KeyBucketJson> =
+        key_buckets.iter().map(per_key::key_bucket_json).collect();
+    if json {
+        return output::print(true, &per_key::merged(shared, per_key), |_| "");
+    }
+    let per_key_text = (!per_key.is_empty()).then(|| {
+        format!(
+            "\n\n{}\n\n{}",
+            per_key::table(&per_key, true),
+            per_key::rates_note(&per_key)
+        )
+    });
+    if shared.is_empty()
+        && let Some(text) = per_key_text
+    {
+        // Only per-key buckets: no empty table of shared ones above.
+        return output::print(false, &shared, |_| text.trim_start().to_owned());
+    }
+    output::print(false, &shared, |views| {
         let mut table = Table::with_header(&[
             "TENANT",
             "BUCKET",
@@ -514,6 +591,6 @@ fn print_list(tenants: &[v1::Tenant], json: bool) -> anyhow::Result<()> {
                 format!("{:.1}", v.consumption.request_units),
             ]);
         }
-        table
+        format!("{table}{}", per_key_text.unwrap_or_default())
     })
 }

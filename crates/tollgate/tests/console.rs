@@ -1,7 +1,9 @@
 //! The web console in a real browser: `tollgate serve` with admin tokens,
-//! two tenants (one throttled), and headless Chromium loading `/console`.
-//! What the page shows after its script ran (Chromium's `--dump-dom`) is
-//! checked, and a screenshot is kept in `target/tmp/console/console.png`.
+//! two tenants (one throttled), and headless Chromium loading `/console`;
+//! and a tenant with per-key buckets only, whose keys were checked. What
+//! the page shows after its script ran (Chromium's `--dump-dom`) is
+//! checked, and screenshots are kept in `target/tmp/console/`
+//! (`console.png`, `per-key.png`).
 //!
 //! Chromium is looked up on `PATH` (`chromium`, `chromium-browser`,
 //! `google-chrome`) or at `TOLLGATE_CHROMIUM`; CI installs Debian's and
@@ -247,5 +249,132 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
     );
     assert!(asked.contains("an admin token is needed"), "{asked}");
     assert!(!asked.contains("data-tenant=\"acme\""), "{asked}");
+    server.stop();
+}
+
+/// The text of the cell of `class` in the row of per-key bucket
+/// `tenant`/`bucket`.
+fn key_cell(dom: &str, tenant: &str, bucket: &str, class: &str) -> String {
+    let row_start = dom
+        .find(&format!(
+            "data-key-tenant=\"{tenant}\" data-key-bucket=\"{bucket}\""
+        ))
+        .unwrap_or_else(|| panic!("a row for {tenant}/{bucket} in {dom}"));
+    let row = &dom[row_start..];
+    let row = &row[..row.find("</tr>").expect("row end")];
+    let at = row
+        .find(&format!("class=\"{class}\""))
+        .unwrap_or_else(|| panic!("cell {class} in {row}"));
+    let text = &row[at..];
+    let text = &text[text.find('>').expect("tag end") + 1..];
+    let end = text.find("</td>").expect("cell end");
+    // The cell's text without its tags.
+    let mut plain = String::new();
+    let mut in_tag = false;
+    for c in text[..end].chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => plain.push(c),
+            _ => {}
+        }
+    }
+    plain.trim().to_owned()
+}
+
+#[test]
+fn the_console_shows_per_key_buckets_with_keys_checks_and_busiest_keys_in_a_browser() {
+    let Some(chromium) = support::external_tool(
+        "TOLLGATE_CHROMIUM",
+        &["chromium", "chromium-browser", "google-chrome"],
+        "TOLLGATE_REQUIRE_CHROMIUM",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let metrics = free_port();
+    let server = Server::start_with(
+        &dir.path().join("tollgate.redb"),
+        &["--metrics-listen", &format!("127.0.0.1:{metrics}")],
+    );
+    // A tier of per-key buckets only; acme on it. Refill so slow that the
+    // keys' levels stay as the checks left them.
+    let tiers = dir.path().join("tiers.toml");
+    std::fs::write(
+        &tiers,
+        "[tiers.api.buckets.per-user]\nkind = \"per-key\"\nrefill_rate = 0.0001\nburst_limit = 10\n\
+         [tiers.api.buckets.logins-per-ip]\nkind = \"per-key\"\nrefill_rate = 0.0001\nburst_limit = 3\n",
+    )
+    .expect("write tiers");
+    server.ok(&["tier", "apply", "-f", tiers.to_str().expect("utf-8 path")]);
+    server.ok(&["tenant", "create", "--tenant", "acme", "--tier", "api"]);
+    // per-user: u1 left with 2, u2 with 7, u3 refused; nothing for logins.
+    for (key, tokens, code) in [("u1", "8", 0), ("u2", "3", 0), ("u3", "11", 3)] {
+        let out = server.tollgate(&[
+            "check", "--tenant", "acme", "--bucket", "per-user", "--key", key, "--tokens", tokens,
+        ]);
+        assert_eq!(out.status.code(), Some(code), "{key}: {out:?}");
+    }
+
+    // The data the page polls: the rates over the window they name.
+    let (code, body) = get(metrics, "/console/api/buckets", None);
+    assert_eq!(code, 200, "{body}");
+    let data: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(data["total_tenants"], 1, "{data}");
+    let per_user = &data["key_buckets"][1];
+    assert_eq!(per_user["bucket"], "per-user", "{data}");
+    assert_eq!(per_user["keys_stored"], 2);
+    let window = per_user["rate_window_seconds"].as_f64().expect("window");
+    let rate = |field: &str| per_user[field].as_f64().expect("a number") * window;
+    assert!((rate("checks_per_second") - 3.0).abs() < 1e-6, "{data}");
+    assert!((rate("refusals_per_second") - 1.0).abs() < 1e-6, "{data}");
+
+    let profile = dir.path().join("chromium-profile");
+    let console = format!("http://127.0.0.1:{metrics}/console");
+    let dom = browse(&chromium, &profile, &console, &["--dump-dom"]);
+    assert_eq!(key_cell(&dom, "acme", "per-user", "from"), "tier");
+    assert_eq!(number(&key_cell(&dom, "acme", "per-user", "keys")), 2.0);
+    assert!(
+        number(&key_cell(&dom, "acme", "per-user", "checks")) > 0.0,
+        "{dom}"
+    );
+    assert!(
+        number(&key_cell(&dom, "acme", "per-user", "refusals")) > 0.0,
+        "{dom}"
+    );
+    let busiest = key_cell(&dom, "acme", "per-user", "busiest");
+    assert!(busiest.starts_with("u1: 2.0"), "{busiest}");
+    assert!(busiest.contains("u2: 7.0"), "{busiest}");
+    assert_eq!(
+        number(&key_cell(&dom, "acme", "logins-per-ip", "keys")),
+        0.0
+    );
+    assert_eq!(
+        key_cell(&dom, "acme", "logins-per-ip", "busiest"),
+        "none stored"
+    );
+    assert!(dom.contains("this replica's own"), "{dom}");
+    let count = dom
+        .split("id=\"key-bucket-count\">")
+        .nth(1)
+        .and_then(|s| s.split('<').next())
+        .expect("per-key bucket count");
+    assert_eq!(count, "2");
+
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
+    std::fs::create_dir_all(&shots).expect("screenshot dir");
+    let shot = shots.join("per-key.png");
+    let _ = std::fs::remove_file(&shot);
+    browse(
+        &chromium,
+        &profile,
+        &console,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1400,600",
+        ],
+    );
+    let png = std::fs::read(&shot).expect("a screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
     server.stop();
 }

@@ -44,7 +44,8 @@ fn path(p: &Path) -> &str {
 }
 
 /// What an operator bills from and configures, per bucket: everything
-/// `tenant show --json` says that does not move with the clock.
+/// `tenant show --json` says that does not move with the clock (of a
+/// per-key bucket: its definition and its stored keys).
 fn books(server: &Server) -> Vec<Value> {
     let list = server.json(&["tenant", "list", "--json"]);
     let mut tenants: Vec<&str> = list
@@ -58,6 +59,25 @@ fn books(server: &Server) -> Vec<Value> {
     for tenant in tenants {
         let shown = server.json(&["tenant", "show", "--tenant", tenant, "--json"]);
         for bucket in shown.as_array().expect("buckets") {
+            if bucket["kind"] == "per-key" {
+                // Its definition and the keys the store holds.
+                let keys: Vec<&Value> = bucket["busiest_keys"]
+                    .as_array()
+                    .expect("busiest keys")
+                    .iter()
+                    .map(|k| &k["key"])
+                    .collect();
+                books.push(serde_json::json!({
+                    "tenant": bucket["tenant_id"],
+                    "bucket": bucket["bucket"],
+                    "refill_rate": bucket["refill_rate"],
+                    "burst_limit": bucket["burst_limit"],
+                    "defined_by": bucket["defined_by"],
+                    "keys_stored": bucket["keys_stored"],
+                    "busiest_keys": keys,
+                }));
+                continue;
+            }
             let instances: Vec<Value> = bucket["instances"]
                 .as_array()
                 .expect("instances")
@@ -141,7 +161,8 @@ async fn a_store_moves_to_postgres_and_back_with_its_totals() {
     let first_answer = retried_check(&server);
     assert_eq!(first_answer["remaining_tokens"], 1.0);
     let before = books(&server);
-    assert_eq!(before.len(), 3, "{before:#?}");
+    // Three shared buckets and the per-key one, with its stored key.
+    assert_eq!(before.len(), 4, "{before:#?}");
 
     // The embedded store is one process's file: stop the server first.
     let export = dir.path().join("first.jsonl");

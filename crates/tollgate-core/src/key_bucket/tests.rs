@@ -355,3 +355,58 @@ mod batch {
         assert_eq!(err.field, "items[0].tokens");
     }
 }
+
+mod operators_view {
+    use super::super::*;
+    use crate::global_bucket::Limits;
+
+    fn stored(tokens: f64, last_refill: f64, limits: &Limits) -> StoredKey {
+        StoredKey::new(
+            KeyState {
+                tokens,
+                last_refill: Timestamp::from_secs_f64(last_refill),
+            },
+            limits,
+        )
+    }
+
+    #[test]
+    fn the_busiest_keys_are_the_furthest_from_full_then_by_key() {
+        let limits = Limits {
+            refill_rate: 1.0,
+            burst_limit: 10.0,
+        };
+        let never = Limits {
+            refill_rate: 0.0,
+            burst_limit: 10.0,
+        };
+        let mut busiest = BusiestKeys::new(3);
+        busiest.push("b".into(), stored(5.0, 0.0, &limits));
+        busiest.push("a".into(), stored(5.0, 0.0, &limits));
+        busiest.push("nearly-full".into(), stored(9.0, 0.0, &limits));
+        busiest.push("empty".into(), stored(0.0, 0.0, &limits));
+        busiest.push("stuck".into(), stored(3.0, 0.0, &never));
+        let order: Vec<String> = busiest.into_vec().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(order, ["stuck", "empty", "a"]);
+    }
+
+    #[test]
+    fn a_reading_is_the_level_now_under_the_definition_in_force() {
+        let limits = Limits {
+            refill_rate: 2.0,
+            burst_limit: 10.0,
+        };
+        let key = stored(4.0, 0.0, &limits);
+        let reading = KeyReading::new("u".into(), &key, &limits, Timestamp::from_secs_f64(1.0));
+        assert_eq!(reading.tokens, 6.0);
+        assert_eq!(reading.full_in, Some(Duration::from_secs(2)));
+        // A smaller burst since: capped, full now.
+        let smaller = Limits {
+            refill_rate: 2.0,
+            burst_limit: 5.0,
+        };
+        let reading = KeyReading::new("u".into(), &key, &smaller, Timestamp::from_secs_f64(1.0));
+        assert_eq!(reading.tokens, 5.0);
+        assert_eq!(reading.full_in, Some(Duration::ZERO));
+    }
+}

@@ -1,4 +1,8 @@
 //! The operator-facing `Admin` service.
+//!
+//! Per-key buckets have no bucket row, so `ListTenants` leaves them out;
+//! `ListKeyBuckets` and `DescribeTenant` read them from the store (their
+//! definitions and stored keys) and add this replica's check rates.
 
 use std::sync::Arc;
 
@@ -9,22 +13,61 @@ use tonic::{Request, Response, Status};
 
 use super::audit::{self, Caller};
 use super::{convert, edge, invalid, status};
-use crate::store::{BucketSnapshot, Store, StoreError, TenantChangeOutcome};
+use crate::store::{BucketSnapshot, KeyBucketSnapshot, Store, StoreError, TenantChangeOutcome};
+use crate::telemetry::Metrics;
+use crate::telemetry::check_rates::CheckRates;
 
 /// Tenants listed per page when the request does not say.
 const DEFAULT_PAGE_SIZE: u32 = 100;
 /// The most tenants listed per page.
 const MAX_PAGE_SIZE: u32 = 1000;
 
+/// Per-key buckets listed per page when the request does not say.
+const DEFAULT_KEY_BUCKETS_PAGE: u32 = 100;
+/// Busiest keys listed per per-key bucket when the request does not say,
+/// and in `DescribeTenant`.
+const DEFAULT_BUSIEST_KEYS: u32 = 5;
+/// The most busiest keys listed per per-key bucket.
+const MAX_BUSIEST_KEYS: u32 = 100;
+
 /// Lets operators set limits and read tenants' state and consumption.
 #[derive(Debug, Clone)]
 pub struct AdminService {
     store: Arc<dyn Store>,
+    /// Where this replica's check rates of per-key buckets come from;
+    /// without metrics, the rates read zero.
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl AdminService {
     pub fn new(store: Arc<dyn Store>) -> Self {
-        AdminService { store }
+        AdminService {
+            store,
+            metrics: None,
+        }
+    }
+
+    /// Shows the check rates `metrics` counts.
+    pub fn with_metrics(self, metrics: Arc<Metrics>) -> Self {
+        AdminService {
+            metrics: Some(metrics),
+            ..self
+        }
+    }
+
+    /// Per-key buckets on the wire, with this replica's check rates.
+    fn key_buckets_to_proto(&self, buckets: &[KeyBucketSnapshot]) -> Vec<v1::KeyBucket> {
+        let none = CheckRates::new();
+        buckets
+            .iter()
+            .map(|b| {
+                let rates = match &self.metrics {
+                    Some(metrics) => metrics.check_rates(&b.key),
+                    None => none.rates(&b.key),
+                };
+                convert::key_bucket_to_proto(b, &rates)
+            })
+            .collect()
     }
 
     /// Applies a tenant change and logs it.
@@ -140,6 +183,61 @@ impl admin_server::Admin for AdminService {
         };
         Ok(Response::new(v1::ListTenantsResponse {
             tenants: buckets.iter().map(convert::bucket_to_proto).collect(),
+            next_page_token,
+        }))
+    }
+
+    async fn list_key_buckets(
+        &self,
+        request: Request<v1::ListKeyBucketsRequest>,
+    ) -> Result<Response<v1::ListKeyBucketsResponse>, Status> {
+        edge::enter(&request)?;
+        let req = request.into_inner();
+        let page_size = match req.page_size {
+            0 => DEFAULT_KEY_BUCKETS_PAGE,
+            n if n > MAX_PAGE_SIZE => {
+                return Err(invalid(InvalidInput::new(
+                    "page_size",
+                    format!("must be at most {MAX_PAGE_SIZE}, got {n}"),
+                )));
+            }
+            n => n,
+        } as usize;
+        let busiest = match req.busiest_keys {
+            0 => DEFAULT_BUSIEST_KEYS,
+            n if n > MAX_BUSIEST_KEYS => {
+                return Err(invalid(InvalidInput::new(
+                    "busiest_keys",
+                    format!("must be at most {MAX_BUSIEST_KEYS}, got {n}"),
+                )));
+            }
+            n => n,
+        } as usize;
+        let after = match req.page_token.as_str() {
+            "" => None,
+            token => Some(page_token::parse(token).map_err(invalid)?),
+        };
+        let tenant = match req.tenant_id.as_str() {
+            "" => None,
+            id => Some(convert::tenant_id(id).map_err(invalid)?),
+        };
+        // One more than asked tells whether another page follows.
+        let mut buckets = self
+            .store
+            .list_key_buckets(tenant.as_ref(), after.as_ref(), page_size + 1, busiest)
+            .await
+            .map_err(|e| status("list per-key buckets", e))?;
+        let next_page_token = if buckets.len() > page_size {
+            buckets.truncate(page_size);
+            buckets
+                .last()
+                .map(|b| page_token::of(&b.key))
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(v1::ListKeyBucketsResponse {
+            key_buckets: self.key_buckets_to_proto(&buckets),
             next_page_token,
         }))
     }
@@ -378,13 +476,26 @@ impl admin_server::Admin for AdminService {
             .describe_tenant(&tenant)
             .await
             .map_err(|e| status("describe tenant", e))?;
+        let key_buckets = self
+            .store
+            .list_key_buckets(
+                Some(&tenant),
+                None,
+                usize::MAX,
+                DEFAULT_BUSIEST_KEYS as usize,
+            )
+            .await
+            .map_err(|e| status("describe tenant", e))?;
+        let mut described = convert::tenant_view_to_proto(&view);
+        described.key_buckets = self.key_buckets_to_proto(&key_buckets);
         Ok(Response::new(v1::DescribeTenantResponse {
-            tenant: Some(convert::tenant_view_to_proto(&view)),
+            tenant: Some(described),
         }))
     }
 }
 
-/// Page tokens of `ListTenants`: the key of the last bucket listed,
+/// Page tokens of `ListTenants` and `ListKeyBuckets`: the key of the last
+/// bucket listed,
 /// `tenant` or `tenant/bucket` (neither name may hold a `/`).
 mod page_token {
     use tollgate_core::{BucketKey, BucketName, InvalidInput, TenantId};

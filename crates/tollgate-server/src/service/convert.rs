@@ -10,12 +10,13 @@ use tollgate_core::{
 };
 use tollgate_proto::v1;
 
-use tollgate_core::key_bucket::CallAnswer;
+use tollgate_core::key_bucket::{CallAnswer, KeyReading};
 use tollgate_core::partition::TableLimits;
-use tollgate_core::tier::{BucketDefinition, BucketKind, Tier, table_limits};
+use tollgate_core::rate_window::WindowRates;
+use tollgate_core::tier::{BucketDefinition, BucketKind, DefinedBy, Tier, table_limits};
 use tollgate_core::{TableName, TierName};
 
-use crate::store::{BucketSnapshot, TenantView};
+use crate::store::{BucketSnapshot, KeyBucketSnapshot, TenantView};
 
 /// The latest timestamp accepted (9999-12-31T23:59:59Z), as in RFC 3339.
 const MAX_TIMESTAMP_SECONDS: i64 = 253_402_300_799;
@@ -324,6 +325,40 @@ pub fn tenant_view_to_proto(view: &TenantView) -> v1::TenantTier {
                     .collect()
             })
             .unwrap_or_default(),
+        key_buckets: Vec::new(),
+    }
+}
+
+/// A per-key bucket as the wire's `KeyBucket`, with this replica's check
+/// `rates`: each busy key read at the snapshot's time under the
+/// definition in force.
+pub fn key_bucket_to_proto(snapshot: &KeyBucketSnapshot, rates: &WindowRates) -> v1::KeyBucket {
+    let limits = snapshot.definition.limits;
+    v1::KeyBucket {
+        tenant_id: snapshot.key.tenant.to_string(),
+        bucket: snapshot.key.bucket.to_string(),
+        limits: Some(v1::ResourceLimits {
+            refill_rate: limits.refill_rate,
+            burst_limit: limits.burst_limit,
+        }),
+        overridden: snapshot.defined_by == DefinedBy::Override,
+        keys_stored: snapshot.keys_stored,
+        busiest_keys: snapshot
+            .busiest
+            .iter()
+            .map(|(key, stored)| {
+                let reading = KeyReading::new(key.clone(), stored, &limits, snapshot.read_at);
+                v1::BusyKey {
+                    key: reading.key,
+                    tokens: reading.tokens,
+                    full_in: reading.full_in.map(tollgate_proto::duration),
+                }
+            })
+            .collect(),
+        checks_per_second: rates.events_per_second,
+        refusals_per_second: rates.refusals_per_second,
+        rate_window: Some(tollgate_proto::duration(rates.window)),
+        read_at: Some(timestamp_to_proto(snapshot.read_at)),
     }
 }
 

@@ -54,9 +54,9 @@ mod image;
 mod keys;
 
 use super::{
-    BucketSettings, BucketSnapshot, Counters, Counts, KeyCounts, KeySweep, LimitsChange,
-    PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
-    TenantChangeOutcome, TenantView,
+    BucketSettings, BucketSnapshot, Counters, Counts, KeyBucketSnapshot, KeyCounts, KeySweep,
+    LimitsChange, PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage,
+    StoreStats, TenantChangeOutcome, TenantView,
 };
 
 const SCHEMA_VERSION: u64 = 3;
@@ -1290,6 +1290,20 @@ impl Store for EmbeddedStore {
 
     async fn key_counts(&self) -> Result<KeyCounts, StoreError> {
         self.read(|db, _| keys::counts(db)).await
+    }
+
+    async fn list_key_buckets(
+        &self,
+        tenant: Option<&TenantId>,
+        after: Option<&BucketKey>,
+        limit: usize,
+        busiest: usize,
+    ) -> Result<Vec<KeyBucketSnapshot>, StoreError> {
+        let (tenant, after) = (tenant.cloned(), after.cloned());
+        self.read(move |db, now| {
+            keys::list_buckets(db, tenant.as_ref(), after.as_ref(), limit, busiest, now)
+        })
+        .await
     }
 
     async fn export(&self, sink: RecordSink) -> Result<Counts, StoreError> {

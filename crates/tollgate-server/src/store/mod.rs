@@ -21,9 +21,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tollgate_core::global_bucket::GlobalBucketConfig;
-use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError};
+use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError, StoredKey};
 use tollgate_core::partition::{Exchange, ExchangeAnswer};
-use tollgate_core::tier::{TenantChange, TenantRecord, Tier, TierError};
+use tollgate_core::tier::{
+    BucketDefinition, DefinedBy, TenantChange, TenantRecord, Tier, TierError,
+};
 pub use tollgate_core::transaction::{DefaultLimits, UnconfiguredTenants};
 use tollgate_core::{
     BucketKey, BucketName, BucketRow, Grant, InstanceState, LimitsUpdate, RequestError, TenantId,
@@ -242,6 +244,23 @@ pub struct KeyCounts {
     pub records: u64,
 }
 
+/// A tenant's per-key bucket as the store holds it: its definition and its
+/// stored keys, from one snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyBucketSnapshot {
+    pub key: BucketKey,
+    /// The definition in force (the tenant's override, else its tier's).
+    pub definition: BucketDefinition,
+    pub defined_by: DefinedBy,
+    /// Keys below their burst: the rows stored (a full key has none).
+    pub keys_stored: u64,
+    /// The busiest of its stored keys, busiest first (by
+    /// `tollgate_core::key_bucket::busiest_first`), as many as asked for.
+    pub busiest: Vec<(String, StoredKey)>,
+    /// The store's clock when the snapshot was read.
+    pub read_at: Timestamp,
+}
+
 /// The atomic counters behind [`StoreStats`].
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -356,6 +375,21 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Counts the stored keys and request records.
     async fn key_counts(&self) -> Result<KeyCounts, StoreError>;
+
+    /// Reads per-key buckets in tenant-id and bucket order, those after
+    /// `after`, at most `limit`: every tenant's, or `tenant`'s only (none
+    /// if it has none or does not exist). Each comes with its stored keys
+    /// counted and up to `busiest` of them, busiest first. Reads only, from
+    /// one snapshot: a check never waits on it, and it adds nothing to a
+    /// check's work (it walks the bucket's key rows instead: its cost grows
+    /// with the keys stored).
+    async fn list_key_buckets(
+        &self,
+        tenant: Option<&TenantId>,
+        after: Option<&BucketKey>,
+        limit: usize,
+        busiest: usize,
+    ) -> Result<Vec<KeyBucketSnapshot>, StoreError>;
 
     /// Sends a consistent snapshot of the whole store to `sink`: a header,
     /// every tier, tenant record, bucket with its instances, key and check

@@ -1,7 +1,9 @@
 //! The web console on the HTTP port: `/console`, a page that shows the
 //! tenants' buckets (limits, level, request units per second, throttled
-//! and live pods, a chart of the last minutes), and `/console/api/buckets`,
-//! the JSON it polls.
+//! and live pods, a chart of the last minutes) and their per-key buckets
+//! (definition, keys stored, this replica's checks and refusals per
+//! second, the busiest keys), and `/console/api/buckets`, the JSON it
+//! polls.
 //!
 //! The page is one static file with its script inline: no build step, and
 //! nothing to serve but itself. The data comes from the store, read at most
@@ -9,18 +11,25 @@
 //! while a console asks: with no console open, nothing is read. Each read
 //! keeps the first [`MAX_BUCKETS`] buckets (in tenant-id order) and a
 //! history of [`HISTORY`], from which rates are the differences of the
-//! exact totals between reads. Read-only: the console changes nothing, and
+//! exact totals between reads. Per-key buckets (the first [`MAX_BUCKETS`]
+//! too) are shown as the last read found them, with the check rates this
+//! replica counted then (`check_rates`). Read-only: the console changes nothing, and
 //! wants an admin token (any role) where the Admin service does.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use tollgate_core::key_bucket::KeyReading;
+use tollgate_core::tier::DefinedBy;
 use tollgate_core::{BucketKey, Timestamp};
 
 use super::Metrics;
 use super::metrics::read_buckets;
 use crate::store::{Store, StoreError};
+
+/// The busiest keys shown per per-key bucket.
+pub const BUSIEST_KEYS: usize = 3;
 
 /// How often the store is read, at most, while a console is open.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
@@ -54,6 +63,9 @@ struct Sample {
     read_at: Timestamp,
     buckets: BTreeMap<BucketKey, BucketSample>,
     truncated: bool,
+    /// The per-key buckets as read, with this replica's rates then.
+    key_buckets: Vec<KeyBucketView>,
+    key_buckets_truncated: bool,
 }
 
 /// The console's reads, newest last.
@@ -79,6 +91,40 @@ pub struct ConsoleView {
     /// This replica's pod-facing requests in flight.
     pub pending_requests: i64,
     pub buckets: Vec<BucketView>,
+    /// Per-key buckets in tenant and bucket order, as the last read found
+    /// them.
+    pub key_buckets: Vec<KeyBucketView>,
+    /// More per-key buckets exist than [`MAX_BUCKETS`].
+    pub key_buckets_truncated: bool,
+}
+
+/// A per-key bucket: its definition, its stored keys, and this replica's
+/// checks.
+#[derive(Clone, Debug, Serialize)]
+pub struct KeyBucketView {
+    pub tenant_id: String,
+    pub bucket: String,
+    /// Per key.
+    pub refill_rate: f64,
+    pub burst_limit: f64,
+    /// `tier` or `override`.
+    pub defined_by: &'static str,
+    /// Keys below their burst.
+    pub keys_stored: u64,
+    /// This replica's, over `rate_window_seconds`.
+    pub checks_per_second: f64,
+    pub refusals_per_second: f64,
+    pub rate_window_seconds: f64,
+    /// At most [`BUSIEST_KEYS`], the furthest from full first.
+    pub busiest_keys: Vec<BusyKeyView>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BusyKeyView {
+    pub key: String,
+    pub tokens: f64,
+    /// `null`: never (no refill).
+    pub full_in_seconds: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -138,7 +184,49 @@ async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError
     let truncated = listed.len() > MAX_BUCKETS;
     listed.truncate(MAX_BUCKETS);
     let trickles = metrics.trickle_grants();
-    let read_at = listed.first().map_or(Timestamp::EPOCH, |b| b.read_at);
+    let mut per_key = store
+        .list_key_buckets(None, None, MAX_BUCKETS + 1, BUSIEST_KEYS)
+        .await?;
+    let key_buckets_truncated = per_key.len() > MAX_BUCKETS;
+    per_key.truncate(MAX_BUCKETS);
+    let key_buckets = per_key
+        .iter()
+        .map(|b| {
+            let rates = metrics.check_rates(&b.key);
+            let limits = b.definition.limits;
+            KeyBucketView {
+                tenant_id: b.key.tenant.as_str().to_owned(),
+                bucket: b.key.bucket.as_str().to_owned(),
+                refill_rate: limits.refill_rate,
+                burst_limit: limits.burst_limit,
+                defined_by: match b.defined_by {
+                    DefinedBy::Tier => "tier",
+                    DefinedBy::Override => "override",
+                },
+                keys_stored: b.keys_stored,
+                checks_per_second: rates.events_per_second,
+                refusals_per_second: rates.refusals_per_second,
+                rate_window_seconds: rates.window.as_secs_f64(),
+                busiest_keys: b
+                    .busiest
+                    .iter()
+                    .map(|(key, stored)| {
+                        let reading = KeyReading::new(key.clone(), stored, &limits, b.read_at);
+                        BusyKeyView {
+                            key: reading.key,
+                            tokens: reading.tokens,
+                            full_in_seconds: reading.full_in.map(|d| d.as_secs_f64()),
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let read_at = listed
+        .first()
+        .map(|b| b.read_at)
+        .or_else(|| per_key.first().map(|b| b.read_at))
+        .unwrap_or(Timestamp::EPOCH);
     let buckets = listed
         .into_iter()
         .map(|b| {
@@ -158,6 +246,8 @@ async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError
         read_at,
         buckets,
         truncated,
+        key_buckets,
+        key_buckets_truncated,
     })
 }
 
@@ -181,6 +271,8 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
             total_tenants: 0,
             pending_requests: metrics.pending_requests(),
             buckets: Vec::new(),
+            key_buckets: Vec::new(),
+            key_buckets_truncated: false,
         };
     };
     let pairs: Vec<(&Sample, &Sample)> = samples.iter().zip(samples.iter().skip(1)).collect();
@@ -231,7 +323,13 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
             }
         })
         .collect::<Vec<_>>();
-    let mut tenants: Vec<&str> = buckets.iter().map(|b| b.tenant_id.as_str()).collect();
+    // Tenants with shared buckets, per-key buckets or both.
+    let mut tenants: Vec<&str> = buckets
+        .iter()
+        .map(|b| b.tenant_id.as_str())
+        .chain(last.key_buckets.iter().map(|b| b.tenant_id.as_str()))
+        .collect();
+    tenants.sort_unstable();
     tenants.dedup();
     ConsoleView {
         read_at_unix: unix_seconds(last.read_at),
@@ -242,6 +340,8 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
         total_tenants: tenants.len(),
         pending_requests: metrics.pending_requests(),
         buckets,
+        key_buckets: last.key_buckets.clone(),
+        key_buckets_truncated: last.key_buckets_truncated,
     }
 }
 
@@ -278,6 +378,8 @@ mod tests {
                 })
                 .collect(),
             truncated: false,
+            key_buckets: Vec::new(),
+            key_buckets_truncated: false,
         }
     }
 

@@ -16,7 +16,8 @@
 //! - **Per replica** (RPCs, grants answered, checks answered by tenant,
 //!   bucket and verdict, store transactions, retries, failures, instances
 //!   and keys removed): this process's own counts; aggregate with
-//!   `sum`.
+//!   `sum`. Checks are also kept per bucket for the last seconds
+//!   (`check_rates`), for the rates the Admin API and the console show.
 //!
 //! When the store cannot be read, a scrape still succeeds: it carries the
 //! per-replica metrics and `tollgate_store_up 0`, without tenant metrics.
@@ -32,9 +33,11 @@ use prometheus::{
     Registry,
 };
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
+use tollgate_core::rate_window::WindowRates;
 use tollgate_core::{BucketKey, Grant};
 use tonic::Code;
 
+use super::check_rates::CheckRates;
 use crate::store::{
     BucketSnapshot, KeyCounts, STAGE_BOUNDS, Stage, StageHistograms, Store, StoreError, StoreStats,
 };
@@ -51,11 +54,12 @@ const LATENCY_BUCKETS: [f64; 14] = [
 ];
 
 /// The methods the RPC metrics name; anything else is `other`.
-const METHODS: [&str; 21] = [
+const METHODS: [&str; 22] = [
     "TokenBucket",
     "UpdateTenantResourceLimits",
     "GetTenant",
     "ListTenants",
+    "ListKeyBuckets",
     "DeleteTenant",
     "PutTier",
     "GetTier",
@@ -96,6 +100,9 @@ pub struct Metrics {
     overload_refusals: IntCounter,
     auth_refusals: IntCounterVec,
     credentials_reloads: IntCounterVec,
+    /// The same checks by bucket over the last seconds, for operators'
+    /// views of per-key buckets.
+    check_rates: CheckRates,
     /// See [`Metrics::set_store_read_interval`].
     store_read_interval_ms: AtomicU64,
     store_snapshot: tokio::sync::Mutex<Option<Arc<StoreSnapshot>>>,
@@ -196,6 +203,7 @@ impl Metrics {
             overload_refusals,
             auth_refusals,
             credentials_reloads,
+            check_rates: CheckRates::new(),
             store_read_interval_ms: AtomicU64::new(
                 u64::try_from(DEFAULT_STORE_READ_INTERVAL.as_millis()).unwrap_or(u64::MAX),
             ),
@@ -302,7 +310,15 @@ impl Metrics {
             self.checks
                 .with_label_values(&[key.tenant.as_str(), key.bucket.as_str(), verdict])
                 .inc();
+            self.check_rates.observe(key, !answer.allowed);
         }
+    }
+
+    /// This replica's checks and refusals of a per-key bucket per second
+    /// over the last seconds (the counts `tollgate_key_checks_total` adds
+    /// up).
+    pub fn check_rates(&self, key: &BucketKey) -> WindowRates {
+        self.check_rates.rates(key)
     }
 
     /// Reads the store for the per-bucket and per-key-table metrics at

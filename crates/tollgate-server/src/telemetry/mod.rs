@@ -2,6 +2,8 @@
 //!
 //! - [`metrics`]: the registry, per-tenant metrics read from the store at
 //!   scrape time, and per-replica RPC and store counters.
+//! - [`check_rates`]: this replica's checks and refusals of each per-key
+//!   bucket per second, over the last seconds, in memory.
 //! - [`rpc`]: the tower layer that counts and times every RPC.
 //! - [`health`]: readiness from a periodic store probe, published through
 //!   the standard gRPC health service.
@@ -10,6 +12,7 @@
 //! - [`console`]: what the web console shows, sampled from the store while
 //!   a console is open.
 
+pub mod check_rates;
 pub mod console;
 pub mod health;
 pub mod http;

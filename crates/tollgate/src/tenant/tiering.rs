@@ -4,13 +4,15 @@
 //!
 //! Each answer is the tenant as tiers see it (`TenantTier`): its tier, its
 //! overrides and its buckets; the buckets use the same view as `tenant
-//! show`, without instances.
+//! show`, without instances. `describe` adds its per-key buckets (the
+//! answers of changes carry none).
 
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use tollgate_core::TierName;
 use tollgate_proto::v1;
 
+use super::per_key::{self, KeyBucketJson};
 use super::{TenantJson, bucket_label, tenant_json};
 use crate::output::{self, Table, field};
 use crate::remote::{ActorArg, AdminConnection, rpc_error};
@@ -334,8 +336,10 @@ struct TenantTierJson {
     tier: Option<String>,
     /// Buckets whose limits the tenant has whatever its tier says.
     overrides: Vec<BucketJson>,
-    /// Every bucket, as `tenant show` shows it (without instances).
+    /// Every shared bucket, as `tenant show` shows it (without instances).
     buckets: Vec<TenantJson>,
+    /// Every per-key bucket, as `tenant show` shows it (`describe` only).
+    key_buckets: Vec<KeyBucketJson>,
     /// The tenant's own per-partition limits, by table.
     table_limits: Vec<TableLimitsJson>,
 }
@@ -356,6 +360,7 @@ fn tenant_tier_json(t: &v1::TenantTier) -> TenantTierJson {
         tier: Some(t.tier.clone()).filter(|tier| !tier.is_empty()),
         overrides: t.overrides.iter().map(BucketJson::new).collect(),
         buckets: t.buckets.iter().map(|b| tenant_json(b, false)).collect(),
+        key_buckets: t.key_buckets.iter().map(per_key::key_bucket_json).collect(),
         table_limits: t.table_overrides.iter().map(TableLimitsJson::new).collect(),
     }
 }
@@ -380,13 +385,26 @@ fn tier_fields(view: &TenantTierJson) -> Vec<Vec<String>> {
     rows
 }
 
-/// The tenant, its tier and overrides, then a line per bucket.
+/// The tenant, its tier and overrides, then a line per bucket, then a
+/// line per per-key bucket.
 fn tenant_tier_text(view: &TenantTierJson) -> String {
     let mut fields = vec![field("tenant", view.tenant_id.clone())];
     fields.extend(tier_fields(view));
     let fields = Table::new(fields);
-    if view.buckets.is_empty() {
+    if view.buckets.is_empty() && view.key_buckets.is_empty() {
         return format!("{fields}\n\nno buckets");
+    }
+    let per_key_text = if view.key_buckets.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\n\n{}\n\n{}",
+            per_key::table(&view.key_buckets, false),
+            per_key::rates_note(&view.key_buckets)
+        )
+    };
+    if view.buckets.is_empty() {
+        return format!("{fields}{per_key_text}");
     }
     let mut buckets = Table::with_header(&["BUCKET", "REFILL/S", "BURST", "TOKENS", "OVERRIDDEN"]);
     for b in &view.buckets {
@@ -399,7 +417,7 @@ fn tenant_tier_text(view: &TenantTierJson) -> String {
             if overridden { "yes" } else { "" }.to_owned(),
         ]);
     }
-    format!("{fields}\n\n{buckets}")
+    format!("{fields}\n\n{buckets}{per_key_text}")
 }
 
 fn set_tier_text(view: &SetTierJson) -> String {
@@ -458,6 +476,7 @@ mod tests {
                 max_reads_per_second: Some(100.0),
                 max_writes_per_second: None,
             }],
+            key_buckets: vec![],
         }
     }
 

@@ -2,8 +2,11 @@
 //! processes. Every interval it lists the buckets (every tenant's, or one
 //! tenant's) and shows the busiest first: limits, level, request units
 //! and granted tokens per second (differences of the exact totals between
-//! two listings), live pods. On a terminal each frame replaces the last;
-//! otherwise frames follow each other, each under its time.
+//! two listings), live pods. Per-key buckets follow in a table of their
+//! own, the most checked first: keys stored, checks and refusals per
+//! second (the server replica's own, over the window it names) and the
+//! busiest keys. On a terminal each frame replaces the last; otherwise
+//! frames follow each other, each under its time.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -12,6 +15,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use tollgate_proto::v1;
 
+use super::per_key::{self, KeyBucketJson};
 use super::{bucket_label, list, tenant_not_found};
 use crate::output::Table;
 use crate::remote::AdminConnection;
@@ -52,8 +56,15 @@ pub async fn watch(client: &mut AdminConnection, args: WatchArgs) -> anyhow::Res
     loop {
         ticks.tick().await;
         let listed = list(client, args.tenant.as_deref().unwrap_or("")).await?;
+        let key_buckets: Vec<KeyBucketJson> =
+            per_key::list(client, args.tenant.as_deref().unwrap_or(""), 3)
+                .await?
+                .iter()
+                .map(per_key::key_bucket_json)
+                .collect();
         if frames == 0
             && listed.is_empty()
+            && key_buckets.is_empty()
             && let Some(tenant) = &args.tenant
         {
             // As `tenant show` says it, rather than empty frames forever.
@@ -73,7 +84,16 @@ pub async fn watch(client: &mut AdminConnection, args: WatchArgs) -> anyhow::Res
                 )
             })
             .collect();
-        let frame = render(&listed, &totals, previous.as_ref(), taken, args.top);
+        let frame = match (listed.is_empty(), key_buckets.is_empty()) {
+            // Only per-key buckets: no empty table of shared ones above.
+            (true, false) => render_key_buckets(key_buckets, args.top),
+            (_, true) => render(&listed, &totals, previous.as_ref(), taken, args.top),
+            (false, false) => format!(
+                "{}\n\n{}",
+                render(&listed, &totals, previous.as_ref(), taken, args.top),
+                render_key_buckets(key_buckets, args.top)
+            ),
+        };
         let mut out = std::io::stdout().lock();
         if terminal {
             // Home and clear, then the frame: the view updates in place.
@@ -174,4 +194,22 @@ fn render(
         ]);
     }
     format!("{header}\n\n{table}")
+}
+
+/// The per-key buckets, the most checked first (then in tenant and bucket
+/// order), at most `top`, and whose rates they are.
+fn render_key_buckets(mut buckets: Vec<KeyBucketJson>, top: usize) -> String {
+    let total = buckets.len();
+    buckets.sort_by(|a, b| b.checks_per_second.total_cmp(&a.checks_per_second));
+    let note = per_key::rates_note(&buckets);
+    buckets.truncate(top);
+    let shown = if total > top {
+        format!(" (the {top} most checked shown)")
+    } else {
+        String::new()
+    };
+    format!(
+        "{total} per-key buckets{shown}\n\n{}\n\n{note}",
+        per_key::table(&buckets, true)
+    )
 }

@@ -7,6 +7,10 @@
 //! - `key_requests`: (tenant id, bucket name, key, request id) → JSON
 //!   [`RequestRecord`], kept for retries until it expires.
 //!
+//! Operators' listing of per-key buckets reads the tenants' records and
+//! tiers for the definitions and walks each bucket's key rows, in one read
+//! transaction (a check, in the writer, never waits on it).
+//!
 //! A sweep walks each table from where the previous sweep stopped, a
 //! bounded number of rows at a time, and removes the rows whose time has
 //! come; a key a check finds full is removed at once.
@@ -17,13 +21,14 @@ use redb::{
     ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
 };
 use tollgate_core::key_bucket::{
-    CallAnswer, CheckCall, KeyBatch, KeyId, KeyTable, KeyWrites, RequestRecord, StoredKey,
+    BusiestKeys, CallAnswer, CheckCall, KeyBatch, KeyId, KeyTable, KeyWrites, RequestRecord,
+    StoredKey,
 };
-use tollgate_core::tier::{self, BucketDefinition};
-use tollgate_core::{BucketName, TenantId, Timestamp};
+use tollgate_core::tier::{self, BucketDefinition, TenantRecord, Tier};
+use tollgate_core::{BucketKey, BucketName, TenantId, TierName, Timestamp};
 
-use super::{TENANT_RECORDS, TIERS, decode, encode, read_record, read_tier, storage};
-use crate::store::{KeyCounts, StoreError};
+use super::{TENANT_RECORDS, TIERS, decode, encode, read_record, read_tier, storage, tenant_id};
+use crate::store::{KeyBucketSnapshot, KeyCounts, StoreError};
 
 pub(super) const KEYS: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("keys");
 pub(super) const KEY_REQUESTS: TableDefinition<(&str, &str, &str, &str), &[u8]> =
@@ -277,4 +282,101 @@ pub(super) fn counts(db: &redb::Database) -> Result<KeyCounts, StoreError> {
         keys: keys.len().map_err(storage("count keys"))?,
         records: requests.len().map_err(storage("count request records"))?,
     })
+}
+
+/// Per-key buckets after `after` in tenant and bucket order, at most
+/// `limit` (of `tenant` only, if given), with their keys counted and the
+/// `busiest` busiest of them.
+pub(super) fn list_buckets(
+    db: &redb::Database,
+    tenant: Option<&TenantId>,
+    after: Option<&BucketKey>,
+    limit: usize,
+    busiest: usize,
+    now: Timestamp,
+) -> Result<Vec<KeyBucketSnapshot>, StoreError> {
+    let txn = db.begin_read().map_err(storage("begin read transaction"))?;
+    let records = txn
+        .open_table(TENANT_RECORDS)
+        .map_err(storage("open tenant records"))?;
+    let tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
+    let keys = txn.open_table(KEYS).map_err(storage("open keys"))?;
+    let mut out = Vec::new();
+    if limit == 0 {
+        return Ok(out);
+    }
+    let tenant_records: Vec<(TenantId, TenantRecord)> = match tenant {
+        Some(tenant) => read_record(&records, tenant)?
+            .map(|record| (tenant.clone(), record))
+            .into_iter()
+            .collect(),
+        None => Vec::new(),
+    };
+    let from = after.map_or("", |a| a.tenant.as_str());
+    let mut walk = match tenant {
+        Some(_) => None,
+        None => Some(
+            records
+                .range(from..)
+                .map_err(storage("read tenant records"))?,
+        ),
+    };
+    let mut listed = tenant_records.into_iter();
+    let mut tier_cache: BTreeMap<TierName, Option<Tier>> = BTreeMap::new();
+    loop {
+        let (id, record) = match walk.as_mut() {
+            None => match listed.next() {
+                Some(next) => next,
+                None => break,
+            },
+            Some(range) => match range.next() {
+                Some(entry) => {
+                    let (id, bytes) = entry.map_err(storage("read tenant records"))?;
+                    let record: TenantRecord = decode("decode tenant record", bytes.value())?;
+                    (tenant_id(id.value())?, record)
+                }
+                None => break,
+            },
+        };
+        let tier = match &record.tier {
+            Some(name) => {
+                if !tier_cache.contains_key(name) {
+                    tier_cache.insert(name.clone(), read_tier(&tiers, name)?);
+                }
+                tier_cache.get(name).cloned().flatten()
+            }
+            None => None,
+        };
+        for (bucket, definition, defined_by) in tier::key_buckets(tier.as_ref(), &record.overrides)
+        {
+            let key = BucketKey::new(id.clone(), bucket);
+            if after.is_some_and(|a| key <= *a) {
+                continue;
+            }
+            let (t, b) = (key.tenant.as_str(), key.bucket.as_str());
+            let mut keys_stored = 0u64;
+            let mut top = BusiestKeys::new(busiest);
+            for entry in keys.range((t, b, "")..).map_err(storage("read keys"))? {
+                let (k, v) = entry.map_err(storage("read keys"))?;
+                let (kt, kb, name) = k.value();
+                if kt != t || kb != b {
+                    break;
+                }
+                keys_stored += 1;
+                top.push(name.to_owned(), decode("decode key", v.value())?);
+            }
+            out.push(KeyBucketSnapshot {
+                key,
+                definition,
+                defined_by,
+                keys_stored,
+                busiest: top.into_vec(),
+                read_at: now,
+            });
+            if out.len() >= limit {
+                return Ok(out);
+            }
+        }
+    }
+    Ok(out)
 }

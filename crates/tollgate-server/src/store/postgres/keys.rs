@@ -33,6 +33,12 @@
 //! A connection lost with COMMIT in flight leaves the outcome unknown
 //! ([`TxError::Commit`]), as a lost commit does.
 //!
+//! **Operators' listing** of per-key buckets (`list_key_bucket_tenants.sql`,
+//! `read_key_buckets.sql`) is a read-only REPEATABLE READ transaction: the
+//! tenants' records and tiers for the definitions, then each bucket's keys
+//! counted and its busiest read. It takes no lock, so a check never waits
+//! on it.
+//!
 //! **The sweep** takes no key lock: a full key's row says what its absence
 //! says, so deleting it changes no answer. It deletes only rows whose time
 //! has come by the store's clock, skipping rows a check holds (`SKIP
@@ -47,14 +53,15 @@ use tokio::sync::oneshot;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{IsolationLevel, Row};
 use tollgate_core::key_bucket::{
-    CallAnswer, CheckCall, KeyBatch, KeyId, KeyState, KeyTable, KeyWrites, RequestRecord, StoredKey,
+    CallAnswer, CheckCall, KeyBatch, KeyId, KeyState, KeyTable, KeyWrites, RequestRecord,
+    StoredKey, busiest_first,
 };
-use tollgate_core::tier::{self, BucketDefinition, TenantRecord, Tier};
-use tollgate_core::{BucketName, TenantId, Timestamp};
+use tollgate_core::tier::{self, BucketDefinition, DefinedBy, TenantRecord, Tier};
+use tollgate_core::{BucketKey, BucketName, TenantId, Timestamp};
 
 use super::retry::TxError;
 use super::{Inner, rows, settle, sql};
-use crate::store::{KeyCounts, KeySweep, Record, StoreError};
+use crate::store::{KeyBucketSnapshot, KeyCounts, KeySweep, Record, StoreError};
 
 /// A queued check.
 pub(super) struct PendingCheck {
@@ -510,6 +517,154 @@ pub(super) async fn sweep(store: &Inner, limit: usize) -> Result<KeySweep, TxErr
         records,
         more: keys >= limit || records >= limit,
     })
+}
+
+/// Tenant records read per round trip while listing per-key buckets.
+const LISTING_TENANTS: i64 = 1000;
+
+/// Per-key buckets after `after` in tenant and bucket order, at most
+/// `limit` (of `tenant` only, if given), with their keys counted and the
+/// `busiest` busiest of them, from one snapshot.
+pub(super) async fn list_buckets(
+    store: &Inner,
+    tenant: Option<&TenantId>,
+    after: Option<&BucketKey>,
+    limit: usize,
+    busiest: usize,
+) -> Result<Vec<KeyBucketSnapshot>, TxError> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let mut client = store.pool.get().await?;
+    let list_tenants = client.prepare_cached(sql::LIST_KEY_BUCKET_TENANTS).await?;
+    let read = client.prepare_cached(sql::READ_KEY_BUCKETS).await?;
+    let txn = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?;
+    let mut wanted: Vec<(BucketKey, BucketDefinition, DefinedBy)> = Vec::new();
+    // Per tenant, in order: its per-key definitions, those after `after`,
+    // until `limit`. True once `limit` is reached.
+    let mut take = |id: TenantId, record: TenantRecord, tier: Option<Tier>| {
+        for (bucket, definition, by) in tier::key_buckets(tier.as_ref(), &record.overrides) {
+            // `after`'s own tenant goes on after its bucket; the store
+            // answered only tenants from `after`'s on, in its order.
+            if after.is_some_and(|a| a.tenant == id && bucket <= a.bucket) {
+                continue;
+            }
+            wanted.push((BucketKey::new(id.clone(), bucket), definition, by));
+            if wanted.len() >= limit {
+                return true;
+            }
+        }
+        false
+    };
+    let decoded = |row: &Row,
+                   id: &str|
+     -> Result<Option<(TenantId, TenantRecord, Option<Tier>)>, StoreError> {
+        let id = TenantId::parse("tenant_id", id)
+            .map_err(|e| StoreError::internal("decode tenant id", e))?;
+        let record: Option<&str> = get(row, "record")?;
+        let Some(record) = record.map(decode::<TenantRecord>).transpose()? else {
+            return Ok(None);
+        };
+        let definition: Option<&str> = get(row, "definition")?;
+        Ok(Some((
+            id,
+            record,
+            definition.map(decode::<Tier>).transpose()?,
+        )))
+    };
+    if let Some(tenant) = tenant {
+        let read = txn.prepare_cached(sql::READ_DEFINITIONS).await?;
+        let ids = [tenant.as_str()];
+        if let Some(row) = txn.query_opt(&read, &[&&ids[..]]).await?
+            && let Some((id, record, tier)) = decoded(&row, tenant.as_str())?
+        {
+            take(id, record, tier);
+        }
+    } else {
+        let (mut from, mut inclusive) = match after {
+            Some(a) => (a.tenant.as_str().to_owned(), true),
+            None => (String::new(), false),
+        };
+        'tenants: loop {
+            let found = txn
+                .query(&list_tenants, &[&from, &inclusive, &LISTING_TENANTS])
+                .await?;
+            for row in &found {
+                let id: &str = get(row, "tenant_id")?;
+                if let Some((id, record, tier)) = decoded(row, id)?
+                    && take(id, record, tier)
+                {
+                    break 'tenants;
+                }
+            }
+            match found.last() {
+                Some(last) if found.len() as i64 == LISTING_TENANTS => {
+                    from = get::<&str>(last, "tenant_id")?.to_owned();
+                    inclusive = false;
+                }
+                _ => break,
+            }
+        }
+    }
+    if wanted.is_empty() {
+        txn.commit().await.map_err(TxError::Commit)?;
+        return Ok(Vec::new());
+    }
+    let tenants: Vec<&str> = wanted.iter().map(|(k, ..)| k.tenant.as_str()).collect();
+    let buckets: Vec<&str> = wanted.iter().map(|(k, ..)| k.bucket.as_str()).collect();
+    let most = i64::try_from(busiest).unwrap_or(i64::MAX);
+    let found = txn.query(&read, &[&tenants, &buckets, &most]).await?;
+    txn.commit().await.map_err(TxError::Commit)?;
+    let mut out: Vec<KeyBucketSnapshot> = Vec::with_capacity(wanted.len());
+    for (key, definition, defined_by) in &wanted {
+        out.push(KeyBucketSnapshot {
+            key: key.clone(),
+            definition: *definition,
+            defined_by: *defined_by,
+            keys_stored: 0,
+            busiest: Vec::new(),
+            read_at: Timestamp::EPOCH,
+        });
+    }
+    for row in &found {
+        let n: i64 = get(row, "n")?;
+        let slot = usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| out.get_mut(i))
+            .ok_or_else(|| {
+                StoreError::internal("read a stored row", format!("no bucket {n} was asked"))
+            })?;
+        let stored: i64 = get(row, "stored")?;
+        slot.keys_stored =
+            u64::try_from(stored).map_err(|e| StoreError::internal("count keys", e))?;
+        slot.read_at = store.now(rows::clock(row, "read_at")?);
+        let key: Option<Vec<u8>> = get(row, "key")?;
+        if let Some(key) = key {
+            let full_at: Option<i64> = get(row, "full_at")?;
+            slot.busiest.push((
+                utf8(key, "key")?,
+                StoredKey {
+                    state: KeyState {
+                        tokens: get(row, "tokens")?,
+                        last_refill: Timestamp::from_unix_micros(get(row, "last_refill")?),
+                    },
+                    full_at: full_at.map(Timestamp::from_unix_micros),
+                },
+            ));
+        }
+    }
+    for bucket in &mut out {
+        bucket
+            .busiest
+            .sort_by(|a, b| busiest_first((&a.0, &a.1), (&b.0, &b.1)));
+    }
+    Ok(out)
 }
 
 /// Counts the rows of both tables.

@@ -87,9 +87,9 @@ use self::keys::PendingCheck;
 use self::retry::{TxError, Verdict, chain};
 use self::rows::{HeadColumns, InstanceColumns};
 use super::{
-    BucketSettings, BucketSnapshot, Clock, Counters, Counts, KeyCounts, KeySweep, LimitsChange,
-    PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
-    TenantChangeOutcome, TenantView,
+    BucketSettings, BucketSnapshot, Clock, Counters, Counts, KeyBucketSnapshot, KeyCounts,
+    KeySweep, LimitsChange, PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError,
+    StoreImage, StoreStats, TenantChangeOutcome, TenantView,
 };
 
 pub use self::retry::RetryPolicy;
@@ -141,6 +141,8 @@ mod sql {
     query!(SWEEP_KEYS, "sweep_keys.sql");
     query!(SWEEP_CHECK_REQUESTS, "sweep_check_requests.sql");
     query!(COUNT_KEYS, "count_keys.sql");
+    query!(LIST_KEY_BUCKET_TENANTS, "list_key_bucket_tenants.sql");
+    query!(READ_KEY_BUCKETS, "read_key_buckets.sql");
     query!(ENSURE_PARTITION_REPORTS, "ensure_partition_reports.sql");
     query!(LOCK_PARTITION_REPORTS, "lock_partition_reports.sql");
     query!(READ_TABLE_LIMITS, "read_table_limits.sql");
@@ -1393,6 +1395,21 @@ impl Store for PostgresStore {
     async fn key_counts(&self) -> Result<KeyCounts, StoreError> {
         let inner = &*self.inner;
         inner.run("count keys", true, || keys::counts(inner)).await
+    }
+
+    async fn list_key_buckets(
+        &self,
+        tenant: Option<&TenantId>,
+        after: Option<&BucketKey>,
+        limit: usize,
+        busiest: usize,
+    ) -> Result<Vec<KeyBucketSnapshot>, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("list per-key buckets", true, || {
+                keys::list_buckets(inner, tenant, after, limit, busiest)
+            })
+            .await
     }
 
     async fn export(&self, sink: RecordSink) -> Result<Counts, StoreError> {
