@@ -51,12 +51,13 @@ const LATENCY_BUCKETS: [f64; 14] = [
 ];
 
 /// The methods the RPC metrics name; anything else is `other`.
-const METHODS: [&str; 21] = [
+const METHODS: [&str; 22] = [
     "TokenBucket",
     "UpdateTenantResourceLimits",
     "GetTenant",
     "ListTenants",
     "DeleteTenant",
+    "ListClosedBuckets",
     "PutTier",
     "GetTier",
     "ListTiers",
