@@ -762,6 +762,7 @@ async fn bad_admin_requests_get_clear_errors_and_change_nothing(backend: Backend
     let status = admin
         .delete_tenant(v1::DeleteTenantRequest {
             tenant_id: "nobody".into(),
+            dry_run: false,
         })
         .await
         .expect_err("unknown tenant");
@@ -932,6 +933,7 @@ async fn tenants_are_listed_in_pages_and_deleted(backend: Backend) {
     admin
         .delete_tenant(v1::DeleteTenantRequest {
             tenant_id: "tenant-03".into(),
+            dry_run: false,
         })
         .await
         .expect("delete");
@@ -1077,6 +1079,7 @@ async fn a_tenants_buckets_are_served_apart(backend: Backend) {
     admin
         .delete_tenant(v1::DeleteTenantRequest {
             tenant_id: "t1234".into(),
+            dry_run: false,
         })
         .await
         .expect("delete");
@@ -1106,6 +1109,7 @@ fn put_tier(name: &str, buckets: Vec<v1::BucketDefinition>) -> v1::PutTierReques
             buckets,
             ..Default::default()
         }),
+        dry_run: false,
     }
 }
 
@@ -1184,7 +1188,13 @@ async fn tiers_refuse_bad_input_and_change_nothing(backend: Backend) {
             ),
             "tier.buckets[0].initial_tokens",
         ),
-        (v1::PutTierRequest { tier: None }, "tier"),
+        (
+            v1::PutTierRequest {
+                tier: None,
+                dry_run: false,
+            },
+            "tier",
+        ),
         (
             put_tier(
                 "pro",
@@ -1279,6 +1289,7 @@ async fn tiers_refuse_bad_input_and_change_nothing(backend: Backend) {
         .set_tenant_tier(v1::SetTenantTierRequest {
             tenant_id: "t1234".into(),
             tier: "gold".into(),
+            dry_run: false,
         })
         .await
         .expect_err("unknown tier");
