@@ -467,6 +467,7 @@ struct SetTierJson {
 /// What `tenant override clear` prints.
 #[derive(Debug, Serialize)]
 struct ClearedJson {
+    #[serde(flatten)]
     tenant: TenantTierJson,
     /// True if nothing changed.
     dry_run: bool,
