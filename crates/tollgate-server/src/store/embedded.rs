@@ -1587,13 +1587,51 @@ mod tests {
         assert_eq!(migrated.instances, vec![instance_row()]);
         store.close().await.expect("close");
         drop(store);
-        // Opening again finds version 3 and changes nothing.
+        // Opening again finds the current version and changes nothing.
         let store = EmbeddedStore::open(&path, BucketSettings::default()).expect("reopen");
         let again = store.get_tenant(&tenant).await.expect("tenant");
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].head, migrated.head);
         assert_eq!(again[0].instances, migrated.instances);
         store.close().await.expect("close");
+    }
+
+    /// A file written by schema version 3 (no closed buckets) opens as
+    /// version 4: its buckets as they were, and deleting a tenant keeps
+    /// their closed records.
+    #[tokio::test]
+    async fn a_version_3_file_gets_closed_buckets() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v3.redb");
+        {
+            let db = Database::create(&path).expect("create");
+            let txn = db.begin_write().expect("write");
+            {
+                let mut meta = txn.open_table(META).expect("meta");
+                meta.insert("schema_version", 3).expect("version");
+                let mut buckets = txn.open_table(BUCKETS).expect("buckets");
+                let bytes = serde_json::to_vec(&tenant_row()).expect("encode");
+                buckets
+                    .insert(("old", "export"), bytes.as_slice())
+                    .expect("row");
+            }
+            txn.commit().expect("commit");
+        }
+        let store = EmbeddedStore::open(&path, BucketSettings::default()).expect("open");
+        let tenant = TenantId::parse("tenant_id", "old").expect("id");
+        let deleted = store.delete_tenant(&tenant).await.expect("delete");
+        assert_eq!(deleted.len(), 1);
+        let closed = store.list_closed(&tenant, 0, 10).await.expect("closed");
+        assert_eq!(closed.len(), 1);
+        assert_eq!(closed[0].closed.totals, tenant_row().totals);
+        assert_eq!(closed[0].closed.reason, CloseReason::TenantDeleted);
+        store.close().await.expect("close");
+        drop(store);
+        let db = Database::create(&path).expect("reopen");
+        let txn = db.begin_read().expect("read");
+        let meta = txn.open_table(META).expect("meta");
+        let version = meta.get("schema_version").expect("read").map(|v| v.value());
+        assert_eq!(version, Some(SCHEMA_VERSION));
     }
 
     /// A file written by schema version 2 serves on: a pod's retry of its
