@@ -281,10 +281,15 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
                     .map_err(rpc_error)?
                     .into_inner()
                     .closed;
-                let what = format!(
-                    "deletes tenant {tenant:?}, its instances and its keys: this cannot be undone. {}",
-                    closing::retiring_text("It closes", &closing::closed_json(&would))
+                let mut what = format!(
+                    "deletes tenant {tenant:?}, its buckets, their instances and its keys: this cannot be undone."
                 );
+                if !would.is_empty() {
+                    what.push_str(&format!(
+                        " {}",
+                        closing::retiring_text("It closes", &closing::closed_json(&would))
+                    ));
+                }
                 closing::confirm(
                     &format!("deleting tenant {tenant:?}"),
                     &what,
