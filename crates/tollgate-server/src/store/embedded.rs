@@ -37,7 +37,8 @@
 //! version 3 had no closed buckets (the conversion creates the table).
 //!
 //! A dry run (`AdminCall::dry_run`) runs in a write transaction of its own,
-//! after the batch it was queued with, and is aborted instead of committed.
+//! apart from the batch it was queued with, and is aborted instead of
+//! committed.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
