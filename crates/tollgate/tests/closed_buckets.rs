@@ -393,3 +393,56 @@ fn tier_delete_asks() {
         serde_json::json!([])
     );
 }
+
+/// Runs `tollgate args` at a terminal (util-linux `script` gives it one)
+/// and types `answer`; answers its exit status.
+fn at_a_terminal(server: &Server, args: &[&str], answer: &str) -> std::process::ExitStatus {
+    use std::io::Write;
+    let command = std::iter::once(support::BIN)
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("TOLLGATE_SERVER", &server.url)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run script (util-linux) to give tollgate a terminal");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(format!("{answer}\n").as_bytes())
+        .expect("type the answer");
+    child.wait().expect("wait for tollgate")
+}
+
+/// At a terminal, `tier apply` goes on only when the file's name is typed
+/// back: any other answer changes nothing.
+#[test]
+fn at_a_terminal_only_the_typed_name_confirms() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("tollgate.redb"));
+    let file = write(dir.path(), &tiers_file(&BUCKETS));
+    server.ok(&["tier", "apply", "-f", arg(&file)]);
+    server.ok(&["tenant", "create", "--tenant", "acme", "--tier", "pro"]);
+    let victim = BUCKETS[random(BUCKETS.len())];
+    let typo = typo_of(victim);
+    let with_typo: Vec<&str> = BUCKETS
+        .iter()
+        .map(|b| if *b == victim { typo.as_str() } else { b })
+        .collect();
+    let file = write(dir.path(), &tiers_file(&with_typo));
+    let apply = ["tier", "apply", "-f", arg(&file)];
+
+    let status = at_a_terminal(&server, &apply, "yes");
+    assert!(!status.success(), "{status:?}");
+    assert!(bucket(&server, "acme", victim).is_some());
+    assert!(closed(&server, "acme").is_empty());
+
+    let status = at_a_terminal(&server, &apply, arg(&file));
+    assert!(status.success(), "{status:?}");
+    assert!(bucket(&server, "acme", victim).is_none());
+    assert_eq!(closed(&server, "acme").len(), 1);
+}
