@@ -5,7 +5,10 @@
 //! tiers and tenant records in `tollgate_tiers` and `tollgate_tenants`;
 //! per-key buckets in `tollgate_keys`, keyed by (tenant, bucket, key), and
 //! the records of checks kept for retries in `tollgate_check_requests`
-//! (see [`keys`]). The schema is in `sql/migrations`, applied at start by
+//! (see [`keys`]); closed buckets (what is kept of each bucket retired or
+//! deleted) in `tollgate_closed_buckets`, appended in the transaction
+//! that deletes the bucket. A dry run runs the same transaction and rolls
+//! it back. The schema is in `sql/migrations`, applied at start by
 //! [`migrate`]. The SQL lives in `sql/queries`, one statement per file,
 //! and is portable (no session state, the database's default isolation
 //! level), except for per-key checks, which take advisory locks under
