@@ -67,6 +67,7 @@ fn tier(name: &str, buckets: Vec<v1::BucketDefinition>) -> v1::PutTierRequest {
             buckets,
             ..v1::Tier::default()
         }),
+        dry_run: false,
     }
 }
 
@@ -99,6 +100,7 @@ async fn run(args: &Args) -> anyhow::Result<Rates> {
         .set_tenant_tier(v1::SetTenantTierRequest {
             tenant_id: args.tenant.clone(),
             tier: "pro".into(),
+            dry_run: false,
         })
         .await?
         .into_inner();
@@ -133,6 +135,7 @@ async fn run(args: &Args) -> anyhow::Result<Rates> {
         .set_tenant_tier(v1::SetTenantTierRequest {
             tenant_id: args.tenant.clone(),
             tier: "free".into(),
+            dry_run: false,
         })
         .await?;
     println!("{} moved to free", args.tenant);

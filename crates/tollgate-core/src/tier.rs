@@ -15,18 +15,22 @@
 //!   its old limits and capped at the new burst limit;
 //! - a bucket it lacks is created holding its definition's initial tokens;
 //! - a bucket tiers provisioned (the previous tier's or an override's)
-//!   that is no longer wanted is retired (deleted). Buckets an operator
-//!   made by hand and the request-unit bucket are not the tiers' to
-//!   retire.
+//!   that is no longer wanted is retired: its row is deleted and a
+//!   [`ClosedBucket`] keeps its last limits and exact totals
+//!   ([`close_bucket`], also what deleting a tenant keeps of each of its
+//!   buckets). Buckets an operator made by hand and the request-unit
+//!   bucket are not the tiers' to retire.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::global_bucket::{BucketRow, Limits};
+use crate::global_bucket::{BucketRow, Limits, Totals};
 use crate::partition::{MAX_TABLES, TableLimitSet, TableLimits};
 use crate::time::Timestamp;
-use crate::validate::{self, BucketName, InvalidInput, MAX_TOKENS, TableName, TenantId, TierName};
+use crate::validate::{
+    self, BucketKey, BucketName, InvalidInput, MAX_TOKENS, TableName, TenantId, TierName,
+};
 
 /// The most buckets one tier defines.
 pub const MAX_TIER_BUCKETS: usize = 1000;
@@ -273,6 +277,15 @@ impl TenantChange {
         }
     }
 
+    /// Why the buckets this change retires are closed.
+    pub fn close_reason(&self) -> CloseReason {
+        match self {
+            TenantChange::Reapply { .. } => CloseReason::TierRedefined,
+            TenantChange::ClearOverride { .. } => CloseReason::OverrideCleared,
+            _ => CloseReason::TierChange,
+        }
+    }
+
     /// Checks what a client sent.
     pub fn validate(&self) -> Result<(), InvalidInput> {
         match self {
@@ -355,6 +368,85 @@ pub enum TierError {
         count: u64,
         examples: Vec<TenantId>,
     },
+}
+
+/// Why a bucket was closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CloseReason {
+    /// The tenant moved to a tier without the bucket.
+    TierChange,
+    /// The tenant's tier was redefined without the bucket.
+    TierRedefined,
+    /// The override that provisioned the bucket was cleared.
+    OverrideCleared,
+    /// The tenant was deleted.
+    TenantDeleted,
+}
+
+impl CloseReason {
+    /// The reason's name in files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            CloseReason::TierChange => "tier-change",
+            CloseReason::TierRedefined => "tier-redefined",
+            CloseReason::OverrideCleared => "override-cleared",
+            CloseReason::TenantDeleted => "tenant-deleted",
+        }
+    }
+}
+
+/// Who asked for the change that closed a bucket, as the audit log names
+/// them: what the client claims (`x-tollgate-actor`), the operator its
+/// admin token authenticated, and its address. Each is `None` when unknown.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClosedBy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
+}
+
+/// What is kept of a bucket once it is retired or its tenant deleted:
+/// its last limits and its exact totals, so that billing never depends on
+/// the bucket still existing. Never changed nor deleted once written.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClosedBucket {
+    pub tenant: TenantId,
+    pub bucket: BucketName,
+    /// The store's clock in the transaction that closed it.
+    pub closed_at: Timestamp,
+    pub reason: CloseReason,
+    pub closed_by: ClosedBy,
+    /// Its limits when it was closed.
+    pub limits: Limits,
+    /// Its totals when it was closed, exact (the head row's units).
+    pub totals: Totals,
+    /// When the bucket was created.
+    pub created_at: Timestamp,
+}
+
+/// The closed record of the bucket `key`, whose head row was `row` when
+/// it was retired or deleted `now` for `reason`.
+pub fn close_bucket(
+    key: &BucketKey,
+    row: &BucketRow,
+    reason: CloseReason,
+    by: &ClosedBy,
+    now: Timestamp,
+) -> ClosedBucket {
+    ClosedBucket {
+        tenant: key.tenant.clone(),
+        bucket: key.bucket.clone(),
+        closed_at: now,
+        reason,
+        closed_by: by.clone(),
+        limits: row.state.limits,
+        totals: row.totals.clone(),
+        created_at: row.state.created_at,
+    }
 }
 
 /// The definitions of a tenant on `tier` with `overrides`: its tier's,

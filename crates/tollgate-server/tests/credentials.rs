@@ -218,6 +218,7 @@ async fn define_tenants(admin: &mut AdminClient<Channel>, token: Option<&str>) {
                     }],
                     ..v1::Tier::default()
                 }),
+                dry_run: false,
             },
             token,
         ))
@@ -536,6 +537,7 @@ async fn a_read_only_admin_token_reads_and_changes_nothing() {
     let deleted = admin
         .delete_tenant(viewer(v1::DeleteTenantRequest {
             tenant_id: "acme".into(),
+            dry_run: false,
         }))
         .await
         .expect_err("delete with a read-only token");

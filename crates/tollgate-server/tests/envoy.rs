@@ -89,6 +89,7 @@ impl Gateway {
                     buckets,
                     ..Default::default()
                 }),
+                dry_run: false,
             })
             .await
             .expect("put the tier");

@@ -762,6 +762,7 @@ async fn bad_admin_requests_get_clear_errors_and_change_nothing(backend: Backend
     let status = admin
         .delete_tenant(v1::DeleteTenantRequest {
             tenant_id: "nobody".into(),
+            dry_run: false,
         })
         .await
         .expect_err("unknown tenant");
@@ -932,6 +933,7 @@ async fn tenants_are_listed_in_pages_and_deleted(backend: Backend) {
     admin
         .delete_tenant(v1::DeleteTenantRequest {
             tenant_id: "tenant-03".into(),
+            dry_run: false,
         })
         .await
         .expect("delete");
@@ -1077,6 +1079,7 @@ async fn a_tenants_buckets_are_served_apart(backend: Backend) {
     admin
         .delete_tenant(v1::DeleteTenantRequest {
             tenant_id: "t1234".into(),
+            dry_run: false,
         })
         .await
         .expect("delete");
@@ -1106,6 +1109,7 @@ fn put_tier(name: &str, buckets: Vec<v1::BucketDefinition>) -> v1::PutTierReques
             buckets,
             ..Default::default()
         }),
+        dry_run: false,
     }
 }
 
@@ -1184,7 +1188,13 @@ async fn tiers_refuse_bad_input_and_change_nothing(backend: Backend) {
             ),
             "tier.buckets[0].initial_tokens",
         ),
-        (v1::PutTierRequest { tier: None }, "tier"),
+        (
+            v1::PutTierRequest {
+                tier: None,
+                dry_run: false,
+            },
+            "tier",
+        ),
         (
             put_tier(
                 "pro",
@@ -1279,6 +1289,7 @@ async fn tiers_refuse_bad_input_and_change_nothing(backend: Backend) {
         .set_tenant_tier(v1::SetTenantTierRequest {
             tenant_id: "t1234".into(),
             tier: "gold".into(),
+            dry_run: false,
         })
         .await
         .expect_err("unknown tier");
@@ -1405,6 +1416,182 @@ async fn live_instances_are_the_pods_heard_within_the_timeout(backend: Backend) 
     server.stop().await;
 }
 
+/// Closed buckets over the wire: a dry run of PutTier, SetTenantTier,
+/// ClearBucketOverride or DeleteTenant answers the buckets it would
+/// retire with their exact totals and changes nothing; the real change
+/// answers the same and ListClosedBuckets reads them back, paged, with the
+/// caller's actor; a bad page token or size is INVALID_ARGUMENT.
+async fn retired_buckets_leave_closed_records(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+    admin
+        .put_tier(put_tier(
+            "pro",
+            vec![
+                definition("schedule-email", 10.0, 100.0),
+                definition("export", 1.0, 20.0),
+            ],
+        ))
+        .await
+        .expect("put pro");
+    admin
+        .create_tenant(v1::CreateTenantRequest {
+            tenant_id: "acme".into(),
+            tier: "pro".into(),
+        })
+        .await
+        .expect("onboard");
+    let mut request = pod_request("acme", 1, 1, 5.0, 1.234567);
+    request.bucket = "export".into();
+    pods.token_bucket(request).await.expect("grant");
+    let export = admin
+        .get_tenant(v1::GetTenantRequest {
+            tenant_id: "acme".into(),
+            bucket: "export".into(),
+        })
+        .await
+        .expect("export")
+        .into_inner()
+        .tenant
+        .expect("a bucket");
+    let list = |page_size, page_token: &str| v1::ListClosedBucketsRequest {
+        tenant_id: "acme".into(),
+        page_size,
+        page_token: page_token.into(),
+    };
+
+    let typo = put_tier("pro", vec![definition("schedule-emial", 10.0, 100.0)]);
+    let dry = admin
+        .put_tier(v1::PutTierRequest {
+            dry_run: true,
+            ..typo.clone()
+        })
+        .await
+        .expect("dry run")
+        .into_inner();
+    let names: Vec<_> = dry.closed.iter().map(|c| c.bucket.as_str()).collect();
+    assert_eq!(names, ["export", "schedule-email"]);
+    assert_eq!(dry.closed[0].consumption, export.consumption);
+    assert_eq!(dry.closed[0].granted_tokens, export.granted_tokens);
+    assert_eq!(
+        dry.closed[0]
+            .consumption
+            .as_ref()
+            .map(|c| c.request_unit_micros),
+        Some(1_234_567)
+    );
+    assert!(
+        admin
+            .list_closed_buckets(list(0, ""))
+            .await
+            .expect("list")
+            .into_inner()
+            .closed
+            .is_empty()
+    );
+    let still = admin
+        .describe_tenant(v1::DescribeTenantRequest {
+            tenant_id: "acme".into(),
+        })
+        .await
+        .expect("describe")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+    assert_eq!(still.buckets.len(), 2, "a dry run changed nothing");
+
+    let mut put = tonic::Request::new(typo);
+    put.metadata_mut()
+        .insert("x-tollgate-actor", "ops-alice".parse().expect("ascii"));
+    let done = admin.put_tier(put).await.expect("put").into_inner();
+    assert_eq!(done.closed.len(), 2);
+    let first = admin
+        .list_closed_buckets(list(1, ""))
+        .await
+        .expect("page 1")
+        .into_inner();
+    assert_eq!(first.closed.len(), 1);
+    assert_eq!(first.closed[0], done.closed[0]);
+    assert_eq!(first.closed[0].actor, "ops-alice");
+    assert!(!first.closed[0].peer.is_empty());
+    assert_eq!(first.closed[0].reason(), v1::CloseReason::TierRedefined);
+    let second = admin
+        .list_closed_buckets(list(1, &first.next_page_token))
+        .await
+        .expect("page 2")
+        .into_inner();
+    assert_eq!(second.closed, done.closed[1..]);
+    assert!(second.next_page_token.is_empty(), "the last page");
+
+    // An override then cleared, dry run first; then the tenant deleted.
+    admin
+        .set_bucket_override(v1::SetBucketOverrideRequest {
+            tenant_id: "acme".into(),
+            bucket: Some(definition("export", 2.0, 40.0)),
+        })
+        .await
+        .expect("override");
+    let clear = |dry_run| v1::ClearBucketOverrideRequest {
+        tenant_id: "acme".into(),
+        bucket: "export".into(),
+        dry_run,
+    };
+    let dry = admin.clear_bucket_override(clear(true)).await.expect("dry");
+    assert_eq!(dry.into_inner().closed.len(), 1);
+    let cleared = admin
+        .clear_bucket_override(clear(true))
+        .await
+        .expect("again");
+    assert_eq!(
+        cleared.into_inner().closed.len(),
+        1,
+        "the dry run kept nothing"
+    );
+    let cleared = admin
+        .clear_bucket_override(clear(false))
+        .await
+        .expect("clear");
+    assert_eq!(
+        cleared.into_inner().closed[0].reason(),
+        v1::CloseReason::OverrideCleared
+    );
+    let deleted = admin
+        .delete_tenant(v1::DeleteTenantRequest {
+            tenant_id: "acme".into(),
+            dry_run: false,
+        })
+        .await
+        .expect("delete")
+        .into_inner();
+    assert_eq!(deleted.closed.len(), 1);
+    assert_eq!(deleted.closed[0].reason(), v1::CloseReason::TenantDeleted);
+    let all = admin
+        .list_closed_buckets(list(0, ""))
+        .await
+        .expect("list")
+        .into_inner();
+    assert_eq!(all.closed.len(), 4);
+    assert!(all.next_page_token.is_empty());
+
+    for (bad, field) in [
+        (list(0, "x"), "page_token"),
+        (list(1001, ""), "page_size"),
+        (
+            v1::ListClosedBucketsRequest {
+                tenant_id: "bad tenant".into(),
+                ..list(0, "")
+            },
+            "tenant_id",
+        ),
+    ] {
+        let status = admin.list_closed_buckets(bad).await.expect_err("refused");
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains(field), "{status:?}");
+    }
+    server.stop().await;
+}
+
 for_each_store!(
     several_instances_share_a_configured_tenant,
     live_instances_are_the_pods_heard_within_the_timeout,
@@ -1418,4 +1605,5 @@ for_each_store!(
     tenants_are_listed_in_pages_and_deleted,
     a_tenants_buckets_are_served_apart,
     tiers_refuse_bad_input_and_change_nothing,
+    retired_buckets_leave_closed_records,
 );

@@ -58,6 +58,7 @@ async fn fixture(backend: Backend) -> Fixture {
                 ],
                 ..v1::Tier::default()
             }),
+            dry_run: false,
         })
         .await
         .expect("put tier");
@@ -443,6 +444,7 @@ async fn deleting_a_tenant_deletes_its_keys_and_records(backend: Backend) {
     admin
         .delete_tenant(v1::DeleteTenantRequest {
             tenant_id: "acme".into(),
+            dry_run: false,
         })
         .await
         .expect("delete acme");

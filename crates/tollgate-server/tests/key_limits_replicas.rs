@@ -149,6 +149,7 @@ async fn three_replicas_admit_exactly_what_one_bucket_per_key_admits() {
                 }],
                 ..v1::Tier::default()
             }),
+            dry_run: false,
         })
         .await
         .expect("put tier");

@@ -156,6 +156,7 @@ async fn requests_racing_delete_tenant_see_it_before_or_after(backend: Backend) 
         match admin
             .delete_tenant(v1::DeleteTenantRequest {
                 tenant_id: "racing".into(),
+                dry_run: false,
             })
             .await
         {

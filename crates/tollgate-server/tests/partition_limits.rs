@@ -151,6 +151,7 @@ async fn limits_reach_pods_and_reports_add_up(backend: Backend) {
         .await
         .delete_tenant(v1::DeleteTenantRequest {
             tenant_id: "acme".into(),
+            dry_run: false,
         })
         .await
         .expect("delete tenant");

@@ -9,12 +9,14 @@ use std::time::Duration;
 
 use support::{Backend, Backing, ManualClock, tenant_id, tier_name};
 use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem};
-use tollgate_core::tier::{BucketDefinition, BucketKind, DefinedBy, TenantChange, Tier, TierError};
+use tollgate_core::tier::{
+    BucketDefinition, BucketKind, CloseReason, ClosedBy, DefinedBy, TenantChange, Tier, TierError,
+};
 use tollgate_core::{
     BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, Timestamp,
     TokenBucketRequest,
 };
-use tollgate_server::store::{BucketSettings, Store, StoreError};
+use tollgate_server::store::{AdminCall, BucketSettings, Store, StoreError};
 
 /// A store on a fresh backing, its time read from `clock`.
 async fn store_on(backend: Backend, clock: &ManualClock) -> (Backing, Arc<dyn Store>) {
@@ -582,6 +584,201 @@ async fn tiers_onboard_switch_and_override(store: &dyn Store, clock: &ManualCloc
     store.delete_tier(&free).await.expect("no longer in use");
 }
 
+/// A call from `actor`, kept or (with `dry_run`) rolled back.
+fn call(actor: &str, dry_run: bool) -> AdminCall {
+    AdminCall {
+        by: ClosedBy {
+            actor: Some(actor.to_owned()),
+            operator: None,
+            peer: Some("127.0.0.1:4000".to_owned()),
+        },
+        dry_run,
+    }
+}
+
+/// Every bucket retired (a tier redefined, a tier change, an override
+/// cleared) or deleted with its tenant leaves a closed record with its
+/// last limits and exact totals, who closed it, when and why; a bucket
+/// closed twice has two; they outlive the tenant and its re-creation; and
+/// a dry run answers the same closings while changing nothing.
+async fn closed_buckets_outlive_their_buckets(store: &dyn Store, clock: &ManualClock) {
+    clock.set_secs(0.0);
+    let (pro, free) = (tier_name("pro"), tier_name("free"));
+    let pro_tier = tier(&[("schedule-email", 10.0, 100.0), ("export", 1.0, 20.0)]);
+    store.put_tier(&pro, &pro_tier).await.expect("put pro");
+    store
+        .put_tier(&free, &tier(&[("schedule-email", 1.0, 10.0)]))
+        .await
+        .expect("put free");
+    let t = tenant_id("acme");
+    store
+        .change_tenant(&t, &TenantChange::Create { tier: pro.clone() })
+        .await
+        .expect("onboard");
+    let (email, export) = (bucket("acme", "schedule-email"), bucket("acme", "export"));
+    for (key, seq, tokens) in [(&email, 1, 7.0), (&export, 1, 3.0), (&export, 2, 4.0)] {
+        store
+            .token_bucket(key, &request(1, seq, tokens))
+            .await
+            .expect("grant");
+    }
+    let export_before = store.get_bucket(&export).await.expect("export").head;
+    assert_eq!(
+        export_before.totals.consumption.request_unit_micros,
+        2_000_000
+    );
+
+    // A redefinition of pro without `export`, dry run: answered, not kept.
+    clock.set_secs(5.0);
+    let typo = tier(&[("schedule-email", 10.0, 100.0), ("exprot", 1.0, 20.0)]);
+    let dry = store
+        .put_tier_by(&pro, &typo, &call("alice", true))
+        .await
+        .expect("dry run");
+    assert_eq!(dry.tenants.len(), 1);
+    let would = &dry.tenants[0].closed;
+    assert_eq!(would.len(), 1);
+    assert_eq!(would[0].bucket, export.bucket);
+    assert_eq!(would[0].totals, export_before.totals);
+    assert_eq!(store.get_tier(&pro).await.expect("pro"), {
+        let mut kept = pro_tier.clone();
+        kept.created_at = Timestamp::EPOCH;
+        kept.updated_at = Timestamp::EPOCH;
+        kept
+    });
+    assert_eq!(
+        store.get_bucket(&export).await.expect("still there").head,
+        export_before
+    );
+    assert!(store.get_bucket(&bucket("acme", "exprot")).await.is_err());
+    assert!(
+        store
+            .list_closed(&t, 0, 100)
+            .await
+            .expect("list")
+            .is_empty()
+    );
+
+    // Kept: the record holds the bucket as it was, who, when and why.
+    store
+        .put_tier_by(&pro, &typo, &call("alice", false))
+        .await
+        .expect("redefine");
+    let closed = store.list_closed(&t, 0, 100).await.expect("list");
+    assert_eq!(closed.len(), 1);
+    let first = &closed[0].closed;
+    assert_eq!(
+        (&first.tenant, &first.bucket, first.reason),
+        (&t, &export.bucket, CloseReason::TierRedefined)
+    );
+    assert_eq!(first.closed_at, Timestamp::from_secs_f64(5.0));
+    assert_eq!(first.closed_by, call("alice", false).by);
+    assert_eq!(first.limits, export_before.state.limits);
+    assert_eq!(first.totals, export_before.totals);
+    assert_eq!(first.created_at, export_before.state.created_at);
+
+    // `export` again by an override, used, then cleared: a second record.
+    clock.set_secs(6.0);
+    store
+        .change_tenant(
+            &t,
+            &TenantChange::SetOverride {
+                bucket: export.bucket.clone(),
+                definition: definition(2.0, 40.0),
+            },
+        )
+        .await
+        .expect("override");
+    store
+        .token_bucket(&export, &request(2, 1, 5.0))
+        .await
+        .expect("grant");
+    let dry = store
+        .change_tenant_by(
+            &t,
+            &TenantChange::ClearOverride {
+                bucket: export.bucket.clone(),
+            },
+            &call("bob", true),
+        )
+        .await
+        .expect("dry clear");
+    assert_eq!(dry.closed.len(), 1);
+    assert_eq!(store.list_closed(&t, 0, 100).await.expect("list").len(), 1);
+    clock.set_secs(7.0);
+    let cleared = store
+        .change_tenant_by(
+            &t,
+            &TenantChange::ClearOverride {
+                bucket: export.bucket.clone(),
+            },
+            &call("bob", false),
+        )
+        .await
+        .expect("clear");
+    assert_eq!(cleared.closed.len(), 1);
+    assert_eq!(cleared.closed[0].reason, CloseReason::OverrideCleared);
+    assert_eq!(
+        cleared.closed[0].totals.consumption.request_unit_micros, 1_000_000,
+        "a new bucket's totals, not the first one's"
+    );
+
+    // A tier change retires `exprot`; deleting the tenant closes the rest.
+    clock.set_secs(8.0);
+    let switched = store
+        .change_tenant(&t, &TenantChange::SetTier { tier: free.clone() })
+        .await
+        .expect("switch");
+    assert_eq!(switched.closed.len(), 1);
+    assert_eq!(switched.closed[0].reason, CloseReason::TierChange);
+    let email_before = store.get_bucket(&email).await.expect("email").head;
+    let dry = store
+        .delete_tenant_by(&t, &call("carol", true))
+        .await
+        .expect("dry delete");
+    assert_eq!(dry.closed.len(), 1);
+    store.get_bucket(&email).await.expect("not deleted");
+    clock.set_secs(9.0);
+    let deleted = store
+        .delete_tenant_by(&t, &call("carol", false))
+        .await
+        .expect("delete");
+    assert_eq!(deleted.closed.len(), 1);
+    let last = &deleted.closed[0];
+    assert_eq!(last.reason, CloseReason::TenantDeleted);
+    assert_eq!(last.totals, email_before.totals);
+    assert_eq!(last.closed_at, Timestamp::from_secs_f64(9.0));
+
+    // They outlive the tenant and its re-creation, in close order, paged.
+    store
+        .change_tenant(&t, &TenantChange::Create { tier: free.clone() })
+        .await
+        .expect("re-create");
+    let all = store.list_closed(&t, 0, 100).await.expect("list");
+    let seen: Vec<_> = all
+        .iter()
+        .map(|c| (c.closed.bucket.as_str(), c.closed.reason))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("export", CloseReason::TierRedefined),
+            ("export", CloseReason::OverrideCleared),
+            ("exprot", CloseReason::TierChange),
+            ("schedule-email", CloseReason::TenantDeleted),
+        ]
+    );
+    let page = store.list_closed(&t, all[1].seq, 1).await.expect("page");
+    assert_eq!(page, vec![all[2].clone()]);
+    assert!(
+        store
+            .list_closed(&tenant_id("other"), 0, 100)
+            .await
+            .expect("other")
+            .is_empty()
+    );
+}
+
 fn check_item(tenant: &str, bucket: &str, key: &str, tokens: f64) -> RequestItem {
     RequestItem {
         key: KeyId::new(tenant_id(tenant), support::bucket_name(bucket), key),
@@ -750,5 +947,6 @@ conformance!(
     concurrent_requests_are_each_counted_once,
     buckets_of_a_tenant_are_isolated,
     tiers_onboard_switch_and_override,
+    closed_buckets_outlive_their_buckets,
     per_key_buckets_are_listed_with_their_stored_keys,
 );

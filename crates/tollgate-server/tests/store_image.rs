@@ -183,7 +183,8 @@ async fn populate(store: &dyn Store, clock: &ManualClock, seed: u64) -> History 
             }
         }
     }
-    // A deleted tenant leaves nothing behind to export.
+    // A deleted tenant leaves nothing behind to export but the closed
+    // records of its buckets.
     let gone = tenant_id(&tenants[0]);
     store.delete_tenant(&gone).await.expect("delete");
     history
@@ -255,7 +256,11 @@ async fn moves_whole(from: Backend, to: Backend, seed: u64) {
     let (records, counts) = export(source.as_ref()).await;
     assert_eq!(records.last(), Some(&Record::End(counts)));
     assert!(
-        counts.tiers == 3 && counts.buckets > 0 && counts.instances > 0 && counts.keys > 0,
+        counts.tiers == 3
+            && counts.buckets > 0
+            && counts.instances > 0
+            && counts.keys > 0
+            && counts.closed_buckets > 0,
         "seed {seed}: a thin store exercises little: {counts}"
     );
 
@@ -400,7 +405,11 @@ async fn damaged_exports_are_refused_whole() {
         .iter()
         .position(|l| l.starts_with(b"{\"kind\":\"instance\""))
         .expect("an instance line");
-    let edits: [(usize, &str, serde_json::Value, &str); 3] = [
+    let closed_line = lines
+        .iter()
+        .position(|l| l.starts_with(b"{\"kind\":\"closed_bucket\""))
+        .expect("a closed bucket line");
+    let edits: [(usize, &str, serde_json::Value, &str); 6] = [
         (
             bucket_line,
             "/head/limits/refill_rate",
@@ -414,6 +423,24 @@ async fn damaged_exports_are_refused_whole() {
             "read_bytes total",
         ),
         (instance_line, "/instance/seq", u64::MAX.into(), "seq"),
+        (
+            closed_line,
+            "/totals/consumption/read_bytes",
+            u64::MAX.into(),
+            "closed bucket",
+        ),
+        (
+            closed_line,
+            "/limits/burst_limit",
+            (-1.0).into(),
+            "burst_limit",
+        ),
+        (
+            closed_line,
+            "/created_at",
+            i64::MAX.into(),
+            "before it was created",
+        ),
     ];
     for (line, pointer, value, expected) in edits {
         let mut record: serde_json::Value =
@@ -457,8 +484,8 @@ fn errors_name_the_line_and_the_fault() {
             Some("line 1: the first line must be the \"header\" line".into()),
         ),
         (
-            header.replace("\"version\":1", "\"version\":2") + "\n",
-            Some("line 1: written in format version 2 by a newer Tollgate".into()),
+            header.replace("\"version\":1", "\"version\":3") + "\n",
+            Some("line 1: written in format version 3 by a newer Tollgate".into()),
         ),
         (
             header.replace("tollgate-store-export", "something-else") + "\n",

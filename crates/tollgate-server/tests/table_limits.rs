@@ -241,6 +241,7 @@ async fn a_tiers_tables_round_trip_and_bad_ones_change_nothing(backend: Backend)
     let put = admin
         .put_tier(v1::PutTierRequest {
             tier: Some(tier(tables)),
+            dry_run: false,
         })
         .await
         .expect("put tier")
@@ -273,6 +274,7 @@ async fn a_tiers_tables_round_trip_and_bad_ones_change_nothing(backend: Backend)
     let put = admin
         .put_tier(v1::PutTierRequest {
             tier: Some(tier(changed.clone())),
+            dry_run: false,
         })
         .await
         .expect("change the tables")
@@ -326,6 +328,7 @@ async fn a_tiers_tables_round_trip_and_bad_ones_change_nothing(backend: Backend)
                         name: name.into(),
                         ..tier(tables.clone())
                     }),
+                    dry_run: false,
                 })
                 .await
                 .expect_err(field);
@@ -357,6 +360,7 @@ async fn a_tiers_tables_round_trip_and_bad_ones_change_nothing(backend: Backend)
     let put = admin
         .put_tier(v1::PutTierRequest {
             tier: Some(tier(Vec::new())),
+            dry_run: false,
         })
         .await
         .expect("remove the tables")

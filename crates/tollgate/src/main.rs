@@ -20,6 +20,7 @@
 
 mod bench;
 mod check;
+mod closing;
 mod image;
 mod pod;
 mod remote;

@@ -18,6 +18,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use tollgate_proto::v1::{self, admin_client::AdminClient};
 
+use crate::closing;
 use crate::output::{self, Table, field, rfc3339, seconds};
 use crate::remote::{ActorArg, AdminServerArg, rpc_error};
 
@@ -46,9 +47,14 @@ enum TenantCommand {
         bucket: Option<String>,
         /// Print JSON instead of a table: one bucket with --bucket, else a
         /// list of the tenant's buckets (per-key ones with "kind":
-        /// "per-key").
+        /// "per-key"; with --closed, of its closed buckets).
         #[arg(long)]
         json: bool,
+        /// Show the tenant's closed buckets instead: those retired or
+        /// deleted, with their last limits and exact totals, who closed
+        /// them, when and why, in the order they were closed.
+        #[arg(long, conflicts_with = "bucket")]
+        closed: bool,
     },
     /// List all tenants' buckets, shared and per-key.
     List {
@@ -56,10 +62,12 @@ enum TenantCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Delete a tenant: its buckets, instances and totals
+    /// Delete a tenant: its buckets, instances and keys
     ///
-    /// Asks for the tenant id to be typed again unless --yes is given;
-    /// without a terminal to ask on, refuses without --yes.
+    /// Each bucket's last limits and exact totals are kept as a closed
+    /// record (`show --closed`). Lists them and asks for the tenant id to
+    /// be typed again unless --yes is given; without a terminal to ask on,
+    /// refuses without --yes.
     Delete {
         #[arg(long)]
         tenant: String,
@@ -81,8 +89,10 @@ enum TenantCommand {
     ///
     /// Its buckets take the tier's limits, tokens carried over (capped at
     /// the new burst); buckets the tier adds are created, those it drops
-    /// retired. Overrides win over the tier.
-    SetTier(tiering::OnTierArgs),
+    /// retired. Overrides win over the tier. Buckets it would retire are
+    /// listed with their totals first, and the tenant id must be typed
+    /// again (or --yes given); their totals are kept as closed records.
+    SetTier(tiering::SetTierArgs),
     /// Set or clear a tenant's override of one bucket's limits.
     Override(tiering::OverrideArgs),
     /// Set or clear the tenant's own per-partition limits of a table (the
@@ -204,8 +214,20 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
         }
         TenantCommand::Show {
             tenant,
+            json,
+            closed: true,
+            ..
+        } => {
+            let closed = list_closed(&mut client, &tenant).await?;
+            output::print(json, &closing::closed_json(&closed), |c| {
+                closing::closed_text(&tenant, c)
+            })
+        }
+        TenantCommand::Show {
+            tenant,
             bucket: Some(bucket),
             json,
+            ..
         } => {
             let response = client
                 .get_tenant(v1::GetTenantRequest {
@@ -239,6 +261,7 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
             tenant,
             bucket: None,
             json,
+            ..
         } => {
             let listed = list(&mut client, &tenant).await?;
             let key_buckets = per_key::list(&mut client, &tenant, 0).await?;
@@ -278,25 +301,55 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
             actor,
         } => {
             if !yes {
-                let buckets = list(&mut client, &tenant).await?;
-                let key_buckets = per_key::list(&mut client, &tenant, 0).await?;
-                if buckets.is_empty() && key_buckets.is_empty() {
-                    return Err(tenant_not_found(&tenant));
+                let would = client
+                    .delete_tenant(actor.request(v1::DeleteTenantRequest {
+                        tenant_id: tenant.clone(),
+                        dry_run: true,
+                    }))
+                    .await
+                    .map_err(rpc_error)?
+                    .into_inner()
+                    .closed;
+                let mut what = format!(
+                    "deletes tenant {tenant:?}, its buckets, their instances and its keys: this cannot be undone."
+                );
+                if !would.is_empty() {
+                    what.push_str(&format!(
+                        " {}",
+                        closing::retiring_text("It closes", &closing::closed_json(&would))
+                    ));
                 }
-                confirm_delete(&tenant, &buckets, &key_buckets)?;
+                closing::confirm(
+                    &format!("deleting tenant {tenant:?}"),
+                    &what,
+                    &tenant,
+                    false,
+                )?;
             }
-            client
+            let closed = client
                 .delete_tenant(actor.request(v1::DeleteTenantRequest {
                     tenant_id: tenant.clone(),
+                    dry_run: false,
                 }))
                 .await
-                .map_err(rpc_error)?;
+                .map_err(rpc_error)?
+                .into_inner()
+                .closed;
             let deleted = DeletedTenantJson {
                 tenant_id: tenant,
                 deleted: true,
+                closed: closing::closed_json(&closed),
             };
             output::print(json, &deleted, |d| {
-                format!("deleted tenant {}", d.tenant_id)
+                if d.closed.is_empty() {
+                    format!("deleted tenant {}", d.tenant_id)
+                } else {
+                    format!(
+                        "deleted tenant {}\n{}",
+                        d.tenant_id,
+                        closing::retiring_text("closed", &d.closed)
+                    )
+                }
             })
         }
     }
@@ -309,41 +362,29 @@ fn tenant_not_found(tenant: &str) -> anyhow::Error {
     )))
 }
 
-/// Asks on the terminal for the tenant id to be typed again; refuses when
-/// there is no terminal to ask on.
-fn confirm_delete(
+/// Every closed bucket of `tenant`, in close order.
+pub(crate) async fn list_closed(
+    client: &mut crate::remote::AdminConnection,
     tenant: &str,
-    buckets: &[v1::Tenant],
-    key_buckets: &[v1::KeyBucket],
-) -> anyhow::Result<()> {
-    use std::io::{BufRead, IsTerminal, Write};
-    let stdin = std::io::stdin();
-    if !stdin.is_terminal() {
-        anyhow::bail!(
-            "not deleting tenant {tenant:?} without confirmation: pass --yes (there is no terminal to ask on)"
-        );
+) -> anyhow::Result<Vec<v1::ClosedBucket>> {
+    let mut closed = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = client
+            .list_closed_buckets(v1::ListClosedBucketsRequest {
+                tenant_id: tenant.to_owned(),
+                page_size: 1000,
+                page_token,
+            })
+            .await
+            .map_err(rpc_error)?
+            .into_inner();
+        closed.extend(page.closed);
+        if page.next_page_token.is_empty() {
+            return Ok(closed);
+        }
+        page_token = page.next_page_token;
     }
-    let consumed: f64 = buckets
-        .iter()
-        .map(|b| b.consumption.as_ref().map_or(0.0, |c| c.request_units))
-        .sum();
-    let mut stderr = std::io::stderr();
-    let keys: u64 = key_buckets.iter().map(|k| k.keys_stored).sum();
-    write!(
-        stderr,
-        "Delete tenant {tenant:?}: {} bucket(s), their instances and their totals ({consumed} request units consumed), \
-         and the {keys} stored key(s) of its {} per-key bucket(s)? \
-         This cannot be undone. Type the tenant id to confirm: ",
-        buckets.len(),
-        key_buckets.len()
-    )?;
-    stderr.flush()?;
-    let mut answer = String::new();
-    stdin.lock().read_line(&mut answer)?;
-    if answer.trim() != tenant {
-        anyhow::bail!("not deleted: the answer was not {tenant:?}");
-    }
-    Ok(())
 }
 
 /// Every bucket of every tenant, or of `tenant` if it is not empty.
@@ -406,14 +447,14 @@ struct InstanceJson {
     silent_for_seconds: f64,
 }
 
-/// What `tenant delete --json` prints. `DeleteTenant` answers with nothing
-/// but success, so the id is all the CLI can vouch for; the server's audit
-/// line has the tenant's last values.
+/// What `tenant delete --json` prints: the tenant, and the closed record
+/// of each bucket deleted (its last limits and exact totals).
 #[derive(Debug, Serialize)]
 struct DeletedTenantJson {
     tenant_id: String,
     /// Always true: a failed delete prints nothing on stdout.
     deleted: bool,
+    closed: Vec<closing::ClosedJson>,
 }
 
 fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {

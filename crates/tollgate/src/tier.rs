@@ -11,6 +11,10 @@
 //! - `apply -f FILE` makes the server's tiers those of a TOML file
 //!   (`file`): it reads them all, plans the difference (`plan`) and sends
 //!   only what differs, so it can run on every commit of the file.
+//! - `update` and `apply` first send each change as a dry run: when it
+//!   would retire buckets (a bucket left out of a tier, or misspelt), they
+//!   list each tenant and bucket with its totals and need `--yes` or a
+//!   typed confirmation (`closing`); `delete` asks for the tier's name.
 //!
 //! Names and limits are checked here with the core's rules before anything
 //! is sent (`definition`).
@@ -31,6 +35,7 @@ use tollgate_core::tier::BucketKind;
 use tollgate_core::validate;
 use tollgate_proto::v1;
 
+use crate::closing::{self, ClosedJson, RetireArgs};
 use crate::output::{self, Table, field, rfc3339};
 use crate::remote::{ActorArg, AdminConnection, AdminServerArg, rpc_error};
 use definition::{
@@ -55,8 +60,11 @@ enum TierCommand {
     ///
     /// Every tenant on the tier gets them at once: tokens carried over
     /// (capped at the new burst), buckets added created, buckets dropped
-    /// retired. The tier's table limits are kept.
-    Update(PutArgs),
+    /// retired. The tier's table limits are kept. Buckets it would retire
+    /// are listed with their totals first, and the tier's name must be
+    /// typed again (or --yes given); their totals are kept as closed
+    /// records.
+    Update(UpdateArgs),
     /// List every tier, its buckets and its table limits.
     List {
         /// Print JSON instead of a table: a list of tiers.
@@ -71,10 +79,16 @@ enum TierCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Delete a tier. Refused (FailedPrecondition) while tenants are on it.
+    /// Delete a tier. Refused (FailedPrecondition) while tenants are on it
+    ///
+    /// Asks for the tier's name to be typed again unless --yes is given;
+    /// without a terminal to ask on, refuses without --yes.
     Delete {
         #[arg(long, value_parser = parse_tier_name)]
         tier: TierName,
+        /// Delete without asking.
+        #[arg(long, short = 'y')]
+        yes: bool,
         /// Print JSON instead of a line of text.
         #[arg(long)]
         json: bool,
@@ -87,9 +101,11 @@ enum TierCommand {
     /// only what differs: each tier is created, changed (buckets or tables
     /// added, removed, limits changed) or unchanged. Running it again
     /// changes nothing. The file is the truth for each tier it declares: a
-    /// bucket or a table it leaves out is removed from the tier. The whole
-    /// file is checked first; a file with any error changes nothing. The
-    /// file:
+    /// bucket or a table it leaves out is removed from the tier, and
+    /// retired from every tenant on it: such buckets are listed with their
+    /// totals first, and the file's name must be typed again (or --yes
+    /// given); their totals are kept as closed records. The whole file is
+    /// checked first; a file with any error changes nothing. The file:
     ///
     ///   [tiers.pro.buckets.schedule-email]
     ///   refill_rate = 10        # tokens per second
@@ -128,14 +144,29 @@ struct PutArgs {
     actor: ActorArg,
 }
 
+/// `tier update`: the tier's new buckets, and what to do about buckets
+/// it retires.
+#[derive(Debug, Args)]
+struct UpdateArgs {
+    #[command(flatten)]
+    put: PutArgs,
+    #[command(flatten)]
+    retire: RetireArgs,
+}
+
 #[derive(Debug, Args)]
 struct ApplyArgs {
     /// The TOML file of tiers.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     file: PathBuf,
-    /// Print what would change, and change nothing.
+    /// Print what would change, the buckets that would be retired and
+    /// their totals, and change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Retire buckets without asking (their totals are kept as closed
+    /// records either way).
+    #[arg(long, short = 'y')]
+    yes: bool,
     /// Also delete the server's tiers that the file does not declare.
     #[arg(long)]
     prune: bool,
@@ -155,8 +186,8 @@ pub async fn run(args: TierArgs) -> anyhow::Result<()> {
     match args.command {
         // The file is checked before the server is contacted.
         TierCommand::Apply(a) => apply(&args.server, a).await,
-        TierCommand::Create(a) => put(&mut args.server.admin().await?, a, false).await,
-        TierCommand::Update(a) => put(&mut args.server.admin().await?, a, true).await,
+        TierCommand::Create(a) => put(&mut args.server.admin().await?, a, None).await,
+        TierCommand::Update(a) => put(&mut args.server.admin().await?, a.put, Some(a.retire)).await,
         TierCommand::List { json } => {
             let tiers = args
                 .server
@@ -185,7 +216,18 @@ pub async fn run(args: TierArgs) -> anyhow::Result<()> {
                 .unwrap_or_default();
             output::print(json, &tier_json(&tier), tier_text)
         }
-        TierCommand::Delete { tier, json, actor } => {
+        TierCommand::Delete {
+            tier,
+            yes,
+            json,
+            actor,
+        } => {
+            closing::confirm(
+                &format!("deleting tier {tier}"),
+                &format!("deletes tier {tier} (refused while tenants are on it)."),
+                tier.as_str(),
+                yes,
+            )?;
             args.server
                 .admin()
                 .await?
@@ -220,10 +262,16 @@ async fn get_tier(
     }
 }
 
-/// `tier create` (`must_exist` false) and `tier update` (true): `GetTier`
-/// to check the tier is (or is not) there and to know what changes, then
-/// `PutTier` with the flags' buckets and the tier's tables as they were.
-async fn put(client: &mut AdminConnection, a: PutArgs, must_exist: bool) -> anyhow::Result<()> {
+/// `tier create` (no `retire`) and `tier update`: `GetTier` to check the
+/// tier is (or is not) there and to know what changes, then `PutTier`
+/// with the flags' buckets and the tier's tables as they were (for an
+/// update, a dry run first, confirmed if it would retire buckets).
+async fn put(
+    client: &mut AdminConnection,
+    a: PutArgs,
+    retire: Option<RetireArgs>,
+) -> anyhow::Result<()> {
+    let must_exist = retire.is_some();
     let buckets = buckets_from_flags(a.buckets)?;
     let before = match (get_tier(client, &a.tier).await?, must_exist) {
         (Some(_), false) => anyhow::bail!(
@@ -241,10 +289,43 @@ async fn put(client: &mut AdminConnection, a: PutArgs, must_exist: bool) -> anyh
         buckets,
         tables: before.tables.clone(),
     };
-    let response = client
-        .put_tier(a.actor.request(v1::PutTierRequest {
+    let request = |dry_run| {
+        a.actor.request(v1::PutTierRequest {
             tier: Some(tier_to_proto(&a.tier, &after)),
-        }))
+            dry_run,
+        })
+    };
+    let dry_run = retire.as_ref().is_some_and(|r| r.dry_run);
+    if let Some(retire) = &retire {
+        let would = client
+            .put_tier(request(true))
+            .await
+            .map_err(rpc_error)?
+            .into_inner();
+        if dry_run || would.closed.is_empty() {
+            // Nothing to ask: a dry run prints what it found.
+        } else {
+            closing::confirm(
+                &format!("updating tier {}", a.tier),
+                &closing::retiring_text("would retire", &closing::closed_json(&would.closed)),
+                a.tier.as_str(),
+                retire.yes,
+            )?;
+        }
+        if dry_run {
+            let view = PutTierJson {
+                tier: tier_json(&would.tier.unwrap_or_default()),
+                dry_run: true,
+                created: would.created,
+                tenants_updated: would.tenants_updated,
+                changes: BucketChanges::between(&before.buckets, &after.buckets),
+                retired: closing::closed_json(&would.closed),
+            };
+            return output::print(a.json, &view, put_text);
+        }
+    }
+    let response = client
+        .put_tier(request(false))
         .await
         .map_err(rpc_error)?
         .into_inner();
@@ -258,9 +339,11 @@ async fn put(client: &mut AdminConnection, a: PutArgs, must_exist: bool) -> anyh
     }
     let view = PutTierJson {
         tier: tier_json(&response.tier.unwrap_or_default()),
+        dry_run: false,
         created: response.created,
         tenants_updated: response.tenants_updated,
         changes: BucketChanges::between(&before.buckets, &after.buckets),
+        retired: closing::closed_json(&response.closed),
     };
     output::print(a.json, &view, put_text)
 }
@@ -299,7 +382,38 @@ async fn apply(server: &AdminServerArg, a: ApplyArgs) -> anyhow::Result<()> {
                 tenants_updated: None,
             })
             .collect(),
+        retired: Vec::new(),
     };
+    // Each change of a tier in use, as a dry run: what it would retire.
+    for tier in &report.tiers {
+        if tier.change.action != Action::Changed {
+            continue;
+        }
+        let name = &tier.change.name;
+        let defined = declared
+            .tiers
+            .get(name)
+            .ok_or_else(|| anyhow!("tier {name} is not in {}", report.file))?;
+        let would = client
+            .put_tier(a.actor.request(v1::PutTierRequest {
+                tier: Some(tier_to_proto(name, defined)),
+                dry_run: true,
+            }))
+            .await
+            .map_err(rpc_error)
+            .with_context(|| format!("try the change of tier {name}"))?
+            .into_inner();
+        report.retired.extend(closing::closed_json(&would.closed));
+    }
+    if !a.dry_run && !report.retired.is_empty() {
+        closing::confirm(
+            &format!("applying {}", report.file),
+            &closing::retiring_text("would retire", &report.retired),
+            &report.file,
+            a.yes,
+        )?;
+        report.retired.clear();
+    }
     if !a.dry_run {
         let mut done = Vec::new();
         for tier in &mut report.tiers {
@@ -314,9 +428,14 @@ async fn apply(server: &AdminServerArg, a: ApplyArgs) -> anyhow::Result<()> {
                     client
                         .put_tier(a.actor.request(v1::PutTierRequest {
                             tier: Some(tier_to_proto(name, defined)),
+                            dry_run: false,
                         }))
                         .await
-                        .map(|r| tier.tenants_updated = Some(r.into_inner().tenants_updated))
+                        .map(|r| {
+                            let r = r.into_inner();
+                            tier.tenants_updated = Some(r.tenants_updated);
+                            report.retired.extend(closing::closed_json(&r.closed));
+                        })
                 }
                 Action::Deleted => client
                     .delete_tier(a.actor.request(v1::DeleteTierRequest {
@@ -440,12 +559,17 @@ impl BucketJson {
 #[derive(Debug, Serialize)]
 struct PutTierJson {
     tier: TierJson,
+    /// True if nothing changed (`tier update --dry-run`).
+    dry_run: bool,
     /// False if the tier existed and was replaced.
     created: bool,
     /// Tenants on the tier whose buckets changed to match it.
     tenants_updated: u32,
     #[serde(flatten)]
     changes: BucketChanges,
+    /// The closed record of each bucket retired from the tier's tenants
+    /// (that would be, in a dry run): their totals.
+    retired: Vec<ClosedJson>,
 }
 
 /// What `tier delete --json` prints (`DeleteTier` answers nothing else).
@@ -466,6 +590,9 @@ struct ApplyJson {
     /// Tiers created, changed or deleted (or that would be, in a dry run).
     changes: usize,
     tiers: Vec<AppliedTier>,
+    /// The closed record of each bucket retired from the tiers' tenants
+    /// (that would be, in a dry run): their totals.
+    retired: Vec<ClosedJson>,
 }
 
 #[derive(Debug, Serialize)]
@@ -572,7 +699,12 @@ fn list_text(views: &[TierJson]) -> String {
 }
 
 fn put_text(view: &PutTierJson) -> String {
-    let mut text = if view.created {
+    let mut text = if view.dry_run {
+        format!(
+            "would update tier {} ({} tenants to update; dry run: nothing changed)",
+            view.tier.name, view.tenants_updated
+        )
+    } else if view.created {
         format!("created tier {}", view.tier.name)
     } else {
         format!(
@@ -586,6 +718,15 @@ fn put_text(view: &PutTierJson) -> String {
     for line in view.changes.lines() {
         text.push('\n');
         text.push_str(&line);
+    }
+    if !view.retired.is_empty() {
+        let verb = if view.dry_run {
+            "would retire"
+        } else {
+            "retired"
+        };
+        text.push('\n');
+        text.push_str(&closing::retiring_text(verb, &view.retired));
     }
     text
 }
@@ -642,6 +783,14 @@ fn apply_text(report: &ApplyJson) -> String {
         count(Action::Unchanged),
         count(Action::Deleted),
     );
+    if !report.retired.is_empty() {
+        let verb = if report.dry_run {
+            "would retire"
+        } else {
+            "retired"
+        };
+        let _ = writeln!(text, "{}", closing::retiring_text(verb, &report.retired));
+    }
     let file = &report.file;
     let _ = if report.dry_run {
         write!(
@@ -713,6 +862,7 @@ mod tests {
                     change,
                 })
                 .collect(),
+            retired: Vec::new(),
         }
     }
 

@@ -229,7 +229,12 @@ fn tenant_delete_json_names_the_deleted_tenant_and_a_failed_delete_prints_nothin
     server.ok(&["tenant", "show", "--tenant", "gone", "--bucket", ""]);
 
     let deleted = server.json(&["tenant", "delete", "--tenant", "gone", "--yes", "--json"]);
-    assert_eq!(deleted, json!({"tenant_id": "gone", "deleted": true}));
+    assert_eq!(deleted["tenant_id"], "gone");
+    assert_eq!(deleted["deleted"], true);
+    let closed = deleted["closed"].as_array().expect("closed records");
+    assert_eq!(closed.len(), 1, "{deleted:#}");
+    assert_eq!(closed[0]["bucket"], "");
+    assert_eq!(closed[0]["reason"], "tenant-deleted");
     assert_failed_with(
         &server.tollgate(&[
             "tenant", "show", "--tenant", "gone", "--bucket", "", "--json",

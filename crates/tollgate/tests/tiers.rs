@@ -183,14 +183,14 @@ fn tier_create_show_list_update_and_delete_round_trip() {
         "tier team does not exist",
     );
 
-    let deleted = server.json(&["tier", "delete", "--tier", "pro", "--json"]);
+    let deleted = server.json(&["tier", "delete", "--tier", "pro", "--yes", "--json"]);
     assert_eq!(deleted, serde_json::json!({"name": "pro", "deleted": true}));
     assert_failed_with(
         &server.tollgate(&["tier", "show", "--tier", "pro"]),
         "NotFound",
     );
     assert_failed_with(
-        &server.tollgate(&["tier", "delete", "--tier", "pro"]),
+        &server.tollgate(&["tier", "delete", "--tier", "pro", "--yes"]),
         "NotFound",
     );
     let listed = server.json(&["tier", "list", "--json"]);
@@ -443,7 +443,7 @@ fn set_tier_changes_limits_carries_tokens_over_capped_at_the_burst_and_retires_d
     assert_eq!(grant["granted_tokens"], 900.0);
 
     let moved = server.json(&[
-        "tenant", "set-tier", "--tenant", "t1234", "--tier", "free", "--json",
+        "tenant", "set-tier", "--tenant", "t1234", "--tier", "free", "--yes", "--json",
     ]);
     assert_eq!(moved["tenant"]["tier"], "free");
     assert_eq!(moved["created"], serde_json::json!([]));
@@ -578,7 +578,7 @@ fn an_override_survives_a_set_tier_and_is_gone_after_override_clear() {
     assert_eq!(limits(&export), (2.0, 30.0));
     assert!(number(&export["current_tokens"]) >= 7.0, "{export:#}");
     server.ok(&[
-        "tenant", "override", "clear", "--tenant", "t1234", "--bucket", "export",
+        "tenant", "override", "clear", "--tenant", "t1234", "--bucket", "export", "--yes",
     ]);
     assert_eq!(
         names(&tier_buckets(&server, "t1234"), "bucket"),
@@ -593,7 +593,7 @@ fn a_tier_in_use_cannot_be_deleted() {
     create_tier(&server, "free", &["schedule-email=1/10"]);
     server.ok(&["tenant", "create", "--tenant", "t1234", "--tier", "pro"]);
 
-    let refused = server.tollgate(&["tier", "delete", "--tier", "pro"]);
+    let refused = server.tollgate(&["tier", "delete", "--tier", "pro", "--yes"]);
     assert_failed_with(&refused, "FailedPrecondition");
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("t1234"),
@@ -602,7 +602,7 @@ fn a_tier_in_use_cannot_be_deleted() {
     server.ok(&["tier", "show", "--tier", "pro"]);
 
     server.ok(&["tenant", "set-tier", "--tenant", "t1234", "--tier", "free"]);
-    server.ok(&["tier", "delete", "--tier", "pro"]);
+    server.ok(&["tier", "delete", "--tier", "pro", "--yes"]);
     assert_eq!(
         names(&server.json(&["tier", "list", "--json"]), "name"),
         ["free"]

@@ -530,3 +530,55 @@ fn buckets_and_tables_are_checked_by_the_same_rules() {
     .expect_err("too many");
     assert_eq!(err.reason, "at most 1000 buckets per tier");
 }
+
+/// A closed record keeps the row's last limits, its totals exactly and
+/// when it was created, and says when, why and by whom it was closed.
+#[test]
+fn a_closed_record_keeps_the_rows_limits_and_exact_totals() {
+    let mut row = BucketRow::new(def(3.0, 30.0).limits, 30.0, true, at(10.0));
+    row.totals.consumption.request_unit_micros = 1_234_567_891_234;
+    row.totals.consumption.cpu_micros = 7;
+    row.totals.granted_tokens = 0.1 + 0.2;
+    row.state.tokens = -4.0;
+    let key = BucketKey::new(tenant(), name("export"));
+    let by = ClosedBy {
+        actor: Some("alice".into()),
+        operator: None,
+        peer: Some("10.0.0.7:51234".into()),
+    };
+    let closed = close_bucket(&key, &row, CloseReason::TierRedefined, &by, at(99.0));
+    assert_eq!(closed.tenant, tenant());
+    assert_eq!(closed.bucket, name("export"));
+    assert_eq!(closed.closed_at, at(99.0));
+    assert_eq!(closed.reason, CloseReason::TierRedefined);
+    assert_eq!(closed.closed_by, by);
+    assert_eq!(closed.limits, row.state.limits);
+    assert_eq!(closed.totals, row.totals);
+    assert_eq!(closed.created_at, at(10.0));
+    assert_eq!(closed.reason.name(), "tier-redefined");
+}
+
+#[test]
+fn each_change_closes_for_its_own_reason() {
+    let cases = [
+        (
+            TenantChange::SetTier {
+                tier: tier_name("free"),
+            },
+            CloseReason::TierChange,
+        ),
+        (
+            TenantChange::Reapply { previous: None },
+            CloseReason::TierRedefined,
+        ),
+        (
+            TenantChange::ClearOverride {
+                bucket: name("export"),
+            },
+            CloseReason::OverrideCleared,
+        ),
+    ];
+    for (change, reason) in cases {
+        assert_eq!(change.close_reason(), reason, "{change:?}");
+    }
+}

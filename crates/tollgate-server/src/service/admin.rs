@@ -13,7 +13,9 @@ use tonic::{Request, Response, Status};
 
 use super::audit::{self, Caller};
 use super::{convert, edge, invalid, status};
-use crate::store::{BucketSnapshot, KeyBucketSnapshot, Store, StoreError, TenantChangeOutcome};
+use crate::store::{
+    AdminCall, BucketSnapshot, KeyBucketSnapshot, Store, StoreError, TenantChangeOutcome,
+};
 use crate::telemetry::Metrics;
 use crate::telemetry::check_rates::CheckRates;
 
@@ -70,20 +72,28 @@ impl AdminService {
             .collect()
     }
 
-    /// Applies a tenant change and logs it.
+    /// Applies a tenant change and logs it; a dry run changes nothing
+    /// and is not logged.
     async fn change(
         &self,
         caller: &Caller,
         operation: &'static str,
         tenant: &TenantId,
         change: TenantChange,
+        dry_run: bool,
     ) -> Result<TenantChangeOutcome, Status> {
+        let call = AdminCall {
+            by: caller.closed_by(),
+            dry_run,
+        };
         let outcome = self
             .store
-            .change_tenant(tenant, &change)
+            .change_tenant_by(tenant, &change, &call)
             .await
             .map_err(|e| status(operation, e))?;
-        audit::tenant_changed(caller, operation, &outcome);
+        if !dry_run {
+            audit::tenant_changed(caller, operation, &outcome);
+        }
         Ok(outcome)
     }
 }
@@ -131,16 +141,7 @@ impl admin_server::Admin for AdminService {
     ) -> Result<Response<v1::ListTenantsResponse>, Status> {
         edge::enter(&request)?;
         let req = request.into_inner();
-        let page_size = match req.page_size {
-            0 => DEFAULT_PAGE_SIZE,
-            n if n > MAX_PAGE_SIZE => {
-                return Err(invalid(InvalidInput::new(
-                    "page_size",
-                    format!("must be at most {MAX_PAGE_SIZE}, got {n}"),
-                )));
-            }
-            n => n,
-        };
+        let page_size = page_size(req.page_size)?;
         let after = match req.page_token.as_str() {
             "" => None,
             token => Some(page_token::parse(token).map_err(invalid)?),
@@ -248,14 +249,65 @@ impl admin_server::Admin for AdminService {
     ) -> Result<Response<v1::DeleteTenantResponse>, Status> {
         edge::enter(&request)?;
         let caller = Caller::of(&request);
-        let tenant = convert::tenant_id(&request.into_inner().tenant_id).map_err(invalid)?;
+        let req = request.into_inner();
+        let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+        let call = AdminCall {
+            by: caller.closed_by(),
+            dry_run: req.dry_run,
+        };
         let deleted = self
             .store
-            .delete_tenant(&tenant)
+            .delete_tenant_by(&tenant, &call)
             .await
             .map_err(|e| status("delete tenant", e))?;
-        audit::tenant_deleted(&caller, &tenant, &deleted);
-        Ok(Response::new(v1::DeleteTenantResponse {}))
+        if !req.dry_run {
+            audit::tenant_deleted(&caller, &tenant, &deleted.buckets);
+        }
+        Ok(Response::new(v1::DeleteTenantResponse {
+            closed: deleted
+                .closed
+                .iter()
+                .map(convert::closed_to_proto)
+                .collect(),
+        }))
+    }
+
+    async fn list_closed_buckets(
+        &self,
+        request: Request<v1::ListClosedBucketsRequest>,
+    ) -> Result<Response<v1::ListClosedBucketsResponse>, Status> {
+        edge::enter(&request)?;
+        let req = request.into_inner();
+        let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+        let page_size = page_size(req.page_size)? as usize;
+        let after = match req.page_token.as_str() {
+            "" => 0,
+            token => token.parse::<u64>().map_err(|_| {
+                invalid(InvalidInput::new(
+                    "page_token",
+                    "must be a token from a previous response",
+                ))
+            })?,
+        };
+        // One more than asked tells whether another page follows.
+        let mut closed = self
+            .store
+            .list_closed(&tenant, after, page_size + 1)
+            .await
+            .map_err(|e| status("list closed buckets", e))?;
+        let next_page_token = if closed.len() > page_size {
+            closed.truncate(page_size);
+            closed.last().map(|c| c.seq.to_string()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(v1::ListClosedBucketsResponse {
+            closed: closed
+                .iter()
+                .map(|c| convert::closed_to_proto(&c.closed))
+                .collect(),
+            next_page_token,
+        }))
     }
 
     async fn put_tier(
@@ -264,17 +316,29 @@ impl admin_server::Admin for AdminService {
     ) -> Result<Response<v1::PutTierResponse>, Status> {
         edge::enter(&request)?;
         let caller = Caller::of(&request);
-        let (name, tier) = convert::tier_from_proto(request.into_inner().tier).map_err(invalid)?;
+        let req = request.into_inner();
+        let (name, tier) = convert::tier_from_proto(req.tier).map_err(invalid)?;
+        let call = AdminCall {
+            by: caller.closed_by(),
+            dry_run: req.dry_run,
+        };
         let outcome = self
             .store
-            .put_tier(&name, &tier)
+            .put_tier_by(&name, &tier, &call)
             .await
             .map_err(|e| status("put tier", e))?;
-        audit::tier_put(&caller, &name, &outcome);
+        if !req.dry_run {
+            audit::tier_put(&caller, &name, &outcome);
+        }
         Ok(Response::new(v1::PutTierResponse {
             tier: Some(convert::tier_to_proto(&name, &outcome.tier)),
             created: outcome.created,
             tenants_updated: u32::try_from(outcome.tenants.len()).unwrap_or(u32::MAX),
+            closed: outcome
+                .tenants
+                .iter()
+                .flat_map(|t| t.closed.iter().map(convert::closed_to_proto))
+                .collect(),
         }))
     }
 
@@ -342,6 +406,7 @@ impl admin_server::Admin for AdminService {
                 "create_tenant",
                 &tenant,
                 TenantChange::Create { tier },
+                false,
             )
             .await?;
         Ok(Response::new(v1::CreateTenantResponse {
@@ -364,6 +429,7 @@ impl admin_server::Admin for AdminService {
                 "set_tenant_tier",
                 &tenant,
                 TenantChange::SetTier { tier },
+                req.dry_run,
             )
             .await?;
         let names = |names: &[BucketName]| names.iter().map(ToString::to_string).collect();
@@ -375,6 +441,11 @@ impl admin_server::Admin for AdminService {
                 .retired
                 .iter()
                 .map(|b| b.key.bucket.to_string())
+                .collect(),
+            closed: outcome
+                .closed
+                .iter()
+                .map(convert::closed_to_proto)
                 .collect(),
         }))
     }
@@ -396,7 +467,7 @@ impl admin_server::Admin for AdminService {
         };
         change.validate().map_err(invalid)?;
         let outcome = self
-            .change(&caller, "set_bucket_override", &tenant, change)
+            .change(&caller, "set_bucket_override", &tenant, change, false)
             .await?;
         Ok(Response::new(v1::SetBucketOverrideResponse {
             tenant: Some(convert::tenant_view_to_proto(&outcome.view)),
@@ -416,10 +487,21 @@ impl admin_server::Admin for AdminService {
         };
         change.validate().map_err(invalid)?;
         let outcome = self
-            .change(&caller, "clear_bucket_override", &tenant, change)
+            .change(
+                &caller,
+                "clear_bucket_override",
+                &tenant,
+                change,
+                req.dry_run,
+            )
             .await?;
         Ok(Response::new(v1::ClearBucketOverrideResponse {
             tenant: Some(convert::tenant_view_to_proto(&outcome.view)),
+            closed: outcome
+                .closed
+                .iter()
+                .map(convert::closed_to_proto)
+                .collect(),
         }))
     }
 
@@ -439,7 +521,7 @@ impl admin_server::Admin for AdminService {
         limits.validate("limits").map_err(invalid)?;
         let change = TenantChange::SetTableLimits { table, limits };
         let outcome = self
-            .change(&caller, "set_table_limits", &tenant, change)
+            .change(&caller, "set_table_limits", &tenant, change, false)
             .await?;
         Ok(Response::new(v1::SetTableLimitsResponse {
             tenant: Some(convert::tenant_view_to_proto(&outcome.view)),
@@ -458,7 +540,7 @@ impl admin_server::Admin for AdminService {
             table: TableName::parse("table", &req.table).map_err(invalid)?,
         };
         let outcome = self
-            .change(&caller, "clear_table_limits", &tenant, change)
+            .change(&caller, "clear_table_limits", &tenant, change, false)
             .await?;
         Ok(Response::new(v1::ClearTableLimitsResponse {
             tenant: Some(convert::tenant_view_to_proto(&outcome.view)),
@@ -491,6 +573,19 @@ impl admin_server::Admin for AdminService {
         Ok(Response::new(v1::DescribeTenantResponse {
             tenant: Some(described),
         }))
+    }
+}
+
+/// A request's page size: 0 means [`DEFAULT_PAGE_SIZE`], more than
+/// [`MAX_PAGE_SIZE`] is refused.
+fn page_size(asked: u32) -> Result<u32, Status> {
+    match asked {
+        0 => Ok(DEFAULT_PAGE_SIZE),
+        n if n > MAX_PAGE_SIZE => Err(invalid(InvalidInput::new(
+            "page_size",
+            format!("must be at most {MAX_PAGE_SIZE}, got {n}"),
+        ))),
+        n => Ok(n),
     }
 }
 

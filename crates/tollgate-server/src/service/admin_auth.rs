@@ -34,10 +34,11 @@ use crate::telemetry::Metrics;
 /// The `Admin` methods a read-only token may call: those that change
 /// nothing. Every method not listed needs an operator, so a method added
 /// later is closed to read-only tokens until it is listed here.
-pub const READ_ONLY_METHODS: [&str; 6] = [
+pub const READ_ONLY_METHODS: [&str; 7] = [
     "GetTenant",
     "ListTenants",
     "ListKeyBuckets",
+    "ListClosedBuckets",
     "GetTier",
     "ListTiers",
     "DescribeTenant",

@@ -16,6 +16,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 
+use tollgate_core::tier::ClosedBy;
 use tollgate_core::{BucketKey, LimitsUpdate, TenantId, TierName};
 use tollgate_proto::{ACTOR_METADATA, MAX_ACTOR_LEN};
 use tonic::Request;
@@ -54,6 +55,15 @@ impl Caller {
                 .extensions()
                 .get::<super::Operator>()
                 .map(|o| o.0.clone()),
+        }
+    }
+
+    /// Who asked, as a closed record keeps it.
+    pub(super) fn closed_by(&self) -> ClosedBy {
+        ClosedBy {
+            actor: self.actor().map(str::to_owned),
+            operator: self.operator.clone(),
+            peer: self.peer.map(|p| p.to_string()),
         }
     }
 
@@ -260,7 +270,7 @@ fn joined<T: fmt::Display>(names: impl IntoIterator<Item = T>) -> String {
 }
 
 /// Logs what each retired bucket was when it went: every cumulative
-/// total, exactly, since the line is all that remains of them.
+/// total, exactly, as its closed record in the store keeps them.
 fn bucket_retired(caller: &Caller, operation: &'static str, retired: &[BucketSnapshot]) {
     for bucket in retired {
         let totals = &bucket.head.totals;

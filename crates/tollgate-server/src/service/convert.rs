@@ -13,7 +13,9 @@ use tollgate_proto::v1;
 use tollgate_core::key_bucket::{CallAnswer, KeyReading};
 use tollgate_core::partition::TableLimits;
 use tollgate_core::rate_window::WindowRates;
-use tollgate_core::tier::{BucketDefinition, BucketKind, DefinedBy, Tier, table_limits};
+use tollgate_core::tier::{
+    BucketDefinition, BucketKind, CloseReason, ClosedBucket, DefinedBy, Tier, table_limits,
+};
 use tollgate_core::{TableName, TierName};
 
 use crate::store::{BucketSnapshot, KeyBucketSnapshot, TenantView};
@@ -193,6 +195,33 @@ pub fn bucket_to_proto(snapshot: &BucketSnapshot) -> v1::Tenant {
         created_at: Some(timestamp_to_proto(state.created_at)),
         updated_at: Some(timestamp_to_proto(state.updated_at)),
         granted_tokens: totals.granted_tokens,
+    }
+}
+
+/// A closed record as the wire's `ClosedBucket`.
+pub fn closed_to_proto(closed: &ClosedBucket) -> v1::ClosedBucket {
+    let by = &closed.closed_by;
+    v1::ClosedBucket {
+        tenant_id: closed.tenant.to_string(),
+        bucket: closed.bucket.to_string(),
+        closed_at: Some(timestamp_to_proto(closed.closed_at)),
+        reason: match closed.reason {
+            CloseReason::TierChange => v1::CloseReason::TierChange,
+            CloseReason::TierRedefined => v1::CloseReason::TierRedefined,
+            CloseReason::OverrideCleared => v1::CloseReason::OverrideCleared,
+            CloseReason::TenantDeleted => v1::CloseReason::TenantDeleted,
+        }
+        .into(),
+        actor: by.actor.clone().unwrap_or_default(),
+        operator: by.operator.clone().unwrap_or_default(),
+        peer: by.peer.clone().unwrap_or_default(),
+        limits: Some(v1::ResourceLimits {
+            refill_rate: closed.limits.refill_rate,
+            burst_limit: closed.limits.burst_limit,
+        }),
+        consumption: Some((&closed.totals.consumption).into()),
+        granted_tokens: closed.totals.granted_tokens,
+        created_at: Some(timestamp_to_proto(closed.created_at)),
     }
 }
 

@@ -12,8 +12,8 @@
 //! Token-bucket requests run the transaction script of
 //! `tollgate_core::transaction`; this module only reads and writes rows.
 //!
-//! Layout (schema version 3):
-//! - `meta`: `"schema_version"` → 3
+//! Layout (schema version 4):
+//! - `meta`: `"schema_version"` → 4
 //! - `buckets`: (tenant id, bucket name) → JSON [`BucketRow`] (the head
 //!   row, instance 0)
 //! - `bucket_instances`: (tenant id, bucket name, instance id) → JSON
@@ -21,6 +21,10 @@
 //! - `tiers`: tier name → JSON [`Tier`]
 //! - `tenant_records`: tenant id → JSON [`TenantRecord`] (its tier and
 //!   overrides; only for tenants put on a tier or given an override)
+//! - `closed_buckets`: (tenant id, sequence number) → JSON
+//!   [`ClosedBucket`]: what is kept of each bucket retired or deleted,
+//!   numbered from 1 per tenant in the order they were closed; never
+//!   deleted but by an import that replaces the store
 //!
 //! - `keys`, `key_requests`: per-key buckets and the records of checks
 //!   kept for retries (see [`keys`]); created when missing, so a version
@@ -29,7 +33,12 @@
 //! Older files are converted when opened, in one transaction with the
 //! version change: version 1 kept request units and CPU seconds as
 //! floating-point totals ([`migrate_v1_totals`]); versions 1 and 2 kept one
-//! bucket per tenant, keyed by tenant id alone ([`migrate_v2_keys`]).
+//! bucket per tenant, keyed by tenant id alone ([`migrate_v2_keys`]);
+//! version 3 had no closed buckets (the conversion creates the table).
+//!
+//! A dry run (`AdminCall::dry_run`) runs in a write transaction of its own,
+//! apart from the batch it was queued with, and is aborted instead of
+//! committed.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -43,7 +52,10 @@ use tokio::sync::{mpsc, oneshot};
 use tollgate_core::global_bucket::{self, IdRange};
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::partition::{self, Exchange, ExchangeAnswer, PartitionReports};
-use tollgate_core::tier::{self, LoadedTenant, TenantChange, TenantRecord, Tier, TierError};
+use tollgate_core::tier::{
+    self, CloseReason, ClosedBucket, ClosedBy, LoadedTenant, TenantChange, TenantRecord, Tier,
+    TierError,
+};
 use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
     BucketKey, BucketName, BucketRow, Grant, InstanceState, LimitsUpdate, TenantId, TierName,
@@ -54,18 +66,20 @@ mod image;
 mod keys;
 
 use super::{
-    BucketSettings, BucketSnapshot, Counters, Counts, KeyBucketSnapshot, KeyCounts, KeySweep,
-    LimitsChange, PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage,
-    StoreStats, TenantChangeOutcome, TenantView,
+    AdminCall, BucketSettings, BucketSnapshot, ClosedEntry, Counters, Counts, DeletedTenant,
+    KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange, PutTierOutcome, RecordSink, Stage,
+    Stopwatch, Store, StoreError, StoreImage, StoreStats, TenantChangeOutcome, TenantView,
 };
 
-const SCHEMA_VERSION: u64 = 3;
+const SCHEMA_VERSION: u64 = 4;
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const BUCKETS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("buckets");
 const INSTANCES: TableDefinition<(&str, &str, u32), &[u8]> =
     TableDefinition::new("bucket_instances");
 const TIERS: TableDefinition<&str, &[u8]> = TableDefinition::new("tiers");
 const TENANT_RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenant_records");
+/// Closed buckets by (tenant id, sequence number); see the module's docs.
+const CLOSED_BUCKETS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("closed_buckets");
 /// Each tenant's fresh hot-partition reports (`PartitionReports`), for
 /// coordinated partition limits. Added without a schema version: a file
 /// without the table gets it, empty, when opened.
@@ -125,6 +139,8 @@ trait PendingWrite: Send {
     fn answer(self: Box<Self>, batch_failure: Option<&str>);
     /// When it was queued.
     fn queued_at(&self) -> Instant;
+    /// True for a dry run: applied in a transaction of its own, aborted.
+    fn dry_run(&self) -> bool;
 }
 
 type Work<T> = Box<
@@ -134,6 +150,7 @@ type Work<T> = Box<
 
 struct Write<T> {
     work: Option<Work<T>>,
+    dry_run: bool,
     result: Option<Result<T, StoreError>>,
     reply: oneshot::Sender<Result<T, StoreError>>,
     queued_at: Instant,
@@ -175,6 +192,10 @@ impl<T: Send> PendingWrite for Write<T> {
 
     fn queued_at(&self) -> Instant {
         self.queued_at
+    }
+
+    fn dry_run(&self) -> bool {
+        self.dry_run
     }
 }
 
@@ -247,9 +268,20 @@ impl EmbeddedStore {
     }
 
     async fn write<T: Send + 'static>(&self, work: Work<T>) -> Result<T, StoreError> {
+        self.write_as(work, false).await
+    }
+
+    /// [`EmbeddedStore::write`], or with `dry_run` the same work in a
+    /// transaction that is aborted.
+    async fn write_as<T: Send + 'static>(
+        &self,
+        work: Work<T>,
+        dry_run: bool,
+    ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
         let op = Box::new(Write {
             work: Some(work),
+            dry_run,
             result: None,
             reply,
             queued_at: Instant::now(),
@@ -308,11 +340,14 @@ fn init_schema(db: &Database) -> Result<(), StoreError> {
             .map(|v| v.value());
         match found {
             None | Some(SCHEMA_VERSION) => {}
-            Some(from @ (1 | 2)) => {
+            // Version 3 → 4 only adds the closed buckets table, made below.
+            Some(from @ (1..=3)) => {
                 if from == 1 {
                     migrate_v1_totals(&txn)?;
                 }
-                migrate_v2_keys(&txn)?;
+                if from <= 2 {
+                    migrate_v2_keys(&txn)?;
+                }
                 tracing::info!(
                     from,
                     to = SCHEMA_VERSION,
@@ -338,6 +373,8 @@ fn init_schema(db: &Database) -> Result<(), StoreError> {
             .map_err(storage("create tiers table"))?;
         txn.open_table(TENANT_RECORDS)
             .map_err(storage("create tenant records table"))?;
+        txn.open_table(CLOSED_BUCKETS)
+            .map_err(storage("create closed buckets table"))?;
         txn.open_table(PARTITION_REPORTS)
             .map_err(storage("create partition reports table"))?;
         txn.open_table(keys::KEYS)
@@ -473,6 +510,18 @@ impl Writer {
                     .iter()
                     .map(|op| started.duration_since(op.queued_at())),
             );
+            let (dry_runs, writes): (Vec<_>, Vec<_>) = batch.drain(..).partition(|op| op.dry_run());
+            batch.extend(writes);
+            for mut op in dry_runs {
+                let failure = self.roll_back(op.as_mut()).err().map(|e| {
+                    tracing::error!(error = %e, "embedded store: dry run failed");
+                    e.to_string()
+                });
+                op.answer(failure.as_deref());
+            }
+            if batch.is_empty() {
+                continue;
+            }
             let failure = self.commit_batch(&mut batch).err().map(|e| {
                 tracing::error!(error = %e, ops = batch.len(), "embedded store: write batch failed, nothing committed");
                 e.to_string()
@@ -505,6 +554,17 @@ impl Writer {
         txn.commit().map_err(storage("commit write transaction"))?;
         stopwatch.lap(Stage::Commit);
         Ok(())
+    }
+
+    /// Runs a dry run in a transaction of its own and aborts it.
+    fn roll_back(&self, op: &mut dyn PendingWrite) -> Result<(), StoreError> {
+        let now = (self.clock)();
+        let txn = self
+            .db
+            .begin_write()
+            .map_err(storage("begin write transaction"))?;
+        op.apply(self, &txn, now)?;
+        txn.abort().map_err(storage("abort a dry run"))
     }
 
     /// One request, by the script of `tollgate_core::transaction`.
@@ -699,9 +759,10 @@ fn bucket_name(stored: &str) -> Result<BucketName, StoreError> {
 fn delete(
     txn: &WriteTransaction,
     tenant: &TenantId,
+    by: &ClosedBy,
     now: Timestamp,
     inactivity_timeout: Duration,
-) -> Result<Result<Vec<BucketSnapshot>, StoreError>, StoreError> {
+) -> Result<Result<DeletedTenant, StoreError>, StoreError> {
     let mut buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
     let mut instances = txn
         .open_table(INSTANCES)
@@ -722,16 +783,76 @@ fn delete(
         .map_err(storage("open partition reports"))?
         .remove(tenant.as_str())
         .map_err(storage("delete partition reports"))?;
-    for (key, _) in &heads {
+    let mut closed = Vec::with_capacity(heads.len());
+    for (key, head) in &heads {
         buckets
             .remove((key.tenant.as_str(), key.bucket.as_str()))
             .map_err(storage("delete bucket row"))?;
         delete_instances(&mut instances, key)?;
+        closed.push(tier::close_bucket(
+            key,
+            head,
+            CloseReason::TenantDeleted,
+            by,
+            now,
+        ));
     }
-    Ok(Ok(heads
-        .into_iter()
-        .map(|head| head_snapshot(head, now, inactivity_timeout))
-        .collect()))
+    write_closed(txn, &closed)?;
+    Ok(Ok(DeletedTenant {
+        buckets: heads
+            .into_iter()
+            .map(|head| head_snapshot(head, now, inactivity_timeout))
+            .collect(),
+        closed,
+    }))
+}
+
+/// Appends closed records, each numbered after its tenant's last.
+fn write_closed(txn: &WriteTransaction, closed: &[ClosedBucket]) -> Result<(), StoreError> {
+    let mut table = txn
+        .open_table(CLOSED_BUCKETS)
+        .map_err(storage("open closed buckets"))?;
+    for record in closed {
+        let t = record.tenant.as_str();
+        let last = table
+            .range((t, 0)..=(t, u64::MAX))
+            .map_err(storage("read closed buckets"))?
+            .next_back()
+            .transpose()
+            .map_err(storage("read closed buckets"))?
+            .map_or(0, |(key, _)| key.value().1);
+        let bytes = encode("encode closed bucket", record)?;
+        table
+            .insert((t, last + 1), bytes.as_slice())
+            .map_err(storage("write closed bucket"))?;
+    }
+    Ok(())
+}
+
+/// A tenant's closed records numbered above `after`, at most `limit`.
+fn read_closed(
+    table: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+    tenant: &TenantId,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<ClosedEntry>, StoreError> {
+    let t = tenant.as_str();
+    let Some(from) = after.checked_add(1) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for entry in table
+        .range((t, from)..=(t, u64::MAX))
+        .map_err(storage("read closed buckets"))?
+        .take(limit)
+    {
+        let (key, bytes) = entry.map_err(storage("read closed buckets"))?;
+        out.push(ClosedEntry {
+            seq: key.value().1,
+            closed: decode("decode closed bucket", bytes.value())?,
+        });
+    }
+    Ok(out)
 }
 
 fn read_head(
@@ -835,6 +956,7 @@ fn change_one(
     txn: &WriteTransaction,
     tenant: &TenantId,
     change: &TenantChange,
+    by: &ClosedBy,
     now: Timestamp,
     inactivity_timeout: Duration,
 ) -> Result<Result<TenantChangeOutcome, StoreError>, StoreError> {
@@ -860,12 +982,20 @@ fn change_one(
         write_head(&mut buckets, &key(name), head)?;
     }
     let mut retired = Vec::new();
+    let mut closed = Vec::new();
     for name in &edit.retired {
         if let Some(head) = loaded.buckets.get(name) {
             buckets
                 .remove((tenant.as_str(), name.as_str()))
                 .map_err(storage("delete bucket row"))?;
             delete_instances(&mut instances, &key(name))?;
+            closed.push(tier::close_bucket(
+                &key(name),
+                head,
+                change.close_reason(),
+                by,
+                now,
+            ));
             retired.push(head_snapshot(
                 (key(name), head.clone()),
                 now,
@@ -873,6 +1003,7 @@ fn change_one(
             ));
         }
     }
+    write_closed(txn, &closed)?;
     let view_buckets = tenant_heads(&buckets, tenant)?
         .into_iter()
         .map(|head| head_snapshot(head, now, inactivity_timeout))
@@ -886,6 +1017,7 @@ fn change_one(
         created: edit.created.into_keys().collect(),
         changed: edit.changed.into_keys().collect(),
         retired,
+        closed,
     }))
 }
 
@@ -963,6 +1095,7 @@ fn put_tier(
     txn: &WriteTransaction,
     name: &TierName,
     tier: &Tier,
+    by: &ClosedBy,
     now: Timestamp,
     inactivity_timeout: Duration,
 ) -> Result<Result<PutTierOutcome, StoreError>, StoreError> {
@@ -986,7 +1119,7 @@ fn put_tier(
         previous: before.clone(),
     };
     for tenant in on_tier {
-        match change_one(txn, &tenant, &reapply, now, inactivity_timeout)? {
+        match change_one(txn, &tenant, &reapply, by, now, inactivity_timeout)? {
             Ok(outcome) => {
                 if !(outcome.created.is_empty()
                     && outcome.changed.is_empty()
@@ -1157,23 +1290,51 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn delete_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError> {
-        let tenant = tenant.clone();
-        self.write(Box::new(move |writer, txn, now| {
-            delete(txn, &tenant, now, writer.inactivity_timeout())
-        }))
+    async fn delete_tenant_by(
+        &self,
+        tenant: &TenantId,
+        call: &AdminCall,
+    ) -> Result<DeletedTenant, StoreError> {
+        let (tenant, by) = (tenant.clone(), call.by.clone());
+        self.write_as(
+            Box::new(move |writer, txn, now| {
+                delete(txn, &tenant, &by, now, writer.inactivity_timeout())
+            }),
+            call.dry_run,
+        )
         .await
     }
 
-    async fn change_tenant(
+    async fn change_tenant_by(
         &self,
         tenant: &TenantId,
         change: &TenantChange,
+        call: &AdminCall,
     ) -> Result<TenantChangeOutcome, StoreError> {
-        let (tenant, change) = (tenant.clone(), change.clone());
-        self.write(Box::new(move |writer, txn, now| {
-            change_one(txn, &tenant, &change, now, writer.inactivity_timeout())
-        }))
+        let (tenant, change, by) = (tenant.clone(), change.clone(), call.by.clone());
+        self.write_as(
+            Box::new(move |writer, txn, now| {
+                change_one(txn, &tenant, &change, &by, now, writer.inactivity_timeout())
+            }),
+            call.dry_run,
+        )
+        .await
+    }
+
+    async fn list_closed(
+        &self,
+        tenant: &TenantId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<ClosedEntry>, StoreError> {
+        let tenant = tenant.clone();
+        self.read(move |db, _| {
+            let txn = db.begin_read().map_err(storage("begin read transaction"))?;
+            let table = txn
+                .open_table(CLOSED_BUCKETS)
+                .map_err(storage("open closed buckets"))?;
+            read_closed(&table, &tenant, after, limit)
+        })
         .await
     }
 
@@ -1203,11 +1364,19 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn put_tier(&self, name: &TierName, tier: &Tier) -> Result<PutTierOutcome, StoreError> {
-        let (name, tier) = (name.clone(), tier.clone());
-        self.write(Box::new(move |writer, txn, now| {
-            put_tier(txn, &name, &tier, now, writer.inactivity_timeout())
-        }))
+    async fn put_tier_by(
+        &self,
+        name: &TierName,
+        tier: &Tier,
+        call: &AdminCall,
+    ) -> Result<PutTierOutcome, StoreError> {
+        let (name, tier, by) = (name.clone(), tier.clone(), call.by.clone());
+        self.write_as(
+            Box::new(move |writer, txn, now| {
+                put_tier(txn, &name, &tier, &by, now, writer.inactivity_timeout())
+            }),
+            call.dry_run,
+        )
         .await
     }
 
@@ -1433,13 +1602,51 @@ mod tests {
         assert_eq!(migrated.instances, vec![instance_row()]);
         store.close().await.expect("close");
         drop(store);
-        // Opening again finds version 3 and changes nothing.
+        // Opening again finds the current version and changes nothing.
         let store = EmbeddedStore::open(&path, BucketSettings::default()).expect("reopen");
         let again = store.get_tenant(&tenant).await.expect("tenant");
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].head, migrated.head);
         assert_eq!(again[0].instances, migrated.instances);
         store.close().await.expect("close");
+    }
+
+    /// A file written by schema version 3 (no closed buckets) opens as
+    /// version 4: its buckets as they were, and deleting a tenant keeps
+    /// their closed records.
+    #[tokio::test]
+    async fn a_version_3_file_gets_closed_buckets() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v3.redb");
+        {
+            let db = Database::create(&path).expect("create");
+            let txn = db.begin_write().expect("write");
+            {
+                let mut meta = txn.open_table(META).expect("meta");
+                meta.insert("schema_version", 3).expect("version");
+                let mut buckets = txn.open_table(BUCKETS).expect("buckets");
+                let bytes = serde_json::to_vec(&tenant_row()).expect("encode");
+                buckets
+                    .insert(("old", "export"), bytes.as_slice())
+                    .expect("row");
+            }
+            txn.commit().expect("commit");
+        }
+        let store = EmbeddedStore::open(&path, BucketSettings::default()).expect("open");
+        let tenant = TenantId::parse("tenant_id", "old").expect("id");
+        let deleted = store.delete_tenant(&tenant).await.expect("delete");
+        assert_eq!(deleted.len(), 1);
+        let closed = store.list_closed(&tenant, 0, 10).await.expect("closed");
+        assert_eq!(closed.len(), 1);
+        assert_eq!(closed[0].closed.totals, tenant_row().totals);
+        assert_eq!(closed[0].closed.reason, CloseReason::TenantDeleted);
+        store.close().await.expect("close");
+        drop(store);
+        let db = Database::create(&path).expect("reopen");
+        let txn = db.begin_read().expect("read");
+        let meta = txn.open_table(META).expect("meta");
+        let version = meta.get("schema_version").expect("read").map(|v| v.value());
+        assert_eq!(version, Some(SCHEMA_VERSION));
     }
 
     /// A file written by schema version 2 serves on: a pod's retry of its

@@ -18,6 +18,9 @@
 //!   answered once and counted once;
 //! - `key`: per-key buckets below their burst; `check_request`: the
 //!   records of checks kept for retries, for the same reason;
+//! - `closed_bucket`: what is kept of every bucket retired or deleted
+//!   (its last limits and exact totals), by tenant in the order they were
+//!   closed (since format version 2; a version 1 file has none);
 //! - `end`: how many records of each kind came before it, so that a file
 //!   cut short is told from a whole one.
 //!
@@ -31,7 +34,7 @@ use std::io::BufRead;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tollgate_core::key_bucket::{KeyId, KeyWrites, RequestRecord, StoredKey};
-use tollgate_core::tier::{TenantRecord, Tier};
+use tollgate_core::tier::{ClosedBucket, TenantRecord, Tier};
 use tollgate_core::validate::MAX_TOTAL;
 use tollgate_core::{
     BucketKey, BucketName, BucketRow, InstanceState, TenantId, TierName, Timestamp,
@@ -42,7 +45,7 @@ use super::StoreError;
 /// The `format` of the header line.
 pub const FORMAT: &str = "tollgate-store-export";
 /// The newest format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// The first line of an export.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -102,6 +105,7 @@ pub enum Record {
         request_id: String,
         record: RequestRecord,
     },
+    ClosedBucket(ClosedBucket),
     End(Counts),
 }
 
@@ -151,6 +155,9 @@ pub struct Counts {
     pub instances: u64,
     pub keys: u64,
     pub check_requests: u64,
+    /// Absent from the end line of a format version 1 file: none.
+    #[serde(default)]
+    pub closed_buckets: u64,
 }
 
 impl Counts {
@@ -163,6 +170,7 @@ impl Counts {
             Record::Instance { .. } => self.instances += 1,
             Record::Key { .. } => self.keys += 1,
             Record::CheckRequest { .. } => self.check_requests += 1,
+            Record::ClosedBucket(_) => self.closed_buckets += 1,
             Record::Header(_) | Record::End(_) => {}
         }
     }
@@ -174,13 +182,14 @@ impl fmt::Display for Counts {
             |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         write!(
             f,
-            "{}, {}, {}, {}, {}, {}",
+            "{}, {}, {}, {}, {}, {}, {}",
             counted(self.tiers, "tier", "tiers"),
             counted(self.tenants, "tenant record", "tenant records"),
             counted(self.buckets, "bucket", "buckets"),
             counted(self.instances, "instance", "instances"),
             counted(self.keys, "key", "keys"),
             counted(self.check_requests, "check record", "check records"),
+            counted(self.closed_buckets, "closed bucket", "closed buckets"),
         )
     }
 }
@@ -249,6 +258,8 @@ pub struct StoreImage {
     pub buckets: Vec<ImageBucket>,
     /// The keys (`upserts`) and check records (`records`); no deletes.
     pub keys: KeyWrites,
+    /// Closed buckets, by tenant in the order they were closed.
+    pub closed: Vec<ClosedBucket>,
 }
 
 /// Why an export cannot be loaded; nothing was.
@@ -276,6 +287,7 @@ impl StoreImage {
             instances: self.buckets.iter().map(|b| b.instances.len() as u64).sum(),
             keys: self.keys.upserts.len() as u64,
             check_requests: self.keys.records.len() as u64,
+            closed_buckets: self.closed.len() as u64,
         }
     }
 
@@ -448,6 +460,10 @@ impl ImageReader {
                 }
                 self.image.keys.records.push((id, request_id, record));
             }
+            Record::ClosedBucket(closed) => {
+                check_closed(&closed)?;
+                self.image.closed.push(closed);
+            }
             Record::End(counts) => {
                 for (tenant, record) in &self.image.tenants {
                     if let Some(tier) = record.tier.as_ref().filter(|t| !self.tiers.contains(*t)) {
@@ -508,6 +524,37 @@ fn check_head(key: &BucketKey, head: &BucketRow) -> Result<(), String> {
                 "bucket {key}: {name} total {value} is beyond {MAX_TOTAL}"
             ));
         }
+    }
+    Ok(())
+}
+
+/// What a closed record must hold: limits in range, totals within a
+/// BIGINT, closed no earlier than created.
+fn check_closed(closed: &ClosedBucket) -> Result<(), String> {
+    let key = BucketKey::new(closed.tenant.clone(), closed.bucket.clone());
+    closed
+        .limits
+        .validate()
+        .map_err(|e| format!("closed bucket {key}: {e}"))?;
+    for (name, value) in closed.totals.consumption.counters() {
+        if value > MAX_TOTAL {
+            return Err(format!(
+                "closed bucket {key}: {name} total {value} is beyond {MAX_TOTAL}"
+            ));
+        }
+    }
+    let granted = closed.totals.granted_tokens;
+    if !granted.is_finite() || granted < 0.0 {
+        return Err(format!(
+            "closed bucket {key}: granted tokens {granted} must be finite and not negative"
+        ));
+    }
+    if closed.closed_at < closed.created_at {
+        return Err(format!(
+            "closed bucket {key}: closed at {} before it was created at {}",
+            closed.closed_at.unix_micros(),
+            closed.created_at.unix_micros()
+        ));
     }
     Ok(())
 }

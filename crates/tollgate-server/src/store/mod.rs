@@ -24,7 +24,8 @@ use tollgate_core::global_bucket::GlobalBucketConfig;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError, StoredKey};
 use tollgate_core::partition::{Exchange, ExchangeAnswer};
 use tollgate_core::tier::{
-    BucketDefinition, DefinedBy, TenantChange, TenantRecord, Tier, TierError,
+    BucketDefinition, ClosedBucket, ClosedBy, DefinedBy, TenantChange, TenantRecord, Tier,
+    TierError,
 };
 pub use tollgate_core::transaction::{DefaultLimits, UnconfiguredTenants};
 use tollgate_core::{
@@ -97,7 +98,7 @@ pub struct TenantView {
     pub buckets: Vec<BucketSnapshot>,
 }
 
-/// What a tenant change did.
+/// What a tenant change did (or, in a dry run, would do).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TenantChangeOutcome {
     pub view: TenantView,
@@ -105,6 +106,35 @@ pub struct TenantChangeOutcome {
     pub changed: Vec<BucketName>,
     /// The buckets retired, as they were when deleted.
     pub retired: Vec<BucketSnapshot>,
+    /// The closed records written for them, in the same order.
+    pub closed: Vec<ClosedBucket>,
+}
+
+/// Who asks for an operator change, and whether to keep it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AdminCall {
+    /// Written into the closed record of every bucket the change closes.
+    pub by: ClosedBy,
+    /// Run the whole transaction, answer what it did, and roll it back:
+    /// nothing changes.
+    pub dry_run: bool,
+}
+
+/// What deleting a tenant did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeletedTenant {
+    /// Its buckets as they were when deleted, without instances.
+    pub buckets: Vec<BucketSnapshot>,
+    /// The closed record written for each, in the same order.
+    pub closed: Vec<ClosedBucket>,
+}
+
+/// A closed record as a store lists it: `seq` orders a tenant's records
+/// in the order they were closed (the page token of the next page).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClosedEntry {
+    pub seq: u64,
+    pub closed: ClosedBucket,
 }
 
 /// What putting a tier did.
@@ -328,15 +358,50 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Deletes a tenant: all its buckets and their instances, answering
     /// with the buckets as they were when deleted (without instances).
-    async fn delete_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError>;
+    /// Each bucket leaves a closed record.
+    async fn delete_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError> {
+        Ok(self
+            .delete_tenant_by(tenant, &AdminCall::default())
+            .await?
+            .buckets)
+    }
+
+    /// [`Store::delete_tenant`] for `call`: its closed records name who
+    /// asked; a dry run deletes nothing.
+    async fn delete_tenant_by(
+        &self,
+        tenant: &TenantId,
+        call: &AdminCall,
+    ) -> Result<DeletedTenant, StoreError>;
 
     /// Applies a tier or override change to a tenant, in one transaction
-    /// (the rules of `tollgate_core::tier::change_tenant`).
+    /// (the rules of `tollgate_core::tier::change_tenant`); each bucket it
+    /// retires leaves a closed record in the same transaction.
     async fn change_tenant(
         &self,
         tenant: &TenantId,
         change: &TenantChange,
+    ) -> Result<TenantChangeOutcome, StoreError> {
+        self.change_tenant_by(tenant, change, &AdminCall::default())
+            .await
+    }
+
+    /// [`Store::change_tenant`] for `call`.
+    async fn change_tenant_by(
+        &self,
+        tenant: &TenantId,
+        change: &TenantChange,
+        call: &AdminCall,
     ) -> Result<TenantChangeOutcome, StoreError>;
+
+    /// A tenant's closed records with `seq` above `after`, in the order
+    /// they were closed, at most `limit`. Those of a deleted tenant stay.
+    async fn list_closed(
+        &self,
+        tenant: &TenantId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<ClosedEntry>, StoreError>;
 
     /// Reads a tenant's record and buckets; `TenantNotFound` if it has
     /// neither.
@@ -344,7 +409,17 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Creates or replaces a tier and, in the same transaction, brings
     /// every tenant on it in line with the new definition.
-    async fn put_tier(&self, name: &TierName, tier: &Tier) -> Result<PutTierOutcome, StoreError>;
+    async fn put_tier(&self, name: &TierName, tier: &Tier) -> Result<PutTierOutcome, StoreError> {
+        self.put_tier_by(name, tier, &AdminCall::default()).await
+    }
+
+    /// [`Store::put_tier`] for `call`.
+    async fn put_tier_by(
+        &self,
+        name: &TierName,
+        tier: &Tier,
+        call: &AdminCall,
+    ) -> Result<PutTierOutcome, StoreError>;
 
     /// Reads a tier.
     async fn get_tier(&self, name: &TierName) -> Result<Tier, StoreError>;
@@ -392,13 +467,13 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<KeyBucketSnapshot>, StoreError>;
 
     /// Sends a consistent snapshot of the whole store to `sink`: a header,
-    /// every tier, tenant record, bucket with its instances, key and check
-    /// record, and an end line with their counts (the format of
+    /// every tier, tenant record, bucket with its instances, key, check
+    /// record and closed bucket, and an end line with their counts (the format of
     /// [`image`]). Writes nothing.
     async fn export(&self, sink: RecordSink) -> Result<Counts, StoreError>;
 
     /// Loads `image` in one transaction. A store that already holds tiers,
-    /// tenants, buckets or keys is refused with `NotEmpty` unless
+    /// tenants, buckets, keys or closed buckets is refused with `NotEmpty` unless
     /// `replace`, which removes all of it first, in the same transaction.
     async fn import(&self, image: StoreImage, replace: bool) -> Result<Counts, StoreError>;
 

@@ -54,13 +54,14 @@ const LATENCY_BUCKETS: [f64; 14] = [
 ];
 
 /// The methods the RPC metrics name; anything else is `other`.
-const METHODS: [&str; 22] = [
+const METHODS: [&str; 23] = [
     "TokenBucket",
     "UpdateTenantResourceLimits",
     "GetTenant",
     "ListTenants",
     "ListKeyBuckets",
     "DeleteTenant",
+    "ListClosedBuckets",
     "PutTier",
     "GetTier",
     "ListTiers",

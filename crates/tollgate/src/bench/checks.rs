@@ -112,6 +112,7 @@ pub(super) async fn prepare(
                 }],
                 ..v1::Tier::default()
             }),
+            dry_run: false,
         })
         .await
         .map_err(crate::remote::rpc_error)
@@ -130,6 +131,7 @@ pub(super) async fn prepare(
                     .set_tenant_tier(v1::SetTenantTierRequest {
                         tenant_id: tenant.clone(),
                         tier: tier.clone(),
+                        dry_run: false,
                     })
                     .await
                     .map_err(crate::remote::rpc_error)

@@ -6,6 +6,10 @@
 //! overrides and its buckets; the buckets use the same view as `tenant
 //! show`, without instances. `describe` adds its per-key buckets (the
 //! answers of changes carry none).
+//!
+//! `set-tier` and `override clear` first ask the server for a dry run and,
+//! when it would retire buckets, list them with their totals and go on
+//! only when confirmed (`closing`).
 
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -13,7 +17,8 @@ use tollgate_core::TierName;
 use tollgate_proto::v1;
 
 use super::per_key::{self, KeyBucketJson};
-use super::{TenantJson, bucket_label, tenant_json};
+use super::{TenantJson, bucket_label, list_closed, tenant_json};
+use crate::closing::{self, ClosedJson, RetireArgs};
 use crate::output::{self, Table, field};
 use crate::remote::{ActorArg, AdminConnection, rpc_error};
 use crate::tier::{BucketJson, TableLimitsJson, parse_tier_name};
@@ -31,6 +36,16 @@ pub struct OnTierArgs {
     actor: ActorArg,
 }
 
+/// `tenant set-tier`: the tenant and tier, and what to do about buckets
+/// the switch retires.
+#[derive(Debug, Args)]
+pub struct SetTierArgs {
+    #[command(flatten)]
+    on: OnTierArgs,
+    #[command(flatten)]
+    retire: RetireArgs,
+}
+
 #[derive(Debug, Args)]
 pub struct OverrideArgs {
     #[command(subcommand)]
@@ -43,7 +58,11 @@ enum OverrideCommand {
     /// until cleared (the bucket is created if the tenant lacks it).
     Set(OverrideSetArgs),
     /// Remove the override: the bucket returns to its tier's definition,
-    /// or is retired if the tier has none.
+    /// or is retired if the tier has none
+    ///
+    /// A bucket it would retire is listed with its totals first, and the
+    /// bucket name must be typed again (or --yes given); its totals are
+    /// kept as a closed record.
     Clear {
         #[arg(long)]
         tenant: String,
@@ -52,6 +71,8 @@ enum OverrideCommand {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        retire: RetireArgs,
         #[command(flatten)]
         actor: ActorArg,
     },
@@ -199,22 +220,44 @@ pub async fn create(client: &mut AdminConnection, a: OnTierArgs) -> anyhow::Resu
     })
 }
 
-/// `tenant set-tier`: `SetTenantTier`, and which buckets it created,
-/// changed and retired.
-pub async fn set_tier(client: &mut AdminConnection, a: OnTierArgs) -> anyhow::Result<()> {
-    let response = client
-        .set_tenant_tier(a.actor.request(v1::SetTenantTierRequest {
-            tenant_id: a.tenant,
+/// `tenant set-tier`: `SetTenantTier` (a dry run first; with `--dry-run`
+/// only that), and which buckets it created, changed and retired.
+pub async fn set_tier(client: &mut AdminConnection, a: SetTierArgs) -> anyhow::Result<()> {
+    let SetTierArgs { on: a, retire } = a;
+    let request = |dry_run| {
+        a.actor.request(v1::SetTenantTierRequest {
+            tenant_id: a.tenant.clone(),
             tier: a.tier.as_str().to_owned(),
-        }))
+            dry_run,
+        })
+    };
+    let mut response = client
+        .set_tenant_tier(request(true))
         .await
         .map_err(rpc_error)?
         .into_inner();
+    if !retire.dry_run {
+        if !response.closed.is_empty() {
+            closing::confirm(
+                &format!("moving tenant {:?} to tier {}", a.tenant, a.tier),
+                &closing::retiring_text("would retire", &closing::closed_json(&response.closed)),
+                &a.tenant,
+                retire.yes,
+            )?;
+        }
+        response = client
+            .set_tenant_tier(request(false))
+            .await
+            .map_err(rpc_error)?
+            .into_inner();
+    }
     let view = SetTierJson {
         tenant: tenant_tier_json(&response.tenant.unwrap_or_default()),
+        dry_run: retire.dry_run,
         created: response.created,
         changed: response.changed,
         retired: response.retired,
+        closed: closing::closed_json(&response.closed),
     };
     output::print(a.json, &view, set_tier_text)
 }
@@ -249,23 +292,64 @@ pub async fn override_(client: &mut AdminConnection, a: OverrideArgs) -> anyhow:
             tenant,
             bucket,
             json,
+            retire,
             actor,
         } => {
-            let tenant = client
-                .clear_bucket_override(actor.request(v1::ClearBucketOverrideRequest {
-                    tenant_id: tenant,
+            let request = |dry_run| {
+                actor.request(v1::ClearBucketOverrideRequest {
+                    tenant_id: tenant.clone(),
                     bucket: bucket.clone(),
-                }))
+                    dry_run,
+                })
+            };
+            let mut response = client
+                .clear_bucket_override(request(true))
                 .await
                 .map_err(rpc_error)?
-                .into_inner()
-                .tenant
-                .unwrap_or_default();
-            print_changed(
-                json,
-                &tenant,
-                &format!("cleared the override of bucket {bucket}"),
-            )
+                .into_inner();
+            if !retire.dry_run {
+                if !response.closed.is_empty() {
+                    closing::confirm(
+                        &format!("clearing the override of bucket {bucket} of tenant {tenant:?}"),
+                        &closing::retiring_text(
+                            "would retire",
+                            &closing::closed_json(&response.closed),
+                        ),
+                        &bucket,
+                        retire.yes,
+                    )?;
+                }
+                response = client
+                    .clear_bucket_override(request(false))
+                    .await
+                    .map_err(rpc_error)?
+                    .into_inner();
+            }
+            let view = ClearedJson {
+                tenant: tenant_tier_json(&response.tenant.unwrap_or_default()),
+                dry_run: retire.dry_run,
+                closed: closing::closed_json(&response.closed),
+            };
+            output::print(json, &view, |v| {
+                let done = if v.dry_run {
+                    format!(
+                        "would clear the override of bucket {bucket} (dry run: nothing changed)"
+                    )
+                } else {
+                    format!("cleared the override of bucket {bucket}")
+                };
+                let verb = if v.dry_run { "would retire" } else { "retired" };
+                let retired = if v.closed.is_empty() {
+                    String::new()
+                } else {
+                    format!("\n{}", closing::retiring_text(verb, &v.closed))
+                };
+                format!(
+                    "{done} for tenant {}{retired}\n\n{}",
+                    v.tenant.tenant_id,
+                    tenant_tier_text(&v.tenant)
+                )
+            })
         }
     }
 }
@@ -282,12 +366,14 @@ fn print_changed(json: bool, tenant: &v1::TenantTier, done: &str) -> anyhow::Res
     })
 }
 
-/// `tenant describe`: `DescribeTenant`.
+/// `tenant describe`: `DescribeTenant`, and how many closed buckets the
+/// tenant has (`ListClosedBuckets`).
 pub async fn describe(
     client: &mut AdminConnection,
     tenant: String,
     json: bool,
 ) -> anyhow::Result<()> {
+    let closed = list_closed(client, &tenant).await?.len();
     let tenant = client
         .describe_tenant(v1::DescribeTenantRequest { tenant_id: tenant })
         .await
@@ -295,7 +381,22 @@ pub async fn describe(
         .into_inner()
         .tenant
         .unwrap_or_default();
-    output::print(json, &tenant_tier_json(&tenant), tenant_tier_text)
+    let view = DescribeJson {
+        tenant: tenant_tier_json(&tenant),
+        closed_buckets: closed,
+    };
+    output::print(json, &view, |v| {
+        let mut text = tenant_tier_text(&v.tenant);
+        if v.closed_buckets > 0 {
+            text.push_str(&format!(
+                "\n\n{} closed bucket{} (retired or deleted, totals kept): `tollgate tenant show --tenant {} --closed`",
+                v.closed_buckets,
+                if v.closed_buckets == 1 { "" } else { "s" },
+                v.tenant.tenant_id
+            ));
+        }
+        text
+    })
 }
 
 /// The tier and override lines `tenant show` prints above the buckets, or
@@ -344,14 +445,38 @@ struct TenantTierJson {
     table_limits: Vec<TableLimitsJson>,
 }
 
+/// What `tenant describe` prints: the tenant as tiers see it, and how
+/// many closed buckets it has.
+#[derive(Debug, Serialize)]
+struct DescribeJson {
+    #[serde(flatten)]
+    tenant: TenantTierJson,
+    closed_buckets: usize,
+}
+
 /// What `tenant set-tier` prints.
 #[derive(Debug, Serialize)]
 struct SetTierJson {
     tenant: TenantTierJson,
+    /// True if nothing changed: the rest is what a real run would do.
+    dry_run: bool,
     /// Bucket names the switch created, changed and retired.
     created: Vec<String>,
     changed: Vec<String>,
     retired: Vec<String>,
+    /// The closed record of each bucket retired: its totals.
+    closed: Vec<ClosedJson>,
+}
+
+/// What `tenant override clear` prints.
+#[derive(Debug, Serialize)]
+struct ClearedJson {
+    #[serde(flatten)]
+    tenant: TenantTierJson,
+    /// True if nothing changed.
+    dry_run: bool,
+    /// The closed record of the bucket, if clearing retired it.
+    closed: Vec<ClosedJson>,
 }
 
 fn tenant_tier_json(t: &v1::TenantTier) -> TenantTierJson {
@@ -433,8 +558,23 @@ fn set_tier_text(view: &SetTierJson) -> String {
         field("changed", names(&view.changed)),
         field("retired", names(&view.retired)),
     ]);
+    let (moved, verb) = if view.dry_run {
+        ("would move", "would retire")
+    } else {
+        ("moved", "retired")
+    };
+    let retired = if view.closed.is_empty() {
+        String::new()
+    } else {
+        format!("\n\n{}", closing::retiring_text(verb, &view.closed))
+    };
+    let note = if view.dry_run {
+        " (dry run: nothing changed)"
+    } else {
+        ""
+    };
     format!(
-        "moved tenant {} to tier {}\n{changes}\n\n{}",
+        "{moved} tenant {} to tier {}{note}\n{changes}{retired}\n\n{}",
         view.tenant.tenant_id,
         view.tenant.tier.as_deref().unwrap_or_default(),
         tenant_tier_text(&view.tenant)
@@ -542,8 +682,10 @@ mod tests {
         let view = SetTierJson {
             tenant: tenant_tier_json(&tenant_tier()),
             created: vec![],
+            dry_run: false,
             changed: vec!["invoke-doc-summary-ai".into(), "schedule-email".into()],
             retired: vec!["export".into()],
+            closed: vec![],
         };
         let text = set_tier_text(&view);
         assert!(

@@ -13,8 +13,9 @@ use tollgate_core::{BucketKey, Timestamp};
 
 use super::keys::{self, KEY_REQUESTS, KEYS};
 use super::{
-    BUCKETS, INSTANCES, PARTITION_REPORTS, TENANT_RECORDS, TIERS, bucket_name, decode, encode,
-    read_all_instances, read_tiers, storage, tenant_id, write_head, write_record,
+    BUCKETS, CLOSED_BUCKETS, INSTANCES, PARTITION_REPORTS, TENANT_RECORDS, TIERS, bucket_name,
+    decode, encode, read_all_instances, read_tiers, storage, tenant_id, write_closed, write_head,
+    write_record,
 };
 use crate::store::image::{Header, Record, RecordSink, StoreImage, refuse_unless_empty};
 use crate::store::{Counts, StoreError};
@@ -78,6 +79,16 @@ pub(super) fn export(
             record,
         ))?;
     }
+    let closed = txn
+        .open_table(CLOSED_BUCKETS)
+        .map_err(storage("open closed buckets"))?;
+    for entry in closed.iter().map_err(storage("read closed buckets"))? {
+        let (_, bytes) = entry.map_err(storage("read closed buckets"))?;
+        sink.send_blocking(Record::ClosedBucket(decode(
+            "decode closed bucket",
+            bytes.value(),
+        )?))?;
+    }
     sink.end_blocking()
 }
 
@@ -129,18 +140,20 @@ pub(super) fn import(
         .open_table(KEY_REQUESTS)
         .map_err(storage("open key requests"))?;
     keys::write_back(&mut keys_table, &mut requests, &image.keys)?;
+    write_closed(txn, &image.closed)?;
     Ok(Ok(image.counts()))
 }
 
 /// Which kinds of rows the store holds (hot-partition reports, which last
 /// seconds, do not count).
-fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 5], StoreError> {
+fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 6], StoreError> {
     Ok([
         ("tiers", has_rows(txn, TIERS)?),
         ("tenant records", has_rows(txn, TENANT_RECORDS)?),
         ("buckets", has_rows(txn, BUCKETS)?),
         ("keys", has_rows(txn, KEYS)?),
         ("check records", has_rows(txn, KEY_REQUESTS)?),
+        ("closed buckets", has_rows(txn, CLOSED_BUCKETS)?),
     ])
 }
 
@@ -161,7 +174,8 @@ fn clear(txn: &WriteTransaction) -> Result<(), StoreError> {
     drop_table(txn, TENANT_RECORDS)?;
     drop_table(txn, PARTITION_REPORTS)?;
     drop_table(txn, KEYS)?;
-    drop_table(txn, KEY_REQUESTS)
+    drop_table(txn, KEY_REQUESTS)?;
+    drop_table(txn, CLOSED_BUCKETS)
 }
 
 fn drop_table<K: redb::Key + 'static, V: redb::Value + 'static>(

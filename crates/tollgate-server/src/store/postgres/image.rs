@@ -12,7 +12,7 @@ use tokio_postgres::types::ToSql;
 
 use super::retry::TxError;
 use super::rows::{self, HeadColumns, InstanceColumns};
-use super::{Inner, keys, named_tier, record_of, sql, to_json};
+use super::{Inner, closed_entry, insert_closed, keys, named_tier, record_of, sql, to_json};
 use crate::store::image::{Header, Record, RecordSink, StoreImage, refuse_unless_empty};
 use crate::store::{Counts, StoreError};
 
@@ -78,6 +78,13 @@ pub(super) async fn export(inner: &Inner, mut sink: RecordSink) -> Result<Counts
             sink.send(record_of_row(&row)?).await?;
         }
     }
+    let closed = txn.prepare_cached(sql::EXPORT_CLOSED_BUCKETS).await?;
+    let stream = txn.query_raw(&closed, no_params()).await?;
+    pin_mut!(stream);
+    while let Some(row) = stream.try_next().await? {
+        sink.send(Record::ClosedBucket(closed_entry(&row)?.closed))
+            .await?;
+    }
     txn.commit().await?;
     Ok(sink.end().await?)
 }
@@ -114,6 +121,7 @@ pub(super) async fn import(
             ("buckets", held("buckets")?),
             ("keys", held("keys")?),
             ("check records", held("check_requests")?),
+            ("closed buckets", held("closed_buckets")?),
         ])?;
     }
 
@@ -152,6 +160,9 @@ pub(super) async fn import(
         txn.execute(&upsert_instances, &columns.as_params()).await?;
     }
     keys::import(&txn, &image.keys, IMPORT_CHUNK).await?;
+    for chunk in image.closed.chunks(IMPORT_CHUNK) {
+        insert_closed(&txn, chunk).await?;
+    }
     txn.commit().await.map_err(TxError::Commit)?;
     Ok(image.counts())
 }

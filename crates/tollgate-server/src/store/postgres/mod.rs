@@ -5,7 +5,10 @@
 //! tiers and tenant records in `tollgate_tiers` and `tollgate_tenants`;
 //! per-key buckets in `tollgate_keys`, keyed by (tenant, bucket, key), and
 //! the records of checks kept for retries in `tollgate_check_requests`
-//! (see [`keys`]). The schema is in `sql/migrations`, applied at start by
+//! (see [`keys`]); closed buckets (what is kept of each bucket retired or
+//! deleted) in `tollgate_closed_buckets`, appended in the transaction
+//! that deletes the bucket. A dry run runs the same transaction and rolls
+//! it back. The schema is in `sql/migrations`, applied at start by
 //! [`migrate`]. The SQL lives in `sql/queries`, one statement per file,
 //! and is portable (no session state, the database's default isolation
 //! level), except for per-key checks, which take advisory locks under
@@ -77,7 +80,10 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use tollgate_core::global_bucket::{self, InstanceWindow};
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::partition::{self, Exchange, ExchangeAnswer, PartitionReports, TableLimitSet};
-use tollgate_core::tier::{self, LoadedTenant, TenantChange, TenantRecord, Tier, TierError};
+use tollgate_core::tier::{
+    self, CloseReason, ClosedBucket, ClosedBy, LoadedTenant, TenantChange, TenantRecord, Tier,
+    TierError,
+};
 use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
     BucketKey, Grant, LimitsUpdate, TenantId, TierName, Timestamp, TokenBucketRequest,
@@ -87,9 +93,9 @@ use self::keys::PendingCheck;
 use self::retry::{TxError, Verdict, chain};
 use self::rows::{HeadColumns, InstanceColumns};
 use super::{
-    BucketSettings, BucketSnapshot, Clock, Counters, Counts, KeyBucketSnapshot, KeyCounts,
-    KeySweep, LimitsChange, PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError,
-    StoreImage, StoreStats, TenantChangeOutcome, TenantView,
+    AdminCall, BucketSettings, BucketSnapshot, Clock, ClosedEntry, Counters, Counts, DeletedTenant,
+    KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange, PutTierOutcome, RecordSink, Stage,
+    Stopwatch, Store, StoreError, StoreImage, StoreStats, TenantChangeOutcome, TenantView,
 };
 
 pub use self::retry::RetryPolicy;
@@ -157,6 +163,9 @@ mod sql {
     query!(STORE_CONTENTS, "store_contents.sql");
     query!(CLEAR_STORE, "clear_store.sql");
     query!(INSERT_TENANT_RECORDS, "insert_tenant_records.sql");
+    query!(INSERT_CLOSED_BUCKETS, "insert_closed_buckets.sql");
+    query!(LIST_CLOSED_BUCKETS, "list_closed_buckets.sql");
+    query!(EXPORT_CLOSED_BUCKETS, "export_closed_buckets.sql");
 }
 
 mod embedded_migrations {
@@ -474,6 +483,16 @@ fn shard(tenant: &TenantId, workers: usize) -> usize {
 
 fn closed() -> StoreError {
     StoreError::Unavailable("the PostgreSQL store is closed".into())
+}
+
+/// Commits `txn`, or for a dry run rolls it back.
+async fn finish(txn: deadpool_postgres::Transaction<'_>, dry_run: bool) -> Result<(), TxError> {
+    if dry_run {
+        txn.rollback().await?;
+        Ok(())
+    } else {
+        txn.commit().await.map_err(TxError::Commit)
+    }
 }
 
 impl Inner {
@@ -974,6 +993,42 @@ fn to_json<T: serde::Serialize>(what: &'static str, value: &T) -> Result<String,
     serde_json::to_string(value).map_err(|e| StoreError::internal(what, e))
 }
 
+/// Appends closed records inside `txn` (`insert_closed_buckets.sql`).
+async fn insert_closed(
+    txn: &deadpool_postgres::Transaction<'_>,
+    closed: &[ClosedBucket],
+) -> Result<(), TxError> {
+    if closed.is_empty() {
+        return Ok(());
+    }
+    let insert = txn.prepare_cached(sql::INSERT_CLOSED_BUCKETS).await?;
+    let tenants: Vec<&str> = closed.iter().map(|c| c.tenant.as_str()).collect();
+    let buckets: Vec<&str> = closed.iter().map(|c| c.bucket.as_str()).collect();
+    let closed_at: Vec<i64> = closed.iter().map(|c| c.closed_at.unix_micros()).collect();
+    let reasons: Vec<&str> = closed.iter().map(|c| c.reason.name()).collect();
+    let records = closed
+        .iter()
+        .map(|c| to_json("encode closed bucket", c))
+        .collect::<Result<Vec<String>, StoreError>>()?;
+    txn.execute(
+        &insert,
+        &[&tenants, &buckets, &closed_at, &reasons, &records],
+    )
+    .await?;
+    Ok(())
+}
+
+/// A row of `tollgate_closed_buckets` as listed.
+fn closed_entry(row: &tokio_postgres::Row) -> Result<ClosedEntry, StoreError> {
+    let seq: i64 = row
+        .try_get("seq")
+        .map_err(|e| StoreError::internal("read a stored row", e))?;
+    Ok(ClosedEntry {
+        seq: u64::try_from(seq).map_err(|e| StoreError::internal("read a closed bucket", e))?,
+        closed: json_column(row, "record")?,
+    })
+}
+
 /// Runs one tenant change inside `txn`: lock the record, the tier (shared)
 /// and the buckets, decide by the core's rules, write. `Ok(Err(_))` is a
 /// refusal: nothing was written.
@@ -982,6 +1037,7 @@ async fn change_in(
     txn: &deadpool_postgres::Transaction<'_>,
     tenant: &TenantId,
     change: &TenantChange,
+    by: &ClosedBy,
 ) -> Result<Result<TenantChangeOutcome, StoreError>, TxError> {
     let ensure_record = txn.prepare_cached(sql::ENSURE_TENANT_RECORD).await?;
     let lock_record = txn.prepare_cached(sql::LOCK_TENANT_RECORD).await?;
@@ -1057,10 +1113,19 @@ async fn change_in(
         txn.execute(&update_heads, &columns.as_params()).await?;
     }
     let mut retired = Vec::new();
+    let mut closed = Vec::new();
     for name in &edit.retired {
         txn.execute(&delete_bucket, &[&tenant_id, &name.as_str()])
             .await?;
         if let Some(head) = loaded.buckets.get(name) {
+            let key = BucketKey::new(tenant.clone(), name.clone());
+            closed.push(tier::close_bucket(
+                &key,
+                head,
+                change.close_reason(),
+                by,
+                now,
+            ));
             retired.push(BucketSnapshot {
                 key: BucketKey::new(tenant.clone(), name.clone()),
                 head: head.clone(),
@@ -1070,6 +1135,7 @@ async fn change_in(
             });
         }
     }
+    insert_closed(txn, &closed).await?;
     let mut after = loaded.buckets.clone();
     after.extend(edit.created.clone());
     after.extend(edit.changed.clone());
@@ -1094,6 +1160,7 @@ async fn change_in(
         created: edit.created.into_keys().collect(),
         changed: edit.changed.into_keys().collect(),
         retired,
+        closed,
     }))
 }
 
@@ -1102,15 +1169,16 @@ impl PostgresStore {
         &self,
         tenant: &TenantId,
         change: &TenantChange,
+        call: &AdminCall,
     ) -> Result<TenantChangeOutcome, StoreError> {
         let inner = &*self.inner;
         inner
-            .run("change tenant", false, || async move {
+            .run("change tenant", call.dry_run, || async move {
                 let mut client = inner.pool.get().await?;
                 let txn = client.transaction().await?;
-                let outcome = change_in(inner, &txn, tenant, change).await?;
+                let outcome = change_in(inner, &txn, tenant, change, &call.by).await?;
                 let outcome = outcome.map_err(TxError::Store)?;
-                txn.commit().await.map_err(TxError::Commit)?;
+                finish(txn, call.dry_run).await?;
                 Ok(outcome)
             })
             .await
@@ -1235,10 +1303,15 @@ impl PostgresStore {
             .await
     }
 
-    async fn put(&self, name: &TierName, tier: &Tier) -> Result<PutTierOutcome, StoreError> {
+    async fn put(
+        &self,
+        name: &TierName,
+        tier: &Tier,
+        call: &AdminCall,
+    ) -> Result<PutTierOutcome, StoreError> {
         let inner = &*self.inner;
         inner
-            .run("put tier", false, || async move {
+            .run("put tier", call.dry_run, || async move {
                 let mut client = inner.pool.get().await?;
                 let lock = client.prepare_cached(sql::LOCK_TIER).await?;
                 let clock = client.prepare_cached(sql::CLOCK).await?;
@@ -1267,7 +1340,7 @@ impl PostgresStore {
                     let reapply = TenantChange::Reapply {
                         previous: before.clone(),
                     };
-                    let outcome = change_in(inner, &txn, &tenant, &reapply)
+                    let outcome = change_in(inner, &txn, &tenant, &reapply, &call.by)
                         .await?
                         .map_err(TxError::Store)?;
                     if !(outcome.created.is_empty()
@@ -1277,7 +1350,7 @@ impl PostgresStore {
                         changed.push(outcome);
                     }
                 }
-                txn.commit().await.map_err(TxError::Commit)?;
+                finish(txn, call.dry_run).await?;
                 Ok(PutTierOutcome {
                     tier: stored,
                     created: before.is_none(),
@@ -1597,10 +1670,14 @@ impl Store for PostgresStore {
             .await
     }
 
-    async fn delete_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError> {
+    async fn delete_tenant_by(
+        &self,
+        tenant: &TenantId,
+        call: &AdminCall,
+    ) -> Result<DeletedTenant, StoreError> {
         let inner = &*self.inner;
         inner
-            .run("delete tenant", false, || async move {
+            .run("delete tenant", call.dry_run, || async move {
                 let mut client = inner.pool.get().await?;
                 let lock_record = client.prepare_cached(sql::LOCK_TENANT_RECORD).await?;
                 let lock = client.prepare_cached(sql::LOCK_TENANT).await?;
@@ -1642,24 +1719,65 @@ impl Store for PostgresStore {
                 if buckets.is_empty() && !had_record {
                     return Err(TxError::Store(StoreError::TenantNotFound(tenant.clone())));
                 }
-                txn.commit().await.map_err(TxError::Commit)?;
-                Ok(buckets
-                    .into_iter()
-                    .map(|b| BucketSnapshot {
-                        instances: Vec::new(),
-                        ..b
+                let closed: Vec<ClosedBucket> = buckets
+                    .iter()
+                    .map(|b| {
+                        tier::close_bucket(
+                            &b.key,
+                            &b.head,
+                            CloseReason::TenantDeleted,
+                            &call.by,
+                            b.read_at,
+                        )
                     })
-                    .collect())
+                    .collect();
+                insert_closed(&txn, &closed).await?;
+                finish(txn, call.dry_run).await?;
+                Ok(DeletedTenant {
+                    buckets: buckets
+                        .into_iter()
+                        .map(|b| BucketSnapshot {
+                            instances: Vec::new(),
+                            ..b
+                        })
+                        .collect(),
+                    closed,
+                })
             })
             .await
     }
 
-    async fn change_tenant(
+    async fn change_tenant_by(
         &self,
         tenant: &TenantId,
         change: &TenantChange,
+        call: &AdminCall,
     ) -> Result<TenantChangeOutcome, StoreError> {
-        self.tier_change(tenant, change).await
+        self.tier_change(tenant, change, call).await
+    }
+
+    async fn list_closed(
+        &self,
+        tenant: &TenantId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<ClosedEntry>, StoreError> {
+        let inner = &*self.inner;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        inner
+            .run("list closed buckets", true, || async move {
+                let client = inner.pool.get().await?;
+                let list = client.prepare_cached(sql::LIST_CLOSED_BUCKETS).await?;
+                let rows = client
+                    .query(&list, &[&tenant.as_str(), &after, &limit])
+                    .await?;
+                Ok(rows
+                    .iter()
+                    .map(closed_entry)
+                    .collect::<Result<Vec<_>, StoreError>>()?)
+            })
+            .await
     }
 
     async fn describe_tenant(&self, tenant: &TenantId) -> Result<TenantView, StoreError> {
@@ -1674,8 +1792,13 @@ impl Store for PostgresStore {
         self.exchange(tenant, exchange).await
     }
 
-    async fn put_tier(&self, name: &TierName, tier: &Tier) -> Result<PutTierOutcome, StoreError> {
-        self.put(name, tier).await
+    async fn put_tier_by(
+        &self,
+        name: &TierName,
+        tier: &Tier,
+        call: &AdminCall,
+    ) -> Result<PutTierOutcome, StoreError> {
+        self.put(name, tier, call).await
     }
 
     async fn get_tier(&self, name: &TierName) -> Result<Tier, StoreError> {
