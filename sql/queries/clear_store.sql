@@ -6,3 +6,4 @@ DELETE FROM tenant_usage;
 DELETE FROM tollgate_keys;
 DELETE FROM tollgate_check_requests;
 DELETE FROM tollgate_partition_reports;
+DELETE FROM tollgate_tenant_states;

@@ -5,4 +5,5 @@ SELECT
     EXISTS (SELECT 1 FROM tollgate_tenants) AS tenants,
     EXISTS (SELECT 1 FROM tenant_usage) AS buckets,
     EXISTS (SELECT 1 FROM tollgate_keys) AS keys,
-    EXISTS (SELECT 1 FROM tollgate_check_requests) AS check_requests
+    EXISTS (SELECT 1 FROM tollgate_check_requests) AS check_requests,
+    EXISTS (SELECT 1 FROM tollgate_tenant_states) AS tenant_states

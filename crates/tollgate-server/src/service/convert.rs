@@ -13,7 +13,7 @@ use tollgate_proto::v1;
 use tollgate_core::key_bucket::CallAnswer;
 use tollgate_core::partition::TableLimits;
 use tollgate_core::tier::{BucketDefinition, BucketKind, Tier, table_limits};
-use tollgate_core::{TableName, TierName};
+use tollgate_core::{TableName, TenantState, TierName};
 
 use crate::store::{BucketSnapshot, TenantView};
 
@@ -192,6 +192,17 @@ pub fn bucket_to_proto(snapshot: &BucketSnapshot) -> v1::Tenant {
         created_at: Some(timestamp_to_proto(state.created_at)),
         updated_at: Some(timestamp_to_proto(state.updated_at)),
         granted_tokens: totals.granted_tokens,
+        state: None,
+    }
+}
+
+/// A tenant's state (tombstone or suspension) as the wire carries it.
+pub fn tenant_state_to_proto(state: &TenantState) -> v1::TenantState {
+    v1::TenantState {
+        kind: state.kind.name().to_owned(),
+        since: Some(timestamp_to_proto(state.since)),
+        actor: state.actor.clone(),
+        reason: state.reason.clone(),
     }
 }
 
@@ -324,6 +335,7 @@ pub fn tenant_view_to_proto(view: &TenantView) -> v1::TenantTier {
                     .collect()
             })
             .unwrap_or_default(),
+        state: None,
     }
 }
 

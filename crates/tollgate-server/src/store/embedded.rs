@@ -12,8 +12,8 @@
 //! Token-bucket requests run the transaction script of
 //! `tollgate_core::transaction`; this module only reads and writes rows.
 //!
-//! Layout (schema version 3):
-//! - `meta`: `"schema_version"` → 3
+//! Layout (schema version 5):
+//! - `meta`: `"schema_version"` → 5
 //! - `buckets`: (tenant id, bucket name) → JSON [`BucketRow`] (the head
 //!   row, instance 0)
 //! - `bucket_instances`: (tenant id, bucket name, instance id) → JSON
@@ -22,6 +22,8 @@
 //! - `tenant_records`: tenant id → JSON [`TenantRecord`] (its tier and
 //!   overrides; only for tenants put on a tier or given an override)
 //!
+//! - `tenant_states`: tenant id → JSON `TenantState` (the tombstone of a
+//!   deleted tenant, or its suspension; see [`states`])
 //! - `keys`, `key_requests`: per-key buckets and the records of checks
 //!   kept for retries (see [`keys`]); created when missing, so a version
 //!   3 file written before them needs no conversion
@@ -30,7 +32,9 @@
 //! version change: version 1 kept request units and CPU seconds as
 //! floating-point totals ([`migrate_v1_totals`]); versions 1 and 2 kept one
 //! bucket per tenant, keyed by tenant id alone ([`migrate_v2_keys`]).
+//! Versions 3 and 4 lack `tenant_states`, which is created empty.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -43,15 +47,17 @@ use tokio::sync::{mpsc, oneshot};
 use tollgate_core::global_bucket::{self, IdRange};
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::partition::{self, Exchange, ExchangeAnswer, PartitionReports};
+use tollgate_core::tenant_state::{self, StateChange, StateEdit};
 use tollgate_core::tier::{self, LoadedTenant, TenantChange, TenantRecord, Tier, TierError};
 use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
-    BucketKey, BucketName, BucketRow, Grant, InstanceState, LimitsUpdate, TenantId, TierName,
-    Timestamp, TokenBucketRequest,
+    BucketKey, BucketName, BucketRow, Grant, InstanceState, LimitsUpdate, TenantId, TenantState,
+    TierName, Timestamp, TokenBucketRequest,
 };
 
 mod image;
 mod keys;
+mod states;
 
 use super::{
     BucketSettings, BucketSnapshot, Counters, Counts, KeyCounts, KeySweep, LimitsChange,
@@ -59,7 +65,7 @@ use super::{
     TenantChangeOutcome, TenantView,
 };
 
-const SCHEMA_VERSION: u64 = 3;
+const SCHEMA_VERSION: u64 = 5;
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const BUCKETS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("buckets");
 const INSTANCES: TableDefinition<(&str, &str, u32), &[u8]> =
@@ -308,6 +314,15 @@ fn init_schema(db: &Database) -> Result<(), StoreError> {
             .map(|v| v.value());
         match found {
             None | Some(SCHEMA_VERSION) => {}
+            // The tables a version 3 or 4 file lacks (`tenant_states`) are
+            // created below, empty.
+            Some(from @ (3 | 4)) => {
+                tracing::info!(
+                    from,
+                    to = SCHEMA_VERSION,
+                    "migrated the embedded store's schema"
+                );
+            }
             Some(from @ (1 | 2)) => {
                 if from == 1 {
                     migrate_v1_totals(&txn)?;
@@ -340,6 +355,8 @@ fn init_schema(db: &Database) -> Result<(), StoreError> {
             .map_err(storage("create tenant records table"))?;
         txn.open_table(PARTITION_REPORTS)
             .map_err(storage("create partition reports table"))?;
+        txn.open_table(states::TENANT_STATES)
+            .map_err(storage("create tenant states table"))?;
         txn.open_table(keys::KEYS)
             .map_err(storage("create keys table"))?;
         txn.open_table(keys::KEY_REQUESTS)
@@ -527,7 +544,14 @@ impl Writer {
             .map(|head| (key.clone(), head))
             .into_iter()
             .collect();
-        let mut batch = Batch::open(plan.lock, heads, &self.settings.unconfigured_tenants, now);
+        let tenant_states = states::read_in(txn, plan.tenants())?;
+        let mut batch = Batch::open(
+            plan.lock,
+            heads,
+            &tenant_states,
+            &self.settings.unconfigured_tenants,
+            now,
+        );
         for window in &plan.windows {
             for range in window.ranges() {
                 batch.load(key, read_range(&instances, key, range)?);
@@ -539,6 +563,7 @@ impl Writer {
             Answer::Granted(grant) => Ok(Served { grant, batch, now }),
             Answer::Refused(e) => Err(e.into()),
             Answer::NotFound => Err(StoreError::not_found(key)),
+            Answer::TenantRefused(e) => Err(e.into()),
             Answer::Deferred => Err(StoreError::internal(
                 "token bucket request",
                 "a lone request was deferred",
@@ -560,10 +585,12 @@ impl Writer {
             Err(e) => return Ok(Err(e.into())),
         };
         write_head(&mut buckets, key, &head)?;
+        let revived = states::revive(txn, &key.tenant)?;
         let instances = txn
             .open_table(INSTANCES)
             .map_err(storage("open instances"))?;
         Ok(Ok(LimitsChange {
+            revived,
             before,
             after: BucketSnapshot {
                 key: key.clone(),
@@ -699,6 +726,7 @@ fn bucket_name(stored: &str) -> Result<BucketName, StoreError> {
 fn delete(
     txn: &WriteTransaction,
     tenant: &TenantId,
+    actor: &str,
     now: Timestamp,
     inactivity_timeout: Duration,
 ) -> Result<Result<Vec<BucketSnapshot>, StoreError>, StoreError> {
@@ -714,8 +742,12 @@ fn delete(
         .map_err(storage("delete tenant record"))?
         .is_some();
     let heads = tenant_heads(&buckets, tenant)?;
-    if heads.is_empty() && !had_record {
-        return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
+    let delete = StateChange::Delete {
+        actor: actor.to_owned(),
+    };
+    match states::change_of(txn, tenant, !heads.is_empty() || had_record, &delete, now)? {
+        Ok(_) => {}
+        Err(e) => return Ok(Err(e)),
     }
     keys::delete_tenant(txn, tenant)?;
     txn.open_table(PARTITION_REPORTS)
@@ -877,7 +909,9 @@ fn change_one(
         .into_iter()
         .map(|head| head_snapshot(head, now, inactivity_timeout))
         .collect();
+    let revived = states::revive(txn, tenant)?;
     Ok(Ok(TenantChangeOutcome {
+        revived,
         view: TenantView {
             tenant: tenant.clone(),
             record: Some(edit.record),
@@ -890,13 +924,18 @@ fn change_one(
 }
 
 /// One pod's partition-load exchange: the tenant's limits read, its
-/// reports updated (removed once none is fresh).
+/// reports updated (removed once none is fresh); refused for a deleted or
+/// suspended tenant.
 fn partition_load(
     txn: &WriteTransaction,
     tenant: &TenantId,
     exchange: &Exchange,
     now: Timestamp,
-) -> Result<ExchangeAnswer, StoreError> {
+) -> Result<Result<ExchangeAnswer, StoreError>, StoreError> {
+    let state = states::read_in(txn, [tenant])?.remove(tenant);
+    if let Err(e) = tenant_state::admit(tenant, state.as_ref()) {
+        return Ok(Err(e.into()));
+    }
     let record = {
         let records = txn
             .open_table(TENANT_RECORDS)
@@ -929,7 +968,7 @@ fn partition_load(
             .remove(tenant.as_str())
             .map_err(storage("delete partition reports"))?;
     }
-    Ok(answer)
+    Ok(Ok(answer))
 }
 
 fn read_tier(
@@ -1157,11 +1196,42 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn delete_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError> {
-        let tenant = tenant.clone();
+    async fn delete_tenant(
+        &self,
+        tenant: &TenantId,
+        actor: &str,
+    ) -> Result<Vec<BucketSnapshot>, StoreError> {
+        let (tenant, actor) = (tenant.clone(), actor.to_owned());
         self.write(Box::new(move |writer, txn, now| {
-            delete(txn, &tenant, now, writer.inactivity_timeout())
+            delete(txn, &tenant, &actor, now, writer.inactivity_timeout())
         }))
+        .await
+    }
+
+    async fn change_tenant_state(
+        &self,
+        tenant: &TenantId,
+        change: &StateChange,
+    ) -> Result<StateEdit, StoreError> {
+        let (tenant, change) = (tenant.clone(), change.clone());
+        self.write(Box::new(move |_, txn, now| {
+            states::change(txn, &tenant, &change, now)
+        }))
+        .await
+    }
+
+    async fn tenant_states(
+        &self,
+        tenants: &[TenantId],
+    ) -> Result<BTreeMap<TenantId, TenantState>, StoreError> {
+        let tenants = tenants.to_vec();
+        self.read(move |db, _| {
+            let txn = db.begin_read().map_err(storage("begin read transaction"))?;
+            let table = txn
+                .open_table(states::TENANT_STATES)
+                .map_err(storage("open tenant states"))?;
+            states::read_all(&table, &tenants)
+        })
         .await
     }
 
@@ -1243,7 +1313,7 @@ impl Store for EmbeddedStore {
     ) -> Result<ExchangeAnswer, StoreError> {
         let (tenant, exchange) = (tenant.clone(), exchange.clone());
         self.write(Box::new(move |_, txn, now| {
-            partition_load(txn, &tenant, &exchange, now).map(Ok)
+            partition_load(txn, &tenant, &exchange, now)
         }))
         .await
     }

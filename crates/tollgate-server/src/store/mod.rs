@@ -15,6 +15,7 @@ pub mod image;
 pub mod postgres;
 mod stages;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -23,11 +24,12 @@ use async_trait::async_trait;
 use tollgate_core::global_bucket::GlobalBucketConfig;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError};
 use tollgate_core::partition::{Exchange, ExchangeAnswer};
+use tollgate_core::tenant_state::{StateChange, StateChangeError, StateEdit};
 use tollgate_core::tier::{TenantChange, TenantRecord, Tier, TierError};
 pub use tollgate_core::transaction::{DefaultLimits, UnconfiguredTenants};
 use tollgate_core::{
     BucketKey, BucketName, BucketRow, Grant, InstanceState, LimitsUpdate, RequestError, TenantId,
-    TierName, Timestamp, TokenBucketRequest,
+    TenantRefused, TenantState, TierName, Timestamp, TokenBucketRequest,
 };
 
 pub use embedded::{Clock, EmbeddedStore};
@@ -83,6 +85,9 @@ impl BucketSnapshot {
 pub struct LimitsChange {
     pub before: Option<BucketRow>,
     pub after: BucketSnapshot,
+    /// The tombstone the change removed: the tenant had been deleted and
+    /// is created again.
+    pub revived: Option<TenantState>,
 }
 
 /// A tenant as tiers see it: what it is on, and its buckets now.
@@ -103,6 +108,9 @@ pub struct TenantChangeOutcome {
     pub changed: Vec<BucketName>,
     /// The buckets retired, as they were when deleted.
     pub retired: Vec<BucketSnapshot>,
+    /// The tombstone the change removed: the tenant had been deleted and
+    /// is created again.
+    pub revived: Option<TenantState>,
 }
 
 /// What putting a tier did.
@@ -135,6 +143,10 @@ pub enum StoreError {
     /// id); nothing was taken.
     #[error(transparent)]
     Check(#[from] CheckError),
+    /// The tenant is deleted or suspended: its pods are refused; nothing
+    /// was changed.
+    #[error(transparent)]
+    TenantRefused(#[from] TenantRefused),
     /// The store cannot be reached right now; the operation may be retried.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -171,6 +183,7 @@ impl StoreError {
             StoreError::Rejected(e) => StoreError::Rejected(e.clone()),
             StoreError::Tier(e) => StoreError::Tier(e.clone()),
             StoreError::Check(e) => StoreError::Check(e.clone()),
+            StoreError::TenantRefused(e) => StoreError::TenantRefused(e.clone()),
             StoreError::Unavailable(message) => StoreError::Unavailable(message.clone()),
             StoreError::NotEmpty(what) => StoreError::NotEmpty(what.clone()),
             StoreError::Internal { context, source } => {
@@ -185,6 +198,14 @@ impl StoreError {
             StoreError::TenantNotFound(key.tenant.clone())
         } else {
             StoreError::BucketNotFound(key.clone())
+        }
+    }
+
+    /// The error for a refused tenant state change.
+    pub fn state_change(e: StateChangeError) -> StoreError {
+        match e {
+            StateChangeError::TenantNotFound(tenant) => StoreError::TenantNotFound(tenant),
+            StateChangeError::Refused(e) => StoreError::TenantRefused(e),
         }
     }
 
@@ -285,7 +306,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         request: &TokenBucketRequest,
     ) -> Result<Grant, StoreError>;
 
-    /// Sets a bucket's limits, creating the bucket if needed.
+    /// Sets a bucket's limits, creating the bucket if needed, and removes
+    /// the tenant's tombstone, if it has one.
     async fn update_limits(
         &self,
         key: &BucketKey,
@@ -308,11 +330,35 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<BucketSnapshot>, StoreError>;
 
     /// Deletes a tenant: all its buckets and their instances, answering
-    /// with the buckets as they were when deleted (without instances).
-    async fn delete_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError>;
+    /// with the buckets as they were when deleted (without instances). It
+    /// leaves a tombstone saying when and by whom (`actor`, as the audit
+    /// log names the caller): its pods are refused until an operator
+    /// creates it again (`tollgate_core::tenant_state`).
+    async fn delete_tenant(
+        &self,
+        tenant: &TenantId,
+        actor: &str,
+    ) -> Result<Vec<BucketSnapshot>, StoreError>;
+
+    /// Suspends or resumes a tenant (the rules of
+    /// `tollgate_core::tenant_state::change`), keeping its limits, buckets
+    /// and totals as they are.
+    async fn change_tenant_state(
+        &self,
+        tenant: &TenantId,
+        change: &StateChange,
+    ) -> Result<StateEdit, StoreError>;
+
+    /// The state rows (tombstones, suspensions) of `tenants`; a tenant
+    /// without one is left out.
+    async fn tenant_states(
+        &self,
+        tenants: &[TenantId],
+    ) -> Result<BTreeMap<TenantId, TenantState>, StoreError>;
 
     /// Applies a tier or override change to a tenant, in one transaction
-    /// (the rules of `tollgate_core::tier::change_tenant`).
+    /// (the rules of `tollgate_core::tier::change_tenant`); a change that
+    /// succeeds removes the tenant's tombstone, if it has one.
     async fn change_tenant(
         &self,
         tenant: &TenantId,
@@ -339,7 +385,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Serves a pod's partition-load exchange (the rules of
     /// `tollgate_core::partition::exchange`): its report recorded in the
     /// tenant's reports, its limits and shares answered. A tenant without
-    /// table limits, or unknown, has an empty set of them.
+    /// table limits, or unknown, has an empty set of them; a deleted or
+    /// suspended one is refused.
     async fn partition_load(
         &self,
         tenant: &TenantId,
@@ -358,8 +405,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn key_counts(&self) -> Result<KeyCounts, StoreError>;
 
     /// Sends a consistent snapshot of the whole store to `sink`: a header,
-    /// every tier, tenant record, bucket with its instances, key and check
-    /// record, and an end line with their counts (the format of
+    /// every tier, tenant record, tenant state, bucket with its instances,
+    /// key and check record, and an end line with their counts (the format of
     /// [`image`]). Writes nothing.
     async fn export(&self, sink: RecordSink) -> Result<Counts, StoreError>;
 

@@ -458,6 +458,7 @@ mod tests {
                 max_reads_per_second: Some(100.0),
                 max_writes_per_second: None,
             }],
+            state: None,
         }
     }
 
