@@ -185,7 +185,7 @@ async fn populate(store: &dyn Store, clock: &ManualClock, seed: u64) -> History 
     }
     // A deleted tenant leaves nothing behind to export.
     let gone = tenant_id(&tenants[0]);
-    store.delete_tenant(&gone).await.expect("delete");
+    store.delete_tenant(&gone, "test").await.expect("delete");
     history
         .last_requests
         .retain(|(bucket, _), _| bucket.tenant != gone);
