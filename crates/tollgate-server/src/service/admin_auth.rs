@@ -365,6 +365,8 @@ mod tests {
         for method in [
             "UpdateTenantResourceLimits",
             "DeleteTenant",
+            "SuspendTenant",
+            "ResumeTenant",
             "PutTier",
             "Unknown",
         ] {

@@ -51,12 +51,14 @@ const LATENCY_BUCKETS: [f64; 14] = [
 ];
 
 /// The methods the RPC metrics name; anything else is `other`.
-const METHODS: [&str; 21] = [
+const METHODS: [&str; 23] = [
     "TokenBucket",
     "UpdateTenantResourceLimits",
     "GetTenant",
     "ListTenants",
     "DeleteTenant",
+    "SuspendTenant",
+    "ResumeTenant",
     "PutTier",
     "GetTier",
     "ListTiers",

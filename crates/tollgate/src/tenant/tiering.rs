@@ -11,7 +11,7 @@ use serde::Serialize;
 use tollgate_core::TierName;
 use tollgate_proto::v1;
 
-use super::{TenantJson, bucket_label, tenant_json};
+use super::{TenantJson, TenantStateJson, bucket_label, tenant_json};
 use crate::output::{self, Table, field};
 use crate::remote::{ActorArg, AdminConnection, rpc_error};
 use crate::tier::{BucketJson, TableLimitsJson, parse_tier_name};
@@ -338,6 +338,8 @@ struct TenantTierJson {
     buckets: Vec<TenantJson>,
     /// The tenant's own per-partition limits, by table.
     table_limits: Vec<TableLimitsJson>,
+    /// The tenant's suspension; `null` while it is served.
+    state: Option<TenantStateJson>,
 }
 
 /// What `tenant set-tier` prints.
@@ -357,6 +359,7 @@ fn tenant_tier_json(t: &v1::TenantTier) -> TenantTierJson {
         overrides: t.overrides.iter().map(BucketJson::new).collect(),
         buckets: t.buckets.iter().map(|b| tenant_json(b, false)).collect(),
         table_limits: t.table_overrides.iter().map(TableLimitsJson::new).collect(),
+        state: t.state.as_ref().map(TenantStateJson::new),
     }
 }
 
@@ -376,6 +379,9 @@ fn tier_fields(view: &TenantTierJson) -> Vec<Vec<String>> {
     for (i, t) in view.table_limits.iter().enumerate() {
         let key = if i == 0 { "table limits" } else { "" };
         rows.push(field(key, t.text()));
+    }
+    if let Some(state) = &view.state {
+        rows.push(field("state", state.text()));
     }
     rows
 }
