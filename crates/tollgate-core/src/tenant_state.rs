@@ -228,10 +228,8 @@ pub fn change(
     now: Timestamp,
 ) -> Result<StateEdit, StateChangeError> {
     let kind = state.map(|s| s.kind);
-    if kind == Some(TenantStateKind::Deleted) && !exists {
-        if let Some(state) = state {
-            return Err(refusal(tenant, state).into());
-        }
+    if let Some(state) = state.filter(|s| s.kind == TenantStateKind::Deleted && !exists) {
+        return Err(refusal(tenant, state).into());
     }
     if !exists {
         return Err(StateChangeError::TenantNotFound(tenant.clone()));

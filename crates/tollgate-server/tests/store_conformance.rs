@@ -720,7 +720,7 @@ async fn a_deleted_tenant_is_refused_until_an_operator_creates_it_again(
     assert_eq!(outcome.revived.as_ref(), Some(tombstone));
     assert!(
         store
-            .tenant_states(&[t.clone()])
+            .tenant_states(std::slice::from_ref(&t))
             .await
             .expect("states")
             .is_empty()
@@ -813,7 +813,10 @@ async fn a_suspended_tenant_keeps_everything_and_is_refused_until_resumed(
     );
     assert_eq!(store.key_counts().await.expect("keys"), keys_before);
     assert_eq!(
-        store.tenant_states(&[t.clone()]).await.expect("states")[&t],
+        store
+            .tenant_states(std::slice::from_ref(&t))
+            .await
+            .expect("states")[&t],
         state
     );
 
@@ -837,7 +840,10 @@ async fn a_suspended_tenant_keeps_everything_and_is_refused_until_resumed(
         .await
         .expect("set tier");
     assert_eq!(
-        store.tenant_states(&[t.clone()]).await.expect("states")[&t],
+        store
+            .tenant_states(std::slice::from_ref(&t))
+            .await
+            .expect("states")[&t],
         state
     );
 
