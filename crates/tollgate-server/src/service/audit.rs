@@ -188,17 +188,6 @@ fn describe(key: &BucketKey) -> String {
 /// Logs a deletion: what each of the tenant's buckets was when it went,
 /// and the tombstone it left.
 pub(super) fn tenant_deleted(caller: &Caller, tenant: &TenantId, deleted: &[BucketSnapshot]) {
-    tracing::info!(
-        operation = "delete_tenant",
-        peer = %peer(caller),
-        operator = caller.operator.as_deref(),
-        actor = caller.actor(),
-        actor_note = caller.actor_note(),
-        tenant = %tenant,
-        buckets = deleted.len(),
-        "{caller} deleted tenant {tenant} ({} buckets); its tombstone refuses its pods until it is created again",
-        deleted.len(),
-    );
     for bucket in deleted {
         let (state, members, totals) = (
             &bucket.head.state,
@@ -232,6 +221,17 @@ pub(super) fn tenant_deleted(caller: &Caller, tenant: &TenantId, deleted: &[Buck
             totals.consumption.request_units(),
         );
     }
+    tracing::info!(
+        operation = "delete_tenant",
+        peer = %peer(caller),
+        operator = caller.operator.as_deref(),
+        actor = caller.actor(),
+        actor_note = caller.actor_note(),
+        tenant = %tenant,
+        buckets = deleted.len(),
+        "{caller} deleted tenant {tenant} ({} buckets); its tombstone refuses its pods until it is created again",
+        deleted.len(),
+    );
 }
 
 /// Logs that an operator's change created a deleted tenant again, removing
