@@ -67,7 +67,13 @@ impl Store {
             self.config.cleanup_window,
         );
         let heads = BTreeMap::from([(self.key.clone(), self.head.clone())]);
-        let mut batch = Batch::open(plan.lock, heads, &UnconfiguredTenants::Reject, now);
+        let mut batch = Batch::open(
+            plan.lock,
+            heads,
+            &BTreeMap::new(),
+            &UnconfiguredTenants::Reject,
+            now,
+        );
         for window in &plan.windows {
             batch.load(&self.key, window.select(&self.instances).into_values());
         }
@@ -78,9 +84,9 @@ impl Store {
         match answer {
             Answer::Granted(grant) => Ok(grant),
             Answer::Refused(e) => Err(e),
-            Answer::NotFound | Answer::Deferred => Err(global_bucket::RequestError::Inconsistent(
-                format!("a lone request got {answer:?}"),
-            )),
+            Answer::NotFound | Answer::TenantRefused(_) | Answer::Deferred => Err(
+                global_bucket::RequestError::Inconsistent(format!("a lone request got {answer:?}")),
+            ),
         }
     }
 }

@@ -7,3 +7,4 @@ DELETE FROM tollgate_keys;
 DELETE FROM tollgate_check_requests;
 DELETE FROM tollgate_partition_reports;
 DELETE FROM tollgate_closed_buckets;
+DELETE FROM tollgate_tenant_states;

@@ -3,5 +3,6 @@
 -- empty stays empty and nothing is written between its delete and its
 -- inserts.
 LOCK TABLE tollgate_tiers, tollgate_tenants, tenant_usage, tollgate_keys,
-    tollgate_check_requests, tollgate_partition_reports, tollgate_closed_buckets
+    tollgate_check_requests, tollgate_partition_reports, tollgate_closed_buckets,
+    tollgate_tenant_states
 IN EXCLUSIVE MODE

@@ -6,4 +6,5 @@ SELECT
     EXISTS (SELECT 1 FROM tenant_usage) AS buckets,
     EXISTS (SELECT 1 FROM tollgate_keys) AS keys,
     EXISTS (SELECT 1 FROM tollgate_check_requests) AS check_requests,
-    EXISTS (SELECT 1 FROM tollgate_closed_buckets) AS closed_buckets
+    EXISTS (SELECT 1 FROM tollgate_closed_buckets) AS closed_buckets,
+    EXISTS (SELECT 1 FROM tollgate_tenant_states) AS tenant_states

@@ -15,6 +15,9 @@
 //! - [`transaction`]: the script every store and the simulator run for
 //!   token-bucket requests: what to lock and load, the unconfigured-bucket
 //!   rule, what to write back, removals reported.
+//! - [`tenant_state`]: tombstones of deleted tenants and suspensions: which
+//!   tenants' pods are refused, and what delete, suspend, resume and an
+//!   operator's re-creation write.
 //! - [`tier`]: tiers and tenant records, and the rules of onboarding, tier
 //!   switches and overrides.
 //! - [`local_bucket`]: a pod's local bucket — the FIFO gate, when and how
@@ -38,6 +41,7 @@ pub mod local_bucket;
 pub mod partition;
 pub mod pushback;
 pub mod rate_window;
+pub mod tenant_state;
 pub mod tier;
 pub mod time;
 pub mod transaction;
@@ -53,5 +57,6 @@ pub use global_bucket::{
 pub use local_bucket::{
     Admission, LocalBucket, LocalBucketConfig, LocalBucketStatus, PollOutcome, WaiterId,
 };
+pub use tenant_state::{TenantRefused, TenantState, TenantStateKind};
 pub use time::Timestamp;
 pub use validate::{BucketKey, BucketName, InvalidInput, TableName, TenantId, TierName};

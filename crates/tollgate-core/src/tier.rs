@@ -409,6 +409,29 @@ pub struct ClosedBy {
     pub peer: Option<String>,
 }
 
+impl std::fmt::Display for ClosedBy {
+    /// As the audit log names a caller: `operator oncall alice at
+    /// 10.0.0.7:51234`, `alice at 10.0.0.7:51234`, or the parts known
+    /// (`unknown` when none is).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(operator) = &self.operator {
+            parts.push(format!("operator {operator}"));
+        }
+        if let Some(actor) = &self.actor {
+            parts.push(actor.clone());
+        }
+        if let Some(peer) = &self.peer {
+            parts.push(format!("at {peer}"));
+        }
+        if parts.is_empty() {
+            f.write_str("unknown")
+        } else {
+            f.write_str(&parts.join(" "))
+        }
+    }
+}
+
 /// What is kept of a bucket once it is retired or its tenant deleted:
 /// its last limits and its exact totals, so that billing never depends on
 /// the bucket still existing. Never changed nor deleted once written.

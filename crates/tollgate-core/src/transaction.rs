@@ -7,11 +7,13 @@
 //! 1. [`Batch::plan`]: which head rows to lock (in key order, so two
 //!    transactions never wait on each other in a cycle) and which instance
 //!    rows each request needs ([`instance_window`]).
-//! 2. The store locks and reads those head rows, reads its clock, and loads
-//!    the windows.
-//! 3. [`Batch::open`] decides, per bucket, what a missing head row means
-//!    (the unconfigured-bucket rule), and [`Batch::load`] takes the loaded
-//!    instance rows.
+//! 2. The store locks and reads those head rows, then (after the locks)
+//!    reads its clock, the state rows of the batch's tenants
+//!    ([`Plan::tenants`]) and the windows.
+//! 3. [`Batch::open`] decides, per bucket, whether it is served (a deleted
+//!    or suspended tenant is refused by [`tenant_state::admit`], head row or
+//!    not) and what a missing head row means (the unconfigured-bucket
+//!    rule), and [`Batch::load`] takes the loaded instance rows.
 //! 4. [`Batch::serve`] runs [`global_bucket::request`] for each request in
 //!    turn, on the same in-memory rows, so requests of one bucket see each
 //!    other's changes exactly as if they had been separate transactions.
@@ -28,8 +30,9 @@ use crate::global_bucket::{
     self, BucketRow, BucketRows, GlobalBucketConfig, Grant, InstanceId, InstanceState,
     InstanceWindow, Limits, RequestError, TokenBucketRequest, instance_window,
 };
+use crate::tenant_state::{self, TenantRefused, TenantState};
 use crate::time::Timestamp;
-use crate::validate::BucketKey;
+use crate::validate::{BucketKey, TenantId};
 
 /// What a pod request for a tenant's request-unit bucket gets when nobody
 /// configured it. (Named buckets exist only once provisioned; a request
@@ -78,6 +81,16 @@ pub struct Plan {
     pub windows: Vec<InstanceWindow>,
 }
 
+impl Plan {
+    /// The tenants whose state rows to read (after the head-row locks),
+    /// each once, in id order.
+    pub fn tenants(&self) -> Vec<&TenantId> {
+        let mut tenants: Vec<&TenantId> = self.lock.iter().map(|k| &k.tenant).collect();
+        tenants.dedup();
+        tenants
+    }
+}
+
 /// The answer to one request of a batch.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Answer {
@@ -86,6 +99,8 @@ pub enum Answer {
     Refused(RequestError),
     /// The bucket does not exist (and is not created by default).
     NotFound,
+    /// The tenant is deleted or suspended; nothing changed.
+    TenantRefused(TenantRefused),
     /// An earlier request of this transaction removed silent instances of
     /// the bucket, so the rows this one needs may not all be loaded: serve
     /// it in the next transaction.
@@ -143,8 +158,17 @@ impl BucketWrite<'_> {
 /// The buckets one transaction serves requests for.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Batch {
-    /// `None`: the bucket does not exist and is not created.
-    buckets: BTreeMap<BucketKey, Option<BucketWork>>,
+    /// `Err`: the bucket is not served, and why.
+    buckets: BTreeMap<BucketKey, Result<BucketWork, Closed>>,
+}
+
+/// Why a bucket of a batch is not served.
+#[derive(Clone, Debug, PartialEq)]
+enum Closed {
+    /// It does not exist and is not created.
+    NotFound,
+    /// Its tenant is deleted or suspended.
+    Tenant(TenantRefused),
 }
 
 impl Batch {
@@ -167,28 +191,38 @@ impl Batch {
     }
 
     /// Opens the buckets of `keys` with the head rows a store found
-    /// (`heads`; a key without one has no row). A missing request-unit
-    /// bucket is created by `unconfigured`; any other missing bucket does
-    /// not exist.
+    /// (`heads`; a key without one has no row) and the state rows of their
+    /// tenants (`states`; a tenant without one is served). A bucket of a
+    /// deleted or suspended tenant is refused, whether its head row exists
+    /// or not: a deleted tenant's request-unit bucket is never created
+    /// again by default. Otherwise a missing request-unit bucket is created
+    /// by `unconfigured`, and any other missing bucket does not exist.
     pub fn open(
         keys: impl IntoIterator<Item = BucketKey>,
         mut heads: BTreeMap<BucketKey, BucketRow>,
+        states: &BTreeMap<TenantId, TenantState>,
         unconfigured: &UnconfiguredTenants,
         now: Timestamp,
     ) -> Batch {
         let mut buckets = BTreeMap::new();
         for key in keys {
-            let work = match heads.remove(&key) {
-                Some(head) => Some(BucketWork::new(head, true)),
-                None if key.bucket.is_request_units() => match unconfigured {
-                    UnconfiguredTenants::UseDefaults(d) => Some(BucketWork::new(
-                        BucketRow::new(d.limits, d.initial_tokens, false, now),
-                        false,
-                    )),
-                    UnconfiguredTenants::Reject => None,
-                },
-                None => None,
-            };
+            let head = heads.remove(&key);
+            let work =
+                if let Err(refused) = tenant_state::admit(&key.tenant, states.get(&key.tenant)) {
+                    Err(Closed::Tenant(refused))
+                } else {
+                    match head {
+                        Some(head) => Ok(BucketWork::new(head, true)),
+                        None if key.bucket.is_request_units() => match unconfigured {
+                            UnconfiguredTenants::UseDefaults(d) => Ok(BucketWork::new(
+                                BucketRow::new(d.limits, d.initial_tokens, false, now),
+                                false,
+                            )),
+                            UnconfiguredTenants::Reject => Err(Closed::NotFound),
+                        },
+                        None => Err(Closed::NotFound),
+                    }
+                };
             buckets.insert(key, work);
         }
         Batch { buckets }
@@ -198,7 +232,7 @@ impl Batch {
     /// did not exist are strays (left by an older delete) and are ignored:
     /// a new bucket starts with none.
     pub fn load(&mut self, key: &BucketKey, instances: impl IntoIterator<Item = InstanceState>) {
-        if let Some(Some(work)) = self.buckets.get_mut(key)
+        if let Some(Ok(work)) = self.buckets.get_mut(key)
             && work.stored
         {
             for instance in instances {
@@ -218,8 +252,10 @@ impl Batch {
         now: Timestamp,
         config: &GlobalBucketConfig,
     ) -> Answer {
-        let Some(Some(work)) = self.buckets.get_mut(key) else {
-            return Answer::NotFound;
+        let work = match self.buckets.get_mut(key) {
+            Some(Ok(work)) => work,
+            Some(Err(Closed::Tenant(refused))) => return Answer::TenantRefused(refused.clone()),
+            Some(Err(Closed::NotFound)) | None => return Answer::NotFound,
         };
         if !work.removed.is_empty() {
             return Answer::Deferred;
@@ -242,7 +278,7 @@ impl Batch {
     pub fn writes(&self) -> Vec<BucketWrite<'_>> {
         self.buckets
             .iter()
-            .filter_map(|(key, work)| work.as_ref().map(|work| (key, work)))
+            .filter_map(|(key, work)| work.as_ref().ok().map(|work| (key, work)))
             .filter(|(_, work)| work.dirty)
             .map(|(key, work)| {
                 let gone: BTreeSet<InstanceId> =

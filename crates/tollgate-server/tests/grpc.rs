@@ -942,14 +942,30 @@ async fn tenants_are_listed_in_pages_and_deleted(backend: Backend) {
         .await
         .expect_err("deleted");
     assert_eq!(status.code(), Code::NotFound);
-    // Its instances went with it: a returning pod starts a fresh tenant.
+    // A returning pod is refused: the tenant stays deleted.
+    let refused = pods
+        .token_bucket(pod_request("tenant-03", 1, 1, 1.0, 1.0))
+        .await
+        .expect_err("deleted");
+    assert_eq!(refused.code(), Code::NotFound);
+    assert!(
+        refused.message().contains("was deleted at"),
+        "{}",
+        refused.message()
+    );
+    // Created again by an operator, its instances went with it: the pod
+    // starts a fresh tenant.
+    admin
+        .update_tenant_resource_limits(limits("tenant-03", 10.0, 1.0, 10.0))
+        .await
+        .expect("create again");
     pods.token_bucket(pod_request("tenant-03", 1, 1, 1.0, 1.0))
         .await
         .expect("grant");
     let fresh = get_tenant(&mut admin, "tenant-03")
         .await
-        .expect("recreated on defaults");
-    assert!(!fresh.configured);
+        .expect("created again");
+    assert!(fresh.configured);
     assert_eq!(fresh.live_instances, 1);
     assert_eq!(fresh.consumption.expect("c").request_units, 1.0);
     server.stop().await;

@@ -7,14 +7,16 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::{Backend, Backing, ManualClock, tenant_id, tier_name};
-use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem};
+use support::{Backend, Backing, ManualClock, bucket_name, tenant_id, tier_name};
+use tollgate_core::key_bucket::{CheckCall, CheckError, KeyId, RequestItem};
+use tollgate_core::partition::Exchange;
+use tollgate_core::tenant_state::StateChange;
 use tollgate_core::tier::{
     BucketDefinition, BucketKind, CloseReason, ClosedBy, DefinedBy, TenantChange, Tier, TierError,
 };
 use tollgate_core::{
-    BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, Timestamp,
-    TokenBucketRequest,
+    BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, TenantRefused,
+    TenantStateKind, Timestamp, TokenBucketRequest,
 };
 use tollgate_server::store::{AdminCall, BucketSettings, Store, StoreError};
 
@@ -224,7 +226,7 @@ async fn deleting_a_tenant_removes_its_instances(store: &dyn Store, clock: &Manu
     ));
     assert!(matches!(
         store.delete_tenant(&t.tenant).await,
-        Err(StoreError::TenantNotFound(_))
+        Err(StoreError::TenantRefused(TenantRefused::Deleted { .. }))
     ));
     assert_eq!(
         list_order(store, &other).await,
@@ -907,6 +909,307 @@ async fn per_key_buckets_are_listed_with_their_stored_keys(store: &dyn Store, cl
     }
 }
 
+/// A tier with a shared bucket `mail` and a per-key bucket `per-user`.
+fn tier_with_keys() -> Tier {
+    let mut tier = tier(&[("mail", 10.0, 100.0)]);
+    tier.buckets.insert(
+        bucket_name("per-user"),
+        support::definition(1.0, 5.0, BucketKind::PerKey),
+    );
+    tier
+}
+
+fn check_call(tenant: &str, key: &str) -> CheckCall {
+    CheckCall::new(vec![RequestItem {
+        key: KeyId::new(tenant_id(tenant), bucket_name("per-user"), key),
+        tokens: 1.0,
+        request_id: None,
+    }])
+    .expect("a valid call")
+}
+
+fn exchange() -> Exchange {
+    Exchange {
+        pod: 1,
+        partitions: Vec::new(),
+        period: Duration::from_secs(10),
+        known_version: 0,
+    }
+}
+
+/// Every pod-facing operation on `tenant` (its request-unit bucket, its
+/// `mail` bucket, a per-key check, a partition exchange) is refused as
+/// `kind`, naming `since`.
+async fn every_pod_call_refused(
+    store: &dyn Store,
+    tenant: &str,
+    kind: TenantStateKind,
+    since: Timestamp,
+) {
+    let refused_as = |e: &TenantRefused| match (e, kind) {
+        (TenantRefused::Deleted { since: s, .. }, TenantStateKind::Deleted)
+        | (TenantRefused::Suspended { since: s, .. }, TenantStateKind::Suspended) => *s == since,
+        _ => false,
+    };
+    for key in [self::tenant(tenant), bucket(tenant, "mail")] {
+        match store.token_bucket(&key, &request(1, 100, 5.0)).await {
+            Err(StoreError::TenantRefused(e)) if refused_as(&e) => {}
+            other => panic!("{key}: expected a refusal as {kind:?}, got {other:?}"),
+        }
+    }
+    match store.check(&check_call(tenant, "alice")).await {
+        Err(StoreError::Check(CheckError::TenantRefused(e))) if refused_as(&e) => {}
+        other => panic!("check: expected a refusal as {kind:?}, got {other:?}"),
+    }
+    match store.partition_load(&tenant_id(tenant), &exchange()).await {
+        Err(StoreError::TenantRefused(e)) if refused_as(&e) => {}
+        other => panic!("partition load: expected a refusal as {kind:?}, got {other:?}"),
+    }
+}
+
+async fn a_deleted_tenant_is_refused_until_an_operator_creates_it_again(
+    store: &dyn Store,
+    clock: &ManualClock,
+) {
+    let pro = tier_name("pro");
+    store.put_tier(&pro, &tier_with_keys()).await.expect("tier");
+    let create = TenantChange::Create { tier: pro.clone() };
+    let t = tenant_id("t");
+    store.change_tenant(&t, &create).await.expect("create");
+    let ru = tenant("t");
+    store
+        .token_bucket(&ru, &request(1, 1, 5.0))
+        .await
+        .expect("served on the defaults before the delete");
+    clock.set_secs(10.0);
+    store
+        .delete_tenant_by(&t, &call("alice", false))
+        .await
+        .expect("delete");
+    let deleted_at = clock.now();
+    clock.set_secs(20.0);
+
+    every_pod_call_refused(store, "t", TenantStateKind::Deleted, deleted_at).await;
+    assert!(
+        store
+            .list_buckets(None, 100)
+            .await
+            .expect("list")
+            .is_empty(),
+        "no bucket was created again"
+    );
+    assert!(matches!(
+        store.get_bucket(&ru).await,
+        Err(StoreError::TenantNotFound(_))
+    ));
+    let states = store
+        .tenant_states(std::slice::from_ref(&t))
+        .await
+        .expect("states");
+    let tombstone = &states[&t];
+    assert_eq!(tombstone.kind, TenantStateKind::Deleted);
+    assert_eq!(tombstone.since, deleted_at);
+    assert_eq!(tombstone.actor, "alice at 127.0.0.1:4000");
+    for change in [
+        StateChange::Suspend {
+            actor: "bob".into(),
+            reason: String::new(),
+        },
+        StateChange::Resume,
+    ] {
+        assert!(
+            matches!(
+                store.change_tenant_state(&t, &change).await,
+                Err(StoreError::TenantRefused(TenantRefused::Deleted { .. }))
+            ),
+            "{change:?} of a deleted tenant"
+        );
+    }
+
+    // Created again: the tombstone goes in the same transaction.
+    let outcome = store
+        .change_tenant(&t, &create)
+        .await
+        .expect("create again");
+    assert_eq!(outcome.revived.as_ref(), Some(tombstone));
+    assert!(
+        store
+            .tenant_states(std::slice::from_ref(&t))
+            .await
+            .expect("states")
+            .is_empty()
+    );
+    store
+        .token_bucket(&bucket("t", "mail"), &request(1, 1, 5.0))
+        .await
+        .expect("served again");
+    store
+        .check(&check_call("t", "alice"))
+        .await
+        .expect("checked again");
+
+    // Setting a bucket's limits creates a deleted tenant again too.
+    let u = tenant("u");
+    configure(store, &u, 5.0).await;
+    store
+        .delete_tenant_by(&u.tenant, &call("bob", false))
+        .await
+        .expect("delete");
+    assert!(matches!(
+        store.token_bucket(&u, &request(1, 1, 1.0)).await,
+        Err(StoreError::TenantRefused(TenantRefused::Deleted { .. }))
+    ));
+    let change = store
+        .update_limits(
+            &u,
+            &LimitsUpdate {
+                available_tokens: 10.0,
+                limits: Limits {
+                    refill_rate: 1.0,
+                    burst_limit: 10.0,
+                },
+                as_of: None,
+                as_of_consumed_tokens: 0.0,
+                mask: LimitsMask::ALL,
+            },
+        )
+        .await
+        .expect("set limits");
+    assert_eq!(
+        change.revived.map(|s| s.actor).as_deref(),
+        Some("bob at 127.0.0.1:4000")
+    );
+    store
+        .token_bucket(&u, &request(1, 1, 1.0))
+        .await
+        .expect("served again");
+}
+
+async fn a_suspended_tenant_keeps_everything_and_is_refused_until_resumed(
+    store: &dyn Store,
+    clock: &ManualClock,
+) {
+    let pro = tier_name("pro");
+    store.put_tier(&pro, &tier_with_keys()).await.expect("tier");
+    let t = tenant_id("t");
+    store
+        .change_tenant(&t, &TenantChange::Create { tier: pro.clone() })
+        .await
+        .expect("create");
+    let mail = bucket("t", "mail");
+    for id in 1..=2 {
+        store
+            .token_bucket(&mail, &request(id, 1, 5.0))
+            .await
+            .expect("served");
+    }
+    store
+        .check(&check_call("t", "alice"))
+        .await
+        .expect("checked");
+    clock.set_secs(5.0);
+    let before = store.get_tenant(&t).await.expect("read");
+    let keys_before = store.key_counts().await.expect("keys");
+
+    let suspend = StateChange::Suspend {
+        actor: "alice at 10.0.0.7:51234".into(),
+        reason: "unpaid invoice".into(),
+    };
+    let edit = store
+        .change_tenant_state(&t, &suspend)
+        .await
+        .expect("suspend");
+    assert!(edit.changed);
+    let state = edit.state.expect("suspended");
+    assert_eq!(
+        (state.kind, state.since, state.reason.as_str()),
+        (TenantStateKind::Suspended, clock.now(), "unpaid invoice")
+    );
+    every_pod_call_refused(store, "t", TenantStateKind::Suspended, clock.now()).await;
+    assert_eq!(
+        store.get_tenant(&t).await.expect("read"),
+        before,
+        "limits, buckets, pods' rows and totals untouched"
+    );
+    assert_eq!(store.key_counts().await.expect("keys"), keys_before);
+    assert_eq!(
+        store
+            .tenant_states(std::slice::from_ref(&t))
+            .await
+            .expect("states")[&t],
+        state
+    );
+
+    // Idempotent: the first time and reason stay.
+    clock.set_secs(6.0);
+    let again = store
+        .change_tenant_state(
+            &t,
+            &StateChange::Suspend {
+                actor: "bob".into(),
+                reason: "another".into(),
+            },
+        )
+        .await
+        .expect("suspend again");
+    assert!(!again.changed);
+    assert_eq!(again.state.as_ref(), Some(&state));
+    // An operator's change keeps the suspension.
+    store
+        .change_tenant(&t, &TenantChange::SetTier { tier: pro.clone() })
+        .await
+        .expect("set tier");
+    assert_eq!(
+        store
+            .tenant_states(std::slice::from_ref(&t))
+            .await
+            .expect("states")[&t],
+        state
+    );
+
+    let resumed = store
+        .change_tenant_state(&t, &StateChange::Resume)
+        .await
+        .expect("resume");
+    assert!(resumed.changed);
+    assert_eq!(resumed.state, None);
+    store
+        .token_bucket(&mail, &request(1, 2, 5.0))
+        .await
+        .expect("served at once");
+    store
+        .check(&check_call("t", "alice"))
+        .await
+        .expect("checked");
+    store
+        .partition_load(&t, &exchange())
+        .await
+        .expect("exchanged");
+    let again = store
+        .change_tenant_state(&t, &StateChange::Resume)
+        .await
+        .expect("resume again");
+    assert!(!again.changed);
+
+    let nobody = tenant_id("nobody");
+    for change in [suspend, StateChange::Resume] {
+        assert!(
+            matches!(
+                store.change_tenant_state(&nobody, &change).await,
+                Err(StoreError::TenantNotFound(_))
+            ),
+            "{change:?} of an unknown tenant"
+        );
+    }
+    assert!(
+        store
+            .tenant_states(&[nobody])
+            .await
+            .expect("states")
+            .is_empty()
+    );
+}
+
 /// Runs `test` on a fresh store of `backend` and closes it.
 async fn with_store<F>(backend: Backend, test: F)
 where
@@ -949,4 +1252,6 @@ conformance!(
     tiers_onboard_switch_and_override,
     closed_buckets_outlive_their_buckets,
     per_key_buckets_are_listed_with_their_stored_keys,
+    a_deleted_tenant_is_refused_until_an_operator_creates_it_again,
+    a_suspended_tenant_keeps_everything_and_is_refused_until_resumed,
 );

@@ -2,7 +2,7 @@
 //!
 //! A store is filled by generated traffic (tiers with shared and per-key
 //! buckets, tenants on them with overrides, pods coming and going, keys
-//! taken with and without request ids, tenants deleted), exported through
+//! taken with and without request ids, tenants deleted and suspended), exported through
 //! the JSON-lines text, and imported into a fresh store of each kind. The
 //! second store must then be the first: the same export, the same reads,
 //! the same totals, and the same answers to what comes next, retries of
@@ -18,6 +18,7 @@ use rand::{Rng, SeedableRng};
 use support::{Backend, Backing, ManualClock, bucket_name, definition, tenant_id, tier_name};
 use tokio::sync::mpsc;
 use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem};
+use tollgate_core::tenant_state::StateChange;
 use tollgate_core::tier::{BucketKind, TenantChange, Tier};
 use tollgate_core::{
     BucketKey, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId, Timestamp,
@@ -52,6 +53,8 @@ struct History {
     last_requests: BTreeMap<(BucketKey, u32), TokenBucketRequest>,
     /// Checks made with a request id.
     checks: Vec<CheckCall>,
+    /// The tenants deleted and suspended.
+    tenants: Vec<TenantId>,
 }
 
 /// Fills `store` with state generated from `seed`; the clock moves on by
@@ -183,16 +186,31 @@ async fn populate(store: &dyn Store, clock: &ManualClock, seed: u64) -> History 
             }
         }
     }
-    // A deleted tenant leaves nothing behind to export but the closed
-    // records of its buckets.
+    // A deleted tenant leaves only its tombstone and the closed records of
+    // its buckets behind to export; a suspended one keeps everything, its
+    // suspension with it.
     let gone = tenant_id(&tenants[0]);
     store.delete_tenant(&gone).await.expect("delete");
+    let suspended = tenant_id(&tenants[1]);
+    store
+        .change_tenant_state(
+            &suspended,
+            &StateChange::Suspend {
+                actor: "bob at 10.0.0.8:40000".into(),
+                reason: format!("unpaid invoice {seed}"),
+            },
+        )
+        .await
+        .expect("suspend");
+    history.tenants = vec![gone.clone(), suspended.clone()];
     history
         .last_requests
         .retain(|(bucket, _), _| bucket.tenant != gone);
-    history
-        .checks
-        .retain(|call| call.items.iter().all(|i| i.key.bucket.tenant != gone));
+    history.checks.retain(|call| {
+        call.items
+            .iter()
+            .all(|i| i.key.bucket.tenant != gone && i.key.bucket.tenant != suspended)
+    });
     history
 }
 
@@ -227,7 +245,7 @@ fn body(records: &[Record]) -> &[Record] {
 
 /// Everything a server reads of a store: buckets with their instances,
 /// tenants as tiers see them, tiers, key counts.
-async fn reads(store: &dyn Store) -> String {
+async fn reads(store: &dyn Store, states_of: &[TenantId]) -> String {
     let mut out = String::new();
     let buckets = store.list_buckets(None, 10_000).await.expect("list");
     let mut tenants: Vec<TenantId> = buckets.iter().map(|b| b.key.tenant.clone()).collect();
@@ -240,6 +258,10 @@ async fn reads(store: &dyn Store) -> String {
         );
     }
     out += &format!("{:?}\n", store.list_tiers().await.expect("tiers"));
+    out += &format!(
+        "{:?}\n",
+        store.tenant_states(states_of).await.expect("tenant states")
+    );
     out += &format!("{:?}\n", store.key_counts().await.expect("key counts"));
     out
 }
@@ -255,6 +277,7 @@ async fn moves_whole(from: Backend, to: Backend, seed: u64) {
     let history = populate(source.as_ref(), &clock, seed).await;
     let (records, counts) = export(source.as_ref()).await;
     assert_eq!(records.last(), Some(&Record::End(counts)));
+    assert_eq!(counts.tenant_states, 2, "a tombstone and a suspension");
     assert!(
         counts.tiers == 3
             && counts.buckets > 0
@@ -281,7 +304,10 @@ async fn moves_whole(from: Backend, to: Backend, seed: u64) {
         body(&records),
         "seed {seed}: the exports differ"
     );
-    assert_eq!(reads(target.as_ref()).await, reads(source.as_ref()).await);
+    assert_eq!(
+        reads(target.as_ref(), &history.tenants).await,
+        reads(source.as_ref(), &history.tenants).await
+    );
 
     // Into a store that holds something: refused, and nothing changes.
     let refused = target.import(image.clone(), false).await;
@@ -314,7 +340,10 @@ async fn moves_whole(from: Backend, to: Backend, seed: u64) {
         let here = target.check(call).await.expect("check");
         assert_eq!(here, there);
     }
-    assert_eq!(reads(target.as_ref()).await, reads(source.as_ref()).await);
+    assert_eq!(
+        reads(target.as_ref(), &history.tenants).await,
+        reads(source.as_ref(), &history.tenants).await
+    );
 
     // --replace: the store becomes the export, whatever it held.
     assert_eq!(target.import(image, true).await.expect("replace"), counts);

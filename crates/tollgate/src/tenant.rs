@@ -65,15 +65,43 @@ enum TenantCommand {
     /// Delete a tenant: its buckets, instances and keys
     ///
     /// Each bucket's last limits and exact totals are kept as a closed
-    /// record (`show --closed`). Lists them and asks for the tenant id to
-    /// be typed again unless --yes is given; without a terminal to ask on,
-    /// refuses without --yes.
+    /// record (`show --closed`). It leaves a tombstone: its pods are refused
+    /// (NotFound, saying when it was deleted) until it is created again
+    /// (create, set-tier, override, table-limits or set-limits). Lists the
+    /// closed records and asks for the tenant id to be typed again unless
+    /// --yes is given; without a terminal to ask on, refuses without --yes.
     Delete {
         #[arg(long)]
         tenant: String,
         /// Delete without asking.
         #[arg(long, short = 'y')]
         yes: bool,
+        /// Print JSON instead of a line of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+    /// Suspend a tenant: its pods are refused until it is resumed
+    ///
+    /// Its limits, buckets, pods' rows and totals are kept as they are.
+    /// Suspending a suspended tenant changes nothing.
+    Suspend {
+        #[arg(long)]
+        tenant: String,
+        /// Why: shown to its pods in their refusals and to operators.
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Print JSON instead of a line of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        actor: ActorArg,
+    },
+    /// Resume a suspended tenant: its pods are served again at once.
+    Resume {
+        #[arg(long)]
+        tenant: String,
         /// Print JSON instead of a line of text.
         #[arg(long)]
         json: bool,
@@ -341,17 +369,119 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
                 closed: closing::closed_json(&closed),
             };
             output::print(json, &deleted, |d| {
+                let deleted = format!(
+                    "deleted tenant {}: its pods are refused until it is created again",
+                    d.tenant_id
+                );
                 if d.closed.is_empty() {
-                    format!("deleted tenant {}", d.tenant_id)
+                    deleted
                 } else {
-                    format!(
-                        "deleted tenant {}\n{}",
-                        d.tenant_id,
-                        closing::retiring_text("closed", &d.closed)
-                    )
+                    format!("{deleted}\n{}", closing::retiring_text("closed", &d.closed))
                 }
             })
         }
+        TenantCommand::Suspend {
+            tenant,
+            reason,
+            json,
+            actor,
+        } => {
+            let answer = client
+                .suspend_tenant(actor.request(v1::SuspendTenantRequest {
+                    tenant_id: tenant.clone(),
+                    reason,
+                }))
+                .await
+                .map_err(rpc_error)?
+                .into_inner();
+            let view = StateChangeJson {
+                tenant_id: tenant,
+                changed: answer.changed,
+                state: answer.state.as_ref().map(TenantStateJson::new),
+            };
+            output::print(json, &view, |v| match (&v.state, v.changed) {
+                (Some(state), true) => {
+                    format!("suspended tenant {}: {}", v.tenant_id, state.text())
+                }
+                (Some(state), false) => format!(
+                    "tenant {} was suspended already, nothing changed: {}",
+                    v.tenant_id,
+                    state.text()
+                ),
+                (None, _) => format!("tenant {} is not suspended", v.tenant_id),
+            })
+        }
+        TenantCommand::Resume {
+            tenant,
+            json,
+            actor,
+        } => {
+            let answer = client
+                .resume_tenant(actor.request(v1::ResumeTenantRequest {
+                    tenant_id: tenant.clone(),
+                }))
+                .await
+                .map_err(rpc_error)?
+                .into_inner();
+            let view = StateChangeJson {
+                tenant_id: tenant,
+                changed: answer.changed,
+                state: None,
+            };
+            output::print(json, &view, |v| {
+                if v.changed {
+                    format!("resumed tenant {}: its pods are served again", v.tenant_id)
+                } else {
+                    format!("tenant {} was not suspended, nothing changed", v.tenant_id)
+                }
+            })
+        }
+    }
+}
+
+/// What `tenant suspend --json` and `tenant resume --json` print.
+#[derive(Debug, Serialize)]
+struct StateChangeJson {
+    tenant_id: String,
+    /// False if the tenant already was as asked.
+    changed: bool,
+    /// The suspension now; `null` once resumed.
+    state: Option<TenantStateJson>,
+}
+
+/// A tenant's suspension (or tombstone) as `--json` prints it.
+#[derive(Debug, Serialize)]
+pub(crate) struct TenantStateJson {
+    /// `suspended` (or `deleted`).
+    kind: String,
+    since: Option<String>,
+    /// Who did it, as the server's audit log names them.
+    actor: String,
+    reason: String,
+}
+
+impl TenantStateJson {
+    pub(crate) fn new(state: &v1::TenantState) -> Self {
+        TenantStateJson {
+            kind: state.kind.clone(),
+            since: rfc3339(state.since),
+            actor: state.actor.clone(),
+            reason: state.reason.clone(),
+        }
+    }
+
+    /// `suspended since 2026-…Z by alice at 10.0.0.7:51234: unpaid`.
+    pub(crate) fn text(&self) -> String {
+        let mut text = format!(
+            "{} since {} by {}",
+            self.kind,
+            self.since.as_deref().unwrap_or("(unknown)"),
+            self.actor
+        );
+        if !self.reason.is_empty() {
+            text += &format!(": {}", self.reason);
+        }
+        text
     }
 }
 
@@ -433,6 +563,8 @@ struct TenantJson {
     consumption: v1::Consumption,
     created_at: Option<String>,
     updated_at: Option<String>,
+    /// The tenant's suspension; `null` while it is served.
+    state: Option<TenantStateJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     instances: Option<Vec<InstanceJson>>,
 }
@@ -473,6 +605,7 @@ fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {
         consumption: t.consumption.unwrap_or_default(),
         created_at: rfc3339(t.created_at),
         updated_at: rfc3339(t.updated_at),
+        state: t.state.as_ref().map(TenantStateJson::new),
         instances: with_instances.then(|| {
             t.instances
                 .iter()
@@ -567,6 +700,9 @@ fn tenant_text(view: &TenantJson) -> String {
         field("live instances", view.live_instances.to_string()),
     ])
     .to_string();
+    if let Some(state) = &view.state {
+        text = format!("{}\n{text}", Table::new([field("state", state.text())]));
+    }
     if let Some(instances) = view.instances.as_ref().filter(|i| !i.is_empty()) {
         let mut table = Table::with_header(&["INSTANCE", "NEXT", "SEQ", "SHARES", "SILENT FOR"]);
         for i in instances {
@@ -619,6 +755,7 @@ fn print_list(
             "TOKENS",
             "INSTANCES",
             "REQUEST UNITS",
+            "STATE",
         ]);
         for v in views {
             table.push(vec![
@@ -630,6 +767,9 @@ fn print_list(
                 format!("{:.1}", v.current_tokens),
                 v.live_instances.to_string(),
                 format!("{:.1}", v.consumption.request_units),
+                v.state
+                    .as_ref()
+                    .map_or_else(|| "served".to_owned(), |s| s.kind.clone()),
             ]);
         }
         format!("{table}{}", per_key_text.unwrap_or_default())

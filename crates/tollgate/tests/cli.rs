@@ -721,3 +721,114 @@ fn tenant_watch_shows_request_units_per_second_between_frames() {
         "NotFound",
     );
 }
+
+/// `pod request` for `tenant`'s request-unit bucket, as instance 3 asking
+/// for 3 000 tokens.
+fn pod_asks(server: &Server, tenant: &str) -> Output {
+    server.tollgate(&[
+        "pod",
+        "request",
+        "--tenant",
+        tenant,
+        "--instance",
+        "3",
+        "--tokens",
+        "3000",
+    ])
+}
+
+#[test]
+fn a_deleted_tenant_stays_deleted_until_created_again() {
+    let (_dir, server) = fresh_server();
+    set_limits(&server, "acme", 500.0, 0.0);
+    let first = pod_asks(&server, "acme");
+    assert!(first.status.success(), "{first:?}");
+    let deleted = server.ok(&["tenant", "delete", "--tenant", "acme", "--yes"]);
+    assert!(
+        deleted.contains("refused until it is created again"),
+        "{deleted}"
+    );
+
+    // Before tombstones, this request re-created the tenant with the
+    // server's defaults and was granted 3 000 tokens.
+    let refused = pod_asks(&server, "acme");
+    assert_failed_with(&refused, "NotFound: tenant \"acme\" was deleted at ");
+    assert_failed_with(
+        &server.tollgate(&["tenant", "show", "--tenant", "acme"]),
+        "NotFound",
+    );
+    let listed = server.json(&["tenant", "list", "--json"]);
+    assert_eq!(listed, json!([]), "nothing granted, nothing created");
+
+    set_limits(&server, "acme", 500.0, 0.0);
+    let served = pod_asks(&server, "acme");
+    assert!(served.status.success(), "{served:?}");
+}
+
+#[test]
+fn a_suspended_tenant_is_refused_with_its_totals_kept_until_resumed() {
+    let (_dir, server) = fresh_server();
+    set_limits(&server, "acme", 500.0, 0.0);
+    assert!(pod_asks(&server, "acme").status.success());
+    let show = [
+        "tenant", "show", "--tenant", "acme", "--bucket", "", "--json",
+    ];
+    let before = server.json(&show);
+    assert_eq!(before["state"], Value::Null);
+
+    let suspended = server.json(&[
+        "tenant",
+        "suspend",
+        "--tenant",
+        "acme",
+        "--reason",
+        "unpaid invoice",
+        "--json",
+    ]);
+    assert_eq!(suspended["changed"], true);
+    assert_eq!(suspended["state"]["kind"], "suspended");
+    assert_eq!(suspended["state"]["reason"], "unpaid invoice");
+    let refused = pod_asks(&server, "acme");
+    assert_failed_with(
+        &refused,
+        "FailedPrecondition: tenant \"acme\" is suspended since ",
+    );
+    assert_failed_with(&refused, ": unpaid invoice");
+
+    // Limits, tokens and totals exactly as they were; the state shows.
+    let mut during = server.json(&show);
+    assert_eq!(during["state"], suspended["state"]);
+    during["state"] = Value::Null;
+    // How long the pod has been silent is all that moved.
+    let mut before = before;
+    for view in [&mut before, &mut during] {
+        view["instances"][0]["silent_for_seconds"] = Value::Null;
+    }
+    assert_eq!(during, before);
+    let text = server.ok(&["tenant", "show", "--tenant", "acme"]);
+    assert!(text.contains("state  suspended since"), "{text}");
+    let table = server.ok(&["tenant", "list"]);
+    assert!(
+        table.contains("STATE") && table.contains("suspended"),
+        "{table}"
+    );
+
+    let again = server.ok(&["tenant", "suspend", "--tenant", "acme"]);
+    assert!(
+        again.contains("was suspended already, nothing changed"),
+        "{again}"
+    );
+    let resumed = server.ok(&["tenant", "resume", "--tenant", "acme"]);
+    assert!(resumed.contains("resumed tenant acme"), "{resumed}");
+    let served = pod_asks(&server, "acme");
+    assert!(served.status.success(), "{served:?}");
+    let again = server.ok(&["tenant", "resume", "--tenant", "acme"]);
+    assert!(
+        again.contains("was not suspended, nothing changed"),
+        "{again}"
+    );
+    assert_failed_with(
+        &server.tollgate(&["tenant", "suspend", "--tenant", "nobody"]),
+        "NotFound",
+    );
+}

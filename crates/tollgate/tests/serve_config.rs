@@ -238,7 +238,9 @@ fn set_limits_and_delete_leave_an_audit_line_with_actor_tenant_and_values() {
 
     let text = std::fs::read_to_string(&log).expect("read the log");
     let audit: Vec<&str> = text.lines().filter(|l| l.contains("operation=")).collect();
-    assert_eq!(audit.len(), 4, "one line per change: {text}");
+    // The delete logs its bucket and its tombstone; the last set-limits
+    // creates the tenant again and logs the tombstone it removed.
+    assert_eq!(audit.len(), 6, "one line per change: {text}");
 
     let created = audit[0];
     assert!(created.contains("alice at 127.0.0.1:"), "{created}");
@@ -274,9 +276,21 @@ fn set_limits_and_delete_leave_an_audit_line_with_actor_tenant_and_values() {
         assert!(deleted.contains(expected), "{expected:?} in {deleted}");
     }
 
-    let unnamed = audit[3];
+    let tombstone = audit[3];
+    assert!(
+        tombstone.contains("deleted tenant acme (1 buckets); its tombstone refuses its pods"),
+        "{tombstone}"
+    );
+
+    let unnamed = audit[4];
     assert!(unnamed.contains("x-tollgate-actor ignored"), "{unnamed}");
     assert!(!unnamed.contains("actor=\""), "{unnamed}");
+    let revived = audit[5];
+    assert!(
+        revived.contains("created tenant acme again (deleted at ")
+            && revived.contains("by bob at 127.0.0.1:"),
+        "{revived}"
+    );
 }
 
 /// `deploy/serve-options.txt`, against which the deployment files are

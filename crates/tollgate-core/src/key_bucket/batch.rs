@@ -6,7 +6,9 @@
 //! A store serves a batch of calls in one transaction: it locks and reads
 //! the keys of [`KeyBatch::keys`] (in that order, so two batches never
 //! deadlock), the records of [`KeyBatch::records`], and the definitions of
-//! the tenants in [`KeyBatch::tenants`]; it then answers each call in turn
+//! the tenants in [`KeyBatch::tenants`] with their state rows
+//! ([`KeyTable::with_states`]: a deleted or suspended tenant's calls are
+//! refused by [`tenant_state::admit`]); it then answers each call in turn
 //! with [`KeyTable::serve`] (a later call sees what an earlier one took)
 //! and writes [`KeyTable::writes`].
 
@@ -17,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{CheckItem, ItemAnswer, KeySlot, KeyState, MAX_CHECK_ITEMS, check, validate_key};
 use crate::global_bucket::Limits;
+use crate::tenant_state::{self, TenantRefused, TenantState};
 use crate::tier::{BucketDefinition, BucketKind};
 use crate::time::Timestamp;
 use crate::validate::{BucketKey, BucketName, InvalidInput, TenantId};
@@ -158,6 +161,9 @@ pub enum CheckError {
     /// requests, not per key.
     #[error("{field}: bucket \"{}\" of tenant \"{}\" is a shared bucket, not a per-key bucket", .key.bucket, .key.tenant)]
     NotPerKey { field: String, key: BucketKey },
+    /// The tenant is deleted or suspended.
+    #[error(transparent)]
+    TenantRefused(#[from] TenantRefused),
 }
 
 impl CheckError {
@@ -174,6 +180,7 @@ impl CheckError {
                 field: rename(&field),
                 key,
             },
+            e @ CheckError::TenantRefused(_) => e,
         }
     }
 }
@@ -238,6 +245,7 @@ pub struct KeyTable {
     records: BTreeMap<(KeyId, String), RequestRecord>,
     new_records: BTreeSet<(KeyId, String)>,
     limits: BTreeMap<KeyId, Limits>,
+    states: BTreeMap<TenantId, TenantState>,
 }
 
 /// What a batch writes back.
@@ -272,7 +280,15 @@ impl KeyTable {
             records: records.into_iter().map(|(k, id, r)| ((k, id), r)).collect(),
             new_records: BTreeSet::new(),
             limits: BTreeMap::new(),
+            states: BTreeMap::new(),
         }
+    }
+
+    /// The state rows read for the batch's tenants (a tenant without one is
+    /// served).
+    pub fn with_states(mut self, states: BTreeMap<TenantId, TenantState>) -> KeyTable {
+        self.states = states;
+        self
     }
 
     /// Answers one call at `now`, taking from the table's keys.
@@ -284,6 +300,11 @@ impl KeyTable {
         definitions: &BTreeMap<TenantId, BTreeMap<BucketName, BucketDefinition>>,
         now: Timestamp,
     ) -> Result<CallAnswer, CheckError> {
+        // A deleted or suspended tenant is refused before anything is taken.
+        for item in &call.items {
+            let tenant = &item.key.bucket.tenant;
+            tenant_state::admit(tenant, self.states.get(tenant))?;
+        }
         // Resolve every item's limits first: an unknown bucket refuses the
         // whole call before anything is taken.
         let mut limits = Vec::with_capacity(call.items.len());

@@ -49,6 +49,7 @@ fn limits(refill_rate: f64, burst_limit: f64) -> Limits {
 #[derive(Default)]
 struct MemoryStore {
     heads: BTreeMap<BucketKey, BucketRow>,
+    states: BTreeMap<TenantId, TenantState>,
     instances: BTreeMap<BucketKey, BTreeMap<InstanceId, InstanceState>>,
 }
 
@@ -69,7 +70,13 @@ impl MemoryStore {
             .iter()
             .filter_map(|k| self.heads.get(k).map(|h| (k.clone(), h.clone())))
             .collect();
-        let mut batch = Batch::open(plan.lock.iter().cloned(), heads, unconfigured, now);
+        let mut batch = Batch::open(
+            plan.lock.iter().cloned(),
+            heads,
+            &self.states,
+            unconfigured,
+            now,
+        );
         let empty = BTreeMap::new();
         for ((k, _), window) in requests.iter().zip(&plan.windows) {
             let all = self.instances.get(k).unwrap_or(&empty);
@@ -217,6 +224,57 @@ fn after_a_removal_the_buckets_later_requests_are_deferred() {
 }
 
 #[test]
+fn a_deleted_tenant_is_not_created_again_by_default_and_a_suspended_one_is_refused_with_its_rows_kept()
+ {
+    use crate::tenant_state::TenantStateKind;
+    let defaults = UnconfiguredTenants::default();
+    let mut store = MemoryStore::default();
+    let (gone, paused) = (key("gone", ""), key("paused", "mail"));
+    let state = |kind, since| TenantState {
+        kind,
+        since: at(since),
+        actor: "alice at 10.0.0.7:51234".into(),
+        reason: "unpaid".into(),
+    };
+    store
+        .states
+        .insert(gone.tenant.clone(), state(TenantStateKind::Deleted, 1.0));
+    store.states.insert(
+        paused.tenant.clone(),
+        state(TenantStateKind::Suspended, 2.0),
+    );
+    store.heads.insert(
+        paused.clone(),
+        BucketRow::new(limits(10.0, 100.0), 50.0, true, at(0.0)),
+    );
+    let before = store.heads.clone();
+    let plan = Batch::plan([(&gone, 1), (&paused, 1)], 8);
+    assert_eq!(plan.tenants(), vec![&gone.tenant, &paused.tenant]);
+    let (answers, _) = store.run(
+        &[
+            (gone.clone(), req(1, 1, 5.0)),
+            (paused.clone(), req(1, 1, 5.0)),
+        ],
+        at(3.0),
+        &defaults,
+    );
+    assert!(matches!(
+        &answers[0],
+        Answer::TenantRefused(TenantRefused::Deleted { since, .. }) if *since == at(1.0)
+    ));
+    assert!(matches!(
+        &answers[1],
+        Answer::TenantRefused(TenantRefused::Suspended { reason, .. }) if reason == "unpaid"
+    ));
+    assert_eq!(store.heads, before, "nothing created, nothing changed");
+    assert!(store.instances.is_empty());
+
+    store.states.clear();
+    let (answers, _) = store.run(&[(gone.clone(), req(1, 1, 5.0))], at(4.0), &defaults);
+    assert!(matches!(answers[0], Answer::Granted(_)));
+}
+
+#[test]
 fn a_duplicate_writes_nothing() {
     let mut store = MemoryStore::default();
     let ru = key("t", "");
@@ -224,7 +282,7 @@ fn a_duplicate_writes_nothing() {
     store.run(&[(ru.clone(), req(1, 1, 1.0))], at(0.0), &defaults);
     let config = GlobalBucketConfig::default();
     let heads = store.heads.clone();
-    let mut batch = Batch::open([ru.clone()], heads, &defaults, at(1.0));
+    let mut batch = Batch::open([ru.clone()], heads, &BTreeMap::new(), &defaults, at(1.0));
     batch.load(&ru, store.instances[&ru].values().cloned());
     let answer = batch.serve(&ru, &req(1, 1, 1.0), at(1.0), &config);
     assert!(matches!(answer, Answer::Granted(_)));

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use tollgate_core::tenant_state::StateChange;
 use tollgate_core::tier::TenantChange;
 use tollgate_core::{BucketName, InvalidInput, TableName, TenantId, TierName};
 use tollgate_proto::v1::{self, admin_server};
@@ -72,6 +73,34 @@ impl AdminService {
             .collect()
     }
 
+    /// Sets the state (suspension) of each bucket's tenant in `tenants`.
+    async fn add_states(
+        &self,
+        tenants: &mut [v1::Tenant],
+        operation: &'static str,
+    ) -> Result<(), Status> {
+        let mut ids: Vec<TenantId> = tenants
+            .iter()
+            .filter_map(|t| convert::tenant_id(&t.tenant_id).ok())
+            .collect();
+        ids.dedup();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let states = self
+            .store
+            .tenant_states(&ids)
+            .await
+            .map_err(|e| status(operation, e))?;
+        for tenant in tenants {
+            tenant.state = convert::tenant_id(&tenant.tenant_id)
+                .ok()
+                .and_then(|id| states.get(&id))
+                .map(convert::tenant_state_to_proto);
+        }
+        Ok(())
+    }
+
     /// Applies a tenant change and logs it; a dry run changes nothing
     /// and is not logged.
     async fn change(
@@ -130,8 +159,10 @@ impl admin_server::Admin for AdminService {
             .get_bucket(&key)
             .await
             .map_err(|e| status("get tenant", e))?;
+        let mut tenants = vec![convert::bucket_to_proto(&snapshot)];
+        self.add_states(&mut tenants, "get tenant").await?;
         Ok(Response::new(v1::GetTenantResponse {
-            tenant: Some(convert::bucket_to_proto(&snapshot)),
+            tenant: tenants.pop(),
         }))
     }
 
@@ -182,8 +213,10 @@ impl admin_server::Admin for AdminService {
         } else {
             String::new()
         };
+        let mut tenants: Vec<v1::Tenant> = buckets.iter().map(convert::bucket_to_proto).collect();
+        self.add_states(&mut tenants, "list tenants").await?;
         Ok(Response::new(v1::ListTenantsResponse {
-            tenants: buckets.iter().map(convert::bucket_to_proto).collect(),
+            tenants,
             next_page_token,
         }))
     }
@@ -307,6 +340,49 @@ impl admin_server::Admin for AdminService {
                 .map(|c| convert::closed_to_proto(&c.closed))
                 .collect(),
             next_page_token,
+        }))
+    }
+
+    async fn suspend_tenant(
+        &self,
+        request: Request<v1::SuspendTenantRequest>,
+    ) -> Result<Response<v1::SuspendTenantResponse>, Status> {
+        edge::enter(&request)?;
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+        let change = StateChange::Suspend {
+            actor: caller.to_string(),
+            reason: req.reason,
+        };
+        change.validate().map_err(invalid)?;
+        let edit = self
+            .store
+            .change_tenant_state(&tenant, &change)
+            .await
+            .map_err(|e| status("suspend tenant", e))?;
+        audit::tenant_state_changed(&caller, "suspend_tenant", &tenant, &edit);
+        Ok(Response::new(v1::SuspendTenantResponse {
+            state: edit.state.as_ref().map(convert::tenant_state_to_proto),
+            changed: edit.changed,
+        }))
+    }
+
+    async fn resume_tenant(
+        &self,
+        request: Request<v1::ResumeTenantRequest>,
+    ) -> Result<Response<v1::ResumeTenantResponse>, Status> {
+        edge::enter(&request)?;
+        let caller = Caller::of(&request);
+        let tenant = convert::tenant_id(&request.into_inner().tenant_id).map_err(invalid)?;
+        let edit = self
+            .store
+            .change_tenant_state(&tenant, &StateChange::Resume)
+            .await
+            .map_err(|e| status("resume tenant", e))?;
+        audit::tenant_state_changed(&caller, "resume_tenant", &tenant, &edit);
+        Ok(Response::new(v1::ResumeTenantResponse {
+            changed: edit.changed,
         }))
     }
 
@@ -568,8 +644,15 @@ impl admin_server::Admin for AdminService {
             )
             .await
             .map_err(|e| status("describe tenant", e))?;
+        let state = self
+            .store
+            .tenant_states(std::slice::from_ref(&tenant))
+            .await
+            .map_err(|e| status("describe tenant", e))?
+            .remove(&tenant);
         let mut described = convert::tenant_view_to_proto(&view);
         described.key_buckets = self.key_buckets_to_proto(&key_buckets);
+        described.state = state.as_ref().map(convert::tenant_state_to_proto);
         Ok(Response::new(v1::DescribeTenantResponse {
             tenant: Some(described),
         }))

@@ -367,6 +367,8 @@ mod tests {
         for method in [
             "UpdateTenantResourceLimits",
             "DeleteTenant",
+            "SuspendTenant",
+            "ResumeTenant",
             "PutTier",
             "Unknown",
         ] {

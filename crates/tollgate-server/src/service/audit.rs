@@ -16,8 +16,9 @@
 use std::fmt;
 use std::net::SocketAddr;
 
+use tollgate_core::tenant_state::{self, StateEdit};
 use tollgate_core::tier::ClosedBy;
-use tollgate_core::{BucketKey, LimitsUpdate, TenantId, TierName};
+use tollgate_core::{BucketKey, LimitsUpdate, TenantId, TenantState, TierName};
 use tollgate_proto::{ACTOR_METADATA, MAX_ACTOR_LEN};
 use tonic::Request;
 
@@ -176,6 +177,12 @@ pub(super) fn limits_updated(
         "{caller} {action} {}: {summary}",
         describe(key)
     );
+    tombstone_removed(
+        caller,
+        "update_tenant_resource_limits",
+        &key.tenant,
+        change.revived.as_ref(),
+    );
 }
 
 /// `tenant t1` for a request-unit bucket, `bucket mail of tenant t1` for
@@ -188,7 +195,8 @@ fn describe(key: &BucketKey) -> String {
     }
 }
 
-/// Logs a deletion: what each of the tenant's buckets was when it went.
+/// Logs a deletion: what each of the tenant's buckets was when it went,
+/// and the tombstone it left.
 pub(super) fn tenant_deleted(caller: &Caller, tenant: &TenantId, deleted: &[BucketSnapshot]) {
     for bucket in deleted {
         let (state, members, totals) = (
@@ -223,6 +231,74 @@ pub(super) fn tenant_deleted(caller: &Caller, tenant: &TenantId, deleted: &[Buck
             totals.consumption.request_units(),
         );
     }
+    tracing::info!(
+        operation = "delete_tenant",
+        peer = %peer(caller),
+        operator = caller.operator.as_deref(),
+        actor = caller.actor(),
+        actor_note = caller.actor_note(),
+        tenant = %tenant,
+        buckets = deleted.len(),
+        "{caller} deleted tenant {tenant} ({} buckets); its tombstone refuses its pods until it is created again",
+        deleted.len(),
+    );
+}
+
+/// Logs that an operator's change created a deleted tenant again, removing
+/// its tombstone.
+pub(super) fn tombstone_removed(
+    caller: &Caller,
+    operation: &'static str,
+    tenant: &TenantId,
+    tombstone: Option<&TenantState>,
+) {
+    let Some(tombstone) = tombstone else {
+        return;
+    };
+    let deleted_at = tenant_state::rfc3339(tombstone.since);
+    tracing::info!(
+        operation,
+        peer = %peer(caller),
+        operator = caller.operator.as_deref(),
+        actor = caller.actor(),
+        actor_note = caller.actor_note(),
+        tenant = %tenant,
+        deleted_at = %deleted_at,
+        deleted_by = %tombstone.actor,
+        "{caller} created tenant {tenant} again (deleted at {deleted_at} by {}): its tombstone is removed, its pods are served",
+        tombstone.actor,
+    );
+}
+
+/// Logs a suspension or resumption, or that it changed nothing.
+pub(super) fn tenant_state_changed(
+    caller: &Caller,
+    operation: &'static str,
+    tenant: &TenantId,
+    edit: &StateEdit,
+) {
+    let what = match (&edit.state, edit.changed) {
+        (Some(state), true) => format!("suspended tenant {tenant}: {:?}", state.reason),
+        (Some(state), false) => format!(
+            "asked to suspend tenant {tenant}, suspended since {} already: nothing changed",
+            tenant_state::rfc3339(state.since)
+        ),
+        (None, true) => format!("resumed tenant {tenant}"),
+        (None, false) => {
+            format!("asked to resume tenant {tenant}, which is not suspended: nothing changed")
+        }
+    };
+    tracing::info!(
+        operation,
+        peer = %peer(caller),
+        operator = caller.operator.as_deref(),
+        actor = caller.actor(),
+        actor_note = caller.actor_note(),
+        tenant = %tenant,
+        changed = edit.changed,
+        reason = edit.state.as_ref().map(|s| s.reason.as_str()),
+        "{caller} {what}"
+    );
 }
 
 /// Logs a change of a tenant's tier or overrides: what it is on now, and
@@ -257,6 +333,7 @@ pub(super) fn tenant_changed(
         view.tenant,
         tier.as_deref().unwrap_or("(none)"),
     );
+    tombstone_removed(caller, operation, &view.tenant, outcome.revived.as_ref());
     bucket_retired(caller, operation, &outcome.retired);
 }
 

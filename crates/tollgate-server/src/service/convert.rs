@@ -16,7 +16,7 @@ use tollgate_core::rate_window::WindowRates;
 use tollgate_core::tier::{
     BucketDefinition, BucketKind, CloseReason, ClosedBucket, DefinedBy, Tier, table_limits,
 };
-use tollgate_core::{TableName, TierName};
+use tollgate_core::{TableName, TenantState, TierName};
 
 use crate::store::{BucketSnapshot, KeyBucketSnapshot, TenantView};
 
@@ -195,6 +195,17 @@ pub fn bucket_to_proto(snapshot: &BucketSnapshot) -> v1::Tenant {
         created_at: Some(timestamp_to_proto(state.created_at)),
         updated_at: Some(timestamp_to_proto(state.updated_at)),
         granted_tokens: totals.granted_tokens,
+        state: None,
+    }
+}
+
+/// A tenant's state (tombstone or suspension) as the wire carries it.
+pub fn tenant_state_to_proto(state: &TenantState) -> v1::TenantState {
+    v1::TenantState {
+        kind: state.kind.name().to_owned(),
+        since: Some(timestamp_to_proto(state.since)),
+        actor: state.actor.clone(),
+        reason: state.reason.clone(),
     }
 }
 
@@ -355,6 +366,7 @@ pub fn tenant_view_to_proto(view: &TenantView) -> v1::TenantTier {
             })
             .unwrap_or_default(),
         key_buckets: Vec::new(),
+        state: None,
     }
 }
 

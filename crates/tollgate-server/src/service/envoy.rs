@@ -39,7 +39,10 @@
 //! the tenant (NOT_FOUND if the tenant has none of that name,
 //! INVALID_ARGUMENT for a shared bucket), the key at most 512 bytes
 //! (`descriptors[i].entries`), the tokens at most 1e15
-//! (`descriptors[i].hits_addend`). A refused request takes nothing.
+//! (`descriptors[i].hits_addend`). A deleted tenant gets NOT_FOUND and a
+//! suspended one FAILED_PRECONDITION, as for `Check` (Envoy then lets the
+//! request through or not as its `failure_mode_deny` says). A refused
+//! request takes nothing.
 //!
 //! # The answer
 //!

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use tollgate_core::key_bucket::CheckError;
 use tollgate_core::tier::TierError;
-use tollgate_core::{InvalidInput, RequestError};
+use tollgate_core::{InvalidInput, RequestError, TenantRefused};
 use tonic::Status;
 
 use self::log_throttle::LogThrottle;
@@ -42,6 +42,16 @@ use crate::store::StoreError;
 
 fn invalid(e: InvalidInput) -> Status {
     Status::invalid_argument(e.to_string())
+}
+
+/// The status of a call for a deleted tenant (NOT_FOUND: it does not
+/// exist until created again) or a suspended one (FAILED_PRECONDITION:
+/// it exists, and is refused until resumed).
+fn refused(e: &TenantRefused) -> Status {
+    match e {
+        TenantRefused::Deleted { .. } => Status::not_found(e.to_string()),
+        TenantRefused::Suspended { .. } => Status::failed_precondition(e.to_string()),
+    }
 }
 
 /// Maps a store error to the status a client sees, logging what the client
@@ -62,6 +72,9 @@ fn status(operation: &'static str, err: StoreError) -> Status {
         }
         StoreError::Check(e @ CheckError::BucketNotFound { .. }) => {
             Status::not_found(e.to_string())
+        }
+        StoreError::Check(CheckError::TenantRefused(e)) | StoreError::TenantRefused(e) => {
+            refused(&e)
         }
         StoreError::Tier(
             e @ (TierError::TierNotFound(_)

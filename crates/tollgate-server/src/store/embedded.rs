@@ -12,8 +12,8 @@
 //! Token-bucket requests run the transaction script of
 //! `tollgate_core::transaction`; this module only reads and writes rows.
 //!
-//! Layout (schema version 4):
-//! - `meta`: `"schema_version"` → 4
+//! Layout (schema version 5):
+//! - `meta`: `"schema_version"` → 5
 //! - `buckets`: (tenant id, bucket name) → JSON [`BucketRow`] (the head
 //!   row, instance 0)
 //! - `bucket_instances`: (tenant id, bucket name, instance id) → JSON
@@ -26,6 +26,8 @@
 //!   numbered from 1 per tenant in the order they were closed; never
 //!   deleted but by an import that replaces the store
 //!
+//! - `tenant_states`: tenant id → JSON `TenantState` (the tombstone of a
+//!   deleted tenant, or its suspension; see [`states`])
 //! - `keys`, `key_requests`: per-key buckets and the records of checks
 //!   kept for retries (see [`keys`]); created when missing, so a version
 //!   3 file written before them needs no conversion
@@ -34,12 +36,14 @@
 //! version change: version 1 kept request units and CPU seconds as
 //! floating-point totals ([`migrate_v1_totals`]); versions 1 and 2 kept one
 //! bucket per tenant, keyed by tenant id alone ([`migrate_v2_keys`]);
-//! version 3 had no closed buckets (the conversion creates the table).
+//! version 3 had no closed buckets and versions 3 and 4 no
+//! `tenant_states`: the conversion creates the tables, empty.
 //!
 //! A dry run (`AdminCall::dry_run`) runs in a write transaction of its own,
 //! apart from the batch it was queued with, and is aborted instead of
 //! committed.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -52,18 +56,20 @@ use tokio::sync::{mpsc, oneshot};
 use tollgate_core::global_bucket::{self, IdRange};
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::partition::{self, Exchange, ExchangeAnswer, PartitionReports};
+use tollgate_core::tenant_state::{self, StateChange, StateEdit};
 use tollgate_core::tier::{
     self, CloseReason, ClosedBucket, ClosedBy, LoadedTenant, TenantChange, TenantRecord, Tier,
     TierError,
 };
 use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
-    BucketKey, BucketName, BucketRow, Grant, InstanceState, LimitsUpdate, TenantId, TierName,
-    Timestamp, TokenBucketRequest,
+    BucketKey, BucketName, BucketRow, Grant, InstanceState, LimitsUpdate, TenantId, TenantState,
+    TierName, Timestamp, TokenBucketRequest,
 };
 
 mod image;
 mod keys;
+mod states;
 
 use super::{
     AdminCall, BucketSettings, BucketSnapshot, ClosedEntry, Counters, Counts, DeletedTenant,
@@ -71,7 +77,7 @@ use super::{
     Stopwatch, Store, StoreError, StoreImage, StoreStats, TenantChangeOutcome, TenantView,
 };
 
-const SCHEMA_VERSION: u64 = 4;
+const SCHEMA_VERSION: u64 = 5;
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const BUCKETS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("buckets");
 const INSTANCES: TableDefinition<(&str, &str, u32), &[u8]> =
@@ -340,8 +346,9 @@ fn init_schema(db: &Database) -> Result<(), StoreError> {
             .map(|v| v.value());
         match found {
             None | Some(SCHEMA_VERSION) => {}
-            // Version 3 → 4 only adds the closed buckets table, made below.
-            Some(from @ (1..=3)) => {
+            // Versions 3 → 4 → 5 only add tables (closed buckets, tenant
+            // states), made below.
+            Some(from @ (1..=4)) => {
                 if from == 1 {
                     migrate_v1_totals(&txn)?;
                 }
@@ -377,6 +384,8 @@ fn init_schema(db: &Database) -> Result<(), StoreError> {
             .map_err(storage("create closed buckets table"))?;
         txn.open_table(PARTITION_REPORTS)
             .map_err(storage("create partition reports table"))?;
+        txn.open_table(states::TENANT_STATES)
+            .map_err(storage("create tenant states table"))?;
         txn.open_table(keys::KEYS)
             .map_err(storage("create keys table"))?;
         txn.open_table(keys::KEY_REQUESTS)
@@ -587,7 +596,14 @@ impl Writer {
             .map(|head| (key.clone(), head))
             .into_iter()
             .collect();
-        let mut batch = Batch::open(plan.lock, heads, &self.settings.unconfigured_tenants, now);
+        let tenant_states = states::read_in(txn, plan.tenants())?;
+        let mut batch = Batch::open(
+            plan.lock,
+            heads,
+            &tenant_states,
+            &self.settings.unconfigured_tenants,
+            now,
+        );
         for window in &plan.windows {
             for range in window.ranges() {
                 batch.load(key, read_range(&instances, key, range)?);
@@ -599,6 +615,7 @@ impl Writer {
             Answer::Granted(grant) => Ok(Served { grant, batch, now }),
             Answer::Refused(e) => Err(e.into()),
             Answer::NotFound => Err(StoreError::not_found(key)),
+            Answer::TenantRefused(e) => Err(e.into()),
             Answer::Deferred => Err(StoreError::internal(
                 "token bucket request",
                 "a lone request was deferred",
@@ -620,10 +637,12 @@ impl Writer {
             Err(e) => return Ok(Err(e.into())),
         };
         write_head(&mut buckets, key, &head)?;
+        let revived = states::revive(txn, &key.tenant)?;
         let instances = txn
             .open_table(INSTANCES)
             .map_err(storage("open instances"))?;
         Ok(Ok(LimitsChange {
+            revived,
             before,
             after: BucketSnapshot {
                 key: key.clone(),
@@ -775,8 +794,12 @@ fn delete(
         .map_err(storage("delete tenant record"))?
         .is_some();
     let heads = tenant_heads(&buckets, tenant)?;
-    if heads.is_empty() && !had_record {
-        return Ok(Err(StoreError::TenantNotFound(tenant.clone())));
+    let delete = StateChange::Delete {
+        actor: by.to_string(),
+    };
+    match states::change_of(txn, tenant, !heads.is_empty() || had_record, &delete, now)? {
+        Ok(_) => {}
+        Err(e) => return Ok(Err(e)),
     }
     keys::delete_tenant(txn, tenant)?;
     txn.open_table(PARTITION_REPORTS)
@@ -1008,7 +1031,9 @@ fn change_one(
         .into_iter()
         .map(|head| head_snapshot(head, now, inactivity_timeout))
         .collect();
+    let revived = states::revive(txn, tenant)?;
     Ok(Ok(TenantChangeOutcome {
+        revived,
         view: TenantView {
             tenant: tenant.clone(),
             record: Some(edit.record),
@@ -1022,13 +1047,18 @@ fn change_one(
 }
 
 /// One pod's partition-load exchange: the tenant's limits read, its
-/// reports updated (removed once none is fresh).
+/// reports updated (removed once none is fresh); refused for a deleted or
+/// suspended tenant.
 fn partition_load(
     txn: &WriteTransaction,
     tenant: &TenantId,
     exchange: &Exchange,
     now: Timestamp,
-) -> Result<ExchangeAnswer, StoreError> {
+) -> Result<Result<ExchangeAnswer, StoreError>, StoreError> {
+    let state = states::read_in(txn, [tenant])?.remove(tenant);
+    if let Err(e) = tenant_state::admit(tenant, state.as_ref()) {
+        return Ok(Err(e.into()));
+    }
     let record = {
         let records = txn
             .open_table(TENANT_RECORDS)
@@ -1061,7 +1091,7 @@ fn partition_load(
             .remove(tenant.as_str())
             .map_err(storage("delete partition reports"))?;
     }
-    Ok(answer)
+    Ok(Ok(answer))
 }
 
 fn read_tier(
@@ -1305,6 +1335,33 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn change_tenant_state(
+        &self,
+        tenant: &TenantId,
+        change: &StateChange,
+    ) -> Result<StateEdit, StoreError> {
+        let (tenant, change) = (tenant.clone(), change.clone());
+        self.write(Box::new(move |_, txn, now| {
+            states::change(txn, &tenant, &change, now)
+        }))
+        .await
+    }
+
+    async fn tenant_states(
+        &self,
+        tenants: &[TenantId],
+    ) -> Result<BTreeMap<TenantId, TenantState>, StoreError> {
+        let tenants = tenants.to_vec();
+        self.read(move |db, _| {
+            let txn = db.begin_read().map_err(storage("begin read transaction"))?;
+            let table = txn
+                .open_table(states::TENANT_STATES)
+                .map_err(storage("open tenant states"))?;
+            states::read_all(&table, &tenants)
+        })
+        .await
+    }
+
     async fn change_tenant_by(
         &self,
         tenant: &TenantId,
@@ -1412,7 +1469,7 @@ impl Store for EmbeddedStore {
     ) -> Result<ExchangeAnswer, StoreError> {
         let (tenant, exchange) = (tenant.clone(), exchange.clone());
         self.write(Box::new(move |_, txn, now| {
-            partition_load(txn, &tenant, &exchange, now).map(Ok)
+            partition_load(txn, &tenant, &exchange, now)
         }))
         .await
     }

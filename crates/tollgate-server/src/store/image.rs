@@ -11,7 +11,9 @@
 //! - `header`: the format and its version, the kind of store, and the
 //!   store's clock when the snapshot was taken;
 //! - `tier`: every tier; `tenant`: every tenant record (its tier and
-//!   overrides);
+//!   overrides); `tenant_state`: every tombstone of a deleted tenant and
+//!   every suspension (since format version 2: a version 1 file has none,
+//!   and still loads);
 //! - `bucket`: every bucket's head row (limits, level, exact consumption
 //!   totals), each followed by its `instance` rows: the pods' leases and
 //!   sequence numbers, so that a pod's retry after the move is still
@@ -34,10 +36,11 @@ use std::io::BufRead;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tollgate_core::key_bucket::{KeyId, KeyWrites, RequestRecord, StoredKey};
+use tollgate_core::tenant_state::MAX_REASON_LEN;
 use tollgate_core::tier::{ClosedBucket, TenantRecord, Tier};
 use tollgate_core::validate::MAX_TOTAL;
 use tollgate_core::{
-    BucketKey, BucketName, BucketRow, InstanceState, TenantId, TierName, Timestamp,
+    BucketKey, BucketName, BucketRow, InstanceState, TenantId, TenantState, TierName, Timestamp,
 };
 
 use super::StoreError;
@@ -45,6 +48,8 @@ use super::StoreError;
 /// The `format` of the header line.
 pub const FORMAT: &str = "tollgate-store-export";
 /// The newest format version this build writes and reads.
+/// Version 2 added `closed_bucket` and `tenant_state` lines (and their
+/// counts in `end`).
 pub const FORMAT_VERSION: u32 = 2;
 
 /// The first line of an export.
@@ -81,6 +86,10 @@ pub enum Record {
     Tenant {
         tenant: TenantId,
         record: TenantRecord,
+    },
+    TenantState {
+        tenant: TenantId,
+        state: TenantState,
     },
     Bucket {
         tenant: TenantId,
@@ -151,6 +160,9 @@ impl Record {
 pub struct Counts {
     pub tiers: u64,
     pub tenants: u64,
+    /// Absent from a version 1 file's end line: none.
+    #[serde(default)]
+    pub tenant_states: u64,
     pub buckets: u64,
     pub instances: u64,
     pub keys: u64,
@@ -166,6 +178,7 @@ impl Counts {
         match record {
             Record::Tier { .. } => self.tiers += 1,
             Record::Tenant { .. } => self.tenants += 1,
+            Record::TenantState { .. } => self.tenant_states += 1,
             Record::Bucket { .. } => self.buckets += 1,
             Record::Instance { .. } => self.instances += 1,
             Record::Key { .. } => self.keys += 1,
@@ -190,7 +203,15 @@ impl fmt::Display for Counts {
             counted(self.keys, "key", "keys"),
             counted(self.check_requests, "check record", "check records"),
             counted(self.closed_buckets, "closed bucket", "closed buckets"),
-        )
+        )?;
+        if self.tenant_states > 0 {
+            write!(
+                f,
+                ", {}",
+                counted(self.tenant_states, "tenant state", "tenant states")
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -255,6 +276,8 @@ pub struct ImageBucket {
 pub struct StoreImage {
     pub tiers: Vec<(TierName, Tier)>,
     pub tenants: Vec<(TenantId, TenantRecord)>,
+    /// Tombstones and suspensions, by tenant.
+    pub states: Vec<(TenantId, TenantState)>,
     pub buckets: Vec<ImageBucket>,
     /// The keys (`upserts`) and check records (`records`); no deletes.
     pub keys: KeyWrites,
@@ -283,6 +306,7 @@ impl StoreImage {
         Counts {
             tiers: self.tiers.len() as u64,
             tenants: self.tenants.len() as u64,
+            tenant_states: self.states.len() as u64,
             buckets: self.buckets.len() as u64,
             instances: self.buckets.iter().map(|b| b.instances.len() as u64).sum(),
             keys: self.keys.upserts.len() as u64,
@@ -335,6 +359,7 @@ struct ImageReader {
     image: StoreImage,
     tiers: BTreeSet<TierName>,
     tenants: HashSet<TenantId>,
+    states: HashSet<TenantId>,
     buckets: HashSet<BucketKey>,
     keys: HashSet<KeyId>,
     check_requests: HashSet<(KeyId, String)>,
@@ -378,6 +403,17 @@ impl ImageReader {
                     return Err(format!("tenant {tenant} has two records"));
                 }
                 self.image.tenants.push((tenant, record));
+            }
+            Record::TenantState { tenant, state } => {
+                if !self.states.insert(tenant.clone()) {
+                    return Err(format!("tenant {tenant} has two states"));
+                }
+                if state.reason.len() > MAX_REASON_LEN {
+                    return Err(format!(
+                        "tenant {tenant}: a reason of more than {MAX_REASON_LEN} bytes"
+                    ));
+                }
+                self.image.states.push((tenant, state));
             }
             Record::Bucket {
                 tenant,

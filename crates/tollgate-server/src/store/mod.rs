@@ -15,6 +15,7 @@ pub mod image;
 pub mod postgres;
 mod stages;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -23,6 +24,7 @@ use async_trait::async_trait;
 use tollgate_core::global_bucket::GlobalBucketConfig;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError, StoredKey};
 use tollgate_core::partition::{Exchange, ExchangeAnswer};
+use tollgate_core::tenant_state::{StateChange, StateChangeError, StateEdit};
 use tollgate_core::tier::{
     BucketDefinition, ClosedBucket, ClosedBy, DefinedBy, TenantChange, TenantRecord, Tier,
     TierError,
@@ -30,7 +32,7 @@ use tollgate_core::tier::{
 pub use tollgate_core::transaction::{DefaultLimits, UnconfiguredTenants};
 use tollgate_core::{
     BucketKey, BucketName, BucketRow, Grant, InstanceState, LimitsUpdate, RequestError, TenantId,
-    TierName, Timestamp, TokenBucketRequest,
+    TenantRefused, TenantState, TierName, Timestamp, TokenBucketRequest,
 };
 
 pub use embedded::{Clock, EmbeddedStore};
@@ -86,6 +88,9 @@ impl BucketSnapshot {
 pub struct LimitsChange {
     pub before: Option<BucketRow>,
     pub after: BucketSnapshot,
+    /// The tombstone the change removed: the tenant had been deleted and
+    /// is created again.
+    pub revived: Option<TenantState>,
 }
 
 /// A tenant as tiers see it: what it is on, and its buckets now.
@@ -108,6 +113,9 @@ pub struct TenantChangeOutcome {
     pub retired: Vec<BucketSnapshot>,
     /// The closed records written for them, in the same order.
     pub closed: Vec<ClosedBucket>,
+    /// The tombstone the change removed: the tenant had been deleted and
+    /// is created again.
+    pub revived: Option<TenantState>,
 }
 
 /// Who asks for an operator change, and whether to keep it.
@@ -167,6 +175,10 @@ pub enum StoreError {
     /// id); nothing was taken.
     #[error(transparent)]
     Check(#[from] CheckError),
+    /// The tenant is deleted or suspended: its pods are refused; nothing
+    /// was changed.
+    #[error(transparent)]
+    TenantRefused(#[from] TenantRefused),
     /// The store cannot be reached right now; the operation may be retried.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -203,6 +215,7 @@ impl StoreError {
             StoreError::Rejected(e) => StoreError::Rejected(e.clone()),
             StoreError::Tier(e) => StoreError::Tier(e.clone()),
             StoreError::Check(e) => StoreError::Check(e.clone()),
+            StoreError::TenantRefused(e) => StoreError::TenantRefused(e.clone()),
             StoreError::Unavailable(message) => StoreError::Unavailable(message.clone()),
             StoreError::NotEmpty(what) => StoreError::NotEmpty(what.clone()),
             StoreError::Internal { context, source } => {
@@ -217,6 +230,14 @@ impl StoreError {
             StoreError::TenantNotFound(key.tenant.clone())
         } else {
             StoreError::BucketNotFound(key.clone())
+        }
+    }
+
+    /// The error for a refused tenant state change.
+    pub fn state_change(e: StateChangeError) -> StoreError {
+        match e {
+            StateChangeError::TenantNotFound(tenant) => StoreError::TenantNotFound(tenant),
+            StateChangeError::Refused(e) => StoreError::TenantRefused(e),
         }
     }
 
@@ -334,7 +355,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         request: &TokenBucketRequest,
     ) -> Result<Grant, StoreError>;
 
-    /// Sets a bucket's limits, creating the bucket if needed.
+    /// Sets a bucket's limits, creating the bucket if needed, and removes
+    /// the tenant's tombstone, if it has one.
     async fn update_limits(
         &self,
         key: &BucketKey,
@@ -358,7 +380,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Deletes a tenant: all its buckets and their instances, answering
     /// with the buckets as they were when deleted (without instances).
-    /// Each bucket leaves a closed record.
+    /// Each bucket leaves a closed record, and the tenant a tombstone
+    /// saying when and by whom: its pods are refused until an operator
+    /// creates it again (`tollgate_core::tenant_state`).
     async fn delete_tenant(&self, tenant: &TenantId) -> Result<Vec<BucketSnapshot>, StoreError> {
         Ok(self
             .delete_tenant_by(tenant, &AdminCall::default())
@@ -374,9 +398,26 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         call: &AdminCall,
     ) -> Result<DeletedTenant, StoreError>;
 
+    /// Suspends or resumes a tenant (the rules of
+    /// `tollgate_core::tenant_state::change`), keeping its limits, buckets
+    /// and totals as they are.
+    async fn change_tenant_state(
+        &self,
+        tenant: &TenantId,
+        change: &StateChange,
+    ) -> Result<StateEdit, StoreError>;
+
+    /// The state rows (tombstones, suspensions) of `tenants`; a tenant
+    /// without one is left out.
+    async fn tenant_states(
+        &self,
+        tenants: &[TenantId],
+    ) -> Result<BTreeMap<TenantId, TenantState>, StoreError>;
+
     /// Applies a tier or override change to a tenant, in one transaction
     /// (the rules of `tollgate_core::tier::change_tenant`); each bucket it
-    /// retires leaves a closed record in the same transaction.
+    /// retires leaves a closed record in the same transaction, and a
+    /// change that succeeds removes the tenant's tombstone, if it has one.
     async fn change_tenant(
         &self,
         tenant: &TenantId,
@@ -433,7 +474,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Serves a pod's partition-load exchange (the rules of
     /// `tollgate_core::partition::exchange`): its report recorded in the
     /// tenant's reports, its limits and shares answered. A tenant without
-    /// table limits, or unknown, has an empty set of them.
+    /// table limits, or unknown, has an empty set of them; a deleted or
+    /// suspended one is refused.
     async fn partition_load(
         &self,
         tenant: &TenantId,
@@ -467,8 +509,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<KeyBucketSnapshot>, StoreError>;
 
     /// Sends a consistent snapshot of the whole store to `sink`: a header,
-    /// every tier, tenant record, bucket with its instances, key, check
-    /// record and closed bucket, and an end line with their counts (the format of
+    /// every tier, tenant record, tenant state, bucket with its instances,
+    /// key, check record and closed bucket, and an end line with their counts (the format of
     /// [`image`]). Writes nothing.
     async fn export(&self, sink: RecordSink) -> Result<Counts, StoreError>;
 

@@ -54,7 +54,7 @@ const LATENCY_BUCKETS: [f64; 14] = [
 ];
 
 /// The methods the RPC metrics name; anything else is `other`.
-const METHODS: [&str; 23] = [
+const METHODS: [&str; 25] = [
     "TokenBucket",
     "UpdateTenantResourceLimits",
     "GetTenant",
@@ -62,6 +62,8 @@ const METHODS: [&str; 23] = [
     "ListKeyBuckets",
     "DeleteTenant",
     "ListClosedBuckets",
+    "SuspendTenant",
+    "ResumeTenant",
     "PutTier",
     "GetTier",
     "ListTiers",

@@ -17,7 +17,7 @@ use tollgate_core::TierName;
 use tollgate_proto::v1;
 
 use super::per_key::{self, KeyBucketJson};
-use super::{TenantJson, bucket_label, list_closed, tenant_json};
+use super::{TenantJson, TenantStateJson, bucket_label, list_closed, tenant_json};
 use crate::closing::{self, ClosedJson, RetireArgs};
 use crate::output::{self, Table, field};
 use crate::remote::{ActorArg, AdminConnection, rpc_error};
@@ -443,6 +443,8 @@ struct TenantTierJson {
     key_buckets: Vec<KeyBucketJson>,
     /// The tenant's own per-partition limits, by table.
     table_limits: Vec<TableLimitsJson>,
+    /// The tenant's suspension; `null` while it is served.
+    state: Option<TenantStateJson>,
 }
 
 /// What `tenant describe` prints: the tenant as tiers see it, and how
@@ -487,6 +489,7 @@ fn tenant_tier_json(t: &v1::TenantTier) -> TenantTierJson {
         buckets: t.buckets.iter().map(|b| tenant_json(b, false)).collect(),
         key_buckets: t.key_buckets.iter().map(per_key::key_bucket_json).collect(),
         table_limits: t.table_overrides.iter().map(TableLimitsJson::new).collect(),
+        state: t.state.as_ref().map(TenantStateJson::new),
     }
 }
 
@@ -506,6 +509,9 @@ fn tier_fields(view: &TenantTierJson) -> Vec<Vec<String>> {
     for (i, t) in view.table_limits.iter().enumerate() {
         let key = if i == 0 { "table limits" } else { "" };
         rows.push(field(key, t.text()));
+    }
+    if let Some(state) = &view.state {
+        rows.push(field("state", state.text()));
     }
     rows
 }
@@ -617,6 +623,7 @@ mod tests {
                 max_writes_per_second: None,
             }],
             key_buckets: vec![],
+            state: None,
         }
     }
 

@@ -9,9 +9,11 @@ use redb::{
     WriteTransaction,
 };
 use tollgate_core::key_bucket::{KeyId, RequestRecord, StoredKey};
+use tollgate_core::tenant_state::StateWrite;
 use tollgate_core::{BucketKey, Timestamp};
 
 use super::keys::{self, KEY_REQUESTS, KEYS};
+use super::states::{self, TENANT_STATES};
 use super::{
     BUCKETS, CLOSED_BUCKETS, INSTANCES, PARTITION_REPORTS, TENANT_RECORDS, TIERS, bucket_name,
     decode, encode, read_all_instances, read_tiers, storage, tenant_id, write_closed, write_head,
@@ -41,6 +43,16 @@ pub(super) fn export(
         sink.send_blocking(Record::Tenant {
             tenant: tenant_id(tenant.value())?,
             record: decode("decode tenant record", bytes.value())?,
+        })?;
+    }
+    let states = txn
+        .open_table(TENANT_STATES)
+        .map_err(storage("open tenant states"))?;
+    for entry in states.iter().map_err(storage("read tenant states"))? {
+        let (tenant, bytes) = entry.map_err(storage("read tenant states"))?;
+        sink.send_blocking(Record::TenantState {
+            tenant: tenant_id(tenant.value())?,
+            state: decode("decode tenant state", bytes.value())?,
         })?;
     }
     let buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
@@ -121,6 +133,9 @@ pub(super) fn import(
     for (tenant, record) in &image.tenants {
         write_record(&mut records, tenant, record)?;
     }
+    for (tenant, state) in &image.states {
+        states::write(txn, tenant, &StateWrite::Put(state.clone()))?;
+    }
     let mut buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
     let mut instances = txn
         .open_table(INSTANCES)
@@ -146,10 +161,11 @@ pub(super) fn import(
 
 /// Which kinds of rows the store holds (hot-partition reports, which last
 /// seconds, do not count).
-fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 6], StoreError> {
+fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 7], StoreError> {
     Ok([
         ("tiers", has_rows(txn, TIERS)?),
         ("tenant records", has_rows(txn, TENANT_RECORDS)?),
+        ("tenant states", has_rows(txn, TENANT_STATES)?),
         ("buckets", has_rows(txn, BUCKETS)?),
         ("keys", has_rows(txn, KEYS)?),
         ("check records", has_rows(txn, KEY_REQUESTS)?),
@@ -172,6 +188,7 @@ fn clear(txn: &WriteTransaction) -> Result<(), StoreError> {
     drop_table(txn, INSTANCES)?;
     drop_table(txn, TIERS)?;
     drop_table(txn, TENANT_RECORDS)?;
+    drop_table(txn, TENANT_STATES)?;
     drop_table(txn, PARTITION_REPORTS)?;
     drop_table(txn, KEYS)?;
     drop_table(txn, KEY_REQUESTS)?;

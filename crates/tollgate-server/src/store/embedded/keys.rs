@@ -50,6 +50,7 @@ pub(super) fn check(
 ) -> Result<(Result<CallAnswer, StoreError>, u64), StoreError> {
     let batch = KeyBatch::new([call]);
     let definitions = load_definitions(txn, batch.tenants())?;
+    let tenant_states = super::states::read_in(txn, batch.tenants())?;
     let mut keys_table = txn.open_table(KEYS).map_err(storage("open keys"))?;
     let mut requests = txn
         .open_table(KEY_REQUESTS)
@@ -72,7 +73,7 @@ pub(super) fn check(
             records.push((id.clone(), request_id.to_owned(), record));
         }
     }
-    let mut table = KeyTable::new(keys, records);
+    let mut table = KeyTable::new(keys, records).with_states(tenant_states);
     let answer = match table.serve(call, &definitions, now) {
         Ok(answer) => answer,
         Err(e) => return Ok((Err(e.into()), 0)),

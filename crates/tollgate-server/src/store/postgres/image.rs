@@ -51,6 +51,12 @@ pub(super) async fn export(inner: &Inner, mut sink: RecordSink) -> Result<Counts
         .await?;
     }
 
+    let states = txn.prepare_cached(sql::EXPORT_TENANT_STATES).await?;
+    for row in txn.query(&states, &[]).await? {
+        let (tenant, state) = super::states::from_row(&row)?;
+        sink.send(Record::TenantState { tenant, state }).await?;
+    }
+
     let buckets = txn.prepare_cached(sql::EXPORT_BUCKETS).await?;
     let stream = txn.query_raw(&buckets, no_params()).await?;
     pin_mut!(stream);
@@ -103,6 +109,7 @@ pub(super) async fn import(
     let contents = client.prepare_cached(sql::STORE_CONTENTS).await?;
     let upsert_tier = client.prepare_cached(sql::UPSERT_TIER).await?;
     let insert_records = client.prepare_cached(sql::INSERT_TENANT_RECORDS).await?;
+    let insert_states = client.prepare_cached(sql::INSERT_TENANT_STATES).await?;
     let insert_buckets = client.prepare_cached(sql::INSERT_BUCKETS).await?;
     let upsert_instances = client.prepare_cached(sql::UPSERT_INSTANCES).await?;
     let txn = client.transaction().await?;
@@ -118,6 +125,7 @@ pub(super) async fn import(
         refuse_unless_empty(&[
             ("tiers", held("tiers")?),
             ("tenant records", held("tenants")?),
+            ("tenant states", held("tenant_states")?),
             ("buckets", held("buckets")?),
             ("keys", held("keys")?),
             ("check records", held("check_requests")?),
@@ -142,6 +150,21 @@ pub(super) async fn import(
             .collect::<Result<Vec<String>, StoreError>>()?;
         txn.execute(&insert_records, &[&tenants, &tiers, &records])
             .await?;
+    }
+    for chunk in image.states.chunks(IMPORT_CHUNK) {
+        let tenants: Vec<&str> = chunk.iter().map(|(t, _)| t.as_str()).collect();
+        let kinds: Vec<&str> = chunk.iter().map(|(_, s)| s.kind.name()).collect();
+        let since: Vec<std::time::SystemTime> = chunk
+            .iter()
+            .map(|(_, s)| rows::to_system_time(s.since))
+            .collect();
+        let actors: Vec<&str> = chunk.iter().map(|(_, s)| s.actor.as_str()).collect();
+        let reasons: Vec<&str> = chunk.iter().map(|(_, s)| s.reason.as_str()).collect();
+        txn.execute(
+            &insert_states,
+            &[&tenants, &kinds, &since, &actors, &reasons],
+        )
+        .await?;
     }
     for chunk in image.buckets.chunks(IMPORT_CHUNK) {
         let heads = HeadColumns::of(chunk.iter().map(|b| (&b.key, &b.head)))?;

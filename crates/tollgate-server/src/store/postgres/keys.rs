@@ -216,6 +216,7 @@ async fn in_transaction(
     let read_keys = client.prepare_cached(sql::READ_KEYS).await?;
     let read_records = client.prepare_cached(sql::READ_CHECK_REQUESTS).await?;
     let read_definitions = client.prepare_cached(sql::READ_DEFINITIONS).await?;
+    let read_states = client.prepare_cached(sql::READ_TENANT_STATES).await?;
     let upsert_keys = client.prepare_cached(sql::UPSERT_KEYS).await?;
     let delete_keys = client.prepare_cached(sql::DELETE_KEYS).await?;
     let upsert_records = client.prepare_cached(sql::UPSERT_CHECK_REQUESTS).await?;
@@ -247,7 +248,7 @@ async fn in_transaction(
     let tenant_params: [&(dyn ToSql + Sync); 1] = [&tenant_ids];
     // One round trip: BEGIN (READ COMMITTED whatever the database's
     // default, see the module's docs), the locks, then (once they are
-    // held) the clock and the rows. Requests go out in the order the
+    // held) the clock, the rows and the tenants' states. Requests go out in the order the
     // futures are first polled, which `join` and `join_all` keep.
     let (begun, read) = futures_util::future::join(
         client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED"),
@@ -257,13 +258,15 @@ async fn in_transaction(
             client.query(&read_keys, &key_params[..]),
             client.query(&read_records, &record_params[..]),
             client.query(&read_definitions, &tenant_params[..]),
+            client.query(&read_states, &tenant_params[..]),
         ]),
     )
     .await;
     begun?;
     let mut read = settle(read)?.into_iter().skip(1);
     let mut next = || read.next().unwrap_or_default();
-    let (clock_rows, key_rows, record_rows, definition_rows) = (next(), next(), next(), next());
+    let (clock_rows, key_rows, record_rows, definition_rows, state_rows) =
+        (next(), next(), next(), next(), next());
     let clock_row = clock_rows
         .first()
         .ok_or_else(|| StoreError::internal("read the clock", "no row"))?;
@@ -290,7 +293,7 @@ async fn in_transaction(
         .collect::<Result<Vec<_>, StoreError>>()?;
     let definitions = definitions_of(&tenants, &definition_rows)?;
 
-    let mut table = KeyTable::new(stored, kept);
+    let mut table = KeyTable::new(stored, kept).with_states(super::states::from_rows(&state_rows)?);
     let answers = pending
         .iter()
         .map(|p| {

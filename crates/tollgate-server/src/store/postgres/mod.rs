@@ -3,6 +3,8 @@
 //!
 //! Buckets live in `tenant_usage`, keyed by (tenant, bucket, instance);
 //! tiers and tenant records in `tollgate_tiers` and `tollgate_tenants`;
+//! tombstones of deleted tenants and suspensions in
+//! `tollgate_tenant_states` (see [`states`]);
 //! per-key buckets in `tollgate_keys`, keyed by (tenant, bucket, key), and
 //! the records of checks kept for retries in `tollgate_check_requests`
 //! (see [`keys`]); closed buckets (what is kept of each bucket retired or
@@ -34,7 +36,8 @@
 //! queued for it, up to `max_batch` requests (and `CHECKS_PER_REQUEST_BATCH`
 //! times as many checks), and serves them in one transaction of two round
 //! trips (see `Pipelined`): `BEGIN`, the lock of the batch's head rows in
-//! key order and every request's instance window in one; the script then
+//! key order, the state rows of the batch's tenants and every request's
+//! instance window in one; the script then
 //! serves the requests in turn on the same in-memory rows, and the writes
 //! (one statement per kind of write, its rows as arrays) and `COMMIT` go in
 //! the other. Statements per transaction do not grow with the batch. Each
@@ -60,6 +63,7 @@ mod image;
 mod keys;
 mod retry;
 mod rows;
+mod states;
 mod tls;
 
 use std::collections::BTreeMap;
@@ -80,13 +84,14 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use tollgate_core::global_bucket::{self, InstanceWindow};
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::partition::{self, Exchange, ExchangeAnswer, PartitionReports, TableLimitSet};
+use tollgate_core::tenant_state::{StateChange, StateEdit};
 use tollgate_core::tier::{
     self, CloseReason, ClosedBucket, ClosedBy, LoadedTenant, TenantChange, TenantRecord, Tier,
     TierError,
 };
 use tollgate_core::transaction::{Answer, Batch};
 use tollgate_core::{
-    BucketKey, Grant, LimitsUpdate, TenantId, TierName, Timestamp, TokenBucketRequest,
+    BucketKey, Grant, LimitsUpdate, TenantId, TenantState, TierName, Timestamp, TokenBucketRequest,
 };
 
 use self::keys::PendingCheck;
@@ -166,6 +171,12 @@ mod sql {
     query!(INSERT_CLOSED_BUCKETS, "insert_closed_buckets.sql");
     query!(LIST_CLOSED_BUCKETS, "list_closed_buckets.sql");
     query!(EXPORT_CLOSED_BUCKETS, "export_closed_buckets.sql");
+    query!(READ_TENANT_STATES, "read_tenant_states.sql");
+    query!(LOCK_TENANT_STATE, "lock_tenant_state.sql");
+    query!(UPSERT_TENANT_STATE, "upsert_tenant_state.sql");
+    query!(DELETE_TENANT_STATE, "delete_tenant_state.sql");
+    query!(EXPORT_TENANT_STATES, "export_tenant_states.sql");
+    query!(INSERT_TENANT_STATES, "insert_tenant_states.sql");
 }
 
 mod embedded_migrations {
@@ -684,6 +695,7 @@ async fn token_bucket_batch(store: &Inner, pending: &[Pending]) -> Result<BatchO
     let lock = client.prepare_cached(sql::LOCK_BUCKETS).await?;
     let clock = client.prepare_cached(sql::CLOCK).await?;
     let load_windows = client.prepare_cached(sql::LOAD_WINDOWS).await?;
+    let read_states = client.prepare_cached(sql::READ_TENANT_STATES).await?;
     let insert_heads = client.prepare_cached(sql::INSERT_BUCKETS).await?;
     let update_heads = client.prepare_cached(sql::UPDATE_BUCKETS).await?;
     let upsert_instances = client.prepare_cached(sql::UPSERT_INSTANCES).await?;
@@ -699,25 +711,29 @@ async fn token_bucket_batch(store: &Inner, pending: &[Pending]) -> Result<BatchO
     let lock_tenants: Vec<&str> = plan.lock.iter().map(|k| k.tenant.as_str()).collect();
     let lock_buckets: Vec<&str> = plan.lock.iter().map(|k| k.bucket.as_str()).collect();
     let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_tenants, &lock_buckets];
+    let state_tenants: Vec<&str> = plan.tenants().into_iter().map(TenantId::as_str).collect();
+    let state_params: [&(dyn ToSql + Sync); 1] = [&state_tenants];
     let mut windows = WindowColumns::default();
     for (p, window) in pending.iter().zip(&plan.windows) {
         windows.push(&p.key, window);
     }
     let window_params = windows.as_params();
     // One round trip, whatever the batch's size: BEGIN, the lock, then
-    // (once it is held) the clock and every request's instance window.
+    // (once it is held) the clock, the tenants' states and every request's
+    // instance window.
     let no_params: [&(dyn ToSql + Sync); 0] = [];
     let (begun, read) = join(
         txn.client().batch_execute("BEGIN"),
         join_all([
             txn.client().query(&lock, &lock_params[..]),
             txn.client().query(&clock, &no_params[..]),
+            txn.client().query(&read_states, &state_params[..]),
             txn.client().query(&load_windows, &window_params[..]),
         ]),
     )
     .await;
     begun?;
-    let [head_rows, clock_rows, window_rows] = settle(read)?
+    let [head_rows, clock_rows, state_rows, window_rows] = settle(read)?
         .try_into()
         .map_err(|_| StoreError::internal("read a batch's rows", "a statement went missing"))?;
     stopwatch.lap(Stage::Read);
@@ -730,9 +746,11 @@ async fn token_bucket_batch(store: &Inner, pending: &[Pending]) -> Result<BatchO
         .iter()
         .map(|row| Ok((rows::bucket_key(row)?, rows::head_from_row(row)?)))
         .collect::<Result<BTreeMap<_, _>, StoreError>>()?;
+    let tenant_states = states::from_rows(&state_rows)?;
     let mut batch = Batch::open(
         plan.lock.iter().cloned(),
         heads,
+        &tenant_states,
         &store.settings.unconfigured_tenants,
         now,
     );
@@ -759,6 +777,7 @@ async fn token_bucket_batch(store: &Inner, pending: &[Pending]) -> Result<BatchO
                 Answer::Granted(grant) => Some(Ok(grant)),
                 Answer::Refused(e) => Some(Err(e.into())),
                 Answer::NotFound => Some(Err(StoreError::not_found(&p.key))),
+                Answer::TenantRefused(e) => Some(Err(e.into())),
                 Answer::Deferred => None,
             },
         )
@@ -1136,6 +1155,7 @@ async fn change_in(
         }
     }
     insert_closed(txn, &closed).await?;
+    let revived = states::revive(txn, tenant).await?;
     let mut after = loaded.buckets.clone();
     after.extend(edit.created.clone());
     after.extend(edit.changed.clone());
@@ -1161,6 +1181,7 @@ async fn change_in(
         changed: edit.changed.into_keys().collect(),
         retired,
         closed,
+        revived,
     }))
 }
 
@@ -1202,11 +1223,16 @@ impl PostgresStore {
                 let clock = client.prepare_cached(sql::CLOCK).await?;
                 let upsert = client.prepare_cached(sql::UPSERT_PARTITION_REPORTS).await?;
                 let delete = client.prepare_cached(sql::DELETE_PARTITION_REPORTS).await?;
+                let read_states = client.prepare_cached(sql::READ_TENANT_STATES).await?;
                 let txn = client.transaction().await?;
                 let tenant_id = tenant.as_str();
                 let params: [&(dyn ToSql + Sync); 1] = [&tenant_id];
+                let tenant_ids = [tenant_id];
+                let tenants_param = tenant_ids.as_slice();
+                let states_params: [&(dyn ToSql + Sync); 1] = [&tenants_param];
                 // One round trip: the row made sure of and locked, then the
-                // limits and the clock, read under the lock.
+                // limits, the clock and the tenant's state, read under the
+                // lock.
                 let no_params: [&(dyn ToSql + Sync); 0] = [];
                 let mut results = settle(
                     join_all([
@@ -1214,6 +1240,7 @@ impl PostgresStore {
                         txn.query(&lock, &params[..]),
                         txn.query(&read_limits, &params[..]),
                         txn.query(&clock, &no_params[..]),
+                        txn.query(&read_states, &states_params[..]),
                     ])
                     .await,
                 )?
@@ -1222,6 +1249,11 @@ impl PostgresStore {
                 let locked = results.next().unwrap_or_default();
                 let limits_rows = results.next().unwrap_or_default();
                 let clock_rows = results.next().unwrap_or_default();
+                let state = states::from_rows(&results.next().unwrap_or_default())?.remove(tenant);
+                // Refused: the row ensure made is rolled back with the
+                // transaction.
+                tollgate_core::tenant_state::admit(tenant, state.as_ref())
+                    .map_err(|e| TxError::Store(e.into()))?;
                 let mut reports: PartitionReports = match locked.first() {
                     Some(row) => json_column(row, "reports")?,
                     None => PartitionReports::default(),
@@ -1600,8 +1632,10 @@ impl Store for PostgresStore {
                     .iter()
                     .map(rows::instance_from_row)
                     .collect::<Result<Vec<_>, _>>()?;
+                let revived = states::revive(&txn, &key.tenant).await?;
                 txn.commit().await.map_err(TxError::Commit)?;
                 Ok(LimitsChange {
+                    revived,
                     before,
                     after: BucketSnapshot {
                         key: key.clone(),
@@ -1679,6 +1713,7 @@ impl Store for PostgresStore {
         inner
             .run("delete tenant", call.dry_run, || async move {
                 let mut client = inner.pool.get().await?;
+                let clock = client.prepare_cached(sql::CLOCK).await?;
                 let lock_record = client.prepare_cached(sql::LOCK_TENANT_RECORD).await?;
                 let lock = client.prepare_cached(sql::LOCK_TENANT).await?;
                 let delete = client.prepare_cached(sql::DELETE_TENANT).await?;
@@ -1691,17 +1726,24 @@ impl Store for PostgresStore {
                 // One round trip: the locks first (in the order every tenant
                 // change takes them), then the deletes, whose snapshots see
                 // every row committed before.
+                let no_params: [&(dyn ToSql + Sync); 0] = [];
                 let mut results = settle(
                     join_all([
                         txn.query(&lock_record, &params[..]),
                         txn.query(&lock, &params[..]),
                         txn.query(&delete, &params[..]),
+                        txn.query(&clock, &no_params[..]),
                     ])
                     .await,
                 )?
                 .into_iter();
                 let had_record = results.next().is_some_and(|rows| !rows.is_empty());
                 let mut deleted = results.nth(1).unwrap_or_default();
+                let clock_rows = results.next().unwrap_or_default();
+                let clock_row = clock_rows
+                    .first()
+                    .ok_or_else(|| StoreError::internal("read the clock", "no row"))?;
+                let now = inner.now(rows::clock(clock_row, "now")?);
                 if had_record {
                     txn.execute(&delete_record, &params).await?;
                     txn.execute(&delete_keys, &params).await?;
@@ -1716,9 +1758,13 @@ impl Store for PostgresStore {
                 };
                 deleted.sort_by_cached_key(order);
                 let buckets: Vec<BucketSnapshot> = snapshots_from_rows(inner, &deleted, "read_at")?;
-                if buckets.is_empty() && !had_record {
-                    return Err(TxError::Store(StoreError::TenantNotFound(tenant.clone())));
-                }
+                let tombstone = StateChange::Delete {
+                    actor: call.by.to_string(),
+                };
+                let exists = !buckets.is_empty() || had_record;
+                states::change_of(&txn, tenant, exists, &tombstone, now)
+                    .await?
+                    .map_err(TxError::Store)?;
                 let closed: Vec<ClosedBucket> = buckets
                     .iter()
                     .map(|b| {
@@ -1777,6 +1823,29 @@ impl Store for PostgresStore {
                     .map(closed_entry)
                     .collect::<Result<Vec<_>, StoreError>>()?)
             })
+            .await
+    }
+
+    async fn change_tenant_state(
+        &self,
+        tenant: &TenantId,
+        change: &StateChange,
+    ) -> Result<StateEdit, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("change tenant state", false, || {
+                states::change(inner, tenant, change)
+            })
+            .await
+    }
+
+    async fn tenant_states(
+        &self,
+        tenants: &[TenantId],
+    ) -> Result<BTreeMap<TenantId, TenantState>, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("read tenant states", true, || states::read(inner, tenants))
             .await
     }
 
