@@ -5,7 +5,9 @@
 #   - Tollgate on PostgreSQL: closed loop at each caller count in CALLERS
 #     (the best is the maximum), then open loop at half that maximum
 #     (latency), then the keys the store holds right after the load and
-#     once it has gone idle (read from /metrics);
+#     once it has gone idle (read from /metrics, which this server reads
+#     from the store at every scrape rather than every 30 s, so the second
+#     figure shows the sweep);
 #   - the same on the embedded store;
 #   - pgbench on the same PostgreSQL, one call per transaction under
 #     SERIALIZABLE with retries, at each client count in CLIENTS: the
@@ -52,7 +54,9 @@ stored_keys() {
 run_store() { # store, serve args…
     local store=$1
     shift
-    start_server "$@"
+    # tollgate_stored_keys fresh at each scrape: with the default 30 s
+    # snapshot the idle reading would repeat the one after the load.
+    start_server --metrics-store-read-interval 0s "$@"
     for callers in $CALLERS; do
         INSTANCES=$callers bench "$store-max-c$callers" "${CHECKS[@]}"
     done
