@@ -117,13 +117,15 @@ pgbench_half() { # label, script: open loop at half the best rate, per-transacti
         -R "$rate" -l --log-prefix="$OUT/pgbench-log/pgbench_log"
     # Per transaction: client, number, latency µs, script, epoch s, µs,
     # schedule lag µs, retries. Latency plus lag counts from the scheduled
-    # start, as the bench's open loop does.
+    # start, as the bench's open loop does. A transaction that failed after
+    # its retries has `failed` for its latency: counted apart.
     cat "$OUT"/pgbench-log/pgbench_log.* | python3 -c '
 import sys
 rows = [line.split() for line in sys.stdin]
-lat = sorted(int(f[2]) + int(f[6]) for f in rows if len(f) > 6)
+lat = sorted(int(f[2]) + int(f[6]) for f in rows if len(f) > 6 and f[2].isdigit())
+failed = sum(1 for f in rows if len(f) > 6 and f[2] == "failed")
 pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] / 1000
-print(f"{pick(0.5):.2f} / {pick(0.99):.2f} (at {sys.argv[1]}/s)")' "$rate" >"$OUT/pgbench-$label-half-latency.txt"
+print(f"{pick(0.5):.2f} / {pick(0.99):.2f} (at {sys.argv[1]}/s, {failed} failed)")' "$rate" >"$OUT/pgbench-$label-half-latency.txt"
 }
 
 for store in $STORES; do
