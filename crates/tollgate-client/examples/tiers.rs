@@ -8,10 +8,17 @@
 //! tokens for each bulk send. Halfway through, the tenant moves to `free`:
 //! the worker, still running, slows to the free rate.
 //!
+//! It talks to a server of its own, beside the quick start's (which holds
+//! port 50051 and the metrics port):
+//!
 //! ```sh
-//! cargo run --release -p tollgate -- serve --in-memory &
-//! cargo run --release -p tollgate-client --example tiers
+//! cargo run --release -p tollgate -- serve --in-memory --listen 127.0.0.1:50052 --metrics-listen off &
+//! cargo run --release -p tollgate-client --example tiers -- --server http://127.0.0.1:50052
 //! ```
+//!
+//! Tiers `pro` or `free` that already exist on the server with other
+//! buckets are left alone and the example stops, unless run with
+//! `--overwrite-tiers`.
 //!
 //! The same tiers as a file for `tollgate tier apply -f`:
 //!
@@ -36,9 +43,13 @@ use tollgate_proto::v1::{self, admin_client::AdminClient};
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// The Tollgate server.
-    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    /// The Tollgate server: a scratch one, not the quick start's.
+    #[arg(long, default_value = "http://127.0.0.1:50052")]
     server: String,
+    /// Replace tiers `pro` and `free` if the server has them with other
+    /// buckets (every tenant on them gets the example's limits).
+    #[arg(long)]
+    overwrite_tiers: bool,
     /// The tenant to onboard.
     #[arg(long, default_value = "t1234")]
     tenant: String,
@@ -71,6 +82,44 @@ fn tier(name: &str, buckets: Vec<v1::BucketDefinition>) -> v1::PutTierRequest {
     }
 }
 
+/// Stops unless tier `wanted` is missing from the server, already as
+/// wanted, or `overwrite` is set: putting a tier rewrites the buckets of
+/// every tenant on it, and a server the example reaches by mistake may
+/// have real tenants on `pro`.
+async fn refuse_to_overwrite(
+    admin: &mut AdminClient<tonic::transport::Channel>,
+    wanted: &v1::PutTierRequest,
+    overwrite: bool,
+) -> anyhow::Result<()> {
+    let Some(wanted) = &wanted.tier else {
+        return Ok(());
+    };
+    let existing = match admin
+        .get_tier(v1::GetTierRequest {
+            name: wanted.name.clone(),
+        })
+        .await
+    {
+        Ok(answer) => answer.into_inner().tier.unwrap_or_default(),
+        Err(status) if status.code() == tonic::Code::NotFound => return Ok(()),
+        Err(status) => return Err(status).context(format!("read tier {}", wanted.name)),
+    };
+    let by_name = |tier: &v1::Tier| {
+        let mut buckets = tier.buckets.clone();
+        buckets.sort_by(|a, b| a.bucket.cmp(&b.bucket));
+        buckets
+    };
+    if overwrite || (by_name(&existing) == by_name(wanted) && existing.tables.is_empty()) {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "tier {} already exists on this server with other buckets; not overwriting it \
+         (its tenants would get this example's limits): run the example against a scratch \
+         server (--server), or pass --overwrite-tiers",
+        wanted.name
+    )
+}
+
 /// Bulk sends per second on each tier.
 #[derive(Debug)]
 struct Rates {
@@ -82,18 +131,22 @@ async fn run(args: &Args) -> anyhow::Result<Rates> {
     let mut admin = AdminClient::connect(args.server.clone())
         .await
         .with_context(|| format!("connect to {}", args.server))?;
-    admin
-        .put_tier(tier(
+    let tiers = [
+        tier(
             "pro",
             vec![
-                bucket("schedule-email", 100.0, 200.0),
                 bucket("invoke-doc-summary-ai", 5.0, 20.0),
+                bucket("schedule-email", 100.0, 200.0),
             ],
-        ))
-        .await?;
-    admin
-        .put_tier(tier("free", vec![bucket("schedule-email", 20.0, 50.0)]))
-        .await?;
+        ),
+        tier("free", vec![bucket("schedule-email", 20.0, 50.0)]),
+    ];
+    for wanted in &tiers {
+        refuse_to_overwrite(&mut admin, wanted, args.overwrite_tiers).await?;
+    }
+    for wanted in tiers {
+        admin.put_tier(wanted).await?;
+    }
     // Onboarding provisions every bucket of the tier; running the example
     // again puts the tenant back on pro instead.
     let onboarded = admin
@@ -200,6 +253,7 @@ mod tests {
             server,
             tenant: "t1234".into(),
             seconds_per_tier: 6.0,
+            overwrite_tiers: false,
         };
         let rates = run(&args).await.expect("example runs");
         // Bursts make short windows generous; the long-run rates are 2 and
@@ -207,5 +261,75 @@ mod tests {
         assert!(rates.pro > 1.5 && rates.pro < 6.0, "{rates:?}");
         assert!(rates.free < 1.5, "{rates:?}");
         assert!(rates.free < rates.pro / 2.0, "{rates:?}");
+    }
+
+    /// A server whose `pro` tier is not the example's keeps it: the example
+    /// stops before changing anything, and replaces it only when asked.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn existing_tiers_are_not_overwritten_unless_asked() {
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::in_memory(BucketSettings::default()).expect("in-memory store"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let server = format!("http://{}", listener.local_addr().expect("address"));
+        tokio::spawn(tollgate_server::run(
+            listener,
+            store,
+            std::future::pending(),
+        ));
+        let mut admin = AdminClient::connect(server.clone()).await.expect("connect");
+        let theirs = vec![bucket("schedule-email", 7.0, 70.0)];
+        admin
+            .put_tier(tier("pro", theirs.clone()))
+            .await
+            .expect("their pro tier");
+        let mut args = Args {
+            server,
+            tenant: "t1234".into(),
+            seconds_per_tier: 0.5,
+            overwrite_tiers: false,
+        };
+        let refused = run(&args).await.expect_err("pro is theirs");
+        assert!(
+            refused.to_string().contains("tier pro already exists")
+                && refused.to_string().contains("--overwrite-tiers"),
+            "{refused:#}"
+        );
+        let kept = |admin: &mut AdminClient<tonic::transport::Channel>, name: &'static str| {
+            let mut admin = admin.clone();
+            async move {
+                admin
+                    .get_tier(v1::GetTierRequest { name: name.into() })
+                    .await
+                    .map(|t| t.into_inner().tier.unwrap_or_default().buckets)
+            }
+        };
+        assert_eq!(kept(&mut admin, "pro").await.expect("pro"), theirs);
+        assert_eq!(
+            kept(&mut admin, "free")
+                .await
+                .expect_err("free not created")
+                .code(),
+            tonic::Code::NotFound
+        );
+        assert!(
+            admin
+                .describe_tenant(v1::DescribeTenantRequest {
+                    tenant_id: "t1234".into()
+                })
+                .await
+                .is_err(),
+            "no tenant onboarded"
+        );
+
+        args.overwrite_tiers = true;
+        run(&args).await.expect("asked to overwrite");
+        let pro = kept(&mut admin, "pro").await.expect("pro");
+        assert!(
+            pro.iter()
+                .any(|b| b.bucket == "schedule-email" && b.refill_rate == 100.0),
+            "{pro:?}"
+        );
     }
 }

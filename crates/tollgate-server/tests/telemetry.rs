@@ -1,7 +1,8 @@
 //! What operators watch, from a real server: `/metrics` after traffic for
 //! two tenants (checked against the store's own totals, and by `promtool
 //! check metrics` where it is installed), gRPC health, `/healthz` and
-//! `/readyz`, and gRPC reflection. Run on both stores.
+//! `/readyz`, gRPC reflection, and the process's own series. Run on both
+//! stores.
 
 mod support;
 
@@ -459,6 +460,35 @@ async fn health_readiness_and_reflection(backend: Backend) {
             "{expected} in {names:?}"
         );
     }
+    server.stop().await;
+}
+
+/// `/metrics` carries the process's own series beside Tollgate's: CPU,
+/// memory, file descriptors, threads and start time, as every Prometheus
+/// exporter does (the process is the store-agnostic server, so the
+/// embedded store is enough).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_carry_the_process_series() {
+    let server = start(Backend::Embedded).await;
+    let (code, text) = server.get("/metrics").await;
+    assert_eq!(code, 200, "{text}");
+    let m = samples(&text);
+    for (name, at_least) in [
+        ("process_cpu_seconds_total", 0.0),
+        ("process_resident_memory_bytes", 1.0),
+        ("process_virtual_memory_bytes", 1.0),
+        ("process_open_fds", 1.0),
+        ("process_max_fds", 1.0),
+        ("process_threads", 1.0),
+        ("process_start_time_seconds", 1.0),
+    ] {
+        let value = m.get(name).unwrap_or_else(|| panic!("{name} in\n{text}"));
+        assert!(*value >= at_least, "{name} = {value}");
+    }
+    assert!(
+        text.contains("# TYPE process_cpu_seconds_total counter"),
+        "{text}"
+    );
     server.stop().await;
 }
 

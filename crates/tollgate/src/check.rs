@@ -51,7 +51,7 @@ pub struct CheckArgs {
 /// A check's answer, as `--json` prints it.
 #[derive(Debug, Serialize)]
 struct CheckJson {
-    tenant: String,
+    tenant_id: String,
     bucket: String,
     key: String,
     tokens: f64,
@@ -73,7 +73,7 @@ impl CheckJson {
             .first()
             .ok_or_else(|| anyhow::anyhow!("the server answered a check without an item"))?;
         Ok(CheckJson {
-            tenant: args.tenant.clone(),
+            tenant_id: args.tenant.clone(),
             bucket: args.bucket.clone(),
             key: args.key.clone(),
             tokens: args.tokens,

@@ -16,7 +16,9 @@
 //! - `tollgate completions SHELL` and `tollgate man`: shell completions and
 //!   the manual page, generated from the same definitions as `--help`.
 //!
-//! Every command that prints a result takes `--json` (see `output`).
+//! Every command that prints a result takes `--json` (see `output`). A
+//! command whose reader closes stdout early (`tollgate … | head`) stops
+//! quietly with status 141, as a process ended by SIGPIPE.
 
 mod bench;
 mod check;
@@ -127,19 +129,14 @@ fn main() -> ExitCode {
         },
         Command::Pod(args) => with_text_logs(pod::run(args)),
         Command::Bench(args) => with_text_logs(bench::run(args)),
-        Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "tollgate",
-                &mut std::io::stdout(),
-            );
-            (Ok(()), LogFormat::Text)
-        }
+        Command::Completions { shell } => (completions(shell), LogFormat::Text),
         Command::Man { out_dir } => (man(out_dir.as_deref()), LogFormat::Text),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`tollgate … | head`): nothing is wrong
+        // with the command, and there is nobody to tell.
+        Err(e) if closed_stdout(&e) => ExitCode::from(EXIT_CLOSED_STDOUT),
         Err(e) => {
             let error = said_once(&e);
             match log_format {
@@ -150,6 +147,34 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The exit status of a command whose stdout was closed before it
+/// finished writing: 128 + SIGPIPE, what a shell reports for `cat` or
+/// `grep` in the same place, so `set -o pipefail` sees the same.
+const EXIT_CLOSED_STDOUT: u8 = 128 + 13;
+
+/// Whether `e` comes from writing to a pipe nobody reads any more.
+fn closed_stdout(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Shell completions on stdout. Generated in memory first: clap_complete
+/// panics when it cannot write, and a closed stdout is no reason to panic.
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "tollgate", &mut script);
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(&script)
+        .and_then(|()| stdout.flush())
+        .context("write the completions to stdout")
 }
 
 /// An error and its causes, joined with `: `, each said once: a cause
@@ -174,7 +199,9 @@ fn said_once(e: &anyhow::Error) -> String {
 fn man(out_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
     use anyhow::Context;
     match out_dir {
-        None => Ok(clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?),
+        None => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout().lock())
+            .context("write the manual page to stdout"),
         Some(dir) => {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("--out-dir: create {}", dir.display()))?;

@@ -32,7 +32,7 @@ use serde::Serialize;
 /// else as the text `human` makes of it, and a final newline.
 ///
 /// Writing to a closed stdout (`tollgate … | head -1`) is an error rather
-/// than a panic.
+/// than a panic; `main` ends the command quietly on it.
 pub fn print<T: Serialize, H: Display>(
     json: bool,
     value: &T,
@@ -66,6 +66,20 @@ pub fn rfc3339(t: Option<prost_types::Timestamp>) -> Option<String> {
 /// A protobuf duration in seconds; 0 when unset.
 pub fn seconds(d: Option<prost_types::Duration>) -> f64 {
     d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
+}
+
+/// An amount (tokens, a rate, seconds) as people read it: at most two
+/// decimals, without trailing zeros (`200.14`, `50`, `0.5`). `--json`
+/// keeps the exact number.
+pub fn amount(x: f64) -> String {
+    let text = format!("{x:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    // -0.001 rounds to "-0.00": no sign on a zero.
+    if text == "-0" {
+        "0".to_owned()
+    } else {
+        text.to_owned()
+    }
 }
 
 /// Rows shown as columns two spaces apart, each as wide as its widest
@@ -136,6 +150,16 @@ mod tests {
             field("rate", "2".into()),
         ]);
         assert_eq!(table.to_string(), "granted tokens  1\nrate            2");
+    }
+
+    #[test]
+    fn amounts_read_with_at_most_two_decimals_and_no_trailing_zeros() {
+        assert_eq!(amount(200.066_919_999_999_98), "200.07");
+        assert_eq!(amount(50.0), "50");
+        assert_eq!(amount(0.5), "0.5");
+        assert_eq!(amount(20_000.0), "20000");
+        assert_eq!(amount(-0.001), "0");
+        assert_eq!(amount(-12.345), "-12.35");
     }
 
     #[test]

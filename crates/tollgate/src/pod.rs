@@ -5,7 +5,9 @@
 //! incarnation: a fresh lease with sequence number 1.
 //!
 //! It says whether the pod was throttled: granted fewer tokens than it asked
-//! for, or given its tokens over a trickle rather than at once.
+//! for, or given its tokens over a trickle rather than at once. The text
+//! rounds amounts and shows the trickle's fields only for a trickle grant;
+//! `--json` has every field, exact.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -14,7 +16,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use tollgate_proto::v1::{self, token_bucket_service_client::TokenBucketServiceClient};
 
-use crate::output::{self, Table, field, seconds};
+use crate::output::{self, Table, amount, field, seconds};
 use crate::remote::{PodTokenArg, ServerArg, rpc_error};
 
 #[derive(Debug, Args)]
@@ -103,34 +105,41 @@ impl GrantJson {
         let mut how = Vec::new();
         if self.granted_tokens < self.requested_tokens {
             how.push(format!(
-                "granted {:.3} of {:.3} tokens",
-                self.granted_tokens, self.requested_tokens
+                "granted {} of {} tokens",
+                amount(self.granted_tokens),
+                amount(self.requested_tokens)
             ));
         }
         if self.trickle_duration_seconds > 0.0 {
             how.push(format!(
-                "tokens arrive over {:.3}s",
-                self.trickle_duration_seconds
+                "tokens arrive over {} s",
+                amount(self.trickle_duration_seconds)
             ));
         }
         format!("yes: {}", how.join(", "))
     }
 
+    /// The grant for people: amounts rounded ([`amount`]), and the
+    /// trickle's duration and burst cap only for a trickle grant (the
+    /// server sends zeros otherwise).
     fn text(&self) -> Table {
-        Table::new([
+        let mut rows = vec![
             field("throttled", self.throttle_note()),
-            field("requested tokens", format!("{:.3}", self.requested_tokens)),
-            field("granted tokens", format!("{:.3}", self.granted_tokens)),
-            field(
+            field("requested tokens", amount(self.requested_tokens)),
+            field("granted tokens", amount(self.granted_tokens)),
+        ];
+        if self.trickle_duration_seconds > 0.0 {
+            rows.push(field(
                 "trickle duration",
-                format!("{:.3}s", self.trickle_duration_seconds),
-            ),
-            field("max burst tokens", format!("{:.3}", self.max_burst_tokens)),
-            field(
-                "fallback rate",
-                format!("{:.3} tokens/s", self.fallback_rate),
-            ),
-        ])
+                format!("{} s", amount(self.trickle_duration_seconds)),
+            ));
+            rows.push(field("max burst tokens", amount(self.max_burst_tokens)));
+        }
+        rows.push(field(
+            "fallback rate",
+            format!("{} tokens/s", amount(self.fallback_rate)),
+        ));
+        Table::new(rows)
     }
 }
 

@@ -4,6 +4,9 @@
 //! (shown by `show`, `list`, `describe` and `watch` beside the shared
 //! ones) in `per_key`.
 //!
+//! `set-limits` on a bucket the tenant's tier or an override defines
+//! warns on stderr that the next change of either sets it back.
+//!
 //! Human output is an aligned table; `--json` prints one JSON document for
 //! scripts (see `output`). Errors from the server are shown with their gRPC
 //! code and message.
@@ -225,8 +228,8 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
             let response = client
                 .update_tenant_resource_limits(a.actor.request(
                     v1::UpdateTenantResourceLimitsRequest {
-                        tenant_id: a.tenant,
-                        bucket: a.bucket,
+                        tenant_id: a.tenant.clone(),
+                        bucket: a.bucket.clone(),
                         available_tokens: a.available.unwrap_or_default(),
                         refill_rate: a.refill_rate.unwrap_or_default(),
                         burst_limit: a.burst_limit.unwrap_or_default(),
@@ -236,8 +239,13 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
                     },
                 ))
                 .await
-                .map_err(rpc_error)?;
+                .map_err(|status| set_limits_error(&a, status))?;
             let tenant = response.into_inner().tenant.unwrap_or_default();
+            if let Some(warning) =
+                tiering::managed_bucket_warning(&mut client, &a.tenant, &a.bucket).await
+            {
+                eprintln!("warning: {warning}");
+            }
             print_tenant(&tenant, a.json)
         }
         TenantCommand::Show {
@@ -485,6 +493,37 @@ impl TenantStateJson {
     }
 }
 
+/// A refused `set-limits`, in the command's terms: a partial update of a
+/// bucket that does not exist yet names the flags it needs rather than the
+/// request's fields (`update_mask`, `available_tokens`).
+fn set_limits_error(a: &SetLimitsArgs, status: tonic::Status) -> anyhow::Error {
+    let new_bucket_needs_all = status.code() == tonic::Code::InvalidArgument
+        && status.message().starts_with("update_mask:")
+        && status.message().contains("does not exist");
+    if !new_bucket_needs_all {
+        return rpc_error(status);
+    }
+    let given: Vec<&str> = [
+        ("--available", a.available.is_some()),
+        ("--refill-rate", a.refill_rate.is_some()),
+        ("--burst-limit", a.burst_limit.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, is)| is.then_some(flag))
+    .collect();
+    let bucket = if a.bucket.is_empty() {
+        "the request-unit bucket".to_owned()
+    } else {
+        format!("bucket {:?}", a.bucket)
+    };
+    rpc_error(tonic::Status::invalid_argument(format!(
+        "{bucket} of tenant {:?} does not exist yet: creating it needs all of --available, \
+         --refill-rate and --burst-limit (given: {})",
+        a.tenant,
+        given.join(", ")
+    )))
+}
+
 /// A tenant with no bucket, worded as the server words it for one bucket.
 fn tenant_not_found(tenant: &str) -> anyhow::Error {
     rpc_error(tonic::Status::not_found(format!(
@@ -525,6 +564,21 @@ where
     T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
     <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
 {
+    list_or_status(client, tenant).await.map_err(rpc_error)
+}
+
+/// [`list`], failing with the server's status (for `watch` to tell an
+/// unreachable server from a refusal).
+async fn list_or_status<T>(
+    client: &mut AdminClient<T>,
+    tenant: &str,
+) -> Result<Vec<v1::Tenant>, tonic::Status>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
     let mut buckets = Vec::new();
     let mut page_token = String::new();
     loop {
@@ -534,8 +588,7 @@ where
                 page_token,
                 tenant_id: tenant.to_owned(),
             })
-            .await
-            .map_err(rpc_error)?
+            .await?
             .into_inner();
         buckets.extend(page.tenants);
         if page.next_page_token.is_empty() {

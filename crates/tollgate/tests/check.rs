@@ -49,6 +49,9 @@ fn the_exit_status_is_the_verdict_and_a_retry_takes_nothing() {
 
     let (code, first) = check(&server, "203.0.113.7", "2", &["--request-id", "login-1"]);
     assert_eq!(code, 0, "{first}");
+    // Named as every other command names the tenant.
+    assert_eq!(first["tenant_id"], "acme", "{first:#}");
+    assert!(first.get("tenant").is_none(), "{first:#}");
     assert_eq!(first["allowed"], true);
     assert_eq!(first["remaining_tokens"], 1.0);
     assert_eq!(first["burst_limit"], 3.0);

@@ -1,7 +1,8 @@
 //! The `tollgate` binary end to end: `serve` on a store file, the tenant
 //! commands against it, a graceful stop on SIGTERM, and a restart; and the
 //! `--json` output of every command that prints a result, parsed as one
-//! JSON document.
+//! JSON document; the text of a grant, a closed stdout, and `tenant watch`
+//! through a server restart.
 
 mod support;
 
@@ -46,7 +47,7 @@ fn tenant_commands_work_against_a_served_store_and_survive_a_restart() {
         "--report-ru",
         "42.5",
     ]);
-    assert!(grant.contains("granted tokens    120.000"), "{grant}");
+    assert!(grant.contains("granted tokens    120\n"), "{grant}");
 
     let shown = server.json(&[
         "tenant", "show", "--tenant", "acme", "--bucket", "", "--json",
@@ -195,14 +196,14 @@ fn pod_request_json_reports_the_grant_and_whether_the_pod_was_throttled() {
     // The table says the same.
     let empty = server.ok(&["pod", "request", "--tenant", "acme", "--tokens", "50"]);
     assert!(
-        empty.contains("throttled         yes: granted 0.000 of 50.000 tokens"),
+        empty.contains("throttled         yes: granted 0 of 50 tokens"),
         "{empty}"
     );
     set_limits(&server, "slow-too", 100.0, 10.0);
     let trickled = server.ok(&["pod", "request", "--tenant", "slow-too", "--tokens", "500"]);
     assert!(
         trickled.contains("throttled         yes: granted 2")
-            && trickled.contains("of 500.000 tokens, tokens arrive over 10.000s"),
+            && trickled.contains("of 500 tokens, tokens arrive over 10 s"),
         "{trickled}"
     );
     set_limits(&server, "plenty", 1000.0, 0.0);
@@ -576,17 +577,26 @@ fn set_limits_changes_only_what_it_is_given() {
     assert_eq!(set["refill_rate"], 0.0, "{set}");
     assert_eq!(set["burst_limit"], 2000.0, "{set}");
     assert_eq!(set["current_tokens"], 500.0, "{set}");
-    // A bucket that does not exist needs all three.
+    // A bucket that does not exist needs all three, and the error names
+    // the flags, not the request's fields.
+    let partial = server.tollgate(&[
+        "tenant",
+        "set-limits",
+        "--tenant",
+        "new",
+        "--bucket",
+        "sms",
+        "--refill-rate",
+        "7",
+    ]);
     assert_failed_with(
-        &server.tollgate(&[
-            "tenant",
-            "set-limits",
-            "--tenant",
-            "new",
-            "--refill-rate",
-            "7",
-        ]),
-        "update_mask",
+        &partial,
+        "InvalidArgument: bucket \"sms\" of tenant \"new\" does not exist yet: creating it needs all of --available, --refill-rate and --burst-limit (given: --refill-rate)",
+    );
+    let said = String::from_utf8_lossy(&partial.stderr);
+    assert!(
+        !said.contains("update_mask") && !said.contains("available_tokens"),
+        "{said}"
     );
     // Nothing at all is a usage error.
     assert!(
@@ -831,4 +841,149 @@ fn a_suspended_tenant_is_refused_with_its_totals_kept_until_resumed() {
         &server.tollgate(&["tenant", "suspend", "--tenant", "nobody"]),
         "NotFound",
     );
+}
+/// The text of a grant rounds its amounts, and an immediate grant leaves
+/// out the trickle's duration and burst cap (zeros that do not apply);
+/// `--json` keeps every field, exact.
+#[test]
+fn pod_request_text_rounds_amounts_and_shows_trickle_fields_only_for_a_trickle() {
+    let (_dir, server) = fresh_server();
+    set_limits(&server, "plenty", 1000.0, 0.0);
+    let immediate = server.ok(&["pod", "request", "--tenant", "plenty", "--tokens", "50"]);
+    assert!(
+        immediate.contains("granted tokens    50\n")
+            && immediate.contains("requested tokens  50\n"),
+        "{immediate}"
+    );
+    assert!(
+        !immediate.contains("max burst") && !immediate.contains("trickle"),
+        "{immediate}"
+    );
+
+    // 100 tokens and 10 per second: a 10 s trickle of a little over 200
+    // tokens (the refill while the request travels), with a burst cap.
+    set_limits(&server, "slow", 100.0, 10.0);
+    let trickled = server.ok(&["pod", "request", "--tenant", "slow", "--tokens", "500"]);
+    let value = |name: &str| -> String {
+        trickled
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} in {trickled}"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(value("trickle duration"), "10 s", "{trickled}");
+    let granted = value("granted tokens");
+    let decimals = granted.split_once('.').map_or(0, |(_, d)| d.len());
+    assert!(decimals <= 2, "{granted} in {trickled}");
+    assert!(
+        granted.parse::<f64>().expect("a number") > 0.0,
+        "{trickled}"
+    );
+    assert!(value("max burst tokens").parse::<f64>().expect("a number") > 0.0);
+    let json = pod_request(&server, "plenty", "50");
+    assert_eq!(json["max_burst_tokens"], 0.0, "{json:#}");
+    assert_eq!(json["trickle_duration_seconds"], 0.0, "{json:#}");
+}
+
+/// A reader that closes stdout early (`tollgate completions zsh | head`)
+/// ends the command quietly with 141, as a process ended by SIGPIPE:
+/// no panic, no backtrace, no error message.
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    for args in [&["completions", "zsh"][..], &["man"]] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        // Closed before the command writes anything: every write fails.
+        drop(reader);
+        let out = support::command()
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run tollgate");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {out:?}");
+        assert!(
+            out.stderr.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A command that talks to a server ends the same way.
+    let (_dir, server) = fresh_server();
+    set_limits(&server, "acme", 10.0, 1.0);
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(BIN)
+        .args(["tenant", "list", "--json"])
+        .env("TOLLGATE_SERVER", &server.url)
+        .stdout(writer)
+        .output()
+        .expect("run tollgate");
+    assert_eq!(out.status.code(), Some(141), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `tenant watch` outlives a server restart: while the server is down
+/// each poll says since when it is unreachable, and frames resume when it
+/// is back on the same port.
+#[test]
+fn tenant_watch_keeps_polling_through_a_server_restart() {
+    use std::io::BufRead;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("tollgate.redb");
+    let port = support::free_port();
+    let server = Server::start_on(&store, port, &[]);
+    set_limits(&server, "acme", 1000.0, 100.0);
+    let mut watching = support::Served(
+        Command::new(BIN)
+            .args(["tenant", "watch", "--interval", "1s"])
+            .env("TOLLGATE_SERVER", &server.url)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run tollgate tenant watch"),
+    );
+    let stdout = watching.0.stdout.take().expect("stdout");
+    let (lines, seen) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if lines.send(line.expect("a line")).is_err() {
+                return;
+            }
+        }
+    });
+    // Lines until one contains `text`, within a generous deadline.
+    let until = |text: &str| -> String {
+        loop {
+            let line = seen
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("no line with {text:?} in time"));
+            if line.contains(text) {
+                return line;
+            }
+        }
+    };
+    until("1 tenants, 1 buckets");
+    server.stop();
+    let down = until("server unreachable since ");
+    assert!(down.contains("retrying"), "{down}");
+    // Still polling, still saying so.
+    until("server unreachable since ");
+    assert!(
+        watching.0.try_wait().expect("wait").is_none(),
+        "watch ended while the server was down"
+    );
+
+    let server = Server::start_on(&store, port, &[]);
+    let back = until("1 tenants, 1 buckets");
+    assert!(!back.contains("unreachable"), "{back}");
+    assert!(watching.0.try_wait().expect("wait").is_none());
+    drop(server);
 }

@@ -400,9 +400,15 @@ fn tenant_create_on_a_tier_provisions_every_bucket_with_the_tiers_limits() {
     assert!(text.starts_with("tier       pro\n"), "{text}");
     assert!(text.contains("overrides  (none)"), "{text}");
 
+    // An existing tenant is refused, with the command that moves it.
+    let again = server.tollgate(&["tenant", "create", "--tenant", "t1234", "--tier", "free"]);
     assert_failed_with(
-        &server.tollgate(&["tenant", "create", "--tenant", "t1234", "--tier", "free"]),
-        "AlreadyExists",
+        &again,
+        "AlreadyExists: tenant \"t1234\" already exists; move it to tier free with `tollgate tenant set-tier --tenant t1234 --tier free`",
+    );
+    assert!(
+        !String::from_utf8_lossy(&again.stderr).contains("SetTenantTier"),
+        "{again:?}"
     );
     assert_failed_with(
         &server.tollgate(&["tenant", "create", "--tenant", "t5678", "--tier", "gold"]),
@@ -849,4 +855,69 @@ fn a_bad_table_in_a_tiers_file_is_refused_naming_the_field_and_changes_nothing()
         server.json(&["tier", "list", "--json"]),
         serde_json::json!([])
     );
+}
+
+/// `set-limits` on a bucket the tenant's tier or an override defines goes
+/// through, and warns on stderr that the next change sets it back, naming
+/// `tenant override set`; on any other bucket it warns of nothing.
+#[test]
+fn set_limits_on_a_bucket_a_tier_or_override_defines_warns_it_will_be_set_back() {
+    let (dir, server) = fresh_server();
+    let file = write(dir.path(), "tiers.toml", TIERS);
+    server.ok(&["tier", "apply", "-f", path_arg(&file)]);
+    server.ok(&["tenant", "create", "--tenant", "t1234", "--tier", "pro"]);
+    let set_limits = |tenant: &str, bucket: &str| {
+        let out = server.tollgate(&[
+            "tenant",
+            "set-limits",
+            "--tenant",
+            tenant,
+            "--bucket",
+            bucket,
+            "--available",
+            "5",
+            "--refill-rate",
+            "3",
+            "--burst-limit",
+            "30",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        let set: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        assert_eq!(limits(&set), (3.0, 30.0), "the change went through");
+        String::from_utf8(out.stderr).expect("utf-8")
+    };
+
+    let warned = set_limits("t1234", "schedule-email");
+    assert!(
+        warned.starts_with("warning: bucket schedule-email of tenant t1234 is defined by tier pro (refill_rate 10, burst_limit 100)")
+            && warned.contains("the next change of the tier")
+            && warned.contains("sets these limits back")
+            && warned.contains("tollgate tenant override set --tenant t1234 --bucket schedule-email"),
+        "{warned}"
+    );
+
+    server.ok(&[
+        "tenant",
+        "override",
+        "set",
+        "--tenant",
+        "t1234",
+        "--bucket",
+        "schedule-email",
+        "--refill-rate",
+        "50",
+        "--burst-limit",
+        "500",
+    ]);
+    let warned = set_limits("t1234", "schedule-email");
+    assert!(
+        warned.starts_with("warning: bucket schedule-email of tenant t1234 is defined by its override (refill_rate 50, burst_limit 500)"),
+        "{warned}"
+    );
+
+    // A bucket made by hand, and the request-unit bucket: nobody's to set back.
+    assert_eq!(set_limits("t1234", "send-sms"), "");
+    assert_eq!(set_limits("t1234", ""), "");
+    assert_eq!(set_limits("acme", "schedule-email"), "");
 }

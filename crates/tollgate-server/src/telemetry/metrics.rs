@@ -18,6 +18,10 @@
 //!   and keys removed): this process's own counts; aggregate with
 //!   `sum`. Checks are also kept per bucket for the last seconds
 //!   (`check_rates`), for the rates the Admin API and the console show.
+//! - **Of the process** (`process_cpu_seconds_total`,
+//!   `process_resident_memory_bytes`, `process_open_fds`,
+//!   `process_start_time_seconds`, …): the prometheus crate's process
+//!   collector, on Linux, where it reads `/proc`.
 //!
 //! When the store cannot be read, a scrape still succeeds: it carries the
 //! per-replica metrics and `tollgate_store_up 0`, without tenant metrics.
@@ -153,6 +157,10 @@ impl Metrics {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
+        #[cfg(target_os = "linux")]
+        registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
         registry.register(Box::new(rpc_requests.clone()))?;
         registry.register(Box::new(rpc_duration.clone()))?;
         registry.register(Box::new(grants.clone()))?;

@@ -1,6 +1,7 @@
 //! A tenant's place among the tiers: `tollgate tenant create` (onboarding
 //! on a tier), `set-tier`, `override set | clear` and `describe`, and the
-//! tier lines `tenant show` prints above the buckets.
+//! tier lines `tenant show` prints above the buckets, and the warning
+//! `set-limits` gives for a bucket a tier or an override defines.
 //!
 //! Each answer is the tenant as tiers see it (`TenantTier`): its tier, its
 //! overrides and its buckets; the buckets use the same view as `tenant
@@ -197,15 +198,29 @@ pub async fn table_limits(client: &mut AdminConnection, a: TableLimitsArgs) -> a
     }
 }
 
-/// `tenant create`: `CreateTenant`, every bucket of the tier at once.
+/// `tenant create`: `CreateTenant`, every bucket of the tier at once. A
+/// tenant that exists is refused; the error names the command that moves
+/// it to the tier.
 pub async fn create(client: &mut AdminConnection, a: OnTierArgs) -> anyhow::Result<()> {
     let tenant = client
         .create_tenant(a.actor.request(v1::CreateTenantRequest {
-            tenant_id: a.tenant,
+            tenant_id: a.tenant.clone(),
             tier: a.tier.as_str().to_owned(),
         }))
         .await
-        .map_err(rpc_error)?
+        .map_err(|status| {
+            if status.code() != tonic::Code::AlreadyExists {
+                return rpc_error(status);
+            }
+            rpc_error(tonic::Status::already_exists(format!(
+                "tenant {:?} already exists; move it to tier {} with `tollgate tenant set-tier \
+                 --tenant {} --tier {}`",
+                a.tenant,
+                a.tier.as_str(),
+                a.tenant,
+                a.tier.as_str()
+            )))
+        })?
         .into_inner()
         .tenant
         .unwrap_or_default();
@@ -397,6 +412,59 @@ pub async fn describe(
         }
         text
     })
+}
+
+/// What `set-limits` warns of when `bucket` of `tenant` is one its
+/// override or its tier defines: the limits set by hand last only until
+/// the next change of the tier or of the tenant's tier or overrides, which
+/// writes the definition's again. `None` for any other bucket, and when
+/// the server cannot say (one without tiers, a read-only token): the
+/// change itself went through, and the warning is only advice.
+pub async fn managed_bucket_warning(
+    client: &mut AdminConnection,
+    tenant: &str,
+    bucket: &str,
+) -> Option<String> {
+    // Tiers never define the request-unit bucket.
+    if bucket.is_empty() {
+        return None;
+    }
+    let described = client
+        .describe_tenant(v1::DescribeTenantRequest {
+            tenant_id: tenant.to_owned(),
+        })
+        .await
+        .ok()?
+        .into_inner()
+        .tenant?;
+    let advice = |by: &str, limits: &BucketJson| {
+        format!(
+            "bucket {bucket} of tenant {tenant} is defined by {by} ({}): the next change of \
+             the tier, or of the tenant's tier or overrides, sets these limits back; to give \
+             this tenant limits of its own, use `tollgate tenant override set --tenant {tenant} \
+             --bucket {bucket} --refill-rate R --burst-limit B`",
+            limits.limits_text()
+        )
+    };
+    if let Some(o) = described.overrides.iter().find(|o| o.bucket == bucket) {
+        return Some(advice("its override", &BucketJson::new(o)));
+    }
+    if described.tier.is_empty() {
+        return None;
+    }
+    let tier = client
+        .get_tier(v1::GetTierRequest {
+            name: described.tier.clone(),
+        })
+        .await
+        .ok()?
+        .into_inner()
+        .tier?;
+    let definition = tier.buckets.iter().find(|b| b.bucket == bucket)?;
+    Some(advice(
+        &format!("tier {}", described.tier),
+        &BucketJson::new(definition),
+    ))
 }
 
 /// The tier and override lines `tenant show` prints above the buckets, or

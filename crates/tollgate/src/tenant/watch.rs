@@ -7,6 +7,11 @@
 //! second (the server replica's own, over the window it names) and the
 //! busiest keys. On a terminal each frame replaces the last; otherwise
 //! frames follow each other, each under its time.
+//!
+//! A server that stops answering (a restart, a network cut) does not end
+//! the view: each failed listing shows `server unreachable since …,
+//! retrying`, and frames resume once it answers. Only a definitive answer
+//! (a refusal, an unknown tenant at the first listing) ends it.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
@@ -16,9 +21,9 @@ use clap::Args;
 use tollgate_proto::v1;
 
 use super::per_key::{self, KeyBucketJson};
-use super::{bucket_label, list, tenant_not_found};
+use super::{bucket_label, list_or_status, tenant_not_found};
 use crate::output::Table;
-use crate::remote::AdminConnection;
+use crate::remote::{AdminConnection, rpc_error};
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
@@ -53,15 +58,45 @@ pub async fn watch(client: &mut AdminConnection, args: WatchArgs) -> anyhow::Res
     let mut previous: Option<(Instant, HashMap<Key, Totals>)> = None;
     let mut frames = 0u64;
     let mut ticks = tokio::time::interval(args.interval);
+    // A listing that outlasts the interval delays the next, rather than
+    // bunching them up.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut unreachable_since: Option<std::time::SystemTime> = None;
     loop {
         ticks.tick().await;
-        let listed = list(client, args.tenant.as_deref().unwrap_or("")).await?;
+        let listed = match list_or_status(client, args.tenant.as_deref().unwrap_or("")).await {
+            Ok(listed) => {
+                unreachable_since = None;
+                listed
+            }
+            Err(status) if unreachable(&status) => {
+                let since = *unreachable_since.get_or_insert_with(std::time::SystemTime::now);
+                let mut out = std::io::stdout().lock();
+                if terminal {
+                    // Over the last frame, which is out of date.
+                    write!(out, "\x1b[H\x1b[2J")?;
+                }
+                writeln!(
+                    out,
+                    "{}  server unreachable since {}, retrying every {}: {}",
+                    humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
+                    humantime::format_rfc3339_seconds(since),
+                    humantime::format_duration(args.interval),
+                    status.message()
+                )?;
+                out.flush()?;
+                continue;
+            }
+            Err(status) => return Err(rpc_error(status)),
+        };
+        // Read right after the shared buckets; a server gone in between
+        // shows in the next listing.
         let key_buckets: Vec<KeyBucketJson> =
-            per_key::list(client, args.tenant.as_deref().unwrap_or(""), 3)
-                .await?
-                .iter()
-                .map(per_key::key_bucket_json)
-                .collect();
+            match per_key::list(client, args.tenant.as_deref().unwrap_or(""), 3).await {
+                Ok(found) => found.iter().map(per_key::key_bucket_json).collect(),
+                Err(_) if frames > 0 => continue,
+                Err(e) => return Err(e),
+            };
         if frames == 0
             && listed.is_empty()
             && key_buckets.is_empty()
@@ -110,6 +145,18 @@ pub async fn watch(client: &mut AdminConnection, args: WatchArgs) -> anyhow::Res
         }
         previous = Some((taken, totals));
     }
+}
+
+/// Whether a failed listing may succeed if tried again: the server is
+/// down, restarting or out of reach, rather than refusing.
+fn unreachable(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::Cancelled
+            | tonic::Code::Unknown
+    )
 }
 
 /// One frame: a line of totals, then the busiest buckets.
