@@ -75,6 +75,27 @@ debootstrap --variant=minbase bookworm "$ROOT" "$MIRROR" >"$ROOT.debootstrap.log
     exit 1
 }
 
+# A network that inspects TLS has a CA of its own, which this machine
+# trusts in its bundle and a machine on the same network would trust too:
+# the certificates in this machine's bundle that Debian's lacks are added
+# to the new root's (apt itself fetches over plain HTTP).
+log "this network's extra CA certificates, if any"
+cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+chroot "$ROOT" apt-get update -qq
+chroot "$ROOT" apt-get install -y -qq --no-install-recommends ca-certificates >/dev/null
+python3 - "$ROOT" <<'PY'
+import pathlib, re, sys
+root = pathlib.Path(sys.argv[1])
+pem = re.compile(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", re.S)
+bundle = "etc/ssl/certs/ca-certificates.crt"
+ours = set(pem.findall((root / bundle).read_text()))
+extra = [c for c in pem.findall(pathlib.Path("/", bundle).read_text()) if c not in ours]
+for i, cert in enumerate(extra):
+    (root / f"usr/local/share/ca-certificates/host-network-{i}.crt").write_text(cert + "\n")
+print(f"{len(extra)} added")
+PY
+chroot "$ROOT" update-ca-certificates >/dev/null
+
 log "Rust: the default toolchain of ~/.rustup and ~/.cargo/bin"
 toolchain=$(rustup default | cut -d' ' -f1)
 mkdir -p "$ROOT/root/.rustup/toolchains" "$ROOT/root/.cargo"
@@ -100,7 +121,6 @@ ip netns exec "$NETNS" ip route add default via "$SUBNET.1"
 iptables -t nat -A POSTROUTING -s "$SUBNET.0/24" -j MASQUERADE
 iptables -A FORWARD -s "$SUBNET.0/24" -j ACCEPT
 iptables -A FORWARD -d "$SUBNET.0/24" -j ACCEPT
-cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 
 mount -t proc proc "$ROOT/proc"
 mount --rbind /dev "$ROOT/dev"
