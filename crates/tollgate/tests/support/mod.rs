@@ -41,7 +41,7 @@ pub fn external_tool(variable: &str, names: &[&str], require: &str) -> Option<Pa
             std::env::var_os(require).is_none(),
             "{require} is set but none of {names:?} is on PATH (or at {variable})"
         );
-        eprintln!("none of {names:?} found: skipped (CI installs it)");
+        eprintln!("none of {names:?} found: skipped (scripts/test.sh installs it)");
     }
     found
 }
