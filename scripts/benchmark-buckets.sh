@@ -52,7 +52,7 @@ run_store() { # store label, serve args…
 STORES=${STORES:-embedded postgres}
 for store in $STORES; do
     case $store in
-    embedded) run_store embedded --store "$OUT/embedded.redb" ;;
+    embedded) run_store embedded --store "$OUT/embedded.redb" --create ;;
     postgres)
         "$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS tollgate_bench_buckets WITH (FORCE)" \
             -c "CREATE DATABASE tollgate_bench_buckets"

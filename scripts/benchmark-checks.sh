@@ -139,7 +139,7 @@ for store in $STORES; do
         pgbench_half seed sql/pgbench/check_seed.sql
         "$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)"
         ;;
-    embedded) run_store embedded --store "$OUT/embedded.redb" ;;
+    embedded) run_store embedded --store "$OUT/embedded.redb" --create ;;
     *) echo "unknown store $store (postgres, embedded)" >&2; exit 2 ;;
     esac
 done

@@ -32,7 +32,7 @@ DB_URL=$(database_url "$BASE_URL" tollgate_export)
 build_fresh
 "$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS tollgate_export" -c "CREATE DATABASE tollgate_export"
 
-start_server --store "$OUT/first.redb" --inactivity-timeout 1h
+start_server --store "$OUT/first.redb" --create --inactivity-timeout 1h
 populate_seconds=$(( TENANTS * INSTANCES / POPULATE_RATE ))
 echo "==> populating: $TENANTS tenants × $INSTANCES pods"
 "$BIN" bench --server "$SERVER" --tenants "$TENANTS" --instances-per-tenant "$INSTANCES" \

@@ -102,7 +102,7 @@ for store in $STORES; do
         location=$BENCH_URL
         ;;
     esac
-    serve_args=(--store "$location" --inactivity-timeout 1h --max-pending-requests 1024)
+    serve_args=(--store "$location" --create --inactivity-timeout 1h --max-pending-requests 1024)
     start_server "${serve_args[@]}" --metrics-store-read-interval 0s
     measured "$store-4-tenants" 4 "$RATE" "$DURATION" --tenant-prefix small
     populate_seconds=$(( TENANTS * INSTANCES / POPULATE_RATE ))

@@ -47,7 +47,7 @@ fresh_database() {
 }
 
 # The embedded store.
-start_server --store "$OUT/embedded.redb"
+start_server --store "$OUT/embedded.redb" --create
 bench embedded-max
 bench embedded-half --rate "$(rate_of "$OUT/embedded-max.json")"
 stop_server

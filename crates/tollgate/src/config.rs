@@ -33,7 +33,7 @@ use tollgate_core::validate::{self, MAX_REFILL_RATE, MAX_TOKENS};
 use tollgate_core::{GrantPolicy, Limits};
 use tollgate_server::store::{BucketSettings, DefaultLimits, PostgresOptions, UnconfiguredTenants};
 
-use crate::store::{PostgresPool, StoreLocation};
+use crate::store::{Creation, PostgresPool, StoreLocation};
 
 /// The prefix of every option's environment variable.
 const ENV_PREFIX: &str = "TOLLGATE_";
@@ -74,10 +74,27 @@ pub struct ServeOptions {
     pub listen: Option<SocketAddr>,
 
     /// Where state is kept: a PostgreSQL URL (`postgres://user@host/db`,
-    /// migrated at start) or an embedded store file (created if missing)
-    /// [default: $DATABASE_URL, else tollgate.redb].
+    /// migrated at start) or an embedded store file (which must exist,
+    /// unless --create) [default: $DATABASE_URL, else tollgate.redb, made
+    /// on the first run].
     #[arg(long, value_name = "PATH|URL")]
     pub store: Option<String>,
+
+    /// Make the embedded store file --store names if it does not exist
+    /// (a new, empty store). Without it a missing file is an error, so
+    /// that a mistyped path or another working directory never serves an
+    /// empty store.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        action = ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value = "false",
+        value_parser = BoolishValueParser::new()
+    )]
+    pub create: Option<bool>,
 
     /// Keep all state in memory (lost when the server stops). Not with
     /// --store.
@@ -406,6 +423,9 @@ pub struct ServeConfig {
     pub config_file: Option<PathBuf>,
     pub listen: SocketAddr,
     pub store: StoreLocation,
+    /// Whether a missing embedded store file is made: with `--create`, or
+    /// when no layer named a store (the default file, on the first run).
+    pub store_creation: Creation,
     pub postgres: PostgresPool,
     /// How buckets behave and what unconfigured tenants get.
     pub settings: BucketSettings,
@@ -488,6 +508,18 @@ impl ServeConfig {
             "defaults only".to_owned()
         } else {
             described.join("; ")
+        }
+    }
+
+    /// What pods of a tenant nobody has configured get, in a sentence for
+    /// the log at start: the default limits, or a refusal.
+    pub fn describe_unconfigured_tenants(&self) -> String {
+        match &self.settings.unconfigured_tenants {
+            UnconfiguredTenants::UseDefaults(d) => format!(
+                "tenants nobody has configured are served with the default limits: refill rate {} tokens/s, burst limit {} tokens, starting with {} tokens (--require-configured-tenants refuses them instead)",
+                d.limits.refill_rate, d.limits.burst_limit, d.initial_tokens
+            ),
+            UnconfiguredTenants::Reject => "tenants nobody has configured are refused (NOT_FOUND): --require-configured-tenants".to_owned(),
         }
     }
 
@@ -619,6 +651,17 @@ impl Layers {
             (None, true) => StoreLocation::Memory,
             (None, false) => StoreLocation::default_file(),
         };
+        let store_creation = if required(options.create, "create")? {
+            Creation::Allowed { why: "--create" }
+        } else if options.store.is_none() {
+            Creation::Allowed {
+                why: "no --store given: the default file in the working directory, made on the first run",
+            }
+        } else {
+            Creation::Refused {
+                hint: "give --create to start a new, empty store there, or --store the path of the existing one",
+            }
+        };
         if let StoreLocation::Postgres(url) = &store {
             url.parse::<tokio_postgres::Config>()
                 .map_err(|e| bad("store", &format!("not a valid PostgreSQL URL: {e}")))?;
@@ -737,6 +780,7 @@ impl Layers {
             max_pending_requests,
             listen: required(options.listen, "listen")?,
             store,
+            store_creation,
             postgres,
             settings,
             log_format: required(options.log_format, "log-format")?,

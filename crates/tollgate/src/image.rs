@@ -7,6 +7,8 @@
 //! snapshot), and an import holds off their writes until it commits.
 //! An export file is checked whole before an import touches the store,
 //! and an import is one transaction: a store gets all of it or nothing.
+//! Export never makes a store file (a mistyped path is an error, not an
+//! empty export); import makes the file it is to fill when it is missing.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
@@ -24,7 +26,7 @@ use tollgate_server::store::{
 };
 
 use crate::output;
-use crate::store::{self, PostgresPool, StoreLocation};
+use crate::store::{self, Creation, PostgresPool, StoreLocation};
 
 /// Where `export` and `import` find their store.
 #[derive(Debug, Args)]
@@ -41,21 +43,15 @@ pub struct StoreArg {
 }
 
 impl StoreArg {
-    async fn open(&self, must_exist: bool) -> anyhow::Result<(StoreLocation, Arc<dyn Store>)> {
+    async fn open(&self, creation: Creation) -> anyhow::Result<(StoreLocation, Arc<dyn Store>)> {
         let location = StoreLocation::named(self.store.as_deref())?;
-        if let StoreLocation::File(path) = &location
-            && must_exist
-            && !path.try_exists().unwrap_or(false)
-        {
-            anyhow::bail!("no store file at {}", path.display());
-        }
         let pool = PostgresPool {
             pool_size: 2,
             max_batch: 1,
             connect_timeout: Duration::from_secs(5),
             ca_file: self.pg_ca_file.clone(),
         };
-        let store = store::open(&location, &pool, BucketSettings::default()).await?;
+        let store = store::open(&location, creation, &pool, BucketSettings::default()).await?;
         Ok((location, store))
     }
 }
@@ -103,7 +99,12 @@ struct Summary {
 
 /// Writes a consistent snapshot of the store as JSON lines.
 pub async fn export(args: ExportArgs) -> anyhow::Result<()> {
-    let (location, store) = args.store.open(true).await?;
+    let (location, store) = args
+        .store
+        .open(Creation::Refused {
+            hint: "export reads an existing store: check the path",
+        })
+        .await?;
     let (tx, rx) = mpsc::channel(1024);
     let out = args.out.clone();
     let writer = tokio::task::spawn_blocking(move || write_records(rx, out.as_deref()));
@@ -169,7 +170,12 @@ pub async fn import(args: ImportArgs) -> anyhow::Result<()> {
     let image = tokio::task::spawn_blocking(move || read_image(&file))
         .await
         .context("the export's reader failed")??;
-    let (location, store) = args.store.open(false).await?;
+    let (location, store) = args
+        .store
+        .open(Creation::Allowed {
+            why: "import fills a new store",
+        })
+        .await?;
     let imported = store.import(image, args.replace).await;
     store.close().await?;
     let counts = match imported {

@@ -1,5 +1,7 @@
 //! `tollgate serve`: the server on the embedded store or PostgreSQL, as its
-//! [`ServeConfig`] says.
+//! [`ServeConfig`] says. At start it logs the configuration, what tenants
+//! nobody has configured get, and which store it opened (a file by its
+//! absolute path, and whether it was made just now).
 
 use std::sync::Arc;
 
@@ -17,6 +19,14 @@ use crate::store as location;
 
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     config.log_effective();
+    tracing::info!(
+        require_configured_tenants = matches!(
+            config.settings.unconfigured_tenants,
+            tollgate_server::store::UnconfiguredTenants::Reject
+        ),
+        "{}",
+        config.describe_unconfigured_tenants()
+    );
     let tls = config.tls.as_ref().map(read_tls).transpose()?;
     let admin_tokens = config
         .admin_tokens_file
@@ -58,8 +68,13 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         (None, false) => AdminAuth::new(None),
     };
     let pod_live = pod_tokens.as_ref().map(Watched::live);
-    let store: Arc<dyn Store> =
-        location::open(&config.store, &config.postgres, config.settings.clone()).await?;
+    let store: Arc<dyn Store> = location::open(
+        &config.store,
+        config.store_creation,
+        &config.postgres,
+        config.settings.clone(),
+    )
+    .await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listen on {}", config.listen))?;

@@ -1,8 +1,14 @@
 //! Where the server keeps its state: `--store` names an embedded store file
 //! or a PostgreSQL database (`--in-memory` keeps it in memory), and
 //! `tollgate migrate` prepares either.
+//!
+//! A new embedded store file is made only when the caller allows it
+//! ([`Creation`]): a server pointed at a file that is not there would
+//! otherwise serve an empty store, every tenant back at the default limits
+//! and every total gone. The log names the file by its absolute path and
+//! says whether it was opened or made, and why.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +29,7 @@ pub const DEFAULT_STORE_FILE: &str = "tollgate.redb";
 /// Where state is kept.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StoreLocation {
-    /// An embedded store file, created if missing.
+    /// An embedded store file (made if missing only as [`Creation`] allows).
     File(PathBuf),
     /// A PostgreSQL (or compatible) database URL.
     Postgres(String),
@@ -73,16 +79,20 @@ impl StoreLocation {
         StoreLocation::File(PathBuf::from(DEFAULT_STORE_FILE))
     }
 
-    /// A description for logs and errors, without any password.
+    /// A description for logs and errors, without any password; a file by
+    /// its absolute path.
     pub fn describe(&self) -> String {
+        if let StoreLocation::File(path) = self {
+            return format!("file {}", absolute(path).display());
+        }
         match self.view() {
-            Some(StoreView::File { path }) => format!("file {path}"),
             Some(StoreView::Postgres { database, hosts }) => format!(
                 "PostgreSQL database {} on {}",
                 database.as_deref().unwrap_or("(default)"),
                 hosts.join(",")
             ),
             Some(StoreView::Memory) => "memory".to_owned(),
+            Some(StoreView::File { path }) => format!("file {path}"),
             None => "PostgreSQL database (unparsable URL)".to_owned(),
         }
     }
@@ -159,9 +169,27 @@ impl PostgresPool {
     }
 }
 
-/// Opens the store at `location` (applying PostgreSQL migrations first).
+/// `path` made absolute against the working directory (symbolic links
+/// left as they are), or as it is if the working directory is unknown.
+pub fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
+}
+
+/// Whether opening an embedded store file may make a new, empty one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Creation {
+    /// A missing file is an error; `hint` says how to go on.
+    Refused { hint: &'static str },
+    /// A missing file is made; `why` says for the log why that is right.
+    Allowed { why: &'static str },
+}
+
+/// Opens the store at `location` (applying PostgreSQL migrations first);
+/// an embedded store file that does not exist is made only as `creation`
+/// allows.
 pub async fn open(
     location: &StoreLocation,
+    creation: Creation,
     postgres: &PostgresPool,
     settings: BucketSettings,
 ) -> anyhow::Result<Arc<dyn Store>> {
@@ -170,17 +198,42 @@ pub async fn open(
             tracing::warn!("in-memory store: all state is lost when the server stops");
             Arc::new(EmbeddedStore::in_memory(settings)?)
         }
-        StoreLocation::File(path) => Arc::new(
-            EmbeddedStore::open(path, settings)
-                .with_context(|| format!("open the store {}", location.describe()))?,
-        ),
-        StoreLocation::Postgres(url) => Arc::new(
-            PostgresStore::connect(postgres.options(url), settings)
+        StoreLocation::File(path) => {
+            let exists = path
+                .try_exists()
+                .with_context(|| format!("look for the store {}", location.describe()))?;
+            let store = match (exists, creation) {
+                (false, Creation::Refused { hint }) => anyhow::bail!(
+                    "no store file at {}: nothing was created; {hint}",
+                    absolute(path).display()
+                ),
+                (true, _) | (false, Creation::Allowed { .. }) => {
+                    EmbeddedStore::open(path, settings)
+                        .with_context(|| format!("open the store {}", location.describe()))?
+                }
+            };
+            match (exists, creation) {
+                (false, Creation::Allowed { why }) => tracing::warn!(
+                    store = %location.describe(),
+                    created = true,
+                    "store created: a new, empty embedded store ({why})"
+                ),
+                _ => tracing::info!(
+                    store = %location.describe(),
+                    created = false,
+                    "store opened: an existing embedded store file"
+                ),
+            }
+            Arc::new(store)
+        }
+        StoreLocation::Postgres(url) => {
+            let store = PostgresStore::connect(postgres.options(url), settings)
                 .await
-                .with_context(|| format!("open the store {}", location.describe()))?,
-        ),
+                .with_context(|| format!("open the store {}", location.describe()))?;
+            tracing::info!(store = %location.describe(), "store opened");
+            Arc::new(store)
+        }
     };
-    tracing::info!(store = %location.describe(), "store opened");
     Ok(store)
 }
 

