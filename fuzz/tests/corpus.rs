@@ -66,6 +66,7 @@ fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
                 ],
                 ..v1::Tier::default()
             }),
+            dry_run: false,
         },
     );
     let tenant = admin(
@@ -184,6 +185,7 @@ fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
         "DeleteTenant",
         &v1::DeleteTenantRequest {
             tenant_id: "acme".into(),
+            dry_run: false,
         },
     );
     let mut everything = vec![
