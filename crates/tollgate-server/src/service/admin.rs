@@ -20,13 +20,12 @@ use crate::store::{
 use crate::telemetry::Metrics;
 use crate::telemetry::check_rates::CheckRates;
 
-/// Tenants listed per page when the request does not say.
+/// Buckets (or closed records) listed per page when the request does
+/// not say.
 const DEFAULT_PAGE_SIZE: u32 = 100;
-/// The most tenants listed per page.
+/// The most listed per page.
 const MAX_PAGE_SIZE: u32 = 1000;
 
-/// Per-key buckets listed per page when the request does not say.
-const DEFAULT_KEY_BUCKETS_PAGE: u32 = 100;
 /// Busiest keys listed per per-key bucket when the request does not say,
 /// and in `DescribeTenant`.
 const DEFAULT_BUSIEST_KEYS: u32 = 5;
@@ -173,11 +172,7 @@ impl admin_server::Admin for AdminService {
         edge::enter(&request)?;
         let req = request.into_inner();
         let page_size = page_size(req.page_size)?;
-        let after = match req.page_token.as_str() {
-            "" => None,
-            token => Some(page_token::parse(token).map_err(invalid)?),
-        };
-        let page_size = page_size as usize;
+        let after = page_token::after(&req.page_token)?;
         // One more than asked tells whether another page follows.
         let mut buckets = if req.tenant_id.is_empty() {
             self.store
@@ -204,15 +199,7 @@ impl admin_server::Admin for AdminService {
                 Err(e) => return Err(status("list tenants", e)),
             }
         };
-        let next_page_token = if buckets.len() > page_size {
-            buckets.truncate(page_size);
-            buckets
-                .last()
-                .map(|b| page_token::of(&b.key))
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
+        let next_page_token = page_token::next(&mut buckets, page_size, |b| &b.key);
         let mut tenants: Vec<v1::Tenant> = buckets.iter().map(convert::bucket_to_proto).collect();
         self.add_states(&mut tenants, "list tenants").await?;
         Ok(Response::new(v1::ListTenantsResponse {
@@ -227,30 +214,14 @@ impl admin_server::Admin for AdminService {
     ) -> Result<Response<v1::ListKeyBucketsResponse>, Status> {
         edge::enter(&request)?;
         let req = request.into_inner();
-        let page_size = match req.page_size {
-            0 => DEFAULT_KEY_BUCKETS_PAGE,
-            n if n > MAX_PAGE_SIZE => {
-                return Err(invalid(InvalidInput::new(
-                    "page_size",
-                    format!("must be at most {MAX_PAGE_SIZE}, got {n}"),
-                )));
-            }
-            n => n,
-        } as usize;
-        let busiest = match req.busiest_keys {
-            0 => DEFAULT_BUSIEST_KEYS,
-            n if n > MAX_BUSIEST_KEYS => {
-                return Err(invalid(InvalidInput::new(
-                    "busiest_keys",
-                    format!("must be at most {MAX_BUSIEST_KEYS}, got {n}"),
-                )));
-            }
-            n => n,
-        } as usize;
-        let after = match req.page_token.as_str() {
-            "" => None,
-            token => Some(page_token::parse(token).map_err(invalid)?),
-        };
+        let page_size = page_size(req.page_size)?;
+        let busiest = bounded(
+            "busiest_keys",
+            req.busiest_keys,
+            DEFAULT_BUSIEST_KEYS,
+            MAX_BUSIEST_KEYS,
+        )?;
+        let after = page_token::after(&req.page_token)?;
         let tenant = match req.tenant_id.as_str() {
             "" => None,
             id => Some(convert::tenant_id(id).map_err(invalid)?),
@@ -261,15 +232,7 @@ impl admin_server::Admin for AdminService {
             .list_key_buckets(tenant.as_ref(), after.as_ref(), page_size + 1, busiest)
             .await
             .map_err(|e| status("list per-key buckets", e))?;
-        let next_page_token = if buckets.len() > page_size {
-            buckets.truncate(page_size);
-            buckets
-                .last()
-                .map(|b| page_token::of(&b.key))
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
+        let next_page_token = page_token::next(&mut buckets, page_size, |b| &b.key);
         Ok(Response::new(v1::ListKeyBucketsResponse {
             key_buckets: self.key_buckets_to_proto(&buckets),
             next_page_token,
@@ -312,7 +275,7 @@ impl admin_server::Admin for AdminService {
         edge::enter(&request)?;
         let req = request.into_inner();
         let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
-        let page_size = page_size(req.page_size)? as usize;
+        let page_size = page_size(req.page_size)?;
         let after = match req.page_token.as_str() {
             "" => 0,
             token => token.parse::<u64>().map_err(|_| {
@@ -661,14 +624,20 @@ impl admin_server::Admin for AdminService {
 
 /// A request's page size: 0 means [`DEFAULT_PAGE_SIZE`], more than
 /// [`MAX_PAGE_SIZE`] is refused.
-fn page_size(asked: u32) -> Result<u32, Status> {
+fn page_size(asked: u32) -> Result<usize, Status> {
+    bounded("page_size", asked, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+}
+
+/// A count `field` asks for: 0 means `default`, more than `max` is
+/// refused.
+fn bounded(field: &'static str, asked: u32, default: u32, max: u32) -> Result<usize, Status> {
     match asked {
-        0 => Ok(DEFAULT_PAGE_SIZE),
-        n if n > MAX_PAGE_SIZE => Err(invalid(InvalidInput::new(
-            "page_size",
-            format!("must be at most {MAX_PAGE_SIZE}, got {n}"),
+        0 => Ok(default as usize),
+        n if n > max => Err(invalid(InvalidInput::new(
+            field,
+            format!("must be at most {max}, got {n}"),
         ))),
-        n => Ok(n),
+        n => Ok(n as usize),
     }
 }
 
@@ -677,9 +646,36 @@ fn page_size(asked: u32) -> Result<u32, Status> {
 /// `tenant` or `tenant/bucket` (neither name may hold a `/`).
 mod page_token {
     use tollgate_core::{BucketKey, BucketName, InvalidInput, TenantId};
+    use tonic::Status;
+
+    use super::invalid;
 
     pub(super) fn of(key: &BucketKey) -> String {
         key.to_string()
+    }
+
+    /// The key a request's `page_token` says to list after: none for the
+    /// first page.
+    pub(super) fn after(token: &str) -> Result<Option<BucketKey>, Status> {
+        match token {
+            "" => Ok(None),
+            token => parse(token).map(Some).map_err(invalid),
+        }
+    }
+
+    /// Cuts `listed` (read one longer than `page_size`, to tell whether
+    /// another page follows) to the page, and answers the token of the
+    /// next page: empty on the last.
+    pub(super) fn next<T>(
+        listed: &mut Vec<T>,
+        page_size: usize,
+        key: impl Fn(&T) -> &BucketKey,
+    ) -> String {
+        if listed.len() <= page_size {
+            return String::new();
+        }
+        listed.truncate(page_size);
+        listed.last().map(|b| of(key(b))).unwrap_or_default()
     }
 
     pub(super) fn parse(token: &str) -> Result<BucketKey, InvalidInput> {
