@@ -12,9 +12,23 @@ pub mod v1 {
     tonic::include_proto!("tollgate.v1");
 }
 
+/// Package `tollgate.agent.v1`: the `Agent` service `tollgate agent` serves
+/// to the pods beside it.
+pub mod agent {
+    #[allow(missing_debug_implementations, clippy::all)]
+    pub mod v1 {
+        tonic::include_proto!("tollgate.agent.v1");
+    }
+}
+
 /// The encoded `FileDescriptorSet` of `tollgate.v1`, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/tollgate_descriptor.bin"));
+
+/// The encoded `FileDescriptorSet` of `tollgate.agent.v1` (with the
+/// `tollgate.v1` file it imports), for the agent's gRPC reflection.
+pub const AGENT_FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/agent_descriptor.bin"));
 
 pub use prost_types::{Duration, Timestamp};
 
