@@ -176,6 +176,27 @@ impl BucketHandle {
             })
     }
 
+    /// Gives back up to `tokens` taken from this bucket for work that did
+    /// not run. Only tokens not yet reported to the server can come back
+    /// (the driver reports what was taken with its next request, at least
+    /// every `report_interval`); returns how many did, which are usable
+    /// again at once, by the next waiter first. Fails with
+    /// [`ClientError::InvalidInput`] (field `tokens`) for an amount that is
+    /// not finite and non-negative, and with [`ClientError::Refused`] once
+    /// the server refused the bucket.
+    pub fn give_back(&self, tokens: f64) -> Result<f64, ClientError> {
+        let gate = &self.bucket.gate;
+        let returned = gate.with_bucket(|inner, _| match inner.refused() {
+            Some(refused) => Err(refused),
+            None => Ok(inner.bucket.give_back(tokens)?),
+        })?;
+        if returned > 0.0 {
+            // A waiter may fit now: its driver admits it.
+            gate.wake.notify_one();
+        }
+        Ok(returned)
+    }
+
     /// Records the counters (reads, writes, bytes) of work whose tokens
     /// were already acquired.
     pub(crate) fn record_counters(&self, consumption: &Consumption) -> Result<(), ClientError> {

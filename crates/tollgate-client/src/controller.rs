@@ -377,7 +377,9 @@ impl Controller {
         }
     }
 
-    fn cost_model(&self) -> &CostModel {
+    /// What reads, writes, CPU and egress cost, as this controller prices
+    /// them (its [`Options::cost_model`]).
+    pub fn cost_model(&self) -> &CostModel {
         &self.request_units.pod().cost_model
     }
 }

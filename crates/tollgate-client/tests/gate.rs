@@ -131,6 +131,31 @@ async fn a_cancelled_acquisition_gives_its_claim_back() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn tokens_given_back_before_they_are_reported_are_not_counted() {
+    // Refill 0: the tenant has 100 tokens and never more.
+    let server = LocalServer::new(0.0, 0.0, 100.0);
+    let controller = pod(&server, 1, 0.0);
+    let bucket = controller.bucket("").expect("the request-unit bucket");
+    bucket.acquire(100.0).await.expect("admitted");
+    // 30 of them were not used: back at once, usable by the next caller.
+    assert_eq!(bucket.give_back(30.0).expect("valid"), 30.0);
+    assert_eq!(bucket.status().charged_tokens, 70.0);
+    assert!(bucket.try_acquire(30.0).expect("valid"));
+    assert_eq!(bucket.give_back(20.0).expect("valid"), 20.0);
+    // Once the driver has reported them, nothing comes back.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(!bucket.status().request_in_flight);
+    assert_eq!(bucket.give_back(50.0).expect("valid"), 0.0);
+    assert!(matches!(
+        bucket.give_back(f64::NAN),
+        Err(ClientError::InvalidInput(e)) if e.field == "tokens"
+    ));
+    let report = controller.shutdown().await;
+    assert!(report.consumption_reported);
+    assert_eq!(server.consumed(), 80.0, "100 + 30 taken, 50 given back");
+}
+
+#[tokio::test(start_paused = true)]
 async fn no_waiter_starves_behind_a_stream_of_small_ones() {
     let server = LocalServer::new(100.0, 100.0, 0.0);
     let controller = pod(&server, 1, 0.0);

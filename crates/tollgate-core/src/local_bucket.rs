@@ -55,6 +55,9 @@
 //!   fallback rate and sends nothing, not even a final report. Before that
 //!   answer the pod admits at most its initial allowance, plus what the
 //!   fallback rate gives while no answer comes at all.
+//! - **Giving back**: tokens taken for work that did not run come back
+//!   ([`LocalBucket::give_back`]) only while no request has reported them:
+//!   the server's totals never decrease, so what it counted stays charged.
 //! - **Shutdown**: [`LocalBucket::close`] refuses the waiters; the final
 //!   request reports the last consumption and gives back the tokens the pod
 //!   holds and what its trickle has yet to deliver, for other pods to use.
@@ -452,6 +455,32 @@ impl LocalBucket {
             .unreported
             .request_unit_micros
             .saturating_sub(validate::to_micros(tokens));
+    }
+
+    /// Gives back up to `tokens` taken for work that did not run, as the
+    /// caller says (unlike [`refund`], which is for an admission nobody
+    /// learned of). Only request units not yet in a request to the server
+    /// can come back: the server counts what a request reported, and its
+    /// totals never decrease. Returns what came back, `min(tokens,
+    /// unreported request units)` in whole micro-units; that many tokens
+    /// are put back in the bucket and uncharged. A refused bucket takes
+    /// nothing back. `tokens` must be finite and non-negative.
+    ///
+    /// [`refund`]: LocalBucket::refund
+    pub fn give_back(&mut self, tokens: f64) -> Result<f64, InvalidInput> {
+        validate::non_negative("tokens", tokens, MAX_TOKENS)?;
+        if self.refused {
+            return Ok(0.0);
+        }
+        let micros = validate::to_micros(tokens).min(self.unreported.request_unit_micros);
+        if micros == 0 {
+            return Ok(0.0);
+        }
+        let returned = validate::units(micros);
+        self.unreported.request_unit_micros -= micros;
+        self.tokens += returned;
+        self.charged_total -= returned;
+        Ok(returned)
     }
 
     /// Records the counters of work whose tokens were already acquired

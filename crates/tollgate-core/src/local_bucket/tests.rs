@@ -473,6 +473,57 @@ fn refunds_uncharge_and_lending_charges_what_the_fast_path_used() {
 }
 
 #[test]
+fn giving_back_returns_only_what_no_request_has_reported_yet() {
+    let mut b = started(immediate(500.0), 0.0);
+    // The loan's repayment has run its course.
+    b.poll(at(3.0));
+    let before = b.status();
+    b.acquire(100.0, at(3.0)).expect("valid");
+    assert_close(b.give_back(40.0).expect("valid"), 40.0);
+    let after = b.status();
+    assert_close(after.tokens, before.tokens - 60.0);
+    assert_close(after.charged_tokens, before.charged_tokens + 60.0);
+    assert_eq!(b.unreported().request_unit_micros, 60_000_000);
+    // More than is unreported: only the unreported part comes back.
+    assert_close(b.give_back(1000.0).expect("valid"), 60.0);
+    assert_close(b.status().tokens, before.tokens);
+    assert_close(b.status().charged_tokens, before.charged_tokens);
+    assert_eq!(b.give_back(5.0).expect("valid"), 0.0);
+
+    // Once a request carries the consumption, nothing of it comes back.
+    b.acquire(30.0, at(3.0)).expect("valid");
+    let report = b.poll(at(13.5)).request.expect("a report is due");
+    assert_eq!(report.consumption.request_unit_micros, 30_000_000);
+    assert_eq!(b.give_back(30.0).expect("valid"), 0.0);
+    // What was charged after it can.
+    b.acquire(7.5, at(13.5)).expect("valid");
+    assert_close(b.give_back(30.0).expect("valid"), 7.5);
+}
+
+#[test]
+fn giving_back_refuses_bad_amounts_and_changes_nothing() {
+    let mut b = started(immediate(500.0), 0.0);
+    b.acquire(10.0, at(0.5)).expect("valid");
+    let before = b.status();
+    for bad in [f64::NAN, f64::INFINITY, -1.0, 2e15] {
+        let error = b.give_back(bad).expect_err("refused");
+        assert_eq!(error.field, "tokens", "{bad}");
+    }
+    assert_eq!(b.status(), before);
+    assert_eq!(b.give_back(0.0).expect("valid"), 0.0);
+}
+
+#[test]
+fn a_refused_bucket_takes_nothing_back() {
+    let mut b = bucket(config());
+    let first = b.poll(at(0.0)).request.expect("first request");
+    b.acquire(10.0, at(0.1)).expect("valid");
+    b.on_refusal(first.seq, at(0.2))
+        .expect("the request in flight");
+    assert_eq!(b.give_back(10.0).expect("valid"), 0.0);
+}
+
+#[test]
 fn closing_refuses_waiters_and_sends_a_final_report() {
     let mut b = started(immediate(500.0), 0.0);
     b.acquire(20.0, at(0.5)).expect("valid");
