@@ -6,3 +6,215 @@
 //! `proto/tollgate/agent/v1/agent.proto`, and the agent drives
 //! `tollgate-client` for it. The algorithms stay in `tollgate-core`: the
 //! agent adds listeners, access rules and a journal, nothing else.
+//!
+//! - [`Agent`]: the state every call shares: one controller per tenant
+//!   ([`tenants`]), the answers kept for request ids ([`answers`]), the
+//!   access rules ([`access`]) and the metrics ([`metrics`]).
+//! - [`calls`]: Acquire, TryAcquire, Charge, Report and Return, settled in
+//!   one function ([`Agent::settle`]) whichever way they came.
+//! - [`wire`]: the proto's messages into validated calls, and answers
+//!   back; [`grpc`] and [`http`] (JSON) are two faces of it.
+//! - [`keys`]: CheckKeys, passed to the server's `KeyLimits.Check`.
+//! - [`serve`]: the listeners (gRPC and HTTP on each), health, and the
+//!   graceful shutdown that reports every bucket's consumption.
+//! - [`listen`]: the Unix socket (stale files, mode), the loopback rule and
+//!   the state directory's lock.
+//! - [`instance`]: the instance id, derived from the node's name.
+
+pub mod access;
+pub mod answers;
+pub mod calls;
+pub mod error;
+pub mod grpc;
+pub mod http;
+pub mod instance;
+pub mod keys;
+pub mod listen;
+pub mod metrics;
+pub mod serve;
+pub mod tenants;
+pub mod wire;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use prometheus::Registry;
+use tokio::sync::watch;
+use tollgate_client::{ClientError, Options, PodToken};
+use tollgate_core::{CostModel, InstanceId};
+
+pub use access::{AccessRules, Caller, Listener};
+pub use error::AgentError;
+pub use serve::{Listeners, run};
+
+use crate::answers::Answers;
+use crate::keys::KeyChecks;
+use crate::metrics::AgentMetrics;
+use crate::tenants::Tenants;
+
+/// How long an Acquire waits at most when the caller does not say.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// How an agent is set up.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// The server: one gRPC URL, or several replicas separated by commas.
+    pub servers: String,
+    /// The agent's instance id, for every tenant.
+    pub instance_id: InstanceId,
+    /// An Acquire's longest wait when it does not say (`--max-wait`).
+    pub max_wait: Duration,
+    /// Who may use which tenant.
+    pub access: AccessRules,
+    /// The pod token the agent presents to the server, if it binds pods to
+    /// tenants.
+    pub pod_token: Option<PodToken>,
+    /// Every controller's options (their local buckets, cost model,
+    /// timeouts); the registry and the pod token are the agent's.
+    pub client: Options,
+}
+
+impl AgentOptions {
+    /// The defaults, against `servers` as instance `instance_id`.
+    pub fn new(servers: impl Into<String>, instance_id: InstanceId) -> AgentOptions {
+        AgentOptions {
+            servers: servers.into(),
+            instance_id,
+            max_wait: DEFAULT_MAX_WAIT,
+            access: AccessRules::socket_only(),
+            pod_token: None,
+            client: Options::default(),
+        }
+    }
+}
+
+/// Why an agent could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("--server: {0}")]
+    Server(#[source] ClientError),
+    #[error("register the agent's metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("set up gRPC reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+/// The agent: what every call, on every listener, shares. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Agent {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    tenants: Tenants,
+    answers: Mutex<Answers>,
+    access: AccessRules,
+    registry: Registry,
+    metrics: AgentMetrics,
+    keys: KeyChecks,
+    max_wait: Duration,
+    /// Every controller's cost model.
+    cost_model: CostModel,
+    /// True once shutdown has begun: waiting acquires and new calls are
+    /// answered UNAVAILABLE.
+    closing: watch::Sender<bool>,
+}
+
+impl Agent {
+    /// An agent as `options` say. Checks the server URLs; connects to
+    /// nothing yet (each tenant's controller connects on first use).
+    pub fn new(options: AgentOptions) -> Result<Agent, SetupError> {
+        let AgentOptions {
+            servers,
+            instance_id,
+            max_wait,
+            access,
+            pod_token,
+            client,
+        } = options;
+        let urls = tollgate_client::endpoint_list(&servers).map_err(SetupError::Server)?;
+        for url in &urls {
+            tollgate_client::endpoint(url, client.connect_timeout, client.tls.as_ref())
+                .map_err(SetupError::Server)?;
+        }
+        let registry = Registry::new();
+        let metrics = AgentMetrics::register(&registry)?;
+        let keys = KeyChecks::new(&urls, &client, pod_token.clone()).map_err(SetupError::Server)?;
+        let cost_model = client.cost_model;
+        let client = Options {
+            registry: Some(registry.clone()),
+            pod_token,
+            ..client
+        };
+        let (closing, _) = watch::channel(false);
+        Ok(Agent {
+            shared: Arc::new(Shared {
+                tenants: Tenants::new(servers, instance_id, client, metrics.clone()),
+                answers: Mutex::new(Answers::new()),
+                access,
+                registry,
+                metrics,
+                keys,
+                max_wait,
+                cost_model,
+                closing,
+            }),
+        })
+    }
+
+    pub fn instance_id(&self) -> InstanceId {
+        self.shared.tenants.instance_id()
+    }
+
+    /// The registry of `/metrics`: the agent's and the buckets' metrics.
+    pub fn registry(&self) -> &Registry {
+        &self.shared.registry
+    }
+
+    /// Starts shutting down: waiting acquires and every new call are
+    /// answered UNAVAILABLE ("agent shutting down").
+    pub fn begin_shutdown(&self) {
+        self.shared.closing.send_replace(true);
+    }
+
+    pub fn is_closing(&self) -> bool {
+        *self.shared.closing.borrow()
+    }
+
+    pub(crate) fn closing_signal(&self) -> watch::Receiver<bool> {
+        self.shared.closing.subscribe()
+    }
+
+    pub(crate) fn tenants(&self) -> &Tenants {
+        &self.shared.tenants
+    }
+
+    pub(crate) fn answers(&self) -> MutexGuard<'_, Answers> {
+        // Every change of the answers is whole before the lock is let go.
+        self.shared
+            .answers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn access(&self) -> &AccessRules {
+        &self.shared.access
+    }
+
+    pub(crate) fn metrics(&self) -> &AgentMetrics {
+        &self.shared.metrics
+    }
+
+    pub(crate) fn keys(&self) -> &KeyChecks {
+        &self.shared.keys
+    }
+
+    pub(crate) fn max_wait(&self) -> Duration {
+        self.shared.max_wait
+    }
+
+    pub(crate) fn cost_model(&self) -> &CostModel {
+        &self.shared.cost_model
+    }
+}
