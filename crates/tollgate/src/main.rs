@@ -2,6 +2,8 @@
 //!
 //! - `tollgate serve`: the gRPC server on the embedded store or PostgreSQL,
 //!   configured by defaults, a TOML file, `TOLLGATE_*` variables and flags.
+//! - `tollgate agent`: a tenant's local buckets beside its pods (a sidecar,
+//!   or one per node), served on a Unix socket to pods in any language.
 //! - `tollgate migrate`: brings a store's schema up to date.
 //! - `tollgate tenant …`: set limits, show, list and delete tenants on a
 //!   running server through its `Admin` service; onboard them on a tier,
@@ -20,6 +22,7 @@
 //! command whose reader closes stdout early (`tollgate … | head`) stops
 //! quietly with status 141, as a process ended by SIGPIPE.
 
+mod agent;
 mod bench;
 mod check;
 mod closing;
@@ -55,6 +58,9 @@ struct Cli {
 enum Command {
     /// Run the server.
     Serve(config::ServeArgs),
+    /// Run an agent beside pods: their tenants' local buckets, served on a
+    /// Unix socket (gRPC and HTTP/JSON) to pods in any language.
+    Agent(agent::AgentArgs),
     /// Bring a store's schema up to date (the server also does it at start).
     Migrate(store::MigrateArgs),
     /// Write a consistent snapshot of a store as JSON lines (a backup, or
@@ -118,6 +124,7 @@ fn main() -> ExitCode {
                 Err(e) => (Err(e), LogFormat::Text),
             }
         }
+        Command::Agent(args) => with_text_logs(agent::run(args)),
         Command::Migrate(args) => with_text_logs(store::migrate(args)),
         Command::Export(args) => with_text_logs(image::export(args)),
         Command::Import(args) => with_text_logs(image::import(args)),

@@ -241,7 +241,7 @@ fn read_tls(files: &TlsFiles) -> anyhow::Result<ServerTls> {
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let interrupt = async {
         if let Err(e) = tokio::signal::ctrl_c().await {
             tracing::error!(error = %e, "cannot listen for Ctrl-C");
