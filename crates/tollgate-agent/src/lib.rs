@@ -14,7 +14,10 @@
 //!   one function ([`Agent::settle`]) whichever way they came.
 //! - [`wire`]: the proto's messages into validated calls, and answers
 //!   back; [`grpc`] and [`http`] (JSON) are two faces of it.
-//! - [`keys`]: CheckKeys, passed to the server's `KeyLimits.Check`.
+//! - [`passthrough`]: CheckKeys and Envoy's per-key descriptors, passed
+//!   to the server as they are.
+//! - [`envoy`]: Envoy's rate limit service, shared buckets answered from
+//!   the local buckets.
 //! - [`serve`]: the listeners (gRPC and HTTP on each), health, and the
 //!   graceful shutdown that reports every bucket's consumption.
 //! - [`listen`]: the Unix socket (stale files, mode), the loopback rule and
@@ -24,13 +27,14 @@
 pub mod access;
 pub mod answers;
 pub mod calls;
+pub mod envoy;
 pub mod error;
 pub mod grpc;
 pub mod http;
 pub mod instance;
-pub mod keys;
 pub mod listen;
 pub mod metrics;
+pub mod passthrough;
 pub mod serve;
 pub mod tenants;
 pub mod wire;
@@ -48,8 +52,8 @@ pub use error::AgentError;
 pub use serve::{Listeners, run};
 
 use crate::answers::Answers;
-use crate::keys::KeyChecks;
 use crate::metrics::AgentMetrics;
+use crate::passthrough::Passthrough;
 use crate::tenants::Tenants;
 
 /// How long an Acquire waits at most when the caller does not say.
@@ -112,7 +116,7 @@ struct Shared {
     access: AccessRules,
     registry: Registry,
     metrics: AgentMetrics,
-    keys: KeyChecks,
+    passthrough: Passthrough,
     max_wait: Duration,
     /// Every controller's cost model.
     cost_model: CostModel,
@@ -140,7 +144,8 @@ impl Agent {
         }
         let registry = Registry::new();
         let metrics = AgentMetrics::register(&registry)?;
-        let keys = KeyChecks::new(&urls, &client, pod_token.clone()).map_err(SetupError::Server)?;
+        let passthrough =
+            Passthrough::new(&urls, &client, pod_token.clone()).map_err(SetupError::Server)?;
         let cost_model = client.cost_model;
         let client = Options {
             registry: Some(registry.clone()),
@@ -155,7 +160,7 @@ impl Agent {
                 access,
                 registry,
                 metrics,
-                keys,
+                passthrough,
                 max_wait,
                 cost_model,
                 closing,
@@ -206,8 +211,8 @@ impl Agent {
         &self.shared.metrics
     }
 
-    pub(crate) fn keys(&self) -> &KeyChecks {
-        &self.shared.keys
+    pub(crate) fn passthrough(&self) -> &Passthrough {
+        &self.shared.passthrough
     }
 
     pub(crate) fn max_wait(&self) -> Duration {

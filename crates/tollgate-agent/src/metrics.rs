@@ -15,6 +15,10 @@
 //! - `tollgate_agent_fallback_seconds_total{tenant,bucket}`: time buckets
 //!   spent on their fallback rate (the server out of reach), sampled once
 //!   a second.
+//! - `tollgate_agent_envoy_kept_tokens_total{tenant,bucket}`: tokens of
+//!   Envoy checks refused overall that stayed charged to a shared bucket,
+//!   because its local bucket had reported them before they could be
+//!   given back.
 //! - `tollgate_agent_request_ids`: answers kept for retries.
 //! - `tollgate_agent_tenants`: tenants the agent holds buckets for.
 //!
@@ -56,6 +60,7 @@ pub struct AgentMetrics {
     wait_seconds: HistogramVec,
     calls: IntCounterVec,
     fallback_seconds: CounterVec,
+    envoy_kept_tokens: CounterVec,
     pub request_ids: IntGauge,
     pub tenants: IntGauge,
 }
@@ -92,6 +97,14 @@ impl AgentMetrics {
             ),
             &["tenant", "bucket"],
         )?;
+        let envoy_kept_tokens = CounterVec::new(
+            Opts::new(
+                "tollgate_agent_envoy_kept_tokens_total",
+                "Tokens of Envoy checks refused overall that stayed charged to a shared bucket: \
+                 its local bucket had reported them before they could be given back",
+            ),
+            &["tenant", "bucket"],
+        )?;
         let request_ids = IntGauge::new(
             "tollgate_agent_request_ids",
             "Answers kept for the retries of calls with a request id",
@@ -104,6 +117,7 @@ impl AgentMetrics {
         registry.register(Box::new(wait_seconds.clone()))?;
         registry.register(Box::new(calls.clone()))?;
         registry.register(Box::new(fallback_seconds.clone()))?;
+        registry.register(Box::new(envoy_kept_tokens.clone()))?;
         registry.register(Box::new(request_ids.clone()))?;
         registry.register(Box::new(tenants.clone()))?;
         Ok(AgentMetrics {
@@ -111,6 +125,7 @@ impl AgentMetrics {
             wait_seconds,
             calls,
             fallback_seconds,
+            envoy_kept_tokens,
             request_ids,
             tenants,
         })
@@ -132,6 +147,12 @@ impl AgentMetrics {
         self.calls
             .with_label_values(&[method, crate::error::code_name(code)])
             .inc();
+    }
+
+    pub fn envoy_kept(&self, tenant: &str, bucket: &str, tokens: f64) {
+        self.envoy_kept_tokens
+            .with_label_values(&[tenant, bucket])
+            .inc_by(tokens);
     }
 
     pub fn on_fallback(&self, tenant: &str, bucket: &str, seconds: f64) {

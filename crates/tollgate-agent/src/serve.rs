@@ -7,6 +7,8 @@
 //! and health of [`crate::http`]. HTTP/1.1 and HTTP/2 (gRPC's prior
 //! knowledge) share the port. Every request is marked with the
 //! [`Listener`] it came through, which decides the caller's access rules.
+//! The Envoy listener, if any, serves Envoy's rate limit service (and
+//! health) alone; its callers are TCP callers.
 //!
 //! When `shutdown` completes:
 //!
@@ -23,12 +25,14 @@ use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tollgate_proto::agent::v1::agent_server::AgentServer;
 
 use crate::access::Listener;
+use crate::envoy::EnvoyService;
 use crate::grpc::AgentService;
 use crate::tenants::TenantReport;
 use crate::{Agent, SetupError};
@@ -46,6 +50,9 @@ pub struct Listeners {
     pub socket: Option<UnixListener>,
     /// Loopback only (checked by the caller, [`crate::listen::check_loopback`]).
     pub tcp: Option<TcpListener>,
+    /// Envoy's rate limit service ([`crate::envoy`]); its callers are TCP
+    /// callers.
+    pub envoy: Option<TcpListener>,
 }
 
 /// The router of one listener: gRPC, JSON, metrics and health, every
@@ -74,6 +81,21 @@ pub fn router(
         .merge(crate::http::routes(agent.clone(), ready))
         .fallback(not_found)
         .layer(axum::Extension(listener)))
+}
+
+/// The router of the Envoy listener: `ShouldRateLimit` and gRPC health.
+pub fn envoy_router(
+    agent: &Agent,
+    health: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+) -> Router {
+    tonic::service::Routes::new(RateLimitServiceServer::new(EnvoyService::new(
+        agent.clone(),
+    )))
+    .add_service(health)
+    .into_axum_router()
+    .layer(axum::Extension(Listener::Tcp))
 }
 
 /// A path nobody serves: a gRPC caller gets UNIMPLEMENTED, anyone else a
@@ -125,6 +147,11 @@ pub async fn run(
         let app = router(&agent, Listener::Tcp, ready.clone(), health.clone())?;
         let serve = axum::serve(tcp, app).with_graceful_shutdown(stopped(stop.clone()));
         servers.spawn(async move { ("tcp", serve.await) });
+    }
+    if let Some(envoy) = listeners.envoy {
+        let app = envoy_router(&agent, health.clone());
+        let serve = axum::serve(envoy, app).with_graceful_shutdown(stopped(stop.clone()));
+        servers.spawn(async move { ("envoy", serve.await) });
     }
     ready_tx.send_replace(true);
     let sampler = tokio::spawn(sample_fallback(agent.clone()));

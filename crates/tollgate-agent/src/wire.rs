@@ -157,7 +157,7 @@ impl Agent {
         })
     }
 
-    /// A per-key check, passed to the server (see [`crate::keys`]) once the
+    /// A per-key check, passed to the server (see [`crate::passthrough`]) once the
     /// caller may use every tenant it names.
     pub async fn check_keys(
         &self,
@@ -174,7 +174,7 @@ impl Agent {
             let tenant = TenantId::parse(&field, &item.tenant_id)?;
             self.access().authorize(caller, tenant.as_str())?;
         }
-        self.keys().check(request, deadline).await
+        self.passthrough().check(request, deadline).await
     }
 }
 

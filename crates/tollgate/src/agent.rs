@@ -96,6 +96,13 @@ pub struct AgentArgs {
     )]
     max_wait: Duration,
 
+    /// Also serve Envoy's rate limit service (envoy.service.ratelimit.v3)
+    /// on this TCP address: a lone generic_key descriptor is answered from
+    /// the tenant's shared bucket of that name, locally; other descriptors
+    /// go to the server. Envoy sends its tenant's token from --access.
+    #[arg(long, env = "TOLLGATE_AGENT_ENVOY_LISTEN", value_name = "ADDR")]
+    envoy_listen: Option<SocketAddr>,
+
     /// The agent's own directory, locked for its life (one agent per
     /// directory).
     #[arg(
@@ -175,10 +182,25 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         tcp_address = Some(listener.local_addr().unwrap_or(address));
         listeners.tcp = Some(listener);
     }
+    let mut envoy_address = None;
+    if let Some(address) = args.envoy_listen {
+        if !address.ip().is_loopback() {
+            tracing::warn!(
+                envoy_listen = %address,
+                "Envoy's rate limit service listens beyond this host: only callers with a tenant's token from --access are served"
+            );
+        }
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("--envoy-listen {address}"))?;
+        envoy_address = Some(listener.local_addr().unwrap_or(address));
+        listeners.envoy = Some(listener);
+    }
     tracing::info!(
         socket = bound.as_ref().map(|b| b.path().display().to_string()).as_deref(),
         socket_mode = format!("{:04o}", args.socket_mode),
         tcp = tcp_address.map(|a| a.to_string()).as_deref(),
+        envoy = envoy_address.map(|a| a.to_string()).as_deref(),
         state_dir = %state.path().display(),
         instance_id,
         instance_id_from = if args.instance_id.is_some() { "--instance-id" } else { "the node name" },

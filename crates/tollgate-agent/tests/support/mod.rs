@@ -121,6 +121,8 @@ pub fn options(server: &Server) -> AgentOptions {
 pub struct AgentUnderTest {
     pub socket: PathBuf,
     pub tcp: Option<std::net::SocketAddr>,
+    /// Envoy's rate limit service, when asked for.
+    pub envoy: Option<std::net::SocketAddr>,
     pub agent: Agent,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<Vec<TenantReport>, SetupError>>,
@@ -134,6 +136,15 @@ impl AgentUnderTest {
     }
 
     pub async fn start_with(options: AgentOptions, mode: u32, tcp: bool) -> AgentUnderTest {
+        AgentUnderTest::spawn(options, mode, tcp, false).await
+    }
+
+    /// An agent that also serves Envoy's rate limit service on TCP.
+    pub async fn start_with_envoy(options: AgentOptions) -> AgentUnderTest {
+        AgentUnderTest::spawn(options, 0o660, false, true).await
+    }
+
+    async fn spawn(options: AgentOptions, mode: u32, tcp: bool, envoy: bool) -> AgentUnderTest {
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("run/agent.sock");
         let (listener, bound) =
@@ -146,6 +157,18 @@ impl AgentUnderTest {
         let tcp = tcp_listener
             .as_ref()
             .map(|l| l.local_addr().expect("address"));
+        let envoy_listener = if envoy {
+            Some(
+                TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind Envoy's"),
+            )
+        } else {
+            None
+        };
+        let envoy = envoy_listener
+            .as_ref()
+            .map(|l| l.local_addr().expect("address"));
         let agent = Agent::new(options).expect("agent");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(tollgate_agent::run(
@@ -153,6 +176,7 @@ impl AgentUnderTest {
             Listeners {
                 socket: Some(listener),
                 tcp: tcp_listener,
+                envoy: envoy_listener,
             },
             async {
                 let _ = stopped.await;
@@ -161,6 +185,7 @@ impl AgentUnderTest {
         AgentUnderTest {
             socket,
             tcp,
+            envoy,
             agent,
             stop: Some(stop),
             task,
