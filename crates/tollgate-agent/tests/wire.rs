@@ -16,6 +16,9 @@
 //! - HTTP/JSON acquire, charge, report, status and errors on the socket;
 //!   metrics and health.
 //! - CheckKeys passes through to the server's per-key buckets.
+//! - Reflection lists the agent's service and health only; health serves.
+//! - With the server away, acquires run on the fallback rate (and say
+//!   so), and what they took is charged once the server is back.
 //! - Graceful shutdown: a waiting acquire is answered UNAVAILABLE, and the
 //!   server's totals equal what was acquired, charged and reported, less
 //!   what was given back.
@@ -814,5 +817,106 @@ async fn after_a_graceful_shutdown_the_servers_totals_are_what_was_used() {
     assert_eq!(server.consumed(TENANT, "emails").await, expected_emails);
     assert_eq!(server.consumed(TENANT, "sms").await, 0.0);
     assert!((server.consumed(TENANT, "").await - expected_units).abs() < 1e-6);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_lists_only_the_agents_service_and_health_serves() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let server = Server::start().await;
+    let agent = AgentUnderTest::start(options(&server)).await;
+    let channel = support::socket_channel(&agent.socket).await;
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = ServerReflectionClient::new(channel.clone())
+        .server_reflection_info(tonic::codegen::tokio_stream::once(request))
+        .await
+        .expect("reflection")
+        .into_inner();
+    let answer = answers
+        .message()
+        .await
+        .expect("an answer")
+        .expect("a message");
+    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+        panic!("not a list of services: {answer:?}");
+    };
+    let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["grpc.health.v1.Health", "tollgate.agent.v1.Agent"],
+        "not the server's services, whose file the agent's proto imports"
+    );
+    let health = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: "tollgate.agent.v1.Agent".into(),
+        })
+        .await
+        .expect("health")
+        .into_inner();
+    assert_eq!(health.status, ServingStatus::Serving as i32);
+    agent.stop().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_server_acquires_run_on_the_fallback_rate_and_are_charged_once() {
+    let server = Server::start().await;
+    // 10 tokens a second (the agent's only instance would get all of
+    // them), and enough in the bucket that the first grant comes at once,
+    // not as a trickle that would outlast the server.
+    server.set_bucket(TENANT, "jobs", 1000.0, 10.0, 1000.0).await;
+    let agent = AgentUnderTest::start(options(&server)).await;
+    let mut c = agent.client().await;
+    holds(&c, "jobs", 100.0).await;
+    let paused = server.pause().await;
+
+    // The 100 on hand, then the fallback rate once requests go unanswered.
+    let mut admitted = 0.0;
+    let mut on_fallback = 0.0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        let answer = c
+            .acquire(acquire("jobs", 2.0, Some(Duration::from_secs(1)), ""))
+            .await
+            .expect("acquire")
+            .into_inner();
+        if answer.admitted {
+            admitted += 2.0;
+            if answer.fallback {
+                on_fallback += 2.0;
+            }
+        }
+    }
+    assert!(
+        on_fallback > 0.0,
+        "{admitted} admitted, none on the fallback rate"
+    );
+    assert!(status(&mut c, "jobs").await.fallback_active);
+
+    // The server is back: the fallback's tokens are charged, once.
+    let server = paused.resume().await;
+    eventually("the bucket leaves its fallback rate", || {
+        let mut c = c.clone();
+        async move { !status(&mut c, "jobs").await.fallback_active }
+    })
+    .await;
+    let (_, metrics) = agent.http("GET", "/metrics", None).await;
+    let seconds = metric(
+        &metrics,
+        r#"tollgate_agent_fallback_seconds_total{bucket="jobs",tenant="acme"}"#,
+    );
+    assert!(seconds.is_some_and(|s| s >= 1.0), "{metrics}");
+    agent.stop().await;
+    assert_eq!(server.consumed(TENANT, "jobs").await, admitted);
     server.stop().await;
 }

@@ -34,14 +34,32 @@ pub struct Server {
     _dir: tempfile::TempDir,
 }
 
+/// A server stopped by [`Server::pause`]: its store file and address, to
+/// serve again.
+pub struct Paused {
+    dir: tempfile::TempDir,
+    address: std::net::SocketAddr,
+}
+
+impl Paused {
+    /// Serves the same store file on the same address again.
+    pub async fn resume(self) -> Server {
+        Server::serve(self.dir, &self.address.to_string()).await
+    }
+}
+
 impl Server {
     pub async fn start() -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
+        Server::serve(dir, "127.0.0.1:0").await
+    }
+
+    async fn serve(dir: tempfile::TempDir, address: &str) -> Server {
         let store: Arc<dyn Store> = Arc::new(
             EmbeddedStore::open(dir.path().join("tollgate.redb"), BucketSettings::default())
                 .expect("store"),
         );
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = TcpListener::bind(address).await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("address"));
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(tollgate_server::run(listener, Arc::clone(&store), async {
@@ -96,11 +114,33 @@ impl Server {
         tenant.consumption.map_or(0.0, |c| c.request_units)
     }
 
+    /// Stops serving and closes the store, keeping its file for
+    /// [`Paused::resume`].
+    pub async fn pause(mut self) -> Paused {
+        let address = self
+            .url
+            .trim_start_matches("http://")
+            .parse()
+            .expect("the server's address");
+        self.shut().await;
+        Paused {
+            dir: self._dir,
+            address,
+        }
+    }
+
     pub async fn stop(mut self) {
+        self.shut().await;
+    }
+
+    async fn shut(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        self.task.await.expect("server task").expect("server ran");
+        (&mut self.task)
+            .await
+            .expect("server task")
+            .expect("server ran");
         self.store.close().await.expect("close the store");
     }
 }
