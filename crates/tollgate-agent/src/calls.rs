@@ -319,23 +319,32 @@ impl Agent {
             effect,
             answered_at_ms: unix_ms(),
         };
-        // Every settled call passes here, before its reply: the one place
-        // to make it durable.
-        if let Some(request_id) = settled.request_id.clone() {
-            pending.request_id = None;
-            let mut answers = self.answers();
-            answers.finish(Remembered {
-                tenant: settled.tenant.clone(),
-                request_id,
-                call: settled.call.clone(),
-                answer: settled.answer.clone(),
-                answered_at_ms: settled.answered_at_ms,
-            });
-            self.metrics()
-                .request_ids
-                .set(i64::try_from(answers.len()).unwrap_or(i64::MAX));
-        }
+        // Answered: the request id is no longer in progress, whatever
+        // happens to the reply.
+        pending.request_id = None;
+        self.keep(&settled);
         Ok(settled.answer)
+    }
+
+    /// Keeps a settled call, before its reply is sent: its answer for the
+    /// retries of its request id. Every call that changed a bucket passes
+    /// here, and only here: the one place to make it durable (the crash
+    /// journal writes `settled` here).
+    fn keep(&self, settled: &Settled) {
+        let Some(request_id) = &settled.request_id else {
+            return;
+        };
+        let mut answers = self.answers();
+        answers.finish(Remembered {
+            tenant: settled.tenant.clone(),
+            request_id: request_id.clone(),
+            call: settled.call.clone(),
+            answer: settled.answer.clone(),
+            answered_at_ms: settled.answered_at_ms,
+        });
+        self.metrics()
+            .request_ids
+            .set(i64::try_from(answers.len()).unwrap_or(i64::MAX));
     }
 
     /// Applies `call` to `tenant`'s bucket: its answer and its effect.

@@ -874,7 +874,9 @@ async fn without_the_server_acquires_run_on_the_fallback_rate_and_are_charged_on
     // 10 tokens a second (the agent's only instance would get all of
     // them), and enough in the bucket that the first grant comes at once,
     // not as a trickle that would outlast the server.
-    server.set_bucket(TENANT, "jobs", 1000.0, 10.0, 1000.0).await;
+    server
+        .set_bucket(TENANT, "jobs", 1000.0, 10.0, 1000.0)
+        .await;
     let agent = AgentUnderTest::start(options(&server)).await;
     let mut c = agent.client().await;
     holds(&c, "jobs", 100.0).await;
