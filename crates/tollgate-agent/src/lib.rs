@@ -6,3 +6,5 @@
 //! `proto/tollgate/agent/v1/agent.proto`, and the agent drives
 //! `tollgate-client` for it. The algorithms stay in `tollgate-core`: the
 //! agent adds listeners, access rules and a journal, nothing else.
+
+pub mod journal;
