@@ -23,6 +23,8 @@
 //! - [`listen`]: the Unix socket (stale files, mode), the loopback rule and
 //!   the state directory's lock.
 //! - [`instance`]: the instance id, derived from the node's name.
+//! - [`journal`]: answered calls and sent requests on disk, so that a
+//!   killed agent loses nothing and counts nothing twice.
 
 pub mod access;
 pub mod answers;
@@ -32,6 +34,7 @@ pub mod error;
 pub mod grpc;
 pub mod http;
 pub mod instance;
+pub mod journal;
 pub mod listen;
 pub mod metrics;
 pub mod passthrough;

@@ -168,6 +168,44 @@ pub struct Controller {
     request_units: BucketHandle,
 }
 
+/// The transport [`Controller::connect`] uses: gRPC to `endpoint`, or to
+/// several replicas of the server (`http://a:50051,http://b:50051`), pod
+/// `instance` starting on the one at `instance % count` and moving to the
+/// next whenever a request fails. For a controller whose requests pass
+/// through a layer of the caller's own (a journal, a proxy) before
+/// [`Controller::with_transport`].
+pub fn connect_transport(
+    endpoint: &str,
+    tenant: &TenantId,
+    instance: InstanceId,
+    options: &Options,
+) -> Result<Arc<dyn Transport>, ClientError> {
+    let grpc = |url: &str| {
+        GrpcTransport::new(
+            url,
+            tenant.clone(),
+            options.connect_timeout,
+            options.tls.as_ref(),
+        )
+        .map(|t| {
+            t.with_deadline(options.request_timeout)
+                .with_token(options.pod_token.clone())
+        })
+    };
+    let endpoints = endpoint_list(endpoint)?;
+    if let [single] = endpoints.as_slice() {
+        return Ok(Arc::new(grpc(single)?));
+    }
+    let replicas = endpoints
+        .iter()
+        .map(|url| grpc(url))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Arc::new(FailoverTransport::new(
+        replicas,
+        instance as usize,
+    )?))
+}
+
 impl Controller {
     /// Starts the controller of pod `instance` of `tenant`, talking gRPC to
     /// `endpoint` (`http://host:port`). Returns at once: the pod can work on
@@ -187,28 +225,7 @@ impl Controller {
         options: Options,
     ) -> Result<Self, ClientError> {
         let tenant = TenantId::parse("tenant", tenant)?;
-        let grpc = |url: &str| {
-            GrpcTransport::new(
-                url,
-                tenant.clone(),
-                options.connect_timeout,
-                options.tls.as_ref(),
-            )
-            .map(|t| {
-                t.with_deadline(options.request_timeout)
-                    .with_token(options.pod_token.clone())
-            })
-        };
-        let endpoints = endpoint_list(endpoint)?;
-        if let [single] = endpoints.as_slice() {
-            let transport = grpc(single)?;
-            return Self::with_transport(transport, &tenant, instance, options);
-        }
-        let replicas = endpoints
-            .iter()
-            .map(|url| grpc(url))
-            .collect::<Result<Vec<_>, _>>()?;
-        let transport = FailoverTransport::new(replicas, instance as usize)?;
+        let transport = connect_transport(endpoint, &tenant, instance, &options)?;
         Self::with_transport(transport, &tenant, instance, options)
     }
 

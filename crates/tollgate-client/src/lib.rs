@@ -91,7 +91,9 @@ pub mod partition;
 pub mod transport;
 
 pub use bucket::{Acquire, BucketHandle};
-pub use controller::{BucketReport, Controller, Options, Request, ShutdownReport};
+pub use controller::{
+    BucketReport, Controller, Options, Request, ShutdownReport, connect_transport,
+};
 pub use error::{ClientError, Failure, Refusal, TransportError, classify};
 pub use key_limits::{KeyAnswer, KeyCheck, KeyLimiter, KeyLimiterOptions, Verdict};
 pub use partition::{Partition, PartitionClock, PartitionLimiter, PartitionOptions};

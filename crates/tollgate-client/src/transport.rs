@@ -62,6 +62,27 @@ pub trait Transport: Send + Sync + 'static {
     }
 }
 
+/// A shared transport is a transport: what [`crate::controller::connect_transport`]
+/// returns can be wrapped, or handed to [`crate::Controller::with_transport`]
+/// as it is.
+#[async_trait]
+impl Transport for std::sync::Arc<dyn Transport> {
+    async fn token_bucket(
+        &self,
+        bucket: &BucketName,
+        request: TokenBucketRequest,
+    ) -> Result<Grant, TransportError> {
+        (**self).token_bucket(bucket, request).await
+    }
+
+    async fn partition_load(
+        &self,
+        call: &PartitionLoadCall,
+    ) -> Result<ExchangeAnswer, TransportError> {
+        (**self).partition_load(call).await
+    }
+}
+
 /// A pod token (from the server's `--pod-tokens-file`), sent with every
 /// pod-facing call as `authorization: Bearer <token>`. Servers that bind
 /// pods to tenants refuse calls without one (UNAUTHENTICATED) and calls

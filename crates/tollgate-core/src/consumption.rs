@@ -120,6 +120,24 @@ impl Consumption {
         add(&mut self.egress_bytes, delta.egress_bytes);
     }
 
+    /// What `self` holds beyond `other`, counter by counter, none below
+    /// zero.
+    pub fn saturating_sub(&self, other: &Consumption) -> Consumption {
+        Consumption {
+            request_unit_micros: self
+                .request_unit_micros
+                .saturating_sub(other.request_unit_micros),
+            read_batches: self.read_batches.saturating_sub(other.read_batches),
+            read_requests: self.read_requests.saturating_sub(other.read_requests),
+            read_bytes: self.read_bytes.saturating_sub(other.read_bytes),
+            write_batches: self.write_batches.saturating_sub(other.write_batches),
+            write_requests: self.write_requests.saturating_sub(other.write_requests),
+            write_bytes: self.write_bytes.saturating_sub(other.write_bytes),
+            cpu_micros: self.cpu_micros.saturating_sub(other.cpu_micros),
+            egress_bytes: self.egress_bytes.saturating_sub(other.egress_bytes),
+        }
+    }
+
     /// True if every total in `self` is at least the one in `earlier`.
     pub fn dominates(&self, earlier: &Consumption) -> bool {
         self.request_unit_micros >= earlier.request_unit_micros

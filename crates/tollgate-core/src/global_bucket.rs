@@ -413,8 +413,10 @@ pub struct Grant {
     pub fallback_charged: Option<f64>,
 }
 
-/// A pod's request to its tenant's global bucket.
-#[derive(Clone, Debug, PartialEq)]
+/// A pod's request to its tenant's global bucket. Serializable so that a
+/// process can write what it sends to a journal and send it again after a
+/// crash (the agent's recovery: [`crate::recovery`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TokenBucketRequest {
     pub instance_id: InstanceId,
     pub lease: Vec<u8>,

@@ -25,6 +25,8 @@
 //! - [`partition`]: hot-partition limits — a pod's per-partition counters,
 //!   the rejection rule, and the shares that hold a partition to its limit
 //!   across pods.
+//! - [`recovery`]: what a crashed agent's journal says it still owes the
+//!   server, and the requests that settle it without counting twice.
 //! - [`rate_window`]: events per second over the last seconds (a
 //!   replica's checks of a per-key bucket).
 //! - [`cost_model`]: what reads, writes, CPU and egress cost in tokens.
@@ -41,6 +43,7 @@ pub mod local_bucket;
 pub mod partition;
 pub mod pushback;
 pub mod rate_window;
+pub mod recovery;
 pub mod tenant_state;
 pub mod tier;
 pub mod time;
