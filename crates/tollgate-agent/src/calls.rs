@@ -331,17 +331,37 @@ impl Agent {
     /// here, and only here: the one place to make it durable (the crash
     /// journal writes `settled` here).
     fn keep(&self, settled: &Settled) {
-        let Some(request_id) = &settled.request_id else {
-            return;
-        };
-        let mut answers = self.answers();
-        answers.finish(Remembered {
+        let remembered = settled.request_id.as_ref().map(|request_id| Remembered {
             tenant: settled.tenant.clone(),
             request_id: request_id.clone(),
             call: settled.call.clone(),
             answer: settled.answer.clone(),
             answered_at_ms: settled.answered_at_ms,
         });
+        let effect = &settled.effect;
+        let returned_micros = validate::to_micros(effect.returned);
+        let changed = effect.charged != Consumption::default() || returned_micros > 0;
+        if let Some(journal) = self.journal()
+            && (changed || remembered.is_some())
+            && let Err(e) = journal.call(
+                &settled.tenant,
+                &effect.bucket,
+                &effect.charged,
+                returned_micros,
+                settled.request_id.as_deref(),
+                remembered.as_ref(),
+            )
+        {
+            // The call stands (its effect is in the bucket, reported as
+            // usual); only a crash before that report would lose it.
+            self.metrics().journal_errors.inc();
+            tracing::error!(tenant = %settled.tenant, bucket = %effect.bucket, error = %e, "journal: cannot record an answered call");
+        }
+        let Some(remembered) = remembered else {
+            return;
+        };
+        let mut answers = self.answers();
+        answers.finish(remembered);
         self.metrics()
             .request_ids
             .set(i64::try_from(answers.len()).unwrap_or(i64::MAX));

@@ -54,7 +54,8 @@ pub use access::{AccessRules, Caller, Listener};
 pub use error::AgentError;
 pub use serve::{Listeners, run};
 
-use crate::answers::Answers;
+use crate::answers::{Answers, Remembered};
+use crate::journal::Journal;
 use crate::metrics::AgentMetrics;
 use crate::passthrough::Passthrough;
 use crate::tenants::Tenants;
@@ -79,6 +80,10 @@ pub struct AgentOptions {
     /// Every controller's options (their local buckets, cost model,
     /// timeouts); the registry and the pod token are the agent's.
     pub client: Options,
+    /// The crash journal, opened in the state directory, with what it
+    /// found. Without one, a killed agent loses what it had admitted and
+    /// not yet reported, and forgets the answers to request ids.
+    pub journal: Option<journal::Opened>,
 }
 
 impl AgentOptions {
@@ -91,6 +96,7 @@ impl AgentOptions {
             access: AccessRules::socket_only(),
             pod_token: None,
             client: Options::default(),
+            journal: None,
         }
     }
 }
@@ -116,6 +122,7 @@ pub struct Agent {
 struct Shared {
     tenants: Tenants,
     answers: Mutex<Answers>,
+    journal: Option<Arc<Journal>>,
     access: AccessRules,
     registry: Registry,
     metrics: AgentMetrics,
@@ -139,6 +146,7 @@ impl Agent {
             access,
             pod_token,
             client,
+            journal,
         } = options;
         let urls = tollgate_client::endpoint_list(&servers).map_err(SetupError::Server)?;
         for url in &urls {
@@ -156,10 +164,22 @@ impl Agent {
             ..client
         };
         let (closing, _) = watch::channel(false);
+        let mut answers = Answers::new();
+        let journal = journal.map(|opened| {
+            restore_answers(&mut answers, opened.remembered);
+            opened.journal
+        });
         Ok(Agent {
             shared: Arc::new(Shared {
-                tenants: Tenants::new(servers, instance_id, client, metrics.clone()),
-                answers: Mutex::new(Answers::new()),
+                tenants: Tenants::new(
+                    servers,
+                    instance_id,
+                    client,
+                    metrics.clone(),
+                    journal.clone(),
+                ),
+                answers: Mutex::new(answers),
+                journal,
                 access,
                 registry,
                 metrics,
@@ -206,6 +226,24 @@ impl Agent {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    pub(crate) fn journal(&self) -> Option<&Journal> {
+        self.shared.journal.as_deref()
+    }
+
+    /// Settles what earlier incarnations of this agent owed the server
+    /// (see [`journal`]): returns once every orphan is settled, at once
+    /// without a journal or orphans. Each bucket's new requests wait for
+    /// its own orphans meanwhile.
+    pub async fn settle_orphans(&self) {
+        let Some(journal) = self.shared.journal.clone() else {
+            return;
+        };
+        let tenants = self.tenants();
+        journal
+            .settle(|tenant| tenants.server_transport(tenant))
+            .await;
+    }
+
     pub(crate) fn access(&self) -> &AccessRules {
         &self.shared.access
     }
@@ -224,5 +262,24 @@ impl Agent {
 
     pub(crate) fn cost_model(&self) -> &CostModel {
         &self.shared.cost_model
+    }
+}
+
+/// Loads the answers the journal kept into `answers`. One the agent can
+/// no longer read (written by another version) is left out, loudly: its
+/// retry would be taken as a new call.
+fn restore_answers(answers: &mut Answers, remembered: Vec<journal::Remembered>) {
+    let mut unreadable = 0usize;
+    for kept in remembered {
+        match serde_json::from_value::<Remembered>(kept.payload) {
+            Ok(answer) => answers.restore(answer),
+            Err(_) => unreadable += 1,
+        }
+    }
+    if unreadable > 0 {
+        tracing::error!(
+            unreadable,
+            "journal: answers to request ids this agent cannot read were left out; their retries count as new calls"
+        );
     }
 }

@@ -26,7 +26,7 @@
 //! for names a caller made up and the agent refused.
 
 use prometheus::{
-    CounterVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
+    CounterVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
 };
 
 /// Wait-time buckets, seconds: from the fast path to the longest wait.
@@ -63,6 +63,7 @@ pub struct AgentMetrics {
     envoy_kept_tokens: CounterVec,
     pub request_ids: IntGauge,
     pub tenants: IntGauge,
+    pub journal_errors: IntCounter,
 }
 
 impl AgentMetrics {
@@ -113,6 +114,12 @@ impl AgentMetrics {
             "tollgate_agent_tenants",
             "Tenants the agent holds buckets for",
         )?;
+        let journal_errors = IntCounter::new(
+            "tollgate_agent_journal_errors_total",
+            "Answered calls the journal could not record: a crash before their bucket's next \
+             report would lose them",
+        )?;
+        registry.register(Box::new(journal_errors.clone()))?;
         registry.register(Box::new(acquisitions.clone()))?;
         registry.register(Box::new(wait_seconds.clone()))?;
         registry.register(Box::new(calls.clone()))?;
@@ -128,6 +135,7 @@ impl AgentMetrics {
             envoy_kept_tokens,
             request_ids,
             tenants,
+            journal_errors,
         })
     }
 

@@ -155,6 +155,12 @@ pub async fn run(
     }
     ready_tx.send_replace(true);
     let sampler = tokio::spawn(sample_fallback(agent.clone()));
+    // What a killed predecessor owed the server, paid before this
+    // incarnation's requests for the same buckets go out.
+    let settling = {
+        let agent = agent.clone();
+        tokio::spawn(async move { agent.settle_orphans().await })
+    };
 
     // Until asked to stop, or until a listener fails.
     let failed = tokio::select! {
@@ -193,6 +199,15 @@ pub async fn run(
         servers.abort_all();
     }
     sampler.abort();
+    if !settling.is_finished() {
+        settling.abort();
+        if let Some(journal) = agent.journal() {
+            tracing::warn!(
+                orphans = journal.orphans_left(),
+                "reports an earlier incarnation owed are not settled yet: the journal keeps them for the next start"
+            );
+        }
+    }
 
     let reports = agent.tenants().shutdown().await;
     for TenantReport { tenant, report } in &reports {

@@ -16,9 +16,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use tollgate_client::{BucketHandle, ClientError, Controller, Options, ShutdownReport};
+use tollgate_client::{
+    BucketHandle, ClientError, Controller, Options, ShutdownReport, Transport, TransportError,
+    connect_transport,
+};
 use tollgate_core::{BucketName, InstanceId, LocalBucketStatus, TenantId};
 
+use crate::journal::{Journal, JournalTransport};
 use crate::metrics::AgentMetrics;
 
 /// One tenant's controller and the handles of the buckets used so far.
@@ -34,6 +38,8 @@ pub struct Tenants {
     options: Options,
     metrics: AgentMetrics,
     held: RwLock<HashMap<TenantId, Arc<Held>>>,
+    /// Every request to the server passes through it, if there is one.
+    journal: Option<Arc<Journal>>,
     /// Set at shutdown: no controller starts after it.
     closed: std::sync::atomic::AtomicBool,
 }
@@ -63,12 +69,14 @@ impl Tenants {
         instance_id: InstanceId,
         options: Options,
         metrics: AgentMetrics,
+        journal: Option<Arc<Journal>>,
     ) -> Tenants {
         Tenants {
             servers,
             instance_id,
             options,
             metrics,
+            journal,
             held: RwLock::new(HashMap::new()),
             closed: std::sync::atomic::AtomicBool::new(false),
         }
@@ -76,6 +84,20 @@ impl Tenants {
 
     pub fn instance_id(&self) -> InstanceId {
         self.instance_id
+    }
+
+    /// The way to the server for `tenant`'s requests, without the journal
+    /// (the URLs were checked when the agent started).
+    pub(crate) fn server_transport(&self, tenant: &TenantId) -> Arc<dyn Transport> {
+        match connect_transport(&self.servers, tenant, self.instance_id, &self.options) {
+            Ok(transport) => transport,
+            Err(e) => {
+                // The URLs were checked at start: only a change in what
+                // the client accepts could get here.
+                tracing::error!(error = %e, "cannot reach the server's URLs");
+                Arc::new(Unreachable(e.to_string()))
+            }
+        }
     }
 
     /// The tenant's controller, started if it is new.
@@ -129,12 +151,24 @@ impl Tenants {
         if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(ClientError::Closed);
         }
-        let controller = Controller::connect(
-            &self.servers,
-            tenant.as_str(),
-            self.instance_id,
-            self.options.clone(),
-        )?;
+        let controller = match &self.journal {
+            None => Controller::connect(
+                &self.servers,
+                tenant.as_str(),
+                self.instance_id,
+                self.options.clone(),
+            )?,
+            Some(journal) => Controller::with_transport(
+                JournalTransport::new(
+                    Arc::clone(journal),
+                    tenant.clone(),
+                    self.server_transport(tenant),
+                ),
+                tenant,
+                self.instance_id,
+                self.options.clone(),
+            )?,
+        };
         tracing::info!(
             tenant = tenant.as_str(),
             instance_id = self.instance_id,
@@ -202,4 +236,18 @@ fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     lock.write()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A server that cannot be reached: every request is an outage.
+struct Unreachable(String);
+
+#[async_trait::async_trait]
+impl Transport for Unreachable {
+    async fn token_bucket(
+        &self,
+        _bucket: &BucketName,
+        _request: tollgate_core::TokenBucketRequest,
+    ) -> Result<tollgate_core::Grant, TransportError> {
+        Err(TransportError::new(self.0.clone()))
+    }
 }

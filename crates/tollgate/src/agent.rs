@@ -17,6 +17,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use tollgate_agent::instance::{self, HOSTNAME_FILE};
+use tollgate_agent::journal::{Journal, JournalOptions};
 use tollgate_agent::listen::{self, BoundSocket, StateDir};
 use tollgate_agent::{AccessRules, Agent, AgentOptions, Listeners};
 use tollgate_client::PodToken;
@@ -161,10 +162,22 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .transpose()?;
     let served_tenants: Vec<String> = access.tenants().map(str::to_owned).collect();
 
+    // Before any bucket starts: the journal's leases for what a killed
+    // predecessor owes must be older than this incarnation's.
+    let journal = Journal::open(state.path(), JournalOptions::new(instance_id))
+        .context("--state-dir: the journal")?;
+    if journal.orphans > 0 {
+        tracing::warn!(
+            orphans = journal.orphans,
+            generation = journal.generation,
+            "the previous agent on this state directory stopped without reporting everything: settling it with the server first"
+        );
+    }
     let mut options = AgentOptions::new(args.server.clone(), instance_id);
     options.max_wait = args.max_wait;
     options.access = access;
     options.pod_token = pod_token;
+    options.journal = Some(journal);
     let agent = Agent::new(options)?;
 
     let mut bound: Option<BoundSocket> = None;

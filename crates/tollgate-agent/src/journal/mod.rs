@@ -113,7 +113,7 @@ pub struct Remembered {
 }
 
 /// What [`Journal::open`] found.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Opened {
     pub journal: Arc<Journal>,
     /// Answers to request ids within their time to live, oldest first.
