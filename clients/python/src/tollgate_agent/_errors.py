@@ -41,7 +41,8 @@ class TollgateError(Exception):
 
     `code` is the gRPC status code of the agent's answer (None for errors
     found before anything was sent); `tenant` and `bucket` are what the call
-    named (`bucket` is None for calls that name no bucket, such as `report`).
+    named (`report` names the request-unit bucket, `""`, which it charges;
+    `bucket` is None for a `check_keys` whose items name several buckets).
     """
 
     def __init__(
