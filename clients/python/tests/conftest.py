@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import re
 import signal
@@ -24,6 +25,8 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import grpc
 import pytest
+
+from tollgate_agent import Limiter
 
 # The tier every test tenant is on: a shared bucket and a per-key bucket.
 TIERS = """
@@ -42,6 +45,7 @@ PER_KEY_BUCKET = "api-calls-per-user"
 
 _STARTUP_TIMEOUT = 30.0
 _tenant_numbers = itertools.count(1)
+_agent_numbers = itertools.count(1)
 
 
 def _tail(path: Path, lines: int = 40) -> str:
@@ -175,6 +179,7 @@ class Agent:
         # Unix socket paths are short (108 bytes): not under pytest's tmp_path.
         self.socket = os.path.join(tempfile.mkdtemp(prefix="tollgate-agent-"), "agent.sock")
         self.state_dir = directory / "state"
+        self.node_name = f"pytest-{os.getpid()}-{next(_agent_numbers)}"
         self.listen = listen
         self.access = access
         self.log = directory / "agent.log"
@@ -191,6 +196,10 @@ class Agent:
             self.socket,
             "--state-dir",
             str(self.state_dir),
+            # Agents of one host would share an instance id (derived from the
+            # host name); each test agent is a node of its own.
+            "--node-name",
+            self.node_name,
         ]
         if self.listen is not None:
             args += ["--listen", self.listen]
@@ -234,6 +243,39 @@ class Agent:
     def close(self) -> None:
         if self.process is not None:
             _stop(self.process, signal.SIGTERM, 30)
+
+
+def consumed(server: Server, tenant: str, bucket: str) -> float:
+    """The tokens the server has counted as consumed from a bucket."""
+    value = server.bucket(tenant, bucket)["consumption"]["request_units"]
+    return float(value)
+
+
+def drain(limiter: Limiter, bucket: str) -> float:
+    """Takes every token the agent holds for `bucket`, and returns how many.
+
+    A bucket the agent starts holds tollgate-client's initial allowance (more
+    than a small bucket's burst) and then the server's grants; once it has
+    taken them all, the tenant's global bucket is in debt and tokens come
+    back at no more than its refill rate. Drained means under 5 tokens,
+    twice, 0.3 s apart.
+    """
+    taken = 0.0
+    quiet_since: Optional[float] = None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        held = math.floor(limiter.status(bucket).tokens)
+        if held >= 5:
+            quiet_since = None
+            if limiter.try_acquire(bucket, held):
+                taken += held
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= 0.3:
+            return taken
+        else:
+            time.sleep(0.05)
+    raise AssertionError(f"{bucket!r} of {limiter.tenant!r} never ran dry")
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,7 @@ RETRIED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED})
 
 # Reconnect quickly after the agent comes back: gRPC's default backoff grows
 # to two minutes, far beyond a call's timeout.
-CHANNEL_OPTIONS: Sequence[Tuple[str, int]] = (
+_RECONNECT_OPTIONS: Tuple[Tuple[str, Union[int, str]], ...] = (
     ("grpc.initial_reconnect_backoff_ms", 50),
     ("grpc.min_reconnect_backoff_ms", 50),
     ("grpc.max_reconnect_backoff_ms", 1000),
@@ -71,6 +71,20 @@ def target(socket: str, address: Optional[str], *, tenant: str) -> str:
     if not socket:
         raise InvalidArgument("socket: must not be empty", tenant=tenant, field="socket")
     return socket if socket.startswith("unix:") else f"unix:{socket}"
+
+
+def channel_options(target: str) -> Sequence[Tuple[str, Union[int, str]]]:
+    """The channel's options for `target`.
+
+    Over a Unix socket, gRPC's C core sends the socket's path as the HTTP/2
+    `:authority`, which is not a valid authority: the agent's HTTP/2 stack
+    (hyper's h2, as every tonic server's) resets such streams with
+    PROTOCOL_ERROR. `localhost` is the convention for Unix sockets (grpc-go,
+    Kubernetes, h2's own client).
+    """
+    if target.startswith("unix:"):
+        return _RECONNECT_OPTIONS + (("grpc.default_authority", "localhost"),)
+    return _RECONNECT_OPTIONS
 
 
 def metadata(token: Optional[str], *, tenant: str) -> Optional[Tuple[Tuple[str, str], ...]]:

@@ -119,7 +119,7 @@ class Limiter:
         timeout: m.Seconds = m.DEFAULT_TIMEOUT,
     ) -> None:
         self._settings = LimiterSettings(tenant, socket=socket, address=address, token=token, timeout=timeout)
-        self._channel = grpc.insecure_channel(self._settings.target, options=m.CHANNEL_OPTIONS)
+        self._channel = grpc.insecure_channel(self._settings.target, options=m.channel_options(self._settings.target))
         # The generated stub module has no type hints.
         self._stub = agent_pb2_grpc.AgentStub(self._channel)  # type: ignore[no-untyped-call]
 
