@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -177,7 +178,8 @@ class Agent:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         # Unix socket paths are short (108 bytes): not under pytest's tmp_path.
-        self.socket = os.path.join(tempfile.mkdtemp(prefix="tollgate-agent-"), "agent.sock")
+        self.socket_dir = tempfile.mkdtemp(prefix="tollgate-agent-")
+        self.socket = os.path.join(self.socket_dir, "agent.sock")
         self.state_dir = directory / "state"
         self.node_name = f"pytest-{os.getpid()}-{next(_agent_numbers)}"
         self.listen = listen
@@ -243,6 +245,7 @@ class Agent:
     def close(self) -> None:
         if self.process is not None:
             _stop(self.process, signal.SIGTERM, 30)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 
 def consumed(server: Server, tenant: str, bucket: str) -> float:

@@ -63,6 +63,18 @@ def test_acquire_raises_not_admitted_after_max_wait_and_takes_nothing(agent: Age
         assert status.waiters == 0 and status.queued_tokens == 0
 
 
+def test_without_max_wait_an_acquire_waits_at_most_the_timeout(agent: Agent, tenant: str) -> None:
+    with Limiter(tenant, socket=agent.socket, timeout=1.0) as limiter:
+        drain(limiter, SHARED_BUCKET)
+        started = time.monotonic()
+        with pytest.raises(NotAdmitted) as raised:
+            limiter.acquire(SHARED_BUCKET, 60)
+        elapsed = time.monotonic() - started
+        assert 0.8 <= elapsed < 3
+        assert raised.value.waited <= elapsed + 0.01
+        assert limiter.status(SHARED_BUCKET).waiters == 0
+
+
 def test_not_admitted_names_the_request_unit_bucket(agent: Agent, server: Server) -> None:
     tenant = server.new_tenant(available=100, refill_rate=1, burst_limit=100)
     with Limiter(tenant, socket=agent.socket) as limiter:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -19,6 +20,7 @@ import uuid
 from concurrent import futures
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import grpc
@@ -111,7 +113,8 @@ def recording() -> Iterator[Recording]:
     recorder = Recorder()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     agent_pb2_grpc.add_AgentServicer_to_server(recorder, server)  # type: ignore[no-untyped-call]
-    socket = os.path.join(tempfile.mkdtemp(prefix="tollgate-wire-"), "agent.sock")
+    directory = tempfile.mkdtemp(prefix="tollgate-wire-")
+    socket = os.path.join(directory, "agent.sock")
     server.add_insecure_port(f"unix:{socket}")
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
@@ -119,6 +122,7 @@ def recording() -> Iterator[Recording]:
         yield Recording(recorder, socket, f"127.0.0.1:{port}")
     finally:
         server.stop(grace=None)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_each_call_that_changes_a_bucket_sends_a_fresh_request_id(recording: Recording) -> None:
@@ -164,8 +168,8 @@ def test_retries_end_at_the_timeout_with_agent_unavailable(recording: Recording)
     assert "schedule-email" in str(raised.value) and "agent restarting" in str(raised.value)
 
 
-def test_a_missing_socket_is_retried_until_the_timeout() -> None:
-    socket = os.path.join(tempfile.mkdtemp(prefix="tollgate-wire-"), "absent.sock")
+def test_a_missing_socket_is_retried_until_the_timeout(tmp_path: Path) -> None:
+    socket = str(tmp_path / "absent.sock")
     started = time.monotonic()
     with Limiter("t1", socket=socket, timeout=0.5) as limiter:
         with pytest.raises(AgentUnavailable) as raised:
