@@ -1,0 +1,1 @@
+"""Modules generated from proto/tollgate by generate.sh: do not edit."""
