@@ -103,7 +103,11 @@ class AgentServicer(object):
 
     def Report(self, request, context):
         """Reports key-value work by kind, priced by the agent's cost model and
-        charged after the fact to the tenant's request-unit bucket.
+        charged after the fact to the tenant's request-unit bucket. A report
+        is priced as one batch of each kind it holds (one read batch of
+        `read_requests` requests, one write batch of `write_requests` and
+        `write_bytes`), plus its bytes read, CPU and egress; one worth more
+        than 1e12 request units is refused (`request_units`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
