@@ -97,6 +97,19 @@ pub struct AgentArgs {
     )]
     max_wait: Duration,
 
+    /// The tokens each bucket may admit before the server's first answer
+    /// (a loan, repaid from the first grant), and again after every
+    /// restart. Also what a bucket runs on per target period when the
+    /// server is out of reach until it answers once. Lower it for buckets
+    /// whose burst is small.
+    #[arg(
+        long,
+        env = "TOLLGATE_AGENT_INITIAL_TOKENS",
+        value_name = "TOKENS",
+        default_value_t = tollgate_client::LocalBucketConfig::default().initial_tokens
+    )]
+    initial_tokens: f64,
+
     /// Also serve Envoy's rate limit service (envoy.service.ratelimit.v3)
     /// on this TCP address: a lone generic_key descriptor is answered from
     /// the tenant's shared bucket of that name, locally; other descriptors
@@ -175,6 +188,12 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
     let mut options = AgentOptions::new(args.server.clone(), instance_id);
     options.max_wait = args.max_wait;
+    options.client.bucket.initial_tokens = args.initial_tokens;
+    options
+        .client
+        .bucket
+        .validate()
+        .map_err(|e| anyhow::anyhow!("--initial-tokens: {}", e.reason))?;
     options.access = access;
     options.pod_token = pod_token;
     options.journal = Some(journal);
@@ -226,6 +245,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             served_tenants.join(",")
         },
         max_wait = ?args.max_wait,
+        initial_tokens = args.initial_tokens,
         "tollgate agent listening"
     );
     let hangups = tokio::spawn(log_hangups());
