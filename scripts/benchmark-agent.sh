@@ -55,6 +55,8 @@ done
 run_pair() { # label, bench args…
     local label=$1
     shift
+    # Tenants of their own: each run sets up its buckets its own way.
+    set -- --tenant-prefix "b-$label" "$@"
     bench "$label-max" "$@"
     local half
     half=$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(int(r.get("calls_per_second") or r.get("checks_per_second")) // 2)' "$OUT/$label-max.json")
