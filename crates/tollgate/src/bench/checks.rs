@@ -31,7 +31,7 @@ use super::{Load, Plan, RunContext};
 use crate::output::{Table, field};
 
 /// The per-key bucket the bench defines and checks.
-const BUCKET: &str = "per-key";
+pub(super) const BUCKET: &str = "per-key";
 
 /// What the callers ask for; validated.
 #[derive(Debug, Clone, Copy)]

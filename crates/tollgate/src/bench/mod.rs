@@ -14,14 +14,17 @@
 //! can be compared with the tenant's totals on the server.
 //!
 //! With `--checks` it loads the per-key `KeyLimits/Check` RPC instead
-//! (see `checks.rs`).
+//! (see `checks.rs`); with `--local MODE`, a pod's local acquisitions: in
+//! process, through `tollgate agent`, or by Envoy's API (see `local.rs`).
 //!
 //! - `mod.rs`: the options, their validation, the connections and the run.
 //! - `checks.rs`: the callers of `--checks` and their report.
+//! - `local.rs`: the callers of `--local` and their report.
 //! - `pod.rs`: one pod's request stream, retries, duplicates and restarts.
 //! - `report.rs`: the counts merged over pods, as a table or JSON.
 
 mod checks;
+mod local;
 mod pod;
 mod report;
 
@@ -200,6 +203,25 @@ pub struct BenchArgs {
     #[arg(long)]
     request_ids: bool,
 
+    /// Benchmark a pod's local acquisitions (one token per call) instead:
+    /// `in-process` (tollgate-client in this process), `agent` (tollgate
+    /// agent's Acquire over --agent-socket), `envoy` (Envoy's
+    /// ShouldRateLimit on a shared bucket, to --envoy: an agent's Envoy
+    /// listener), `envoy-per-key` (the same with a per-key descriptor, to
+    /// --envoy: a server). Each pod is a caller; the bench gives the
+    /// buckets it uses a refill no caller reaches.
+    #[arg(long, value_name = "MODE", conflicts_with = "checks")]
+    local: Option<local::LocalMode>,
+
+    /// With --local agent: the agent's Unix socket.
+    #[arg(long, value_name = "PATH")]
+    agent_socket: Option<std::path::PathBuf>,
+
+    /// With --local envoy or envoy-per-key: where Envoy's rate limit
+    /// service is (http://host:port).
+    #[arg(long, value_name = "URL")]
+    envoy: Option<String>,
+
     /// Print one JSON object instead of tables (and no progress bar).
     #[arg(long)]
     json: bool,
@@ -278,6 +300,8 @@ struct Plan {
     tenant_prefix: String,
     /// `--checks`: what the callers check.
     checks: Option<checks::CheckMix>,
+    /// `--local`: where the callers acquire.
+    local: Option<local::LocalTarget>,
 }
 
 fn fraction(option: &str, value: f64) -> anyhow::Result<f64> {
@@ -388,6 +412,12 @@ impl BenchArgs {
             } else {
                 None
             },
+            local: self
+                .local
+                .map(|mode| {
+                    local::LocalTarget::new(mode, self.agent_socket.clone(), self.envoy.clone())
+                })
+                .transpose()?,
         })
     }
 }
@@ -497,9 +527,14 @@ fn new_histogram() -> Histogram<u64> {
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let plan = args.plan()?;
     let channels = connect(&plan).await?;
-    match &plan.checks {
-        Some(mix) => checks::prepare(&plan, mix, &channels[0][0], args.token.as_deref()).await?,
-        None => create_buckets(&plan, &channels[0][0], args.token.as_deref()).await?,
+    match (&plan.checks, &plan.local) {
+        (Some(mix), _) => {
+            checks::prepare(&plan, mix, &channels[0][0], args.token.as_deref()).await?;
+        }
+        (None, Some(target)) => {
+            local::prepare(&plan, target, &channels[0][0], args.token.as_deref()).await?;
+        }
+        (None, None) => create_buckets(&plan, &channels[0][0], args.token.as_deref()).await?,
     }
     let mut progress = Progress::new(&plan, args.json || args.quiet);
 
@@ -526,6 +561,10 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         answered_in_window: AtomicU64::new(0),
     });
 
+    if let Some(target) = &plan.local {
+        let report = local::run(&plan, target, context, &mut progress).await?;
+        return crate::output::print(args.json, &report, local::LocalReport::text);
+    }
     if let Some(mix) = plan.checks {
         let report = checks::run(&plan, mix, &channels, context, &mut progress).await?;
         return crate::output::print(args.json, &report, checks::CheckReport::text);
