@@ -18,6 +18,11 @@ found wrong and exits 1, or prints a short summary and exits 0.
   docker                deploy/Dockerfile and .dockerignore
   envoy                 deploy/envoy/envoy.yaml against deploy/envoy/tiers.toml,
                         the Kubernetes Service and docs/envoy.md
+  agent                 deploy/kubernetes/agent/* against each other,
+                        deploy/agent-options.txt, the server's Service and
+                        configuration, the Dockerfile and docs/any-language.md
+  agent-probes          the agent's exec probes against a local /healthz and
+                        /readyz
   k8s-sd-stub IN OUT    prometheus.yml with kubernetes_sd_configs swapped for
                         empty static_configs (for a promtool built without
                         Kubernetes discovery)
@@ -1246,6 +1251,542 @@ def cmd_envoy() -> int:
 
 
 # --------------------------------------------------------------------------
+# The agent (deploy/kubernetes/agent, docs/any-language.md)
+
+AGENT_K8S = K8S / "agent"
+AGENT_GUIDE = ROOT / "docs" / "any-language.md"
+AGENT_OPTION_KINDS = {"string", "bool", "integer", "duration", "mode", "loopback", "address"}
+# How long the agent gives open connections once SIGTERM came
+# (tollgate_agent::serve::DRAIN_TIMEOUT), before its buckets' final reports.
+AGENT_DRAIN_SECONDS = 10
+# Kubernetes' Pod Security Standard "restricted" allows only this one to be added.
+RESTRICTED_ADDED_CAPABILITIES = {"NET_BIND_SERVICE"}
+# What the init container preparing a DaemonSet's host directories may add.
+HOST_DIR_CAPABILITIES = {"CHOWN", "FOWNER"}
+
+
+def load_agent_options():
+    """name -> (kind, default or None), from deploy/agent-options.txt."""
+    options = {}
+    for line in (DEPLOY / "agent-options.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, kind, default = line.split()
+            assert kind in AGENT_OPTION_KINDS, line
+            options[name] = (kind, None if default == "-" else default)
+    return options
+
+
+def agent_option_error(kind: str, value: str) -> str | None:
+    """Why `value` is not a valid value of an agent option of `kind`, or None."""
+    if kind == "string":
+        return None
+    if kind == "bool":
+        return None if value in ("", "true", "false") else "expected no value (a flag), true or false"
+    if kind == "integer":
+        return None if re.fullmatch(r"[0-9]+", value) and 1 <= int(value) <= 2**32 - 1 \
+            else "expected an integer from 1 to 4294967295"
+    if kind == "duration":
+        return None if DURATION.match(value) else "expected a duration such as 30s"
+    if kind == "mode":
+        digits = value[2:] if value.startswith("0o") else value
+        return None if re.fullmatch(r"[0-7]{1,4}", digits) and int(digits, 8) <= 0o777 \
+            else "expected an octal file mode from 0 to 0777"
+    if kind == "loopback":
+        return None if re.fullmatch(r"(127\.\d+\.\d+\.\d+|\[::1\]):\d+", value) \
+            else "expected a loopback address, 127.0.0.1:PORT or [::1]:PORT"
+    if kind == "address":
+        return None if re.fullmatch(r"(\d+\.\d+\.\d+\.\d+|\[[0-9a-fA-F:]+\]):\d+", value) \
+            else "expected an IP address and port"
+    raise ValueError(kind)
+
+
+def agent_settings(p: Problems, where: str, options, container, pod_env: dict) -> dict:
+    """The options a container running `tollgate agent` sets (flags win over
+    TOLLGATE_AGENT_* variables), each checked against deploy/agent-options.txt."""
+    args = [str(a) for a in container.get("args", [])]
+    if container.get("command") or args[:1] != ["agent"]:
+        p.add(where, f"container {container['name']}: expected the image's entrypoint with args [agent, ...]")
+        return {}
+    settings = {}
+    for var, value in pod_env.items():
+        if var.startswith("TOLLGATE_AGENT_"):
+            name = var[len("TOLLGATE_AGENT_"):].lower().replace("_", "-")
+            if name not in options:
+                p.add(where, f"{var}: no option {name} in deploy/agent-options.txt")
+            else:
+                settings[name] = value
+        elif var.startswith("TOLLGATE_") and var != "TOLLGATE_NODE_NAME":
+            p.add(where, f"{var}: not a variable tollgate agent reads (TOLLGATE_AGENT_*, TOLLGATE_NODE_NAME)")
+    i = 1
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            p.add(where, f"argument {arg!r}: expected --OPTION")
+            i += 1
+            continue
+        name, eq, value = arg[2:].partition("=")
+        if name not in options:
+            p.add(where, f"--{name}: not an option of tollgate agent (deploy/agent-options.txt)")
+            i += 1
+            continue
+        kind, _ = options[name]
+        if kind == "bool" or eq:
+            i += 1
+        else:
+            if i + 1 >= len(args):
+                p.add(where, f"--{name}: no value")
+                break
+            value = args[i + 1]
+            i += 2
+        settings[name] = value
+    for name, value in settings.items():
+        why = agent_option_error(options[name][0], str(value))
+        if why:
+            p.add(where, f"--{name} {value!r}: {why}")
+    for name, (_, default) in options.items():
+        if default is not None:
+            settings.setdefault(name, default)
+    return settings
+
+
+def container_env(p: Problems, where: str, container) -> tuple[dict, dict]:
+    """(variables with a value, variables from a fieldRef: name -> field path)."""
+    values, fields = {}, {}
+    for e in container.get("env", []):
+        if "value" in e:
+            values[e["name"]] = str(e["value"])
+        ref = e.get("valueFrom", {}).get("fieldRef")
+        if ref:
+            fields[e["name"]] = ref["fieldPath"]
+    return values, fields
+
+
+def mounted_volume(podspec, container, path: str):
+    """(volume, mount path, path inside the volume) of the mount holding
+    `path`, the deepest one; (None, None, None) if no mount holds it."""
+    best = None
+    for mount in container.get("volumeMounts", []):
+        root = mount["mountPath"].rstrip("/")
+        if path == root or path.startswith(root + "/"):
+            if best is None or len(root) > len(best[1]):
+                volume = next((v for v in podspec.get("volumes", []) if v["name"] == mount["name"]), None)
+                best = (volume, root, path[len(root) + 1:])
+    return best or (None, None, None)
+
+
+def probe_script(probe) -> str | None:
+    command = probe.get("exec", {}).get("command", [])
+    if command[:2] == ["bash", "-c"] and len(command) == 3:
+        return command[2]
+    return None
+
+
+def check_agent_access_file(p: Problems, where: str, text: str) -> int:
+    """An --access file: only [tenants.<id>] tables, each with at most one
+    of token and token_file. Returns the number of tenants."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        p.add(where, f"not TOML: {e}")
+        return 0
+    for key in doc:
+        if key != "tenants":
+            p.add(where, f"{key}: unknown key (expected [tenants.<id>] tables)")
+    tenants = doc.get("tenants", {})
+    for tenant, rules in tenants.items():
+        if not TENANT_ID.match(tenant):
+            p.add(where, f"tenants.{tenant}: not a tenant id (1 to 128 characters from [A-Za-z0-9._:-])")
+        if not isinstance(rules, dict):
+            p.add(where, f"tenants.{tenant}: expected a table")
+            continue
+        for key in rules:
+            if key not in ("token", "token_file"):
+                p.add(where, f"tenants.{tenant}.{key}: unknown key (token, token_file)")
+        if "token" in rules and "token_file" in rules:
+            p.add(where, f"tenants.{tenant}: both token and token_file")
+    return len(tenants)
+
+
+def check_agent_pod(p: Problems, where: str, ctx: dict, podspec, agent, layout: str) -> dict:
+    """Checks a pod that runs `tollgate agent` as container `agent`; layout is
+    "daemonset" (host directories, the node's name) or "sidecar" (emptyDirs,
+    the pod's name). Returns the agent's settings."""
+    options = ctx["options"]
+    values, fields = container_env(p, where, agent)
+    settings = agent_settings(p, where, options, agent, values)
+    if not settings:
+        return settings
+    psc = podspec.get("securityContext", {})
+
+    # Who the agent is to the server: an instance id derived from a name
+    # that is unique per agent and stable across its restarts.
+    if "instance-id" in settings:
+        p.add(where, "--instance-id: one fixed id for every agent of the "
+                     f"{'DaemonSet' if layout == 'daemonset' else 'Deployment'}; derive it from the "
+                     f"{'node' if layout == 'daemonset' else 'pod'}'s name instead")
+    if layout == "daemonset":
+        # --node-name (or TOLLGATE_AGENT_NODE_NAME with a value) wins over
+        # TOLLGATE_NODE_NAME: neither may name one node for all of them.
+        from_node = any(fields.get(v) == "spec.nodeName" for v in ("TOLLGATE_NODE_NAME", "TOLLGATE_AGENT_NODE_NAME"))
+        if not from_node or "node-name" in settings:
+            p.add(where, "the node name does not come from spec.nodeName (TOLLGATE_NODE_NAME, fieldRef)")
+    else:
+        name = values.get("TOLLGATE_AGENT_NODE_NAME", "")
+        refs = {v for v, f in fields.items() if f == "metadata.name"}
+        if fields.get("TOLLGATE_AGENT_NODE_NAME") != "metadata.name" and \
+                not any(f"$({v})" in name for v in refs):
+            p.add(where, "a sidecar's agent must take its name from the pod (metadata.name): "
+                         "replicas on one node would share the node's instance id")
+
+    # The server: deploy/kubernetes's Service, over TLS, its CA trusted.
+    server = settings.get("server")
+    if not server:
+        p.add(where, "no --server (TOLLGATE_AGENT_SERVER)")
+    else:
+        for url in server.split(","):
+            m = re.fullmatch(r"(https?)://([^:/]+):(\d+)", url)
+            if not m:
+                p.add(where, f"--server {url!r}: expected SCHEME://HOST:PORT")
+                continue
+            scheme, host, port = m.groups()
+            if host not in ctx["server_hosts"] or int(port) != ctx["server_port"]:
+                p.add(where, f"--server {url}: not the server's Service ({sorted(ctx['server_hosts'])[0]}:{ctx['server_port']})")
+            if ctx["server_tls"] and scheme != "https":
+                p.add(where, f"--server {url}: the server speaks TLS (configmap.yaml tls-cert); use https://")
+        if server.startswith("https://"):
+            ca = values.get("SSL_CERT_FILE")
+            if not ca:
+                p.add(where, "https:// without SSL_CERT_FILE: the agent would trust only the system's roots, "
+                             "not the CA of the server's certificate")
+            else:
+                check_secret_file(p, where, ctx, podspec, agent, "SSL_CERT_FILE", ca)
+
+    # Files it reads, in mounted volumes.
+    if "pod-token-file" in settings:
+        check_secret_file(p, where, ctx, podspec, agent, "--pod-token-file", settings["pod-token-file"])
+    elif ctx["server_pod_tokens"]:
+        p.add(where, "no --pod-token-file, and the server binds pods to tenants")
+    if "access" in settings:
+        volume, _, key = mounted_volume(podspec, agent, settings["access"])
+        cm = ctx["configmaps"].get(volume["configMap"]["name"]) if volume and "configMap" in volume else None
+        if cm is None or key not in cm.get("data", {}):
+            p.add(where, f"--access {settings['access']}: no ConfigMap key mounted there")
+        else:
+            check_agent_access_file(p, f"{where}: --access {settings['access']}", cm["data"][key])
+
+    # The socket and the state directory are volumes of the right kind.
+    socket = settings.get("socket", "")
+    socket_dir = socket.rsplit("/", 1)[0]
+    for what, path in (("--socket", socket_dir), ("--state-dir", settings.get("state-dir", ""))):
+        volume, root, inside = mounted_volume(podspec, agent, path)
+        if volume is None:
+            p.add(where, f"{what} {path}: not on a mounted volume (the root file system is read-only)")
+            continue
+        kind = "hostPath" if layout == "daemonset" else "emptyDir"
+        if kind not in volume:
+            p.add(where, f"{what} {path}: volume {volume['name']} is not a{'n' if kind == 'emptyDir' else ''} {kind}")
+        if layout == "daemonset" and "hostPath" in volume and volume["hostPath"]["path"] != path:
+            p.add(where, f"{what} {path}: on the node at {volume['hostPath']['path']}; keep the two paths equal "
+                         "(docs/any-language.md tells the node's pods to mount that path)")
+    if socket_dir == settings.get("state-dir"):
+        p.add(where, "--socket's directory is --state-dir: callers would see the journal")
+
+    # Socket callers: the socket is the agent's user's and group's, mode
+    # --socket-mode; a container mounting it needs the group (or the user).
+    mode = int(settings.get("socket-mode", "0660").removeprefix("0o"), 8)
+    agent_sc = agent.get("securityContext", {})
+    uid = agent_sc.get("runAsUser", psc.get("runAsUser"))
+    gid = agent_sc.get("runAsGroup", psc.get("runAsGroup"))
+    if mode & 0o007:
+        p.add(where, f"--socket-mode {settings['socket-mode']}: others may call the agent; "
+                     "give callers the socket's group instead")
+    if mode & 0o060 != 0o060:
+        p.add(where, f"--socket-mode {settings['socket-mode']}: the group cannot connect")
+    socket_volume = mounted_volume(podspec, agent, socket_dir)[0]
+    for c in podspec.get("containers", []) + podspec.get("initContainers", []):
+        if c is agent or socket_volume is None:
+            continue
+        mount = next((m for m in c.get("volumeMounts", []) if m["name"] == socket_volume["name"]), None)
+        if mount is None:
+            continue
+        if mount["mountPath"].rstrip("/") != socket_dir:
+            p.add(where, f"container {c['name']}: mounts the socket's directory at {mount['mountPath']}, not {socket_dir}")
+        if layout == "sidecar" and c in podspec.get("containers", []) and \
+                socket not in " ".join(map(str, c.get("command", []) + c.get("args", []))):
+            p.add(where, f"container {c['name']}: mounts the socket's directory but never names {socket}")
+        csc = c.get("securityContext", {})
+        c_uid = csc.get("runAsUser", psc.get("runAsUser"))
+        groups = {csc.get("runAsGroup", psc.get("runAsGroup")), psc.get("fsGroup"), *psc.get("supplementalGroups", [])}
+        if c_uid != uid and gid not in groups and c_uid != 0:
+            p.add(where, f"container {c['name']}: mounts the socket but has neither the agent's user {uid} "
+                         f"nor its group {gid} (fsGroup or supplementalGroups)")
+    if layout == "sidecar" and not any(
+            socket_volume and any(m["name"] == socket_volume["name"] for m in c.get("volumeMounts", []))
+            for c in podspec.get("containers", [])):
+        p.add(where, "no application container mounts the agent's socket")
+
+    # Probes: exec over the loopback port, alive on /healthz, ready on /readyz.
+    listen = settings.get("listen")
+    if not listen:
+        p.add(where, "no --listen 127.0.0.1:PORT for the probes (the kubelet cannot reach a Unix socket)")
+    for kind, path in (("startupProbe", "/readyz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        probe = agent.get(kind)
+        if probe is None:
+            p.add(where, f"no {kind}")
+            continue
+        script = probe_script(probe)
+        if script is None:
+            p.add(where, f"{kind}: expected exec [bash, -c, SCRIPT] (the agent's TCP port is loopback only: "
+                         "httpGet would dial the pod's IP)")
+            continue
+        if listen and f"/dev/tcp/{listen.rsplit(':', 1)[0].strip('[]')}/{port_of(listen)}" not in script:
+            p.add(where, f"{kind}: does not connect to --listen {listen}")
+        if f"GET {path} " not in script:
+            p.add(where, f"{kind}: expected GET {path}")
+    if podspec.get("terminationGracePeriodSeconds", 30) <= AGENT_DRAIN_SECONDS:
+        p.add(where, f"terminationGracePeriodSeconds: the agent drains connections up to {AGENT_DRAIN_SECONDS} s, "
+                     "then reports every bucket; give it more")
+
+    # Security: the agent as the image's user, read-only, no capabilities.
+    if psc.get("runAsNonRoot") is not True:
+        p.add(where, "pod securityContext.runAsNonRoot is not true")
+    if psc.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+        p.add(where, "pod seccompProfile is not RuntimeDefault")
+    if (uid, gid) != ctx["docker_user"]:
+        p.add(where, f"the agent runs as {uid}:{gid}, not the Dockerfile's USER {ctx['docker_user'][0]}:{ctx['docker_user'][1]}")
+    for c in podspec.get("containers", []) + podspec.get("initContainers", []):
+        sc = c.get("securityContext", {})
+        if sc.get("readOnlyRootFilesystem") is not True or sc.get("allowPrivilegeEscalation") is not False:
+            p.add(where, f"container {c['name']}: needs readOnlyRootFilesystem true, allowPrivilegeEscalation false")
+        if "ALL" not in sc.get("capabilities", {}).get("drop", []):
+            p.add(where, f"container {c['name']}: does not drop ALL capabilities")
+        added = set(sc.get("capabilities", {}).get("add", []))
+        allowed = HOST_DIR_CAPABILITIES if layout == "daemonset" and sc.get("runAsUser") == 0 \
+            else RESTRICTED_ADDED_CAPABILITIES
+        if added - allowed:
+            p.add(where, f"container {c['name']}: adds capabilities {sorted(added - allowed)}")
+        if sc.get("runAsUser") == 0 and (layout != "daemonset" or c is agent):
+            p.add(where, f"container {c['name']}: runs as root")
+        if "resources" not in c or "requests" not in c["resources"]:
+            p.add(where, f"container {c['name']}: no resource requests")
+        image = c["image"].split(":")[0]
+        if image == "tollgate" and image not in ctx["images"]:
+            p.add(where, f"container {c['name']}: image {c['image']} is not in kustomization.yaml's images")
+    if layout == "sidecar":
+        for v in podspec.get("volumes", []):
+            if "hostPath" in v:
+                p.add(where, f"volume {v['name']}: hostPath, which the restricted Pod Security Standard forbids")
+
+    if layout == "daemonset":
+        # The host directories, made the agent's by a root init container.
+        state = settings.get("state-dir", "")
+        preparers = [c for c in podspec.get("initContainers", []) if c.get("securityContext", {}).get("runAsUser") == 0]
+        script = " ".join(" ".join(map(str, c.get("command", []) + c.get("args", []))) for c in preparers)
+        chowned = {path.rstrip("/") for m in re.finditer(rf"chown {uid}:{gid} ([^&;|]+)", script)
+                   for path in m.group(1).split()}
+        for path in (socket_dir, state):
+            volume = mounted_volume(podspec, agent, path)[0]
+            mounted = any(volume and any(m["name"] == volume["name"] and m["mountPath"].rstrip("/") == path
+                                         for m in c.get("volumeMounts", [])) for c in preparers)
+            if not mounted or path not in chowned:
+                p.add(where, f"{path}: no root init container mounting it and giving it to {uid}:{gid} "
+                             "(the kubelet creates host directories as root)")
+    return settings
+
+
+def check_secret_file(p: Problems, where: str, ctx, podspec, container, what: str, path: str) -> None:
+    volume, _, key = mounted_volume(podspec, container, path)
+    if volume is None or "secret" not in volume:
+        p.add(where, f"{what} {path}: not in a mounted Secret")
+        return
+    name = volume["secret"]["secretName"]
+    if name not in ctx["example_secrets"]:
+        p.add(where, f"{what} {path}: Secret {name} has no *.example.yaml")
+    elif key not in ctx["example_secrets"][name]:
+        p.add(where, f"{what} {path}: Secret {name}'s example has no key {key}")
+
+
+def agent_context(p: Problems) -> dict:
+    """What the agent's manifests are checked against: the server's
+    Service and configuration, the Dockerfile, the examples' Secrets."""
+    service = load_one(K8S / "service.yaml")
+    namespace = load_one(K8S / "kustomization.yaml")["namespace"]
+    name = service["metadata"]["name"]
+    config = tomllib.loads(load_one(K8S / "configmap.yaml")["data"]["tollgate.toml"])
+    example_secrets = {}
+    for f in sorted(AGENT_K8S.glob("*.example.yaml")):
+        for doc in load_yaml(f):
+            if doc.get("kind") == "Secret":
+                example_secrets[doc["metadata"]["name"]] = set(doc.get("stringData", {}))
+    kustomization = load_one(AGENT_K8S / "kustomization.yaml")
+    return {
+        "options": load_agent_options(),
+        "server_hosts": {f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"},
+        "server_port": next(port["port"] for port in service["spec"]["ports"] if port["name"] == "grpc"),
+        "server_tls": "tls-cert" in config,
+        "server_pod_tokens": "pod-tokens-file" in config,
+        "docker_user": docker_user(),
+        "example_secrets": example_secrets,
+        "images": {i["name"] for i in kustomization.get("images", [])},
+        "configmaps": {},
+    }
+
+
+def cmd_agent() -> int:
+    p = Problems()
+    ctx = agent_context(p)
+    kustomization = load_one(AGENT_K8S / "kustomization.yaml")
+    resources = kustomization.get("resources", [])
+    examples = sorted(f.name for f in AGENT_K8S.glob("*.example.yaml"))
+    docs = []
+    for name in resources:
+        if not (AGENT_K8S / name).exists():
+            p.add("agent/kustomization.yaml", f"resource {name}: no such file")
+            continue
+        docs += [(name, d) for d in load_yaml(AGENT_K8S / name)]
+    for name in examples:
+        if name in resources:
+            p.add("agent/kustomization.yaml", f"lists {name}: an example, never applied")
+    for f in sorted(AGENT_K8S.glob("*.yaml")):
+        if f.name not in resources and f.name != "kustomization.yaml" and f.name not in examples:
+            p.add("agent/kustomization.yaml", f"does not list {f.name}")
+    namespace = kustomization.get("namespace")
+    namespaces = {d["metadata"]["name"]: d for _, d in docs if d["kind"] == "Namespace"}
+    if namespace not in namespaces:
+        p.add("agent/kustomization.yaml", f"namespace {namespace}: no Namespace resource makes it")
+    ctx["configmaps"] = {d["metadata"]["name"]: d for _, d in docs if d["kind"] == "ConfigMap"}
+
+    daemonsets = [(n, d) for n, d in docs if d["kind"] == "DaemonSet"]
+    if len(daemonsets) != 1:
+        p.add("agent/kustomization.yaml", f"expected one DaemonSet, found {len(daemonsets)}")
+    n_pods = 0
+    for name, ds in daemonsets:
+        where = f"agent/{name}"
+        spec = ds["spec"]
+        podspec = spec["template"]["spec"]
+        if not subset(spec["selector"].get("matchLabels"), spec["template"]["metadata"].get("labels", {})):
+            p.add(where, "selector does not match the pod template's labels")
+        rolling = spec.get("updateStrategy", {}).get("rollingUpdate", {})
+        if str(rolling.get("maxSurge", 0)) not in ("0", "0%"):
+            p.add(where, "updateStrategy maxSurge must be 0: a node's new agent would start while the old "
+                         "one holds the state directory and the socket")
+        agent = next((c for c in podspec["containers"] if c["name"] == "agent"), None)
+        if agent is None:
+            p.add(where, "no container named agent")
+            continue
+        n_pods += 1
+        check_agent_pod(p, where, ctx, podspec, agent, "daemonset")
+        if any("hostPath" in v for v in podspec.get("volumes", [])):
+            labels = namespaces.get(namespace, {}).get("metadata", {}).get("labels", {})
+            if labels.get("pod-security.kubernetes.io/enforce") != "privileged":
+                p.add("agent/namespace.yaml", "the DaemonSet mounts host directories, which only the "
+                                              "privileged Pod Security Standard admits")
+
+    sidecar_file = AGENT_K8S / "sidecar.example.yaml"
+    for doc in load_yaml(sidecar_file):
+        where = "agent/sidecar.example.yaml"
+        if doc["kind"] != "Deployment":
+            continue
+        podspec = doc["spec"]["template"]["spec"]
+        agent = next((c for c in podspec.get("initContainers", [])
+                      if c.get("args", [None])[0] == "agent"), None)
+        if agent is None:
+            p.add(where, "no init container running tollgate agent")
+            continue
+        n_pods += 1
+        if agent.get("restartPolicy") != "Always":
+            p.add(where, f"init container {agent['name']}: restartPolicy is not Always (a native sidecar)")
+        if "startupProbe" not in agent:
+            p.add(where, f"init container {agent['name']}: no startupProbe, so the application may start "
+                         "before the socket is there")
+        check_agent_pod(p, where, ctx, podspec, agent, "sidecar")
+
+    # The guide documents every option, the manifests' layouts and the
+    # proto it links.
+    guide = AGENT_GUIDE.read_text(encoding="utf-8")
+    start = guide.find("\n## Running the agent\n")
+    end = guide.find("\n## ", start + 1)
+    rows = [line for line in guide[start:end].splitlines() if line.startswith("|")] if start >= 0 else []
+    for name in ctx["options"]:
+        if not any(re.search(rf"`--{re.escape(name)}\b", row) for row in rows):
+            p.add("docs/any-language.md", f"the table of \"Running the agent\" does not document --{name} "
+                                          "(deploy/agent-options.txt)")
+    for needed in ("TOLLGATE_AGENT_", "TOLLGATE_NODE_NAME", "deploy/kubernetes/agent",
+                   "proto/tollgate/agent/v1/agent.proto"):
+        if needed not in guide:
+            p.add("docs/any-language.md", f"does not mention {needed}")
+    return p.finish(f"{len(docs)} resources in agent/kustomization.yaml and the sidecar example: "
+                    f"{n_pods} agent pods' options, files, socket access, probes and security agree with "
+                    "deploy/agent-options.txt, the server's Service and the Dockerfile")
+
+
+def cmd_agent_probes() -> int:
+    """Runs every exec probe of the agent's manifests against a local
+    stand-in for the agent's loopback port: passing on 200, failing on 503
+    and with nothing listening."""
+    import http.server
+    import subprocess
+    import threading
+
+    probes = []  # (where, kind, script, port)
+    for f in [AGENT_K8S / "daemonset.yaml", AGENT_K8S / "sidecar.example.yaml"]:
+        for doc in load_yaml(f):
+            podspec = doc.get("spec", {}).get("template", {}).get("spec")
+            if not podspec:
+                continue
+            for c in podspec.get("containers", []) + podspec.get("initContainers", []):
+                for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+                    script = probe_script(c.get(kind, {}))
+                    m = script and re.search(r"/dev/tcp/127\.0\.0\.1/(\d+)", script)
+                    if m:
+                        probes.append((f"agent/{f.name}: {c['name']}", kind, script, m.group(1)))
+    if not probes:
+        print("no exec probes over /dev/tcp/127.0.0.1 found")
+        return 1
+    status = {"code": 200}
+    paths_asked = set()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            paths_asked.add(self.path)
+            code = status["code"] if self.path in ("/healthz", "/readyz") else 404
+            self.send_response(code)
+            self.end_headers()
+            self.wfile.write(b"ok\n" if code == 200 else b"not ready\n")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    free = server.server_port
+
+    def run(script, port):
+        local = script.replace(f"/dev/tcp/127.0.0.1/{port}", f"/dev/tcp/127.0.0.1/{free}")
+        return subprocess.run(["bash", "-c", local], capture_output=True, timeout=10).returncode
+
+    p = Problems()
+    try:
+        for where, kind, script, port in probes:
+            status["code"] = 200
+            if run(script, port) != 0:
+                p.add(where, f"{kind} fails while the agent answers 200")
+            status["code"] = 503
+            if run(script, port) == 0:
+                p.add(where, f"{kind} passes while the agent answers 503")
+    finally:
+        server.shutdown()
+        server.server_close()
+    for where, kind, script, port in probes:
+        if run(script, port) == 0:
+            p.add(where, f"{kind} passes while nothing listens")
+    return p.finish(f"{len(probes)} probes ({', '.join(sorted(paths_asked))}): pass on 200, "
+                    "fail on 503 and with nothing listening")
+
+
+# --------------------------------------------------------------------------
 
 
 def main(argv: list[str]) -> int:
@@ -1263,6 +1804,8 @@ def main(argv: list[str]) -> int:
         "compose-healthcheck": cmd_compose_healthcheck,
         "docker": cmd_docker,
         "envoy": cmd_envoy,
+        "agent": cmd_agent,
+        "agent-probes": cmd_agent_probes,
         "k8s-sd-stub": lambda: cmd_k8s_sd_stub(args[0], args[1]),
     }
     if cmd not in commands:

