@@ -47,6 +47,82 @@ fn section(readme: &str) -> &str {
     &body[..end]
 }
 
+/// The section on `tollgate agent`, run after [`SECTION`] (whose tenants
+/// it uses) against the same server: its `tollgate agent` line in the
+/// background (the README runs it "in a second terminal"), the other
+/// lines once the socket answers. Two things differ from the README, as
+/// they must on a machine shared with other tests: the server's URL is
+/// the test server's, and `/tmp/tollgate-agent…` paths are in the test's
+/// directory.
+const AGENT_SECTION: &str = "## Gate work from any language";
+
+fn agent_section(readme: &str, server: &Server, dir: &Path, path: &std::ffi::OsStr) {
+    let start = readme
+        .find(AGENT_SECTION)
+        .expect("the agent's section in README.md");
+    let body = &readme[start + AGENT_SECTION.len()..];
+    let body = &body[..body.find("\n## ").unwrap_or(body.len())];
+    let local = |line: &str| {
+        line.replace("http://127.0.0.1:50051", &server.url).replace(
+            "/tmp/tollgate-agent",
+            &dir.join("tollgate-agent").display().to_string(),
+        )
+    };
+    let blocks = fenced(body, "sh");
+    assert_eq!(blocks.len(), 1, "one sh block in the agent's section");
+    let (agent_lines, commands): (Vec<&str>, Vec<&str>) = blocks[0]
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .partition(|line| line.starts_with("tollgate agent "));
+    assert_eq!(agent_lines.len(), 1, "one `tollgate agent` line");
+    let agent_line = local(agent_lines[0]);
+    let agent_line = agent_line.split('#').next().unwrap_or_default();
+    let mut agent = support::Served(
+        std::process::Command::new("sh")
+            .args(["-c", &format!("exec {agent_line}")])
+            .current_dir(dir)
+            .env("PATH", path)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the README's agent"),
+    );
+    let socket = dir.join("tollgate-agent.sock");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(
+            agent.0.try_wait().expect("wait").is_none(),
+            "the README's agent exited: {agent_line}"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the README's agent did not come up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for command in commands {
+        let command = local(command);
+        let out = std::process::Command::new("sh")
+            .args(["-e", "-c", &command])
+            .current_dir(dir)
+            .env("PATH", path)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run sh");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && !stdout.contains("\"error\""),
+            "a README command of the agent's section failed ({}):\n{command}\n--- stdout\n{stdout}\n--- stderr\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if command.contains("/v1/acquire") {
+            assert!(stdout.contains("\"admitted\":true"), "{command}: {stdout}");
+        }
+    }
+}
+
 #[test]
 fn readme_commands_run_as_pasted_in_order() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
@@ -129,6 +205,8 @@ fn readme_commands_run_as_pasted_in_order() {
         assert!(*count > 0, "no README line starts with {start:?} ({why})");
     }
     assert!(ran >= 20, "only {ran} commands found in the section");
+
+    agent_section(&readme, &server, dir.path(), &path);
 
     // What the commands did, read back: acme ends on pro, t1234 was moved
     // there with set-tier, t5678 went to free.

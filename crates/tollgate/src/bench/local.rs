@@ -31,9 +31,9 @@ use anyhow::{Context, bail};
 use clap::ValueEnum;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code as EnvoyCode;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde::Serialize;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -183,6 +183,11 @@ impl Caller {
                     hits_addend: 1,
                 });
                 request.set_timeout(context.timeout);
+                // An agent's Envoy listener takes its callers as TCP
+                // callers: they show the tenant's token (--pod-token).
+                if let Some(token) = &context.pod_token {
+                    token.attach(&mut request);
+                }
                 let answer = client.should_rate_limit(request).await?.into_inner();
                 Ok(answer.overall_code == EnvoyCode::Ok as i32)
             }
@@ -253,24 +258,18 @@ pub(super) async fn run(
     for index in 0..plan.pods {
         let tenant = plan.tenants[index / per_tenant].clone();
         let caller = match target.mode {
-            LocalMode::InProcess => {
-                Caller::InProcess(controllers[index / per_tenant].bucket("")?)
-            }
+            LocalMode::InProcess => Caller::InProcess(controllers[index / per_tenant].bucket("")?),
             LocalMode::Agent => Caller::Agent {
                 client: AgentClient::new(connections[index % connections.len()].clone()),
                 tenant,
             },
             LocalMode::Envoy => Caller::Envoy {
-                client: RateLimitServiceClient::new(
-                    connections[index % connections.len()].clone(),
-                ),
+                client: RateLimitServiceClient::new(connections[index % connections.len()].clone()),
                 tenant,
                 entries: vec![entry("generic_key", SHARED_BUCKET)],
             },
             LocalMode::EnvoyPerKey => Caller::Envoy {
-                client: RateLimitServiceClient::new(
-                    connections[index % connections.len()].clone(),
-                ),
+                client: RateLimitServiceClient::new(connections[index % connections.len()].clone()),
                 tenant,
                 entries: vec![
                     entry("generic_key", super::checks::BUCKET),
@@ -337,6 +336,10 @@ async fn call_loop(index: usize, mut caller: Caller, context: Arc<RunContext>) -
             break;
         }
         let answer = caller.call(&context).await;
+        // An acquisition served at once never yields to the runtime:
+        // without this, callers in process would starve the buckets'
+        // own tasks.
+        tokio::task::consume_budget().await;
         let measured = context.measured(started);
         context.answers.fetch_add(1, Ordering::Relaxed);
         match answer {
