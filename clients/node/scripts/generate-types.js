@@ -22,11 +22,10 @@ function generate(baseDir, outDir) {
     paths: [PACKAGE_DIR],
   });
   // The file name comes first: `--includeDirs` takes every argument after it.
-  execFileSync(
-    process.execPath,
-    [bin, ROOT_PROTO, ...LOADER_FLAGS, `--outDir=${outDir}`, "--includeDirs=proto"],
-    { cwd: baseDir, stdio: ["ignore", "ignore", "inherit"] },
-  );
+  execFileSync(process.execPath, [bin, ROOT_PROTO, ...LOADER_FLAGS, `--outDir=${outDir}`, "--includeDirs=proto"], {
+    cwd: baseDir,
+    stdio: ["ignore", "ignore", "inherit"],
+  });
 }
 
 module.exports = { generate };

@@ -100,7 +100,13 @@ export class AgentUnavailableError extends TollgateError {
   readonly requestId: string | undefined;
   readonly attempts: number;
 
-  constructor(message: string, target: string, requestId: string | undefined, attempts: number, options: TollgateErrorOptions = {}) {
+  constructor(
+    message: string,
+    target: string,
+    requestId: string | undefined,
+    attempts: number,
+    options: TollgateErrorOptions = {},
+  ) {
     super(message, options);
     this.target = target;
     this.requestId = requestId;

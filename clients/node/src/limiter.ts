@@ -217,7 +217,10 @@ export class Limiter {
     this.tenant = stringOption("tenant", options.tenant);
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     if (typeof this.timeoutMs !== "number" || !Number.isFinite(this.timeoutMs) || this.timeoutMs <= 0) {
-      throw new InvalidArgumentError(`timeoutMs: must be a finite number above 0, got ${String(options.timeoutMs)}`, "timeoutMs");
+      throw new InvalidArgumentError(
+        `timeoutMs: must be a finite number above 0, got ${String(options.timeoutMs)}`,
+        "timeoutMs",
+      );
     }
     if (options.token !== undefined) {
       this.token = stringOption("token", options.token);
@@ -260,14 +263,23 @@ export class Limiter {
     }
     const requestId = randomUUID();
     const started = Date.now();
-    const ctx = this.context("Acquire", [bucket], requestId, signal, Math.max(this.timeoutMs, (maxWaitMs ?? 0) + ANSWER_GRACE_MS));
+    const ctx = this.context(
+      "Acquire",
+      [bucket],
+      requestId,
+      signal,
+      Math.max(this.timeoutMs, (maxWaitMs ?? 0) + ANSWER_GRACE_MS),
+    );
     const request = { tenant: this.tenant, bucket, tokens, maxWait, requestId };
-    const response = await this.call<AcquireResponse__Output>(ctx, (md, opts, cb) => this.client.acquire(request, md, opts, cb), (error) =>
-      // The agent waits until the call's own deadline when no `maxWaitMs`
-      // is given: running out of it is not being admitted.
-      error.code === Status.DEADLINE_EXCEEDED
-        ? new NotAdmittedError(this.tenant, bucket, tokens, Date.now() - started, { code: error.code, cause: error })
-        : undefined,
+    const response = await this.call<AcquireResponse__Output>(
+      ctx,
+      (md, opts, cb) => this.client.acquire(request, md, opts, cb),
+      (error) =>
+        // The agent waits until the call's own deadline when no `maxWaitMs`
+        // is given: running out of it is not being admitted.
+        error.code === Status.DEADLINE_EXCEEDED
+          ? new NotAdmittedError(this.tenant, bucket, tokens, Date.now() - started, { code: error.code, cause: error })
+          : undefined,
     );
     const waitedMs = msFromDuration(response.waited) ?? 0;
     if (!response.admitted) {
@@ -281,7 +293,12 @@ export class Limiter {
    * `work` throws, the tokens are given back (those not yet reported to
    * the server) and the error is rethrown.
    */
-  async withTokens<T>(bucket: string, tokens: number, work: () => Promise<T> | T, options: AcquireOptions = {}): Promise<T> {
+  async withTokens<T>(
+    bucket: string,
+    tokens: number,
+    work: () => Promise<T> | T,
+    options: AcquireOptions = {},
+  ): Promise<T> {
     if (typeof work !== "function") {
       throw new InvalidArgumentError(`work: must be a function, got ${typeof work}`, "work");
     }
@@ -310,7 +327,9 @@ export class Limiter {
     const requestId = randomUUID();
     const ctx = this.context("TryAcquire", [bucket], requestId, options.signal);
     const request = { tenant: this.tenant, bucket, tokens, requestId };
-    const response = await this.call<AcquireResponse__Output>(ctx, (md, opts, cb) => this.client.tryAcquire(request, md, opts, cb));
+    const response = await this.call<AcquireResponse__Output>(ctx, (md, opts, cb) =>
+      this.client.tryAcquire(request, md, opts, cb),
+    );
     return response.admitted;
   }
 
@@ -333,7 +352,10 @@ export class Limiter {
    */
   async report(usage: Usage, options: CallOptions = {}): Promise<number> {
     if (typeof usage !== "object" || usage === null) {
-      throw new InvalidArgumentError(`usage: must be an object, got ${usage === null ? "null" : typeof usage}`, "usage");
+      throw new InvalidArgumentError(
+        `usage: must be an object, got ${usage === null ? "null" : typeof usage}`,
+        "usage",
+      );
     }
     const cpuSeconds = usage.cpuSeconds ?? 0;
     checkNumber("cpuSeconds", cpuSeconds);
@@ -349,7 +371,9 @@ export class Limiter {
       requestId,
     };
     const ctx = this.context("Report", [""], requestId, options.signal);
-    const response = await this.call<ReportResponse__Output>(ctx, (md, opts, cb) => this.client.report(request, md, opts, cb));
+    const response = await this.call<ReportResponse__Output>(ctx, (md, opts, cb) =>
+      this.client.report(request, md, opts, cb),
+    );
     return response.requestUnits;
   }
 
@@ -363,7 +387,9 @@ export class Limiter {
     const requestId = randomUUID();
     const ctx = this.context("Return", [bucket], requestId, options.signal);
     const request = { tenant: this.tenant, bucket, tokens, requestId };
-    const response = await this.call<ReturnResponse__Output>(ctx, (md, opts, cb) => this.client.return(request, md, opts, cb));
+    const response = await this.call<ReturnResponse__Output>(ctx, (md, opts, cb) =>
+      this.client.return(request, md, opts, cb),
+    );
     return response.returned;
   }
 
@@ -372,7 +398,9 @@ export class Limiter {
     checkBucket(bucket);
     const ctx = this.context("Status", [bucket], undefined, options.signal);
     const request = { tenant: this.tenant, bucket };
-    const response = await this.call<StatusResponse__Output>(ctx, (md, opts, cb) => this.client.status(request, md, opts, cb));
+    const response = await this.call<StatusResponse__Output>(ctx, (md, opts, cb) =>
+      this.client.status(request, md, opts, cb),
+    );
     return {
       tokens: response.tokens,
       debt: response.debt,
@@ -415,7 +443,9 @@ export class Limiter {
     };
     const buckets = [...new Set(request.items.map((item) => item.bucket))];
     const ctx = this.context("CheckKeys", buckets, callId, options.signal);
-    const response = await this.call<CheckResponse__Output>(ctx, (md, opts, cb) => this.client.checkKeys(request, md, opts, cb));
+    const response = await this.call<CheckResponse__Output>(ctx, (md, opts, cb) =>
+      this.client.checkKeys(request, md, opts, cb),
+    );
     return {
       allowed: response.allowed,
       answers: response.answers.map((answer) => ({
@@ -545,7 +575,8 @@ export class Limiter {
       case Status.ABORTED:
       case Status.DEADLINE_EXCEEDED: {
         const what = code === Status.DEADLINE_EXCEEDED ? "did not answer" : "could not be reached";
-        const retried = attempts > 1 ? ` (${attempts} attempts${ctx.requestId ? ` with request id ${ctx.requestId}` : ""})` : "";
+        const retried =
+          attempts > 1 ? ` (${attempts} attempts${ctx.requestId ? ` with request id ${ctx.requestId}` : ""})` : "";
         return new AgentUnavailableError(
           `${ctx.rpc}: the tollgate agent at ${this.target} ${what} within ${this.timeoutMs} ms${retried}: ${grpc.status[code]}: ${details}`,
           this.target,
@@ -639,11 +670,18 @@ function namesBucket(details: string, buckets: string[]): boolean {
 }
 
 function isServiceError(error: unknown): error is grpc.ServiceError {
-  return error instanceof Error && typeof (error as Partial<grpc.ServiceError>).code === "number" && "metadata" in error;
+  return (
+    error instanceof Error && typeof (error as Partial<grpc.ServiceError>).code === "number" && "metadata" in error
+  );
 }
 
 function isAbortSignal(value: unknown): value is AbortSignal {
-  return typeof value === "object" && value !== null && typeof (value as AbortSignal).aborted === "boolean" && typeof (value as AbortSignal).addEventListener === "function";
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    typeof (value as AbortSignal).aborted === "boolean" &&
+    typeof (value as AbortSignal).addEventListener === "function"
+  );
 }
 
 function abortReason(signal: AbortSignal): unknown {

@@ -94,7 +94,13 @@ describe("buckets", () => {
     let first: number;
     let second: number;
     try {
-      first = await limiter.report({ readRequests: 3, readBytes: 4096, writeRequests: 2, writeBytes: 1000, cpuSeconds: 0.5 });
+      first = await limiter.report({
+        readRequests: 3,
+        readBytes: 4096,
+        writeRequests: 2,
+        writeBytes: 1000,
+        cpuSeconds: 0.5,
+      });
       second = await limiter.report({ readRequests: 1n, egressBytes: 2048 });
       assert.ok(first > 0, `first report cost ${first}`);
       assert.ok(second > 0, `second report cost ${second}`);

@@ -124,14 +124,23 @@ describe("errors", () => {
         return true;
       });
     }
-    assert.throws(() => new Limiter({ tenant: "acme", timeoutMs: 0 }), { name: "InvalidArgumentError", field: "timeoutMs" });
-    assert.throws(() => new Limiter({ tenant: "acme", address: "http://127.0.0.1:1" }), { name: "InvalidArgumentError", field: "address" });
+    assert.throws(() => new Limiter({ tenant: "acme", timeoutMs: 0 }), {
+      name: "InvalidArgumentError",
+      field: "timeoutMs",
+    });
+    assert.throws(() => new Limiter({ tenant: "acme", address: "http://127.0.0.1:1" }), {
+      name: "InvalidArgumentError",
+      field: "address",
+    });
   });
 
   it("calls after close are refused", async () => {
     const closed = new Limiter({ tenant: "acme", socket: agent.socket });
     closed.close();
-    await assert.rejects(closed.status("schedule-email"), (error) => error instanceof TollgateError && /closed/.test(error.message));
+    await assert.rejects(
+      closed.status("schedule-email"),
+      (error) => error instanceof TollgateError && /closed/.test(error.message),
+    );
   });
 
   it("checkKeys passes per-key checks to the server", async () => {
@@ -163,8 +172,12 @@ describe("errors", () => {
       assert.ok((refused.answers[0].retryAfterMs ?? 0) > 0, `retry after ${refused.answers[0].retryAfterMs}`);
 
       // The same request id is answered from the first check's record.
-      const replay = await keyed.checkKeys([{ bucket: "api-calls-per-user", key: "user-99", tokens: 1, requestId: "r-1" }]);
-      const again = await keyed.checkKeys([{ bucket: "api-calls-per-user", key: "user-99", tokens: 1, requestId: "r-1" }]);
+      const replay = await keyed.checkKeys([
+        { bucket: "api-calls-per-user", key: "user-99", tokens: 1, requestId: "r-1" },
+      ]);
+      const again = await keyed.checkKeys([
+        { bucket: "api-calls-per-user", key: "user-99", tokens: 1, requestId: "r-1" },
+      ]);
       assert.equal(replay.answers[0].replayed, false);
       assert.equal(again.answers[0].replayed, true);
       assert.equal(again.answers[0].remainingTokens, replay.answers[0].remainingTokens);

@@ -40,7 +40,10 @@ export class Scratch {
   spawn(args: string[], logName: string): { child: ChildProcess; log: string } {
     const log = path.join(this.dir, `${logName}.log`);
     const out = fs.openSync(log, "a");
-    const child = spawn(tollgateBin(), args, { stdio: ["ignore", out, out], env: { ...process.env, RUST_LOG: "info" } });
+    const child = spawn(tollgateBin(), args, {
+      stdio: ["ignore", out, out],
+      env: { ...process.env, RUST_LOG: "info" },
+    });
     fs.closeSync(out);
     this.processes.add(child);
     child.once("exit", () => this.processes.delete(child));
@@ -80,7 +83,13 @@ function tail(log: string): string {
 }
 
 /** Waits until `ready()` is true, failing with the process's log if it exits or takes longer than `timeoutMs`. */
-async function waitReady(what: string, child: ChildProcess, log: string, ready: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+async function waitReady(
+  what: string,
+  child: ChildProcess,
+  log: string,
+  ready: () => Promise<boolean>,
+  timeoutMs = 30_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (child.exitCode !== null || child.signalCode !== null) {
@@ -130,7 +139,18 @@ export class Server {
     const store = path.join(scratch.dir, "tollgate.redb");
     // The port is read back from the log, so that two test files never race for one.
     const { child, log } = scratch.spawn(
-      ["serve", "--store", store, "--create", "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--log-format", "json"],
+      [
+        "serve",
+        "--store",
+        store,
+        "--create",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "off",
+        "--log-format",
+        "json",
+      ],
       "server",
     );
     let address: string | undefined;
@@ -155,16 +175,34 @@ export class Server {
   }
 
   /** Creates (or sets) a bucket of the tenant: `available` tokens now, `refillRate` per second, capped at `burstLimit`. */
-  async setLimits(tenant: string, bucket: string, available: number, refillRate: number, burstLimit: number): Promise<void> {
+  async setLimits(
+    tenant: string,
+    bucket: string,
+    available: number,
+    refillRate: number,
+    burstLimit: number,
+  ): Promise<void> {
     await this.cli([
-      "tenant", "set-limits", "--tenant", tenant, "--bucket", bucket,
-      "--available", String(available), "--refill-rate", String(refillRate), "--burst-limit", String(burstLimit),
+      "tenant",
+      "set-limits",
+      "--tenant",
+      tenant,
+      "--bucket",
+      bucket,
+      "--available",
+      String(available),
+      "--refill-rate",
+      String(refillRate),
+      "--burst-limit",
+      String(burstLimit),
     ]);
   }
 
   /** The server's record of one bucket: its totals (`consumption`), limits and instances. */
   async bucket(tenant: string, bucket: string): Promise<BucketRecord> {
-    const shown: unknown = JSON.parse(await this.cli(["tenant", "show", "--tenant", tenant, "--bucket", bucket, "--json"]));
+    const shown: unknown = JSON.parse(
+      await this.cli(["tenant", "show", "--tenant", tenant, "--bucket", bucket, "--json"]),
+    );
     return (Array.isArray(shown) ? shown[0] : shown) as BucketRecord;
   }
 
@@ -241,7 +279,15 @@ export class Agent {
     const name = options.name ?? "agent";
     this.socket = path.join(scratch.dir, `${name}.sock`);
     this.logName = name;
-    this.args = ["agent", "--server", server.url, "--socket", this.socket, "--state-dir", path.join(scratch.dir, `${name}-state`)];
+    this.args = [
+      "agent",
+      "--server",
+      server.url,
+      "--socket",
+      this.socket,
+      "--state-dir",
+      path.join(scratch.dir, `${name}-state`),
+    ];
     if (options.listenPort !== undefined) {
       this.address = `127.0.0.1:${options.listenPort}`;
       this.args.push("--listen", this.address);

@@ -28,14 +28,20 @@ describe("tcp", () => {
     }
     agent = await Agent.start(scratch, server, {
       listenPort: await freePort(),
-      access: [`[tenants.acme]`, `token = "${ACME_TOKEN}"`, `[tenants.globex]`, `token = "${GLOBEX_TOKEN}"`, ""].join("\n"),
+      access: [`[tenants.acme]`, `token = "${ACME_TOKEN}"`, `[tenants.globex]`, `token = "${GLOBEX_TOKEN}"`, ""].join(
+        "\n",
+      ),
     });
   });
   after(async () => {
     await scratch.close();
   });
 
-  async function denied(limiter: Limiter, kind: typeof UnauthenticatedError | typeof PermissionDeniedError, code: grpc.status): Promise<void> {
+  async function denied(
+    limiter: Limiter,
+    kind: typeof UnauthenticatedError | typeof PermissionDeniedError,
+    code: grpc.status,
+  ): Promise<void> {
     try {
       for (const call of [() => limiter.tryAcquire("schedule-email", 1), () => limiter.status("schedule-email")]) {
         await assert.rejects(call(), (error) => {
@@ -60,14 +66,34 @@ describe("tcp", () => {
   });
 
   it("a TCP caller without a token, with a wrong one or another tenant's is unauthenticated", async () => {
-    await denied(new Limiter({ tenant: "acme", address: agent.address }), UnauthenticatedError, grpc.status.UNAUTHENTICATED);
-    await denied(new Limiter({ tenant: "acme", address: agent.address, token: "not-the-token-0123456789" }), UnauthenticatedError, grpc.status.UNAUTHENTICATED);
-    await denied(new Limiter({ tenant: "acme", address: agent.address, token: GLOBEX_TOKEN }), UnauthenticatedError, grpc.status.UNAUTHENTICATED);
+    await denied(
+      new Limiter({ tenant: "acme", address: agent.address }),
+      UnauthenticatedError,
+      grpc.status.UNAUTHENTICATED,
+    );
+    await denied(
+      new Limiter({ tenant: "acme", address: agent.address, token: "not-the-token-0123456789" }),
+      UnauthenticatedError,
+      grpc.status.UNAUTHENTICATED,
+    );
+    await denied(
+      new Limiter({ tenant: "acme", address: agent.address, token: GLOBEX_TOKEN }),
+      UnauthenticatedError,
+      grpc.status.UNAUTHENTICATED,
+    );
   });
 
   it("a tenant the access file does not list is not served, on either listener", async () => {
-    await denied(new Limiter({ tenant: "initech", socket: agent.socket }), PermissionDeniedError, grpc.status.PERMISSION_DENIED);
-    await denied(new Limiter({ tenant: "initech", address: agent.address, token: ACME_TOKEN }), PermissionDeniedError, grpc.status.PERMISSION_DENIED);
+    await denied(
+      new Limiter({ tenant: "initech", socket: agent.socket }),
+      PermissionDeniedError,
+      grpc.status.PERMISSION_DENIED,
+    );
+    await denied(
+      new Limiter({ tenant: "initech", address: agent.address, token: ACME_TOKEN }),
+      PermissionDeniedError,
+      grpc.status.PERMISSION_DENIED,
+    );
   });
 
   it("a socket caller of a listed tenant needs no token", async () => {
@@ -82,7 +108,11 @@ describe("tcp", () => {
   it("calls whose answers were lost are sent again with their request ids and applied once", async () => {
     const token = "hooli-token-0123456789abcdef";
     await server.setLimits("hooli", "bulk", 10_000, 100, 10_000);
-    const own = await Agent.start(scratch, server, { name: "lossy", listenPort: await freePort(), access: `[tenants.hooli]\ntoken = "${token}"\n` });
+    const own = await Agent.start(scratch, server, {
+      name: "lossy",
+      listenPort: await freePort(),
+      access: `[tenants.hooli]\ntoken = "${token}"\n`,
+    });
     const relay = await LossyRelay.start(own.address as string);
     scratch.onClose(() => relay.close());
     const limiter = new Limiter({ tenant: "hooli", address: relay.address, token });

@@ -73,7 +73,9 @@ describe("waiting", () => {
       const controller = new AbortController();
       controller.abort();
       await assert.rejects(limiter.acquire("frozen", 1, { signal: controller.signal }), { name: "AbortError" });
-      await assert.rejects(limiter.acquire("frozen", NEVER, { signal: AbortSignal.timeout(200) }), { name: "TimeoutError" });
+      await assert.rejects(limiter.acquire("frozen", NEVER, { signal: AbortSignal.timeout(200) }), {
+        name: "TimeoutError",
+      });
       await queued(limiter, 0, 0);
     } finally {
       limiter.close();
