@@ -64,8 +64,13 @@ export class BucketRefusedError extends TollgateError {
   /** The bucket; `""` is the tenant's request-unit bucket. */
   readonly bucket: string;
 
+  /** `details` is the agent's message, which names the tenant and the bucket when the server refused it. */
   constructor(tenant: string, bucket: string, code: Status, details: string, options: { cause?: unknown } = {}) {
-    super(`tenant "${tenant}" ${bucketPhrase(bucket)} refused: ${Status[code]}: ${details}`, { ...options, code });
+    const named = details.includes(`bucket "${bucket}"`);
+    super(named ? details : `tenant "${tenant}" ${bucketPhrase(bucket)} refused: ${Status[code]}: ${details}`, {
+      ...options,
+      code,
+    });
     this.tenant = tenant;
     this.bucket = bucket;
   }

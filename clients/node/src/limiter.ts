@@ -183,6 +183,8 @@ interface CallContext {
   /** The bucket the call names (`""`: the request-unit bucket), or those of a per-key check. */
   buckets: string[];
   requestId: string | undefined;
+  /** How long the call may take, retries included. */
+  budgetMs: number;
   /** Epoch milliseconds after which no attempt is made. */
   deadline: number;
   signal: AbortSignal | undefined;
@@ -275,9 +277,11 @@ export class Limiter {
       ctx,
       (md, opts, cb) => this.client.acquire(request, md, opts, cb),
       (error) =>
-        // The agent waits until the call's own deadline when no `maxWaitMs`
-        // is given: running out of it is not being admitted.
-        error.code === Status.DEADLINE_EXCEEDED
+        // Without `maxWaitMs` the agent waits until the call's own deadline:
+        // running out of it is not being admitted. With it, the agent
+        // answers well before the deadline, and one that did not is
+        // unavailable.
+        error.code === Status.DEADLINE_EXCEEDED && maxWaitMs === undefined
           ? new NotAdmittedError(this.tenant, bucket, tokens, Date.now() - started, { code: error.code, cause: error })
           : undefined,
     );
@@ -478,7 +482,7 @@ export class Limiter {
     if (signal !== undefined && !isAbortSignal(signal)) {
       throw new InvalidArgumentError("signal: must be an AbortSignal", "signal");
     }
-    return { rpc, buckets, requestId, deadline: Date.now() + budgetMs, signal };
+    return { rpc, buckets, requestId, budgetMs, deadline: Date.now() + budgetMs, signal };
   }
 
   /**
@@ -578,7 +582,7 @@ export class Limiter {
         const retried =
           attempts > 1 ? ` (${attempts} attempts${ctx.requestId ? ` with request id ${ctx.requestId}` : ""})` : "";
         return new AgentUnavailableError(
-          `${ctx.rpc}: the tollgate agent at ${this.target} ${what} within ${this.timeoutMs} ms${retried}: ${grpc.status[code]}: ${details}`,
+          `${ctx.rpc}: the tollgate agent at ${this.target} ${what} within ${ctx.budgetMs} ms${retried}: ${grpc.status[code]}: ${details}`,
           this.target,
           ctx.requestId,
           attempts,

@@ -8,7 +8,7 @@ import { after, before, describe, it } from "node:test";
 
 import { Limiter } from "@tollgate/agent";
 
-import { Agent, Scratch, Server } from "./harness";
+import { Agent, Scratch, Server, started } from "./harness";
 
 describe("buckets", () => {
   let scratch: Scratch;
@@ -75,6 +75,7 @@ describe("buckets", () => {
     const limiter = new Limiter({ tenant: acme, socket: agent.socket });
     let returned: number;
     try {
+      await started(limiter, server, acme, "schedule-email");
       await limiter.acquire("schedule-email", 40);
       returned = await limiter.giveBack("schedule-email", 40);
       // Given back at once, before the agent's next report: some come back.
@@ -132,9 +133,8 @@ describe("buckets", () => {
       assert.equal(status.waiters, 0);
       assert.equal(status.queuedTokens, 0);
       assert.ok(status.instanceId > 0, `instance id ${status.instanceId}`);
-      // The server has served the agent once the bucket holds what it granted.
-      const served = await server.bucket(acme, "schedule-email");
-      assert.equal(served.live_instances, 1);
+      // Starting the bucket made the agent one instance of it at the server.
+      await started(limiter, server, acme, "schedule-email");
       assert.ok(status.fallbackRate > 0, `fallback rate ${status.fallbackRate}`);
       const units = await limiter.status();
       assert.equal(units.instanceId, status.instanceId);
@@ -174,6 +174,7 @@ describe("buckets", () => {
     const limiter = new RecordingLimiter({ tenant: acme, socket: agent.socket });
     const failure = new Error("the mail relay is down");
     try {
+      await started(limiter, server, acme, "schedule-email");
       await assert.rejects(
         limiter.withTokens("schedule-email", 30, async () => {
           throw failure;

@@ -287,6 +287,9 @@ export class Agent {
       this.socket,
       "--state-dir",
       path.join(scratch.dir, `${name}-state`),
+      // Each agent of a test is a node of its own: its own instance id.
+      "--node-name",
+      `${path.basename(scratch.dir)}-${name}`,
     ];
     if (options.listenPort !== undefined) {
       this.address = `127.0.0.1:${options.listenPort}`;
@@ -406,6 +409,26 @@ export class LossyRelay {
     for (const socket of this.sockets) socket.destroy();
     return new Promise((resolve) => this.server.close(() => resolve()));
   }
+}
+
+/**
+ * Starts the agent's bucket and waits until the server has answered its
+ * first request: that request reports whatever was taken before it, so
+ * tokens taken after it stay unreported until the agent's next request.
+ */
+export async function started(
+  limiter: { status(bucket: string): Promise<unknown> },
+  server: Server,
+  tenant: string,
+  bucket: string,
+): Promise<void> {
+  await limiter.status(bucket);
+  await eventually(async () => {
+    const record = await server.bucket(tenant, bucket);
+    if (record.live_instances !== 1) {
+      throw new Error(`tenant "${tenant}" bucket "${bucket}": ${record.live_instances} live instances`);
+    }
+  });
 }
 
 /** Polls `probe` until it resolves without throwing, or rethrows its last error after `timeoutMs`. */

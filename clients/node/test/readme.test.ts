@@ -1,6 +1,8 @@
 // Every TypeScript example of README.md, type-checked against the built
-// package and run against a real agent, as a reader would paste it: only
-// the socket's path is this test's.
+// package and run against a real agent, as a reader would paste it. Only
+// the socket's path and the tenant are this test's: each example runs as
+// a tenant of its own on the README's tier, so that it finds the buckets
+// as a reader's first run would, whatever the examples before it took.
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -52,6 +54,10 @@ function run(file: string): Promise<{ code: number | null; stdout: string; stder
   });
 }
 
+function tenantOf(example: number): string {
+  return `t1234-${example + 1}`;
+}
+
 describe("README examples", () => {
   let scratch: Scratch;
   let agent: Agent;
@@ -75,7 +81,9 @@ describe("README examples", () => {
       ].join("\n"),
     );
     await server.cli(["tier", "apply", "-f", tiers, "--yes"]);
-    await server.cli(["tenant", "create", "--tenant", "t1234", "--tier", "pro"]);
+    for (let i = 0; i < blocks.length; i++) {
+      await server.cli(["tenant", "create", "--tenant", tenantOf(i), "--tier", "pro"]);
+    }
     agent = await Agent.start(scratch, server);
   });
   after(async () => {
@@ -88,18 +96,22 @@ describe("README examples", () => {
     fs.mkdirSync(EXAMPLES_DIR, { recursive: true });
     const files = blocks.map((block, i) => {
       const file = path.join(EXAMPLES_DIR, `example-${i + 1}.ts`);
-      fs.writeFileSync(file, block.replaceAll("/run/tollgate/agent.sock", agent.socket));
+      fs.writeFileSync(
+        file,
+        block.replaceAll("/run/tollgate/agent.sock", agent.socket).replaceAll('"t1234"', JSON.stringify(tenantOf(i))),
+      );
       return file;
     });
     compile(files);
   });
 
   for (let i = 0; i < blocks.length; i++) {
-    it(`example ${i + 1} runs to its end`, async () => {
+    it(`example ${i + 1} runs to its end`, async (t) => {
       const { code, stdout, stderr } = await run(path.join(EXAMPLES_DIR, `example-${i + 1}.js`));
       assert.equal(code, 0, `example ${i + 1} failed:\n${blocks[i]}\n--- stdout\n${stdout}--- stderr\n${stderr}`);
       assert.equal(stderr, "", `example ${i + 1} wrote to stderr`);
       assert.notEqual(stdout.trim(), "", `example ${i + 1} printed nothing`);
+      t.diagnostic(stdout.trim());
     });
   }
 });

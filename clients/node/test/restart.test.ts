@@ -4,10 +4,11 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { setTimeout as delay } from "node:timers/promises";
 
 import { AgentUnavailableError, Limiter } from "@tollgate/agent";
 
-import { Agent, Scratch, Server, stateAfter } from "./harness";
+import { Agent, LossyRelay, Scratch, Server, freePort, started, stateAfter } from "./harness";
 
 describe("restart", () => {
   let scratch: Scratch;
@@ -28,6 +29,8 @@ describe("restart", () => {
       const agent = await Agent.start(scratch, server, { name: tenant });
       const limiter = new Limiter({ tenant, socket: agent.socket, timeoutMs: 30_000 });
       try {
+        // Taken after the first request: unreported when the agent goes away.
+        await started(limiter, server, tenant, "schedule-email");
         await limiter.acquire("schedule-email", 3);
         if (how === "stopped") {
           assert.equal(await agent.stop(), 0);
@@ -49,6 +52,39 @@ describe("restart", () => {
       assert.equal(email.consumption.request_unit_micros, 10_000_000);
     });
   }
+
+  it("a charge whose answer was lost before a restart is answered by the restarted agent, not applied again", async () => {
+    const tenant = "restart-lost-answer";
+    const token = "lost-answer-token-0123456789";
+    await server.setLimits(tenant, "schedule-email", 10_000, 100, 10_000);
+    const agent = await Agent.start(scratch, server, {
+      name: tenant,
+      listenPort: await freePort(),
+      access: `[tenants.${tenant}]\ntoken = "${token}"\n`,
+    });
+    const relay = await LossyRelay.start(agent.address as string);
+    scratch.onClose(() => relay.close());
+    const limiter = new Limiter({ tenant, address: relay.address, token });
+    try {
+      await started(limiter, server, tenant, "schedule-email");
+      relay.loseNextAnswer();
+      const charge = limiter.charge("schedule-email", 5);
+      // The agent has applied the charge; its answer is lost. Its graceful
+      // stop reports the 5 tokens to the server.
+      await delay(200);
+      assert.equal(await agent.stop(), 0);
+      assert.equal((await server.bucket(tenant, "schedule-email")).consumption.request_unit_micros, 5_000_000);
+      assert.equal(await stateAfter(charge, 200), "pending");
+      await agent.restart();
+      await charge;
+      assert.equal(relay.answersLost, 1);
+    } finally {
+      limiter.close();
+    }
+    assert.equal(await agent.stop(), 0);
+    const email = await server.bucket(tenant, "schedule-email");
+    assert.equal(email.consumption.request_unit_micros, 5_000_000);
+  });
 
   it("a call gives up with AgentUnavailableError when the agent is not back within timeoutMs", async () => {
     const tenant = "restart-never";
