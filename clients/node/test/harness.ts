@@ -35,6 +35,11 @@ export class Scratch {
 
   constructor(name: string) {
     this.dir = fs.mkdtempSync(path.join(os.tmpdir(), `tollgate-node-${name}-`));
+    // A test process that dies without closing its scratch leaves no server
+    // or agent behind.
+    process.once("exit", () => {
+      for (const child of this.processes) child.kill("SIGKILL");
+    });
   }
 
   spawn(args: string[], logName: string): { child: ChildProcess; log: string } {
