@@ -1255,7 +1255,7 @@ def cmd_envoy() -> int:
 
 AGENT_K8S = K8S / "agent"
 AGENT_GUIDE = ROOT / "docs" / "any-language.md"
-AGENT_OPTION_KINDS = {"string", "bool", "integer", "duration", "mode", "loopback", "address"}
+AGENT_OPTION_KINDS = {"string", "bool", "integer", "duration", "mode", "loopback", "address", "number"}
 # How long the agent gives open connections once SIGTERM came
 # (tollgate_agent::serve::DRAIN_TIMEOUT), before its buckets' final reports.
 AGENT_DRAIN_SECONDS = 10
@@ -1286,6 +1286,8 @@ def agent_option_error(kind: str, value: str) -> str | None:
     if kind == "integer":
         return None if re.fullmatch(r"[0-9]+", value) and 1 <= int(value) <= 2**32 - 1 \
             else "expected an integer from 1 to 4294967295"
+    if kind == "number":
+        return None if re.fullmatch(r"[0-9]+(\.[0-9]+)?", value) else "expected a number, 0 or more"
     if kind == "duration":
         return None if DURATION.match(value) else "expected a duration such as 30s"
     if kind == "mode":

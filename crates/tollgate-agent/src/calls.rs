@@ -41,6 +41,10 @@ use crate::answers::{Begin, MAX_REQUEST_ID_CHARS, Remembered};
 use crate::error::AgentError;
 use crate::metrics::Outcome;
 
+/// How long before the caller's deadline an Acquire still waiting is
+/// answered `admitted: false` (at most a twentieth of the deadline).
+const DEADLINE_MARGIN: Duration = Duration::from_millis(50);
+
 /// The longest `max_wait` an Acquire may ask for.
 pub const MAX_WAIT_LIMIT: Duration = Duration::from_secs(3600);
 
@@ -388,7 +392,11 @@ impl Agent {
             } => {
                 let handle = self.tenants().bucket(tenant, bucket)?;
                 let wait = max_wait.unwrap_or(self.max_wait());
-                let wait = deadline.map_or(wait, |deadline| wait.min(deadline));
+                // Answered a little before the caller's deadline, so that
+                // it hears "not admitted" rather than its own timeout.
+                let wait = deadline.map_or(wait, |deadline| {
+                    wait.min(deadline.saturating_sub(DEADLINE_MARGIN.min(deadline / 20)))
+                });
                 let answer = self.wait_for_tokens(tenant, &handle, *tokens, wait).await?;
                 let taken = match answer {
                     Answer::Acquired { admitted: true, .. } => *tokens,
