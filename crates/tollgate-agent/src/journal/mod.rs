@@ -33,7 +33,7 @@ mod settle;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -247,7 +247,7 @@ impl Journal {
             orphans: orphans.values().cloned().collect(),
             ledgers: Vec::new(),
         };
-        let (file, written) = start_segment(dir, number, &header)?;
+        let (file, written) = start_segment(dir, number, &header, options.segment_bytes)?;
         let count = orphans.len();
         for pending in orphans.values() {
             tracing::info!(
@@ -387,7 +387,7 @@ impl Journal {
         let path = segment_path(&self.dir, inner.segment);
         inner
             .file
-            .write_all(line)
+            .write_all_at(line, inner.written)
             .map_err(|e| JournalError::io(&path, e))?;
         inner.written += line.len() as u64;
         Ok(())
@@ -413,7 +413,8 @@ impl Journal {
                 })
                 .collect(),
         };
-        let (file, written) = start_segment(&self.dir, number, &header)?;
+        let (file, written) =
+            start_segment(&self.dir, number, &header, self.options.segment_bytes)?;
         inner.file = file;
         inner.segment = number;
         inner.written = written;
@@ -462,14 +463,29 @@ fn line(record: &Record) -> Result<Vec<u8>, JournalError> {
 
 /// Writes segment `number` with its header (to a temporary file, renamed
 /// into place, so that every segment has one) and opens it for appending.
-fn start_segment(dir: &Path, number: u64, header: &Record) -> Result<(File, u64), JournalError> {
+///
+/// The file is made its full size at once (a sparse file, zeros after the
+/// header), and lines are written in place: an append that grew the file
+/// would change its size, a metadata update that ext4 makes wait now and
+/// then for its own journal's commit, for milliseconds, with every call
+/// queued behind it. Readers stop at the zeros.
+fn start_segment(
+    dir: &Path,
+    number: u64,
+    header: &Record,
+    size: u64,
+) -> Result<(File, u64), JournalError> {
     let path = segment_path(dir, number);
     let temporary = path.with_extension("log.new");
     let header = line(header)?;
-    std::fs::write(&temporary, &header).map_err(|e| JournalError::io(&temporary, e))?;
+    let file = File::create(&temporary).map_err(|e| JournalError::io(&temporary, e))?;
+    file.write_all_at(&header, 0)
+        .and_then(|()| file.set_len(size.max(header.len() as u64)))
+        .map_err(|e| JournalError::io(&temporary, e))?;
+    drop(file);
     std::fs::rename(&temporary, &path).map_err(|e| JournalError::io(&path, e))?;
     let file = OpenOptions::new()
-        .append(true)
+        .write(true)
         .open(&path)
         .map_err(|e| JournalError::io(&path, e))?;
     Ok((file, header.len() as u64))

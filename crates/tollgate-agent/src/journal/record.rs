@@ -121,8 +121,9 @@ pub fn list_segments(dir: &Path) -> Result<Vec<SegmentFile>, JournalError> {
     Ok(segments)
 }
 
-/// Every whole record of a segment. A last line without its newline (cut
-/// short by a crash mid-write) is dropped; any other line that does not
+/// Every whole record of a segment, up to the zeros that fill the rest of
+/// it. A last line without its newline (cut short by a crash mid-write)
+/// is dropped; any other line that does not
 /// parse is an error, naming the file and line: a journal that says
 /// something unreadable is not guessed at.
 pub fn read_segment(path: &Path) -> Result<Vec<Record>, JournalError> {
@@ -133,6 +134,11 @@ pub fn read_segment(path: &Path) -> Result<Vec<Record>, JournalError> {
     let mut number = 0usize;
     loop {
         line.clear();
+        // The end of what was written: zeros fill the rest of a segment.
+        let next = reader.fill_buf().map_err(|e| JournalError::io(path, e))?;
+        if next.first() == Some(&0) {
+            break;
+        }
         let read = reader
             .read_line(&mut line)
             .map_err(|e| JournalError::io(path, e))?;

@@ -1,5 +1,3 @@
-use std::io::Write as _;
-
 use super::*;
 
 fn tenant() -> TenantId {
@@ -21,6 +19,15 @@ fn call(journal: &Journal, bucket_name: &str, units: f64, id: Option<&str>) {
             Some(&serde_json::json!({ "admitted": true })),
         )
         .expect("journaled");
+}
+
+/// Writes `bytes` right after what segment `path` holds, where the agent
+/// would have written its next line.
+fn write_after_the_lines(path: &Path, bytes: &[u8]) {
+    let held = std::fs::read(path).expect("read the segment");
+    let end = held.iter().position(|b| *b == 0).unwrap_or(held.len());
+    let file = OpenOptions::new().write(true).open(path).expect("open");
+    file.write_all_at(bytes, end as u64).expect("write");
 }
 
 fn segments(dir: &Path) -> Vec<u64> {
@@ -72,23 +79,17 @@ fn a_line_cut_short_by_a_crash_is_dropped_and_a_garbled_one_is_an_error() {
     let opened = Journal::open(dir.path(), JournalOptions::new(9)).expect("open");
     call(&opened.journal, "emails", 2.0, Some("a"));
     drop(opened);
-    let path = segment_path(dir.path(), 1);
-    let mut file = OpenOptions::new().append(true).open(&path).expect("open");
-    file.write_all(br#"{"k":"call","tenant":"acme","buck"#)
-        .expect("write");
-    drop(file);
+    write_after_the_lines(
+        &segment_path(dir.path(), 1),
+        br#"{"k":"call","tenant":"acme","buck"#,
+    );
     let opened = Journal::open(dir.path(), JournalOptions::new(9)).expect("torn tail");
     assert_eq!(opened.orphans, 1);
     assert_eq!(opened.remembered.len(), 1);
     drop(opened);
 
     let garbled = segment_path(dir.path(), 2);
-    let mut file = OpenOptions::new()
-        .append(true)
-        .open(&garbled)
-        .expect("open");
-    file.write_all(b"not json\n").expect("write");
-    drop(file);
+    write_after_the_lines(&garbled, b"not json\n");
     let error = Journal::open(dir.path(), JournalOptions::new(9)).expect_err("garbled");
     let message = error.to_string();
     assert!(
