@@ -22,12 +22,11 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 use tollgate_proto::v1::{self, admin_client::AdminClient, key_limits_client::KeyLimitsClient};
 use tonic::transport::Channel;
 
 use super::report::{Latency, codes, plural};
-use super::{Load, Plan, RunContext};
+use super::{Plan, RunContext};
 use crate::output::{Table, field};
 
 /// The per-key bucket the bench defines and checks.
@@ -85,8 +84,7 @@ struct CallerReport {
     measured_refused: u64,
     allowed: u64,
     refused: u64,
-    errors: BTreeMap<String, u64>,
-    error_messages: BTreeMap<String, String>,
+    errors: super::Errors,
 }
 
 /// Defines the tier and puts the tenants on it (again, if they exist).
@@ -163,18 +161,7 @@ pub(super) async fn run(
         let tenant = plan.tenants[index / per_tenant].clone();
         callers.spawn(caller(index, tenant, client, mix, Arc::clone(&context)));
     }
-    let mut reports = Vec::with_capacity(plan.pods);
-    let mut tick = tokio::time::interval(super::PROGRESS_INTERVAL);
-    loop {
-        tokio::select! {
-            joined = callers.join_next() => match joined {
-                None => break,
-                Some(report) => reports.push(report.context("a caller task failed")?),
-            },
-            _ = tick.tick() => progress.update(&context),
-        }
-    }
-    progress.finish();
+    let reports = super::join_all(callers, "caller", &context, progress).await?;
     let context = Arc::into_inner(context).context("callers still hold the run context")?;
     Ok(CheckReport::new(
         plan,
@@ -194,19 +181,9 @@ async fn caller(
     let mut rng = SmallRng::seed_from_u64(index as u64);
     let mut report = CallerReport::default();
     for k in 0u64.. {
-        let started = match context.load {
-            Load::Closed => Instant::now(),
-            Load::Open { .. } => match context.due(index, k) {
-                Some(due) => {
-                    tokio::time::sleep_until(due).await;
-                    due
-                }
-                None => break,
-            },
-        };
-        if started >= context.end {
+        let Some(started) = context.start_of(index, k).await else {
             break;
-        }
+        };
         let key = if rng.random_bool(mix.hot_fraction) {
             rng.random_range(0..mix.hot_keys)
         } else {
@@ -249,14 +226,7 @@ async fn caller(
                     report.refused += 1;
                 }
             }
-            Err(status) => {
-                let code = format!("{:?}", status.code());
-                report
-                    .error_messages
-                    .entry(code.clone())
-                    .or_insert_with(|| status.message().to_owned());
-                *report.errors.entry(code).or_default() += 1;
-            }
+            Err(status) => report.errors.record(&status),
         }
     }
     report
@@ -306,12 +276,7 @@ impl CheckReport {
             all.measured_refused += r.measured_refused;
             all.allowed += r.allowed;
             all.refused += r.refused;
-            for (code, n) in r.errors {
-                *all.errors.entry(code).or_default() += n;
-            }
-            for (code, message) in r.error_messages {
-                all.error_messages.entry(code).or_insert(message);
-            }
+            all.errors.merge(r.errors);
         }
         let measured_seconds = plan.duration.as_secs_f64();
         CheckReport {
@@ -336,8 +301,8 @@ impl CheckReport {
             latency_us: Latency::of(latency),
             allowed: all.allowed,
             refused: all.refused,
-            errors: all.errors,
-            error_messages: all.error_messages,
+            errors: all.errors.counts,
+            error_messages: all.errors.messages,
         }
     }
 

@@ -48,7 +48,7 @@ use tollgate_proto::v1::{self, admin_client::AdminClient};
 use tonic::transport::{Channel, Endpoint};
 
 use super::report::{Latency, codes, plural};
-use super::{Load, Plan, RunContext};
+use super::{Plan, RunContext};
 use crate::output::{Table, field};
 
 /// The shared bucket the local modes acquire from (the request-unit
@@ -283,18 +283,7 @@ pub(super) async fn run(
         };
         callers.spawn(call_loop(index, caller, Arc::clone(&context)));
     }
-    let mut reports = Vec::with_capacity(plan.pods);
-    let mut tick = tokio::time::interval(super::PROGRESS_INTERVAL);
-    loop {
-        tokio::select! {
-            joined = callers.join_next() => match joined {
-                None => break,
-                Some(report) => reports.push(report.context("a caller task failed")?),
-            },
-            _ = tick.tick() => progress.update(&context),
-        }
-    }
-    progress.finish();
+    let reports = super::join_all(callers, "caller", &context, progress).await?;
     for controller in controllers {
         controller.shutdown().await;
     }
@@ -319,26 +308,15 @@ fn entry(key: &str, value: &str) -> Entry {
 struct CallerReport {
     measured_admitted: u64,
     measured_refused: u64,
-    errors: BTreeMap<String, u64>,
-    error_messages: BTreeMap<String, String>,
+    errors: super::Errors,
 }
 
 async fn call_loop(index: usize, mut caller: Caller, context: Arc<RunContext>) -> CallerReport {
     let mut report = CallerReport::default();
     for k in 0u64.. {
-        let started = match context.load {
-            Load::Closed => Instant::now(),
-            Load::Open { .. } => match context.due(index, k) {
-                Some(due) => {
-                    tokio::time::sleep_until(due).await;
-                    due
-                }
-                None => break,
-            },
-        };
-        if started >= context.end {
+        let Some(started) = context.start_of(index, k).await else {
             break;
-        }
+        };
         // Latency counts from the call, not from when it was due: tokio's
         // timers fire to the millisecond, which would swamp calls that
         // take microseconds. (The other benches count from the due time,
@@ -363,14 +341,7 @@ async fn call_loop(index: usize, mut caller: Caller, context: Arc<RunContext>) -
                     }
                 }
             }
-            Err(status) => {
-                let code = format!("{:?}", status.code());
-                report
-                    .error_messages
-                    .entry(code.clone())
-                    .or_insert_with(|| status.message().to_owned());
-                *report.errors.entry(code).or_default() += 1;
-            }
+            Err(status) => report.errors.record(&status),
         }
     }
     report
@@ -409,12 +380,7 @@ impl LocalReport {
         for r in reports {
             all.measured_admitted += r.measured_admitted;
             all.measured_refused += r.measured_refused;
-            for (code, n) in r.errors {
-                *all.errors.entry(code).or_default() += n;
-            }
-            for (code, message) in r.error_messages {
-                all.error_messages.entry(code).or_insert(message);
-            }
+            all.errors.merge(r.errors);
         }
         let measured_seconds = plan.duration.as_secs_f64();
         LocalReport {
@@ -431,8 +397,8 @@ impl LocalReport {
             measured_admitted: all.measured_admitted,
             measured_refused: all.measured_refused,
             latency_us: Latency::of(latency),
-            errors: all.errors,
-            error_messages: all.error_messages,
+            errors: all.errors.counts,
+            error_messages: all.errors.messages,
         }
     }
 

@@ -28,6 +28,7 @@ mod local;
 mod pod;
 mod report;
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -470,6 +471,21 @@ impl RunContext {
         (due < self.end).then_some(due)
     }
 
+    /// When caller `index`'s `k`-th call starts: now in closed loop; in
+    /// open loop its due time, once slept until; `None` once the run is
+    /// over.
+    async fn start_of(&self, index: usize, k: u64) -> Option<Instant> {
+        let started = match self.load {
+            Load::Closed => Instant::now(),
+            Load::Open { .. } => {
+                let due = self.due(index, k)?;
+                tokio::time::sleep_until(due).await;
+                due
+            }
+        };
+        (started < self.end).then_some(started)
+    }
+
     fn measured(&self, started: Instant) -> bool {
         started >= self.window_start && started < self.end
     }
@@ -522,6 +538,59 @@ impl Latencies {
 /// An auto-resizing histogram with 3 significant figures (0.1 %).
 fn new_histogram() -> Histogram<u64> {
     Histogram::new(3).expect("3 significant figures are within 0..=5")
+}
+
+/// Waits for every task of `tasks` (`what` names them in an error),
+/// redrawing the progress bar meanwhile; their results, in the order they
+/// ended.
+async fn join_all<T: 'static>(
+    mut tasks: JoinSet<T>,
+    what: &str,
+    context: &RunContext,
+    progress: &mut Progress,
+) -> anyhow::Result<Vec<T>> {
+    let mut results = Vec::with_capacity(tasks.len());
+    let mut tick = tokio::time::interval(PROGRESS_INTERVAL);
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => match joined {
+                None => break,
+                Some(result) => {
+                    results.push(result.with_context(|| format!("a {what} task failed"))?);
+                }
+            },
+            _ = tick.tick() => progress.update(context),
+        }
+    }
+    progress.finish();
+    Ok(results)
+}
+
+/// A caller's errors: how many of each gRPC code, and the first message
+/// of each.
+#[derive(Debug, Default)]
+struct Errors {
+    counts: BTreeMap<String, u64>,
+    messages: BTreeMap<String, String>,
+}
+
+impl Errors {
+    fn record(&mut self, status: &tonic::Status) {
+        let code = format!("{:?}", status.code());
+        self.messages
+            .entry(code.clone())
+            .or_insert_with(|| status.message().to_owned());
+        *self.counts.entry(code).or_default() += 1;
+    }
+
+    fn merge(&mut self, other: Errors) {
+        for (code, n) in other.counts {
+            *self.counts.entry(code).or_default() += n;
+        }
+        for (code, message) in other.messages {
+            self.messages.entry(code).or_insert(message);
+        }
+    }
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -594,18 +663,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         pods.spawn(pod.run());
     }
 
-    let mut reports: Vec<PodReport> = Vec::with_capacity(plan.pods);
-    let mut tick = tokio::time::interval(PROGRESS_INTERVAL);
-    loop {
-        tokio::select! {
-            joined = pods.join_next() => match joined {
-                None => break,
-                Some(report) => reports.push(report.context("a pod task failed")?),
-            },
-            _ = tick.tick() => progress.update(&context),
-        }
-    }
-    progress.finish();
+    let reports: Vec<PodReport> = join_all(pods, "pod", &context, &mut progress).await?;
 
     let context = Arc::into_inner(context).context("pods still hold the run context")?;
     let goodput = context.answered_in_window.load(Ordering::Relaxed);
