@@ -1,6 +1,7 @@
 # Functions shared by the benchmark scripts, which set OUT, BIN, PORT,
 # SERVER, TENANTS, INSTANCES and DURATION (and METRICS_LISTEN, default
-# off; SERVER_BIN, default BIN, is the server's binary) before calling
+# off; SERVER_BIN, default BIN, is the server's binary; BENCH_CPU, default
+# none, the CPU the load generator is kept on) before calling
 # them: build the
 # release binary, start and stop `tollgate serve`, run `tollgate bench`.
 
@@ -46,7 +47,7 @@ bench() { # label, extra bench args…
     local label=$1
     shift
     echo "==> $label"
-    "$BIN" bench --server "$SERVER" --tenants "$TENANTS" --instances-per-tenant "$INSTANCES" \
+    ${BENCH_CPU:+taskset -c "$BENCH_CPU"} "$BIN" bench --server "$SERVER" --tenants "$TENANTS" --instances-per-tenant "$INSTANCES" \
         --duration "$DURATION" --warmup 2s --json "$@" >"$OUT/$label.json"
 }
 

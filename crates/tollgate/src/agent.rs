@@ -126,6 +126,18 @@ pub struct AgentArgs {
         default_value = "/var/lib/tollgate-agent"
     )]
     state_dir: PathBuf,
+
+    /// Threads answering calls. One answers tens of thousands of calls a
+    /// second from memory, and answers each soonest (no hand-offs between
+    /// threads); more add throughput for many callers, at some latency.
+    #[arg(
+        long,
+        env = "TOLLGATE_AGENT_THREADS",
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u16).range(1..=256)
+    )]
+    pub threads: u16,
 }
 
 /// A socket mode in octal (`0660`, `660`, `0o660`), at most 0777.

@@ -124,7 +124,14 @@ fn main() -> ExitCode {
                 Err(e) => (Err(e), LogFormat::Text),
             }
         }
-        Command::Agent(args) => with_text_logs(agent::run(args)),
+        Command::Agent(args) => {
+            init_logging(LogFormat::Text);
+            let threads = usize::from(args.threads);
+            (
+                block_on_threads(Some(threads), agent::run(args)),
+                LogFormat::Text,
+            )
+        }
         Command::Migrate(args) => with_text_logs(store::migrate(args)),
         Command::Export(args) => with_text_logs(image::export(args)),
         Command::Import(args) => with_text_logs(image::import(args)),
@@ -233,10 +240,20 @@ fn init_logging(format: LogFormat) {
 
 /// Runs `work` to completion on a multi-threaded runtime.
 fn block_on<T>(work: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(work)
+    block_on_threads(None, work)
+}
+
+/// Runs `work` to completion on a runtime of `threads` worker threads
+/// (`None`: one per core).
+fn block_on_threads<T>(
+    threads: Option<usize>,
+    work: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = threads {
+        runtime.worker_threads(threads);
+    }
+    runtime.enable_all().build()?.block_on(work)
 }
 
 /// Runs a command other than `serve`: its logs are always text.

@@ -216,6 +216,8 @@ fn flags_that_cannot_work_are_refused_naming_them() {
             vec!["--socket", socket, "--pod-token-file", "/nonexistent"],
             "--pod-token-file",
         ),
+        (vec!["--socket", socket, "--threads", "0"], "--threads"),
+        (vec!["--socket", socket, "--threads", "257"], "--threads"),
     ] {
         let stderr = run(&args);
         assert!(stderr.contains(said), "{args:?}: {stderr}");
@@ -229,4 +231,60 @@ fn flags_that_cannot_work_are_refused_naming_them() {
         .expect("run");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--server"));
+}
+
+/// deploy/agent-options.txt lists every flag `tollgate agent --help`
+/// shows, with its default, and nothing else (deploy/validate.sh checks the
+/// deploy files and the docs against that list).
+#[test]
+fn the_options_list_names_every_flag_of_the_agent_with_its_default() {
+    let list = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/agent-options.txt"),
+    )
+    .expect("deploy/agent-options.txt");
+    let listed: std::collections::BTreeMap<String, String> = list
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .map(|line| {
+            let columns: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(columns.len(), 3, "name, type, default: {line:?}");
+            (columns[0].to_owned(), columns[2].to_owned())
+        })
+        .collect();
+    let out = command()
+        .args(["agent", "--help"])
+        .output()
+        .expect("run tollgate agent --help");
+    assert!(out.status.success(), "{out:?}");
+    let help = String::from_utf8_lossy(&out.stdout);
+    // One line per flag: `--name <VALUE>  text [env: …=] [default: …]`.
+    let mut flags = std::collections::BTreeMap::new();
+    for line in help.lines() {
+        let Some(rest) = line.trim_start().strip_prefix("--") else {
+            continue;
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        if name == "help" {
+            continue;
+        }
+        let default = line
+            .rsplit_once("=] [default: ")
+            .map(|(_, default)| default.trim_end_matches(']').to_owned());
+        flags.insert(name, default);
+    }
+    let named: Vec<&String> = flags.keys().collect();
+    let in_list: Vec<&String> = listed.keys().collect();
+    assert_eq!(
+        named, in_list,
+        "flags of `tollgate agent --help` against the list"
+    );
+    for (flag, default) in &flags {
+        if let Some(default) = default {
+            // clap's defaults as the help prints them (a path, a number).
+            assert_eq!(&listed[flag], default, "default of --{flag}");
+        }
+    }
 }

@@ -18,9 +18,10 @@
 //!   with one store transaction, as Envoy's global rate limiting works
 //!   without an agent.
 //!
-//! Latency is measured from the moment each call is made (in open loop
-//! too, unlike the other benches: tokio's timers fire to the millisecond,
-//! and these calls take microseconds).
+//! In open loop the calls are released by a pacing thread to the tens of
+//! microseconds (`pacer.rs`), not on tokio's millisecond timer, and their
+//! latency is measured from the moment each is made; the report gives the
+//! pacing lag beside it.
 //!
 //! Tokens are plentiful (the bench gives the shared bucket `bench-local`
 //! and the request-unit bucket a refill of a billion a second, and the
@@ -288,11 +289,16 @@ pub(super) async fn run(
         controller.shutdown().await;
     }
     let context = Arc::into_inner(context).context("callers still hold the run context")?;
+    let pacing_lag = context
+        .pacer
+        .as_ref()
+        .map(|pacer| Latency::of(&pacer.lag()));
     Ok(LocalReport::new(
         plan,
         target,
         reports,
         &context.latency.merged(),
+        pacing_lag,
     ))
 }
 
@@ -317,10 +323,8 @@ async fn call_loop(index: usize, mut caller: Caller, context: Arc<RunContext>) -
         let Some(started) = context.start_of(index, k).await else {
             break;
         };
-        // Latency counts from the call, not from when it was due: tokio's
-        // timers fire to the millisecond, which would swamp calls that
-        // take microseconds. (The other benches count from the due time,
-        // for server round trips of milliseconds.)
+        // Latency counts from the call; how late the pacer released it is
+        // reported apart (the pacing lag).
         let sent = Instant::now();
         let answer = caller.call(&context).await;
         let took = sent.elapsed();
@@ -365,6 +369,10 @@ pub(super) struct LocalReport {
     measured_refused: u64,
     /// Latency of the measured answers, in microseconds.
     latency_us: Latency,
+    /// Open loop: how late the pacing thread released the calls after
+    /// their due times, in microseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pacing_lag_us: Option<Latency>,
     errors: BTreeMap<String, u64>,
     error_messages: BTreeMap<String, String>,
 }
@@ -375,6 +383,7 @@ impl LocalReport {
         target: &LocalTarget,
         reports: Vec<CallerReport>,
         latency: &hdrhistogram::Histogram<u64>,
+        pacing_lag_us: Option<Latency>,
     ) -> LocalReport {
         let mut all = CallerReport::default();
         for r in reports {
@@ -397,6 +406,7 @@ impl LocalReport {
             measured_admitted: all.measured_admitted,
             measured_refused: all.measured_refused,
             latency_us: Latency::of(latency),
+            pacing_lag_us,
             errors: all.errors.counts,
             error_messages: all.errors.messages,
         }
@@ -441,6 +451,12 @@ impl LocalReport {
                 ),
             ),
             field("latency", self.latency_us.text()),
+            field(
+                "pacing lag",
+                self.pacing_lag_us
+                    .as_ref()
+                    .map_or_else(|| "closed loop".to_owned(), Latency::text),
+            ),
             field("errors", codes(&self.errors)),
         ])
         .to_string();

@@ -25,6 +25,7 @@
 
 mod checks;
 mod local;
+mod pacer;
 mod pod;
 mod report;
 
@@ -450,6 +451,9 @@ struct RunContext {
     /// due: the goodput. (Under overload, requests due in the window are
     /// answered late or not at all, while older ones are answered in it.)
     answered_in_window: AtomicU64,
+    /// Releases open-loop calls to the microsecond rather than on tokio's
+    /// millisecond timer (`--local` only: see `pacer.rs`).
+    pacer: Option<pacer::Pacer>,
 }
 
 impl RunContext {
@@ -479,7 +483,14 @@ impl RunContext {
             Load::Closed => Instant::now(),
             Load::Open { .. } => {
                 let due = self.due(index, k)?;
-                tokio::time::sleep_until(due).await;
+                match &self.pacer {
+                    Some(pacer) => {
+                        if !pacer.wait(index).await {
+                            return None;
+                        }
+                    }
+                    None => tokio::time::sleep_until(due).await,
+                }
                 due
             }
         };
@@ -628,6 +639,19 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         attempt_latency: Latencies::new(),
         answers: AtomicU64::new(0),
         answered_in_window: AtomicU64::new(0),
+        pacer: match (&plan.local, plan.load) {
+            (Some(_), Load::Open { rate }) => Some(
+                pacer::Pacer::start(pacer::Schedule {
+                    start,
+                    end,
+                    rate,
+                    callers: plan.pods,
+                    herd: plan.herd,
+                })
+                .context("start the pacing thread")?,
+            ),
+            _ => None,
+        },
     });
 
     if let Some(target) = &plan.local {
