@@ -73,7 +73,7 @@ use tollgate_core::key_bucket::{CallAnswer, CheckCall, ItemResult};
 use tollgate_proto::v1;
 use tonic::{Request, Response, Status};
 
-use super::{KeyLimitsService, edge, invalid, status};
+use super::{KeyLimitsService, key_limits, status};
 use crate::store::StoreError;
 
 /// The entry key of Envoy's `generic_key` action: its value names the
@@ -101,17 +101,15 @@ impl RateLimitService for EnvoyRateLimitService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        edge::enter(&request)?;
-        let caller = self.checks.caller(&request)?;
-        let call = check_call(request.into_inner()).map_err(invalid)?;
-        self.checks.authorize(&caller, "ShouldRateLimit", &call)?;
-        let _permit = self.checks.admit()?;
-        let answer = self
+        let admitted = self
             .checks
-            .run(&call)
+            .gate()
+            .enter("ShouldRateLimit", request, check_call)?;
+        let answer = key_limits::run(&admitted)
             .await
             .map_err(|e| status("should_rate_limit", envoy_error(e)))?;
-        Ok(Response::new(response(&call, &answer)))
+        let call = admitted.call();
+        Ok(Response::new(response(call, &answer)))
     }
 }
 

@@ -17,6 +17,7 @@ mod key_limits;
 mod log_throttle;
 mod partition_limits;
 pub mod pod_auth;
+pub mod pod_gate;
 mod token_bucket;
 
 pub use admin::AdminService;
@@ -27,6 +28,7 @@ pub use envoy::EnvoyRateLimitService;
 pub use key_limits::KeyLimitsService;
 pub use partition_limits::PartitionLimitsService;
 pub use pod_auth::{PodAuth, PodTokens};
+pub use pod_gate::PodGate;
 pub use token_bucket::TokenBucketService;
 
 use std::time::Duration;

@@ -8,36 +8,33 @@ use tollgate_proto::partition::PartitionLoadCall;
 use tollgate_proto::v1::{self, partition_limits_server};
 use tonic::{Request, Response, Status};
 
-use super::{Admission, PodAuth, edge, invalid, status};
+use super::{Admission, PodAuth, PodGate, status};
 use crate::store::Store;
 
-/// Serves pods' partition-load exchanges from the store.
+/// Serves pods' partition-load exchanges from the store, through the
+/// [`PodGate`].
 #[derive(Debug, Clone)]
 pub struct PartitionLimitsService {
-    store: Arc<dyn Store>,
-    admission: Admission,
-    auth: PodAuth,
+    gate: PodGate,
 }
 
 impl PartitionLimitsService {
     pub fn new(store: Arc<dyn Store>) -> Self {
         PartitionLimitsService {
-            store,
-            admission: Admission::default(),
-            auth: PodAuth::default(),
+            gate: PodGate::new(store),
         }
     }
 
     /// Bounds pending exchanges with `admission` (shared with the server's
     /// other pod-facing services).
     pub fn with_admission(mut self, admission: Admission) -> Self {
-        self.admission = admission;
+        self.gate = self.gate.with_admission(admission);
         self
     }
 
     /// Serves only callers whose credentials name the exchange's tenant.
     pub fn with_auth(mut self, auth: PodAuth) -> Self {
-        self.auth = auth;
+        self.gate = self.gate.with_auth(auth);
         self
     }
 }
@@ -48,14 +45,12 @@ impl partition_limits_server::PartitionLimits for PartitionLimitsService {
         &self,
         request: Request<v1::PartitionLoadRequest>,
     ) -> Result<Response<v1::PartitionLoadResponse>, Status> {
-        edge::enter(&request)?;
-        let caller = self.auth.caller(&request)?;
-        let call = PartitionLoadCall::try_from(request.into_inner()).map_err(invalid)?;
-        self.auth
-            .authorize(&caller, "PartitionLoad", [&call.tenant])?;
-        let _permit = self.admission.admit()?;
-        let answer = self
-            .store
+        let admitted = self
+            .gate
+            .enter("PartitionLoad", request, PartitionLoadCall::try_from)?;
+        let call = admitted.call();
+        let answer = admitted
+            .store()
             .partition_load(&call.tenant, &call.exchange)
             .await
             .map_err(|e| status("partition load", e))?;
