@@ -637,6 +637,41 @@ pub fn change_tenant(
 /// A bucket's head row under a new definition, or `None` if it already
 /// has it: tokens refilled to `now` at the old limits, then capped at the
 /// new burst limit.
+/// How many tenants a refusal to delete a tier in use names.
+pub const TIER_IN_USE_EXAMPLES: usize = 3;
+
+/// A tier as a put stores it: `tier`, created when first put (`before`
+/// is what it replaces, if anything) and updated `now`.
+pub fn stamp_tier(tier: &Tier, before: Option<&Tier>, now: Timestamp) -> Tier {
+    let mut stored = tier.clone();
+    stored.created_at = before.map_or(now, |b| b.created_at);
+    stored.updated_at = now;
+    stored
+}
+
+/// Whether tier `name` may be deleted: it must exist, and no tenant's
+/// record may name it. `users` is how many records do, `examples` the
+/// first of them in id order (the refusal names up to
+/// [`TIER_IN_USE_EXAMPLES`]).
+pub fn may_delete_tier(
+    name: &TierName,
+    exists: bool,
+    users: u64,
+    examples: impl IntoIterator<Item = TenantId>,
+) -> Result<(), TierError> {
+    if !exists {
+        return Err(TierError::TierNotFound(name.clone()));
+    }
+    if users > 0 {
+        return Err(TierError::TierInUse {
+            tier: name.clone(),
+            count: users,
+            examples: examples.into_iter().take(TIER_IN_USE_EXAMPLES).collect(),
+        });
+    }
+    Ok(())
+}
+
 fn redefined(row: &BucketRow, definition: &BucketDefinition, now: Timestamp) -> Option<BucketRow> {
     if row.state.configured && row.state.limits == definition.limits {
         return None;

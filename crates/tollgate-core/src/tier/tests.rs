@@ -582,3 +582,35 @@ fn each_change_closes_for_its_own_reason() {
         assert_eq!(change.close_reason(), reason, "{change:?}");
     }
 }
+
+#[test]
+fn a_put_tier_keeps_when_it_was_created_and_stamps_when_it_was_updated() {
+    let first = stamp_tier(&pro(), None, at(10.0));
+    assert_eq!((first.created_at, first.updated_at), (at(10.0), at(10.0)));
+    let second = stamp_tier(&free(), Some(&first), at(20.0));
+    assert_eq!((second.created_at, second.updated_at), (at(10.0), at(20.0)));
+    assert_eq!(second.buckets, free().buckets);
+}
+
+#[test]
+fn a_tier_is_deleted_only_if_it_exists_and_no_tenant_is_on_it() {
+    let name = TierName::parse("tier", "pro").expect("name");
+    let tenants: Vec<TenantId> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|t| TenantId::parse("tenant_id", t).expect("tenant"))
+        .collect();
+    assert_eq!(may_delete_tier(&name, true, 0, []), Ok(()));
+    assert_eq!(
+        may_delete_tier(&name, false, 4, tenants.clone()),
+        Err(TierError::TierNotFound(name.clone())),
+        "a tier that is not there is not found, whoever names it"
+    );
+    assert_eq!(
+        may_delete_tier(&name, true, 4, tenants.clone()),
+        Err(TierError::TierInUse {
+            tier: name.clone(),
+            count: 4,
+            examples: tenants[..TIER_IN_USE_EXAMPLES].to_vec(),
+        })
+    );
+}

@@ -1131,9 +1131,7 @@ fn put_tier(
 ) -> Result<Result<PutTierOutcome, StoreError>, StoreError> {
     let mut tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
     let before = read_tier(&tiers, name)?;
-    let mut stored = tier.clone();
-    stored.created_at = before.as_ref().map_or(now, |b| b.created_at);
-    stored.updated_at = now;
+    let stored = tier::stamp_tier(tier, before.as_ref(), now);
     let bytes = encode("encode tier", &stored)?;
     tiers
         .insert(name.as_str(), bytes.as_slice())
@@ -1151,10 +1149,7 @@ fn put_tier(
     for tenant in on_tier {
         match change_one(txn, &tenant, &reapply, by, now, inactivity_timeout)? {
             Ok(outcome) => {
-                if !(outcome.created.is_empty()
-                    && outcome.changed.is_empty()
-                    && outcome.retired.is_empty())
-                {
+                if !outcome.is_unchanged() {
                     tenants.push(outcome);
                 }
             }
@@ -1175,28 +1170,19 @@ fn delete_tier(
     txn: &WriteTransaction,
     name: &TierName,
 ) -> Result<Result<(), StoreError>, StoreError> {
+    let mut tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
+    let exists = read_tier(&tiers, name)?.is_some();
     let records = txn
         .open_table(TENANT_RECORDS)
         .map_err(storage("open tenant records"))?;
     let on_tier = tenants_on(&records, name)?;
-    if !on_tier.is_empty() {
-        return Ok(Err(TierError::TierInUse {
-            tier: name.clone(),
-            count: on_tier.len() as u64,
-            examples: on_tier.into_iter().take(3).collect(),
-        }
-        .into()));
+    if let Err(e) = tier::may_delete_tier(name, exists, on_tier.len() as u64, on_tier) {
+        return Ok(Err(e.into()));
     }
-    let mut tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
-    let removed = tiers
+    tiers
         .remove(name.as_str())
-        .map_err(storage("delete tier"))?
-        .is_some();
-    Ok(if removed {
-        Ok(())
-    } else {
-        Err(TierError::TierNotFound(name.clone()).into())
-    })
+        .map_err(storage("delete tier"))?;
+    Ok(Ok(()))
 }
 
 #[async_trait]

@@ -118,6 +118,14 @@ pub struct TenantChangeOutcome {
     pub revived: Option<TenantState>,
 }
 
+impl TenantChangeOutcome {
+    /// True if the change created, changed and retired nothing: a tier's
+    /// new definition leaves such a tenant out of what it reports.
+    pub fn is_unchanged(&self) -> bool {
+        self.created.is_empty() && self.changed.is_empty() && self.retired.is_empty()
+    }
+}
+
 /// Who asks for an operator change, and whether to keep it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AdminCall {

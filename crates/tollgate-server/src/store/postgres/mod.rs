@@ -1360,9 +1360,7 @@ impl PostgresStore {
                     let row = txn.query_one(&clock, &[]).await?;
                     inner.now(rows::clock(&row, "now")?)
                 };
-                let mut stored = tier.clone();
-                stored.created_at = before.as_ref().map_or(now, |b| b.created_at);
-                stored.updated_at = now;
+                let stored = tier::stamp_tier(tier, before.as_ref(), now);
                 let definition = to_json("encode tier", &stored)?;
                 txn.execute(&upsert, &[&name.as_str(), &definition]).await?;
                 let tenants = txn.query(&on_tier, &[&name.as_str()]).await?;
@@ -1375,10 +1373,7 @@ impl PostgresStore {
                     let outcome = change_in(inner, &txn, &tenant, &reapply, &call.by)
                         .await?
                         .map_err(TxError::Store)?;
-                    if !(outcome.created.is_empty()
-                        && outcome.changed.is_empty()
-                        && outcome.retired.is_empty())
-                    {
+                    if !outcome.is_unchanged() {
                         changed.push(outcome);
                     }
                 }
@@ -1433,27 +1428,20 @@ impl PostgresStore {
                 let count = client.prepare_cached(sql::COUNT_TENANTS_ON_TIER).await?;
                 let delete = client.prepare_cached(sql::DELETE_TIER).await?;
                 let txn = client.transaction().await?;
-                if txn.query_opt(&lock, &[&name.as_str()]).await?.is_none() {
-                    return Err(TxError::Store(TierError::TierNotFound(name.clone()).into()));
-                }
+                let exists = txn.query_opt(&lock, &[&name.as_str()]).await?.is_some();
                 let users = txn.query(&count, &[&name.as_str()]).await?;
-                if let Some(first) = users.first() {
-                    let total: i64 = first
+                let total: i64 = match users.first() {
+                    Some(first) => first
                         .try_get("total")
-                        .map_err(|e| StoreError::internal("read a stored row", e))?;
-                    let examples = users
-                        .iter()
-                        .map(rows::tenant_id)
-                        .collect::<Result<Vec<_>, _>>()?;
-                    return Err(TxError::Store(
-                        TierError::TierInUse {
-                            tier: name.clone(),
-                            count: total.unsigned_abs(),
-                            examples,
-                        }
-                        .into(),
-                    ));
-                }
+                        .map_err(|e| StoreError::internal("read a stored row", e))?,
+                    None => 0,
+                };
+                let examples = users
+                    .iter()
+                    .map(rows::tenant_id)
+                    .collect::<Result<Vec<_>, _>>()?;
+                tier::may_delete_tier(name, exists, total.unsigned_abs(), examples)
+                    .map_err(|e| TxError::Store(e.into()))?;
                 txn.execute(&delete, &[&name.as_str()]).await?;
                 txn.commit().await.map_err(TxError::Commit)?;
                 Ok(())
