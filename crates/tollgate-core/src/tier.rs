@@ -339,6 +339,54 @@ impl TenantEdit {
     pub fn changes_no_bucket(&self) -> bool {
         self.created.is_empty() && self.changed.is_empty() && self.retired.is_empty()
     }
+
+    /// The buckets it retires that `loaded` holds, each with the closed
+    /// record that keeps its last limits and exact totals
+    /// ([`close_bucket`]), in the order of `retired`. A store deletes every
+    /// retired bucket's rows and writes these records in the same
+    /// transaction.
+    pub fn retirements(
+        &self,
+        tenant: &TenantId,
+        loaded: &LoadedTenant,
+        reason: CloseReason,
+        by: &ClosedBy,
+        now: Timestamp,
+    ) -> Vec<Retirement> {
+        self.retired
+            .iter()
+            .filter_map(|name| {
+                let head = loaded.buckets.get(name)?;
+                let key = BucketKey::new(tenant.clone(), name.clone());
+                Some(Retirement {
+                    closed: close_bucket(&key, head, reason, by, now),
+                    name: name.clone(),
+                    head: head.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// The tenant's head rows once the edit is written: `loaded`'s, with
+    /// the created and changed ones, without the retired.
+    pub fn buckets_after(&self, loaded: &LoadedTenant) -> BTreeMap<BucketName, BucketRow> {
+        let mut after = loaded.buckets.clone();
+        after.extend(self.created.clone());
+        after.extend(self.changed.clone());
+        for name in &self.retired {
+            after.remove(name);
+        }
+        after
+    }
+}
+
+/// A bucket a [`TenantEdit`] retires: its head row as it was, and its
+/// closed record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Retirement {
+    pub name: BucketName,
+    pub head: BucketRow,
+    pub closed: ClosedBucket,
 }
 
 /// Why a tenant change was refused. Nothing was changed.

@@ -62,13 +62,9 @@ fn empty() -> LoadedTenant {
 /// Applies an edit to what was loaded, as a store would; the tier it is
 /// on becomes the previous tier of the next change.
 fn apply(loaded: &mut LoadedTenant, edit: TenantEdit) {
+    loaded.buckets = edit.buckets_after(loaded);
     loaded.previous_tier = edit.record.tier.as_ref().and(loaded.tier.clone());
     loaded.record = Some(edit.record);
-    loaded.buckets.extend(edit.created);
-    loaded.buckets.extend(edit.changed);
-    for name in edit.retired {
-        loaded.buckets.remove(&name);
-    }
 }
 
 #[test]
@@ -166,7 +162,18 @@ fn a_switch_carries_tokens_over_capped_creates_and_retires() {
     assert_eq!(email.state.limits, def(1.0, 10.0).limits);
     assert_eq!(edit.retired, vec![name("invoke-doc-summary-ai")]);
     assert!(edit.created.is_empty());
+    // The retired bucket leaves its closed record, with what it was.
+    let by = ClosedBy::default();
+    let retired = edit.retirements(&tenant(), &loaded, switch.close_reason(), &by, at(1.0));
+    let ai = &loaded.buckets[&name("invoke-doc-summary-ai")];
+    assert_eq!(retired.len(), 1);
+    assert_eq!(retired[0].name, name("invoke-doc-summary-ai"));
+    assert_eq!(&retired[0].head, ai);
+    assert_eq!(retired[0].closed.totals, ai.totals);
+    assert_eq!(retired[0].closed.reason, CloseReason::TierChange);
+    assert_eq!(retired[0].closed.closed_at, at(1.0));
     apply(&mut loaded, edit);
+    assert!(!loaded.buckets.contains_key(&name("invoke-doc-summary-ai")));
 
     // Back to pro: the AI bucket is created anew, the email bucket keeps
     // its tokens (below the new burst) after refilling at the old rate.

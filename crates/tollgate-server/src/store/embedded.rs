@@ -1004,46 +1004,27 @@ fn change_one(
     for (name, head) in &edit.changed {
         write_head(&mut buckets, &key(name), head)?;
     }
-    let mut retired = Vec::new();
-    let mut closed = Vec::new();
+    let retirements = edit.retirements(tenant, &loaded, change.close_reason(), by, now);
     for name in &edit.retired {
-        if let Some(head) = loaded.buckets.get(name) {
+        if loaded.buckets.contains_key(name) {
             buckets
                 .remove((tenant.as_str(), name.as_str()))
                 .map_err(storage("delete bucket row"))?;
             delete_instances(&mut instances, &key(name))?;
-            closed.push(tier::close_bucket(
-                &key(name),
-                head,
-                change.close_reason(),
-                by,
-                now,
-            ));
-            retired.push(head_snapshot(
-                (key(name), head.clone()),
-                now,
-                inactivity_timeout,
-            ));
         }
     }
+    let closed: Vec<ClosedBucket> = retirements.iter().map(|r| r.closed.clone()).collect();
     write_closed(txn, &closed)?;
-    let view_buckets = tenant_heads(&buckets, tenant)?
-        .into_iter()
-        .map(|head| head_snapshot(head, now, inactivity_timeout))
-        .collect();
     let revived = states::revive(txn, tenant)?;
-    Ok(Ok(TenantChangeOutcome {
+    Ok(Ok(TenantChangeOutcome::new(
+        tenant,
+        &loaded,
+        edit,
+        retirements,
         revived,
-        view: TenantView {
-            tenant: tenant.clone(),
-            record: Some(edit.record),
-            buckets: view_buckets,
-        },
-        created: edit.created.into_keys().collect(),
-        changed: edit.changed.into_keys().collect(),
-        retired,
-        closed,
-    }))
+        now,
+        inactivity_timeout,
+    )))
 }
 
 /// One pod's partition-load exchange: the tenant's limits read, its

@@ -26,8 +26,8 @@ use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError, StoredKey};
 use tollgate_core::partition::{Exchange, ExchangeAnswer};
 use tollgate_core::tenant_state::{StateChange, StateChangeError, StateEdit};
 use tollgate_core::tier::{
-    BucketDefinition, ClosedBucket, ClosedBy, DefinedBy, TenantChange, TenantRecord, Tier,
-    TierError,
+    BucketDefinition, ClosedBucket, ClosedBy, DefinedBy, LoadedTenant, Retirement, TenantChange,
+    TenantEdit, TenantRecord, Tier, TierError,
 };
 pub use tollgate_core::transaction::{DefaultLimits, UnconfiguredTenants};
 use tollgate_core::{
@@ -119,6 +119,49 @@ pub struct TenantChangeOutcome {
 }
 
 impl TenantChangeOutcome {
+    /// What a change did, from the rows a store loaded for it
+    /// (`loaded`), the edit it wrote and the buckets that edit retired
+    /// (`retirements`, whose closed records it wrote): every store answers
+    /// the same, without reading its rows again.
+    pub fn new(
+        tenant: &TenantId,
+        loaded: &LoadedTenant,
+        edit: TenantEdit,
+        retirements: Vec<Retirement>,
+        revived: Option<TenantState>,
+        now: Timestamp,
+        inactivity_timeout: Duration,
+    ) -> TenantChangeOutcome {
+        let snapshot = |name: BucketName, head: BucketRow| BucketSnapshot {
+            key: BucketKey::new(tenant.clone(), name),
+            head,
+            instances: Vec::new(),
+            read_at: now,
+            inactivity_timeout,
+        };
+        let buckets = edit
+            .buckets_after(loaded)
+            .into_iter()
+            .map(|(name, head)| snapshot(name, head))
+            .collect();
+        let (retired, closed) = retirements
+            .into_iter()
+            .map(|r| (snapshot(r.name, r.head), r.closed))
+            .unzip();
+        TenantChangeOutcome {
+            view: TenantView {
+                tenant: tenant.clone(),
+                record: Some(edit.record),
+                buckets,
+            },
+            created: edit.created.into_keys().collect(),
+            changed: edit.changed.into_keys().collect(),
+            retired,
+            closed,
+            revived,
+        }
+    }
+
     /// True if the change created, changed and retired nothing: a tier's
     /// new definition leaves such a tenant out of what it reports.
     pub fn is_unchanged(&self) -> bool {

@@ -1131,58 +1131,23 @@ async fn change_in(
         let columns = HeadColumns::of(changed.iter().map(|(key, head)| (key, *head)))?;
         txn.execute(&update_heads, &columns.as_params()).await?;
     }
-    let mut retired = Vec::new();
-    let mut closed = Vec::new();
     for name in &edit.retired {
         txn.execute(&delete_bucket, &[&tenant_id, &name.as_str()])
             .await?;
-        if let Some(head) = loaded.buckets.get(name) {
-            let key = BucketKey::new(tenant.clone(), name.clone());
-            closed.push(tier::close_bucket(
-                &key,
-                head,
-                change.close_reason(),
-                by,
-                now,
-            ));
-            retired.push(BucketSnapshot {
-                key: BucketKey::new(tenant.clone(), name.clone()),
-                head: head.clone(),
-                instances: Vec::new(),
-                read_at: now,
-                inactivity_timeout: inner.settings.bucket.inactivity_timeout,
-            });
-        }
     }
+    let retirements = edit.retirements(tenant, &loaded, change.close_reason(), by, now);
+    let closed: Vec<ClosedBucket> = retirements.iter().map(|r| r.closed.clone()).collect();
     insert_closed(txn, &closed).await?;
     let revived = states::revive(txn, tenant).await?;
-    let mut after = loaded.buckets.clone();
-    after.extend(edit.created.clone());
-    after.extend(edit.changed.clone());
-    for name in &edit.retired {
-        after.remove(name);
-    }
-    Ok(Ok(TenantChangeOutcome {
-        view: TenantView {
-            tenant: tenant.clone(),
-            record: Some(edit.record),
-            buckets: after
-                .into_iter()
-                .map(|(name, head)| BucketSnapshot {
-                    key: BucketKey::new(tenant.clone(), name),
-                    head,
-                    instances: Vec::new(),
-                    read_at: now,
-                    inactivity_timeout: inner.settings.bucket.inactivity_timeout,
-                })
-                .collect(),
-        },
-        created: edit.created.into_keys().collect(),
-        changed: edit.changed.into_keys().collect(),
-        retired,
-        closed,
+    Ok(Ok(TenantChangeOutcome::new(
+        tenant,
+        &loaded,
+        edit,
+        retirements,
         revived,
-    }))
+        now,
+        inner.settings.bucket.inactivity_timeout,
+    )))
 }
 
 impl PostgresStore {
