@@ -1,26 +1,30 @@
-//! A handle on one of the tenant's buckets: where the gating logic lives.
+//! One of the tenant's buckets at the pod: its state, shared by its
+//! handles and its driver task, and the gating on it.
 //!
 //! A tenant owns one bucket per rate-limited action (`schedule-email`,
 //! `invoke-doc-summary-ai`) besides its request-unit bucket (the empty
 //! name). A controller gates each bucket its pod uses on a local bucket of
 //! its own, refilled by a driver task of its own (`driver`), so a bucket
 //! out of tokens, or whose server requests are slow, never holds up
-//! another. [`BucketHandle`] is the one implementation of acquiring and
-//! charging; the [`Controller`](crate::Controller)'s methods are those of
-//! its request-unit bucket's handle. Once the server refused the bucket
-//! for good, each of them fails with the refusal
-//! ([`ClientError::Refused`]), which the gate holds.
+//! another. [`Bucket`]'s methods are the one implementation of acquiring
+//! and charging; a [`BucketHandle`](crate::BucketHandle) exposes them, and
+//! the [`Controller`](crate::Controller)'s methods are those of its
+//! request-unit bucket's handle. Once the server refused the bucket for
+//! good, each of them fails with the refusal ([`ClientError::Refused`]),
+//! which the gate holds.
+//!
+//! Nothing here knows the controller: the handles and the pod they keep
+//! alive are above this module (`controller`), as is the driver, which
+//! holds only a [`Bucket`].
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tollgate_core::{Admission, BucketName, Consumption, LocalBucketStatus, WaiterId};
 
-use crate::controller::Pod;
 use crate::error::ClientError;
 use crate::gate::{self, Gate};
 
@@ -33,58 +37,15 @@ pub(crate) struct Bucket {
     pub gate: Gate,
 }
 
-/// A pod's handle on one of its tenant's buckets, from
-/// [`Controller::bucket`](crate::Controller::bucket). Cheap to clone; every
-/// clone, and every handle the controller gives out for the same name,
-/// gates on the same local bucket. A handle keeps its controller alive
-/// (its connection and the other buckets' tasks) as a clone of the
-/// controller would.
-#[derive(Clone)]
-pub struct BucketHandle {
-    /// The fast path's only hop: the gate is inline in the bucket.
-    bucket: Arc<Bucket>,
-    pod: Arc<Pod>,
-}
-
-impl std::fmt::Debug for BucketHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BucketHandle")
-            .field("bucket", &self.bucket.name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl BucketHandle {
-    pub(crate) fn new(bucket: Arc<Bucket>, pod: Arc<Pod>) -> Self {
-        BucketHandle { bucket, pod }
-    }
-
-    pub(crate) fn pod(&self) -> &Arc<Pod> {
-        &self.pod
-    }
-
-    /// The bucket's name; empty for the request-unit bucket.
-    pub fn name(&self) -> &BucketName {
-        &self.bucket.name
-    }
-
-    /// Waits until `tokens` are available in this bucket and takes them
-    /// all at once. Waiters are served first come, first served, per
-    /// bucket: a bucket out of tokens never delays another.
-    /// Cancellation-safe: dropping the future before it completes gives its
-    /// claim back. Like any future it does nothing until polled.
-    ///
-    /// When the tokens are there, the first poll takes them and is ready:
-    /// the future is a few words on the stack, and only an acquisition
-    /// that has to wait allocates its queued state.
-    ///
-    /// Fails with [`ClientError::Refused`] once the server refused the
-    /// bucket (an acquisition already waiting, as soon as the refusal
-    /// comes), and with [`ClientError::Closed`] after shutdown.
+/// The gating on one bucket, which [`BucketHandle`](crate::BucketHandle)
+/// (and so the [`Controller`](crate::Controller)) exposes: each method is
+/// documented there.
+impl Bucket {
+    /// The future of [`BucketHandle::acquire`](crate::BucketHandle::acquire).
     #[inline]
-    pub fn acquire(&self, tokens: f64) -> Acquire<'_> {
+    pub(crate) fn acquire(&self, tokens: f64) -> Acquire<'_> {
         Acquire {
-            handle: self,
+            bucket: self,
             tokens,
             slow: None,
         }
@@ -97,7 +58,7 @@ impl BucketHandle {
         &self,
         tokens: f64,
     ) -> Result<Option<(WaiterId, oneshot::Receiver<()>)>, ClientError> {
-        self.bucket.gate.with_bucket(|inner, now| {
+        self.gate.with_bucket(|inner, now| {
             if let Some(refused) = inner.refused() {
                 return Err(refused);
             }
@@ -120,7 +81,7 @@ impl BucketHandle {
         rx: oneshot::Receiver<()>,
         tokens: f64,
     ) -> Result<(), ClientError> {
-        let gate = &self.bucket.gate;
+        let gate = &self.gate;
         gate.wake.notify_one();
         let started = Instant::now();
         let mut wait = Wait {
@@ -145,12 +106,10 @@ impl BucketHandle {
         }
     }
 
-    /// Takes `tokens` from this bucket if they are available now; never
-    /// waits, never queues. Fails with [`ClientError::Refused`] once the
-    /// server refused the bucket.
+    /// See [`BucketHandle::try_acquire`](crate::BucketHandle::try_acquire).
     #[inline]
-    pub fn try_acquire(&self, tokens: f64) -> Result<bool, ClientError> {
-        let gate = &self.bucket.gate;
+    pub(crate) fn try_acquire(&self, tokens: f64) -> Result<bool, ClientError> {
+        let gate = &self.gate;
         if let Some(micros) = fast_micros(tokens)
             && gate.fast_take(micros)
         {
@@ -162,30 +121,17 @@ impl BucketHandle {
         })
     }
 
-    /// Charges `consumption` to this bucket after the fact, as it is: its
-    /// request units are the tokens (for an action bucket,
-    /// `Consumption::from_request_units(n)` charges `n` actions). Never
-    /// waits; may put the bucket in debt. Fails with
-    /// [`ClientError::Refused`] once the server refused the bucket.
-    pub fn charge_after(&self, consumption: Consumption) -> Result<(), ClientError> {
-        self.bucket
-            .gate
-            .with_bucket(|inner, now| match inner.refused() {
-                Some(refused) => Err(refused),
-                None => Ok(inner.bucket.charge_after(&consumption, now)?),
-            })
+    /// See [`BucketHandle::charge_after`](crate::BucketHandle::charge_after).
+    pub(crate) fn charge_after(&self, consumption: Consumption) -> Result<(), ClientError> {
+        self.gate.with_bucket(|inner, now| match inner.refused() {
+            Some(refused) => Err(refused),
+            None => Ok(inner.bucket.charge_after(&consumption, now)?),
+        })
     }
 
-    /// Gives back up to `tokens` taken from this bucket for work that did
-    /// not run. Only tokens not yet reported to the server can come back
-    /// (the driver reports what was taken with its next request, at least
-    /// every `report_interval`); returns how many did, which are usable
-    /// again at once, by the next waiter first. Fails with
-    /// [`ClientError::InvalidInput`] (field `tokens`) for an amount that is
-    /// not finite and non-negative, and with [`ClientError::Refused`] once
-    /// the server refused the bucket.
-    pub fn give_back(&self, tokens: f64) -> Result<f64, ClientError> {
-        let gate = &self.bucket.gate;
+    /// See [`BucketHandle::give_back`](crate::BucketHandle::give_back).
+    pub(crate) fn give_back(&self, tokens: f64) -> Result<f64, ClientError> {
+        let gate = &self.gate;
         let returned = gate.with_bucket(|inner, _| match inner.refused() {
             Some(refused) => Err(refused),
             None => Ok(inner.bucket.give_back(tokens)?),
@@ -201,26 +147,24 @@ impl BucketHandle {
     /// were already acquired.
     pub(crate) fn record_counters(&self, consumption: &Consumption) -> Result<(), ClientError> {
         consumption.validate()?;
-        self.bucket.gate.record_counters(consumption);
+        self.gate.record_counters(consumption);
         Ok(())
     }
 
     /// This bucket's local bucket as it is now.
-    pub fn status(&self) -> LocalBucketStatus {
-        self.bucket
-            .gate
-            .with_bucket(|inner, _| inner.bucket.status())
+    pub(crate) fn status(&self) -> LocalBucketStatus {
+        self.gate.with_bucket(|inner, _| inner.bucket.status())
     }
 }
 
 /// A queued acquisition's wait.
 type QueuedAcquire<'a> = Pin<Box<dyn Future<Output = Result<(), ClientError>> + Send + 'a>>;
 
-/// The future of [`BucketHandle::acquire`] (and
-/// [`Controller::acquire`](crate::Controller::acquire)).
+/// The future of [`BucketHandle::acquire`](crate::BucketHandle::acquire)
+/// (and [`Controller::acquire`](crate::Controller::acquire)).
 #[must_use = "futures do nothing unless polled"]
 pub struct Acquire<'a> {
-    handle: &'a BucketHandle,
+    bucket: &'a Bucket,
     tokens: f64,
     /// The queued acquisition's wait, once the local bucket queued it.
     slow: Option<QueuedAcquire<'a>>,
@@ -229,7 +173,7 @@ pub struct Acquire<'a> {
 impl std::fmt::Debug for Acquire<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Acquire")
-            .field("bucket", &self.handle.bucket.name)
+            .field("bucket", &self.bucket.name)
             .field("tokens", &self.tokens)
             .field("queued", &self.slow.is_some())
             .finish()
@@ -244,7 +188,7 @@ impl Future for Acquire<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if self.slow.is_none()
             && let Some(micros) = fast_micros(self.tokens)
-            && self.handle.bucket.gate.fast_take(micros)
+            && self.bucket.gate.fast_take(micros)
         {
             return Poll::Ready(Ok(()));
         }
@@ -262,12 +206,12 @@ impl Acquire<'_> {
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), ClientError>> {
         if self.slow.is_none() {
-            let (handle, tokens) = (self.handle, self.tokens);
-            match handle.enqueue(tokens) {
+            let (bucket, tokens) = (self.bucket, self.tokens);
+            match bucket.enqueue(tokens) {
                 Ok(None) => return Poll::Ready(Ok(())),
                 Err(e) => return Poll::Ready(Err(e)),
                 Ok(Some((id, rx))) => {
-                    self.slow = Some(Box::pin(handle.wait_queued(id, rx, tokens)));
+                    self.slow = Some(Box::pin(bucket.wait_queued(id, rx, tokens)));
                 }
             }
         }

@@ -6,6 +6,10 @@
 //! [`Controller::bucket`]. The buckets are kept by the `Pod`, the state all
 //! handles of one controller share: the transport, the settings new buckets
 //! are made with, and each bucket's driver task.
+//!
+//! The handles live here, beside the `Pod` they keep alive; what they gate
+//! on is below: each bucket's state and gating (`bucket`) and its task
+//! (`driver`), neither of which knows the controller.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -20,7 +24,7 @@ use tollgate_core::{
     LocalBucketConfig, LocalBucketStatus, TenantId,
 };
 
-use crate::bucket::{Acquire, Bucket, BucketHandle};
+use crate::bucket::{Acquire, Bucket};
 use crate::error::{ClientError, Refusal};
 use crate::gate::Gate;
 use crate::metrics::Metrics;
@@ -398,6 +402,99 @@ impl Controller {
     /// them (its [`Options::cost_model`]).
     pub fn cost_model(&self) -> &CostModel {
         &self.request_units.pod().cost_model
+    }
+}
+
+/// A pod's handle on one of its tenant's buckets, from
+/// [`Controller::bucket`]. Cheap to clone; every clone, and every handle
+/// the controller gives out for the same name, gates on the same local
+/// bucket. A handle keeps its controller alive (its connection and the
+/// other buckets' tasks) as a clone of the controller would.
+#[derive(Clone)]
+pub struct BucketHandle {
+    /// The fast path's only hop: the gate is inline in the bucket.
+    bucket: Arc<Bucket>,
+    pod: Arc<Pod>,
+}
+
+impl std::fmt::Debug for BucketHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BucketHandle")
+            .field("bucket", &self.bucket.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BucketHandle {
+    fn new(bucket: Arc<Bucket>, pod: Arc<Pod>) -> Self {
+        BucketHandle { bucket, pod }
+    }
+
+    fn pod(&self) -> &Arc<Pod> {
+        &self.pod
+    }
+
+    /// The bucket's name; empty for the request-unit bucket.
+    pub fn name(&self) -> &BucketName {
+        &self.bucket.name
+    }
+
+    /// Waits until `tokens` are available in this bucket and takes them
+    /// all at once. Waiters are served first come, first served, per
+    /// bucket: a bucket out of tokens never delays another.
+    /// Cancellation-safe: dropping the future before it completes gives its
+    /// claim back. Like any future it does nothing until polled.
+    ///
+    /// When the tokens are there, the first poll takes them and is ready:
+    /// the future is a few words on the stack, and only an acquisition
+    /// that has to wait allocates its queued state.
+    ///
+    /// Fails with [`ClientError::Refused`] once the server refused the
+    /// bucket (an acquisition already waiting, as soon as the refusal
+    /// comes), and with [`ClientError::Closed`] after shutdown.
+    #[inline]
+    pub fn acquire(&self, tokens: f64) -> Acquire<'_> {
+        self.bucket.acquire(tokens)
+    }
+
+    /// Takes `tokens` from this bucket if they are available now; never
+    /// waits, never queues. Fails with [`ClientError::Refused`] once the
+    /// server refused the bucket.
+    #[inline]
+    pub fn try_acquire(&self, tokens: f64) -> Result<bool, ClientError> {
+        self.bucket.try_acquire(tokens)
+    }
+
+    /// Charges `consumption` to this bucket after the fact, as it is: its
+    /// request units are the tokens (for an action bucket,
+    /// `Consumption::from_request_units(n)` charges `n` actions). Never
+    /// waits; may put the bucket in debt. Fails with
+    /// [`ClientError::Refused`] once the server refused the bucket.
+    pub fn charge_after(&self, consumption: Consumption) -> Result<(), ClientError> {
+        self.bucket.charge_after(consumption)
+    }
+
+    /// Gives back up to `tokens` taken from this bucket for work that did
+    /// not run. Only tokens not yet reported to the server can come back
+    /// (the driver reports what was taken with its next request, at least
+    /// every `report_interval`); returns how many did, which are usable
+    /// again at once, by the next waiter first. Fails with
+    /// [`ClientError::InvalidInput`] (field `tokens`) for an amount that is
+    /// not finite and non-negative, and with [`ClientError::Refused`] once
+    /// the server refused the bucket.
+    pub fn give_back(&self, tokens: f64) -> Result<f64, ClientError> {
+        self.bucket.give_back(tokens)
+    }
+
+    /// Records the counters (reads, writes, bytes) of work whose tokens
+    /// were already acquired.
+    fn record_counters(&self, consumption: &Consumption) -> Result<(), ClientError> {
+        self.bucket.record_counters(consumption)
+    }
+
+    /// This bucket's local bucket as it is now.
+    pub fn status(&self) -> LocalBucketStatus {
+        self.bucket.status()
     }
 }
 

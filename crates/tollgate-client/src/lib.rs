@@ -65,9 +65,10 @@
 //! # }
 //! ```
 //!
-//! - [`controller`]: the controller, its buckets and their shutdown.
-//! - `bucket`: [`BucketHandle`], where acquiring and charging live.
+//! - [`controller`]: the controller, its buckets' handles
+//!   ([`BucketHandle`]) and their shutdown.
 //! - `driver`: each bucket's background task, talking to the server.
+//! - `bucket`: one bucket's state, where acquiring and charging live.
 //! - `error`: [`ClientError`], [`TransportError`], and [`classify`], the
 //!   table of which answers are outages and which refuse a bucket.
 //! - `gate`: the lock-free admission fast path in front of a bucket.
@@ -90,9 +91,9 @@ mod metrics;
 pub mod partition;
 pub mod transport;
 
-pub use bucket::{Acquire, BucketHandle};
+pub use bucket::Acquire;
 pub use controller::{
-    BucketReport, Controller, Options, Request, ShutdownReport, connect_transport,
+    BucketHandle, BucketReport, Controller, Options, Request, ShutdownReport, connect_transport,
 };
 pub use error::{ClientError, Failure, Refusal, TransportError, classify};
 pub use key_limits::{KeyAnswer, KeyCheck, KeyLimiter, KeyLimiterOptions, Verdict};

@@ -5,7 +5,8 @@
 //! row, a customer, a key range) takes a disproportionate share of it and
 //! overloads the storage node that owns it. An operator sets, per tenant and
 //! table, the most reads and writes per second any one partition may get
-//! ([`TableLimits`], from the tenant's tier and its overrides). Every pod
+//! ([`TableLimits`]; a tenant's are its tier's with its overrides on top,
+//! [`tier::tenant_limits`](crate::tier::tenant_limits)). Every pod
 //! counts the operations it sees per (table, partition, operation) in a
 //! fixed-size [`CounterTable`] and rejects some of them once a partition
 //! runs above its limit, so that the accepted rate is, statistically, the
@@ -36,13 +37,14 @@
 //! back to its local counters alone ([`CounterTable::clear_shares`]).
 //!
 //! Everything here is pure: time and the random draw are passed in, so the
-//! client, the server and the simulator run the same rule.
+//! client, the server and the simulator run the same rule. Tiers are above
+//! this module, not in it: [`crate::tier`] holds table limits in its tiers
+//! and tenant records, and nothing here knows a tier.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::tier::{TenantRecord, Tier};
 use crate::time::Timestamp;
 use crate::validate::{InvalidInput, TableName};
 
@@ -163,27 +165,6 @@ impl TableLimits {
 
 /// A tenant's limits by table.
 pub type TableLimitSet = BTreeMap<TableName, TableLimits>;
-
-/// The limits a tenant's pods apply: its tier's tables, with its own
-/// overrides (each replacing a table's limits whole) on top.
-pub fn effective_limits(tier: Option<&TableLimitSet>, overrides: &TableLimitSet) -> TableLimitSet {
-    let mut all = tier.cloned().unwrap_or_default();
-    all.extend(
-        overrides
-            .iter()
-            .map(|(name, limits)| (name.clone(), *limits)),
-    );
-    all
-}
-
-/// The limits of a tenant with `record` (if it has one) on `tier` (if
-/// any): what its pods apply.
-pub fn tenant_limits(record: Option<&TenantRecord>, tier: Option<&Tier>) -> TableLimitSet {
-    match record {
-        Some(record) => effective_limits(tier.map(|t| &t.tables), &record.table_overrides),
-        None => TableLimitSet::new(),
-    }
-}
 
 /// A version of a set of limits: equal sets have equal versions on every
 /// replica, without storing one. A pod refetches the limits when the

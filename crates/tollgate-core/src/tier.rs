@@ -20,6 +20,11 @@
 //!   ([`close_bucket`], also what deleting a tenant keeps of each of its
 //!   buckets). Buckets an operator made by hand and the request-unit
 //!   bucket are not the tiers' to retire.
+//!
+//! A tier also sets its tables' per-partition limits ([`TableLimits`]),
+//! which a tenant overrides table by table the same way: [`tenant_limits`]
+//! is what its pods apply. Tiers sit above the limits they set (a
+//! bucket's [`Limits`], a table's), which know nothing of tiers.
 
 use std::collections::BTreeMap;
 
@@ -529,6 +534,29 @@ pub fn definitions(
     let mut all = tier.map(|t| t.buckets.clone()).unwrap_or_default();
     all.extend(overrides.iter().map(|(name, d)| (name.clone(), *d)));
     all
+}
+
+/// The per-partition limits of a tenant whose tier has `tier` tables and
+/// who sets `overrides`: its tier's tables, with its own overrides (each
+/// replacing a table's limits whole) on top.
+pub fn effective_limits(tier: Option<&TableLimitSet>, overrides: &TableLimitSet) -> TableLimitSet {
+    let mut all = tier.cloned().unwrap_or_default();
+    all.extend(
+        overrides
+            .iter()
+            .map(|(name, limits)| (name.clone(), *limits)),
+    );
+    all
+}
+
+/// The per-partition limits of a tenant with `record` (if it has one) on
+/// `tier` (if any): what its pods apply ([`crate::partition`]). A tenant
+/// without a record has none.
+pub fn tenant_limits(record: Option<&TenantRecord>, tier: Option<&Tier>) -> TableLimitSet {
+    match record {
+        Some(record) => effective_limits(tier.map(|t| &t.tables), &record.table_overrides),
+        None => TableLimitSet::new(),
+    }
 }
 
 /// Where a tenant's definition of a bucket comes from.

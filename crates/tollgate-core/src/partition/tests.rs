@@ -351,12 +351,6 @@ fn versions_follow_the_limits() {
     assert_eq!(limits_version(&a), limits_version(&a.clone()));
     assert_ne!(limits_version(&a), limits_version(&b));
     assert_ne!(limits_version(&TableLimitSet::new()), 0);
-    // Overrides replace a table's limits whole.
-    let tier: TableLimitSet = [(name("orders"), limits(10.0)), (name("users"), limits(5.0))].into();
-    let overrides: TableLimitSet = [(name("orders"), limits(99.0))].into();
-    let effective = effective_limits(Some(&tier), &overrides);
-    assert_eq!(effective[&name("orders")], limits(99.0));
-    assert_eq!(effective[&name("users")], limits(5.0));
 }
 
 proptest! {

@@ -440,8 +440,7 @@ fn table_limits_are_the_tenants_own_over_its_tiers_until_cleared() {
     assert!(edit.changes_no_bucket(), "table limits provision no bucket");
     apply(&mut loaded, edit);
     let record = loaded.record.clone().expect("record");
-    let effective =
-        crate::partition::effective_limits(Some(&on_pro.tables), &record.table_overrides);
+    let effective = effective_limits(Some(&on_pro.tables), &record.table_overrides);
     assert_eq!(effective[&table("orders")], reads(7.0));
     assert_eq!(effective[&table("users")], reads(5.0));
 
@@ -479,6 +478,21 @@ fn table_limits_are_the_tenants_own_over_its_tiers_until_cleared() {
     assert_eq!(twice.field, "tables[1].table");
     let unnamed = table_limits("tables", [("", reads(1.0))]).expect_err("empty name");
     assert_eq!(unnamed.field, "tables[0].table");
+}
+
+#[test]
+fn table_overrides_replace_a_tables_limits_whole() {
+    let name = |table: &str| TableName::parse("t", table).expect("name");
+    // Reads limited to `r` per second, writes too.
+    let limits = |r: f64| TableLimits {
+        max_reads_per_second: Some(r),
+        max_writes_per_second: Some(r),
+    };
+    let tier: TableLimitSet = [(name("orders"), limits(10.0)), (name("users"), limits(5.0))].into();
+    let overrides: TableLimitSet = [(name("orders"), limits(99.0))].into();
+    let effective = effective_limits(Some(&tier), &overrides);
+    assert_eq!(effective[&name("orders")], limits(99.0));
+    assert_eq!(effective[&name("users")], limits(5.0));
 }
 
 /// A tier's buckets and a list of tables follow the same rules, each

@@ -1050,7 +1050,7 @@ fn partition_load(
         Some(name) => read_tier(&txn.open_table(TIERS).map_err(storage("open tiers"))?, name)?,
         None => None,
     };
-    let limits = partition::tenant_limits(record.as_ref(), tier.as_ref());
+    let limits = tier::tenant_limits(record.as_ref(), tier.as_ref());
     let mut table = txn
         .open_table(PARTITION_REPORTS)
         .map_err(storage("open partition reports"))?;

@@ -1234,7 +1234,7 @@ impl PostgresStore {
                                 .map(serde_json::from_str)
                                 .transpose()
                                 .map_err(|e| StoreError::internal("decode a stored document", e))?;
-                        partition::tenant_limits(record.as_ref(), tier.as_ref())
+                        tier::tenant_limits(record.as_ref(), tier.as_ref())
                     }
                     None => TableLimitSet::new(),
                 };
