@@ -23,15 +23,19 @@
 //!
 //! A tier also sets its tables' per-partition limits ([`TableLimits`]),
 //! which a tenant overrides table by table the same way: [`tenant_limits`]
-//! is what its pods apply. Tiers sit above the limits they set (a
-//! bucket's [`Limits`], a table's), which know nothing of tiers.
+//! is what its pods apply, and [`partition_load`] the whole of one pod's
+//! exchange on the rows a store loaded. Tiers sit above the limits they
+//! set (a bucket's [`Limits`], a table's), which know nothing of tiers.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::global_bucket::{BucketRow, Limits, Totals};
-use crate::partition::{MAX_TABLES, TableLimitSet, TableLimits};
+use crate::partition::{
+    self, Exchange, ExchangeAnswer, MAX_TABLES, PartitionReports, TableLimitSet, TableLimits,
+};
+use crate::tenant_state::{self, TenantRefused, TenantState};
 use crate::time::Timestamp;
 use crate::validate::{
     self, BucketKey, BucketName, InvalidInput, MAX_TOKENS, TableName, TenantId, TierName,
@@ -557,6 +561,26 @@ pub fn tenant_limits(record: Option<&TenantRecord>, tier: Option<&Tier>) -> Tabl
         Some(record) => effective_limits(tier.map(|t| &t.tables), &record.table_overrides),
         None => TableLimitSet::new(),
     }
+}
+
+/// One pod's partition-load exchange on the rows a store read under
+/// lock: refused, changing nothing, for a deleted or suspended tenant
+/// (`state`); otherwise [`crate::partition::exchange`] run on the
+/// tenant's `reports` under its limits ([`tenant_limits`] of `record` on
+/// `tier`). The store then writes `reports` back, or removes their row
+/// once it is empty (no report is fresh).
+pub fn partition_load(
+    tenant: &TenantId,
+    state: Option<&TenantState>,
+    record: Option<&TenantRecord>,
+    tier: Option<&Tier>,
+    reports: &mut PartitionReports,
+    exchange: &Exchange,
+    now: Timestamp,
+) -> Result<ExchangeAnswer, TenantRefused> {
+    tenant_state::admit(tenant, state)?;
+    let limits = tenant_limits(record, tier);
+    Ok(partition::exchange(reports, &limits, exchange, now))
 }
 
 /// Where a tenant's definition of a bucket comes from.

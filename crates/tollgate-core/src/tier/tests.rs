@@ -635,3 +635,72 @@ fn a_tier_is_deleted_only_if_it_exists_and_no_tenant_is_on_it() {
         })
     );
 }
+
+/// A partition-load exchange runs under the tenant's own limits (its
+/// record on its tier), and is refused, changing nothing, once the tenant
+/// is deleted or suspended.
+#[test]
+fn a_partition_load_applies_the_tenants_limits_unless_it_is_refused() {
+    let orders = TableName::parse("t", "orders").expect("name");
+    let limits = TableLimits {
+        max_reads_per_second: Some(10.0),
+        max_writes_per_second: None,
+    };
+    let mut tier = pro();
+    tier.tables = [(orders.clone(), limits)].into();
+    let record = TenantRecord {
+        tier: Some(tier_name("pro")),
+        overrides: BTreeMap::new(),
+        table_overrides: TableLimitSet::new(),
+        created_at: at(0.0),
+        updated_at: at(0.0),
+    };
+    let exchange = Exchange {
+        pod: 1,
+        partitions: Vec::new(),
+        period: std::time::Duration::from_secs(10),
+        known_version: 0,
+    };
+    let mut reports = PartitionReports::default();
+    let answer = partition_load(
+        &tenant(),
+        None,
+        Some(&record),
+        Some(&tier),
+        &mut reports,
+        &exchange,
+        at(1.0),
+    )
+    .expect("served");
+    let mut direct = PartitionReports::default();
+    let expected = partition::exchange(&mut direct, &tier.tables, &exchange, at(1.0));
+    assert_eq!(answer, expected);
+    assert_eq!(reports, direct);
+    assert_eq!(
+        answer.limits,
+        Some(tier.tables.clone()),
+        "a new pod learns them"
+    );
+
+    let deleted = TenantState {
+        kind: tenant_state::TenantStateKind::Deleted,
+        since: at(2.0),
+        actor: "op".into(),
+        reason: String::new(),
+    };
+    let before = reports.clone();
+    let refused = partition_load(
+        &tenant(),
+        Some(&deleted),
+        Some(&record),
+        Some(&tier),
+        &mut reports,
+        &exchange,
+        at(3.0),
+    );
+    assert!(
+        matches!(refused, Err(TenantRefused::Deleted { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(reports, before, "a refused exchange changes nothing");
+}

@@ -55,8 +55,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTran
 use tokio::sync::{mpsc, oneshot};
 use tollgate_core::global_bucket::{self, IdRange};
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
-use tollgate_core::partition::{self, Exchange, ExchangeAnswer, PartitionReports};
-use tollgate_core::tenant_state::{self, StateChange, StateEdit};
+use tollgate_core::partition::{Exchange, ExchangeAnswer, PartitionReports};
+use tollgate_core::tenant_state::{StateChange, StateEdit};
 use tollgate_core::tier::{
     self, CloseReason, ClosedBucket, ClosedBy, LoadedTenant, TenantChange, TenantRecord, Tier,
     TierError,
@@ -1037,9 +1037,6 @@ fn partition_load(
     now: Timestamp,
 ) -> Result<Result<ExchangeAnswer, StoreError>, StoreError> {
     let state = states::read_in(txn, [tenant])?.remove(tenant);
-    if let Err(e) = tenant_state::admit(tenant, state.as_ref()) {
-        return Ok(Err(e.into()));
-    }
     let record = {
         let records = txn
             .open_table(TENANT_RECORDS)
@@ -1050,7 +1047,6 @@ fn partition_load(
         Some(name) => read_tier(&txn.open_table(TIERS).map_err(storage("open tiers"))?, name)?,
         None => None,
     };
-    let limits = tier::tenant_limits(record.as_ref(), tier.as_ref());
     let mut table = txn
         .open_table(PARTITION_REPORTS)
         .map_err(storage("open partition reports"))?;
@@ -1061,7 +1057,18 @@ fn partition_load(
         .transpose()?
         .unwrap_or_default();
     let had_reports = !reports.is_empty();
-    let answer = partition::exchange(&mut reports, &limits, exchange, now);
+    let answer = match tier::partition_load(
+        tenant,
+        state.as_ref(),
+        record.as_ref(),
+        tier.as_ref(),
+        &mut reports,
+        exchange,
+        now,
+    ) {
+        Ok(answer) => answer,
+        Err(refused) => return Ok(Err(refused.into())),
+    };
     if !reports.is_empty() {
         let bytes = encode("encode partition reports", &reports)?;
         table

@@ -83,7 +83,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tollgate_core::global_bucket::{self, InstanceWindow};
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
-use tollgate_core::partition::{self, Exchange, ExchangeAnswer, PartitionReports, TableLimitSet};
+use tollgate_core::partition::{Exchange, ExchangeAnswer, PartitionReports};
 use tollgate_core::tenant_state::{StateChange, StateEdit};
 use tollgate_core::tier::{
     self, CloseReason, ClosedBucket, ClosedBy, LoadedTenant, TenantChange, TenantRecord, Tier,
@@ -1215,17 +1215,12 @@ impl PostgresStore {
                 let limits_rows = results.next().unwrap_or_default();
                 let clock_rows = results.next().unwrap_or_default();
                 let state = states::from_rows(&results.next().unwrap_or_default())?.remove(tenant);
-                // Refused: the row ensure made is rolled back with the
-                // transaction.
-                tollgate_core::tenant_state::admit(tenant, state.as_ref())
-                    .map_err(|e| TxError::Store(e.into()))?;
                 let mut reports: PartitionReports = match locked.first() {
                     Some(row) => json_column(row, "reports")?,
                     None => PartitionReports::default(),
                 };
-                let limits = match limits_rows.first() {
+                let (record, tier) = match limits_rows.first() {
                     Some(row) => {
-                        let record = record_of(row)?;
                         let definition: Option<&str> = row
                             .try_get("definition")
                             .map_err(|e| StoreError::internal("read a stored row", e))?;
@@ -1234,9 +1229,9 @@ impl PostgresStore {
                                 .map(serde_json::from_str)
                                 .transpose()
                                 .map_err(|e| StoreError::internal("decode a stored document", e))?;
-                        tier::tenant_limits(record.as_ref(), tier.as_ref())
+                        (record_of(row)?, tier)
                     }
-                    None => TableLimitSet::new(),
+                    None => (None, None),
                 };
                 let now = match clock_rows.first() {
                     Some(row) => inner.now(rows::clock(row, "now")?),
@@ -1247,7 +1242,18 @@ impl PostgresStore {
                         )));
                     }
                 };
-                let answer = partition::exchange(&mut reports, &limits, exchange, now);
+                // Refused: the row ensure made is rolled back with the
+                // transaction.
+                let answer = tier::partition_load(
+                    tenant,
+                    state.as_ref(),
+                    record.as_ref(),
+                    tier.as_ref(),
+                    &mut reports,
+                    exchange,
+                    now,
+                )
+                .map_err(|e| TxError::Store(e.into()))?;
                 if reports.is_empty() {
                     txn.execute(&delete, &params).await?;
                 } else {
