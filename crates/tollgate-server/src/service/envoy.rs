@@ -12,7 +12,7 @@
 //!
 //! - The request's `domain` is the tenant id.
 //! - Each descriptor is one item of one check, and the check's items are
-//!   taken all together or none ([`KeyLimitsService::run`], as
+//!   taken all together or none ([`super::key_limits::run`], as
 //!   `KeyLimits/Check`).
 //! - If a descriptor's first entry has the key `generic_key` (Envoy's
 //!   `generic_key` action), its value names the bucket and the values of
