@@ -1,0 +1,306 @@
+//! Token buckets' rows: the batched transaction of token-bucket requests
+//! (two round trips, see the store's module docs), instance windows,
+//! snapshots and closed records.
+
+use super::*;
+
+/// What a committed batch did.
+pub(super) struct BatchOutcome {
+    /// Per request, in batch order: its answer, or `None` if it was deferred.
+    pub(super) answers: Vec<Option<Result<Grant, StoreError>>>,
+    /// The transaction script's state, to report its removals.
+    pub(super) batch: Batch,
+    pub(super) now: Timestamp,
+}
+
+/// Serves `pending` in one transaction, by the script of
+/// `tollgate_core::transaction`: this function only reads and writes rows.
+pub(super) async fn token_bucket_batch(
+    store: &Inner,
+    pending: &[Pending],
+) -> Result<BatchOutcome, TxError> {
+    let mut stopwatch = Stopwatch::new(&store.counters.stages);
+    let client = store.pool.get().await?;
+    let lock = client.prepare_cached(sql::LOCK_BUCKETS).await?;
+    let clock = client.prepare_cached(sql::CLOCK).await?;
+    let load_windows = client.prepare_cached(sql::LOAD_WINDOWS).await?;
+    let read_states = client.prepare_cached(sql::READ_TENANT_STATES).await?;
+    let insert_heads = client.prepare_cached(sql::INSERT_BUCKETS).await?;
+    let update_heads = client.prepare_cached(sql::UPDATE_BUCKETS).await?;
+    let upsert_instances = client.prepare_cached(sql::UPSERT_INSTANCES).await?;
+    let delete_instances = client.prepare_cached(sql::DELETE_INSTANCES).await?;
+    let delete_strays = client.prepare_cached(sql::DELETE_STRAY_INSTANCES).await?;
+    stopwatch.lap(Stage::Begin);
+    let txn = Pipelined::new(client);
+
+    let plan = Batch::plan(
+        pending.iter().map(|p| (&p.key, p.request.instance_id)),
+        store.settings.bucket.cleanup_window,
+    );
+    let lock_tenants: Vec<&str> = plan.lock.iter().map(|k| k.tenant.as_str()).collect();
+    let lock_buckets: Vec<&str> = plan.lock.iter().map(|k| k.bucket.as_str()).collect();
+    let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_tenants, &lock_buckets];
+    let state_tenants: Vec<&str> = plan.tenants().into_iter().map(TenantId::as_str).collect();
+    let state_params: [&(dyn ToSql + Sync); 1] = [&state_tenants];
+    let mut windows = WindowColumns::default();
+    for (p, window) in pending.iter().zip(&plan.windows) {
+        windows.push(&p.key, window);
+    }
+    let window_params = windows.as_params();
+    // One round trip, whatever the batch's size: BEGIN, the lock, then
+    // (once it is held) the clock, the tenants' states and every request's
+    // instance window.
+    let no_params: [&(dyn ToSql + Sync); 0] = [];
+    let (begun, read) = join(
+        txn.client().batch_execute("BEGIN"),
+        join_all([
+            txn.client().query(&lock, &lock_params[..]),
+            txn.client().query(&clock, &no_params[..]),
+            txn.client().query(&read_states, &state_params[..]),
+            txn.client().query(&load_windows, &window_params[..]),
+        ]),
+    )
+    .await;
+    begun?;
+    let [head_rows, clock_rows, state_rows, window_rows] = settle(read)?
+        .try_into()
+        .map_err(|_| StoreError::internal("read a batch's rows", "a statement went missing"))?;
+    stopwatch.lap(Stage::Read);
+    let clock_row = clock_rows
+        .first()
+        .ok_or_else(|| StoreError::internal("read the clock", "no row"))?;
+    let now = store.now(rows::clock(clock_row, "now")?);
+
+    let heads = head_rows
+        .iter()
+        .map(|row| Ok((rows::bucket_key(row)?, rows::head_from_row(row)?)))
+        .collect::<Result<BTreeMap<_, _>, StoreError>>()?;
+    let tenant_states = states::from_rows(&state_rows)?;
+    let mut batch = Batch::open(
+        plan.lock.iter().cloned(),
+        heads,
+        &tenant_states,
+        &store.settings.unconfigured_tenants,
+        now,
+    );
+    let mut loaded = vec![Vec::new(); pending.len()];
+    for row in &window_rows {
+        let request: i64 = row
+            .try_get("request")
+            .map_err(|e| StoreError::internal("read an instance window", e))?;
+        let slot = usize::try_from(request - 1)
+            .ok()
+            .and_then(|i| loaded.get_mut(i))
+            .ok_or_else(|| {
+                StoreError::internal("read an instance window", format!("no request {request}"))
+            })?;
+        slot.push(rows::instance_from_row(row)?);
+    }
+    for (p, instances) in pending.iter().zip(loaded) {
+        batch.load(&p.key, instances);
+    }
+    let answers = pending
+        .iter()
+        .map(
+            |p| match batch.serve(&p.key, &p.request, now, &store.settings.bucket) {
+                Answer::Granted(grant) => Some(Ok(grant)),
+                Answer::Refused(e) => Some(Err(e.into())),
+                Answer::NotFound => Some(Err(StoreError::not_found(&p.key))),
+                Answer::TenantRefused(e) => Some(Err(e.into())),
+                Answer::Deferred => None,
+            },
+        )
+        .collect();
+
+    // Write back in one round trip, one statement per kind of write.
+    let writes = batch.writes();
+    let mut stray_tenants = Vec::new();
+    let mut stray_buckets = Vec::new();
+    let mut inserted = HeadColumns::default();
+    let mut updated = HeadColumns::default();
+    let mut upserted = InstanceColumns::default();
+    let mut deleted: (Vec<&str>, Vec<&str>, Vec<i64>) = Default::default();
+    for write in &writes {
+        let (tenant, bucket) = (write.key.tenant.as_str(), write.key.bucket.as_str());
+        if write.insert {
+            stray_tenants.push(tenant);
+            stray_buckets.push(bucket);
+            inserted.push(write.key, write.head)?;
+        } else {
+            updated.push(write.key, write.head)?;
+        }
+        for row in &write.upsert {
+            upserted.push(write.key, row)?;
+        }
+        for id in &write.delete {
+            deleted.0.push(tenant);
+            deleted.1.push(bucket);
+            deleted.2.push(i64::from(*id));
+        }
+    }
+    let stray_params: [&(dyn ToSql + Sync); 2] = [&stray_tenants, &stray_buckets];
+    let (inserted_params, updated_params) = (inserted.as_params(), updated.as_params());
+    let upserted_params = upserted.as_params();
+    let deleted_params: [&(dyn ToSql + Sync); 3] = [&deleted.0, &deleted.1, &deleted.2];
+    // Statements run in the order sent: strays go before anything is
+    // written. Kinds with nothing to write are not sent.
+    let statements = [
+        (!stray_tenants.is_empty(), &delete_strays, &stray_params[..]),
+        (!inserted.is_empty(), &insert_heads, &inserted_params[..]),
+        (!updated.is_empty(), &update_heads, &updated_params[..]),
+        (
+            !upserted.is_empty(),
+            &upsert_instances,
+            &upserted_params[..],
+        ),
+        (
+            !deleted.0.is_empty(),
+            &delete_instances,
+            &deleted_params[..],
+        ),
+    ];
+    stopwatch.lap(Stage::Write);
+    let (written, committed) = join(
+        join_all(
+            statements
+                .iter()
+                .filter(|(send, _, _)| *send)
+                .map(|(_, statement, params)| txn.client().execute(*statement, params)),
+        ),
+        txn.client().batch_execute("COMMIT"),
+    )
+    .await;
+    // A failed write aborted the transaction, and PostgreSQL answers the
+    // COMMIT after it by rolling back: nothing was applied.
+    settle(written)?;
+    committed.map_err(TxError::Commit)?;
+    txn.ended();
+    drop(writes);
+    stopwatch.lap(Stage::Commit);
+    Ok(BatchOutcome {
+        answers,
+        batch,
+        now,
+    })
+}
+
+/// The parameters of `load_windows.sql`: a request per index; its bucket,
+/// and each run of its window as (first, last, limit), in the statement's
+/// order (own row, predecessor, following, wrapped).
+#[derive(Default)]
+pub(super) struct WindowColumns<'a> {
+    pub(super) tenant: Vec<&'a str>,
+    pub(super) bucket: Vec<&'a str>,
+    /// Per run, per part (first, last, limit): a value per request.
+    pub(super) runs: [[Vec<i64>; 3]; 4],
+}
+
+impl<'a> WindowColumns<'a> {
+    pub(super) fn push(&mut self, key: &'a BucketKey, window: &InstanceWindow) {
+        self.tenant.push(key.tenant.as_str());
+        self.bucket.push(key.bucket.as_str());
+        let runs = [
+            window.own,
+            window.predecessor,
+            window.following,
+            window.wrapped,
+        ];
+        for (columns, range) in self.runs.iter_mut().zip(runs) {
+            columns[0].push(i64::from(range.first));
+            columns[1].push(i64::from(range.last));
+            columns[2].push(i64::try_from(range.limit).unwrap_or(i64::MAX));
+        }
+    }
+
+    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 14] {
+        let r = &self.runs;
+        [
+            &self.tenant,
+            &self.bucket,
+            &r[0][0],
+            &r[0][1],
+            &r[0][2],
+            &r[1][0],
+            &r[1][1],
+            &r[1][2],
+            &r[2][0],
+            &r[2][1],
+            &r[2][2],
+            &r[3][0],
+            &r[3][1],
+            &r[3][2],
+        ]
+    }
+}
+
+/// The buckets in `rows` (ordered by key, then instance id), each with its
+/// instances; rows of a bucket without its head row are left out.
+pub(super) fn snapshots_from_rows(
+    inner: &Inner,
+    rows: &[tokio_postgres::Row],
+    read_at_column: &'static str,
+) -> Result<Vec<BucketSnapshot>, StoreError> {
+    let mut out: Vec<BucketSnapshot> = Vec::new();
+    for row in rows {
+        let key = rows::bucket_key(row)?;
+        if rows::row_instance_id(row)? == 0 {
+            out.push(BucketSnapshot {
+                key,
+                head: rows::head_from_row(row)?,
+                instances: Vec::new(),
+                read_at: inner.now(rows::clock(row, read_at_column)?),
+                inactivity_timeout: inner.settings.bucket.inactivity_timeout,
+            });
+        } else if let Some(last) = out.last_mut().filter(|s| s.key == key) {
+            last.instances.push(rows::instance_from_row(row)?);
+        }
+    }
+    Ok(out)
+}
+
+/// A JSON document of a tier or tenant record, as the tier tables keep it.
+pub(super) fn json_column<T: serde::de::DeserializeOwned>(
+    row: &tokio_postgres::Row,
+    column: &'static str,
+) -> Result<T, StoreError> {
+    let text: &str = row
+        .try_get(column)
+        .map_err(|e| StoreError::internal("read a stored row", e))?;
+    serde_json::from_str(text).map_err(|e| StoreError::internal("decode a stored document", e))
+}
+
+/// Appends closed records inside `txn` (`insert_closed_buckets.sql`).
+pub(super) async fn insert_closed(
+    txn: &deadpool_postgres::Transaction<'_>,
+    closed: &[ClosedBucket],
+) -> Result<(), TxError> {
+    if closed.is_empty() {
+        return Ok(());
+    }
+    let insert = txn.prepare_cached(sql::INSERT_CLOSED_BUCKETS).await?;
+    let tenants: Vec<&str> = closed.iter().map(|c| c.tenant.as_str()).collect();
+    let buckets: Vec<&str> = closed.iter().map(|c| c.bucket.as_str()).collect();
+    let closed_at: Vec<i64> = closed.iter().map(|c| c.closed_at.unix_micros()).collect();
+    let reasons: Vec<&str> = closed.iter().map(|c| c.reason.name()).collect();
+    let records = closed
+        .iter()
+        .map(|c| to_json("encode closed bucket", c))
+        .collect::<Result<Vec<String>, StoreError>>()?;
+    txn.execute(
+        &insert,
+        &[&tenants, &buckets, &closed_at, &reasons, &records],
+    )
+    .await?;
+    Ok(())
+}
+
+/// A row of `tollgate_closed_buckets` as listed.
+pub(super) fn closed_entry(row: &tokio_postgres::Row) -> Result<ClosedEntry, StoreError> {
+    let seq: i64 = row
+        .try_get("seq")
+        .map_err(|e| StoreError::internal("read a stored row", e))?;
+    Ok(ClosedEntry {
+        seq: u64::try_from(seq).map_err(|e| StoreError::internal("read a closed bucket", e))?,
+        closed: json_column(row, "record")?,
+    })
+}
