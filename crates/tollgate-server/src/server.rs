@@ -17,7 +17,7 @@ use crate::service::admission;
 use crate::service::edge::EdgeLayer;
 use crate::service::{
     AdminAuth, AdminService, AdminTokens, Admission, EnvoyRateLimitService, KeyLimitsService, Live,
-    PartitionLimitsService, PodAuth, PodTokens, TokenBucketService,
+    PartitionLimitsService, PodAuth, PodGate, PodTokens, TokenBucketService,
 };
 use crate::store::{self, Store};
 use crate::telemetry::health::PROBE_INTERVAL;
@@ -208,10 +208,14 @@ pub async fn run_with_options(
     // One check of pod credentials for every pod-facing service.
     let pod_auth = PodAuth::new(pod_tokens, pod_tenants_from_certificates)
         .with_metrics(Arc::clone(&telemetry.metrics));
-    // One service for the checks of both APIs: the same store and metrics.
-    let checks = KeyLimitsService::with_metrics(Arc::clone(&store), Arc::clone(&telemetry.metrics))
-        .with_admission(admission.clone())
+    // One gate for every pod-facing service: the same store, metrics,
+    // bound on pending requests and check of credentials.
+    let gate = PodGate::new(Arc::clone(&store))
+        .with_metrics(Arc::clone(&telemetry.metrics))
+        .with_admission(admission)
         .with_auth(pod_auth.clone());
+    // One service for the checks of both APIs.
+    let checks = KeyLimitsService::new(gate.clone());
     let served = builder
         .layer(RpcMetricsLayer::new(Arc::clone(&telemetry.metrics)))
         // Inside the metrics layer, so RPCs are counted with the codes the
@@ -219,24 +223,13 @@ pub async fn run_with_options(
         .layer(EdgeLayer)
         // Each pod-facing service behind the guard that authenticates its
         // callers before their requests are decoded.
-        .add_service(
-            pod_auth.clone().guard(TokenBucketServiceServer::new(
-                TokenBucketService::with_metrics(
-                    Arc::clone(&store),
-                    Arc::clone(&telemetry.metrics),
-                )
-                .with_admission(admission.clone())
-                .with_auth(pod_auth.clone()),
-            )),
-        )
+        .add_service(pod_auth.clone().guard(TokenBucketServiceServer::new(
+            TokenBucketService::new(gate.clone()),
+        )))
         .add_service(pod_auth.clone().guard(KeyLimitsServer::new(checks.clone())))
-        .add_service(
-            pod_auth.clone().guard(PartitionLimitsServer::new(
-                PartitionLimitsService::new(Arc::clone(&store))
-                    .with_admission(admission)
-                    .with_auth(pod_auth.clone()),
-            )),
-        )
+        .add_service(pod_auth.clone().guard(PartitionLimitsServer::new(
+            PartitionLimitsService::new(gate),
+        )))
         .add_service(
             pod_auth.guard(RateLimitServiceServer::new(EnvoyRateLimitService::new(
                 checks,

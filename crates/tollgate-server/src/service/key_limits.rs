@@ -1,16 +1,13 @@
 //! The `KeyLimits` service: exact per-key checks, one store transaction
 //! each (batched with others by the store).
 
-use std::sync::Arc;
-
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_proto::v1::{self, key_limits_server};
 use tonic::{Request, Response, Status};
 
 use super::pod_gate::Admitted;
-use super::{Admission, PodAuth, PodGate, convert, status};
-use crate::store::{Store, StoreError};
-use crate::telemetry::Metrics;
+use super::{PodGate, convert, status};
+use crate::store::StoreError;
 
 /// Serves checks of per-key buckets from the store, through the
 /// [`PodGate`].
@@ -20,31 +17,10 @@ pub struct KeyLimitsService {
 }
 
 impl KeyLimitsService {
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        KeyLimitsService {
-            gate: PodGate::new(store),
-        }
-    }
-
-    /// Counts every check in `metrics`, by tenant, bucket and verdict.
-    pub fn with_metrics(store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
-        KeyLimitsService {
-            gate: PodGate::new(store).with_metrics(metrics),
-        }
-    }
-
-    /// Bounds pending checks with `admission` (shared with the server's
-    /// other pod-facing services).
-    pub fn with_admission(mut self, admission: Admission) -> Self {
-        self.gate = self.gate.with_admission(admission);
-        self
-    }
-
-    /// Serves only callers whose credentials name every tenant a call's
-    /// items belong to.
-    pub fn with_auth(mut self, auth: PodAuth) -> Self {
-        self.gate = self.gate.with_auth(auth);
-        self
+    /// Serves through `gate` (a store alone: any caller, no metrics, the
+    /// default admission bounds).
+    pub fn new(gate: impl Into<PodGate>) -> Self {
+        KeyLimitsService { gate: gate.into() }
     }
 
     /// The gate both APIs of checks enter by (this one and Envoy's).

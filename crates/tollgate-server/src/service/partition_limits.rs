@@ -2,14 +2,11 @@
 //! partitions and learn their tenant's table limits and their shares of
 //! them, one store transaction per exchange.
 
-use std::sync::Arc;
-
 use tollgate_proto::partition::PartitionLoadCall;
 use tollgate_proto::v1::{self, partition_limits_server};
 use tonic::{Request, Response, Status};
 
-use super::{Admission, PodAuth, PodGate, status};
-use crate::store::Store;
+use super::{PodGate, status};
 
 /// Serves pods' partition-load exchanges from the store, through the
 /// [`PodGate`].
@@ -19,23 +16,10 @@ pub struct PartitionLimitsService {
 }
 
 impl PartitionLimitsService {
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        PartitionLimitsService {
-            gate: PodGate::new(store),
-        }
-    }
-
-    /// Bounds pending exchanges with `admission` (shared with the server's
-    /// other pod-facing services).
-    pub fn with_admission(mut self, admission: Admission) -> Self {
-        self.gate = self.gate.with_admission(admission);
-        self
-    }
-
-    /// Serves only callers whose credentials name the exchange's tenant.
-    pub fn with_auth(mut self, auth: PodAuth) -> Self {
-        self.gate = self.gate.with_auth(auth);
-        self
+    /// Serves through `gate` (a store alone: any caller, no metrics, the
+    /// default admission bounds).
+    pub fn new(gate: impl Into<PodGate>) -> Self {
+        PartitionLimitsService { gate: gate.into() }
     }
 }
 

@@ -84,6 +84,12 @@ pub struct PodGate {
     auth: PodAuth,
 }
 
+impl From<Arc<dyn Store>> for PodGate {
+    fn from(store: Arc<dyn Store>) -> Self {
+        PodGate::new(store)
+    }
+}
+
 impl PodGate {
     /// Any caller, no metrics, the default admission bounds.
     pub fn new(store: Arc<dyn Store>) -> Self {

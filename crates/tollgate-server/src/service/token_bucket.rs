@@ -1,13 +1,9 @@
 //! The pod-facing `TokenBucketService`.
 
-use std::sync::Arc;
-
 use tollgate_proto::v1::{self, token_bucket_service_server};
 use tonic::{Request, Response, Status};
 
-use super::{Admission, PodAuth, PodGate, convert, status};
-use crate::store::Store;
-use crate::telemetry::Metrics;
+use super::{PodGate, convert, status};
 
 /// Serves pods' token-bucket requests from the store, through the
 /// [`PodGate`].
@@ -17,30 +13,10 @@ pub struct TokenBucketService {
 }
 
 impl TokenBucketService {
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        TokenBucketService {
-            gate: PodGate::new(store),
-        }
-    }
-
-    /// Counts every answer in `metrics`, by bucket and kind of grant.
-    pub fn with_metrics(store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
-        TokenBucketService {
-            gate: PodGate::new(store).with_metrics(metrics),
-        }
-    }
-
-    /// Bounds pending requests with `admission` (shared with the server's
-    /// other pod-facing services).
-    pub fn with_admission(mut self, admission: Admission) -> Self {
-        self.gate = self.gate.with_admission(admission);
-        self
-    }
-
-    /// Serves only callers whose credentials name the request's tenant.
-    pub fn with_auth(mut self, auth: PodAuth) -> Self {
-        self.gate = self.gate.with_auth(auth);
-        self
+    /// Serves through `gate` (a store alone: any caller, no metrics, the
+    /// default admission bounds).
+    pub fn new(gate: impl Into<PodGate>) -> Self {
+        TokenBucketService { gate: gate.into() }
     }
 }
 
