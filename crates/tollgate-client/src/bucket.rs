@@ -10,6 +10,12 @@
 //! its request-unit bucket's handle. Once the server refused the bucket
 //! for good, each of them fails with the refusal
 //! ([`ClientError::Refused`]), which the gate holds.
+//!
+//! `acquire(n)` takes n tokens at once, first in, first out per bucket,
+//! and is cancellation-safe: a dropped waiter leaves the queue, or gives
+//! its tokens back if it was admitted meanwhile. A handle reaches its gate
+//! in one hop, so the fast path of a held handle (and of the controller)
+//! takes no lock and looks nothing up.
 
 use std::future::Future;
 use std::pin::Pin;

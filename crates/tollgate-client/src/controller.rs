@@ -6,6 +6,17 @@
 //! [`Controller::bucket`]. The buckets are kept by the `Pod`, the state all
 //! handles of one controller share: the transport, the settings new buckets
 //! are made with, and each bucket's driver task.
+//!
+//! `connect` returns at once and never waits for the server. A bucket
+//! starts on its first use, from any thread (its driver runs on the
+//! runtime the controller was made on), and every later use of its name
+//! gets a handle on the same bucket. The map of buckets is locked only
+//! when a bucket is looked up by name or started and at shutdown, never on
+//! the admission or request paths. `shutdown` closes every bucket (their
+//! waiters are refused, and so are new buckets) and waits, until one
+//! deadline shared by all of them, for each bucket's final report; the
+//! [`ShutdownReport`] says whether all arrived, its [`BucketReport`]s
+//! which.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};

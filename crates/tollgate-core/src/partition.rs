@@ -37,6 +37,11 @@
 //!
 //! Everything here is pure: time and the random draw are passed in, so the
 //! client, the server and the simulator run the same rule.
+//!
+//! Where the limits live: a tier's `tables` and a tenant record's
+//! `table_overrides`, inside the JSON documents the stores keep for tiers
+//! and records; `tenant_limits` gives a tenant's from its record and
+//! tier. The counter table is fixed-size, in sets of [`WAYS`] slots.
 
 use std::collections::BTreeMap;
 
