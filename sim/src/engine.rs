@@ -13,6 +13,11 @@
 //! that tick (one acquisition), after cancelling acquisitions that waited
 //! `max_wait`. Between ticks a pod is polled when it asked to be (its
 //! `wake_at`), or when an answer or a failure reaches it.
+//!
+//! The server's store is the stores' transaction script over one bucket's
+//! rows in memory: `Batch` loads each request's window and writes back
+//! with `BucketWrite::apply_to`. The event queue (`Events`: virtual time,
+//! ties in scheduling order) serves the partition engine too.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};

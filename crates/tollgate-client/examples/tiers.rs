@@ -18,7 +18,7 @@
 //!
 //! Tiers `pro` or `free` that already exist on the server with other
 //! buckets are left alone and the example stops, unless run with
-//! `--overwrite-tiers`.
+//! `--overwrite-tiers`. Its test runs it against an in-process server.
 //!
 //! The same tiers as a file for `tollgate tier apply -f`:
 //!

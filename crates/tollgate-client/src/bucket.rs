@@ -16,6 +16,12 @@
 //! Nothing here knows the controller: the handles and the pod they keep
 //! alive are above this module (`controller`), as is the driver, which
 //! holds only a [`Bucket`].
+//!
+//! `acquire(n)` takes n tokens at once, first in, first out per bucket,
+//! and is cancellation-safe: a dropped waiter leaves the queue, or gives
+//! its tokens back if it was admitted meanwhile. A handle reaches its gate
+//! in one hop, so the fast path of a held handle (and of the controller)
+//! takes no lock and looks nothing up.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -10,6 +10,17 @@
 //! The handles live here, beside the `Pod` they keep alive; what they gate
 //! on is below: each bucket's state and gating (`bucket`) and its task
 //! (`driver`), neither of which knows the controller.
+//!
+//! `connect` returns at once and never waits for the server. A bucket
+//! starts on its first use, from any thread (its driver runs on the
+//! runtime the controller was made on), and every later use of its name
+//! gets a handle on the same bucket. The map of buckets is locked only
+//! when a bucket is looked up by name or started and at shutdown, never on
+//! the admission or request paths. `shutdown` closes every bucket (their
+//! waiters are refused, and so are new buckets) and waits, until one
+//! deadline shared by all of them, for each bucket's final report; the
+//! [`ShutdownReport`] says whether all arrived, its [`BucketReport`]s
+//! which.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};

@@ -13,6 +13,10 @@
 //! refusal ([`crate::error::classify`]) stops the bucket: the driver hands
 //! it to the gate, where every call on the bucket finds it, logs it once,
 //! and ends, as nothing it could send would be taken.
+//!
+//! Each request goes out with a timeout. After the stop signal the driver
+//! sends the bucket's final report: shares 0, the consumption not yet
+//! reported, and the tokens it holds given back.
 
 use std::future::Future;
 use std::pin::Pin;

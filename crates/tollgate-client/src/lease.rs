@@ -7,6 +7,7 @@
 //! lease is therefore 8 bytes of the process's start time (nanoseconds
 //! since the Unix epoch, big-endian, so byte order is time order) followed
 //! by 8 random bytes (so two pods started in the same nanosecond differ).
+//! Each bucket of a controller takes a lease of its own.
 
 use std::time::SystemTime;
 

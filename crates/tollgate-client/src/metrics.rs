@@ -5,6 +5,12 @@
 //! A pod on its fallback rate shows here (`_fallback_active`,
 //! `_fallback_entries_total`, `_fallback_tokens_total`), as does a bucket
 //! the server refused (`_refused`).
+//!
+//! The rest: `tollgate_client_waiting_requests`, `_wait_seconds`,
+//! `_granted_tokens_total`, `_charged_tokens_total`,
+//! `_server_requests_total`, `_server_errors_total`, `_tokens`. The
+//! lock-free fast path does not touch them; the next locked operation on
+//! the bucket brings them up to date.
 
 use prometheus::{Counter, Gauge, Histogram, HistogramOpts, IntCounter, IntGauge, Opts, Registry};
 use tollgate_core::{BucketName, InstanceId, LocalBucketStatus, TenantId};

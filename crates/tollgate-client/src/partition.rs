@@ -23,6 +23,13 @@
 //! simulator runs too; this module adds the lock, the clock, the random
 //! draws, the task and the metrics. Until the first answer the pod knows
 //! no limits and admits everything.
+//!
+//! The limiter starts on first use; a [`Partition`] (table and key,
+//! hashed once) is what `Request::on_partition` names. Its clock
+//! ([`PartitionClock`]) is the processor's time-stamp counter through
+//! `quanta`, or tokio's for paused time in tests. Metrics:
+//! `tollgate_client_partition_rejections_total`, `_partition_hot_rate`
+//! (the hottest by hash) and `_partition_exchange_errors_total`.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;

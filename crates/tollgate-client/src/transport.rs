@@ -13,7 +13,15 @@
 //! replica when a call fails. The pod's retry carries the same request,
 //! sequence number included, so whichever replica receives it, the
 //! database answers a request it already applied with the stored grant and
-//! counts nothing twice.
+//! counts nothing twice. `Controller::connect` builds it from endpoints
+//! separated by commas ([`endpoint_list`]), each pod starting on the one at
+//! `instance % count`.
+//!
+//! A transport may leave `partition_load` out: its pods then never learn
+//! partition limits. An answer with impossible values is refused, not
+//! believed. [`endpoint`] and [`ClientTls`] are the one way the client, the
+//! CLI and the load generator build a connection (TLS with a CA and a
+//! client certificate for `https://` URLs).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -1,9 +1,10 @@
 //! One controller gating several of the tenant's buckets, in paused tokio
 //! time against an in-process server that keeps one core global bucket per
-//! bucket name (the real server does not serve named buckets yet): buckets
-//! are isolated from each other, `acquire(n)` claims n at once, a name
-//! always means the same bucket, bad names are refused, each request names
-//! its bucket, and shutdown reports every bucket.
+//! bucket name: buckets are isolated from each other (an exhausted or a
+//! hanging bucket holds up no other), `acquire(n)` claims n at once, a
+//! name always means the same bucket, bad names are refused, each request
+//! names its bucket with its own lease and sequence, shutdown reports
+//! every bucket, and each bucket has its own metrics.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,7 @@
 //! The gate's promises, in paused tokio time against the core global bucket
 //! (a deterministic in-process transport): FIFO order, cancellation gives
-//! claims back, no waiter starves, fallback when the server is gone.
+//! claims back, no waiter starves, fallback when the server is gone,
+//! shutdown, and bad input refused.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,7 +1,7 @@
 //! What `GrpcTransport` puts on the wire for several buckets, seen by a
-//! recording gRPC server on `127.0.0.1:0` (the real server does not serve
-//! named buckets yet): one connection, each request's `bucket` field set to
-//! its bucket's name, a final report with shares 0 for each bucket.
+//! recording gRPC server on `127.0.0.1:0`: one connection, each request's
+//! `bucket` field set to its bucket's name, a final report with shares 0
+//! for each bucket.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

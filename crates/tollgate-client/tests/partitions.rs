@@ -3,6 +3,11 @@
 //! learned from the server and held, cold partitions pass, a rejection is
 //! never retried nor charged, pods share a hot partition through the
 //! server, and fall back to the whole limit each without it.
+//!
+//! In numbers: the limit held from 1.5 to 20 times over; ten pods sharing
+//! a partition admit about ten times the limit alone and about the limit
+//! coordinated; a changed limit reaches the pods within one period; a
+//! rejection is returned at once and counted once; and the metrics.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -15,54 +15,127 @@
 //! request does not grow with the number of pods.
 //!
 //! # The rules
-//! - **Refill**: `refill_rate` tokens per second, paused while the bucket holds
-//!   `burst_limit` tokens or more. Time comes from the store's clock and is
-//!   clamped at zero.
-//! - **Immediate grant**: enough tokens in the bucket: grant the request at once.
-//! - **Trickle grant**: otherwise grant what the bucket holds plus the pod's
-//!   fraction of the refill rate (`shares / sum(shares)`) over at most one
-//!   target request period, delivered at a constant rate.
-//! - **Systematic debt**: pre-distributing tokens over a period puts the
-//!   bucket into debt by design, by what the trickles have yet to deliver.
-//!   The head row tracks that commitment (`committed_tokens`, delivered at
-//!   `committed_rate`); debt beyond it — or beyond `refill_rate × period`,
-//!   whichever is less — lowers the rate handed out so it is paid back over
-//!   the next period. Debt is therefore bounded by `2 × refill_rate × period`.
+//! - **Refill**: `refill_rate` tokens per second, paused while the bucket
+//!   holds `burst_limit` tokens or more (a level an operator set above the
+//!   limit is kept, not cut). Time comes from the store's clock and is
+//!   clamped at zero; `last_refill` never moves backwards.
+//! - **Tokens and consumption**: tokens leave the bucket only when granted.
+//!   Reported consumption only adds to the bucket's totals, which never
+//!   decrease.
+//! - **Immediate grant**: enough tokens in the bucket: grant the request at
+//!   once (a trickle duration of zero). A request for zero tokens gets
+//!   none; it still reports its consumption and shares.
+//! - **Trickle grant** ([`GrantPolicy::Shares`], the default): otherwise
+//!   grant what the bucket holds plus the pod's fraction of the refill rate
+//!   (`shares / sum(shares)`, an even split over the live instances if the
+//!   sum is zero), delivered at a constant rate over between 1 s and one
+//!   target request period, with `max_burst_tokens = max(burst_limit ×
+//!   fraction, tokens per second of the trickle)`. If that rate works out
+//!   to zero, the pod gets what the bucket holds, at once.
+//! - **Commitments**: every trickle is taken from the bucket in advance.
+//!   The part of it that future refill pays for is a commitment; the tokens
+//!   the bucket held when it granted the trickle are not (counting them
+//!   would hand them out twice). The head row tracks the undelivered
+//!   commitments (`committed_tokens`, delivered at `committed_rate`), each
+//!   instance row its own. A pod folds the rest of its previous trickle
+//!   into the new one, and that rest counts towards the new grant, so a pod
+//!   renewing early still gets one period of its rate per period. Under the
+//!   shares policy the bucket is judged by its *level*, `tokens +
+//!   min(committed, refill_rate × period)`, what an ideal bucket would
+//!   hold; a request the level covers is granted at once.
+//! - **Systematic debt**: a negative level (debt beyond what the trickles
+//!   have yet to deliver) lowers the rate handed out to `refill_rate −
+//!   excess / period`, so it is paid back over the next period; grants
+//!   therefore never take the bucket below `−2 × refill_rate × period`.
 //!   (The RFC excuses a full period of refill; pods renew at different
 //!   times, so on average only half of it is committed, and excusing the
 //!   rest lets a saturated tenant overspend by up to half a period.)
 //! - **Bucket-level EMA** ([`GrantPolicy::BucketLevelEma`]): CockroachDB's
-//!   2023 policy, kept as an alternative for the simulator to compare, as is
-//!   plain first-come greed ([`GrantPolicy::Greedy`]).
-//! - **Instances**: a pod's first request links it into the list; every
-//!   request looks at the next few instances and removes those silent longer
-//!   than the inactivity timeout, taking their shares out of the sum.
-//! - **Idempotency**: a request repeating the last `(lease, seq)` of its
-//!   instance gets the stored response back and changes nothing. A new lease
-//!   starts a new sequence.
-//! - **Incarnations**: leases of an instance id are ordered (as byte strings,
-//!   lexicographically), and a pod that restarts uses a greater lease than
-//!   before. A request with a lease below the one the instance holds comes
-//!   from an older incarnation (a late copy, or an attempt abandoned when
-//!   the pod restarted): it is refused and changes nothing, so an old
+//!   2023 policy, kept for the simulator to compare. `tokens_avg = 0.25 ×
+//!   tokens + 0.75 × tokens_avg`, updated on every request that is not a
+//!   duplicate, under every policy. Shares are ignored: a request may take
+//!   up to `refill_rate × period − max(0, −tokens_avg)` beyond what the
+//!   bucket holds, never more than 1.5 periods of refill into debt, spread
+//!   over the whole period.
+//! - **Greedy** ([`GrantPolicy::Greedy`]): the simulator's baseline: what
+//!   the bucket holds, up to the request, at once; no trickles.
+//! - **Returned tokens**: a pod shutting down sends shares 0 and gives back
+//!   what it holds and what its trickle has yet to deliver
+//!   (`returned_tokens`); they go back into the bucket, never above the
+//!   burst limit.
+//! - **Instances**: a pod's first request links it into the list after its
+//!   predecessor. Every request walks at most `cleanup_window` (8) rows
+//!   after the requester, wrapping past the sentinel, and unlinks those
+//!   silent longer than the inactivity timeout (60 s), or longer than the
+//!   reported-dead timeout (10 s) if they lie between the requester and the
+//!   `next_live_instance_id` it reported; their shares leave the sum. No
+//!   liveness service is involved.
+//! - **Instance window** ([`instance_window`]): the rows a request needs
+//!   are its own, its predecessor (the highest id below it) and up to
+//!   `cleanup_window` rows after it, wrapping past the highest id: four
+//!   runs of ids ([`IdRange`]) any store reads with index range scans. On
+//!   them [`request`] gives exactly the grant and leaves exactly the rows
+//!   it would on all rows (a proptest in `transaction/tests.rs`).
+//! - **Idempotency**: each instance row keeps its lease, last `seq` and the
+//!   grant it answered. A request repeating the last `(lease, seq)` of its
+//!   instance gets that grant back and changes nothing; an older `seq` on
+//!   the same lease is refused ([`RequestError::StaleSequence`]). A new
+//!   lease starts a new sequence.
+//! - **Incarnations**: leases of an instance id are ordered (as byte
+//!   strings, lexicographically), and a pod that restarts uses a greater
+//!   lease than before (the client's begins with its start time). A request
+//!   with a lease below the one the instance holds comes from an older
+//!   incarnation (a late copy, or an attempt abandoned when the pod
+//!   restarted): it is refused ([`RequestError::SupersededLease`],
+//!   FAILED_PRECONDITION on the wire) and changes nothing, so an old
 //!   incarnation never displaces a newer one nor counts anything again.
 //!   Only once the newer incarnation has been silent past the inactivity
 //!   timeout (it would be removed anyway) may a lower lease take the id.
-//! - **Reconfiguration** ([`reconfigure`]): sets the limits, correcting the
-//!   operator's `available_tokens` for refill and consumption since `as_of`.
-//! - **Fallback rate**: every response tells the pod what it may consume per
-//!   second on its own while the server is unreachable: half its share of
-//!   the refill rate and half an even split, so all pods' rates sum to it.
-//! - **Fallback charges**: tokens a pod used on its fallback rate are
-//!   charged to the bucket with its next request, or with the retry of the
-//!   request that went unanswered (the bucket carries the debt, every pod's
-//!   rate drops while it is paid back). While nobody reached the server the
-//!   bucket refilled only up to its burst limit; the refill it kept and then
-//!   the refill it lost in that stretch pay for fallback used during it, so
-//!   an outage costs the tenant what it would have under one bucket. Each
-//!   grant records the fallback its request was charged
-//!   (`Grant::fallback_charged`): a retry answered with the grant of an
-//!   earlier attempt tells the pod what is still to charge.
+//! - **Reconfiguration** ([`reconfigure`]): sets the limits and the level.
+//!   With `as_of`, the level is `available_tokens` plus the refill from
+//!   `as_of` to now under the new limits (capped as the bucket would cap
+//!   it), minus the request units consumed beyond `as_of_consumed_tokens`;
+//!   an `as_of_consumed_tokens` above the bucket's total is refused, and so
+//!   is an `as_of` more than [`MAX_AS_OF_AHEAD`] (5 s) after the store's
+//!   clock. Without `as_of`, `available_tokens` is taken as it is. A
+//!   [`LimitsMask`] (the wire's `update_mask`) sets only some of the three
+//!   values: the others keep the bucket's, and a level left out is the
+//!   bucket's own, refilled to now under its old limits. Only an existing
+//!   bucket is updated in part; [`configure`] is the update of a bucket
+//!   that may not exist yet (created from [`BucketRow::new`] with no
+//!   tokens, then reconfigured).
+//! - **Errors change nothing**: [`request`] and [`reconfigure`] leave the
+//!   rows untouched when they refuse.
+//! - **Fallback rate**: every response tells the pod what it may consume
+//!   per second on its own while the server is unreachable, `refill_rate ×
+//!   (fraction + 1 / live_instances) / 2`: half its share of the refill
+//!   rate and half an even split, so an idle pod (shares 0) still runs on
+//!   its own, and all pods' rates sum to the refill rate.
+//! - **Fallback charges** (`BucketState::charge_fallback`): tokens a pod
+//!   used on its fallback rate are charged to the bucket with its next
+//!   request (`fallback_tokens`, `fallback_duration`), or with the retry of
+//!   the request that went unanswered (the bucket carries the debt, every
+//!   pod's rate drops while it is paid back). While nobody reached the
+//!   server the bucket refilled only up to its burst limit; `refill` keeps
+//!   the refill lost to the limit in the last stretch without requests
+//!   (`capped_refill`, `capped_from`, `capped_until`; PostgreSQL migration
+//!   V7). The refill the bucket kept while the fallback ran (up to
+//!   `capped_from`) is charged first, then the lost refill forgives the
+//!   rest: at most the refill of the overlap, and only within one target
+//!   period after the stretch ended. So an outage costs the tenant what it
+//!   would have under one bucket (the shipped `outage` workload ended 7.4 %
+//!   under the ideal without this, 0.4 % with it). The first request back
+//!   from an outage is the retry of the one it cut off; granted before
+//!   being charged, it was handed the refill the fallback had used, so
+//!   retries carry the fallback used so far. Each grant records what its
+//!   request was charged (`Grant::fallback_charged`, migration V8, the
+//!   response's `fallback_charged_tokens`): a retry answered with the grant
+//!   of an earlier attempt tells the pod what is still to charge, once.
+//!
+//! The head row has three parts, kept apart in memory and stored flat
+//! (their fields side by side): [`BucketState`] (limits, level,
+//! commitments: what refill, grants and reconfiguration change),
+//! [`Membership`] (the pods' list head and share sum) and [`Totals`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

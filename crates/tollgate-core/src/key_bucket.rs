@@ -30,6 +30,27 @@
 //!
 //! [`check`] is one call on loaded slots; [`KeyBatch`] and [`KeyTable`] are
 //! the script a store follows for a batch of calls.
+//!
+//! The rules around a check:
+//!
+//! - **Definitions** are read in the check's own transaction, from the
+//!   tenant's record and tier (`tier::definitions`), so a new definition
+//!   applies to the next check. A stored row's `full_at` is computed under
+//!   the definition it was written with ([`StoredKey`]); a key checked
+//!   after a definition change is judged by the new one.
+//! - **Refusals**: a call refused by an error ([`CheckError`]: an unknown
+//!   bucket, a shared one, a deleted or suspended tenant, a request id used
+//!   again for other tokens, bad input) takes nothing, for any of its items.
+//! - **Retries** are keyed by tenant, bucket, key and request id, and kept
+//!   [`REQUEST_RECORD_TTL`] (10 minutes).
+//! - **Idle rows go**: a check that finds a key full deletes its row, and
+//!   each replica's sweep (`store::sweep_idle_keys` in the server: every
+//!   second, up to 10 000 rows of each table a transaction) deletes rows
+//!   whose `full_at` has passed and records past their time.
+//! - **A check writes only its key's rows** (and its records): checks of
+//!   different keys never wait on each other. Checks per second are
+//!   therefore counted by each replica in memory ([`crate::rate_window`]),
+//!   never in a shared row.
 
 mod batch;
 

@@ -40,6 +40,11 @@
 //! client, the server and the simulator run the same rule. Tiers are above
 //! this module, not in it: [`crate::tier`] holds table limits in its tiers
 //! and tenant records, and nothing here knows a tier.
+//!
+//! Where the limits live: a tier's `tables` and a tenant record's
+//! `table_overrides`, inside the JSON documents the stores keep for tiers
+//! and records; `tier::tenant_limits` gives a tenant's from its record and
+//! tier. The counter table is fixed-size, in sets of [`WAYS`] slots.
 
 use std::collections::BTreeMap;
 

@@ -26,6 +26,56 @@
 //! is what its pods apply, and [`partition_load`] the whole of one pod's
 //! exchange on the rows a store loaded. Tiers sit above the limits they
 //! set (a bucket's [`Limits`], a table's), which know nothing of tiers.
+//!
+//! # The rules in detail
+//!
+//! A store loads the tenant's record, the tiers the change needs
+//! ([`TenantChange::tier_to_load`], and the previous tier, since only
+//! buckets it or an override provisioned are retired) and the head rows
+//! of all the tenant's buckets, calls [`change_tenant`] and writes the
+//! [`TenantEdit`] it returns, in one transaction.
+//!
+//! - A bucket the tenant has is refilled to now at its old limits, then
+//!   given the new ones, its tokens (and `tokens_avg`) capped at the new
+//!   burst limit; its pods, leases and totals stay. A configured bucket
+//!   that already has the wanted limits is not written.
+//! - A bucket it lacks is created holding its definition's
+//!   `initial_tokens` (the burst limit if unset), configured, with no pods
+//!   (a store deletes stray instance rows of its key first).
+//! - A retired bucket's head and instance rows are deleted and its closed
+//!   record (last limits, exact totals, when, why, by whom) written in the
+//!   same transaction; closed records are only ever appended. A named
+//!   bucket an operator made by hand that no tier or override ever defined
+//!   is left alone, while limits set by hand on a bucket a tier or override
+//!   does define are set back at the tenant's next change (and at every
+//!   `PutTier` of its tier).
+//! - The request-unit bucket is never created, changed or retired by a
+//!   change; neither tiers nor overrides may name it.
+//! - Definitions of [`BucketKind::PerKey`] provision nothing (keys start
+//!   full, [`crate::key_bucket`]): [`wanted_buckets`] counts shared ones
+//!   only, [`definitions`] all.
+//! - Refusals: `Create` of a tenant that exists (a record or any bucket,
+//!   a request-unit bucket its pods created on first use included) is
+//!   [`TierError::TenantExists`]; `SetTier` creates the tenant if needed;
+//!   both need the tier ([`TierError::TierNotFound`]). `SetOverride`
+//!   creates the record (and so the tenant) if needed; `ClearOverride`
+//!   needs the tenant and the override ([`TierError::TenantNotFound`],
+//!   [`TierError::OverrideNotFound`]); `Reapply`, what `PutTier` runs for
+//!   each tenant on the tier, needs the tenant.
+//! - A valid tier ([`Tier::from_definitions`], and `table_limits` for its
+//!   tables, both by one walk of a named list): bucket names valid and not
+//!   empty, each defined once, at most [`MAX_TIER_BUCKETS`] (1 000), numbers
+//!   in the wire contract's ranges; a refusal names the field as the
+//!   request does (`tier.buckets[1].bucket`).
+//! - `PutTier` stores the tier stamped ([`stamp_tier`]) and re-applies it
+//!   to every tenant whose record names it, in the transaction that writes
+//!   the tier (the store finds those tenants); a tier is deleted only if it
+//!   exists and no record names it ([`may_delete_tier`]:
+//!   [`TierError::TierInUse`], with the count and up to three of its
+//!   tenants).
+//! - What a change retires and leaves ([`TenantEdit::retirements`],
+//!   [`TenantEdit::buckets_after`]) is computed here too, so both stores
+//!   answer a change alike without reading their rows again.
 
 use std::collections::BTreeMap;
 

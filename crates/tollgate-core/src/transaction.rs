@@ -23,6 +23,17 @@
 //!
 //! The stores only read and write rows; every rule about what those rows
 //! mean is here or in [`global_bucket`].
+//!
+//! What a missing head row means: the request-unit bucket of a tenant
+//! nobody configured is created or refused as [`UnconfiguredTenants`]
+//! says (`UseDefaults` with the server's default limits, or `Reject`); any
+//! other bucket does not exist ([`Answer::NotFound`]). Instance rows of a
+//! bucket without a head row are strays an older delete left: ignored when
+//! loaded, and deleted before a new head row is written. Once a request has
+//! removed silent instances of its bucket, the batch's later requests for
+//! that bucket are [`Answer::Deferred`] to the next transaction, since the
+//! rows they need may no longer all be loaded. [`BucketWrite::apply_to`]
+//! writes a bucket back for stores kept in memory (the simulator's, tests).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -15,6 +15,14 @@
 //! echoed in at most [`MAX_ECHO_CHARS`] characters and a number in its
 //! shortest form, so a hostile input cannot make an error larger than the
 //! metadata a gRPC client accepts.
+//!
+//! Names follow one rule (`check_name`: characters from
+//! `[A-Za-z0-9._:-]`): a [`TenantId`] has 1 to 128 of them, a
+//! [`BucketName`] none (the request-unit bucket,
+//! [`BucketName::REQUEST_UNITS`]) or 1 to 64, a [`TierName`] and a
+//! [`TableName`] 1 to 64. A [`BucketKey`] (tenant and bucket) shows as
+//! `tenant` or `tenant/bucket`, the form page tokens use. A pod's target
+//! request period lies between 10 ms and 5 min, 10 s when it does not say.
 
 use std::fmt;
 use std::time::Duration;

@@ -3,6 +3,17 @@
 //! The `.proto` files are the source of truth; this crate only exposes the
 //! generated prost messages and tonic clients/servers so that every other crate
 //! (and every user) agrees on one definition.
+//!
+//! `build.rs` compiles the files with protox, a protobuf compiler written in
+//! Rust, so no system `protoc` is needed; [`FILE_DESCRIPTOR_SET`] and
+//! [`AGENT_FILE_DESCRIPTOR_SET`] carry the descriptors for gRPC reflection.
+//! The conversions the server and the client share live here once:
+//! [`Consumption`](tollgate_core::consumption::Consumption) both ways,
+//! [`duration`], and `CheckCall::try_from` a `CheckRequest` (every item
+//! validated, fields named `items[i].…`), by which the server accepts a
+//! check and the client checks one before sending it; [`partition`] does
+//! the same for the `PartitionLimits` messages, and [`pushback`] reads and
+//! writes an overloaded server's retry hint.
 
 /// Package `tollgate.v1`: the pod-facing `TokenBucketService`,
 /// `KeyLimits` and `PartitionLimits`, and the operator-facing `Admin`

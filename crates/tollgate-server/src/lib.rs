@@ -2,11 +2,12 @@
 //!
 //! - [`store`]: the `Store` trait and its implementations.
 //! - [`service`]: the pod-facing `TokenBucketService`, the per-key
-//!   `KeyLimits` checks (also served as Envoy's rate limit service API) and
-//!   the operator-facing `Admin` service, which validate every input at the
-//!   edge and map store errors to gRPC status codes.
+//!   `KeyLimits` checks (also served as Envoy's rate limit service API),
+//!   `PartitionLimits`, and the operator-facing `Admin` service, which
+//!   validate every input at the edge and map store errors to gRPC status
+//!   codes.
 //! - [`telemetry`]: Prometheus metrics, gRPC health and `/readyz`.
-//! - [`run`]: serves both services, gRPC health and reflection on an
+//! - [`run`]: serves every service, gRPC health and reflection on an
 //!   already-bound listener until a shutdown signal; the binary and the
 //!   integration tests share it.
 //!

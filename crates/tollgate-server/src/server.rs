@@ -1,4 +1,16 @@
 //! Serving the gRPC services on a listener.
+//!
+//! [`run`], [`run_with_telemetry`] and [`run_with_options`] (TLS, mutual
+//! TLS, admin and pod tokens, tenants from client certificates, the bound
+//! on pending requests: [`GrpcOptions`]) serve every service, gRPC health
+//! and reflection (v1, and v1alpha for older tools) on an already-bound
+//! listener, so the binary and the tests share them. Every service sits
+//! behind the edge layer and the RPC metrics; the pod-facing ones behind
+//! pod authentication too. HTTP/2 is set for many pods per connection
+//! (1 024 streams, a 1 MiB connection window, keepalive pings). When
+//! `shutdown` completes, health turns NOT_SERVING, the server stops
+//! accepting and drains the requests in flight. The store is not closed
+//! here: its owner closes it once the server has returned.
 
 use std::future::Future;
 use std::sync::Arc;

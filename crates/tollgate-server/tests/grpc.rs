@@ -1,5 +1,8 @@
 //! End-to-end tests: a real server on `127.0.0.1:0`, real gRPC clients, and
-//! every test run twice: on the embedded store and on PostgreSQL.
+//! every test run twice: on the embedded store and on PostgreSQL. Among
+//! them a restart on the same state, a tenant's named buckets served
+//! apart, and the tier RPCs refusing bad input with the field named and
+//! changing nothing.
 
 mod support;
 

@@ -1,6 +1,10 @@
 //! Defects found by driving the server from outside, with a client written
 //! only from the `.proto` files: each is a test over the wire contract,
-//! on both stores where a store is involved.
+//! on both stores where a store is involved: a late copy from an older
+//! incarnation, totals past 2^63 − 1, requests racing `DeleteTenant`,
+//! stray instance rows, undecodable and over-large messages (raw bytes),
+//! expired deadlines (over bare HTTP/2), `as_of_consumed_tokens` up to the
+//! total, brief error messages, exact fractional sums.
 
 mod support;
 

@@ -3,8 +3,8 @@
 //! tenant's table limits when they change, their reports add up across
 //! pods (and, on PostgreSQL, across server replicas) and are kept across a
 //! restart, a report is forgotten
-//! twice its period after it was sent, and bad input is refused naming its
-//! field with nothing recorded.
+//! twice its period after it was sent, reports go with their tenant, and
+//! bad input is refused naming its field with nothing recorded.
 
 mod support;
 

@@ -2,6 +2,12 @@
 //! calls, retries answered once, idle keys removed, tenants kept apart,
 //! keys of any UTF-8, and replicas sharing one database that never admit
 //! a token twice.
+//!
+//! Also: refused calls batched with others changing nothing, keys and
+//! request ids with NUL and multibyte characters, and replicas hammering a
+//! few keys, on a READ COMMITTED and a SERIALIZABLE database with a sweeper
+//! running beside them, never admitting more than burst + rate × the span
+//! of the database's clock the checks ran in.
 
 mod support;
 

@@ -1,6 +1,12 @@
 //! Store behaviour every `Store` implementation must show, written once as
 //! functions over `&dyn Store` with a clock the test moves, and run against
-//! the embedded store and PostgreSQL.
+//! the embedded store and PostgreSQL: linking, cleanup a window at a
+//! time, duplicates, deletes, many concurrent requests with duplicates
+//! counted once, a tenant's buckets kept apart, listed in key order and
+//! deleted together, a missing named bucket `BucketNotFound`; and tiers:
+//! onboarding, a switch carrying tokens over capped, buckets created and
+//! retired, an override surviving a switch until cleared, a tier's new
+//! definition reaching its tenants, a tier in use kept.
 
 mod support;
 

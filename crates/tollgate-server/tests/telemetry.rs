@@ -2,7 +2,9 @@
 //! two tenants (checked against the store's own totals, and by `promtool
 //! check metrics` where it is installed), gRPC health, `/healthz` and
 //! `/readyz`, gRPC reflection, and the process's own series. Run on both
-//! stores.
+//! stores. The exported families are checked against
+//! `deploy/metric-names.txt`, the list the dashboard and the rules are
+//! checked against too.
 
 mod support;
 

@@ -9,6 +9,11 @@
 //! and an import is one transaction: a store gets all of it or nothing.
 //! Export never makes a store file (a mistyped path is an error, not an
 //! empty export); import makes the file it is to fill when it is missing.
+//!
+//! `export --out FILE` writes `FILE.partial`, synced and renamed over
+//! `FILE` once the end line is written, so `FILE` is never a partial
+//! export; without `--out` the export goes to stdout. `import FILE` (or
+//! `-` for stdin) refuses a store that holds anything unless `--replace`.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};

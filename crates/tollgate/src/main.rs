@@ -21,6 +21,10 @@
 //! Every command that prints a result takes `--json` (see `output`). A
 //! command whose reader closes stdout early (`tollgate … | head`) stops
 //! quietly with status 141, as a process ended by SIGPIPE.
+//!
+//! Logs go to stderr, filtered by `RUST_LOG`: text, or one JSON object per
+//! line for `serve --log-format json`. `serve` resolves its configuration
+//! before logging starts, since the log format is part of it.
 
 mod agent;
 mod bench;

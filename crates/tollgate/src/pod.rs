@@ -7,7 +7,8 @@
 //! It says whether the pod was throttled: granted fewer tokens than it asked
 //! for, or given its tokens over a trickle rather than at once. The text
 //! rounds amounts and shows the trickle's fields only for a trickle grant;
-//! `--json` has every field, exact.
+//! `--json` has every field, exact. The request goes to `--bucket NAME`,
+//! else the request-unit bucket.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

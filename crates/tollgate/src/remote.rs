@@ -1,6 +1,14 @@
 //! Reaching a running server: the `--server` option the client commands
 //! share, the `--actor` that changes carry, and how gRPC errors read on a
 //! terminal.
+//!
+//! [`ServerArg`] is `--server` and the TLS options (`TOLLGATE_SERVER`, …),
+//! under their own `Connection` heading in `--help`; a connection failure
+//! is said once, with a hint. `AdminServerArg` adds the `Admin` service's
+//! `--token`, for the `tenant` and `tier` commands only. [`ActorArg`] is
+//! `--actor` (`TOLLGATE_ACTOR`, else `USER`), sent as `x-tollgate-actor`
+//! by the commands that change something. A status that shows the other
+//! end is not a Tollgate gRPC port comes with a hint saying so.
 
 use std::path::PathBuf;
 use std::time::Duration;

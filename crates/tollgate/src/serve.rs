@@ -2,6 +2,12 @@
 //! [`ServeConfig`] says. At start it logs the configuration, what tenants
 //! nobody has configured get, and which store it opened (a file by its
 //! absolute path, and whether it was made just now).
+//!
+//! It binds the gRPC listener and, unless `--metrics-listen off`, the HTTP
+//! one (metrics, health, console), serves gRPC with
+//! `tollgate_server::run_with_options` until SIGINT or SIGTERM, keeps HTTP
+//! up until gRPC has drained, then closes the store. SIGHUP reloads the
+//! credentials files.
 
 use std::sync::Arc;
 

@@ -7,6 +7,13 @@
 //! otherwise serve an empty store, every tenant back at the default limits
 //! and every total gone. The log names the file by its absolute path and
 //! says whether it was opened or made, and why.
+//! `serve` may make one when given `--create`, or for its default file on
+//! the first run (no `--store` given); `import` makes the file it is to
+//! fill. Anything else missing is an error naming the absolute path.
+//!
+//! `tollgate migrate` (and `export`, `import`) take `--store`, else
+//! `TOLLGATE_STORE`, else `DATABASE_URL`; unlike `serve` they assume no
+//! default file and refuse instead ([`StoreLocation::named`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

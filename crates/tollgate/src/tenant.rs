@@ -10,6 +10,12 @@
 //! Human output is an aligned table; `--json` prints one JSON document for
 //! scripts (see `output`). Errors from the server are shown with their gRPC
 //! code and message.
+//!
+//! `set-limits --bucket NAME` sets (and creates) a named bucket, and sends
+//! an `update_mask` of the values given when not all three are. `show
+//! --tenant T` shows every bucket of the tenant (in JSON, a list), `--bucket
+//! B` one; `list` has a `BUCKET` column. `delete` asks for the tenant id
+//! again unless `--yes`, and refuses without a terminal to ask on.
 
 mod per_key;
 mod tiering;

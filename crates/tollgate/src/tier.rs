@@ -10,7 +10,10 @@
 //! - `list`, `show` and `delete`.
 //! - `apply -f FILE` makes the server's tiers those of a TOML file
 //!   (`file`): it reads them all, plans the difference (`plan`) and sends
-//!   only what differs, so it can run on every commit of the file.
+//!   only what differs, so it can run on every commit of the file: one
+//!   `PutTier` per tier that differs, and a `DeleteTier` for each tier the
+//!   file lacks with `--prune`. It stops at the first failure, naming what
+//!   it had already done.
 //! - `update` and `apply` first send each change as a dry run: when it
 //!   would retire buckets (a bucket left out of a tier, or misspelt), they
 //!   list each tenant and bucket with its totals and need `--yes` or a

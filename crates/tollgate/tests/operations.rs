@@ -1,5 +1,7 @@
-//! The binary as operators run it: metrics and health over HTTP, and a
-//! SIGTERM in the middle of load that drains, exits 0 and loses nothing.
+//! The binary as operators run it: metrics and health over HTTP
+//! (`--metrics-listen`, `/readyz`), and a SIGTERM in the middle of load
+//! that drains, exits 0 and loses nothing; after a restart `/metrics`
+//! equals the store's totals.
 
 mod support;
 

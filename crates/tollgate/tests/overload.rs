@@ -7,7 +7,8 @@
 //!
 //! The first test fills the bound deterministically: a transaction holds
 //! the tenant's rows locked, so the one admitted request waits in the store
-//! while the next arrives.
+//! while the next arrives. The second runs `tollgate bench` with 128 pods
+//! against two places.
 
 mod support;
 

@@ -1,6 +1,7 @@
-//! The server survives its database: connections killed under it, and the
-//! database server restarted, during load. It recovers without a restart
-//! of its own, pods see `Unavailable` only while the database is down, and
+//! The server survives its database: connections killed under it
+//! (`pg_terminate_backend`), and the database server restarted, during
+//! load, on a cluster of the test's own. It recovers without a restart of
+//! its own, pods see `Unavailable` only while the database is down, and
 //! nothing already committed is lost.
 
 mod support;

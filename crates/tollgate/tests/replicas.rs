@@ -4,7 +4,8 @@
 //! moment after sending it and comes back as a new incarnation on the next
 //! replica while the old attempt may still be in flight. Nothing is counted
 //! twice or lost, grants stay within the bucket's bounds, and every instance
-//! list stays whole.
+//! list stays whole. The crashes are `tollgate bench --restarts`; the
+//! stored rows are read directly (`support/usage.rs`).
 
 mod support;
 

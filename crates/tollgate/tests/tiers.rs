@@ -5,6 +5,11 @@
 //! tiers file, against a served store, each result read back with
 //! `--json`. What the server must do is the `Admin` contract in
 //! `proto/tollgate/v1/admin.proto`.
+//!
+//! Round trips, `apply` twice changing nothing the second time, bad files
+//! refused before anything is sent, onboarding, a switch, an override, a
+//! tier in use kept, a tenant's table limits, and a tier's table limits
+//! applied, shown, changed and removed by the file.
 
 mod support;
 

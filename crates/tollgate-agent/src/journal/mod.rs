@@ -27,6 +27,8 @@
 //! segments before it, so only the last one is read for state; older ones
 //! are read for request ids only, and removed once older than the answers'
 //! time to live or beyond the number kept.
+//! A segment is made its full size at once and lines are written in place,
+//! zeros after the last one, so no write changes the file's size.
 
 mod record;
 mod settle;

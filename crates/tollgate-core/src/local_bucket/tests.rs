@@ -1,6 +1,8 @@
 //! The local bucket, scripted second by second through the situations
-//! CockroachDB's client tests cover, plus a closed loop of pods against the
-//! real global bucket.
+//! CockroachDB's client tests cover (throttling, fallback, fallback while
+//! throttled, debt, oversized requests, low tokens, no tokens, consumption
+//! reporting, trickle anticipation), plus a closed loop of three pods
+//! against the real global bucket for a virtual minute.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -9,6 +9,12 @@
 //! a retried or duplicated exchange changes nothing more than the first.
 //! The reports are kept in the store, one row per tenant, so every server
 //! replica adds up the same pods.
+//!
+//! A tenant's row is bounded: at most [`MAX_TENANT_REPORTED`] partitions in
+//! all its pods' reports, the reports closest to going stale dropped first.
+//! [`exchange`] is the whole of the server's side, run by both stores and
+//! the simulator: it records the pod's report, answers the tenant's limits
+//! when the version the pod holds is old, and the pod's shares.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -3,6 +3,14 @@
 //! Per-key buckets have no bucket row, so `ListTenants` leaves them out;
 //! `ListKeyBuckets` and `DescribeTenant` read them from the store (their
 //! definitions and stored keys) and add this replica's check rates.
+//!
+//! `ListTenants` pages through buckets in key order, all of them or one
+//! tenant's: 100 a page unless asked, at most 1 000; the page token is the
+//! last key listed, `tenant` or `tenant/bucket`. `ListKeyBuckets` pages
+//! per-key buckets with the same tokens. Each tier or override RPC
+//! (`CreateTenant`, `SetTenantTier`, `SetBucketOverride`,
+//! `ClearBucketOverride`, `SetTableLimits`, `ClearTableLimits`) is one
+//! `TenantChange` through `Store::change_tenant`.
 
 use std::sync::Arc;
 

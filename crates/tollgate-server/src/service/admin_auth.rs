@@ -14,7 +14,8 @@
 //! The file holds one `NAME TOKEN [ROLE]` line per operator (`#` starts a
 //! comment; the role is `operator` unless given). The check sits in front
 //! of the service ([`AdminGuard`]), where the method is known before the
-//! request is decoded.
+//! request is decoded. Read-only methods are listed, not inferred: a
+//! method added later is closed to read-only tokens until it is listed.
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -25,6 +25,11 @@
 //! DEADLINE_EXCEEDED once the caller's `grpc-timeout` passes
 //! ([`super::edge`]), and the stores never start an operation whose caller
 //! has gone.
+//!
+//! The numbers: [`DEFAULT_MAX_PENDING`] (128, `--max-pending-requests`)
+//! places; the pacer measures the admitted rate every quarter second,
+//! assumes 10 000 a second before its first measure, and hands out pauses
+//! between [`MIN_PUSHBACK`] (250 ms) and [`MAX_PUSHBACK`] (10 s).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

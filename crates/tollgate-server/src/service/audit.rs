@@ -12,6 +12,16 @@
 //! `peer`, `actor`, `actor_note`, `tenant`, `bucket`, `before.*`, `after.*`)
 //! and a
 //! message that reads on its own.
+//!
+//! The lines: a limits update (the bucket's limits and tokens before and
+//! after); a tenant's deletion, one line per bucket, its totals the last
+//! word on them; tier changes: [`tenant_changed`] (the tenant's tier and
+//! the buckets created, changed and retired), then a line per retired
+//! bucket with every cumulative total exactly and its live instances (the
+//! only record of them in the log once the bucket is gone); [`tier_put`]
+//! (created or replaced, the buckets and the tenants updated, then a
+//! `tenant_changed` line for each of those tenants); [`tier_deleted`]; and
+//! a tenant's suspension, resumption or tombstone removed.
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -1,5 +1,11 @@
 //! Conversions between the wire contract (`tollgate_proto::v1`) and the
 //! core's domain types, with the validation of every field.
+//!
+//! A request's `tenant_id` and `bucket` make its `BucketKey` (the empty
+//! bucket is the request-unit bucket); a `Tier` is checked by the core's
+//! rules (`Tier::from_definitions` for `tier.buckets`, the table limits
+//! for `tier.tables`); a bucket goes back as a `Tenant` view, a tenant on a
+//! tier as a `TenantTier`.
 
 use std::time::Duration;
 

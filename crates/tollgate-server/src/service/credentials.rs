@@ -12,6 +12,11 @@
 //! The parsed credentials live behind an [`arc_swap::ArcSwap`]: every call
 //! reads the current table without a lock, and a reload replaces it at
 //! once for the calls that follow.
+//!
+//! A `TokenTable` is keyed by the SHA-256 of each token: one lookup
+//! whatever their number, and no comparison whose timing depends on how
+//! much of a guess was right. `tollgate serve` reloads both files on SIGHUP
+//! and when their text changes.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -1,5 +1,11 @@
 //! The `KeyLimits` service: exact per-key checks, one store transaction
 //! each (batched with others by the store).
+//!
+//! A call is validated by `CheckCall::try_from` (in `tollgate-proto`), run
+//! by `Store::check`, counted in `tollgate_key_checks_total` and answered
+//! item by item. [`KeyLimitsService::run`] is that sequence without the
+//! wire, which Envoy's `ShouldRateLimit` shares, so every check rule and
+//! metric is written once.
 
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_proto::v1::{self, key_limits_server};

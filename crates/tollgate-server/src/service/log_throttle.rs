@@ -1,7 +1,9 @@
 //! At most one log line per interval for a condition that fails many
 //! requests at once. During a database failover every pending request
 //! fails the same way; one line a second with the count of the others says
-//! as much as hundreds, and keeps the rest of the log readable.
+//! as much as hundreds, and keeps the rest of the log readable. The
+//! `store unavailable` line goes through it, and so do the refusals of pod
+//! authentication.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};

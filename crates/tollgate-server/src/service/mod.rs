@@ -4,6 +4,15 @@
 //! starts: a refused request changes nothing and names the offending field.
 //! Store errors are mapped to gRPC status codes in one place, [`status`],
 //! which is also where they are logged.
+//!
+//! The mapping: NOT_FOUND for a missing tenant, bucket, tier, override or
+//! table limits, and for a deleted tenant; INVALID_ARGUMENT naming the
+//! field (a check of a shared bucket too); FAILED_PRECONDITION for a stale
+//! sequence number, a superseded lease, a tier in use, a suspended tenant
+//! and an import into a store that is not empty; ALREADY_EXISTS for a
+//! tenant `CreateTenant` finds; UNAVAILABLE when the store cannot be
+//! reached (logged through `log_throttle`); INTERNAL for the store's own
+//! failures and an inconsistent instance list (logged as errors).
 
 mod admin;
 pub mod admin_auth;

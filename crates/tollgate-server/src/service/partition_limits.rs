@@ -1,6 +1,9 @@
 //! The pod-facing `PartitionLimits` service: pods report their hottest
 //! partitions and learn their tenant's table limits and their shares of
-//! them, one store transaction per exchange.
+//! them, one store transaction per exchange. A report is checked by
+//! `PartitionLoadCall::try_from` (in `tollgate-proto`, fields named as the
+//! request names them) and run by `Store::partition_load`, which applies
+//! the core's `partition::exchange` to the tenant's reports row.
 
 use tollgate_proto::partition::PartitionLoadCall;
 use tollgate_proto::v1::{self, partition_limits_server};

@@ -11,7 +11,7 @@
 //! - **Client certificates** (`--tls-client-tenants`, with mutual TLS):
 //!   the certificate the connection was made with names its tenants as URI
 //!   subject alternative names, `tollgate://tenant/<id>` (or
-//!   `tollgate://tenant/*`).
+//!   `tollgate://tenant/*`), read with `x509-parser`.
 //!
 //! With either configured, every pod-facing call (`TokenBucket`, `Check`,
 //! `PartitionLoad`, Envoy's `ShouldRateLimit`) is checked before it is

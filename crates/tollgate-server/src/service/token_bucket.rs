@@ -1,4 +1,13 @@
 //! The pod-facing `TokenBucketService`.
+//!
+//! A request passes the gates every pod-facing call passes, in order: the
+//! edge ([`edge::enter`]: a deadline already past is refused), the
+//! caller's credential, validation of every field into the core's
+//! `TokenBucketRequest` (bad input ends here, before any transaction), the
+//! caller's right to the tenant, and admission (a permit, or UNAVAILABLE
+//! with a retry hint). Only then does it reach `Store::token_bucket`; the
+//! grant goes back as a `TokenBucketResponse`, a store error as the status
+//! [`super::status`] maps it to.
 
 use tollgate_proto::v1::{self, token_bucket_service_server};
 use tonic::{Request, Response, Status};

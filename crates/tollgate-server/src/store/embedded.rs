@@ -31,13 +31,26 @@
 //! - `keys`, `key_requests`: per-key buckets and the records of checks
 //!   kept for retries (see [`keys`]); created when missing, so a version
 //!   3 file written before them needs no conversion
+//! - `partition_reports`: tenant id → JSON `PartitionReports` (its pods'
+//!   hot-partition reports), removed when no report is fresh or with the
+//!   tenant; created when missing, like the per-key tables
 //!
 //! Older files are converted when opened, in one transaction with the
 //! version change: version 1 kept request units and CPU seconds as
 //! floating-point totals ([`migration::migrate_v1_totals`]); versions 1 and 2 kept one
 //! bucket per tenant, keyed by tenant id alone ([`migration::migrate_v2_keys`]);
 //! version 3 had no closed buckets and versions 3 and 4 no
-//! `tenant_states`: the conversion creates the tables, empty.
+//! `tenant_states`: the conversion creates the tables, empty. A file of a
+//! later schema than this server knows is refused.
+//!
+//! The writer drains up to 512 queued operations into one write
+//! transaction. Each token-bucket request in it runs the transaction
+//! script on its own; a tier or override change is one operation too
+//! (`load_tenant` reads the record, the tier and the tenant's head rows,
+//! `change_one` applies `tier::change_tenant` and writes the edit);
+//! `put_tier` writes the tier and runs `change_one` with `Reapply` for each
+//! tenant whose record names it; `delete_tier` refuses a tier a record
+//! names; deleting a tenant deletes its record too.
 //!
 //! A dry run (`AdminCall::dry_run`) runs in a write transaction of its own,
 //! apart from the batch it was queued with, and is aborted instead of

@@ -9,6 +9,18 @@
 //! Stores: [`EmbeddedStore`] (one crash-safe file, the default) and
 //! [`PostgresStore`] (PostgreSQL and compatible databases, for several
 //! replicas).
+//!
+//! Every method is keyed by bucket or tenant; the rules live in
+//! `tollgate-core` and each store only reads, locks and writes rows. What
+//! they share besides the trait: [`BucketSettings`] (the global bucket's
+//! knobs and what tenants nobody configured get), [`StoreError`] (with
+//! [`StoreError::not_found`]: a missing request-unit bucket is
+//! `TenantNotFound`, a missing named bucket `BucketNotFound`), the export
+//! format ([`image`]), where a store's time goes (`stages`), and
+//! [`sweep_idle_keys`], the task each server runs to remove idle keys and
+//! expired check records: every [`SWEEP_INTERVAL`] (1 s), up to
+//! [`SWEEP_BATCH`] (10 000) rows of each table a transaction, a few
+//! transactions back to back while more wait.
 
 mod embedded;
 pub mod image;

@@ -13,8 +13,9 @@
 //! history of [`HISTORY`], from which rates are the differences of the
 //! exact totals between reads. Per-key buckets (the first [`MAX_BUCKETS`]
 //! too) are shown as the last read found them, with the check rates this
-//! replica counted then (`check_rates`). Read-only: the console changes nothing, and
-//! wants an admin token (any role) where the Admin service does.
+//! replica counted then (`check_rates`). Read-only: the console changes
+//! nothing, and wants an admin token (any role) where the Admin service
+//! does. Throttled pods are estimated from this replica's trickle grants.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};

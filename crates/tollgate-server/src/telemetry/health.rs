@@ -2,8 +2,9 @@
 //! `/readyz` reports.
 //!
 //! The server is alive as long as it runs. It is *ready* while its store
-//! answers: a probe reads one tenant every few seconds, and the gRPC health
-//! status of the server ("") and of both services follows it, so load
+//! answers: a probe reads one tenant every [`PROBE_INTERVAL`] (5 s), and
+//! the gRPC health status of the server ("") and of each of its services
+//! (token buckets, key limits, partition limits, `Admin`) follows it, so load
 //! balancers and Kubernetes stop sending pods to a replica that cannot
 //! reach its store. At shutdown the status turns NOT_SERVING before the
 //! server stops accepting requests.

@@ -13,8 +13,9 @@
 //!   aggregate them with `max by (tenant_id, bucket)`, never `sum`.
 //! - **Per key table, from the store**: `tollgate_stored_keys`,
 //!   `tollgate_check_records` (aggregate with `max`).
-//! - **Per replica** (RPCs, grants answered, checks answered by tenant,
-//!   bucket and verdict, store transactions, retries, failures, instances
+//! - **Per replica** (RPCs by method and code, grants answered by tenant,
+//!   bucket and kind, checks answered by tenant, bucket and verdict, build
+//!   info, store transactions, retries, failures, instances
 //!   and keys removed): this process's own counts; aggregate with
 //!   `sum`. Checks are also kept per bucket for the last seconds
 //!   (`check_rates`), for the rates the Admin API and the console show.
@@ -24,7 +25,14 @@
 //!   collector, on Linux, where it reads `/proc`.
 //!
 //! When the store cannot be read, a scrape still succeeds: it carries the
-//! per-replica metrics and `tollgate_store_up 0`, without tenant metrics.
+//! per-replica metrics and `tollgate_store_up 0`, without tenant metrics,
+//! and the next scrape reads the store again.
+//!
+//! A read of the store (paged `list_buckets`, labels `tenant_id` and
+//! `bucket`, with `tollgate_tenants` and `tollgate_buckets`) is encoded
+//! once, and scrapes share the text until it is older than the read
+//! interval; one read runs at a time, under a lock, however many scrapes
+//! arrive together.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -1,7 +1,8 @@
 //! What operators watch: Prometheus metrics, gRPC health, `/readyz`.
 //!
-//! - [`metrics`]: the registry, per-tenant metrics read from the store at
-//!   scrape time, and per-replica RPC and store counters.
+//! - [`metrics`]: the registry, per-bucket metrics read from the store (at
+//!   most once per read interval, whatever the scrapes), and per-replica
+//!   RPC and store counters.
 //! - [`check_rates`]: this replica's checks and refusals of each per-key
 //!   bucket per second, over the last seconds, in memory.
 //! - [`rpc`]: the tower layer that counts and times every RPC.

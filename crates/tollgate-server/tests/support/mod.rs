@@ -1,6 +1,8 @@
 //! The stores the shared tests run against: every behaviour test runs once
 //! on the embedded store and once on PostgreSQL (a fresh database per test,
-//! from `tollgate-testdb`).
+//! from `tollgate-testdb`). [`Backend`] names the store, [`Backing`] holds
+//! a test's store file or database, and `for_each_store!` writes a test
+//! once for both; `server.rs` starts a real server on `127.0.0.1:0`.
 #![allow(dead_code)] // each test binary uses part of it
 
 pub mod raw;

@@ -13,6 +13,11 @@
 //! tenant, counting each request once however often it was sent, so that it
 //! can be compared with the tenant's totals on the server.
 //!
+//! Pods run on their tenants' request-unit buckets, or spread over
+//! `--buckets` named ones, which it creates first through `Admin`. With
+//! `--restarts`, crashed pods' attempts still in flight are settled at the
+//! end (see `pod.rs`).
+//!
 //! With `--checks` it loads the per-key `KeyLimits/Check` RPC instead
 //! (see `checks.rs`); with `--local MODE`, a pod's local acquisitions: in
 //! process, through `tollgate agent`, or by Envoy's API (see `local.rs`).
@@ -20,6 +25,8 @@
 //! - `mod.rs`: the options, their validation, the connections and the run.
 //! - `checks.rs`: the callers of `--checks` and their report.
 //! - `local.rs`: the callers of `--local` and their report.
+//! - `pacer.rs`: the thread that releases open-loop `--local` calls at
+//!   their due times.
 //! - `pod.rs`: one pod's request stream, retries, duplicates and restarts.
 //! - `report.rs`: the counts merged over pods, as a table or JSON.
 

@@ -2,7 +2,8 @@
 //! [`crate::store::image`]).
 //!
 //! An export reads one read transaction: redb's snapshot, untouched by the
-//! writes that commit meanwhile. An import is one write transaction.
+//! writes that commit meanwhile. An import is one write transaction,
+//! which for `replace` first drops and refills the tables.
 
 use redb::{
     Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,

@@ -13,7 +13,11 @@
 //!
 //! A sweep walks each table from where the previous sweep stopped, a
 //! bounded number of rows at a time, and removes the rows whose time has
-//! come; a key a check finds full is removed at once.
+//! come; a key a check finds full is removed at once. Where a sweep
+//! stopped (`SweepCursor`) moves only once its transaction commits, so a
+//! failed sweep walks the same rows again. Checks are operations of the
+//! writer's batches like any other write: several calls share one
+//! transaction and one commit.
 
 use std::collections::BTreeMap;
 

@@ -3,8 +3,12 @@
 //!
 //! An export is one read-only REPEATABLE READ transaction: every statement
 //! sees the same snapshot, so the export is consistent while servers go on
-//! writing. Rows are streamed, not collected. An import is one
-//! transaction that first locks the tables against other writers.
+//! writing. Rows are streamed, not collected, in byte order of their keys
+//! as the embedded store keeps them, so both stores export the same text.
+//! An import is one transaction that first locks the tables against other
+//! writers (`lock_store.sql`), checks them empty (`store_contents.sql`) or,
+//! to replace, clears them (`clear_store.sql`), and inserts the rows in
+//! chunks of 5 000 through the statements the store writes with.
 
 use futures_util::{TryStreamExt, pin_mut};
 use tokio_postgres::IsolationLevel;

@@ -59,6 +59,24 @@
 //! Every transaction is retried on conflicts and lost connections (see
 //! [`retry`]); retries are logged and counted in [`StoreStats`].
 //!
+//! In a token-bucket batch, a write that fails aborts the transaction and
+//! the `COMMIT` sent after it rolls back; a conflict or a lost connection
+//! reruns the whole batch, which is safe because every request in it is
+//! idempotent. A connection left inside a transaction is closed, not
+//! pooled.
+//!
+//! Tier changes ([`tiers`]): `change_in` runs one tenant change inside a transaction
+//! (locks the tenant's record, holds the tier it needs `FOR SHARE`, locks
+//! the tenant's head rows, reads the clock, applies
+//! `tier::change_tenant` and writes the edit); `put_tier_by` locks the tier, writes
+//! it, locks the records of its tenants and runs `change_in` with
+//! `Reapply` for each, all in one transaction. `DescribeTenant` reads the
+//! record and the head rows in one read-only snapshot. [`migrate`] applies
+//! `sql/migrations` with refinery (replicas starting at once retry until
+//! one has applied them); [`migrate_to`] stops at a schema version, what
+//! a server of that version would have made of the database, for upgrade
+//! tests.
+//!
 //! This file holds the store's handle, its start and the `Store` impl,
 //! which hands each method to the file of its concern, under the trait's
 //! own method names, the same files as the embedded store's:
