@@ -21,7 +21,7 @@ use tollgate_client::{
 };
 use tollgate_core::Timestamp;
 use tollgate_core::partition::{
-    self, ExchangeAnswer, PartitionReports, TableLimitSet, TableLimits,
+    self, ExchangeAnswer, PartitionReports, RETRY_AFTER_FAILURE, TableLimitSet, TableLimits,
 };
 use tollgate_core::{LocalBucketConfig, TableName};
 use tollgate_proto::partition::PartitionLoadCall;
@@ -323,7 +323,11 @@ async fn without_the_server_each_pod_applies_the_whole_limit() {
     let share = a.partitions().expect("limiter").share(hot(), Op::Write);
     assert!((0.3..0.7).contains(&share), "coordinated share {share}");
     server.down.store(true, Ordering::SeqCst);
-    both(2.0 * PERIOD.as_secs_f64() + 1.0).await;
+    // The shares go with the first failed exchange two periods after the
+    // last answer; failed exchanges are retried at most twice
+    // RETRY_AFTER_FAILURE apart (the jitter draw is the pod's own).
+    let longest_retry = 2.0 * RETRY_AFTER_FAILURE.as_secs_f64();
+    both(2.0 * PERIOD.as_secs_f64() + longest_retry + 1.0).await;
     assert_eq!(
         a.partitions().expect("limiter").share(hot(), Op::Write),
         1.0,
