@@ -5,9 +5,9 @@
 //! goals are meant for — 1 to 1 000 pods, limits from 1 to 10⁶ tokens/s,
 //! burst from 0 to 100 × the rate, demand made of every kind of term, pods
 //! joining, leaving and churning, a hot spot moving between pods, round
-//! trips to 500 ms, loss to 10 %, outages — and writes it as YAML, so the
-//! workload a seed stands for can be replayed by `tollgate-sim run`
-//! exactly. The draw does not depend on the outcome: the corpus is what it
+//! trips to 500 ms, loss to 10 %, outages — as a [`Workload`], the type
+//! `tollgate-sim run` reads; written as YAML ([`Workload::to_yaml`]), the
+//! workload a seed stands for replays exactly. The draw does not depend on the outcome: the corpus is what it
 //! is, whatever the policy does with it.
 //!
 //! [`run_corpus`] runs seeds under every policy and [`Corpus`] sums the
@@ -18,6 +18,7 @@
 use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -25,7 +26,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::check::{self, CHECKED_POLICY};
 use crate::engine::Policy;
 use crate::measures::Measures;
-use crate::workload::Workload;
+use crate::workload::{LimitsSpec, Network, Outage, PodGroup, Term, Workload};
 use crate::{SimError, run_workload};
 
 /// The families a generated workload's pods are drawn from.
@@ -57,12 +58,12 @@ impl Family {
     }
 }
 
-/// A generated workload: the seed it came from, its family, and its YAML.
+/// A generated workload: the seed it came from, its family, and the
+/// workload ([`Workload::to_yaml`] writes it for `run` to replay).
 #[derive(Clone, Debug)]
 pub struct Generated {
     pub seed: u64,
     pub family: Family,
-    pub yaml: String,
     pub workload: Workload,
 }
 
@@ -79,113 +80,68 @@ fn round3(x: f64) -> f64 {
     (x * scale).round() / scale
 }
 
-/// Seconds, as the YAML writes them.
-fn secs(s: f64) -> String {
-    format!("{}ms", (s * 1000.0).round() as u64)
-}
-
-/// One group of pods, as drawn.
-struct Group {
-    name: String,
-    count: usize,
-    join: f64,
-    spread: f64,
-    leave: Option<f64>,
-    terms: Vec<String>,
-}
-
-impl Group {
-    fn new(name: impl Into<String>, count: usize) -> Group {
-        Group {
-            name: name.into(),
-            count,
-            join: 0.0,
-            spread: 0.0,
-            leave: None,
-            terms: Vec::new(),
-        }
-    }
-
-    fn yaml(&self, out: &mut String) {
-        let _ = writeln!(out, "  - name: {}", self.name);
-        let _ = writeln!(out, "    count: {}", self.count);
-        if self.join > 0.0 {
-            let _ = writeln!(out, "    join: {}", secs(self.join));
-        }
-        if self.spread > 0.0 {
-            let _ = writeln!(out, "    join_spread: {}", secs(self.spread));
-        }
-        if let Some(leave) = self.leave {
-            let _ = writeln!(out, "    leave: {}", secs(leave));
-        }
-        let _ = writeln!(out, "    demand:");
-        for term in &self.terms {
-            let _ = writeln!(out, "      - {term}");
-        }
-    }
+/// `s` seconds to the nearest millisecond: generated times are whole
+/// milliseconds.
+fn millis(s: f64) -> Duration {
+    Duration::from_millis((s * 1000.0).round() as u64)
 }
 
 /// Up to three terms beside a pod's base rate `base`, over `duration` s.
-fn extra_terms(rng: &mut ChaCha8Rng, base: f64, duration: f64) -> Vec<String> {
+fn extra_terms(rng: &mut ChaCha8Rng, base: f64, duration: f64) -> Vec<Term> {
     let n = rng.random_range(0..=3);
     (0..n)
         .map(|_| {
             let at = round3(rng.random_range(0.05..0.9) * duration);
+            // Each field is drawn in the order it is written.
             match rng.random_range(0..6) {
                 0 => {
                     let end = round3(at + rng.random_range(0.05..0.5) * duration);
                     let by = round3(base * rng.random_range(-1.0..2.0));
-                    format!(
-                        "ramp: {{ start: {}, end: {}, by: {by} }}",
-                        secs(at),
-                        secs(end.max(at + 1.0))
-                    )
+                    Term::Ramp {
+                        start: millis(at),
+                        end: millis(end.max(at + 1.0)),
+                        by,
+                    }
                 }
-                1 => format!(
-                    "step: {{ at: {}, by: {} }}",
-                    secs(at),
-                    round3(base * rng.random_range(-1.0..3.0))
-                ),
-                2 => format!(
-                    "sine: {{ amplitude: {}, period: {}, phase: {} }}",
-                    round3(base * rng.random_range(0.1..1.0)),
-                    secs(round3(rng.random_range(10.0..180.0))),
-                    round3(rng.random::<f64>())
-                ),
-                3 => format!(
-                    "bump: {{ at: {}, width: {}, height: {} }}",
-                    secs(at),
-                    secs(round3(rng.random_range(0.5..10.0))),
-                    round3(base * log_uniform(rng, 1.0, 30.0))
-                ),
-                4 => format!(
-                    "noise: {{ stddev: {}, every: {} }}",
-                    round3(base * rng.random_range(0.05..0.5)),
-                    secs(round3(log_uniform(rng, 0.1, 5.0)))
-                ),
+                1 => Term::Step {
+                    at: millis(at),
+                    by: round3(base * rng.random_range(-1.0..3.0)),
+                },
+                2 => Term::Sine {
+                    amplitude: round3(base * rng.random_range(0.1..1.0)),
+                    period: millis(round3(rng.random_range(10.0..180.0))),
+                    phase: round3(rng.random::<f64>()),
+                },
+                3 => Term::Bump {
+                    at: millis(at),
+                    width: millis(round3(rng.random_range(0.5..10.0))),
+                    height: round3(base * log_uniform(rng, 1.0, 30.0)),
+                },
+                4 => Term::Noise {
+                    stddev: round3(base * rng.random_range(0.05..0.5)),
+                    every: millis(round3(log_uniform(rng, 0.1, 5.0))),
+                },
                 _ => {
                     let on = round3(rng.random_range(5.0..60.0));
                     let off = round3(rng.random_range(5.0..60.0));
-                    format!(
-                        "on_off: {{ on: {}, off: {}, rate: {}, start: {} }}",
-                        secs(on),
-                        secs(off),
-                        round3(base * rng.random_range(0.5..3.0)),
-                        secs(round3(rng.random_range(0.0..on + off)))
-                    )
+                    Term::OnOff {
+                        on: millis(on),
+                        off: millis(off),
+                        rate: round3(base * rng.random_range(0.5..3.0)),
+                        start: millis(round3(rng.random_range(0.0..on + off))),
+                    }
                 }
             }
         })
         .collect()
 }
 
-/// Half the time, per-pod noise of 5 to 30 % of `base`.
-fn maybe_noise(rng: &mut ChaCha8Rng, base: f64) -> Option<String> {
-    rng.random_bool(0.5).then(|| {
-        format!(
-            "noise: {{ stddev: {} }}",
-            round3(base * rng.random_range(0.05..0.3))
-        )
+/// Half the time, per-pod noise of 5 to 30 % of `base`, drawn anew every
+/// second.
+fn maybe_noise(rng: &mut ChaCha8Rng, base: f64) -> Option<Term> {
+    rng.random_bool(0.5).then(|| Term::Noise {
+        stddev: round3(base * rng.random_range(0.05..0.3)),
+        every: Duration::from_secs(1),
     })
 }
 
@@ -210,7 +166,8 @@ pub fn generate(seed: u64) -> Result<Generated, SimError> {
     } else {
         round3(refill * log_uniform(&mut rng, 0.01, 100.0))
     };
-    let duration = f64::from(rng.random_range(18..=60u32) * 10);
+    let duration_secs = rng.random_range(18..=60u32) * 10;
+    let duration = f64::from(duration_secs);
     let rtt_ms = rng.random_range(0..=500u64);
     let loss = if rng.random_bool(1.0 / 3.0) {
         0.0
@@ -229,7 +186,10 @@ pub fn generate(seed: u64) -> Result<Generated, SimError> {
             round3(rng.random_range(from..(from + (duration - from) * 0.6).max(from + 1.0)));
         let length = round3(rng.random_range(5.0..60.0));
         if start + length + 30.0 < duration {
-            outages.push((start, length));
+            outages.push(Outage {
+                start: millis(start),
+                duration: millis(length),
+            });
             from = start + length + 10.0;
         }
     }
@@ -259,24 +219,29 @@ pub fn generate(seed: u64) -> Result<Generated, SimError> {
                 .sum();
             for (g, (&count, &weight)) in counts.iter().zip(&weights).enumerate() {
                 let base = refill * load * weight / weighted;
-                let mut group = Group::new(format!("g{g}"), count);
-                group.terms.push(format!(
-                    "constant: {}",
-                    round3(base * rng.random_range(0.3..1.0))
-                ));
-                group.terms.extend(extra_terms(&mut rng, base, duration));
-                if rng.random_bool(0.4) {
-                    group.join = round3(rng.random_range(0.0..duration / 2.0));
-                }
-                if rng.random_bool(0.6) {
-                    group.spread = round3(log_uniform(&mut rng, 0.5, 60.0));
-                }
+                let mut group = PodGroup::new(format!("g{g}"), count);
+                group
+                    .demand
+                    .push(Term::Constant(round3(base * rng.random_range(0.3..1.0))));
+                group.demand.extend(extra_terms(&mut rng, base, duration));
+                let join = if rng.random_bool(0.4) {
+                    round3(rng.random_range(0.0..duration / 2.0))
+                } else {
+                    0.0
+                };
+                let spread = if rng.random_bool(0.6) {
+                    round3(log_uniform(&mut rng, 0.5, 60.0))
+                } else {
+                    0.0
+                };
                 if rng.random_bool(0.2) {
-                    let alive = group.join + group.spread + 30.0;
+                    let alive = join + spread + 30.0;
                     if alive < duration - 10.0 {
-                        group.leave = Some(round3(rng.random_range(alive..duration)));
+                        group.leave = Some(millis(round3(rng.random_range(alive..duration))));
                     }
                 }
+                group.join = millis(join);
+                group.join_spread = millis(spread);
                 groups.push(group);
             }
         }
@@ -286,15 +251,14 @@ pub fn generate(seed: u64) -> Result<Generated, SimError> {
             let period = round3(rng.random_range(20.0..120.0));
             let base = round3(per_pod(pods) * rng.random_range(0.8..1.25) / load);
             for (g, count) in split(&mut rng, pods, phases).into_iter().enumerate() {
-                let mut group = Group::new(format!("phase{g}"), count);
-                group.terms.push(format!("constant: {base}"));
-                group.terms.push(format!(
-                    "sine: {{ amplitude: {}, period: {}, phase: {} }}",
-                    round3(base * rng.random_range(0.5..1.0)),
-                    secs(period),
-                    round3(g as f64 / phases as f64)
-                ));
-                group.terms.extend(maybe_noise(&mut rng, base));
+                let mut group = PodGroup::new(format!("phase{g}"), count);
+                group.demand.push(Term::Constant(base));
+                group.demand.push(Term::Sine {
+                    amplitude: round3(base * rng.random_range(0.5..1.0)),
+                    period: millis(period),
+                    phase: round3(g as f64 / phases as f64),
+                });
+                group.demand.extend(maybe_noise(&mut rng, base));
                 groups.push(group);
             }
         }
@@ -303,15 +267,15 @@ pub fn generate(seed: u64) -> Result<Generated, SimError> {
             let steady = rng.random_range(1..=5usize).min(pods - 1);
             let herd = pods - steady;
             let base = per_pod(pods);
-            let mut first = Group::new("steady", steady);
-            first.terms.push(format!("constant: {}", round3(base)));
-            first.terms.extend(extra_terms(&mut rng, base, duration));
+            let mut first = PodGroup::new("steady", steady);
+            first.demand.push(Term::Constant(round3(base)));
+            first.demand.extend(extra_terms(&mut rng, base, duration));
             groups.push(first);
-            let mut group = Group::new("herd", herd);
-            group.join = round3(rng.random_range(20.0..duration / 2.0));
-            group.spread = round3(rng.random_range(0.0..1.0));
-            group.terms.push(format!("constant: {}", round3(base)));
-            group.terms.extend(maybe_noise(&mut rng, base));
+            let mut group = PodGroup::new("herd", herd);
+            group.join = millis(round3(rng.random_range(20.0..duration / 2.0)));
+            group.join_spread = millis(round3(rng.random_range(0.0..1.0)));
+            group.demand.push(Term::Constant(round3(base)));
+            group.demand.extend(maybe_noise(&mut rng, base));
             groups.push(group);
         }
         Family::MovingHotSpot => {
@@ -320,16 +284,15 @@ pub fn generate(seed: u64) -> Result<Generated, SimError> {
             let every = round3(rng.random_range(10.0..40.0));
             let hot = refill * load / spots as f64;
             for (g, count) in split(&mut rng, pods, spots).into_iter().enumerate() {
-                let mut group = Group::new(format!("spot{g}"), count);
+                let mut group = PodGroup::new(format!("spot{g}"), count);
                 let cold = round3(hot / count as f64 * rng.random_range(0.02..0.2));
-                group.terms.push(format!("constant: {cold}"));
-                group.terms.push(format!(
-                    "on_off: {{ on: {}, off: {}, rate: {}, start: {} }}",
-                    secs(every),
-                    secs(every * (spots - 1) as f64),
-                    round3(hot * spots as f64 / count as f64),
-                    secs(every * g as f64)
-                ));
+                group.demand.push(Term::Constant(cold));
+                group.demand.push(Term::OnOff {
+                    on: millis(every),
+                    off: millis(every * (spots - 1) as f64),
+                    rate: round3(hot * spots as f64 / count as f64),
+                    start: millis(every * g as f64),
+                });
                 groups.push(group);
             }
         }
@@ -339,55 +302,50 @@ pub fn generate(seed: u64) -> Result<Generated, SimError> {
             let every = (duration - lifetime - 5.0).max(1.0) / waves as f64;
             let live = (lifetime / every).clamp(1.0, waves as f64);
             for (g, count) in split(&mut rng, pods, waves).into_iter().enumerate() {
-                let mut group = Group::new(format!("wave{g}"), count);
-                group.join = round3(every * g as f64);
-                group.spread = round3(rng.random_range(0.0..every.max(0.5)));
-                group.leave = Some(round3(group.join + group.spread + lifetime));
+                let mut group = PodGroup::new(format!("wave{g}"), count);
+                let join = round3(every * g as f64);
+                let spread = round3(rng.random_range(0.0..every.max(0.5)));
+                group.join = millis(join);
+                group.join_spread = millis(spread);
+                group.leave = Some(millis(round3(join + spread + lifetime)));
                 let base = refill * load / (live * count as f64);
-                group.terms.push(format!("constant: {}", round3(base)));
-                group.terms.extend(extra_terms(&mut rng, base, duration));
+                group.demand.push(Term::Constant(round3(base)));
+                group.demand.extend(extra_terms(&mut rng, base, duration));
                 groups.push(group);
             }
         }
     }
-    let mut yaml = String::new();
-    let _ = writeln!(yaml, "name: fuzz-{seed}");
-    let _ = writeln!(
-        yaml,
-        "description: generated ({}; {} pods; demand {:.2} x the refill rate on average)",
+    let mut workload = Workload::new(
+        format!("fuzz-{seed}"),
+        Duration::from_secs(u64::from(duration_secs)),
+        groups,
+    );
+    workload.description = format!(
+        "generated ({}; {} pods; demand {load:.2} x the refill rate on average)",
         family.name(),
-        groups.iter().map(|g| g.count).sum::<usize>(),
-        load
+        workload.pods.iter().map(|g| g.count).sum::<usize>(),
     );
-    let _ = writeln!(yaml, "duration: {}s", duration);
-    let _ = writeln!(yaml, "seed: {seed}");
-    let _ = writeln!(
-        yaml,
-        "limits: {{ refill_rate: {refill}, burst_limit: {burst} }}"
-    );
-    let _ = writeln!(yaml, "network: {{ rtt: {rtt_ms}ms, loss: {loss} }}");
-    if !outages.is_empty() {
-        let _ = writeln!(yaml, "outages:");
-        for (start, length) in &outages {
-            let _ = writeln!(
-                yaml,
-                "  - {{ start: {}, duration: {} }}",
-                secs(*start),
-                secs(*length)
-            );
-        }
-    }
-    let _ = writeln!(yaml, "pods:");
-    for group in &groups {
-        group.yaml(&mut yaml);
-    }
-    let workload = Workload::parse(&yaml).map_err(|e| {
-        SimError::Invalid(format!("generated workload of seed {seed}: {e}\n{yaml}"))
+    workload.seed = seed;
+    workload.limits = Some(LimitsSpec {
+        refill_rate: refill,
+        burst_limit: burst,
+        initial_tokens: None,
+    });
+    workload.network = Network {
+        rtt: Duration::from_millis(rtt_ms),
+        loss,
+        ..Network::default()
+    };
+    workload.outages = outages;
+    workload.validate().map_err(|e| {
+        SimError::Invalid(format!(
+            "generated workload of seed {seed}: {e}\n{}",
+            workload.to_yaml().unwrap_or_default()
+        ))
     })?;
     Ok(Generated {
         seed,
         family,
-        yaml,
         workload,
     })
 }
@@ -913,9 +871,10 @@ mod tests {
         for seed in 0..300 {
             let a = generate(seed).expect("valid");
             let b = generate(seed).expect("valid");
-            assert_eq!(a.yaml, b.yaml);
+            let yaml = a.workload.to_yaml().expect("writes");
+            assert_eq!(yaml, b.workload.to_yaml().expect("writes"));
             // The YAML is the workload: replaying it gives the same one.
-            assert_eq!(Workload::parse(&a.yaml).expect("parses"), a.workload);
+            assert_eq!(Workload::parse(&yaml).expect("parses"), a.workload);
         }
     }
 

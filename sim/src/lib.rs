@@ -41,6 +41,11 @@ pub enum SimError {
     },
     #[error("invalid workload: {0}")]
     Invalid(String),
+    #[error("cannot write workload {name} as YAML: {source}")]
+    Yaml {
+        name: String,
+        source: serde_norway::Error,
+    },
     #[error("server refused a request of {pod} at {at:.3} s: {message}")]
     Server {
         pod: String,

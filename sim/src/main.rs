@@ -274,7 +274,7 @@ fn fuzz(options: &FuzzOptions) -> anyhow::Result<bool> {
         for seed in &seeds {
             let generated = fuzz::generate(*seed)?;
             let path = dir.join(format!("fuzz-{seed}.yaml"));
-            std::fs::write(&path, &generated.yaml)
+            std::fs::write(&path, generated.workload.to_yaml()?)
                 .with_context(|| format!("write {}", path.display()))?;
         }
         eprintln!("{} workloads written to {}", seeds.len(), dir.display());

@@ -10,6 +10,11 @@
 //! A workload may instead (or as well) give a per-partition limit
 //! (`partitions:`, see [`partitions`]) and each pod group's operations on
 //! hot and cold partitions; it then runs through the partition engine.
+//!
+//! The same structs write workloads ([`Workload::to_yaml`]): generated
+//! workloads are built as values and written with serde, so these
+//! definitions are the one statement of the format. A field that holds its
+//! default is left out of what is written, and read back as that default.
 
 use std::path::Path;
 use std::time::Duration;
@@ -17,7 +22,7 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tollgate_core::local_bucket::LocalBucketConfig;
 
 use crate::SimError;
@@ -31,11 +36,11 @@ const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The most pods a workload may have.
 const MAX_PODS: usize = 100_000;
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
     pub name: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub description: String,
     /// Virtual time simulated.
     #[serde(with = "humantime_serde")]
@@ -53,21 +58,27 @@ pub struct Workload {
     #[serde(default = "default_max_wait", with = "humantime_serde")]
     pub max_wait: Duration,
     /// The tenant's token bucket: runs the pods' local buckets against it.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub limits: Option<LimitsSpec>,
     /// A per-partition limit: runs the pods' partition counters.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub partitions: Option<PartitionSpec>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub network: Network,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub outages: Vec<Outage>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub client: ClientSpec,
     pub pods: Vec<PodGroup>,
     /// Overrides of the goal thresholds, each with its reason.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub thresholds: ThresholdOverrides,
+}
+
+/// Whether `value` is what `#[serde(default)]` gives: such a field is
+/// not written, since reading it back without it gives the same value.
+pub(crate) fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 fn default_seed() -> u64 {
@@ -84,13 +95,13 @@ fn default_max_wait() -> Duration {
 }
 
 /// The tenant's limits.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsSpec {
     pub refill_rate: f64,
     pub burst_limit: f64,
     /// Tokens in the bucket at the start [default: `burst_limit`].
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub initial_tokens: Option<f64>,
 }
 
@@ -101,14 +112,14 @@ impl LimitsSpec {
 }
 
 /// The network between the pods and the server.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Network {
     /// Round-trip time of a request and its answer.
     #[serde(default = "default_rtt", with = "humantime_serde")]
     pub rtt: Duration,
     /// Probability that a message (a request, or its answer) is lost.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub loss: f64,
     /// A pod gives up on an unanswered request after this long, and retries.
     #[serde(default = "default_request_timeout", with = "humantime_serde")]
@@ -133,7 +144,7 @@ impl Default for Network {
 }
 
 /// A time the server is unreachable: requests fail after one round trip.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Outage {
     #[serde(with = "humantime_serde")]
@@ -150,16 +161,16 @@ impl Outage {
 
 /// Overrides of the pods' local bucket configuration; unset knobs keep
 /// the client's defaults.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientSpec {
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, skip_serializing_if = "is_default", with = "humantime_serde")]
     pub target_request_period: Option<Duration>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub initial_tokens: Option<f64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub buffer_tokens: Option<f64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub backlog_factor: Option<f64>,
 }
 
@@ -184,7 +195,7 @@ impl ClientSpec {
 }
 
 /// `count` pods with the same demand.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PodGroup {
     /// Names the pods in plots: `name-0`, `name-1`… [default: `pod`].
@@ -193,24 +204,41 @@ pub struct PodGroup {
     #[serde(default = "default_count")]
     pub count: usize,
     /// When the group's first pod starts.
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, skip_serializing_if = "is_default", with = "humantime_serde")]
     pub join: Duration,
     /// The group's pods start evenly spread over this long after `join`.
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, skip_serializing_if = "is_default", with = "humantime_serde")]
     pub join_spread: Duration,
     /// When the group's pods shut down [default: never].
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, skip_serializing_if = "is_default", with = "humantime_serde")]
     pub leave: Option<Duration>,
     /// Tokens per second wanted: the sum of these terms, never below zero.
     /// Each term is a one-key map, `{ constant: 100 }`. Needs `limits`.
     #[serde(
         default,
-        deserialize_with = "serde_norway::with::singleton_map_recursive::deserialize"
+        skip_serializing_if = "is_default",
+        with = "serde_norway::with::singleton_map_recursive"
     )]
     pub demand: Vec<Term>,
     /// Operations on partitions, per pod. Needs `partitions`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub partitions: Option<PodPartitions>,
+}
+
+impl PodGroup {
+    /// `count` pods named after `name`, there from the start to the end,
+    /// wanting nothing yet.
+    pub fn new(name: impl Into<String>, count: usize) -> PodGroup {
+        PodGroup {
+            name: name.into(),
+            count,
+            join: Duration::ZERO,
+            join_spread: Duration::ZERO,
+            leave: None,
+            demand: Vec::new(),
+            partitions: None,
+        }
+    }
 }
 
 fn default_group_name() -> String {
@@ -221,7 +249,7 @@ fn default_count() -> usize {
 }
 
 /// One term of a pod's demand, in tokens per second.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Term {
     /// Always this rate.
@@ -245,7 +273,7 @@ pub enum Term {
         amplitude: f64,
         #[serde(with = "humantime_serde")]
         period: Duration,
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "is_default")]
         phase: f64,
     },
     /// A gaussian bump of `height` centred on `at`, `width` its standard deviation.
@@ -269,7 +297,7 @@ pub enum Term {
         #[serde(with = "humantime_serde")]
         off: Duration,
         rate: f64,
-        #[serde(default, with = "humantime_serde")]
+        #[serde(default, skip_serializing_if = "is_default", with = "humantime_serde")]
         start: Duration,
     },
 }
@@ -279,7 +307,7 @@ fn default_noise_every() -> Duration {
 }
 
 /// A threshold a workload loosens or tightens, with the reason why.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Override {
     pub limit: f64,
@@ -287,16 +315,16 @@ pub struct Override {
 }
 
 /// The goal thresholds a workload overrides (see `crate::check`).
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThresholdOverrides {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub cumulative_divergence: Option<Override>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub overshoot_60s: Option<Override>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub convergence_periods: Option<Override>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub jain_index: Option<Override>,
 }
 
@@ -312,6 +340,27 @@ pub struct PodSpec {
 }
 
 impl Workload {
+    /// A workload of `pods` for `duration` with every other field at the
+    /// default a file that leaves it out gets.
+    pub fn new(name: impl Into<String>, duration: Duration, pods: Vec<PodGroup>) -> Workload {
+        Workload {
+            name: name.into(),
+            description: String::new(),
+            duration,
+            seed: default_seed(),
+            tick: default_tick(),
+            sample: default_sample(),
+            max_wait: default_max_wait(),
+            limits: None,
+            partitions: None,
+            network: Network::default(),
+            outages: Vec::new(),
+            client: ClientSpec::default(),
+            pods,
+            thresholds: ThresholdOverrides::default(),
+        }
+    }
+
     pub fn load(path: &Path) -> Result<Workload, SimError> {
         let text = std::fs::read_to_string(path).map_err(|source| SimError::Read {
             path: path.to_owned(),
@@ -325,6 +374,14 @@ impl Workload {
             serde_norway::from_str(text).map_err(|e| SimError::Invalid(e.to_string()))?;
         workload.validate()?;
         Ok(workload)
+    }
+
+    /// The workload as YAML, which [`Workload::parse`] reads back equal.
+    pub fn to_yaml(&self) -> Result<String, SimError> {
+        serde_norway::to_string(self).map_err(|source| SimError::Yaml {
+            name: self.name.clone(),
+            source,
+        })
     }
 
     /// Checks what serde cannot: ranges, orders, and that the run fits.
@@ -770,6 +827,64 @@ pods:
         assert_eq!(w.limits.as_ref().map(LimitsSpec::initial), Some(1000.0));
         assert_eq!(w.pod_specs().len(), 2);
         assert!(w.equal_demand());
+    }
+
+    #[test]
+    fn a_workload_written_as_yaml_reads_back_the_same() {
+        let every_field = "
+name: every-field
+description: Each field set, none at its default.
+duration: 10m
+seed: 7
+tick: 50ms
+sample: 2s
+max_wait: 5s
+limits: { refill_rate: 100.5, burst_limit: 0, initial_tokens: 12.25 }
+partitions: { limit: 40, report_period: 5s, arrivals: even }
+network: { rtt: 1ms, loss: 0.001, request_timeout: 1s }
+outages: [ { start: 1m, duration: 1500ms } ]
+client: { target_request_period: 5s, initial_tokens: 3, buffer_tokens: 7, backlog_factor: 0.5 }
+pods:
+  - name: p
+    count: 3
+    join: 1s
+    join_spread: 2s
+    leave: 9m
+    demand:
+      - constant: 1e-7
+      - noise: { stddev: 0.1, every: 250ms }
+      - step: { at: 60s, by: -500 }
+      - ramp: { start: 10s, end: 40s, by: 300 }
+      - sine: { amplitude: 200, period: 60s, phase: 0.25 }
+      - bump: { at: 120s, width: 3s, height: 1500 }
+      - on_off: { on: 30s, off: 30s, rate: 500, start: 1s }
+    partitions:
+      hot: [ { rate: 50, partition: 2, moving: { every: 20s, among: 3 } } ]
+      cold: { rate: 0.3333, partitions: 1000, zipf: 1.1 }
+thresholds:
+  cumulative_divergence: { limit: 0.02, reason: \"a\" }
+  overshoot_60s: { limit: 0.03, reason: \"b\" }
+  convergence_periods: { limit: 3, reason: \"c\" }
+  jain_index: { limit: 0.9, reason: \"d\" }
+";
+        for text in [MINIMAL, PARTITIONS, every_field] {
+            let w = Workload::parse(text).expect("valid");
+            let yaml = w.to_yaml().expect("writes");
+            assert_eq!(Workload::parse(&yaml).expect("reads back"), w, "{yaml}");
+        }
+        // What holds its default is left out.
+        let minimal = Workload::parse(MINIMAL).expect("valid");
+        let yaml = minimal.to_yaml().expect("writes");
+        for field in [
+            "description",
+            "outages",
+            "client",
+            "thresholds",
+            "join",
+            "leave",
+        ] {
+            assert!(!yaml.contains(field), "{field} in\n{yaml}");
+        }
     }
 
     #[test]

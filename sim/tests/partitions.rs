@@ -25,13 +25,15 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tollgate_core::partition::{MIN_REPORTED_FRACTION, half_life};
 use tollgate_sim::check::{self, Check};
 use tollgate_sim::partitions::{self, Mode, PartitionMeasures};
-use tollgate_sim::workload::Workload;
+use tollgate_sim::workload::partitions::{Arrivals, ColdSpec, HotSpec, Moving};
+use tollgate_sim::workload::{Network, PartitionSpec, PodGroup, PodPartitions, Workload};
 
 /// The report period of every generated workload (the client's default).
 const PERIOD: f64 = 10.0;
@@ -69,8 +71,15 @@ fn settle(rtt_ms: u64) -> f64 {
     2.0 * (PERIOD + rtt) + rtt
 }
 
-/// The workload of `seed`, as YAML.
-fn generate(seed: u64) -> (Case, String) {
+/// `x` rounded to `places` decimals, in decimal: the rates these seeds
+/// have always drawn (arithmetic on binary floats rounds some halves the
+/// other way).
+fn decimals(x: f64, places: usize) -> f64 {
+    format!("{x:.places$}").parse().unwrap_or(x)
+}
+
+/// The workload of `seed`.
+fn generate(seed: u64) -> (Case, Workload) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let pods = log_uniform(&mut rng, 1.0, 50.49).round() as usize;
     let limit = (log_uniform(&mut rng, 1.0, 10_000.0) * 10.0).round() / 10.0;
@@ -102,9 +111,9 @@ fn generate(seed: u64) -> (Case, String) {
         rng.random_range(0..=20u64)
     };
     let arrivals = if rng.random_bool(0.2) {
-        "even"
+        Arrivals::Even
     } else {
-        "poisson"
+        Arrivals::Poisson
     };
     // Uneven: a third of the pods send `weight` times what the others do.
     let (heavy, weight) = if pods >= 3 && rng.random_bool(0.5) {
@@ -115,18 +124,20 @@ fn generate(seed: u64) -> (Case, String) {
     let light = multiple * limit / (heavy as f64 * weight + (pods - heavy) as f64);
     let cold_total = rng.random::<f64>() * 3.0 * limit;
     let cold = if rng.random_bool(0.5) {
-        format!(
-            "{{ rate: {:.4}, partitions: 1000000 }}",
-            cold_total / pods as f64
-        )
+        ColdSpec {
+            rate: decimals(cold_total / pods as f64, 4),
+            partitions: 1_000_000,
+            zipf: None,
+        }
     } else {
         let s: f64 = rng.random_range(0.7..1.1);
         let harmonic: f64 = (1..=1_000_000u64).map(|k| (k as f64).powf(-s)).sum();
         let total = cold_total.min(0.45 * limit * harmonic);
-        format!(
-            "{{ rate: {:.4}, partitions: 1000000, zipf: {s:.3} }}",
-            total / pods as f64
-        )
+        ColdSpec {
+            rate: decimals(total / pods as f64, 4),
+            partitions: 1_000_000,
+            zipf: Some(decimals(s, 3)),
+        }
     };
     // Long enough for the steady mean to hold a thousand operations at the
     // limit; a moving hot spot's run ends on its seventh move or later, so
@@ -138,30 +149,46 @@ fn generate(seed: u64) -> (Case, String) {
         }
         None => (spread as f64 + settle(rtt_ms) + (60.0f64).max(1000.0 / limit)).ceil(),
     };
-    let hot = |rate: f64| match moving {
-        None => format!("[ {{ rate: {rate:.4}, partition: 0 }} ]"),
-        Some((every, among)) => format!(
-            "[ {{ rate: {rate:.4}, partition: 0, moving: {{ every: {every}s, among: {among} }} }} ]"
-        ),
+    let group = |name: &str, count: usize, rate: f64| {
+        let mut group = PodGroup::new(name, count);
+        group.join_spread = Duration::from_secs(spread);
+        let hot = HotSpec {
+            rate: decimals(rate, 4),
+            partition: 0,
+            moving: moving.map(|(every, among)| Moving {
+                every: Duration::from_secs(every),
+                among,
+            }),
+        };
+        group.partitions = Some(PodPartitions {
+            hot: vec![hot],
+            cold: Some(cold.clone()),
+        });
+        group
     };
-    let mut yaml = format!(
-        "name: generated-{seed}\nduration: {duration}s\nseed: {seed}\n\
-network: {{ rtt: {rtt_ms}ms, loss: {loss} }}\n\
-partitions: {{ limit: {limit}, arrivals: {arrivals} }}\npods:\n"
-    );
-    let mut group = |name: &str, count: usize, rate: f64| {
-        let _ = write!(
-            yaml,
-            "  - name: {name}\n    count: {count}\n    join_spread: {spread}s\n    partitions:\n      hot: {}\n      cold: {cold}\n",
-            hot(rate)
-        );
-    };
+    let mut groups = Vec::new();
     if heavy > 0 {
-        group("heavy", heavy, light * weight);
+        groups.push(group("heavy", heavy, light * weight));
     }
     if pods > heavy {
-        group("pod", pods - heavy, light);
+        groups.push(group("pod", pods - heavy, light));
     }
+    let mut workload = Workload::new(
+        format!("generated-{seed}"),
+        Duration::from_secs_f64(duration),
+        groups,
+    );
+    workload.seed = seed;
+    workload.network = Network {
+        rtt: Duration::from_millis(rtt_ms),
+        loss,
+        ..Network::default()
+    };
+    workload.partitions = Some(PartitionSpec {
+        limit,
+        report_period: None,
+        arrivals,
+    });
     let case = Case {
         seed,
         pods,
@@ -177,14 +204,29 @@ partitions: {{ limit: {limit}, arrivals: {arrivals} }}\npods:\n"
             .collect(),
         operations: (multiple * limit + cold_total) * duration,
     };
-    (case, yaml)
+    (case, workload)
 }
 
-/// The coordinated run of `yaml`: its measures and the gates it missed.
-fn run(yaml: &str) -> (PartitionMeasures, Vec<Check>) {
-    let workload = Workload::parse(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
-    let run = partitions::run(&workload, &[Mode::Coordinated]).expect("runs");
-    let missed = check::check_partitions(&workload, &run)
+/// `workload` as YAML, which `tollgate-sim run` replays.
+fn yaml(workload: &Workload) -> String {
+    workload.to_yaml().expect("a workload writes as YAML")
+}
+
+/// `workload` with no message lost.
+fn without_loss(workload: &Workload) -> Workload {
+    let mut lossless = workload.clone();
+    lossless.network.loss = 0.0;
+    lossless
+}
+
+/// The coordinated run of `workload`: its measures and the gates it missed.
+fn run(workload: &Workload) -> (PartitionMeasures, Vec<Check>) {
+    // What a miss prints must replay this very workload.
+    let yaml = yaml(workload);
+    let read = Workload::parse(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    assert_eq!(&read, workload, "{yaml}");
+    let run = partitions::run(workload, &[Mode::Coordinated]).expect("runs");
+    let missed = check::check_partitions(workload, &run)
         .into_iter()
         .filter(|c| !c.passed)
         .collect();
@@ -280,18 +322,14 @@ fn known_without_loss(case: &Case, c: &Check, m: &PartitionMeasures) -> Option<K
 
 /// Runs `seed` and sorts its misses: explained (by reason) or not.
 fn judge(seed: u64) -> (Case, PartitionMeasures, Vec<(Check, Option<Known>)>) {
-    let (case, yaml) = generate(seed);
-    let (measures, missed) = run(&yaml);
+    let (case, workload) = generate(seed);
+    let (measures, missed) = run(&workload);
     let mut lossless: Option<(PartitionMeasures, Vec<Check>)> = None;
     let mut judged = Vec::new();
     for c in missed {
         let mut known = known_without_loss(&case, &c, &measures);
         if known.is_none() && case.loss > 0.0 {
-            let (m, missed) = lossless.get_or_insert_with(|| {
-                let line = format!("network: {{ rtt: {}ms, loss: {} }}", case.rtt_ms, case.loss);
-                let without = format!("network: {{ rtt: {}ms, loss: 0 }}", case.rtt_ms);
-                run(&yaml.replace(&line, &without))
-            });
+            let (m, missed) = lossless.get_or_insert_with(|| run(&without_loss(&workload)));
             let same = missed
                 .iter()
                 .find(|o| o.measure == c.measure && o.at_least == c.at_least);
@@ -409,11 +447,12 @@ fn run_seeds(seeds: impl IntoIterator<Item = u64>, verbose: bool) -> Vec<String>
                     }
                 }
                 None => {
-                    let (_, yaml) = generate(seed);
+                    let (_, workload) = generate(seed);
                     unexplained.push(format!(
-                        "{}\n  {line}\n  {}\n{yaml}",
+                        "{}\n  {line}\n  {}\n{}",
                         describe(&case),
-                        summary(&measures)
+                        summary(&measures),
+                        yaml(&workload)
                     ));
                 }
             }
@@ -448,21 +487,18 @@ fn the_gates_hold_without_loss_for_fixed_hot_spots() {
     // No reason is needed here: every gate holds.
     let mut checked = 0;
     for seed in 0.. {
-        let (case, yaml) = generate(seed);
+        let (case, workload) = generate(seed);
         if case.moving.is_some() || case.operations >= 3e5 {
             continue;
         }
-        let line = format!("network: {{ rtt: {}ms, loss: {} }}", case.rtt_ms, case.loss);
-        let yaml = yaml.replace(
-            &line,
-            &format!("network: {{ rtt: {}ms, loss: 0 }}", case.rtt_ms),
-        );
-        let (measures, missed) = run(&yaml);
+        let workload = without_loss(&workload);
+        let (measures, missed) = run(&workload);
         assert!(
             missed.is_empty(),
-            "{}\n  {}\n  {missed:?}\n{yaml}",
+            "{}\n  {}\n  {missed:?}\n{}",
             describe(&case),
-            summary(&measures)
+            summary(&measures),
+            yaml(&workload)
         );
         checked += 1;
         if checked == 6 {

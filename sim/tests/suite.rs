@@ -103,7 +103,13 @@ fn shipped_workloads_are_valid() {
     for dir in ["workloads", "scale"] {
         for entry in std::fs::read_dir(crate_dir().join(dir)).expect("read dir") {
             let path = entry.expect("entry").path();
-            Workload::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let workload =
+                Workload::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            // Written with serde and read back, it is the same workload:
+            // the structs the files are read into write them too.
+            let yaml = workload.to_yaml().expect("writes as YAML");
+            let read = Workload::parse(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+            assert_eq!(read, workload, "{}:\n{yaml}", path.display());
             count += 1;
         }
     }

@@ -9,7 +9,9 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+
+use super::is_default;
 
 /// The most operations a workload may offer in all, local and coordinated
 /// runs each: a bound on how long one run takes.
@@ -18,7 +20,7 @@ pub const MAX_OPERATIONS: f64 = 2e9;
 pub const MAX_COLD_PARTITIONS: u64 = 1 << 40;
 
 /// The tenant's per-partition limit and how its pods apply it.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PartitionSpec {
     /// Operations per second any one partition may get (one table, one
@@ -26,15 +28,15 @@ pub struct PartitionSpec {
     pub limit: f64,
     /// How often each pod reports its hottest partitions [default: the
     /// client's target request period].
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, skip_serializing_if = "is_default", with = "humantime_serde")]
     pub report_period: Option<Duration>,
     /// How each pod's operations arrive.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub arrivals: Arrivals,
 }
 
 /// How operations arrive at a pod, per source.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Arrivals {
     /// Independent arrivals: exponential gaps.
@@ -54,32 +56,32 @@ impl Arrivals {
 }
 
 /// A pod group's operations: each pod of the group sends all of these.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PodPartitions {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub hot: Vec<HotSpec>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub cold: Option<ColdSpec>,
 }
 
 /// Operations on one hot spot: a fixed partition, or one that moves.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct HotSpec {
     /// Operations per second from each pod.
     pub rate: f64,
     /// The hot partition's number; with `moving`, the first of those it
     /// moves among.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub partition: u64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub moving: Option<Moving>,
 }
 
 /// A hot spot that moves to the next partition every `every`, cycling
 /// through `among` partitions.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Hash)]
 #[serde(deny_unknown_fields)]
 pub struct Moving {
     #[serde(with = "humantime_serde")]
@@ -88,7 +90,7 @@ pub struct Moving {
 }
 
 /// Cold traffic: operations spread over many partitions.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ColdSpec {
     /// Operations per second from each pod, over all the partitions.
@@ -97,7 +99,7 @@ pub struct ColdSpec {
     pub partitions: u64,
     /// The Zipf exponent: partition `k` is chosen with weight
     /// `(k + 1)^-zipf` [default: uniform].
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub zipf: Option<f64>,
 }
 
