@@ -25,8 +25,8 @@ pub(super) async fn token_bucket_batch(
     let clock = client.prepare_cached(sql::CLOCK).await?;
     let load_windows = client.prepare_cached(sql::LOAD_WINDOWS).await?;
     let read_states = client.prepare_cached(sql::READ_TENANT_STATES).await?;
-    let insert_heads = client.prepare_cached(sql::INSERT_BUCKETS).await?;
-    let update_heads = client.prepare_cached(sql::UPDATE_BUCKETS).await?;
+    let insert_heads = client.prepare_cached(&sql::INSERT_BUCKETS).await?;
+    let update_heads = client.prepare_cached(&sql::UPDATE_BUCKETS).await?;
     let upsert_instances = client.prepare_cached(sql::UPSERT_INSTANCES).await?;
     let delete_instances = client.prepare_cached(sql::DELETE_INSTANCES).await?;
     let delete_strays = client.prepare_cached(sql::DELETE_STRAY_INSTANCES).await?;

@@ -114,7 +114,7 @@ pub(super) async fn import(
     let upsert_tier = client.prepare_cached(sql::UPSERT_TIER).await?;
     let insert_records = client.prepare_cached(sql::INSERT_TENANT_RECORDS).await?;
     let insert_states = client.prepare_cached(sql::INSERT_TENANT_STATES).await?;
-    let insert_buckets = client.prepare_cached(sql::INSERT_BUCKETS).await?;
+    let insert_buckets = client.prepare_cached(&sql::INSERT_BUCKETS).await?;
     let upsert_instances = client.prepare_cached(sql::UPSERT_INSTANCES).await?;
     let txn = client.transaction().await?;
     txn.batch_execute(sql::LOCK_STORE).await?;

@@ -11,7 +11,9 @@
 //! deleted) in `tollgate_closed_buckets`, appended in the transaction
 //! that deletes the bucket. A dry run runs the same transaction and rolls
 //! it back. The schema is in `sql/migrations`, applied at start by
-//! [`migrate`]. The SQL lives in `sql/queries`, one statement per file,
+//! [`migrate`]. The SQL lives in `sql/queries`, one statement per file
+//! (the two that write head rows are built from a column list, see
+//! [`rows`]),
 //! and is portable (no session state, the database's default isolation
 //! level), except for per-key checks, which take advisory locks under
 //! READ COMMITTED since a full key has no row to lock, and their sweep,
@@ -359,8 +361,8 @@ impl Store for PostgresStore {
                 let mut client = inner.pool.get().await?;
                 let lock = client.prepare_cached(sql::LOCK_BUCKETS).await?;
                 let clock = client.prepare_cached(sql::CLOCK).await?;
-                let insert = client.prepare_cached(sql::INSERT_BUCKETS).await?;
-                let update_row = client.prepare_cached(sql::UPDATE_BUCKETS).await?;
+                let insert = client.prepare_cached(&sql::INSERT_BUCKETS).await?;
+                let update_row = client.prepare_cached(&sql::UPDATE_BUCKETS).await?;
                 let read_instances = client.prepare_cached(sql::READ_INSTANCES).await?;
                 let delete_strays = client.prepare_cached(sql::DELETE_STRAY_INSTANCES).await?;
                 let txn = client.transaction().await?;

@@ -6,15 +6,23 @@
 //! resolution, grant durations are kept in nanoseconds, and consumption
 //! totals are BIGINT counters (request units and CPU in micro-units), which
 //! the core keeps within the BIGINT range.
+//!
+//! The head row's columns are listed once, in `head_columns!`: each with
+//! its SQL type and the field of `BucketRow` it keeps. The statements that
+//! write head rows ([`INSERT_BUCKETS`], [`UPDATE_BUCKETS`]), their
+//! parameters ([`HeadColumns`]) and the reading of a head row
+//! ([`head_from_row`]) are derived from that list, so a new head-row field
+//! costs a line there and its migration. (The head row is flat in
+//! `tenant_usage`, a column per field, and every statement that writes it
+//! names each column.)
 
+use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
 use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql};
-use tollgate_core::global_bucket::{BucketState, Membership, Totals};
 use tollgate_core::{
-    BucketKey, BucketName, BucketRow, Consumption, Grant, InstanceState, Limits, TenantId,
-    Timestamp,
+    BucketKey, BucketName, BucketRow, Grant, InstanceState, Limits, TenantId, Timestamp,
 };
 
 use crate::store::StoreError;
@@ -97,48 +105,6 @@ pub(super) fn clock(row: &Row, column: &'static str) -> Result<Timestamp, StoreE
     timestamp(row, column)
 }
 
-/// A bucket's head row (instance_id = 0).
-pub(super) fn head_from_row(row: &Row) -> Result<BucketRow, StoreError> {
-    Ok(BucketRow {
-        state: BucketState {
-            limits: Limits {
-                refill_rate: get(row, "refill_rate")?,
-                burst_limit: get(row, "burst_limit")?,
-            },
-            configured: get(row, "configured")?,
-            tokens: get(row, "tokens")?,
-            tokens_avg: get(row, "tokens_avg")?,
-            last_refill: timestamp(row, "last_refill")?,
-            committed_tokens: get(row, "committed_tokens")?,
-            committed_rate: get(row, "committed_rate")?,
-            capped_refill: get(row, "capped_refill")?,
-            capped_from: timestamp(row, "capped_from")?,
-            capped_until: timestamp(row, "capped_until")?,
-            created_at: timestamp(row, "created_at")?,
-            updated_at: timestamp(row, "updated_at")?,
-        },
-        members: Membership {
-            share_sum: get(row, "share_sum")?,
-            live_instances: instance_id(row, "live_instances")?,
-            first_instance_id: instance_id(row, "next_instance_id")?,
-        },
-        totals: Totals {
-            consumption: Consumption {
-                request_unit_micros: counter(row, "total_request_unit_micros")?,
-                read_batches: counter(row, "total_read_batches")?,
-                read_requests: counter(row, "total_read_requests")?,
-                read_bytes: counter(row, "total_read_bytes")?,
-                write_batches: counter(row, "total_write_batches")?,
-                write_requests: counter(row, "total_write_requests")?,
-                write_bytes: counter(row, "total_write_bytes")?,
-                cpu_micros: counter(row, "total_cpu_micros")?,
-                egress_bytes: counter(row, "total_egress_bytes")?,
-            },
-            granted_tokens: get(row, "granted_tokens")?,
-        },
-    })
-}
-
 /// An instance row (instance_id >= 1).
 pub(super) fn instance_from_row(row: &Row) -> Result<InstanceState, StoreError> {
     let trickle_nanos = counter(row, "last_grant_trickle_nanos")?;
@@ -173,40 +139,202 @@ fn to_i64(what: &'static str, value: u64) -> Result<i64, StoreError> {
     })
 }
 
-/// The parameters of `insert_buckets.sql` and `update_buckets.sql`: an
-/// array per column, a head row per index, so one statement writes every
-/// head row of a transaction.
-#[derive(Default)]
-pub(super) struct HeadColumns<'a> {
-    tenant_id: Vec<&'a str>,
-    bucket: Vec<&'a str>,
-    next_instance_id: Vec<i64>,
-    refill_rate: Vec<f64>,
-    burst_limit: Vec<f64>,
-    configured: Vec<bool>,
-    tokens: Vec<f64>,
-    tokens_avg: Vec<f64>,
-    last_refill: Vec<SystemTime>,
-    share_sum: Vec<f64>,
-    live_instances: Vec<i64>,
-    granted_tokens: Vec<f64>,
-    committed_tokens: Vec<f64>,
-    committed_rate: Vec<f64>,
-    request_unit_micros: Vec<i64>,
-    read_batches: Vec<i64>,
-    read_requests: Vec<i64>,
-    read_bytes: Vec<i64>,
-    write_batches: Vec<i64>,
-    write_requests: Vec<i64>,
-    write_bytes: Vec<i64>,
-    cpu_micros: Vec<i64>,
-    egress_bytes: Vec<i64>,
-    created_at: Vec<SystemTime>,
-    updated_at: Vec<SystemTime>,
-    capped_refill: Vec<f64>,
-    capped_from: Vec<SystemTime>,
-    capped_until: Vec<SystemTime>,
+/// The SQL types of head columns, spelled as in the schema. Each says what
+/// a statement casts its parameter array to and, by its [`Encoding`]s, how
+/// a value of the core goes into that array and comes back from a row.
+#[allow(clippy::upper_case_acronyms)]
+mod sql_type {
+    pub(super) struct BIGINT;
+    pub(super) struct BOOL;
+    pub(super) struct FLOAT8;
+    pub(super) struct TIMESTAMPTZ;
 }
+
+/// A column type: its name in SQL and what its parameter arrays hold.
+trait SqlType {
+    const NAME: &'static str;
+    type Param: ToSql + Sync;
+}
+
+/// How a value of the core's type `T` is kept in a column of this type.
+trait Encoding<T>: SqlType {
+    fn encode(column: &'static str, value: T) -> Result<Self::Param, StoreError>;
+    fn decode(row: &Row, column: &'static str) -> Result<T, StoreError>;
+}
+
+impl SqlType for sql_type::FLOAT8 {
+    const NAME: &'static str = "FLOAT8";
+    type Param = f64;
+}
+
+impl Encoding<f64> for sql_type::FLOAT8 {
+    fn encode(_: &'static str, value: f64) -> Result<f64, StoreError> {
+        Ok(value)
+    }
+    fn decode(row: &Row, column: &'static str) -> Result<f64, StoreError> {
+        get(row, column)
+    }
+}
+
+impl SqlType for sql_type::BOOL {
+    const NAME: &'static str = "BOOL";
+    type Param = bool;
+}
+
+impl Encoding<bool> for sql_type::BOOL {
+    fn encode(_: &'static str, value: bool) -> Result<bool, StoreError> {
+        Ok(value)
+    }
+    fn decode(row: &Row, column: &'static str) -> Result<bool, StoreError> {
+        get(row, column)
+    }
+}
+
+impl SqlType for sql_type::TIMESTAMPTZ {
+    const NAME: &'static str = "TIMESTAMPTZ";
+    type Param = SystemTime;
+}
+
+impl Encoding<Timestamp> for sql_type::TIMESTAMPTZ {
+    fn encode(_: &'static str, value: Timestamp) -> Result<SystemTime, StoreError> {
+        Ok(to_system_time(value))
+    }
+    fn decode(row: &Row, column: &'static str) -> Result<Timestamp, StoreError> {
+        timestamp(row, column)
+    }
+}
+
+impl SqlType for sql_type::BIGINT {
+    const NAME: &'static str = "BIGINT";
+    type Param = i64;
+}
+
+/// Counters (see [`to_i64`]).
+impl Encoding<u64> for sql_type::BIGINT {
+    fn encode(column: &'static str, value: u64) -> Result<i64, StoreError> {
+        to_i64(column, value)
+    }
+    fn decode(row: &Row, column: &'static str) -> Result<u64, StoreError> {
+        counter(row, column)
+    }
+}
+
+/// Instance ids and counts of instances.
+impl Encoding<u32> for sql_type::BIGINT {
+    fn encode(_: &'static str, value: u32) -> Result<i64, StoreError> {
+        Ok(i64::from(value))
+    }
+    fn decode(row: &Row, column: &'static str) -> Result<u32, StoreError> {
+        instance_id(row, column)
+    }
+}
+
+/// A head row's key: the columns the head-row statements match rows on,
+/// first in their parameters; the values of [`BucketKey`].
+const KEY_COLUMNS: [(&str, &str); 2] = [("tenant_id", "TEXT"), ("bucket", "TEXT")];
+
+/// Derives, from the list of head columns, everything that names them:
+/// [`HEAD_COLUMNS`], [`HeadColumns`] (the parameters of the head-row
+/// statements, in their order) and [`head_from_row`].
+macro_rules! head_columns {
+    ($($column:ident: $type:ident = $($field:ident).+,)+) => {
+        /// The columns of a head row after its key, in the order of the
+        /// statements' parameters, with their SQL types.
+        const HEAD_COLUMNS: &[(&str, &str)] = &[
+            $((stringify!($column), <sql_type::$type as SqlType>::NAME),)+
+        ];
+
+        /// The parameters of [`INSERT_BUCKETS`] and [`UPDATE_BUCKETS`]: an
+        /// array per column, a head row per index, so one statement writes
+        /// every head row of a transaction.
+        #[derive(Default)]
+        pub(super) struct HeadColumns<'a> {
+            tenant_id: Vec<&'a str>,
+            bucket: Vec<&'a str>,
+            $($column: Vec<<sql_type::$type as SqlType>::Param>,)+
+        }
+
+        impl<'a> HeadColumns<'a> {
+            /// Adds bucket `key`'s head row.
+            pub(super) fn push(
+                &mut self,
+                key: &'a BucketKey,
+                head: &BucketRow,
+            ) -> Result<(), StoreError> {
+                // Every fallible conversion first, so a failure adds nothing.
+                $(
+                    let $column = <sql_type::$type as Encoding<_>>::encode(
+                        stringify!($column),
+                        head.$($field).+,
+                    )?;
+                )+
+                self.tenant_id.push(key.tenant.as_str());
+                self.bucket.push(key.bucket.as_str());
+                $(self.$column.push($column);)+
+                Ok(())
+            }
+
+            /// The arrays in the statements' order: the key's
+            /// ([`KEY_COLUMNS`]), then [`HEAD_COLUMNS`].
+            pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); HEAD_PARAMS] {
+                [&self.tenant_id, &self.bucket, $(&self.$column,)+]
+            }
+        }
+
+        /// A bucket's head row (instance_id = 0). Every field of the row
+        /// is read from its column; the row it starts from only gives the
+        /// fields their types.
+        pub(super) fn head_from_row(row: &Row) -> Result<BucketRow, StoreError> {
+            let no_limits = Limits {
+                refill_rate: 0.0,
+                burst_limit: 0.0,
+            };
+            let mut head = BucketRow::new(no_limits, 0.0, false, Timestamp::EPOCH);
+            $(
+                head.$($field).+ =
+                    <sql_type::$type as Encoding<_>>::decode(row, stringify!($column))?;
+            )+
+            Ok(head)
+        }
+    };
+}
+
+// The head row's columns after its key, each with its SQL type and the
+// field of `BucketRow` it keeps: the one list of them in this store. A new
+// head-row field is a line here (and its migration); the statements, their
+// parameters and the reading of a row follow. The tests below fail while
+// this list and the table differ, or a field of `BucketRow` is not kept.
+head_columns! {
+    next_instance_id: BIGINT = members.first_instance_id,
+    refill_rate: FLOAT8 = state.limits.refill_rate,
+    burst_limit: FLOAT8 = state.limits.burst_limit,
+    configured: BOOL = state.configured,
+    tokens: FLOAT8 = state.tokens,
+    tokens_avg: FLOAT8 = state.tokens_avg,
+    last_refill: TIMESTAMPTZ = state.last_refill,
+    share_sum: FLOAT8 = members.share_sum,
+    live_instances: BIGINT = members.live_instances,
+    granted_tokens: FLOAT8 = totals.granted_tokens,
+    committed_tokens: FLOAT8 = state.committed_tokens,
+    committed_rate: FLOAT8 = state.committed_rate,
+    total_request_unit_micros: BIGINT = totals.consumption.request_unit_micros,
+    total_read_batches: BIGINT = totals.consumption.read_batches,
+    total_read_requests: BIGINT = totals.consumption.read_requests,
+    total_read_bytes: BIGINT = totals.consumption.read_bytes,
+    total_write_batches: BIGINT = totals.consumption.write_batches,
+    total_write_requests: BIGINT = totals.consumption.write_requests,
+    total_write_bytes: BIGINT = totals.consumption.write_bytes,
+    total_cpu_micros: BIGINT = totals.consumption.cpu_micros,
+    total_egress_bytes: BIGINT = totals.consumption.egress_bytes,
+    created_at: TIMESTAMPTZ = state.created_at,
+    updated_at: TIMESTAMPTZ = state.updated_at,
+    capped_refill: FLOAT8 = state.capped_refill,
+    capped_from: TIMESTAMPTZ = state.capped_from,
+    capped_until: TIMESTAMPTZ = state.capped_until,
+}
+
+/// How many parameters the head-row statements take.
+const HEAD_PARAMS: usize = KEY_COLUMNS.len() + HEAD_COLUMNS.len();
 
 impl<'a> HeadColumns<'a> {
     /// The columns of these buckets' head rows.
@@ -220,92 +348,78 @@ impl<'a> HeadColumns<'a> {
         Ok(columns)
     }
 
-    /// Adds bucket `key`'s head row.
-    pub(super) fn push(&mut self, key: &'a BucketKey, head: &BucketRow) -> Result<(), StoreError> {
-        let (state, members) = (&head.state, &head.members);
-        let c = &head.totals.consumption;
-        // Every fallible conversion first, so a failure adds nothing.
-        let totals = [
-            to_i64("total_request_unit_micros", c.request_unit_micros)?,
-            to_i64("total_read_batches", c.read_batches)?,
-            to_i64("total_read_requests", c.read_requests)?,
-            to_i64("total_read_bytes", c.read_bytes)?,
-            to_i64("total_write_batches", c.write_batches)?,
-            to_i64("total_write_requests", c.write_requests)?,
-            to_i64("total_write_bytes", c.write_bytes)?,
-            to_i64("total_cpu_micros", c.cpu_micros)?,
-            to_i64("total_egress_bytes", c.egress_bytes)?,
-        ];
-        self.tenant_id.push(key.tenant.as_str());
-        self.bucket.push(key.bucket.as_str());
-        self.next_instance_id
-            .push(i64::from(members.first_instance_id));
-        self.refill_rate.push(state.limits.refill_rate);
-        self.burst_limit.push(state.limits.burst_limit);
-        self.configured.push(state.configured);
-        self.tokens.push(state.tokens);
-        self.tokens_avg.push(state.tokens_avg);
-        self.last_refill.push(to_system_time(state.last_refill));
-        self.share_sum.push(members.share_sum);
-        self.live_instances.push(i64::from(members.live_instances));
-        self.granted_tokens.push(head.totals.granted_tokens);
-        self.committed_tokens.push(state.committed_tokens);
-        self.committed_rate.push(state.committed_rate);
-        let [ru, rb, rr, rby, wb, wr, wby, cpu, egress] = totals;
-        self.request_unit_micros.push(ru);
-        self.read_batches.push(rb);
-        self.read_requests.push(rr);
-        self.read_bytes.push(rby);
-        self.write_batches.push(wb);
-        self.write_requests.push(wr);
-        self.write_bytes.push(wby);
-        self.cpu_micros.push(cpu);
-        self.egress_bytes.push(egress);
-        self.created_at.push(to_system_time(state.created_at));
-        self.updated_at.push(to_system_time(state.updated_at));
-        self.capped_refill.push(state.capped_refill);
-        self.capped_from.push(to_system_time(state.capped_from));
-        self.capped_until.push(to_system_time(state.capped_until));
-        Ok(())
-    }
-
     pub(super) fn is_empty(&self) -> bool {
         self.tenant_id.is_empty()
     }
-
-    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 28] {
-        [
-            &self.tenant_id,
-            &self.bucket,
-            &self.next_instance_id,
-            &self.refill_rate,
-            &self.burst_limit,
-            &self.configured,
-            &self.tokens,
-            &self.tokens_avg,
-            &self.last_refill,
-            &self.share_sum,
-            &self.live_instances,
-            &self.granted_tokens,
-            &self.committed_tokens,
-            &self.committed_rate,
-            &self.request_unit_micros,
-            &self.read_batches,
-            &self.read_requests,
-            &self.read_bytes,
-            &self.write_batches,
-            &self.write_requests,
-            &self.write_bytes,
-            &self.cpu_micros,
-            &self.egress_bytes,
-            &self.created_at,
-            &self.updated_at,
-            &self.capped_refill,
-            &self.capped_from,
-            &self.capped_until,
-        ]
-    }
 }
+
+/// Every column the head-row statements write, in their parameters' order.
+fn statement_columns() -> impl Iterator<Item = (&'static str, &'static str)> {
+    KEY_COLUMNS.into_iter().chain(HEAD_COLUMNS.iter().copied())
+}
+
+/// The names of [`statement_columns`], comma-separated.
+fn column_names() -> String {
+    let names: Vec<&str> = statement_columns().map(|(name, _)| name).collect();
+    names.join(", ")
+}
+
+/// `unnest($1::TEXT[], $2::TEXT[], …)`: the rows of the parameter arrays.
+fn unnest_parameters() -> String {
+    let arrays: Vec<String> = statement_columns()
+        .enumerate()
+        .map(|(i, (_, sql_type))| format!("${}::{sql_type}[]", i + 1))
+        .collect();
+    format!("unnest({})", arrays.join(", "))
+}
+
+/// Creates buckets' head rows, one per index of the arrays of
+/// [`HeadColumns`]; the head row's instance id is 0. Two transactions
+/// creating the same bucket collide on the primary key; the loser is
+/// retried and then sees the row.
+///
+/// ```sql
+/// INSERT INTO tenant_usage (tenant_id, bucket, next_instance_id, …, instance_id)
+/// SELECT *, 0 FROM unnest($1::TEXT[], $2::TEXT[], $3::BIGINT[], …)
+/// ```
+///
+/// Built once from the column list, so the text, and with it the
+/// connections' cache of prepared statements, is the same for the life
+/// of the process.
+pub(super) static INSERT_BUCKETS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO tenant_usage ({}, instance_id)\nSELECT *, 0 FROM {}",
+        column_names(),
+        unnest_parameters(),
+    )
+});
+
+/// Writes back head rows the transaction has locked, one per index of the
+/// arrays of [`HeadColumns`]: bucket (`$1[i]`, `$2[i]`) gets the values at
+/// `i` of the others. Built once, as [`INSERT_BUCKETS`].
+///
+/// ```sql
+/// UPDATE tenant_usage AS t SET next_instance_id = v.next_instance_id, …
+/// FROM unnest($1::TEXT[], $2::TEXT[], $3::BIGINT[], …) AS v(tenant_id, bucket, next_instance_id, …)
+/// WHERE t.tenant_id = v.tenant_id AND t.bucket = v.bucket AND t.instance_id = 0
+/// ```
+pub(super) static UPDATE_BUCKETS: LazyLock<String> = LazyLock::new(|| {
+    let set: Vec<String> = HEAD_COLUMNS
+        .iter()
+        .map(|(name, _)| format!("{name} = v.{name}"))
+        .collect();
+    let key: Vec<String> = KEY_COLUMNS
+        .iter()
+        .map(|(name, _)| format!("t.{name} = v.{name}"))
+        .collect();
+    format!(
+        "UPDATE tenant_usage AS t SET {}\nFROM {} AS v({})\nWHERE {} AND t.instance_id = 0",
+        set.join(", "),
+        unnest_parameters(),
+        column_names(),
+        key.join(" AND "),
+    )
+});
 
 /// The parameters of `upsert_instances.sql`: an array per column, an
 /// instance row per index.
@@ -386,7 +500,186 @@ impl<'a> InstanceColumns<'a> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
+    use tollgate_core::Consumption;
+    use tollgate_core::global_bucket::{BucketState, Membership, Totals};
+    use tollgate_testdb::TestDatabase;
+
     use super::*;
+    use crate::store::postgres::{PostgresTls, migrate};
+
+    /// The columns only instance rows (instance_id >= 1) use, and the
+    /// instance id the statements set themselves.
+    const INSTANCE_ROW_COLUMNS: [&str; 11] = [
+        "instance_id",
+        "lease",
+        "seq",
+        "shares",
+        "last_update",
+        "committed_until",
+        "last_grant_tokens",
+        "last_grant_trickle_nanos",
+        "last_grant_max_burst",
+        "last_grant_fallback_rate",
+        "last_grant_fallback_charged",
+    ];
+
+    async fn migrated_database() -> (TestDatabase, tokio_postgres::Client) {
+        let db = TestDatabase::create().await.expect("test database");
+        migrate(db.url(), &PostgresTls::default())
+            .await
+            .expect("migrate");
+        let client = tollgate_testdb::connect(db.url()).await.expect("connect");
+        (db, client)
+    }
+
+    /// A head row whose every field is set, to a value no other field of it
+    /// has, that differs from the field's default and from the same field
+    /// of the row for any other `n`. Written out field by field, without
+    /// `..`: a new field of `BucketRow` does not compile here until it is
+    /// given a value, and then the round trip below fails until the column
+    /// list keeps it.
+    fn head_with_every_field_set(n: u32) -> BucketRow {
+        let x = f64::from(n) * 100.0;
+        let at = |k: i64| {
+            Timestamp::from_unix_micros(1_700_000_000_000_000 + i64::from(n) * 1_000_000_000 + k)
+        };
+        let count = |k: u64| u64::from(n) * 100 + k;
+        BucketRow {
+            state: BucketState {
+                limits: Limits {
+                    refill_rate: x + 1.5,
+                    burst_limit: x + 2.5,
+                },
+                configured: n % 2 == 1,
+                tokens: x + 3.5,
+                tokens_avg: x + 4.5,
+                last_refill: at(1),
+                committed_tokens: x + 5.5,
+                committed_rate: x + 6.5,
+                capped_refill: x + 7.5,
+                capped_from: at(2),
+                capped_until: at(3),
+                created_at: at(4),
+                updated_at: at(5),
+            },
+            members: Membership {
+                share_sum: x + 8.5,
+                live_instances: n * 100 + 1,
+                first_instance_id: n * 100 + 2,
+            },
+            totals: Totals {
+                consumption: Consumption {
+                    request_unit_micros: count(1),
+                    read_batches: count(2),
+                    read_requests: count(3),
+                    read_bytes: count(4),
+                    write_batches: count(5),
+                    write_requests: count(6),
+                    write_bytes: count(7),
+                    cpu_micros: count(8),
+                    egress_bytes: count(9),
+                },
+                granted_tokens: x + 9.5,
+            },
+        }
+    }
+
+    /// The head rows stored, by key.
+    async fn stored_heads(client: &tokio_postgres::Client) -> Vec<(BucketKey, BucketRow)> {
+        let rows = client
+            .query(
+                "SELECT * FROM tenant_usage ORDER BY tenant_id, bucket, instance_id",
+                &[],
+            )
+            .await
+            .expect("read head rows");
+        rows.iter()
+            .map(|row| {
+                assert_eq!(row_instance_id(row).expect("instance_id"), 0);
+                let key = bucket_key(row).expect("key");
+                (key, head_from_row(row).expect("head row"))
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_head_columns_are_the_head_row_columns_of_tenant_usage() {
+        let (_db, client) = migrated_database().await;
+        let table: BTreeSet<(String, String)> = client
+            .query(
+                "SELECT column_name::TEXT, data_type::TEXT FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name = 'tenant_usage'",
+                &[],
+            )
+            .await
+            .expect("the columns of tenant_usage")
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .filter(|(name, _): &(String, String)| !INSTANCE_ROW_COLUMNS.contains(&name.as_str()))
+            .collect();
+        let (names, types): (Vec<&str>, Vec<&str>) = statement_columns().unzip();
+        // The server spells the listed types as information_schema does.
+        let listed: Vec<(String, String)> = client
+            .query(
+                "SELECT name, format_type(type::regtype, NULL) \
+                 FROM unnest($1::TEXT[], $2::TEXT[]) AS c(name, type)",
+                &[&names, &types],
+            )
+            .await
+            .expect("the listed columns' types")
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        assert_eq!(
+            listed.iter().cloned().collect::<BTreeSet<_>>(),
+            table,
+            "the key and head columns of rows.rs, against tenant_usage's columns \
+             but those of instance rows"
+        );
+        assert_eq!(listed.len(), table.len(), "a column listed twice");
+    }
+
+    #[tokio::test]
+    async fn every_head_field_round_trips_through_insert_and_update() {
+        let (_db, client) = migrated_database().await;
+        let key = |tenant: &str, bucket: &str| {
+            BucketKey::new(
+                TenantId::parse("tenant_id", tenant).expect("tenant"),
+                BucketName::parse("bucket", bucket).expect("bucket"),
+            )
+        };
+        let (acme, beta) = (key("acme", ""), key("beta", "emails"));
+        let created = [
+            (acme.clone(), head_with_every_field_set(1)),
+            (beta.clone(), head_with_every_field_set(2)),
+        ];
+        let insert =
+            HeadColumns::of(created.iter().map(|(key, head)| (key, head))).expect("head columns");
+        let inserted = client
+            .execute(INSERT_BUCKETS.as_str(), &insert.as_params())
+            .await
+            .expect("insert head rows");
+        assert_eq!(inserted, 2);
+        assert_eq!(stored_heads(&client).await, created);
+
+        // Every field of every row changes (n = 3 and 4 set other values
+        // than 1 and 2); rows are matched by key, not by position.
+        let changed = [
+            (beta.clone(), head_with_every_field_set(3)),
+            (acme.clone(), head_with_every_field_set(4)),
+        ];
+        let update =
+            HeadColumns::of(changed.iter().map(|(key, head)| (key, head))).expect("head columns");
+        let updated = client
+            .execute(UPDATE_BUCKETS.as_str(), &update.as_params())
+            .await
+            .expect("update head rows");
+        assert_eq!(updated, 2);
+        let [beta_after, acme_after] = changed;
+        assert_eq!(stored_heads(&client).await, vec![acme_after, beta_after]);
+    }
 
     #[test]
     fn timestamps_round_trip_through_system_time() {

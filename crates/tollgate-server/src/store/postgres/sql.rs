@@ -1,4 +1,9 @@
-//! The SQL statements, one per file in `sql/queries`, included at build time.
+//! The SQL statements, one per file in `sql/queries`, included at build
+//! time; except the two that write head rows, which name every column of
+//! a head row and are built from the head row's column list in `rows` (a
+//! new head-row field is a line there).
+
+pub(super) use super::rows::{INSERT_BUCKETS, UPDATE_BUCKETS};
 
 macro_rules! query {
     ($name:ident, $file:literal) => {
@@ -9,8 +14,6 @@ query!(LOCK_BUCKETS, "lock_buckets.sql");
 query!(LOCK_TENANT, "lock_tenant.sql");
 query!(CLOCK, "clock.sql");
 query!(LOAD_WINDOWS, "load_windows.sql");
-query!(INSERT_BUCKETS, "insert_buckets.sql");
-query!(UPDATE_BUCKETS, "update_buckets.sql");
 query!(UPSERT_INSTANCES, "upsert_instances.sql");
 query!(DELETE_INSTANCES, "delete_instances.sql");
 query!(READ_INSTANCES, "read_instances.sql");

@@ -231,8 +231,8 @@ pub(super) async fn change_in(
     let clock = txn.prepare_cached(sql::CLOCK).await?;
     let upsert_record = txn.prepare_cached(sql::UPSERT_TENANT_RECORD).await?;
     let delete_strays = txn.prepare_cached(sql::DELETE_STRAY_INSTANCES).await?;
-    let insert_heads = txn.prepare_cached(sql::INSERT_BUCKETS).await?;
-    let update_heads = txn.prepare_cached(sql::UPDATE_BUCKETS).await?;
+    let insert_heads = txn.prepare_cached(&sql::INSERT_BUCKETS).await?;
+    let update_heads = txn.prepare_cached(&sql::UPDATE_BUCKETS).await?;
     let delete_bucket = txn.prepare_cached(sql::DELETE_BUCKET).await?;
 
     let tenant_id = tenant.as_str();
