@@ -28,17 +28,17 @@
 //! ```
 //!
 //! ```compile_fail
-//! # use tollgate_server::service::{PodGate, pod_gate::Admitted};
-//! fn forges_an_admission(gate: &PodGate, call: tollgate_core::key_bucket::CheckCall) {
-//!     let _admitted = Admitted { gate, call, _permit: todo!() }; // private fields
+//! # use tollgate_core::key_bucket::CheckCall;
+//! # use tollgate_server::service::{PodGate, admission::Permit, pod_gate::Admitted};
+//! fn forges_an_admission(gate: &PodGate, call: CheckCall, permit: Permit) {
+//!     let _admitted = Admitted { gate, call, _permit: permit }; // private fields
 //! }
 //! ```
 
 use std::sync::Arc;
 
-use tollgate_core::TenantId;
 use tollgate_core::key_bucket::CheckCall;
-use tollgate_core::{BucketKey, InvalidInput, TokenBucketRequest};
+use tollgate_core::{BucketKey, InvalidInput, TenantId, TokenBucketRequest};
 use tollgate_proto::partition::PartitionLoadCall;
 use tonic::{Request, Status};
 
