@@ -129,12 +129,8 @@ fn main() -> ExitCode {
             }
         }
         Command::Agent(args) => {
-            init_logging(LogFormat::Text);
             let threads = usize::from(args.threads);
-            (
-                block_on_threads(Some(threads), agent::run(args)),
-                LogFormat::Text,
-            )
+            with_text_logs_on(Some(threads), agent::run(args))
         }
         Command::Migrate(args) => with_text_logs(store::migrate(args)),
         Command::Export(args) => with_text_logs(image::export(args)),
@@ -264,8 +260,17 @@ fn block_on_threads<T>(
 fn with_text_logs<T>(
     work: impl Future<Output = anyhow::Result<T>>,
 ) -> (anyhow::Result<T>, LogFormat) {
+    with_text_logs_on(None, work)
+}
+
+/// [`with_text_logs`] on a runtime of `threads` worker threads (`None`:
+/// one per core).
+fn with_text_logs_on<T>(
+    threads: Option<usize>,
+    work: impl Future<Output = anyhow::Result<T>>,
+) -> (anyhow::Result<T>, LogFormat) {
     init_logging(LogFormat::Text);
-    (block_on(work), LogFormat::Text)
+    (block_on_threads(threads, work), LogFormat::Text)
 }
 
 #[cfg(test)]

@@ -94,17 +94,15 @@ fn pace(schedule: Schedule, gates: &[UnboundedSender<()>], lag: &Mutex<Histogram
         let now = Instant::now();
         if due > now {
             std::thread::sleep(due - now);
+            continue;
         }
-        // Every call due by now leaves now.
-        let now = Instant::now();
-        while let Some(due) = schedule.due(n).filter(|due| *due <= now) {
-            let late = now.duration_since(due).as_micros();
-            let _ = lags.record(u64::try_from(late).unwrap_or(u64::MAX));
-            // Callers are at most a usize: `n % callers` fits.
-            // A caller gone (its run failed) needs no more calls.
-            let _ = gates[(n % schedule.callers as u64) as usize].send(());
-            n += 1;
-        }
+        // Due: it leaves now, and so does every call due by now.
+        let late = now.duration_since(due).as_micros();
+        let _ = lags.record(u64::try_from(late).unwrap_or(u64::MAX));
+        // Callers are at most a usize: `n % callers` fits. A caller gone
+        // (its run failed) needs no more calls.
+        let _ = gates[(n % schedule.callers as u64) as usize].send(());
+        n += 1;
     }
     *lag.lock().unwrap_or_else(PoisonError::into_inner) = lags;
 }
