@@ -142,6 +142,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::budget::{BucketBudget, BudgetEvent, CycleRecord};
 use crate::consumption::Consumption;
 use crate::time::Timestamp;
 use crate::validate::{self, InvalidInput, MAX_LEASE_LEN, MAX_REFILL_RATE, MAX_SEQ, MAX_TOKENS};
@@ -310,6 +311,9 @@ pub struct BucketRow {
     pub members: Membership,
     #[serde(flatten)]
     pub totals: Totals,
+    /// The bucket's spend budget and its state in the current cycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Box<BucketBudget>>,
 }
 
 impl BucketRow {
@@ -319,6 +323,23 @@ impl BucketRow {
             state: BucketState::new(limits, initial_tokens, configured, now),
             members: Membership::default(),
             totals: Totals::default(),
+            budget: None,
+        }
+    }
+
+    /// The bucket's own limits: those it runs at, or while a budget
+    /// throttles it, those it comes back to.
+    pub fn own_limits(&self) -> Limits {
+        self.budget
+            .as_ref()
+            .map_or(self.state.limits, |b| b.own_limits(&self.state))
+    }
+
+    /// Sets the bucket's own limits (kept aside while a budget throttles it).
+    pub fn set_own_limits(&mut self, limits: Limits) {
+        match self.budget.as_mut().filter(|b| b.throttled()) {
+            Some(budget) => budget.state.own_limits = Some(limits),
+            None => self.state.limits = limits,
         }
     }
 }
@@ -863,6 +884,18 @@ pub struct RequestOutcome {
     pub duplicate: bool,
     /// Rows to write back; the head row is written whenever `duplicate` is false.
     pub changes: RowChanges,
+    /// The budget's closed cycle and crossed thresholds, for the store to keep.
+    pub budget: BudgetOutcome,
+}
+
+/// What a request did to its bucket's budget: rows the store writes
+/// beside the head row.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BudgetOutcome {
+    /// The cycle the request found over.
+    pub closed: Option<CycleRecord>,
+    /// Thresholds it crossed.
+    pub events: Vec<BudgetEvent>,
 }
 
 /// Serves one pod request against its tenant's bucket.
@@ -884,6 +917,7 @@ pub fn request(
                     grant: existing.last_grant,
                     duplicate: true,
                     changes: RowChanges::default(),
+                    budget: BudgetOutcome::default(),
                 });
             }
             if req.seq < existing.seq {
@@ -903,6 +937,10 @@ pub fn request(
     let mut next = rows.clone();
     let mut changes = RowChanges::default();
     next.head.state.refill(now, req.target_request_period);
+    let mut budget = BudgetOutcome::default();
+    if let Some(b) = next.head.budget.as_mut() {
+        budget.closed = b.roll(&mut next.head.state, now);
+    }
     next.head.state.charge_fallback(req, now);
     next.head.totals.granted_tokens += req.fallback_tokens;
     next.head.state.take_back(req.returned_tokens);
@@ -936,7 +974,23 @@ pub fn request(
         }
         None => 0.0,
     };
-    let (mut grant, commitment) = grant(&mut next, req, config, still_committed);
+    // What pods charge for their fallback and report counts first: it may
+    // reach the budget's limit, which this grant must then respect.
+    let cap = match next.head.budget.as_mut() {
+        Some(b) => {
+            let charged = b.record(
+                &mut next.head.state,
+                0.0,
+                req.fallback_tokens,
+                &req.consumption,
+                now,
+            );
+            budget.events.extend(charged.events);
+            b.cap(now)
+        }
+        None => f64::INFINITY,
+    };
+    let (mut grant, commitment) = grant(&mut next, req, config, still_committed, cap);
     grant.fallback_charged = Some(req.fallback_tokens);
     next.head.totals.granted_tokens += grant.granted_tokens;
     if let Some(instance) = next.instances.get_mut(&id) {
@@ -951,11 +1005,28 @@ pub fn request(
             next.head.state.committed_rate += instance.committed_rate;
         }
     }
+    if let Some(b) = next.head.budget.as_mut() {
+        let granted = b.record(
+            &mut next.head.state,
+            grant.granted_tokens,
+            0.0,
+            &Consumption::default(),
+            now,
+        );
+        budget.events.extend(granted.events);
+        if !b.fallback_allowed() {
+            grant.fallback_rate = 0.0;
+            if let Some(instance) = next.instances.get_mut(&id) {
+                instance.last_grant = grant;
+            }
+        }
+    }
     *rows = next;
     Ok(RequestOutcome {
         grant,
         duplicate: false,
         changes,
+        budget,
     })
 }
 
@@ -1117,12 +1188,14 @@ fn fraction(members: &Membership, shares: f64) -> f64 {
 ///
 /// Returns the grant and, for a trickle, the commitment it carries: the
 /// tokens of the new trickle (folded ones included) that future refill pays
-/// for, as opposed to tokens the bucket held when it was granted.
+/// for, as opposed to tokens the bucket held when it was granted. The grant
+/// never exceeds `cap` (a budget's; infinite without one).
 fn grant(
     rows: &mut BucketRows,
     req: &TokenBucketRequest,
     config: &GlobalBucketConfig,
     still_committed: f64,
+    cap: f64,
 ) -> (Grant, f64) {
     let tenant = &mut rows.head;
     tenant.state.tokens_avg = BUCKET_LEVEL_EMA_FACTOR * tenant.state.tokens
@@ -1134,7 +1207,7 @@ fn grant(
     // still runs on its own in an outage, and the fallback rates of all pods
     // sum to the refill rate.
     let fallback_rate = tenant.state.limits.refill_rate * (share + even_share) / 2.0;
-    let requested = req.requested_tokens;
+    let requested = req.requested_tokens.min(cap);
     if requested <= 0.0 {
         let grant = Grant {
             fallback_rate,
@@ -1202,6 +1275,7 @@ fn grant(
         }
         GrantPolicy::Greedy => (available_now, 0.0),
     };
+    let granted = granted.min(cap);
     tenant.state.tokens -= granted;
 
     if trickle_secs == 0.0 {
@@ -1300,12 +1374,12 @@ pub fn reconfigure(
 ) -> Result<(), RequestError> {
     update.validate()?;
     let mask = update.mask;
-    let limits = mask.limits(update.limits, row.state.limits);
+    let limits = mask.limits(update.limits, row.own_limits());
     if !mask.available_tokens {
         // The level stays the bucket's own: brought up to `now` under the
         // limits it had, then kept under the new ones.
         row.state.refill(now, Duration::ZERO);
-        row.state.limits = limits;
+        row.set_own_limits(limits);
         row.state.configured = true;
         row.state.updated_at = now;
         return Ok(());
@@ -1340,7 +1414,7 @@ pub fn reconfigure(
         tokens = refilled_tokens(tokens, &limits, now.seconds_since(as_of));
         tokens -= validate::units(consumed_since);
     }
-    row.state.limits = limits;
+    row.set_own_limits(limits);
     row.state.configured = true;
     row.state.tokens = tokens;
     row.state.tokens_avg = tokens;

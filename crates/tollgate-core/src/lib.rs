@@ -15,6 +15,9 @@
 //! - [`transaction`]: the script every store and the simulator run for
 //!   token-bucket requests: what to lock and load, the unconfigured-bucket
 //!   rule, what to write back, removals reported.
+//! - [`budget`]: spend budgets per billing cycle — calendar cycles in a
+//!   time zone, the cap on grants, throttle and stop at the limit,
+//!   thresholds fired once, the forecast, the cycle's record.
 //! - [`tenant_state`]: tombstones of deleted tenants and suspensions: which
 //!   tenants' pods are refused, and what delete, suspend, resume and an
 //!   operator's re-creation write.
@@ -35,6 +38,7 @@
 //!   and the names (tenants, buckets, tiers).
 //! - [`time`]: the timestamp type all state machines take.
 
+pub mod budget;
 pub mod consumption;
 pub mod cost_model;
 pub mod global_bucket;

@@ -573,7 +573,7 @@ pub fn close_bucket(
         closed_at: now,
         reason,
         closed_by: by.clone(),
-        limits: row.state.limits,
+        limits: row.own_limits(),
         totals: row.totals.clone(),
         created_at: row.state.created_at,
     }
@@ -823,13 +823,13 @@ pub fn may_delete_tier(
 }
 
 fn redefined(row: &BucketRow, definition: &BucketDefinition, now: Timestamp) -> Option<BucketRow> {
-    if row.state.configured && row.state.limits == definition.limits {
+    if row.state.configured && row.own_limits() == definition.limits {
         return None;
     }
     let mut row = row.clone();
     row.state
         .refill(now, crate::validate::DEFAULT_TARGET_REQUEST_PERIOD);
-    row.state.limits = definition.limits;
+    row.set_own_limits(definition.limits);
     row.state.configured = true;
     row.state.tokens = row.state.tokens.min(definition.limits.burst_limit);
     row.state.tokens_avg = row.state.tokens_avg.min(definition.limits.burst_limit);

@@ -37,6 +37,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::budget::{BudgetEvent, CycleRecord};
 use crate::global_bucket::{
     self, BucketRow, BucketRows, GlobalBucketConfig, Grant, InstanceId, InstanceState,
     InstanceWindow, Limits, RequestError, TokenBucketRequest, instance_window,
@@ -128,6 +129,9 @@ struct BucketWork {
     dirty: bool,
     upserted: BTreeSet<InstanceId>,
     removed: Vec<InstanceState>,
+    /// Budget cycles the requests closed, and thresholds they crossed.
+    closed_cycles: Vec<CycleRecord>,
+    budget_events: Vec<BudgetEvent>,
 }
 
 /// What to write back for one bucket.
@@ -143,6 +147,10 @@ pub struct BucketWrite<'a> {
     pub upsert: Vec<&'a InstanceState>,
     /// Instance rows to delete.
     pub delete: Vec<InstanceId>,
+    /// Budget cycles closed: billing records to insert.
+    pub closed_cycles: &'a [CycleRecord],
+    /// Budget thresholds crossed: events to insert for delivery.
+    pub budget_events: &'a [BudgetEvent],
 }
 
 impl BucketWrite<'_> {
@@ -277,6 +285,8 @@ impl Batch {
                     work.dirty = true;
                     work.upserted.extend(outcome.changes.upserted);
                     work.removed.extend(outcome.changes.removed);
+                    work.closed_cycles.extend(outcome.budget.closed);
+                    work.budget_events.extend(outcome.budget.events);
                 }
                 Answer::Granted(outcome.grant)
             }
@@ -304,6 +314,8 @@ impl Batch {
                         .filter_map(|id| work.rows.instances.get(id))
                         .collect(),
                     delete: gone.into_iter().collect(),
+                    closed_cycles: &work.closed_cycles,
+                    budget_events: &work.budget_events,
                 }
             })
             .collect()
@@ -341,6 +353,8 @@ impl BucketWork {
             dirty: false,
             upserted: BTreeSet::new(),
             removed: Vec::new(),
+            closed_cycles: Vec::new(),
+            budget_events: Vec::new(),
         }
     }
 }

@@ -1323,3 +1323,85 @@ proptest! {
         prop_assert!(rows.head.state.tokens >= -debt_bound - slack);
     }
 }
+
+// Budgets: the grant is cut to the budget, in the request.
+
+fn with_budget(rows: &mut BucketRows, amount: f64, at_limit: crate::budget::AtLimit) {
+    use crate::budget::{Budget, BucketBudget, CycleRule, Period};
+    let budget = Budget::new(amount, CycleRule::utc(Period::Daily), at_limit)
+        .validated()
+        .expect("a valid budget");
+    rows.head.budget = Some(Box::new(
+        BucketBudget::start(budget, at(0.0)).expect("in the calendar"),
+    ));
+}
+
+#[test]
+fn a_grant_near_the_limit_is_cut_to_what_remains_trickles_included() {
+    let mut rows = bucket(100.0, 1_000.0, 1_000.0);
+    with_budget(&mut rows, 1_500.0, crate::budget::AtLimit::Stop);
+    assert_eq!(serve(&mut rows, &req(1, 1, 1_000.0, 1.0), 1.0).granted_tokens, 1_000.0);
+    // The bucket holds 100; a trickle would hand out a period more.
+    let g = serve(&mut rows, &req(1, 2, 2_000.0, 1.0), 2.0);
+    assert_close(g.granted_tokens, 500.0, "cut to the budget");
+    let g = serve(&mut rows, &req(1, 3, 10.0, 1.0), 30.0);
+    assert_eq!(g.granted_tokens, 0.0, "stopped");
+    assert_eq!(g.fallback_rate, 0.0, "no fallback past a stop");
+    assert_close(rows.head.totals.granted_tokens, 1_500.0, "granted in all");
+}
+
+#[test]
+fn the_next_cycle_serves_again_and_keeps_the_record() {
+    let mut rows = bucket(100.0, 1_000.0, 1_000.0);
+    with_budget(&mut rows, 100.0, crate::budget::AtLimit::Stop);
+    let mut r = req(1, 1, 500.0, 1.0);
+    r.consumption = Consumption::from_request_units(42.0);
+    serve(&mut rows, &r, 1.0);
+    let outcome = request(
+        &mut rows,
+        &req(1, 2, 50.0, 1.0),
+        at(86_400.0 + 5.0),
+        &GlobalBucketConfig::default(),
+    )
+    .expect("served");
+    assert_eq!(outcome.grant.granted_tokens, 50.0);
+    let closed = outcome.budget.closed.expect("the first day closed");
+    assert_eq!(closed.usage.granted_tokens, 100.0);
+    assert_eq!(closed.usage.consumption.request_unit_micros, 42_000_000);
+    let fired: Vec<u32> = outcome
+        .budget
+        .events
+        .iter()
+        .map(|e| e.threshold.percent)
+        .collect();
+    assert_eq!(fired, vec![50], "the new day's 50 %");
+}
+
+proptest! {
+    /// Whatever pods ask, and whenever, a throttled budget never lets the
+    /// cycle's grants exceed the amount plus the baseline rate times the
+    /// time since the limit was reached.
+    #[test]
+    fn a_throttled_budget_grants_at_most_the_amount_plus_the_baseline(
+        steps in proptest::collection::vec((1u32..5, 0.0f64..3_000.0, 0.0f64..20.0, 0.0f64..4.0), 1..120),
+    ) {
+        let baseline = Limits { refill_rate: 10.0, burst_limit: 40.0 };
+        let mut rows = bucket(200.0, 2_000.0, 500.0);
+        with_budget(&mut rows, 5_000.0, crate::budget::AtLimit::Throttle { baseline });
+        let mut now = 0.0;
+        let mut seqs = [0u64; 5];
+        for (pod, tokens, shares, gap) in steps {
+            now += gap;
+            seqs[pod as usize] += 1;
+            let g = serve(&mut rows, &req(pod, seqs[pod as usize], tokens, shares), now);
+            prop_assert!(g.granted_tokens >= 0.0);
+            let b = rows.head.budget.as_ref().expect("a budget");
+            let past = b.state.limit_reached_at.map_or(0.0, |t| at(now).seconds_since(t));
+            let bound = 5_000.0 + baseline.refill_rate * past;
+            prop_assert!(
+                b.state.usage.granted_tokens <= bound * (1.0 + 1e-12),
+                "granted {} > {bound} at {now}", b.state.usage.granted_tokens
+            );
+        }
+    }
+}

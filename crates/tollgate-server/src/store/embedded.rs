@@ -93,6 +93,7 @@ use tollgate_core::{
 };
 
 mod buckets;
+mod budgets;
 mod image;
 mod keys;
 mod migration;

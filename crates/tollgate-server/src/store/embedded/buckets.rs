@@ -287,6 +287,7 @@ impl Writer {
         }
         let answer = batch.serve(key, request, now, &self.settings.bucket);
         write_back(&mut buckets, &mut instances, &batch)?;
+        budgets::write_batch(txn, &batch)?;
         Ok(match answer {
             Answer::Granted(grant) => Ok(Served { grant, batch, now }),
             Answer::Refused(e) => Err(e.into()),

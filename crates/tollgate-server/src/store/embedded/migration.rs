@@ -60,6 +60,10 @@ pub(super) fn init_schema(db: &Database) -> Result<(), StoreError> {
             .map_err(storage("create keys table"))?;
         txn.open_table(keys::KEY_REQUESTS)
             .map_err(storage("create key requests table"))?;
+        txn.open_table(budgets::BUDGET_CYCLES)
+            .map_err(storage("create budget cycles table"))?;
+        txn.open_table(budgets::BUDGET_EVENTS)
+            .map_err(storage("create budget events table"))?;
     }
     txn.commit().map_err(storage("commit schema"))
 }

@@ -30,6 +30,8 @@ pub(super) async fn token_bucket_batch(
     let upsert_instances = client.prepare_cached(sql::UPSERT_INSTANCES).await?;
     let delete_instances = client.prepare_cached(sql::DELETE_INSTANCES).await?;
     let delete_strays = client.prepare_cached(sql::DELETE_STRAY_INSTANCES).await?;
+    let insert_cycles = client.prepare_cached(sql::INSERT_BUDGET_CYCLES).await?;
+    let insert_events = client.prepare_cached(sql::INSERT_BUDGET_EVENTS).await?;
     stopwatch.lap(Stage::Begin);
     let txn = Pipelined::new(client);
 
@@ -120,7 +122,9 @@ pub(super) async fn token_bucket_batch(
     let mut updated = HeadColumns::default();
     let mut upserted = InstanceColumns::default();
     let mut deleted: (Vec<&str>, Vec<&str>, Vec<i64>) = Default::default();
+    let mut budgets = BudgetRows::default();
     for write in &writes {
+        budgets.push(write.key, write.closed_cycles, write.budget_events)?;
         let (tenant, bucket) = (write.key.tenant.as_str(), write.key.bucket.as_str());
         if write.insert {
             stray_tenants.push(tenant);
@@ -142,6 +146,7 @@ pub(super) async fn token_bucket_batch(
     let (inserted_params, updated_params) = (inserted.as_params(), updated.as_params());
     let upserted_params = upserted.as_params();
     let deleted_params: [&(dyn ToSql + Sync); 3] = [&deleted.0, &deleted.1, &deleted.2];
+    let (cycle_params, event_params) = (budgets.cycle_params(), budgets.event_params());
     // Statements run in the order sent: strays go before anything is
     // written. Kinds with nothing to write are not sent.
     let statements = [
@@ -158,6 +163,8 @@ pub(super) async fn token_bucket_batch(
             &delete_instances,
             &deleted_params[..],
         ),
+        (budgets.has_cycles(), &insert_cycles, &cycle_params[..]),
+        (budgets.has_events(), &insert_events, &event_params[..]),
     ];
     stopwatch.lap(Stage::Write);
     let (written, committed) = join(

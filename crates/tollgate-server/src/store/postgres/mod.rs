@@ -92,6 +92,7 @@
 //!   state; [`tls`].
 
 mod buckets;
+mod budgets;
 mod image;
 mod keys;
 mod migration;
@@ -106,6 +107,7 @@ mod tls;
 mod workers;
 
 use self::buckets::*;
+use self::budgets::BudgetRows;
 use self::migration::*;
 use self::tiers::*;
 use self::workers::*;

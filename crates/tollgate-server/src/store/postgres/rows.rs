@@ -21,6 +21,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql};
+use tollgate_core::budget::BucketBudget;
 use tollgate_core::{
     BucketKey, BucketName, BucketRow, Grant, InstanceState, Limits, TenantId, Timestamp,
 };
@@ -148,6 +149,7 @@ mod sql_type {
     pub(super) struct BOOL;
     pub(super) struct FLOAT8;
     pub(super) struct TIMESTAMPTZ;
+    pub(super) struct TEXT;
 }
 
 /// A column type: its name in SQL and what its parameter arrays hold.
@@ -158,7 +160,7 @@ trait SqlType {
 
 /// How a value of the core's type `T` is kept in a column of this type.
 trait Encoding<T>: SqlType {
-    fn encode(column: &'static str, value: T) -> Result<Self::Param, StoreError>;
+    fn encode(column: &'static str, value: &T) -> Result<Self::Param, StoreError>;
     fn decode(row: &Row, column: &'static str) -> Result<T, StoreError>;
 }
 
@@ -168,8 +170,8 @@ impl SqlType for sql_type::FLOAT8 {
 }
 
 impl Encoding<f64> for sql_type::FLOAT8 {
-    fn encode(_: &'static str, value: f64) -> Result<f64, StoreError> {
-        Ok(value)
+    fn encode(_: &'static str, value: &f64) -> Result<f64, StoreError> {
+        Ok(*value)
     }
     fn decode(row: &Row, column: &'static str) -> Result<f64, StoreError> {
         get(row, column)
@@ -182,8 +184,8 @@ impl SqlType for sql_type::BOOL {
 }
 
 impl Encoding<bool> for sql_type::BOOL {
-    fn encode(_: &'static str, value: bool) -> Result<bool, StoreError> {
-        Ok(value)
+    fn encode(_: &'static str, value: &bool) -> Result<bool, StoreError> {
+        Ok(*value)
     }
     fn decode(row: &Row, column: &'static str) -> Result<bool, StoreError> {
         get(row, column)
@@ -196,8 +198,8 @@ impl SqlType for sql_type::TIMESTAMPTZ {
 }
 
 impl Encoding<Timestamp> for sql_type::TIMESTAMPTZ {
-    fn encode(_: &'static str, value: Timestamp) -> Result<SystemTime, StoreError> {
-        Ok(to_system_time(value))
+    fn encode(_: &'static str, value: &Timestamp) -> Result<SystemTime, StoreError> {
+        Ok(to_system_time(*value))
     }
     fn decode(row: &Row, column: &'static str) -> Result<Timestamp, StoreError> {
         timestamp(row, column)
@@ -211,8 +213,8 @@ impl SqlType for sql_type::BIGINT {
 
 /// Counters (see [`to_i64`]).
 impl Encoding<u64> for sql_type::BIGINT {
-    fn encode(column: &'static str, value: u64) -> Result<i64, StoreError> {
-        to_i64(column, value)
+    fn encode(column: &'static str, value: &u64) -> Result<i64, StoreError> {
+        to_i64(column, *value)
     }
     fn decode(row: &Row, column: &'static str) -> Result<u64, StoreError> {
         counter(row, column)
@@ -221,11 +223,42 @@ impl Encoding<u64> for sql_type::BIGINT {
 
 /// Instance ids and counts of instances.
 impl Encoding<u32> for sql_type::BIGINT {
-    fn encode(_: &'static str, value: u32) -> Result<i64, StoreError> {
-        Ok(i64::from(value))
+    fn encode(_: &'static str, value: &u32) -> Result<i64, StoreError> {
+        Ok(i64::from(*value))
     }
     fn decode(row: &Row, column: &'static str) -> Result<u32, StoreError> {
         instance_id(row, column)
+    }
+}
+
+impl SqlType for sql_type::TEXT {
+    const NAME: &'static str = "TEXT";
+    type Param = Option<String>;
+}
+
+/// Parts of the head row kept as a JSON document (NULL when absent): the
+/// budget, read and written only by the server.
+impl Encoding<Option<Box<BucketBudget>>> for sql_type::TEXT {
+    fn encode(
+        column: &'static str,
+        value: &Option<Box<BucketBudget>>,
+    ) -> Result<Option<String>, StoreError> {
+        value
+            .as_ref()
+            .map(|v| {
+                serde_json::to_string(v).map_err(|e| {
+                    StoreError::internal("write a stored row", format!("{column}: {e}"))
+                })
+            })
+            .transpose()
+    }
+    fn decode(row: &Row, column: &'static str) -> Result<Option<Box<BucketBudget>>, StoreError> {
+        let text: Option<String> = get(row, column)?;
+        text.map(|t| {
+            serde_json::from_str(&t)
+                .map_err(|e| StoreError::internal("read a stored row", format!("{column}: {e}")))
+        })
+        .transpose()
     }
 }
 
@@ -265,7 +298,7 @@ macro_rules! head_columns {
                 $(
                     let $column = <sql_type::$type as Encoding<_>>::encode(
                         stringify!($column),
-                        head.$($field).+,
+                        &head.$($field).+,
                     )?;
                 )+
                 self.tenant_id.push(key.tenant.as_str());
@@ -331,6 +364,7 @@ head_columns! {
     capped_refill: FLOAT8 = state.capped_refill,
     capped_from: TIMESTAMPTZ = state.capped_from,
     capped_until: TIMESTAMPTZ = state.capped_until,
+    budget: TEXT = budget,
 }
 
 /// How many parameters the head-row statements take.
@@ -583,7 +617,36 @@ mod tests {
                 },
                 granted_tokens: x + 9.5,
             },
+            budget: Some(Box::new(budget_with_every_field_set(n, x, at(6)))),
         }
+    }
+
+    fn budget_with_every_field_set(n: u32, x: f64, at: Timestamp) -> BucketBudget {
+        use tollgate_core::budget::{AtLimit, Budget, CycleRule, Period, Threshold};
+        let rule = CycleRule {
+            period: Period::Monthly {
+                anchor_day: (n % 28 + 1) as u8,
+            },
+            time_zone: "Europe/Paris".to_owned(),
+        };
+        let mut budget = Budget::new(
+            x + 10.5,
+            rule,
+            AtLimit::Throttle {
+                baseline: Limits {
+                    refill_rate: x + 11.5,
+                    burst_limit: x + 12.5,
+                },
+            },
+        );
+        budget.thresholds.push(Threshold {
+            on: tollgate_core::budget::Measure::Forecast,
+            percent: n + 1,
+        });
+        let mut state = BucketBudget::start(budget, at).expect("in the calendar");
+        state.state.usage.granted_tokens = x + 13.5;
+        state.state.rate = x + 14.5;
+        state
     }
 
     /// The head rows stored, by key.

@@ -73,3 +73,5 @@ query!(UPSERT_TENANT_STATE, "upsert_tenant_state.sql");
 query!(DELETE_TENANT_STATE, "delete_tenant_state.sql");
 query!(EXPORT_TENANT_STATES, "export_tenant_states.sql");
 query!(INSERT_TENANT_STATES, "insert_tenant_states.sql");
+query!(INSERT_BUDGET_CYCLES, "insert_budget_cycles.sql");
+query!(INSERT_BUDGET_EVENTS, "insert_budget_events.sql");

@@ -1,0 +1,551 @@
+//! Spend budgets per billing cycle: how many tokens a bucket may be granted
+//! in a cycle on the calendar, and what happens at the limit.
+//!
+//! A budget belongs to one bucket (its head row carries it, so the
+//! transaction that grants tokens enforces it, on every store alike):
+//! - **The cycle** ([`cycle`]): monthly on an anchor day, weekly on an
+//!   anchor weekday, or daily, in an IANA time zone, cut by the store's
+//!   clock as refills are.
+//! - **Spend** is what the cycle granted: tokens the server granted, plus
+//!   tokens pods charged for running on their fallback rate (granted by
+//!   the pods themselves while the server was unreachable).
+//! - **Enforced in the grant.** [`BucketBudget::cap`] is the most the next
+//!   grant may hand out; the global bucket cuts its grant, trickles
+//!   included, to it. Before the limit the cap is what remains of the
+//!   amount, so the server never grants more than the amount in a cycle.
+//!   At the limit:
+//!   - `notify`: no cap; the thresholds alert, nothing else changes.
+//!   - `stop`: the cap is zero until the next cycle.
+//!   - `throttle`: the bucket runs at the baseline limits (its own are
+//!     kept aside and come back with the next cycle), starting empty, with
+//!     the trickles it had handed out forgiven (the budget paid for them),
+//!     and the cap is the amount plus the baseline rate times the time
+//!     since the limit was reached, minus the spend: so spend ≤ amount +
+//!     baseline rate × time past the limit, exactly, whatever the pods do.
+//!
+//!   Tokens charged for a fallback come after the fact: they can take the
+//!   spend beyond the cap (and only lower later caps).
+//! - **Thresholds** fire once per cycle each, in the transaction that
+//!   crossed them, as [`BudgetEvent`]s the store keeps for delivery: on the
+//!   spend (percent of the amount), or on the forecast.
+//! - **Forecast**: the spend plus the recent spend rate times what is left
+//!   of the cycle. The rate is an exponentially decaying average with a
+//!   one-hour time constant ([`RATE_TIME_CONSTANT`]), carried across
+//!   cycles.
+//! - **The cycle's record** ([`CycleUsage`]): tokens granted, tokens
+//!   charged for fallbacks, and every consumption counter the pods reported
+//!   in the cycle, exactly (the same sums as the bucket's totals, over the
+//!   cycle). When a request finds its cycle over, [`BucketBudget::roll`]
+//!   closes it into a [`CycleRecord`] the store keeps, and starts the cycle
+//!   of now. A cycle nobody used leaves no record.
+//! - **A change mid-cycle** ([`BucketBudget::change`]) applies to what
+//!   remains of the cycle: the spend so far counts against the new amount.
+//!   A change of the cycle itself closes the current one now (a short
+//!   record), and the next runs from now to the new rule's next boundary,
+//!   so records still tile time.
+
+pub mod cycle;
+
+use serde::{Deserialize, Serialize};
+
+pub use cycle::{Cycle, CycleRule, OutOfCalendar, Period, Weekday};
+
+use crate::consumption::Consumption;
+use crate::global_bucket::{BucketState, Limits};
+use crate::time::Timestamp;
+use crate::validate::{self, InvalidInput, MAX_TOKENS};
+
+/// The thresholds a budget alerts at unless told otherwise, in percent of
+/// its amount.
+pub const DEFAULT_THRESHOLDS: [u32; 4] = [50, 75, 90, 100];
+/// The highest threshold, in percent.
+pub const MAX_THRESHOLD_PERCENT: u32 = 1_000;
+/// The most thresholds one budget may have.
+pub const MAX_THRESHOLDS: usize = 16;
+/// The spend rate behind the forecast decays with this time constant.
+pub const RATE_TIME_CONSTANT: std::time::Duration = std::time::Duration::from_secs(3_600);
+/// Relative slack when comparing a spend with a target: sums of doubles
+/// may land a rounding error short of an amount they were cut to reach.
+const ROUNDING: f64 = 1e-12;
+
+/// A bucket's budget, as an operator sets it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    /// Tokens per cycle.
+    pub amount: f64,
+    pub cycle: CycleRule,
+    pub at_limit: AtLimit,
+    /// Sorted, each once.
+    pub thresholds: Vec<Threshold>,
+    /// For display only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
+}
+
+/// What happens once a cycle's spend reaches the amount.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum AtLimit {
+    /// Alerts only.
+    Notify,
+    /// The bucket runs at these limits until the next cycle.
+    Throttle { baseline: Limits },
+    /// No more tokens until the next cycle.
+    Stop,
+}
+
+impl AtLimit {
+    pub fn name(&self) -> &'static str {
+        match self {
+            AtLimit::Notify => "notify",
+            AtLimit::Throttle { .. } => "throttle",
+            AtLimit::Stop => "stop",
+        }
+    }
+}
+
+/// What a threshold is compared with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Measure {
+    /// The cycle's spend so far.
+    Spend,
+    /// The spend expected at the cycle's end.
+    Forecast,
+}
+
+impl Measure {
+    pub fn name(self) -> &'static str {
+        match self {
+            Measure::Spend => "spend",
+            Measure::Forecast => "forecast",
+        }
+    }
+}
+
+/// An alert when a measure reaches a percentage of the amount.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Threshold {
+    pub on: Measure,
+    pub percent: u32,
+}
+
+impl Threshold {
+    pub fn spend(percent: u32) -> Self {
+        Threshold {
+            on: Measure::Spend,
+            percent,
+        }
+    }
+
+    /// `75` (on the spend) or `forecast:75`: how the CLI and events name it.
+    pub fn label(&self) -> String {
+        match self.on {
+            Measure::Spend => self.percent.to_string(),
+            Measure::Forecast => format!("forecast:{}", self.percent),
+        }
+    }
+
+    /// Reads a [`Threshold::label`].
+    pub fn parse(field: &str, label: &str) -> Result<Threshold, InvalidInput> {
+        let (on, percent) = match label.trim().strip_prefix("forecast:") {
+            Some(rest) => (Measure::Forecast, rest),
+            None => (Measure::Spend, label.trim()),
+        };
+        let percent = percent.trim_end_matches('%').parse::<u32>().map_err(|_| {
+            InvalidInput::new(
+                field,
+                format!(
+                    "{label:?} is not a threshold: a whole percentage such as 75, or forecast:100"
+                ),
+            )
+        })?;
+        let threshold = Threshold { on, percent };
+        threshold.validate(field)?;
+        Ok(threshold)
+    }
+
+    fn validate(&self, field: &str) -> Result<(), InvalidInput> {
+        if !(1..=MAX_THRESHOLD_PERCENT).contains(&self.percent) {
+            return Err(InvalidInput::new(
+                field,
+                format!(
+                    "a threshold is a percentage from 1 to {MAX_THRESHOLD_PERCENT}, got {}",
+                    self.percent
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A price per million tokens, shown beside the spend.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    pub per_million_tokens: f64,
+    /// An ISO 4217 code: three capital letters (`USD`, `EUR`).
+    pub currency: String,
+}
+
+impl Price {
+    /// What `tokens` cost.
+    pub fn of(&self, tokens: f64) -> f64 {
+        tokens / 1e6 * self.per_million_tokens
+    }
+}
+
+impl Budget {
+    /// A budget of `amount` tokens per `cycle`, the default thresholds and
+    /// no price.
+    pub fn new(amount: f64, cycle: CycleRule, at_limit: AtLimit) -> Self {
+        Budget {
+            amount,
+            cycle,
+            at_limit,
+            thresholds: DEFAULT_THRESHOLDS.map(Threshold::spend).to_vec(),
+            price: None,
+        }
+    }
+
+    /// Checks every field, naming the one at fault; sorts the thresholds
+    /// and drops repeats.
+    pub fn validated(mut self) -> Result<Self, InvalidInput> {
+        validate::non_negative("amount", self.amount, MAX_TOKENS)?;
+        if self.amount <= 0.0 {
+            return Err(InvalidInput::new(
+                "amount",
+                "must be more than 0 tokens per cycle",
+            ));
+        }
+        self.cycle.validate()?;
+        if let AtLimit::Throttle { baseline } = &self.at_limit {
+            baseline.validate().map_err(|e| e.within("baseline"))?;
+        }
+        if self.thresholds.len() > MAX_THRESHOLDS {
+            return Err(InvalidInput::new(
+                "thresholds",
+                format!(
+                    "at most {MAX_THRESHOLDS} thresholds, got {}",
+                    self.thresholds.len()
+                ),
+            ));
+        }
+        for threshold in &self.thresholds {
+            threshold.validate("thresholds")?;
+        }
+        self.thresholds.sort();
+        self.thresholds.dedup();
+        if let Some(price) = &self.price {
+            validate::non_negative("price.per_million_tokens", price.per_million_tokens, 1e12)?;
+            let code = price.currency.as_bytes();
+            if code.len() != 3 || !code.iter().all(u8::is_ascii_uppercase) {
+                return Err(InvalidInput::new(
+                    "price.currency",
+                    format!(
+                        "must be an ISO 4217 code of three capital letters (USD, EUR), got {:?}",
+                        price.currency
+                    ),
+                ));
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// What a cycle granted and what the pods reported in it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CycleUsage {
+    /// Tokens the server granted.
+    pub granted_tokens: f64,
+    /// Tokens pods charged for running on their fallback rate.
+    pub fallback_tokens: f64,
+    /// What the pods reported they consumed, every counter.
+    pub consumption: Consumption,
+}
+
+impl CycleUsage {
+    /// The spend the budget counts: granted and fallback tokens.
+    pub fn spend(&self) -> f64 {
+        self.granted_tokens + self.fallback_tokens
+    }
+}
+
+/// A closed cycle: the billing record the store keeps.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CycleRecord {
+    pub cycle: Cycle,
+    /// The budget's amount when the cycle closed.
+    pub amount: f64,
+    pub usage: CycleUsage,
+    /// When the spend reached the amount, if it did.
+    pub limit_reached_at: Option<Timestamp>,
+}
+
+/// A threshold crossed: written in the transaction that crossed it, sent
+/// to the webhooks once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BudgetEvent {
+    pub cycle: Cycle,
+    pub threshold: Threshold,
+    pub amount: f64,
+    pub spend: f64,
+    pub forecast: f64,
+    pub at: Timestamp,
+}
+
+/// The budget's state in the current cycle.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BudgetState {
+    pub cycle: Cycle,
+    pub usage: CycleUsage,
+    /// Thresholds that fired in this cycle.
+    pub fired: Vec<Threshold>,
+    /// When the spend reached the amount in this cycle.
+    pub limit_reached_at: Option<Timestamp>,
+    /// Under `throttle` past the limit: the bucket's own limits, back at
+    /// the next cycle (the bucket runs at the baseline meanwhile).
+    pub own_limits: Option<Limits>,
+    /// The recent spend rate, tokens per second, as of `rate_at`.
+    pub rate: f64,
+    pub rate_at: Timestamp,
+}
+
+/// A budget and its state: what a bucket's head row carries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BucketBudget {
+    pub budget: Budget,
+    pub state: BudgetState,
+}
+
+/// What recording a grant changed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Recorded {
+    /// Thresholds crossed, in order.
+    pub events: Vec<BudgetEvent>,
+}
+
+fn reached(value: f64, target: f64) -> bool {
+    value >= target - target.abs() * ROUNDING
+}
+
+impl BucketBudget {
+    /// A budget starting now, in the cycle `now` lies in.
+    pub fn start(budget: Budget, now: Timestamp) -> Result<Self, OutOfCalendar> {
+        let cycle = budget.cycle.cycle_at(now)?;
+        Ok(BucketBudget {
+            budget,
+            state: BudgetState {
+                cycle,
+                usage: CycleUsage::default(),
+                fired: Vec::new(),
+                limit_reached_at: None,
+                own_limits: None,
+                rate: 0.0,
+                rate_at: now,
+            },
+        })
+    }
+
+    /// False once a `stop` budget is reached: a pod cut off from the
+    /// server must not run on a fallback rate the budget no longer has.
+    pub fn fallback_allowed(&self) -> bool {
+        !(matches!(self.budget.at_limit, AtLimit::Stop) && self.state.limit_reached_at.is_some())
+    }
+
+    /// True while the bucket runs at a throttle's baseline.
+    pub fn throttled(&self) -> bool {
+        self.state.own_limits.is_some()
+    }
+
+    /// The bucket's own limits: those it runs at, or under a throttle the
+    /// ones kept aside.
+    pub fn own_limits(&self, state: &BucketState) -> Limits {
+        self.state.own_limits.unwrap_or(state.limits)
+    }
+
+    /// Closes the cycle if `now` is past it, and starts the cycle of `now`
+    /// (a throttled bucket gets its own limits back). A clock behind the
+    /// cycle's start changes nothing.
+    pub fn roll(&mut self, bucket: &mut BucketState, now: Timestamp) -> Option<CycleRecord> {
+        if now < self.state.cycle.end {
+            return None;
+        }
+        let next = self.budget.cycle.cycle_at(now).ok()?;
+        Some(self.close(bucket, next))
+    }
+
+    fn close(&mut self, bucket: &mut BucketState, next: Cycle) -> CycleRecord {
+        if let Some(limits) = self.state.own_limits.take() {
+            bucket.limits = limits;
+        }
+        let usage = std::mem::take(&mut self.state.usage);
+        let record = CycleRecord {
+            cycle: self.state.cycle,
+            amount: self.budget.amount,
+            usage,
+            limit_reached_at: self.state.limit_reached_at.take(),
+        };
+        self.state.cycle = next;
+        self.state.fired.clear();
+        record
+    }
+
+    /// The most the next grant may hand out, in tokens.
+    pub fn cap(&self, now: Timestamp) -> f64 {
+        let spend = self.state.usage.spend();
+        let allowed = match (self.budget.at_limit, self.state.limit_reached_at) {
+            (AtLimit::Notify, _) => return f64::INFINITY,
+            (AtLimit::Throttle { baseline }, Some(reached_at)) => {
+                self.budget.amount + baseline.refill_rate * now.seconds_since(reached_at)
+            }
+            (AtLimit::Throttle { .. } | AtLimit::Stop, _) => self.budget.amount,
+        };
+        (allowed - spend).max(0.0)
+    }
+
+    /// The spend rate at `now`, tokens per second.
+    pub fn rate_at(&self, now: Timestamp) -> f64 {
+        let decay =
+            (-now.seconds_since(self.state.rate_at) / RATE_TIME_CONSTANT.as_secs_f64()).exp();
+        self.state.rate * decay
+    }
+
+    /// The spend expected at the cycle's end.
+    pub fn forecast(&self, now: Timestamp) -> f64 {
+        let left = self.state.cycle.end.seconds_since(now);
+        self.state.usage.spend() + self.rate_at(now) * left
+    }
+
+    /// Counts what a request was granted, charged and reported, and fires
+    /// the thresholds it crossed. At the limit under `throttle`, switches
+    /// `bucket` to the baseline: its own limits kept aside, empty, its
+    /// trickles' commitments forgiven.
+    pub fn record(
+        &mut self,
+        bucket: &mut BucketState,
+        granted: f64,
+        fallback: f64,
+        consumption: &Consumption,
+        now: Timestamp,
+    ) -> Recorded {
+        let usage = &mut self.state.usage;
+        usage.granted_tokens += granted;
+        usage.fallback_tokens += fallback;
+        usage.consumption.add(consumption);
+        let spent = granted + fallback;
+        if spent > 0.0 {
+            self.state.rate = self.rate_at(now) + spent / RATE_TIME_CONSTANT.as_secs_f64();
+            self.state.rate_at = self.state.rate_at.max(now);
+        }
+        if self.state.limit_reached_at.is_none()
+            && reached(self.state.usage.spend(), self.budget.amount)
+        {
+            self.state.limit_reached_at = Some(now);
+            if let AtLimit::Throttle { baseline } = self.budget.at_limit {
+                self.throttle(bucket, baseline);
+            }
+        }
+        self.fire(now)
+    }
+
+    fn throttle(&mut self, bucket: &mut BucketState, baseline: Limits) {
+        if self.state.own_limits.is_none() {
+            self.state.own_limits = Some(bucket.limits);
+        }
+        bucket.limits = baseline;
+        bucket.tokens = 0.0;
+        bucket.committed_tokens = 0.0;
+        bucket.committed_rate = 0.0;
+    }
+
+    fn fire(&mut self, now: Timestamp) -> Recorded {
+        let spend = self.state.usage.spend();
+        let forecast = self.forecast(now);
+        let mut recorded = Recorded::default();
+        for threshold in &self.budget.thresholds {
+            let value = match threshold.on {
+                Measure::Spend => spend,
+                Measure::Forecast => forecast,
+            };
+            let target = self.budget.amount * f64::from(threshold.percent) / 100.0;
+            if reached(value, target) && !self.state.fired.contains(threshold) {
+                self.state.fired.push(*threshold);
+                recorded.events.push(BudgetEvent {
+                    cycle: self.state.cycle,
+                    threshold: *threshold,
+                    amount: self.budget.amount,
+                    spend,
+                    forecast,
+                    at: now,
+                });
+            }
+        }
+        recorded
+    }
+
+    /// Replaces the budget mid-cycle. The spend so far counts against the
+    /// new amount; thresholds already fired stay fired (the new amount may
+    /// fire others at once, at the next grant). A new cycle rule closes
+    /// the current cycle now (the record returned) and the next one runs
+    /// to the new rule's next boundary. A throttled bucket whose new
+    /// budget is not reached gets its own limits back.
+    pub fn change(
+        &mut self,
+        bucket: &mut BucketState,
+        budget: Budget,
+        now: Timestamp,
+    ) -> Result<Option<CycleRecord>, OutOfCalendar> {
+        let record = if budget.cycle != self.budget.cycle {
+            let end = budget.cycle.cycle_at(now)?.end;
+            let start = now.max(self.state.cycle.start);
+            let mut record = self.close(bucket, Cycle { start, end });
+            record.cycle.end = start;
+            Some(record)
+        } else {
+            None
+        };
+        self.budget = budget;
+        let still_reached = reached(self.state.usage.spend(), self.budget.amount);
+        match (still_reached, self.budget.at_limit) {
+            (true, AtLimit::Throttle { baseline }) => {
+                self.state.limit_reached_at.get_or_insert(now);
+                if self.throttled() {
+                    bucket.limits = baseline;
+                } else {
+                    self.throttle(bucket, baseline);
+                }
+            }
+            (true, _) => {
+                self.state.limit_reached_at.get_or_insert(now);
+                self.unthrottle(bucket);
+            }
+            (false, _) => {
+                self.state.limit_reached_at = None;
+                self.unthrottle(bucket);
+            }
+        }
+        Ok(record)
+    }
+
+    /// Ends the budget now: the current cycle's record, the bucket back at
+    /// its own limits.
+    pub fn end(mut self, bucket: &mut BucketState, now: Timestamp) -> CycleRecord {
+        let next = Cycle {
+            start: now,
+            end: now,
+        };
+        let mut record = self.close(bucket, next);
+        record.cycle.end = now.max(record.cycle.start);
+        record
+    }
+
+    fn unthrottle(&mut self, bucket: &mut BucketState) {
+        if let Some(limits) = self.state.own_limits.take() {
+            bucket.limits = limits;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
