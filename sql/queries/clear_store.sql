@@ -8,3 +8,5 @@ DELETE FROM tollgate_check_requests;
 DELETE FROM tollgate_partition_reports;
 DELETE FROM tollgate_closed_buckets;
 DELETE FROM tollgate_tenant_states;
+DELETE FROM tollgate_budget_cycles;
+DELETE FROM tollgate_budget_events;

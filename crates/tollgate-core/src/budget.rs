@@ -325,6 +325,52 @@ pub struct Recorded {
     pub events: Vec<BudgetEvent>,
 }
 
+/// Where a budget stands in its cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// The spend has not reached the amount.
+    Under,
+    /// Past the amount under `notify`.
+    Over,
+    /// Past the amount under `throttle`: the bucket runs at the baseline.
+    Throttled,
+    /// Past the amount under `stop`.
+    Stopped,
+}
+
+impl Standing {
+    pub fn name(self) -> &'static str {
+        match self {
+            Standing::Under => "under",
+            Standing::Over => "over",
+            Standing::Throttled => "throttled",
+            Standing::Stopped => "stopped",
+        }
+    }
+}
+
+/// A budget as it stands at a moment, its cycle brought up to it without
+/// writing anything: what operators read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BudgetView {
+    pub budget: Budget,
+    /// The current cycle so far.
+    pub cycle: Cycle,
+    pub usage: CycleUsage,
+    pub limit_reached_at: Option<Timestamp>,
+    /// The cycle the head row still holds though it is over (the next
+    /// request writes its record): listed among the closed ones.
+    pub unwritten: Option<CycleRecord>,
+    pub forecast: f64,
+    pub rate: f64,
+    /// What the next grant may hand out; `None` under `notify`.
+    pub remaining: Option<f64>,
+    pub standing: Standing,
+    pub fired: Vec<Threshold>,
+    /// The bucket's own limits.
+    pub own_limits: Limits,
+}
+
 fn reached(value: f64, target: f64) -> bool {
     value >= target - target.abs() * ROUNDING
 }
@@ -351,6 +397,33 @@ impl BucketBudget {
     /// server must not run on a fallback rate the budget no longer has.
     pub fn fallback_allowed(&self) -> bool {
         !(matches!(self.budget.at_limit, AtLimit::Stop) && self.state.limit_reached_at.is_some())
+    }
+
+    /// The budget as it stands at `now`, for a bucket in `bucket`'s state.
+    pub fn view(&self, bucket: &BucketState, now: Timestamp) -> BudgetView {
+        let mut budget = self.clone();
+        let mut state = bucket.clone();
+        let unwritten = budget.roll(&mut state, now);
+        let cap = budget.cap(now);
+        let standing = match (budget.state.limit_reached_at, budget.budget.at_limit) {
+            (None, _) => Standing::Under,
+            (Some(_), AtLimit::Notify) => Standing::Over,
+            (Some(_), AtLimit::Throttle { .. }) => Standing::Throttled,
+            (Some(_), AtLimit::Stop) => Standing::Stopped,
+        };
+        BudgetView {
+            forecast: budget.forecast(now),
+            rate: budget.rate_at(now),
+            remaining: cap.is_finite().then_some(cap),
+            own_limits: budget.own_limits(&state),
+            standing,
+            cycle: budget.state.cycle,
+            usage: budget.state.usage,
+            limit_reached_at: budget.state.limit_reached_at,
+            fired: budget.state.fired,
+            unwritten,
+            budget: budget.budget,
+        }
     }
 
     /// True while the bucket runs at a throttle's baseline.
@@ -484,27 +557,27 @@ impl BucketBudget {
         recorded
     }
 
-    /// Replaces the budget mid-cycle. The spend so far counts against the
-    /// new amount; thresholds already fired stay fired (the new amount may
-    /// fire others at once, at the next grant). A new cycle rule closes
-    /// the current cycle now (the record returned) and the next one runs
-    /// to the new rule's next boundary. A throttled bucket whose new
-    /// budget is not reached gets its own limits back.
+    /// Replaces the budget mid-cycle (a cycle already over is closed
+    /// first). The spend so far counts against the new amount; thresholds
+    /// already fired stay fired (the new amount may fire others at the
+    /// next grant). A new cycle rule closes the current cycle now and the
+    /// next one runs to the new rule's next boundary. A throttled bucket
+    /// whose new budget is not reached gets its own limits back. Returns
+    /// the cycles closed, oldest first.
     pub fn change(
         &mut self,
         bucket: &mut BucketState,
         budget: Budget,
         now: Timestamp,
-    ) -> Result<Option<CycleRecord>, OutOfCalendar> {
-        let record = if budget.cycle != self.budget.cycle {
+    ) -> Result<Vec<CycleRecord>, OutOfCalendar> {
+        let mut records: Vec<CycleRecord> = self.roll(bucket, now).into_iter().collect();
+        if budget.cycle != self.budget.cycle {
             let end = budget.cycle.cycle_at(now)?.end;
             let start = now.max(self.state.cycle.start);
             let mut record = self.close(bucket, Cycle { start, end });
             record.cycle.end = start;
-            Some(record)
-        } else {
-            None
-        };
+            records.push(record);
+        }
         self.budget = budget;
         let still_reached = reached(self.state.usage.spend(), self.budget.amount);
         match (still_reached, self.budget.at_limit) {
@@ -525,19 +598,22 @@ impl BucketBudget {
                 self.unthrottle(bucket);
             }
         }
-        Ok(record)
+        Ok(records)
     }
 
-    /// Ends the budget now: the current cycle's record, the bucket back at
+    /// Ends the budget now: the records of the cycle it was in (closed at
+    /// `now`) and of one already over, oldest first; the bucket back at
     /// its own limits.
-    pub fn end(mut self, bucket: &mut BucketState, now: Timestamp) -> CycleRecord {
+    pub fn end(mut self, bucket: &mut BucketState, now: Timestamp) -> Vec<CycleRecord> {
+        let mut records: Vec<CycleRecord> = self.roll(bucket, now).into_iter().collect();
         let next = Cycle {
             start: now,
             end: now,
         };
         let mut record = self.close(bucket, next);
         record.cycle.end = now.max(record.cycle.start);
-        record
+        records.push(record);
+        records
     }
 
     fn unthrottle(&mut self, bucket: &mut BucketState) {

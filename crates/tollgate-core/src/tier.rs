@@ -81,6 +81,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::budget::{BucketBudget, Budget, CycleRecord};
 use crate::global_bucket::{BucketRow, Limits, Totals};
 use crate::partition::{
     self, Exchange, ExchangeAnswer, MAX_TABLES, PartitionReports, TableLimitSet, TableLimits,
@@ -158,6 +159,10 @@ pub struct Tier {
     pub buckets: BTreeMap<BucketName, BucketDefinition>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tables: TableLimitSet,
+    /// Budgets per billing cycle of its tenants' buckets, by bucket name
+    /// (the request-unit bucket's under the empty name).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub budgets: BTreeMap<BucketName, Budget>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }
@@ -175,6 +180,7 @@ impl Tier {
         Ok(Tier {
             buckets: named_set(field, definitions)?,
             tables: TableLimitSet::new(),
+            budgets: BTreeMap::new(),
             created_at: now,
             updated_at: now,
         })
@@ -282,6 +288,9 @@ pub struct TenantRecord {
     /// table.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub table_overrides: TableLimitSet,
+    /// Budgets of its own, each replacing its tier's for that bucket.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub budgets: BTreeMap<BucketName, Budget>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }
@@ -307,6 +316,11 @@ pub enum TenantChange {
     },
     /// Remove the tenant's own limits of a table (its tier's apply again).
     ClearTableLimits { table: TableName },
+    /// Give one of the tenant's buckets a budget of its own (validated).
+    SetBudget { bucket: BucketName, budget: Budget },
+    /// Remove the tenant's own budget of a bucket (its tier's, if any,
+    /// applies again).
+    ClearBudget { bucket: BucketName },
     /// Bring the tenant's buckets in line with its tier's new definition;
     /// `previous` is the tier's definition before (what it provisioned).
     Reapply { previous: Option<Tier> },
@@ -322,6 +336,8 @@ impl TenantChange {
             | TenantChange::ClearOverride { .. }
             | TenantChange::SetTableLimits { .. }
             | TenantChange::ClearTableLimits { .. }
+            | TenantChange::SetBudget { .. }
+            | TenantChange::ClearBudget { .. }
             | TenantChange::Reapply { .. } => record.and_then(|r| r.tier.clone()),
         }
     }
@@ -358,6 +374,7 @@ impl TenantChange {
                 definition.validate("bucket")
             }
             TenantChange::SetTableLimits { limits, .. } => limits.validate(""),
+            TenantChange::SetBudget { budget, .. } => budget.clone().validated().map(|_| ()),
             TenantChange::ClearOverride { bucket } if bucket.is_request_units() => {
                 Err(InvalidInput::new(
                     "bucket",
@@ -379,6 +396,10 @@ pub struct LoadedTenant {
     pub tier: Option<Tier>,
     /// The tier [`TenantChange::previous_tier_to_load`] named, if any.
     pub previous_tier: Option<Tier>,
+    /// The limits and initial tokens a request-unit bucket is created
+    /// with by default (`None`: this server does not create them), for a
+    /// budget on a tenant's request-unit bucket before its pods made it.
+    pub request_units: Option<(Limits, f64)>,
 }
 
 /// The rows a [`TenantChange`] writes.
@@ -391,6 +412,9 @@ pub struct TenantEdit {
     pub changed: BTreeMap<BucketName, BucketRow>,
     /// Buckets to delete, with their instances.
     pub retired: Vec<BucketName>,
+    /// Budget cycles the change closed (a budget removed or given a new
+    /// cycle, a retired bucket's): records to append.
+    pub closed_cycles: Vec<(BucketName, CycleRecord)>,
 }
 
 impl TenantEdit {
@@ -466,6 +490,14 @@ pub enum TierError {
     },
     #[error("tenant \"{tenant}\" has no limits of its own for table \"{table}\"")]
     TableLimitsNotFound { tenant: TenantId, table: TableName },
+    #[error("tenant \"{tenant}\" has no budget of its own for bucket \"{bucket}\"")]
+    BudgetNotFound {
+        tenant: TenantId,
+        bucket: BucketName,
+    },
+    /// A budget names a bucket the tenant does not have (or a per-key one).
+    #[error("{0}")]
+    NoBucketForBudget(String),
     #[error(
         "tier \"{tier}\" is in use by {count} tenant(s), for example {}; move them to another tier first",
         examples.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(", ")
@@ -687,6 +719,7 @@ pub fn change_tenant(
         tier: None,
         overrides: BTreeMap::new(),
         table_overrides: TableLimitSet::new(),
+        budgets: BTreeMap::new(),
         created_at: now,
         updated_at: now,
     });
@@ -735,6 +768,20 @@ pub fn change_tenant(
                 });
             }
         }
+        TenantChange::SetBudget { bucket, budget } => {
+            record.budgets.insert(bucket.clone(), budget.clone());
+        }
+        TenantChange::ClearBudget { bucket } => {
+            if !exists {
+                return Err(TierError::TenantNotFound(tenant.clone()));
+            }
+            if record.budgets.remove(bucket).is_none() {
+                return Err(TierError::BudgetNotFound {
+                    tenant: tenant.clone(),
+                    bucket: bucket.clone(),
+                });
+            }
+        }
         TenantChange::Reapply { .. } => {
             if !exists {
                 return Err(TierError::TenantNotFound(tenant.clone()));
@@ -748,6 +795,7 @@ pub fn change_tenant(
         created: BTreeMap::new(),
         changed: BTreeMap::new(),
         retired: Vec::new(),
+        closed_cycles: Vec::new(),
     };
     for (name, definition) in &wanted {
         match loaded.buckets.get(name) {
@@ -781,7 +829,118 @@ pub fn change_tenant(
         .filter(|name| before.contains_key(*name) && !wanted.contains_key(*name))
         .cloned()
         .collect();
+    apply_budgets(tenant, loaded, &mut edit, now)?;
     Ok(edit)
+}
+
+/// The budgets a tenant with `record` on `tier` has, by bucket: its
+/// tier's, with its own on top.
+pub fn wanted_budgets(tier: Option<&Tier>, record: &TenantRecord) -> BTreeMap<BucketName, Budget> {
+    let mut wanted = tier.map(|t| t.budgets.clone()).unwrap_or_default();
+    wanted.extend(record.budgets.clone());
+    wanted
+}
+
+/// Gives each of the tenant's buckets (once `edit` is written) the budget
+/// its tier and record want: a new budget starts in the cycle of `now`, a
+/// changed one applies to what remains of its cycle, a removed one (or a
+/// retired bucket's) closes its cycle now, into `edit.closed_cycles`.
+/// A budget for a bucket the tenant does not have, or a per-key one, is
+/// refused (a request-unit bucket is created for it when `loaded` says
+/// with which limits).
+fn apply_budgets(
+    tenant: &TenantId,
+    loaded: &LoadedTenant,
+    edit: &mut TenantEdit,
+    now: Timestamp,
+) -> Result<(), TierError> {
+    let wanted = wanted_budgets(loaded.tier.as_ref(), &edit.record);
+    let mut after = edit.buckets_after(loaded);
+    for name in wanted.keys() {
+        if after.contains_key(name) {
+            continue;
+        }
+        let defaults = loaded.request_units.filter(|_| name.is_request_units());
+        let Some(defaults) = defaults else {
+            let per_key = definitions(loaded.tier.as_ref(), &edit.record.overrides)
+                .get(name)
+                .is_some_and(|d| d.kind == BucketKind::PerKey);
+            let what = if name.is_request_units() {
+                "the request-unit bucket".to_owned()
+            } else {
+                format!("bucket {}", validate::quote(name.as_str()))
+            };
+            let why = if per_key {
+                "is per-key: a budget applies to a shared bucket".to_owned()
+            } else if name.is_request_units() {
+                "does not exist yet and this server does not create request-unit buckets by default: set the tenant's request-unit limits first".to_owned()
+            } else {
+                "does not exist: define it in the tenant's tier or an override first".to_owned()
+            };
+            return Err(TierError::NoBucketForBudget(format!(
+                "tenant {}: {what} {why}",
+                validate::quote(tenant.as_str())
+            )));
+        };
+        let row = BucketRow::new(defaults.0, defaults.1, false, now);
+        edit.created.insert(name.clone(), row.clone());
+        after.insert(name.clone(), row);
+    }
+    for (name, row) in after {
+        let want = wanted.get(&name);
+        let have = row.budget.as_ref().map(|b| &b.budget);
+        if want == have {
+            continue;
+        }
+        let mut row = row;
+        for record in set_budget(&mut row, want.cloned(), now) {
+            edit.closed_cycles.push((name.clone(), record));
+        }
+        match edit.created.get_mut(&name) {
+            Some(created) => *created = row,
+            None => {
+                edit.changed.insert(name, row);
+            }
+        }
+    }
+    for name in &edit.retired {
+        if let Some(row) = loaded.buckets.get(name) {
+            for record in closed_cycles(row, now) {
+                edit.closed_cycles.push((name.clone(), record));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The budget cycles a bucket closed at `now` leaves (it is retired, or
+/// its tenant deleted): the one it was in and one already over, oldest
+/// first; none without a budget.
+pub fn closed_cycles(row: &BucketRow, now: Timestamp) -> Vec<CycleRecord> {
+    match &row.budget {
+        Some(budget) => (**budget).clone().end(&mut row.state.clone(), now),
+        None => Vec::new(),
+    }
+}
+
+/// Sets a head row's budget to `want` at `now`; returns the cycles it
+/// closed (one already over, a changed cycle rule, a budget removed).
+fn set_budget(row: &mut BucketRow, want: Option<Budget>, now: Timestamp) -> Vec<CycleRecord> {
+    match (row.budget.take(), want) {
+        (None, Some(budget)) => {
+            row.budget = BucketBudget::start(budget, now).ok().map(Box::new);
+            Vec::new()
+        }
+        (Some(mut current), Some(budget)) => {
+            let closed = current
+                .change(&mut row.state, budget, now)
+                .unwrap_or_default();
+            row.budget = Some(current);
+            closed
+        }
+        (Some(current), None) => current.end(&mut row.state, now),
+        (None, None) => Vec::new(),
+    }
 }
 
 /// A bucket's head row under a new definition, or `None` if it already

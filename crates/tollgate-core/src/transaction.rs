@@ -57,6 +57,17 @@ pub enum UnconfiguredTenants {
     Reject,
 }
 
+impl UnconfiguredTenants {
+    /// The limits and initial tokens a request-unit bucket is created
+    /// with, if this server creates them.
+    pub fn defaults(&self) -> Option<(Limits, f64)> {
+        match self {
+            UnconfiguredTenants::UseDefaults(d) => Some((d.limits, d.initial_tokens)),
+            UnconfiguredTenants::Reject => None,
+        }
+    }
+}
+
 impl Default for UnconfiguredTenants {
     fn default() -> Self {
         UnconfiguredTenants::UseDefaults(DefaultLimits::default())

@@ -61,6 +61,7 @@ async fn onboard(
             .map(|(bucket, d)| (bucket_name(bucket), *d))
             .collect::<BTreeMap<_, _>>(),
         tables: BTreeMap::new(),
+        budgets: BTreeMap::new(),
         created_at: Timestamp::EPOCH,
         updated_at: Timestamp::EPOCH,
     };

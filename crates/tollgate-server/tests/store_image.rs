@@ -17,11 +17,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::{Backend, Backing, ManualClock, bucket_name, definition, tenant_id, tier_name};
 use tokio::sync::mpsc;
+use tollgate_core::budget::{AtLimit, Budget, CycleRule, Period};
 use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem};
 use tollgate_core::tenant_state::StateChange;
 use tollgate_core::tier::{BucketKind, TenantChange, Tier};
 use tollgate_core::{
-    BucketKey, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId, Timestamp,
+    BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId, Timestamp,
     TokenBucketRequest,
 };
 use tollgate_server::store::image::write_line;
@@ -80,6 +81,7 @@ async fn populate(store: &dyn Store, clock: &ManualClock, seed: u64) -> History 
         let tier_doc = Tier {
             buckets,
             tables: BTreeMap::new(),
+            budgets: BTreeMap::new(),
             created_at: clock.now(),
             updated_at: clock.now(),
         };
@@ -138,10 +140,45 @@ async fn populate(store: &dyn Store, clock: &ManualClock, seed: u64) -> History 
             )
             .await
             .expect("set limits");
+        // Most request-unit buckets have a daily budget, small enough to
+        // cross thresholds.
+        if rng.random_bool(0.7) {
+            let budget = Budget::new(
+                rng.random_range(20.0..300.0),
+                CycleRule {
+                    period: Period::Daily,
+                    time_zone: "Asia/Kolkata".into(),
+                },
+                if rng.random_bool(0.5) {
+                    AtLimit::Stop
+                } else {
+                    AtLimit::Throttle {
+                        baseline: Limits {
+                            refill_rate: 0.5,
+                            burst_limit: 5.0,
+                        },
+                    }
+                },
+            );
+            store
+                .change_tenant(
+                    &id,
+                    &TenantChange::SetBudget {
+                        bucket: BucketName::REQUEST_UNITS,
+                        budget,
+                    },
+                )
+                .await
+                .expect("budget");
+        }
     }
     let mut seqs: BTreeMap<(BucketKey, u32), u64> = BTreeMap::new();
-    for _ in 0..rng.random_range(60..160) {
+    for step in 0..rng.random_range(60..160) {
         clock.advance(Duration::from_millis(rng.random_range(0..90_000)));
+        if step == 30 {
+            // A day later: budgets close their cycles at the next request.
+            clock.advance(Duration::from_secs(86_400));
+        }
         let tenant = tenant_id(&tenants[rng.random_range(0..tenants.len())]);
         if rng.random_bool(0.8) {
             let bucket = if rng.random_bool(0.5) {
@@ -263,6 +300,12 @@ async fn reads(store: &dyn Store, states_of: &[TenantId]) -> String {
         store.tenant_states(states_of).await.expect("tenant states")
     );
     out += &format!("{:?}\n", store.key_counts().await.expect("key counts"));
+    for bucket in &buckets {
+        out += &format!(
+            "{:?}\n",
+            store.budget_cycles(&bucket.key, 100).await.expect("cycles")
+        );
+    }
     out
 }
 
@@ -283,7 +326,9 @@ async fn moves_whole(from: Backend, to: Backend, seed: u64) {
             && counts.buckets > 0
             && counts.instances > 0
             && counts.keys > 0
-            && counts.closed_buckets > 0,
+            && counts.closed_buckets > 0
+            && counts.budget_cycles > 0
+            && counts.budget_events > 0,
         "seed {seed}: a thin store exercises little: {counts}"
     );
 
@@ -513,8 +558,8 @@ fn errors_name_the_line_and_the_fault() {
             Some("line 1: the first line must be the \"header\" line".into()),
         ),
         (
-            header.replace("\"version\":1", "\"version\":3") + "\n",
-            Some("line 1: written in format version 3 by a newer Tollgate".into()),
+            header.replace("\"version\":1", "\"version\":4") + "\n",
+            Some("line 1: written in format version 4 by a newer Tollgate".into()),
         ),
         (
             header.replace("tollgate-store-export", "something-else") + "\n",

@@ -28,6 +28,7 @@
 
 mod agent;
 mod bench;
+mod budget;
 mod check;
 mod closing;
 mod image;
@@ -84,6 +85,13 @@ enum Command {
     Tenant(tenant::TenantArgs),
     /// Define tiers (named sets of bucket limits) on a running server.
     Tier(tier::TierArgs),
+    /// Set, show and clear budgets per billing cycle of tenants' buckets
+    /// on a running server.
+    Budget(budget::BudgetArgs),
+    /// Print a bucket's billing record per cycle: the current cycle and
+    /// the closed ones, with the tokens granted and every consumption
+    /// counter, exactly.
+    Usage(budget::UsageArgs),
     /// Check a key of a per-key bucket (take tokens if it holds them).
     ///
     /// Exit status: 0 allowed (tokens taken), 3 refused (nothing taken),
@@ -137,6 +145,8 @@ fn main() -> ExitCode {
         Command::Import(args) => with_text_logs(image::import(args)),
         Command::Tenant(args) => with_text_logs(tenant::run(args)),
         Command::Tier(args) => with_text_logs(tier::run(args)),
+        Command::Budget(args) => with_text_logs(budget::run(args)),
+        Command::Usage(args) => with_text_logs(budget::usage(args)),
         Command::Check(args) => match with_text_logs(check::run(args)) {
             (Ok(verdict), _) => return verdict,
             (Err(e), format) => (Err(e), format),

@@ -355,7 +355,7 @@ fn a_lower_amount_mid_cycle_applies_to_what_remains() {
     assert!(
         b.change(&mut state, lower, at(2.0))
             .expect("valid")
-            .is_none()
+            .is_empty()
     );
     assert!(b.throttled());
     assert_eq!(state.limits, BASELINE);
@@ -381,10 +381,9 @@ fn a_new_cycle_rule_closes_the_cycle_now() {
     weekly.cycle = CycleRule::utc(Period::Weekly {
         anchor_weekday: Weekday::Monday,
     });
-    let record = b
-        .change(&mut state, weekly, at(7_200.0))
-        .expect("valid")
-        .expect("valid");
+    let records = b.change(&mut state, weekly, at(7_200.0)).expect("valid");
+    assert_eq!(records.len(), 1);
+    let record = &records[0];
     assert_eq!(record.cycle.start, Timestamp::EPOCH);
     assert_eq!(record.cycle.end, at(7_200.0));
     assert_eq!(record.usage.granted_tokens, 100.0);
@@ -434,4 +433,26 @@ fn budgets_name_the_field_at_fault() {
             percent: 100
         }
     );
+}
+
+#[test]
+fn a_change_or_an_end_after_the_cycle_closes_that_cycle_first() {
+    let mut b = budget(1_000.0, AtLimit::Stop);
+    let mut state = bucket(100.0);
+    b.record(&mut state, 300.0, 0.0, &Consumption::default(), at(10.0));
+    // Nobody asked since the day ended: ending now leaves yesterday's
+    // record and today's (empty) one.
+    let records = b.clone().end(&mut state.clone(), at(86_400.0 + 60.0));
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0].usage.granted_tokens, 300.0);
+    assert_eq!(records[0].cycle.end, at(86_400.0));
+    assert_eq!(records[1].cycle.start, at(86_400.0));
+    assert_eq!(records[1].usage.granted_tokens, 0.0);
+    let mut more = b.budget.clone();
+    more.amount = 2_000.0;
+    let closed = b
+        .change(&mut state, more, at(86_400.0 + 60.0))
+        .expect("valid");
+    assert_eq!(closed.len(), 1, "yesterday's");
+    assert_eq!(b.cap(at(86_400.0 + 61.0)), 2_000.0, "today starts afresh");
 }

@@ -1327,7 +1327,7 @@ proptest! {
 // Budgets: the grant is cut to the budget, in the request.
 
 fn with_budget(rows: &mut BucketRows, amount: f64, at_limit: crate::budget::AtLimit) {
-    use crate::budget::{Budget, BucketBudget, CycleRule, Period};
+    use crate::budget::{BucketBudget, Budget, CycleRule, Period};
     let budget = Budget::new(amount, CycleRule::utc(Period::Daily), at_limit)
         .validated()
         .expect("a valid budget");
@@ -1340,7 +1340,10 @@ fn with_budget(rows: &mut BucketRows, amount: f64, at_limit: crate::budget::AtLi
 fn a_grant_near_the_limit_is_cut_to_what_remains_trickles_included() {
     let mut rows = bucket(100.0, 1_000.0, 1_000.0);
     with_budget(&mut rows, 1_500.0, crate::budget::AtLimit::Stop);
-    assert_eq!(serve(&mut rows, &req(1, 1, 1_000.0, 1.0), 1.0).granted_tokens, 1_000.0);
+    assert_eq!(
+        serve(&mut rows, &req(1, 1, 1_000.0, 1.0), 1.0).granted_tokens,
+        1_000.0
+    );
     // The bucket holds 100; a trickle would hand out a period more.
     let g = serve(&mut rows, &req(1, 2, 2_000.0, 1.0), 2.0);
     assert_close(g.granted_tokens, 500.0, "cut to the budget");

@@ -56,6 +56,7 @@ fn empty() -> LoadedTenant {
         buckets: BTreeMap::new(),
         tier: None,
         previous_tier: None,
+        request_units: None,
     }
 }
 
@@ -652,6 +653,7 @@ fn a_partition_load_applies_the_tenants_limits_unless_it_is_refused() {
         tier: Some(tier_name("pro")),
         overrides: BTreeMap::new(),
         table_overrides: TableLimitSet::new(),
+        budgets: BTreeMap::new(),
         created_at: at(0.0),
         updated_at: at(0.0),
     };
@@ -703,4 +705,143 @@ fn a_partition_load_applies_the_tenants_limits_unless_it_is_refused() {
         "{refused:?}"
     );
     assert_eq!(reports, before, "a refused exchange changes nothing");
+}
+
+// Budgets: tiers and records set them, a change applies them to the rows.
+
+fn monthly_stop(amount: f64) -> crate::budget::Budget {
+    use crate::budget::{AtLimit, Budget, CycleRule, Period};
+    Budget::new(
+        amount,
+        CycleRule::utc(Period::Monthly { anchor_day: 1 }),
+        AtLimit::Stop,
+    )
+}
+
+fn onboarded(tier: Tier) -> LoadedTenant {
+    let mut loaded = empty();
+    loaded.tier = Some(tier);
+    let edit = change_tenant(
+        &tenant(),
+        &TenantChange::Create {
+            tier: tier_name("pro"),
+        },
+        &loaded,
+        at(0.0),
+    )
+    .expect("onboarded");
+    apply(&mut loaded, edit);
+    loaded
+}
+
+#[test]
+fn a_tenant_budget_lands_on_its_bucket_and_clearing_it_closes_the_cycle() {
+    let mut loaded = onboarded(pro());
+    let email = name("schedule-email");
+    let set = TenantChange::SetBudget {
+        bucket: email.clone(),
+        budget: monthly_stop(1_000.0),
+    };
+    let edit = change_tenant(&tenant(), &set, &loaded, at(10.0)).expect("set");
+    let row = &edit.changed[&email];
+    assert_eq!(row.budget.as_ref().map(|b| b.budget.amount), Some(1_000.0));
+    assert!(edit.closed_cycles.is_empty());
+    apply(&mut loaded, edit);
+    let clear = TenantChange::ClearBudget {
+        bucket: email.clone(),
+    };
+    let edit = change_tenant(&tenant(), &clear, &loaded, at(20.0)).expect("cleared");
+    assert!(edit.changed[&email].budget.is_none());
+    let (name, record) = &edit.closed_cycles[0];
+    assert_eq!(name, &email);
+    assert_eq!(record.cycle.end, at(20.0));
+    apply(&mut loaded, edit);
+    assert_eq!(
+        change_tenant(&tenant(), &clear, &loaded, at(30.0)),
+        Err(TierError::BudgetNotFound {
+            tenant: tenant(),
+            bucket: email
+        })
+    );
+}
+
+#[test]
+fn a_tier_budget_applies_to_its_tenants_and_leaves_with_the_tier() {
+    let mut tier = pro();
+    let email = name("schedule-email");
+    tier.budgets.insert(email.clone(), monthly_stop(500.0));
+    let mut loaded = onboarded(tier);
+    let row = &loaded.buckets[&email];
+    assert_eq!(row.budget.as_ref().map(|b| b.budget.amount), Some(500.0));
+    // A tier without the budget takes it off, closing the cycle.
+    loaded.tier = Some(pro());
+    let edit = change_tenant(
+        &tenant(),
+        &TenantChange::Reapply {
+            previous: loaded.previous_tier.clone(),
+        },
+        &loaded,
+        at(5.0),
+    )
+    .expect("reapplied");
+    assert!(edit.changed[&email].budget.is_none());
+    assert_eq!(edit.closed_cycles.len(), 1);
+}
+
+#[test]
+fn a_request_unit_budget_makes_the_bucket_only_where_the_server_would() {
+    let loaded = onboarded(pro());
+    let ru = BucketName::REQUEST_UNITS;
+    let set = TenantChange::SetBudget {
+        bucket: ru.clone(),
+        budget: monthly_stop(50e6),
+    };
+    let refused = change_tenant(&tenant(), &set, &loaded, at(1.0));
+    assert!(
+        matches!(&refused, Err(TierError::NoBucketForBudget(m)) if m.contains("request-unit limits first")),
+        "{refused:?}"
+    );
+    let mut with_defaults = loaded.clone();
+    let defaults = Limits {
+        refill_rate: 1_000.0,
+        burst_limit: 10_000.0,
+    };
+    with_defaults.request_units = Some((defaults, 10_000.0));
+    let edit = change_tenant(&tenant(), &set, &with_defaults, at(1.0)).expect("set");
+    let row = &edit.created[&ru];
+    assert_eq!(row.state.limits, defaults);
+    assert!(!row.state.configured);
+    assert!(row.budget.is_some());
+}
+
+#[test]
+fn a_budget_on_a_missing_or_per_key_bucket_is_refused_naming_it() {
+    let loaded = onboarded(pro());
+    let set = |bucket: &str| TenantChange::SetBudget {
+        bucket: name(bucket),
+        budget: monthly_stop(1.0),
+    };
+    let missing = change_tenant(&tenant(), &set("nope"), &loaded, at(1.0));
+    assert!(
+        matches!(&missing, Err(TierError::NoBucketForBudget(m)) if m.contains("\"nope\" does not exist")),
+        "{missing:?}"
+    );
+    let mut per_key = pro();
+    per_key.buckets.insert(
+        name("api-key"),
+        BucketDefinition {
+            limits: Limits {
+                refill_rate: 1.0,
+                burst_limit: 1.0,
+            },
+            initial_tokens: None,
+            kind: BucketKind::PerKey,
+        },
+    );
+    let loaded = onboarded(per_key);
+    let refused = change_tenant(&tenant(), &set("api-key"), &loaded, at(1.0));
+    assert!(
+        matches!(&refused, Err(TierError::NoBucketForBudget(m)) if m.contains("per-key")),
+        "{refused:?}"
+    );
 }

@@ -134,6 +134,22 @@ impl AdminService {
     }
 }
 
+/// Closed cycles `GetUsage` returns unless asked, and at most.
+const DEFAULT_USAGE_CYCLES: usize = 12;
+const MAX_USAGE_CYCLES: usize = 1_000;
+
+/// A bucket's budget as it stands at the snapshot's clock, if it has one.
+fn budget_status(snapshot: &BucketSnapshot, tenant: &TenantId) -> Option<v1::BudgetStatus> {
+    let budget = snapshot.head.budget.as_ref()?;
+    let view = budget.view(&snapshot.head.state, snapshot.read_at);
+    Some(convert::status_to_proto(
+        tenant.as_str(),
+        &snapshot.key.bucket,
+        &view,
+        snapshot.read_at,
+    ))
+}
+
 #[tonic::async_trait]
 impl admin_server::Admin for AdminService {
     async fn update_tenant_resource_limits(
@@ -592,6 +608,121 @@ impl admin_server::Admin for AdminService {
         Ok(Response::new(v1::ClearTableLimitsResponse {
             tenant: Some(convert::tenant_view_to_proto(&outcome.view)),
         }))
+    }
+
+    async fn set_budget(
+        &self,
+        request: Request<v1::SetBudgetRequest>,
+    ) -> Result<Response<v1::SetBudgetResponse>, Status> {
+        edge::enter(&request)?;
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+        let (bucket, budget) = convert::budget_from_proto(req.budget.as_ref()).map_err(invalid)?;
+        let change = TenantChange::SetBudget {
+            bucket: bucket.clone(),
+            budget,
+        };
+        let outcome = self
+            .change(&caller, "set_budget", &tenant, change, false)
+            .await?;
+        let status = outcome
+            .view
+            .buckets
+            .iter()
+            .find(|b| b.key.bucket == bucket)
+            .and_then(|b| budget_status(b, &tenant));
+        Ok(Response::new(v1::SetBudgetResponse { status }))
+    }
+
+    async fn clear_budget(
+        &self,
+        request: Request<v1::ClearBudgetRequest>,
+    ) -> Result<Response<v1::ClearBudgetResponse>, Status> {
+        edge::enter(&request)?;
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        let key = convert::bucket_key(&req.tenant_id, &req.bucket).map_err(invalid)?;
+        let change = TenantChange::ClearBudget {
+            bucket: key.bucket.clone(),
+        };
+        self.change(&caller, "clear_budget", &key.tenant, change, false)
+            .await?;
+        let closed = self
+            .store
+            .budget_cycles(&key, 1)
+            .await
+            .map_err(|e| status("clear budget", e))?
+            .first()
+            .map(convert::cycle_record_to_proto);
+        Ok(Response::new(v1::ClearBudgetResponse { closed }))
+    }
+
+    async fn get_budget(
+        &self,
+        request: Request<v1::GetBudgetRequest>,
+    ) -> Result<Response<v1::GetBudgetResponse>, Status> {
+        edge::enter(&request)?;
+        let req = request.into_inner();
+        let key = convert::bucket_key(&req.tenant_id, &req.bucket).map_err(invalid)?;
+        let snapshot = self
+            .store
+            .get_bucket(&key)
+            .await
+            .map_err(|e| status("get budget", e))?;
+        Ok(Response::new(v1::GetBudgetResponse {
+            status: budget_status(&snapshot, &key.tenant),
+        }))
+    }
+
+    async fn get_usage(
+        &self,
+        request: Request<v1::GetUsageRequest>,
+    ) -> Result<Response<v1::GetUsageResponse>, Status> {
+        edge::enter(&request)?;
+        let req = request.into_inner();
+        let key = convert::bucket_key(&req.tenant_id, &req.bucket).map_err(invalid)?;
+        let cycles = match req.cycles {
+            0 => DEFAULT_USAGE_CYCLES,
+            n if n as usize <= MAX_USAGE_CYCLES => n as usize,
+            n => {
+                return Err(invalid(InvalidInput::new(
+                    "cycles",
+                    format!("at most {MAX_USAGE_CYCLES} closed cycles, got {n}"),
+                )));
+            }
+        };
+        let snapshot = self
+            .store
+            .get_bucket(&key)
+            .await
+            .map_err(|e| status("get usage", e))?;
+        let mut out = Vec::new();
+        let view = snapshot
+            .head
+            .budget
+            .as_ref()
+            .map(|b| b.view(&snapshot.head.state, snapshot.read_at));
+        if let Some(view) = &view {
+            out.push(convert::cycle_usage_to_proto(
+                &view.cycle,
+                view.budget.amount,
+                &view.usage,
+                view.limit_reached_at,
+                false,
+            ));
+            if let Some(record) = &view.unwritten {
+                out.push(convert::cycle_record_to_proto(record));
+            }
+        }
+        let closed = self
+            .store
+            .budget_cycles(&key, cycles)
+            .await
+            .map_err(|e| status("get usage", e))?;
+        let room = (cycles + 1).saturating_sub(out.len());
+        out.extend(closed.iter().take(room).map(convert::cycle_record_to_proto));
+        Ok(Response::new(v1::GetUsageResponse { cycles: out }))
     }
 
     async fn describe_tenant(

@@ -26,6 +26,9 @@ use tollgate_core::{TableName, TenantState, TierName};
 
 use crate::store::{BucketSnapshot, KeyBucketSnapshot, TenantView};
 
+mod budget;
+pub use budget::*;
+
 /// The latest timestamp accepted (9999-12-31T23:59:59Z), as in RFC 3339.
 const MAX_TIMESTAMP_SECONDS: i64 = 253_402_300_799;
 

@@ -91,8 +91,12 @@ fn status(operation: &'static str, err: StoreError) -> Status {
             e @ (TierError::TierNotFound(_)
             | TierError::TenantNotFound(_)
             | TierError::OverrideNotFound { .. }
-            | TierError::TableLimitsNotFound { .. }),
+            | TierError::TableLimitsNotFound { .. }
+            | TierError::BudgetNotFound { .. }),
         ) => Status::not_found(e.to_string()),
+        StoreError::Tier(e @ TierError::NoBucketForBudget(_)) => {
+            Status::failed_precondition(e.to_string())
+        }
         StoreError::Tier(e @ TierError::TenantExists(_)) => Status::already_exists(e.to_string()),
         StoreError::Tier(e @ TierError::TierInUse { .. }) => {
             Status::failed_precondition(e.to_string())

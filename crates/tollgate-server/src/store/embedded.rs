@@ -489,7 +489,7 @@ impl Store for EmbeddedStore {
         let (tenant, change, by) = (tenant.clone(), change.clone(), call.by.clone());
         self.write_as(
             Box::new(move |writer, txn, now| {
-                change_one(txn, &tenant, &change, &by, now, writer.inactivity_timeout())
+                change_one(txn, &tenant, &change, &by, now, writer.settings())
             }),
             call.dry_run,
         )
@@ -509,6 +509,19 @@ impl Store for EmbeddedStore {
                 .open_table(CLOSED_BUCKETS)
                 .map_err(storage("open closed buckets"))?;
             read_closed(&table, &tenant, after, limit)
+        })
+        .await
+    }
+
+    async fn budget_cycles(
+        &self,
+        key: &BucketKey,
+        limit: usize,
+    ) -> Result<Vec<tollgate_core::budget::CycleRecord>, StoreError> {
+        let key = key.clone();
+        self.read(move |db, _| {
+            let txn = db.begin_read().map_err(storage("begin read transaction"))?;
+            budgets::read_cycles(&txn, &key, limit)
         })
         .await
     }
@@ -548,7 +561,7 @@ impl Store for EmbeddedStore {
         let (name, tier, by) = (name.clone(), tier.clone(), call.by.clone());
         self.write_as(
             Box::new(move |writer, txn, now| {
-                put_tier(txn, &name, &tier, &by, now, writer.inactivity_timeout())
+                put_tier(txn, &name, &tier, &by, now, writer.settings())
             }),
             call.dry_run,
         )

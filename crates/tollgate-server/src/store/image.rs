@@ -35,6 +35,7 @@ use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
+use tollgate_core::budget::CycleRecord;
 use tollgate_core::key_bucket::{KeyId, KeyWrites, RequestRecord, StoredKey};
 use tollgate_core::tenant_state::MAX_REASON_LEN;
 use tollgate_core::tier::{ClosedBucket, TenantRecord, Tier};
@@ -43,14 +44,15 @@ use tollgate_core::{
     BucketKey, BucketName, BucketRow, InstanceState, TenantId, TenantState, TierName, Timestamp,
 };
 
-use super::StoreError;
+use super::{KeptEvent, StoreError};
 
 /// The `format` of the header line.
 pub const FORMAT: &str = "tollgate-store-export";
 /// The newest format version this build writes and reads.
 /// Version 2 added `closed_bucket` and `tenant_state` lines (and their
-/// counts in `end`).
-pub const FORMAT_VERSION: u32 = 2;
+/// counts in `end`); version 3 `budget_cycle` and `budget_event` lines (a
+/// head row's budget rides in its `bucket` line).
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The first line of an export.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -115,6 +117,18 @@ pub enum Record {
         record: RequestRecord,
     },
     ClosedBucket(ClosedBucket),
+    /// A closed budget cycle: a billing record.
+    BudgetCycle {
+        tenant: TenantId,
+        bucket: BucketName,
+        record: CycleRecord,
+    },
+    /// A budget threshold crossed, with its delivery so far.
+    BudgetEvent {
+        tenant: TenantId,
+        bucket: BucketName,
+        event: KeptEvent,
+    },
     End(Counts),
 }
 
@@ -170,6 +184,11 @@ pub struct Counts {
     /// Absent from the end line of a format version 1 file: none.
     #[serde(default)]
     pub closed_buckets: u64,
+    /// Absent from the end line of a file before format version 3: none.
+    #[serde(default)]
+    pub budget_cycles: u64,
+    #[serde(default)]
+    pub budget_events: u64,
 }
 
 impl Counts {
@@ -184,6 +203,8 @@ impl Counts {
             Record::Key { .. } => self.keys += 1,
             Record::CheckRequest { .. } => self.check_requests += 1,
             Record::ClosedBucket(_) => self.closed_buckets += 1,
+            Record::BudgetCycle { .. } => self.budget_cycles += 1,
+            Record::BudgetEvent { .. } => self.budget_events += 1,
             Record::Header(_) | Record::End(_) => {}
         }
     }
@@ -209,6 +230,14 @@ impl fmt::Display for Counts {
                 f,
                 ", {}",
                 counted(self.tenant_states, "tenant state", "tenant states")
+            )?;
+        }
+        if self.budget_cycles > 0 || self.budget_events > 0 {
+            write!(
+                f,
+                ", {}, {}",
+                counted(self.budget_cycles, "budget cycle", "budget cycles"),
+                counted(self.budget_events, "budget event", "budget events")
             )?;
         }
         Ok(())
@@ -283,6 +312,10 @@ pub struct StoreImage {
     pub keys: KeyWrites,
     /// Closed buckets, by tenant in the order they were closed.
     pub closed: Vec<ClosedBucket>,
+    /// Closed budget cycles, by bucket in the order they were closed.
+    pub cycles: Vec<(BucketKey, CycleRecord)>,
+    /// Budget events, each once per bucket, cycle and threshold.
+    pub events: Vec<(BucketKey, KeptEvent)>,
 }
 
 /// Why an export cannot be loaded; nothing was.
@@ -312,6 +345,8 @@ impl StoreImage {
             keys: self.keys.upserts.len() as u64,
             check_requests: self.keys.records.len() as u64,
             closed_buckets: self.closed.len() as u64,
+            budget_cycles: self.cycles.len() as u64,
+            budget_events: self.events.len() as u64,
         }
     }
 
@@ -363,6 +398,7 @@ struct ImageReader {
     buckets: HashSet<BucketKey>,
     keys: HashSet<KeyId>,
     check_requests: HashSet<(KeyId, String)>,
+    budget_events: HashSet<(BucketKey, i64, String)>,
 }
 
 impl ImageReader {
@@ -500,6 +536,35 @@ impl ImageReader {
                 check_closed(&closed)?;
                 self.image.closed.push(closed);
             }
+            Record::BudgetCycle {
+                tenant,
+                bucket,
+                record,
+            } => {
+                let key = BucketKey::new(tenant, bucket);
+                check_cycle(&key, &record)?;
+                self.image.cycles.push((key, record));
+            }
+            Record::BudgetEvent {
+                tenant,
+                bucket,
+                event,
+            } => {
+                let key = BucketKey::new(tenant, bucket);
+                let at = (
+                    key.clone(),
+                    event.event.cycle.start.unix_micros(),
+                    event.event.threshold.label(),
+                );
+                if !self.budget_events.insert(at) {
+                    return Err(format!(
+                        "budget event {} of bucket {key} in the cycle from {} appears twice",
+                        event.event.threshold.label(),
+                        event.event.cycle.start.unix_micros()
+                    ));
+                }
+                self.image.events.push((key, event));
+            }
             Record::End(counts) => {
                 for (tenant, record) in &self.image.tenants {
                     if let Some(tier) = record.tier.as_ref().filter(|t| !self.tiers.contains(*t)) {
@@ -591,6 +656,37 @@ fn check_closed(closed: &ClosedBucket) -> Result<(), String> {
             closed.closed_at.unix_micros(),
             closed.created_at.unix_micros()
         ));
+    }
+    Ok(())
+}
+
+/// What a closed cycle must hold: an end no earlier than its start, and
+/// counters a store can keep.
+fn check_cycle(key: &BucketKey, record: &CycleRecord) -> Result<(), String> {
+    if record.cycle.end < record.cycle.start {
+        return Err(format!(
+            "budget cycle of bucket {key}: ends at {} before it starts at {}",
+            record.cycle.end.unix_micros(),
+            record.cycle.start.unix_micros()
+        ));
+    }
+    for (name, value) in record.usage.consumption.counters() {
+        if value > MAX_TOTAL {
+            return Err(format!(
+                "budget cycle of bucket {key}: {name} {value} is beyond {MAX_TOTAL}"
+            ));
+        }
+    }
+    for (name, value) in [
+        ("granted tokens", record.usage.granted_tokens),
+        ("fallback tokens", record.usage.fallback_tokens),
+        ("amount", record.amount),
+    ] {
+        if !value.is_finite() || value < 0.0 {
+            return Err(format!(
+                "budget cycle of bucket {key}: {name} {value} must be finite and not negative"
+            ));
+        }
     }
     Ok(())
 }

@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tollgate_core::budget::CycleRecord;
 use tollgate_core::global_bucket::GlobalBucketConfig;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError, StoredKey};
 use tollgate_core::partition::{Exchange, ExchangeAnswer};
@@ -59,6 +60,33 @@ pub(crate) use stages::{StageTimes, Stopwatch};
 pub struct BucketSettings {
     pub bucket: GlobalBucketConfig,
     pub unconfigured_tenants: UnconfiguredTenants,
+}
+
+/// A budget event as a store keeps it: what crossed, and how far its
+/// delivery to the webhooks has gone.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct KeptEvent {
+    pub event: tollgate_core::budget::BudgetEvent,
+    /// Webhooks that acknowledged it.
+    #[serde(default)]
+    pub delivered_to: Vec<String>,
+    /// When every configured webhook had.
+    #[serde(default)]
+    pub delivered_at: Option<Timestamp>,
+    #[serde(default)]
+    pub attempts: u32,
+}
+
+impl KeptEvent {
+    /// A new event, not delivered yet.
+    pub fn new(event: tollgate_core::budget::BudgetEvent) -> Self {
+        KeptEvent {
+            event,
+            delivered_to: Vec::new(),
+            delivered_at: None,
+            attempts: 0,
+        }
+    }
 }
 
 /// A consistent read of one bucket, as of the store's clock.
@@ -506,6 +534,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         after: u64,
         limit: usize,
     ) -> Result<Vec<ClosedEntry>, StoreError>;
+
+    /// A bucket's closed budget cycles, newest first, at most `limit`.
+    /// Those of a retired bucket or a deleted tenant stay.
+    async fn budget_cycles(
+        &self,
+        key: &BucketKey,
+        limit: usize,
+    ) -> Result<Vec<CycleRecord>, StoreError>;
 
     /// Reads a tenant's record and buckets; `TenantNotFound` if it has
     /// neither.

@@ -66,7 +66,7 @@ const LATENCY_BUCKETS: [f64; 14] = [
 ];
 
 /// The methods the RPC metrics name; anything else is `other`.
-const METHODS: [&str; 25] = [
+const METHODS: [&str; 29] = [
     "TokenBucket",
     "UpdateTenantResourceLimits",
     "GetTenant",
@@ -87,6 +87,10 @@ const METHODS: [&str; 25] = [
     "DescribeTenant",
     "SetTableLimits",
     "ClearTableLimits",
+    "SetBudget",
+    "ClearBudget",
+    "GetBudget",
+    "GetUsage",
     "Check",
     "PartitionLoad",
     "ShouldRateLimit",

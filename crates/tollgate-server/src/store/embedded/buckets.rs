@@ -118,6 +118,7 @@ pub(super) fn delete(
             .remove((key.tenant.as_str(), key.bucket.as_str()))
             .map_err(storage("delete bucket row"))?;
         delete_instances(&mut instances, key)?;
+        budgets::keep(txn, key, &tier::closed_cycles(head, now), &[])?;
         closed.push(tier::close_bucket(
             key,
             head,

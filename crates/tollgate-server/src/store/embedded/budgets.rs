@@ -7,6 +7,8 @@
 //! empty, when opened.
 
 use super::*;
+use crate::store::KeptEvent;
+use crate::store::image::{Record, RecordSink, StoreImage};
 use tollgate_core::budget::{BudgetEvent, CycleRecord};
 
 /// Closed cycles by (tenant, bucket, sequence number): a bucket's records
@@ -19,19 +21,6 @@ pub(super) const BUDGET_EVENTS: TableDefinition<(&str, &str, i64, &str), &[u8]> 
 /// The last sequence number of a closed cycle, in `META`.
 const CYCLE_SEQ: &str = "budget_cycle_seq";
 
-/// An event as kept: what crossed, and how far its delivery has gone.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub(super) struct KeptEvent {
-    pub(super) event: BudgetEvent,
-    /// Webhooks that acknowledged it.
-    #[serde(default)]
-    pub(super) delivered_to: Vec<String>,
-    #[serde(default)]
-    pub(super) delivered_at: Option<Timestamp>,
-    #[serde(default)]
-    pub(super) attempts: u32,
-}
-
 /// Appends `key`'s closed cycles and keeps its new events (an event of a
 /// bucket, cycle and threshold already kept stays as it is).
 pub(super) fn keep(
@@ -39,6 +28,17 @@ pub(super) fn keep(
     key: &BucketKey,
     cycles: &[CycleRecord],
     events: &[BudgetEvent],
+) -> Result<(), StoreError> {
+    append_cycles(txn, key, cycles)?;
+    let kept: Vec<KeptEvent> = events.iter().cloned().map(KeptEvent::new).collect();
+    keep_events(txn, key, &kept)
+}
+
+/// Appends `key`'s closed cycles, each numbered after the last.
+fn append_cycles(
+    txn: &WriteTransaction,
+    key: &BucketKey,
+    cycles: &[CycleRecord],
 ) -> Result<(), StoreError> {
     let (t, b) = (key.tenant.as_str(), key.bucket.as_str());
     if !cycles.is_empty() {
@@ -60,33 +60,89 @@ pub(super) fn keep(
         meta.insert(CYCLE_SEQ, seq)
             .map_err(storage("write cycle sequence"))?;
     }
-    if !events.is_empty() {
-        let mut table = txn
-            .open_table(BUDGET_EVENTS)
-            .map_err(storage("open budget events"))?;
-        for event in events {
-            let label = event.threshold.label();
-            let at = (t, b, event.cycle.start.unix_micros(), label.as_str());
-            if table
-                .get(at)
-                .map_err(storage("read budget event"))?
-                .is_some()
-            {
-                continue;
-            }
-            let kept = KeptEvent {
-                event: event.clone(),
-                delivered_to: Vec::new(),
-                delivered_at: None,
-                attempts: 0,
-            };
-            let bytes = encode("encode budget event", &kept)?;
-            table
-                .insert(at, bytes.as_slice())
-                .map_err(storage("write budget event"))?;
+    Ok(())
+}
+
+/// Keeps `key`'s events; one of a bucket, cycle and threshold already
+/// kept stays as it is.
+fn keep_events(
+    txn: &WriteTransaction,
+    key: &BucketKey,
+    events: &[KeptEvent],
+) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let (t, b) = (key.tenant.as_str(), key.bucket.as_str());
+    let mut table = txn
+        .open_table(BUDGET_EVENTS)
+        .map_err(storage("open budget events"))?;
+    for kept in events {
+        let label = kept.event.threshold.label();
+        let at = (t, b, kept.event.cycle.start.unix_micros(), label.as_str());
+        if table
+            .get(at)
+            .map_err(storage("read budget event"))?
+            .is_some()
+        {
+            continue;
+        }
+        let bytes = encode("encode budget event", kept)?;
+        table
+            .insert(at, bytes.as_slice())
+            .map_err(storage("write budget event"))?;
+    }
+    Ok(())
+}
+
+/// Every closed cycle and event, for an export: bucket by bucket, cycles
+/// in the order they were closed.
+pub(super) fn export(txn: &redb::ReadTransaction, sink: &mut RecordSink) -> Result<(), StoreError> {
+    if let Some(table) = open_if_there(txn, BUDGET_CYCLES)? {
+        for entry in table.iter().map_err(storage("read budget cycles"))? {
+            let (key, value) = entry.map_err(storage("read budget cycles"))?;
+            let (t, b, _) = key.value();
+            sink.send_blocking(Record::BudgetCycle {
+                tenant: tenant_id(t)?,
+                bucket: bucket_name(b)?,
+                record: decode("decode budget cycle", value.value())?,
+            })?;
+        }
+    }
+    if let Some(table) = open_if_there(txn, BUDGET_EVENTS)? {
+        for entry in table.iter().map_err(storage("read budget events"))? {
+            let (key, value) = entry.map_err(storage("read budget events"))?;
+            let (t, b, _, _) = key.value();
+            sink.send_blocking(Record::BudgetEvent {
+                tenant: tenant_id(t)?,
+                bucket: bucket_name(b)?,
+                event: decode("decode budget event", value.value())?,
+            })?;
         }
     }
     Ok(())
+}
+
+/// Loads an image's cycles and events.
+pub(super) fn import(txn: &WriteTransaction, image: &StoreImage) -> Result<(), StoreError> {
+    for (key, record) in &image.cycles {
+        append_cycles(txn, key, std::slice::from_ref(record))?;
+    }
+    for (key, event) in &image.events {
+        keep_events(txn, key, std::slice::from_ref(event))?;
+    }
+    Ok(())
+}
+
+fn open_if_there<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &redb::ReadTransaction,
+    table: TableDefinition<K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>, StoreError> {
+    match txn.open_table(table) {
+        Ok(table) => Ok(Some(table)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(StoreError::internal("open a budget table", e)),
+    }
 }
 
 /// Everything a committed batch of token-bucket requests closed or crossed.
@@ -95,4 +151,29 @@ pub(super) fn write_batch(txn: &WriteTransaction, batch: &Batch) -> Result<(), S
         keep(txn, write.key, write.closed_cycles, write.budget_events)?;
     }
     Ok(())
+}
+
+/// `key`'s closed cycles, newest first, at most `limit`.
+pub(super) fn read_cycles(
+    txn: &redb::ReadTransaction,
+    key: &BucketKey,
+    limit: usize,
+) -> Result<Vec<CycleRecord>, StoreError> {
+    let (t, b) = (key.tenant.as_str(), key.bucket.as_str());
+    let Some(table) = open_if_there(txn, BUDGET_CYCLES)? else {
+        return Ok(Vec::new());
+    };
+    let mut records = Vec::new();
+    for entry in table
+        .range((t, b, 0)..=(t, b, u64::MAX))
+        .map_err(storage("read budget cycles"))?
+    {
+        let (_, value) = entry.map_err(storage("read budget cycles"))?;
+        records.push(decode::<CycleRecord>("decode budget cycle", value.value())?);
+    }
+    // Newest cycle first; of two records of one cycle, the later closed.
+    records.reverse();
+    records.sort_by_key(|r| std::cmp::Reverse(r.cycle.start));
+    records.truncate(limit);
+    Ok(records)
 }

@@ -13,6 +13,7 @@ use tollgate_core::key_bucket::{KeyId, RequestRecord, StoredKey};
 use tollgate_core::tenant_state::StateWrite;
 use tollgate_core::{BucketKey, Timestamp};
 
+use super::budgets::{BUDGET_CYCLES, BUDGET_EVENTS};
 use super::keys::{self, KEY_REQUESTS, KEYS};
 use super::states::{self, TENANT_STATES};
 use super::{
@@ -102,6 +103,7 @@ pub(super) fn export(
             bytes.value(),
         )?))?;
     }
+    super::budgets::export(&txn, &mut sink)?;
     sink.end_blocking()
 }
 
@@ -157,12 +159,13 @@ pub(super) fn import(
         .map_err(storage("open key requests"))?;
     keys::write_back(&mut keys_table, &mut requests, &image.keys)?;
     write_closed(txn, &image.closed)?;
+    super::budgets::import(txn, image)?;
     Ok(Ok(image.counts()))
 }
 
 /// Which kinds of rows the store holds (hot-partition reports, which last
 /// seconds, do not count).
-fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 7], StoreError> {
+fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 9], StoreError> {
     Ok([
         ("tiers", has_rows(txn, TIERS)?),
         ("tenant records", has_rows(txn, TENANT_RECORDS)?),
@@ -171,6 +174,8 @@ fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 7], StoreError>
         ("keys", has_rows(txn, KEYS)?),
         ("check records", has_rows(txn, KEY_REQUESTS)?),
         ("closed buckets", has_rows(txn, CLOSED_BUCKETS)?),
+        ("budget cycles", has_rows(txn, BUDGET_CYCLES)?),
+        ("budget events", has_rows(txn, BUDGET_EVENTS)?),
     ])
 }
 
@@ -193,7 +198,9 @@ fn clear(txn: &WriteTransaction) -> Result<(), StoreError> {
     drop_table(txn, PARTITION_REPORTS)?;
     drop_table(txn, KEYS)?;
     drop_table(txn, KEY_REQUESTS)?;
-    drop_table(txn, CLOSED_BUCKETS)
+    drop_table(txn, CLOSED_BUCKETS)?;
+    drop_table(txn, BUDGET_CYCLES)?;
+    drop_table(txn, BUDGET_EVENTS)
 }
 
 fn drop_table<K: redb::Key + 'static, V: redb::Value + 'static>(

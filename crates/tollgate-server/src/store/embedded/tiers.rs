@@ -70,6 +70,7 @@ pub(super) fn load_tenant(
         buckets,
         tier,
         previous_tier,
+        request_units: None,
     })
 }
 
@@ -80,9 +81,10 @@ pub(super) fn change_one(
     change: &TenantChange,
     by: &ClosedBy,
     now: Timestamp,
-    inactivity_timeout: Duration,
+    settings: &BucketSettings,
 ) -> Result<Result<TenantChangeOutcome, StoreError>, StoreError> {
-    let loaded = load_tenant(txn, tenant, change)?;
+    let mut loaded = load_tenant(txn, tenant, change)?;
+    loaded.request_units = settings.unconfigured_tenants.defaults();
     let edit = match tier::change_tenant(tenant, change, &loaded, now) {
         Ok(edit) => edit,
         Err(e) => return Ok(Err(e.into())),
@@ -103,6 +105,9 @@ pub(super) fn change_one(
     for (name, head) in &edit.changed {
         write_head(&mut buckets, &key(name), head)?;
     }
+    for (name, record) in &edit.closed_cycles {
+        budgets::keep(txn, &key(name), std::slice::from_ref(record), &[])?;
+    }
     let retirements = edit.retirements(tenant, &loaded, change.close_reason(), by, now);
     for name in &edit.retired {
         if loaded.buckets.contains_key(name) {
@@ -122,7 +127,7 @@ pub(super) fn change_one(
         retirements,
         revived,
         now,
-        inactivity_timeout,
+        settings.bucket.inactivity_timeout,
     )))
 }
 
@@ -159,7 +164,7 @@ pub(super) fn put_tier(
     tier: &Tier,
     by: &ClosedBy,
     now: Timestamp,
-    inactivity_timeout: Duration,
+    settings: &BucketSettings,
 ) -> Result<Result<PutTierOutcome, StoreError>, StoreError> {
     let mut tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
     let before = read_tier(&tiers, name)?;
@@ -179,7 +184,7 @@ pub(super) fn put_tier(
         previous: before.clone(),
     };
     for tenant in on_tier {
-        match change_one(txn, &tenant, &reapply, by, now, inactivity_timeout)? {
+        match change_one(txn, &tenant, &reapply, by, now, settings)? {
             Ok(outcome) => {
                 if !outcome.is_unchanged() {
                     tenants.push(outcome);

@@ -101,6 +101,10 @@ impl Writer {
         self.settings.bucket.inactivity_timeout
     }
 
+    pub(super) fn settings(&self) -> &BucketSettings {
+        &self.settings
+    }
+
     pub(super) fn run(self, mut rx: mpsc::UnboundedReceiver<Box<dyn PendingWrite>>) {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         while let Some(first) = rx.blocking_recv() {

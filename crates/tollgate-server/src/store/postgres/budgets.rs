@@ -6,6 +6,9 @@
 //! statement.
 
 use super::*;
+use crate::store::KeptEvent;
+use crate::store::image::{Record, RecordSink, StoreImage};
+use tokio_postgres::Row;
 use tollgate_core::budget::{BudgetEvent, CycleRecord};
 
 /// The parameters of `insert_budget_cycles.sql` and
@@ -81,6 +84,140 @@ impl<'a> BudgetRows<'a> {
             &self.event_thresholds,
             &self.event_documents,
             &self.event_times,
+        ]
+    }
+}
+
+/// A row of `list_budget_cycles.sql` as its record.
+pub(super) fn cycle_of(row: &Row) -> Result<CycleRecord, StoreError> {
+    let text: String = row
+        .try_get("record")
+        .map_err(|e| StoreError::internal("read a budget cycle", e))?;
+    serde_json::from_str(&text).map_err(|e| StoreError::internal("decode a budget cycle", e))
+}
+
+/// Every closed cycle and event, for an export, in the export's
+/// transaction.
+pub(super) async fn export(
+    txn: &deadpool_postgres::Transaction<'_>,
+    sink: &mut RecordSink,
+) -> Result<(), TxError> {
+    let no_params: [&(dyn ToSql + Sync); 0] = [];
+    let cycles = txn.prepare_cached(sql::EXPORT_BUDGET_CYCLES).await?;
+    for row in txn.query(&cycles, &no_params).await? {
+        let (tenant, bucket) = key_of(&row)?;
+        sink.send(Record::BudgetCycle {
+            tenant,
+            bucket,
+            record: cycle_of(&row)?,
+        })
+        .await?;
+    }
+    let events = txn.prepare_cached(sql::EXPORT_BUDGET_EVENTS).await?;
+    for row in txn.query(&events, &no_params).await? {
+        let (tenant, bucket) = key_of(&row)?;
+        let read = |e: tokio_postgres::Error| StoreError::internal("read a budget event", e);
+        let event: String = row.try_get("event").map_err(read)?;
+        let delivered_to: String = row.try_get("delivered_to").map_err(read)?;
+        let delivered_at: Option<i64> = row.try_get("delivered_at").map_err(read)?;
+        let attempts: i32 = row.try_get("attempts").map_err(read)?;
+        let decode = |e: serde_json::Error| StoreError::internal("decode a budget event", e);
+        sink.send(Record::BudgetEvent {
+            tenant,
+            bucket,
+            event: KeptEvent {
+                event: serde_json::from_str(&event).map_err(decode)?,
+                delivered_to: serde_json::from_str(&delivered_to).map_err(decode)?,
+                delivered_at: delivered_at.map(Timestamp::from_unix_micros),
+                attempts: u32::try_from(attempts).unwrap_or(0),
+            },
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+fn key_of(row: &Row) -> Result<(TenantId, tollgate_core::BucketName), StoreError> {
+    let read = |e: tokio_postgres::Error| StoreError::internal("read a budget row", e);
+    let tenant: String = row.try_get("tenant_id").map_err(read)?;
+    let bucket: String = row.try_get("bucket").map_err(read)?;
+    let bad = |e: tollgate_core::InvalidInput| StoreError::internal("read a budget row", e);
+    Ok((
+        TenantId::parse("tenant_id", &tenant).map_err(bad)?,
+        tollgate_core::BucketName::parse("bucket", &bucket).map_err(bad)?,
+    ))
+}
+
+/// Loads an image's cycles and events, `chunk` rows per statement.
+pub(super) async fn import(
+    txn: &deadpool_postgres::Transaction<'_>,
+    image: &StoreImage,
+    chunk: usize,
+) -> Result<(), TxError> {
+    let insert_cycles = txn.prepare_cached(sql::INSERT_BUDGET_CYCLES).await?;
+    for part in image.cycles.chunks(chunk) {
+        let mut rows = BudgetRows::default();
+        for (key, record) in part {
+            rows.push(key, std::slice::from_ref(record), &[])?;
+        }
+        txn.execute(&insert_cycles, &rows.cycle_params()).await?;
+    }
+    let insert_events = txn.prepare_cached(sql::IMPORT_BUDGET_EVENTS).await?;
+    for part in image.events.chunks(chunk) {
+        let mut columns = EventColumns::default();
+        for (key, kept) in part {
+            columns.push(key, kept)?;
+        }
+        txn.execute(&insert_events, &columns.as_params()).await?;
+    }
+    Ok(())
+}
+
+/// The parameters of `import_budget_events.sql`: an array per column, an
+/// event per index.
+#[derive(Default)]
+struct EventColumns<'a> {
+    tenants: Vec<&'a str>,
+    buckets: Vec<&'a str>,
+    cycles: Vec<i64>,
+    thresholds: Vec<String>,
+    events: Vec<String>,
+    created: Vec<i64>,
+    delivered_to: Vec<String>,
+    delivered_at: Vec<Option<i64>>,
+    attempts: Vec<i32>,
+}
+
+impl<'a> EventColumns<'a> {
+    fn push(&mut self, key: &'a BucketKey, kept: &KeptEvent) -> Result<(), StoreError> {
+        let encode = |e: serde_json::Error| StoreError::internal("encode a budget event", e);
+        let event = serde_json::to_string(&kept.event).map_err(encode)?;
+        let delivered_to = serde_json::to_string(&kept.delivered_to).map_err(encode)?;
+        self.tenants.push(key.tenant.as_str());
+        self.buckets.push(key.bucket.as_str());
+        self.cycles.push(kept.event.cycle.start.unix_micros());
+        self.thresholds.push(kept.event.threshold.label());
+        self.events.push(event);
+        self.created.push(kept.event.at.unix_micros());
+        self.delivered_to.push(delivered_to);
+        self.delivered_at
+            .push(kept.delivered_at.map(Timestamp::unix_micros));
+        self.attempts
+            .push(i32::try_from(kept.attempts).unwrap_or(i32::MAX));
+        Ok(())
+    }
+
+    fn as_params(&self) -> [&(dyn ToSql + Sync); 9] {
+        [
+            &self.tenants,
+            &self.buckets,
+            &self.cycles,
+            &self.thresholds,
+            &self.events,
+            &self.created,
+            &self.delivered_to,
+            &self.delivered_at,
+            &self.attempts,
         ]
     }
 }

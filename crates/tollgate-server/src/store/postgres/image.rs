@@ -16,7 +16,9 @@ use tokio_postgres::types::ToSql;
 
 use super::retry::TxError;
 use super::rows::{self, HeadColumns, InstanceColumns};
-use super::{Inner, closed_entry, insert_closed, keys, named_tier, record_of, sql, to_json};
+use super::{
+    Inner, budgets, closed_entry, insert_closed, keys, named_tier, record_of, sql, to_json,
+};
 use crate::store::image::{Header, Record, RecordSink, StoreImage, refuse_unless_empty};
 use crate::store::{Counts, StoreError};
 
@@ -95,6 +97,7 @@ pub(super) async fn export(inner: &Inner, mut sink: RecordSink) -> Result<Counts
         sink.send(Record::ClosedBucket(closed_entry(&row)?.closed))
             .await?;
     }
+    budgets::export(&txn, &mut sink).await?;
     txn.commit().await?;
     Ok(sink.end().await?)
 }
@@ -134,6 +137,8 @@ pub(super) async fn import(
             ("keys", held("keys")?),
             ("check records", held("check_requests")?),
             ("closed buckets", held("closed_buckets")?),
+            ("budget cycles", held("budget_cycles")?),
+            ("budget events", held("budget_events")?),
         ])?;
     }
 
@@ -190,6 +195,7 @@ pub(super) async fn import(
     for chunk in image.closed.chunks(IMPORT_CHUNK) {
         insert_closed(&txn, chunk).await?;
     }
+    budgets::import(&txn, image, IMPORT_CHUNK).await?;
     txn.commit().await.map_err(TxError::Commit)?;
     Ok(image.counts())
 }

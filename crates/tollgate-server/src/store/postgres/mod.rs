@@ -575,6 +575,18 @@ impl Store for PostgresStore {
                     })
                     .collect();
                 insert_closed(&txn, &closed).await?;
+                let cycles: Vec<_> = buckets
+                    .iter()
+                    .map(|b| tier::closed_cycles(&b.head, b.read_at))
+                    .collect();
+                let mut budget_rows = BudgetRows::default();
+                for (b, records) in buckets.iter().zip(&cycles) {
+                    budget_rows.push(&b.key, records, &[])?;
+                }
+                if budget_rows.has_cycles() {
+                    let insert = txn.prepare_cached(sql::INSERT_BUDGET_CYCLES).await?;
+                    txn.execute(&insert, &budget_rows.cycle_params()).await?;
+                }
                 finish(txn, call.dry_run).await?;
                 Ok(DeletedTenant {
                     buckets: buckets
@@ -618,6 +630,28 @@ impl Store for PostgresStore {
                 Ok(rows
                     .iter()
                     .map(closed_entry)
+                    .collect::<Result<Vec<_>, StoreError>>()?)
+            })
+            .await
+    }
+
+    async fn budget_cycles(
+        &self,
+        key: &BucketKey,
+        limit: usize,
+    ) -> Result<Vec<tollgate_core::budget::CycleRecord>, StoreError> {
+        let inner = &*self.inner;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        inner
+            .run("list budget cycles", true, || async move {
+                let client = inner.pool.get().await?;
+                let list = client.prepare_cached(sql::LIST_BUDGET_CYCLES).await?;
+                let rows = client
+                    .query(&list, &[&key.tenant.as_str(), &key.bucket.as_str(), &limit])
+                    .await?;
+                Ok(rows
+                    .iter()
+                    .map(budgets::cycle_of)
                     .collect::<Result<Vec<_>, StoreError>>()?)
             })
             .await

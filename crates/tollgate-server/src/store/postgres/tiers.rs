@@ -265,6 +265,7 @@ pub(super) async fn change_in(
         buckets,
         tier,
         previous_tier,
+        request_units: inner.settings.unconfigured_tenants.defaults(),
     };
     let edit = match tier::change_tenant(tenant, change, &loaded, now) {
         Ok(edit) => edit,
@@ -299,6 +300,19 @@ pub(super) async fn change_in(
     for name in &edit.retired {
         txn.execute(&delete_bucket, &[&tenant_id, &name.as_str()])
             .await?;
+    }
+    if !edit.closed_cycles.is_empty() {
+        let keys: Vec<_> = edit
+            .closed_cycles
+            .iter()
+            .map(|(name, _)| BucketKey::new(tenant.clone(), name.clone()))
+            .collect();
+        let mut rows = BudgetRows::default();
+        for (key, (_, record)) in keys.iter().zip(&edit.closed_cycles) {
+            rows.push(key, std::slice::from_ref(record), &[])?;
+        }
+        let insert_cycles = txn.prepare_cached(sql::INSERT_BUDGET_CYCLES).await?;
+        txn.execute(&insert_cycles, &rows.cycle_params()).await?;
     }
     let retirements = edit.retirements(tenant, &loaded, change.close_reason(), by, now);
     let closed: Vec<ClosedBucket> = retirements.iter().map(|r| r.closed.clone()).collect();

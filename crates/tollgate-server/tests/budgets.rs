@@ -1,0 +1,419 @@
+//! Budgets per billing cycle through the wire contract alone, on the
+//! embedded store and PostgreSQL, with the store's clock moved by the
+//! test: pods drive a bucket through a cycle under a budget (`SetBudget`,
+//! `GetBudget`, `GetUsage`, `ClearBudget`), the grants never pass the
+//! budget plus the baseline's refill since the limit, the cycle boundary
+//! (a 31st anchor in a leap February, a daylight-saving change) resets it,
+//! and the closed cycle's record equals what the pods reported, exactly.
+//! Bad input is refused naming its field, changing nothing.
+
+mod support;
+
+use support::server::TestServer;
+use support::{Backend, Backing, ManualClock};
+use tollgate_core::Timestamp;
+use tollgate_proto::v1;
+use tollgate_proto::v1::admin_client::AdminClient;
+use tollgate_server::store::BucketSettings;
+use tollgate_server::store::image::{Record, RecordSink};
+use tonic::Code;
+use tonic::transport::Channel;
+
+const AMOUNT: f64 = 1_000_000.0;
+const BASELINE_RATE: f64 = 100.0;
+const PODS: u32 = 4;
+
+fn utc(text: &str) -> Timestamp {
+    let t: jiff::Timestamp = text.parse().expect("a test date");
+    Timestamp::from_unix_micros(t.as_microsecond())
+}
+
+fn proto_micros(t: Option<prost_types::Timestamp>) -> i64 {
+    let t = t.expect("a timestamp");
+    t.seconds * 1_000_000 + i64::from(t.nanos) / 1_000
+}
+
+fn budget(bucket: &str) -> v1::Budget {
+    v1::Budget {
+        bucket: bucket.into(),
+        amount: AMOUNT,
+        cycle: Some(v1::BudgetCycle {
+            period: v1::BudgetPeriod::Monthly.into(),
+            anchor_day: 31,
+            anchor_weekday: String::new(),
+            time_zone: "America/New_York".into(),
+        }),
+        at_limit: v1::BudgetAtLimit::Throttle.into(),
+        baseline: Some(v1::ResourceLimits {
+            refill_rate: BASELINE_RATE,
+            burst_limit: 1_000.0,
+        }),
+        thresholds: Vec::new(),
+        price_per_million_tokens: 0.2,
+        currency: "USD".into(),
+    }
+}
+
+fn pod_request(instance: u32, seq: u64, tokens: f64, micros: u64) -> v1::TokenBucketRequest {
+    v1::TokenBucketRequest {
+        tenant_id: "acme".into(),
+        bucket: String::new(),
+        instance_id: instance,
+        instance_lease: format!("lease-{instance}").into_bytes(),
+        seq,
+        requested_tokens: tokens,
+        shares: 1.0,
+        target_request_period: Some(prost_types::Duration {
+            seconds: 10,
+            nanos: 0,
+        }),
+        consumption_since_last_request: Some(v1::Consumption {
+            request_unit_micros: micros,
+            read_requests: 1,
+            write_bytes: 7,
+            ..v1::Consumption::default()
+        }),
+        next_live_instance_id: None,
+        returned_tokens: 0.0,
+        fallback_tokens: 0.0,
+        fallback_duration: None,
+    }
+}
+
+async fn status(admin: &mut AdminClient<Channel>) -> v1::BudgetStatus {
+    admin
+        .get_budget(v1::GetBudgetRequest {
+            tenant_id: "acme".into(),
+            bucket: String::new(),
+        })
+        .await
+        .expect("get budget")
+        .into_inner()
+        .status
+        .expect("a budget")
+}
+
+async fn pods_drive_a_cycle_within_the_budget_and_the_next_resets_it(backend: Backend) {
+    let clock = ManualClock::default();
+    // 2024 is a leap year; New York leaves winter time on 2024-03-10.
+    let start = utc("2024-02-27T12:00:00Z");
+    clock.set_secs(start.unix_micros() as f64 / 1e6);
+    let backing = Backing::new(backend).await;
+    let store = backing
+        .open_with_clock(BucketSettings::default(), clock.as_clock())
+        .await;
+    let server = TestServer::start(store).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+
+    admin
+        .update_tenant_resource_limits(v1::UpdateTenantResourceLimitsRequest {
+            tenant_id: "acme".into(),
+            available_tokens: 50_000.0,
+            refill_rate: 20_000.0,
+            burst_limit: 50_000.0,
+            ..Default::default()
+        })
+        .await
+        .expect("limits");
+    let set = admin
+        .set_budget(v1::SetBudgetRequest {
+            tenant_id: "acme".into(),
+            budget: Some(budget("")),
+        })
+        .await
+        .expect("set budget")
+        .into_inner()
+        .status
+        .expect("status");
+    // Anchor 31 in a leap February: the cycle runs from January 31 to
+    // February 29, midnight in New York (UTC-5).
+    let current = set.current.expect("current cycle");
+    assert_eq!(
+        proto_micros(current.start),
+        utc("2024-01-31T05:00:00Z").unix_micros()
+    );
+    assert_eq!(
+        proto_micros(current.end),
+        utc("2024-02-29T05:00:00Z").unix_micros()
+    );
+    assert_eq!(set.state, "under");
+    assert_eq!(
+        set.budget.expect("budget").thresholds,
+        ["50", "75", "90", "100"]
+    );
+
+    // Pods ask for more than the budget allows, a second apart, each
+    // reporting what it consumed; the server's cycle never grants past
+    // the amount plus the baseline since the limit.
+    let mut seq = 0;
+    let mut granted = 0.0;
+    let mut reported: u64 = 0;
+    let mut reached_at = None;
+    for round in 0..200u64 {
+        seq += 1;
+        for pod in 1..=PODS {
+            let micros = 1_234_567 + round * 1_000 + u64::from(pod);
+            reported += micros;
+            let grant = pods
+                .token_bucket(pod_request(pod, seq, 60_000.0, micros))
+                .await
+                .expect("a grant")
+                .into_inner();
+            granted += grant.granted_tokens;
+        }
+        let s = status(&mut admin).await;
+        let current = s.current.expect("current");
+        if let (None, Some(at)) = (reached_at, current.limit_reached_at) {
+            reached_at = Some(proto_micros(Some(at)));
+        }
+        let past = reached_at.map_or(0.0, |at| {
+            (clock.now().unix_micros() - at).max(0) as f64 / 1e6
+        });
+        let bound = AMOUNT + BASELINE_RATE * past;
+        assert!(
+            current.granted_tokens <= bound * (1.0 + 1e-12),
+            "round {round}: granted {} beyond {bound}",
+            current.granted_tokens
+        );
+        assert!(
+            (current.granted_tokens - granted).abs() <= 1e-6 * granted.max(1.0),
+            "the cycle counts what the pods were granted: {} against {granted}",
+            current.granted_tokens
+        );
+        clock.advance(std::time::Duration::from_secs(1));
+    }
+    let s = status(&mut admin).await;
+    assert!(reached_at.is_some(), "the pods reached the limit");
+    assert_eq!(s.state, "throttled");
+    assert_eq!(s.fired, ["50", "75", "90", "100"]);
+    let own = s.own_limits.expect("own limits");
+    assert_eq!(
+        own.refill_rate, 20_000.0,
+        "the bucket's own limits are kept"
+    );
+    let tenant = admin
+        .get_tenant(v1::GetTenantRequest {
+            tenant_id: "acme".into(),
+            bucket: String::new(),
+        })
+        .await
+        .expect("tenant")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+    assert_eq!(
+        tenant.limits.expect("limits").refill_rate,
+        BASELINE_RATE,
+        "throttled, the bucket runs at the baseline"
+    );
+
+    // The next cycle starts at midnight of February 29 in New York and
+    // ends at midnight of March 31, summer time (UTC-4).
+    clock.set_secs(utc("2024-02-29T05:00:01Z").unix_micros() as f64 / 1e6);
+    seq += 1;
+    let grant = pods
+        .token_bucket(pod_request(1, seq, 30_000.0, 5))
+        .await
+        .expect("a grant")
+        .into_inner();
+    assert_eq!(grant.granted_tokens, 30_000.0, "a new cycle grants again");
+    let usage = admin
+        .get_usage(v1::GetUsageRequest {
+            tenant_id: "acme".into(),
+            bucket: String::new(),
+            cycles: 0,
+        })
+        .await
+        .expect("usage")
+        .into_inner()
+        .cycles;
+    assert_eq!(usage.len(), 2, "{usage:?}");
+    let (now, closed) = (&usage[0], &usage[1]);
+    assert!(!now.closed && closed.closed);
+    assert_eq!(
+        proto_micros(now.start),
+        utc("2024-02-29T05:00:00Z").unix_micros()
+    );
+    assert_eq!(
+        proto_micros(now.end),
+        utc("2024-03-31T04:00:00Z").unix_micros()
+    );
+    assert_eq!(now.granted_tokens, 30_000.0);
+    assert_eq!(
+        closed.consumption.expect("consumption").request_unit_micros,
+        reported,
+        "the closed cycle's record is what the pods reported, to the micro-unit"
+    );
+    assert_eq!(
+        closed.consumption.expect("consumption").read_requests,
+        200 * u64::from(PODS)
+    );
+    assert!((closed.granted_tokens - granted).abs() <= 1e-6 * granted);
+    assert_eq!(
+        proto_micros(closed.end),
+        utc("2024-02-29T05:00:00Z").unix_micros()
+    );
+    let s = status(&mut admin).await;
+    assert_eq!(s.state, "under");
+    assert!(s.fired.is_empty());
+    let tenant = admin
+        .get_tenant(v1::GetTenantRequest {
+            tenant_id: "acme".into(),
+            bucket: String::new(),
+        })
+        .await
+        .expect("tenant")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+    assert_eq!(tenant.limits.expect("limits").refill_rate, 20_000.0);
+
+    // Clearing closes the cycle now; the record stays.
+    let closed_now = admin
+        .clear_budget(v1::ClearBudgetRequest {
+            tenant_id: "acme".into(),
+            bucket: String::new(),
+        })
+        .await
+        .expect("clear")
+        .into_inner()
+        .closed
+        .expect("the closed cycle");
+    assert_eq!(closed_now.granted_tokens, 30_000.0);
+    assert_eq!(proto_micros(closed_now.end), clock.now().unix_micros());
+    let after = admin
+        .get_budget(v1::GetBudgetRequest {
+            tenant_id: "acme".into(),
+            bucket: String::new(),
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert!(after.status.is_none());
+    let missing = admin
+        .clear_budget(v1::ClearBudgetRequest {
+            tenant_id: "acme".into(),
+            bucket: String::new(),
+        })
+        .await
+        .expect_err("nothing to clear");
+    assert_eq!(missing.code(), Code::NotFound);
+    let usage = admin
+        .get_usage(v1::GetUsageRequest {
+            tenant_id: "acme".into(),
+            bucket: String::new(),
+            cycles: 10,
+        })
+        .await
+        .expect("usage")
+        .into_inner()
+        .cycles;
+    assert_eq!(usage.len(), 2, "both closed cycles, no current one");
+
+    // The store kept one event per threshold crossed, for delivery.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let store = std::sync::Arc::clone(&server.store);
+    let exporting = tokio::spawn(async move { store.export(RecordSink::new(tx)).await });
+    let mut thresholds = Vec::new();
+    while let Some(record) = rx.recv().await {
+        if let Record::BudgetEvent { event, .. } = record {
+            assert!(event.delivered_at.is_none());
+            thresholds.push(event.event.threshold.label());
+        }
+    }
+    let counts = exporting.await.expect("export task").expect("export");
+    thresholds.sort();
+    assert_eq!(thresholds, ["100", "50", "75", "90"]);
+    assert_eq!(counts.budget_cycles, 2);
+    server.stop().await;
+}
+
+/// A change that makes a good budget bad.
+type Spoil = Box<dyn Fn(&mut v1::Budget)>;
+
+async fn bad_budgets_are_refused_naming_the_field_and_change_nothing(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    let cases: Vec<(&str, Spoil)> = vec![
+        ("budget.amount", Box::new(|b| b.amount = 0.0)),
+        ("budget.amount", Box::new(|b| b.amount = f64::NAN)),
+        (
+            "budget.cycle.time_zone",
+            Box::new(|b| b.cycle.as_mut().expect("cycle").time_zone = "Mars/Base".into()),
+        ),
+        (
+            "budget.cycle.anchor_day",
+            Box::new(|b| b.cycle.as_mut().expect("cycle").anchor_day = 32),
+        ),
+        (
+            "budget.cycle.anchor_weekday",
+            Box::new(|b| b.cycle.as_mut().expect("cycle").anchor_weekday = "monday".into()),
+        ),
+        (
+            "budget.cycle.period",
+            Box::new(|b| b.cycle.as_mut().expect("cycle").period = 0),
+        ),
+        ("budget.at_limit", Box::new(|b| b.at_limit = 0)),
+        ("budget.baseline", Box::new(|b| b.baseline = None)),
+        (
+            "budget.baseline.refill_rate",
+            Box::new(|b| b.baseline.as_mut().expect("baseline").refill_rate = -1.0),
+        ),
+        (
+            "budget.thresholds[1]",
+            Box::new(|b| b.thresholds = vec!["50".into(), "half".into()]),
+        ),
+        (
+            "budget.currency",
+            Box::new(|b| b.currency = "dollars".into()),
+        ),
+        ("budget.bucket", Box::new(|b| b.bucket = "no spaces".into())),
+    ];
+    for (field, spoil) in cases {
+        let mut b = budget("");
+        spoil(&mut b);
+        let err = admin
+            .set_budget(v1::SetBudgetRequest {
+                tenant_id: "acme".into(),
+                budget: Some(b),
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(err.code(), Code::InvalidArgument, "{field}: {err:?}");
+        assert!(
+            err.message().contains(field),
+            "{field} not named in {:?}",
+            err.message()
+        );
+    }
+    // Nothing was created.
+    let err = admin
+        .get_budget(v1::GetBudgetRequest {
+            tenant_id: "acme".into(),
+            bucket: String::new(),
+        })
+        .await
+        .expect_err("no tenant");
+    assert_eq!(err.code(), Code::NotFound);
+    // A bucket the tenant does not have is a precondition, named.
+    let err = admin
+        .set_budget(v1::SetBudgetRequest {
+            tenant_id: "acme".into(),
+            budget: Some(budget("schedule-email")),
+        })
+        .await
+        .expect_err("no such bucket");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message().contains("schedule-email"),
+        "{}",
+        err.message()
+    );
+    server.stop().await;
+}
+
+for_each_store!(
+    pods_drive_a_cycle_within_the_budget_and_the_next_resets_it,
+    bad_budgets_are_refused_naming_the_field_and_change_nothing,
+);

@@ -1,0 +1,12 @@
+-- Budget events of an import, with their delivery so far. Arrays, an
+-- event per index: tenant, bucket, the cycle's start, the threshold's
+-- label, the event as JSON, when it was made, the webhooks that
+-- acknowledged it (a JSON list), when all had (NULL: not yet), attempts.
+-- An event still to deliver is due at once.
+INSERT INTO tollgate_budget_events
+    (tenant_id, bucket, cycle_start, threshold, event, created_at,
+     delivered_to, delivered_at, attempts, next_attempt_at)
+SELECT t, b, c, th, e, at, dt, da, n, at
+FROM unnest($1::TEXT[], $2::TEXT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::BIGINT[],
+            $7::TEXT[], $8::BIGINT[], $9::INTEGER[])
+    AS u(t, b, c, th, e, at, dt, da, n)
