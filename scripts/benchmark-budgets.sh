@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# What a budget costs the token-bucket path, in one run, on both stores:
+# the load of scripts/benchmark.sh (64 pods of 4 tenants, closed loop)
+# against request-unit buckets without a budget, then with one (monthly,
+# throttle at the limit, an amount never reached, so every request pays
+# for the accounting and none is cut). The two take turns, round after
+# round, each on a fresh store; the spread between rounds of the same kind
+# is printed beside the ratio.
+#
+# Usage: scripts/benchmark-budgets.sh   (ROUNDS=3, DURATION=8s,
+#        STORES="embedded postgres")
+# Needs: a PostgreSQL server (DATABASE_URL, default
+# postgres://postgres@127.0.0.1:5432/postgres), psql, python3.
+# Results go to target/benchmarks-budgets/ (one JSON per run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-8s}
+STORES=${STORES:-embedded postgres}
+TENANTS=4
+INSTANCES=16
+BASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+OUT=target/benchmarks-budgets
+BIN=target/release/tollgate
+PORT=${PORT:-50657}
+SERVER=http://127.0.0.1:${PORT}
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
+PSQL=${PSQL:-psql}
+DB=tollgate_bench_budgets
+BENCH_URL=$(database_url "$BASE_URL" "$DB")
+
+build_fresh
+
+fresh_store() { # store: prints the serve arguments
+    case $1 in
+    embedded)
+        rm -f "$OUT/embedded.redb"
+        echo "--store $OUT/embedded.redb --create"
+        ;;
+    postgres)
+        "$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >&2
+        RUST_LOG=warn "$BIN" migrate --store "$BENCH_URL" >/dev/null
+        echo "--store $BENCH_URL"
+        ;;
+    *) echo "unknown store $1 (embedded, postgres)" >&2; exit 2 ;;
+    esac
+}
+
+give_budgets() {
+    for i in $(seq 0 $((TENANTS - 1))); do
+        TOLLGATE_SERVER=$SERVER "$BIN" budget set --tenant "bench-$i" --amount 1e15 \
+            --cycle monthly --at-limit throttle --baseline-rate 100 >/dev/null
+    done
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+    if (( round % 2 )); then order="plain budget"; else order="budget plain"; fi
+    for kind in $order; do
+        for store in $STORES; do
+            echo "==> round $round/$ROUNDS: $store store, $kind"
+            # shellcheck disable=SC2207
+            args=($(fresh_store "$store"))
+            start_server "${args[@]}"
+            if [[ $kind == budget ]]; then give_budgets; fi
+            bench "$store-$kind-r$round"
+            stop_server
+        done
+    done
+done
+if [[ " $STORES " == *" postgres "* ]]; then
+    "$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)"
+fi
+
+python3 - "$OUT" "$ROUNDS" "$STORES" <<'PY'
+import json, statistics, sys
+out, rounds, stores = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+def run(name):
+    r = json.load(open(f"{out}/{name}.json"))
+    return r["requests_per_second"], sum(r["total"]["errors"].values())
+print(f"\n{rounds} rounds of each, alternating\n")
+print("| store | without a budget, requests/s | with a budget, requests/s | cost with / without (medians) | spread between rounds |")
+print("|---|---|---|---:|---:|")
+for store in stores:
+    runs = {k: [run(f"{store}-{k}-r{i}") for i in range(1, rounds + 1)] for k in ("plain", "budget")}
+    med = {k: statistics.median(v for v, _ in runs[k]) for k in runs}
+    spread = max((max(v for v, _ in runs[k]) - min(v for v, _ in runs[k])) / med[k] for k in runs)
+    errors = sum(e for k in runs for _, e in runs[k])
+    fmt = lambda k: ", ".join(f"{v:,.0f}" for v, _ in runs[k])
+    note = f" ({errors} errors)" if errors else ""
+    print(f"| {store} | {fmt('plain')} | {fmt('budget')} | {med['plain'] / med['budget']:.3f}{note} | {spread * 100:.1f} % |")
+PY
