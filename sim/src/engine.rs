@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use tollgate_core::budget::BucketBudget;
 use tollgate_core::global_bucket::{
     self, BucketRow, GlobalBucketConfig, Grant, InstanceId, InstanceState, Limits,
     TokenBucketRequest,
@@ -36,7 +37,7 @@ use tollgate_core::{BucketKey, TenantId};
 
 use crate::SimError;
 use crate::ideal::IdealBucket;
-use crate::record::Record;
+use crate::record::{BudgetOutcome, Record};
 use crate::workload::{Demand, LimitsSpec, PodSpec, Workload};
 
 /// The grant policies compared: the core's own.
@@ -215,12 +216,20 @@ pub fn simulate(
         refill_rate: spec.refill_rate,
         burst_limit: spec.burst_limit,
     };
+    let mut head = BucketRow::new(limits, spec.initial(), true, Timestamp::EPOCH);
+    if let Some(budget) = &spec.budget {
+        let budget = budget.budget().map_err(SimError::Invalid)?;
+        head.budget = Some(Box::new(
+            BucketBudget::start(budget, Timestamp::EPOCH)
+                .map_err(|e| SimError::Invalid(e.to_string()))?,
+        ));
+    }
     let store = Store {
         key: BucketKey::request_units(
             TenantId::parse("tenant_id", "simulated")
                 .map_err(|e| SimError::Invalid(e.to_string()))?,
         ),
-        head: BucketRow::new(limits, spec.initial(), true, Timestamp::EPOCH),
+        head,
         instances: BTreeMap::new(),
         config: GlobalBucketConfig {
             policy,
@@ -262,6 +271,16 @@ pub fn simulate(
         max_wait: workload.max_wait.as_secs_f64(),
     };
     sim.run()?;
+    let end = at(workload.duration);
+    sim.record.budget = sim.store.head.budget.as_ref().map(|b| {
+        let view = b.view(&sim.store.head.state, end);
+        BudgetOutcome {
+            amount: view.budget.amount,
+            granted: view.usage.granted_tokens,
+            spend: view.usage.spend(),
+            reached_at: view.limit_reached_at.map(secs),
+        }
+    });
     Ok(sim.record)
 }
 

@@ -330,6 +330,7 @@ pub fn generate(seed: u64) -> Result<Generated, SimError> {
         refill_rate: refill,
         burst_limit: burst,
         initial_tokens: None,
+        budget: None,
     });
     workload.network = Network {
         rtt: Duration::from_millis(rtt_ms),

@@ -102,6 +102,20 @@ pub struct Record {
     pub pod_minutes: f64,
     /// Tokens pods gave themselves while on fallback.
     pub fallback_tokens: f64,
+    /// With a budget: where its cycle stood at the end.
+    pub budget: Option<BudgetOutcome>,
+}
+
+/// A simulated budget's cycle at the end of the run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BudgetOutcome {
+    pub amount: f64,
+    /// Tokens the server granted in the cycle.
+    pub granted: f64,
+    /// Granted plus fallback tokens charged: what the cap holds.
+    pub spend: f64,
+    /// Seconds from the start when the spend reached the amount.
+    pub reached_at: Option<f64>,
 }
 
 impl Record {
@@ -118,6 +132,7 @@ impl Record {
             failed_requests: 0,
             pod_minutes: 0.0,
             fallback_tokens: 0.0,
+            budget: None,
         }
     }
 

@@ -103,6 +103,51 @@ pub struct LimitsSpec {
     /// Tokens in the bucket at the start [default: `burst_limit`].
     #[serde(default, skip_serializing_if = "is_default")]
     pub initial_tokens: Option<f64>,
+    /// A budget on the bucket, in a daily cycle from the start (virtual
+    /// time starts at a UTC midnight): the grants of the server are cut to
+    /// it, in the same code the stores run.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub budget: Option<BudgetSpec>,
+}
+
+/// A budget of the simulated bucket.
+#[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetSpec {
+    /// Tokens the cycle may grant.
+    pub amount: f64,
+    /// `stop`, `notify`, or `throttle` with `baseline_rate` (and
+    /// `baseline_burst`, default ten seconds of it).
+    pub at_limit: String,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub baseline_rate: Option<f64>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub baseline_burst: Option<f64>,
+}
+
+impl BudgetSpec {
+    /// The core's budget: daily, in UTC, the default thresholds.
+    pub fn budget(&self) -> Result<tollgate_core::budget::Budget, String> {
+        use tollgate_core::budget::{AtLimit, Budget, CycleRule, Period};
+        let at_limit = match (self.at_limit.as_str(), self.baseline_rate) {
+            ("stop", None) => AtLimit::Stop,
+            ("notify", None) => AtLimit::Notify,
+            ("throttle", Some(rate)) => AtLimit::Throttle {
+                baseline: tollgate_core::Limits {
+                    refill_rate: rate,
+                    burst_limit: self.baseline_burst.unwrap_or(rate * 10.0),
+                },
+            },
+            (other, rate) => {
+                return Err(format!(
+                    "budget.at_limit {other:?} with baseline_rate {rate:?}: stop or notify without one, throttle with one"
+                ));
+            }
+        };
+        Budget::new(self.amount, CycleRule::utc(Period::Daily), at_limit)
+            .validated()
+            .map_err(|e| format!("budget.{}: {}", e.field, e.reason))
+    }
 }
 
 impl LimitsSpec {
