@@ -180,6 +180,22 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
         })
         .await
         .expect("configure alpha");
+    // Alpha's request-unit bucket has a budget it stays well within.
+    admin
+        .set_budget(v1::SetBudgetRequest {
+            tenant_id: "alpha".into(),
+            budget: Some(v1::Budget {
+                amount: 1e6,
+                cycle: Some(v1::BudgetCycle {
+                    period: v1::BudgetPeriod::Daily.into(),
+                    ..Default::default()
+                }),
+                at_limit: v1::BudgetAtLimit::Stop.into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("budget for alpha");
     let mut answered = 0;
     for seq in 1..=5 {
         for instance in 1..=3 {
@@ -278,6 +294,30 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
         m["tollgate_tenant_request_units_total{bucket=\"\",tenant_id=\"beta\"}"],
         12.5
     );
+    // The budget's gauges: alpha's only.
+    let alpha = server
+        .store
+        .get_bucket(&BucketKey::request_units(
+            TenantId::parse("t", "alpha").expect("id"),
+        ))
+        .await
+        .expect("stored")
+        .head;
+    let budget = |name: &str, tenant: &str| {
+        m.get(&format!(
+            "tollgate_budget_{name}{{bucket=\"\",tenant_id=\"{tenant}\"}}"
+        ))
+        .copied()
+    };
+    assert_eq!(budget("amount_tokens", "alpha"), Some(1e6));
+    assert_eq!(
+        budget("spend_tokens", "alpha"),
+        Some(alpha.totals.granted_tokens),
+        "every grant since the budget was set"
+    );
+    assert_eq!(budget("limit_reached", "alpha"), Some(0.0));
+    assert!(budget("forecast_tokens", "alpha").is_some_and(|f| f >= alpha.totals.granted_tokens));
+    assert_eq!(budget("amount_tokens", "beta"), None, "beta has no budget");
     assert_eq!(m["tollgate_tenants"], 2.0);
     assert_eq!(m["tollgate_store_up"], 1.0);
     assert_eq!(

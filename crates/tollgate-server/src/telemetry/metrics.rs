@@ -44,6 +44,7 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry,
 };
+use tollgate_core::budget::BudgetView;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::rate_window::WindowRates;
 use tollgate_core::{BucketKey, Grant};
@@ -701,6 +702,43 @@ const BUCKET_METRICS: [(&str, &str, MetricType, BucketValue); 14] = [
     ),
 ];
 
+type BudgetValue = fn(&BudgetView) -> f64;
+
+/// The per-budget metrics (gauges of the current cycle, as of the read):
+/// name, help, value. Only buckets with a budget have samples.
+const BUDGET_METRICS: [(&str, &str, BudgetValue); 6] = [
+    (
+        "tollgate_budget_amount_tokens",
+        "Tokens the bucket's budget allows per cycle (read from the store).",
+        |v| v.budget.amount,
+    ),
+    (
+        "tollgate_budget_spend_tokens",
+        "Tokens spent in the current cycle: granted by the server plus fallback tokens charged.",
+        |v| v.usage.spend(),
+    ),
+    (
+        "tollgate_budget_granted_tokens",
+        "Tokens the server granted in the current cycle.",
+        |v| v.usage.granted_tokens,
+    ),
+    (
+        "tollgate_budget_forecast_tokens",
+        "Tokens the current cycle is expected to have spent at its end, at the recent rate.",
+        |v| v.forecast,
+    ),
+    (
+        "tollgate_budget_limit_reached",
+        "1 once the current cycle's spend has reached the amount, else 0.",
+        |v| f64::from(u8::from(v.limit_reached_at.is_some())),
+    ),
+    (
+        "tollgate_budget_cycle_end_timestamp_seconds",
+        "When the current cycle ends, in seconds since the Unix epoch.",
+        |v| v.cycle.end.unix_micros() as f64 / 1e6,
+    ),
+];
+
 fn bucket_families(buckets: &[BucketSnapshot]) -> Vec<MetricFamily> {
     let mut families: Vec<MetricFamily> = BUCKET_METRICS
         .iter()
@@ -723,6 +761,29 @@ fn bucket_families(buckets: &[BucketSnapshot]) -> Vec<MetricFamily> {
             )
         })
         .collect();
+    // Each budget as it stands at its snapshot's clock (a cycle over but
+    // not yet closed by a request reads as the next one).
+    let budgets: Vec<(&BucketSnapshot, BudgetView)> = buckets
+        .iter()
+        .filter_map(|b| Some((b, b.head.budget.as_ref()?.view(&b.head.state, b.read_at))))
+        .collect();
+    for (name, help, value) in BUDGET_METRICS {
+        families.push(family(
+            name,
+            help,
+            MetricType::GAUGE,
+            budgets
+                .iter()
+                .map(|(b, view)| {
+                    let labels = [
+                        ("bucket", b.key.bucket.as_str()),
+                        ("tenant_id", b.key.tenant.as_str()),
+                    ];
+                    sample(&labels, MetricType::GAUGE, value(view))
+                })
+                .collect(),
+        ));
+    }
     // Buckets come in key order, so a tenant's are adjacent.
     let mut tenants = buckets.iter().map(|b| &b.key.tenant).collect::<Vec<_>>();
     tenants.dedup();
