@@ -140,6 +140,16 @@ pub enum StateWrite {
     Remove,
 }
 
+/// Refuses a change that needs the tenant to exist (a budget) for a
+/// deleted tenant: setting a budget does not create a tenant again, and
+/// would otherwise bring it back with the server's default limits.
+pub fn refuse_deleted(tenant: &TenantId, state: Option<&TenantState>) -> Result<(), TenantRefused> {
+    match state {
+        Some(s) if s.kind == TenantStateKind::Deleted => Err(refusal(tenant, s)),
+        _ => Ok(()),
+    }
+}
+
 /// What an operator's explicit change to a tenant (creating it, setting its
 /// tier, an override, table limits or a bucket's limits) does to its state:
 /// a tombstone goes, since the tenant is created again; a suspension stays.

@@ -352,6 +352,16 @@ impl TenantChange {
         }
     }
 
+    /// Whether this change creates the tenant again if it was deleted (an
+    /// operator's explicit re-creation). A budget does not: it is refused
+    /// for a deleted tenant ([`crate::tenant_state::refuse_deleted`]).
+    pub fn recreates(&self) -> bool {
+        !matches!(
+            self,
+            TenantChange::SetBudget { .. } | TenantChange::ClearBudget { .. }
+        )
+    }
+
     /// Why the buckets this change retires are closed.
     pub fn close_reason(&self) -> CloseReason {
         match self {

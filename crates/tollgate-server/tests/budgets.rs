@@ -413,7 +413,41 @@ async fn bad_budgets_are_refused_naming_the_field_and_change_nothing(backend: Ba
     server.stop().await;
 }
 
+/// A budget does not bring a deleted tenant back (with the server's
+/// default limits): it is refused, and the tenant stays deleted.
+async fn a_budget_for_a_deleted_tenant_is_refused_and_it_stays_deleted(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+    pods.token_bucket(pod_request(1, 1, 10.0, 1))
+        .await
+        .expect("pods make the tenant");
+    admin
+        .delete_tenant(v1::DeleteTenantRequest {
+            tenant_id: "acme".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("deleted");
+    let err = admin
+        .set_budget(v1::SetBudgetRequest {
+            tenant_id: "acme".into(),
+            budget: Some(budget("")),
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    assert!(err.message().contains("deleted"), "{}", err.message());
+    let err = pods
+        .token_bucket(pod_request(1, 2, 10.0, 1))
+        .await
+        .expect_err("still deleted");
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    server.stop().await;
+}
+
 for_each_store!(
     pods_drive_a_cycle_within_the_budget_and_the_next_resets_it,
     bad_budgets_are_refused_naming_the_field_and_change_nothing,
+    a_budget_for_a_deleted_tenant_is_refused_and_it_stays_deleted,
 );

@@ -83,6 +83,12 @@ pub(super) fn change_one(
     now: Timestamp,
     settings: &BucketSettings,
 ) -> Result<Result<TenantChangeOutcome, StoreError>, StoreError> {
+    if !change.recreates() {
+        let state = states::read_in(txn, [tenant])?.remove(tenant);
+        if let Err(refused) = tollgate_core::tenant_state::refuse_deleted(tenant, state.as_ref()) {
+            return Ok(Err(refused.into()));
+        }
+    }
     let mut loaded = load_tenant(txn, tenant, change)?;
     loaded.request_units = settings.unconfigured_tenants.defaults();
     let edit = match tier::change_tenant(tenant, change, &loaded, now) {

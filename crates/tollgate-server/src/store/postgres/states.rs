@@ -67,20 +67,28 @@ pub(super) async fn write(
     }
 }
 
+/// `tenant`'s state row, locked.
+pub(super) async fn locked(
+    txn: &deadpool_postgres::Transaction<'_>,
+    tenant: &TenantId,
+) -> Result<Option<TenantState>, TxError> {
+    let lock = txn.prepare_cached(sql::LOCK_TENANT_STATE).await?;
+    Ok(txn
+        .query_opt(&lock, &[&tenant.as_str()])
+        .await?
+        .as_ref()
+        .map(from_row)
+        .transpose()?
+        .map(|(_, s)| s))
+}
+
 /// After an operator's explicit change to `tenant` (its head rows or
 /// record locked): removes its tombstone, answering it.
 pub(super) async fn revive(
     txn: &deadpool_postgres::Transaction<'_>,
     tenant: &TenantId,
 ) -> Result<Option<TenantState>, TxError> {
-    let lock = txn.prepare_cached(sql::LOCK_TENANT_STATE).await?;
-    let state = txn
-        .query_opt(&lock, &[&tenant.as_str()])
-        .await?
-        .as_ref()
-        .map(from_row)
-        .transpose()?
-        .map(|(_, s)| s);
+    let state = locked(txn, tenant).await?;
     let decided = tenant_state::after_operator_change(state.as_ref());
     write(txn, tenant, &decided).await
 }

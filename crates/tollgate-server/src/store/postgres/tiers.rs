@@ -241,6 +241,14 @@ pub(super) async fn change_in(
     // to commit). A change that is refused rolls it back.
     txn.execute(&ensure_record, &[&tenant_id]).await?;
     let record = record_of(&txn.query_one(&lock_record, &[&tenant_id]).await?)?;
+    if !change.recreates()
+        && let Err(refused) = tollgate_core::tenant_state::refuse_deleted(
+            tenant,
+            states::locked(txn, tenant).await?.as_ref(),
+        )
+    {
+        return Ok(Err(refused.into()));
+    }
     // The tier a tier query found, if it did.
     let tier_by = async |statement, name: Option<TierName>| -> Result<Option<Tier>, TxError> {
         let Some(name) = name else {
