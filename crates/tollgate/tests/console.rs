@@ -133,6 +133,23 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
     // (throttled); globex: plenty.
     server.set_limits("acme", 10.0, 1.0, 10.0);
     server.set_limits("globex", 10000.0, 1000.0, 10000.0);
+    // globex has a monthly budget, with a price.
+    server.ok(&[
+        "budget",
+        "set",
+        "--tenant",
+        "globex",
+        "--amount",
+        "1000",
+        "--cycle",
+        "monthly",
+        "--at-limit",
+        "stop",
+        "--price",
+        "2",
+        "--currency",
+        "EUR",
+    ]);
 
     // The data wants a token where the Admin service does; any role.
     let (code, _) = get(metrics, "/console/api/buckets", None);
@@ -213,6 +230,21 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
     // acme owes what its trickles took in advance.
     assert!(number(&cell(&dom, "acme", "level")) < 0.0, "acme in debt");
     assert!(dom.contains("<svg"), "a chart: {dom}");
+    // globex's budget: 10 tokens granted of 1 000 this month, a bar.
+    let figures = cell(&dom, "globex", "figures");
+    assert!(
+        figures.starts_with("10.0 of 1,000 monthly (0.00002 EUR), forecast"),
+        "{figures}"
+    );
+    assert!(
+        dom.contains("<svg class=\"budget ok\""),
+        "a budget bar: {dom}"
+    );
+    assert_eq!(
+        cell(&dom, "acme", "no-budget"),
+        "none",
+        "acme has no budget"
+    );
     let header_tenants = dom
         .split("id=\"tenant-count\">")
         .nth(1)
@@ -231,7 +263,7 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
         &console,
         &[
             &format!("--screenshot={}", shot.display()),
-            "--window-size=1400,500",
+            "--window-size=1800,500",
         ],
     );
     let png = std::fs::read(&shot).expect("a screenshot");

@@ -1,6 +1,7 @@
 //! The web console on the HTTP port: `/console`, a page that shows the
 //! tenants' buckets (limits, level, request units per second, throttled
-//! and live pods, a chart of the last minutes) and their per-key buckets
+//! and live pods, the budget's spend against its amount with the
+//! forecast, a chart of the last minutes) and their per-key buckets
 //! (definition, keys stored, this replica's checks and refusals per
 //! second, the busiest keys), and `/console/api/buckets`, the JSON it
 //! polls.
@@ -55,6 +56,7 @@ struct BucketSample {
     request_unit_micros: u64,
     /// This replica's trickle grants to the bucket so far.
     trickles: u64,
+    budget: Option<BudgetColumn>,
 }
 
 /// One read of the store.
@@ -146,6 +148,48 @@ pub struct BucketView {
     /// `[unix seconds, request units per second]` between consecutive
     /// reads, oldest first.
     pub history: Vec<(f64, f64)>,
+    /// The bucket's budget in its current cycle; `null` without one.
+    pub budget: Option<BudgetColumn>,
+}
+
+/// A bucket's budget as the console shows it: a bar of the spend against
+/// the amount, with the forecast.
+#[derive(Clone, Debug, Serialize)]
+pub struct BudgetColumn {
+    pub amount: f64,
+    pub spend: f64,
+    pub forecast: f64,
+    /// `under`, `over`, `throttled` or `stopped`.
+    pub state: &'static str,
+    /// `monthly`, `weekly` or `daily`.
+    pub period: &'static str,
+    pub cycle_end_unix: f64,
+    /// For display: the spend's price, and its currency.
+    pub spend_price: Option<f64>,
+    pub currency: Option<String>,
+}
+
+impl BudgetColumn {
+    fn of(snapshot: &crate::store::BucketSnapshot) -> Option<BudgetColumn> {
+        use tollgate_core::budget::Period;
+        let budget = snapshot.head.budget.as_ref()?;
+        let view = budget.view(&snapshot.head.state, snapshot.read_at);
+        let spend = view.usage.spend();
+        Some(BudgetColumn {
+            amount: view.budget.amount,
+            spend,
+            forecast: view.forecast,
+            state: view.standing.name(),
+            period: match view.budget.cycle.period {
+                Period::Monthly { .. } => "monthly",
+                Period::Weekly { .. } => "weekly",
+                Period::Daily => "daily",
+            },
+            cycle_end_unix: unix_seconds(view.cycle.end),
+            spend_price: view.budget.price.as_ref().map(|p| p.of(spend)),
+            currency: view.budget.price.as_ref().map(|p| p.currency.clone()),
+        })
+    }
 }
 
 impl Console {
@@ -238,6 +282,7 @@ async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError
                 live_instances: b.live_instances(),
                 request_unit_micros: b.head.totals.consumption.request_unit_micros,
                 trickles: trickles.get(&b.key).copied().unwrap_or(0),
+                budget: BudgetColumn::of(&b),
             };
             (b.key, sample)
         })
@@ -321,6 +366,7 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
                     per_second(b.trickles, now.trickles, seconds) * RENEWALS_PER_POD_SECONDS
                 }),
                 history,
+                budget: now.budget.clone(),
             }
         })
         .collect::<Vec<_>>();
@@ -374,6 +420,7 @@ mod tests {
                             live_instances: 2,
                             request_unit_micros: micros,
                             trickles,
+                            budget: None,
                         },
                     )
                 })
