@@ -55,6 +55,12 @@ use crate::global_bucket::{BucketState, Limits};
 use crate::time::Timestamp;
 use crate::validate::{self, InvalidInput, MAX_TOKENS};
 
+/// How long a closed cycle's record is kept unless the server is told
+/// otherwise: 13 months of 30.44 days (396 days), so last year's same
+/// month is still there.
+pub const DEFAULT_RECORD_RETENTION: std::time::Duration =
+    std::time::Duration::from_secs(396 * 86_400);
+
 /// The thresholds a budget alerts at unless told otherwise, in percent of
 /// its amount.
 pub const DEFAULT_THRESHOLDS: [u32; 4] = [50, 75, 90, 100];

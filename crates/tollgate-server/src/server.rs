@@ -200,6 +200,10 @@ pub async fn run_with_options(
         store::SWEEP_INTERVAL,
         store::SWEEP_BATCH,
     ));
+    let pruner = tokio::spawn(store::prune_budget_cycles(
+        Arc::clone(&store),
+        store::PRUNE_INTERVAL,
+    ));
     let health = Arc::clone(&telemetry.health);
     let shutdown = async move {
         shutdown.await;
@@ -263,12 +267,14 @@ pub async fn run_with_options(
             shutdown,
         )
         .await;
-    // The probe and the sweeper hold the store: make sure it is gone before the owner
-    // closes or reopens the store.
+    // The probe, the sweeper and the pruner hold the store: make sure they
+    // are gone before the owner closes or reopens the store.
     probe.abort();
     let _ = probe.await;
     sweeper.abort();
     let _ = sweeper.await;
+    pruner.abort();
+    let _ = pruner.await;
     served?;
     tracing::info!(address = %local, "tollgate server stopped");
     Ok(())

@@ -446,7 +446,83 @@ async fn a_budget_for_a_deleted_tenant_is_refused_and_it_stays_deleted(backend: 
     server.stop().await;
 }
 
+/// Closed cycles older than the retention are pruned, the others kept.
+async fn closed_cycles_past_the_retention_are_pruned(backend: Backend) {
+    use tollgate_core::budget::{AtLimit, Budget, CycleRule, Period};
+    use tollgate_core::tier::TenantChange;
+    use tollgate_core::{BucketKey, BucketName, LimitsUpdate, TenantId};
+    let clock = ManualClock::default();
+    clock.set_secs(utc("2025-01-01T00:00:00Z").unix_micros() as f64 / 1e6);
+    let backing = Backing::new(backend).await;
+    let settings = BucketSettings {
+        budget_record_retention: std::time::Duration::from_secs(10 * 86_400),
+        ..BucketSettings::default()
+    };
+    let store = backing.open_with_clock(settings, clock.as_clock()).await;
+    let tenant = TenantId::parse("tenant_id", "acme").expect("id");
+    let key = BucketKey::request_units(tenant.clone());
+    store
+        .update_limits(
+            &key,
+            &LimitsUpdate {
+                available_tokens: 100.0,
+                limits: tollgate_core::Limits {
+                    refill_rate: 10.0,
+                    burst_limit: 100.0,
+                },
+                as_of: None,
+                as_of_consumed_tokens: 0.0,
+                mask: tollgate_core::LimitsMask::ALL,
+            },
+        )
+        .await
+        .expect("limits");
+    store
+        .change_tenant(
+            &tenant,
+            &TenantChange::SetBudget {
+                bucket: BucketName::REQUEST_UNITS,
+                budget: Budget::new(1e6, CycleRule::utc(Period::Daily), AtLimit::Stop),
+            },
+        )
+        .await
+        .expect("budget");
+    // A request a day for 20 days: 19 closed cycles.
+    for day in 0..20u64 {
+        let request = tollgate_core::TokenBucketRequest {
+            instance_id: 1,
+            lease: b"lease".to_vec(),
+            seq: day + 1,
+            requested_tokens: 1.0,
+            shares: 1.0,
+            target_request_period: std::time::Duration::from_secs(10),
+            consumption: tollgate_core::Consumption::default(),
+            next_live_instance_id: None,
+            returned_tokens: 0.0,
+            fallback_tokens: 0.0,
+            fallback_duration: std::time::Duration::ZERO,
+        };
+        store.token_bucket(&key, &request).await.expect("granted");
+        clock.advance(std::time::Duration::from_secs(86_400));
+    }
+    assert_eq!(
+        store.budget_cycles(&key, 100).await.expect("cycles").len(),
+        19
+    );
+    // Now is 2025-01-21: cycles that ended before 2025-01-11 go, in
+    // batches.
+    assert_eq!(store.prune_budget_cycles(4).await.expect("prune"), 4);
+    assert_eq!(store.prune_budget_cycles(100).await.expect("prune"), 5);
+    assert_eq!(store.prune_budget_cycles(100).await.expect("prune"), 0);
+    let kept = store.budget_cycles(&key, 100).await.expect("cycles");
+    assert_eq!(kept.len(), 10);
+    let cutoff = utc("2025-01-11T00:00:00Z");
+    assert!(kept.iter().all(|r| r.cycle.end >= cutoff), "{kept:?}");
+    store.close().await.expect("close");
+}
+
 for_each_store!(
+    closed_cycles_past_the_retention_are_pruned,
     pods_drive_a_cycle_within_the_budget_and_the_next_resets_it,
     bad_budgets_are_refused_naming_the_field_and_change_nothing,
     a_budget_for_a_deleted_tenant_is_refused_and_it_stays_deleted,

@@ -243,6 +243,11 @@ pub struct ServeOptions {
     /// reloads them at once).
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub credentials_reload_interval: Option<HumanDuration>,
+
+    /// How long a closed budget cycle's billing record is kept after the
+    /// cycle ended (13 months); each server prunes older ones every hour.
+    #[arg(long, value_name = "DURATION")]
+    pub budget_record_retention: Option<HumanDuration>,
 }
 
 /// The files of the gRPC port's TLS (`--tls-*`).
@@ -560,6 +565,7 @@ impl ServeConfig {
             admin_tokens_file = self.admin_tokens_file.as_ref().map(|f| f.display().to_string()),
             pod_tokens_file = self.pod_tokens_file.as_ref().map(|f| f.display().to_string()),
             tls_client_tenants = self.tls_client_tenants,
+            budget_record_retention = %humantime::format_duration(self.settings.budget_record_retention),
             set_by = %self.describe_sources(),
             "effective configuration"
         );
@@ -730,7 +736,18 @@ impl Layers {
                 ..GlobalBucketConfig::default()
             },
             unconfigured_tenants,
+            budget_record_retention: required(
+                options.budget_record_retention,
+                "budget-record-retention",
+            )?
+            .0,
         };
+        if settings.budget_record_retention.is_zero() {
+            return Err(bad(
+                "budget-record-retention",
+                &"must be more than zero: billing records would be removed as soon as their cycle closes",
+            ));
+        }
 
         let tls = match (&options.tls_cert, &options.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
@@ -849,6 +866,7 @@ fn component_default(id: &str) -> Option<String> {
         "pg_pool_size" => postgres.pool_size.to_string(),
         "pg_max_batch" => postgres.max_batch.to_string(),
         "pg_connect_timeout" => duration(postgres.connect_timeout),
+        "budget_record_retention" => duration(tollgate_core::budget::DEFAULT_RECORD_RETENTION),
         _ => return None,
     })
 }

@@ -619,6 +619,14 @@ impl Store for EmbeddedStore {
         Ok(answer)
     }
 
+    async fn prune_budget_cycles(&self, limit: usize) -> Result<u64, StoreError> {
+        self.write(Box::new(move |writer, txn, now| {
+            let before = now.saturating_sub(writer.settings().budget_record_retention);
+            Ok(Ok(budgets::prune(txn, before, limit)?))
+        }))
+        .await
+    }
+
     async fn sweep_keys(&self, limit: usize) -> Result<KeySweep, StoreError> {
         let cursor = Arc::clone(&self.inner.sweep_cursor);
         let (keys, records, more) = self

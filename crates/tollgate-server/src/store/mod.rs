@@ -54,12 +54,26 @@ pub use postgres::{PostgresOptions, PostgresStore};
 pub use stages::{STAGE_BOUNDS, Stage, StageHistogram, StageHistograms};
 pub(crate) use stages::{StageTimes, Stopwatch};
 
-/// What every store is told at construction: how buckets behave and what
-/// happens to tenants nobody configured.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// What every store is told at construction: how buckets behave, what
+/// happens to tenants nobody configured, and how long closed budget
+/// cycles are kept.
+#[derive(Clone, Debug, PartialEq)]
 pub struct BucketSettings {
     pub bucket: GlobalBucketConfig,
     pub unconfigured_tenants: UnconfiguredTenants,
+    /// A closed budget cycle that ended longer ago is removed
+    /// ([`Store::prune_budget_cycles`]).
+    pub budget_record_retention: Duration,
+}
+
+impl Default for BucketSettings {
+    fn default() -> Self {
+        BucketSettings {
+            bucket: GlobalBucketConfig::default(),
+            unconfigured_tenants: UnconfiguredTenants::default(),
+            budget_record_retention: tollgate_core::budget::DEFAULT_RECORD_RETENTION,
+        }
+    }
 }
 
 /// A budget event as a store keeps it: what crossed, and how far its
@@ -543,6 +557,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         limit: usize,
     ) -> Result<Vec<CycleRecord>, StoreError>;
 
+    /// Removes at most `limit` closed budget cycles that ended longer ago
+    /// than the store's `budget_record_retention`, by the store's clock;
+    /// answers how many it removed.
+    async fn prune_budget_cycles(&self, limit: usize) -> Result<u64, StoreError>;
+
     /// Reads a tenant's record and buckets; `TenantNotFound` if it has
     /// neither.
     async fn describe_tenant(&self, tenant: &TenantId) -> Result<TenantView, StoreError>;
@@ -632,6 +651,41 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 pub const SWEEP_BATCH: usize = 10_000;
 /// The most sweep transactions run back to back while more rows wait.
 const SWEEP_ROUNDS: usize = 10;
+
+/// How often each server prunes closed budget cycles past their retention.
+pub const PRUNE_INTERVAL: Duration = Duration::from_secs(3_600);
+
+/// Prunes closed budget cycles past their retention every `interval`,
+/// [`SWEEP_BATCH`] records a transaction, until the task is dropped. A
+/// failed prune is tried again at the next interval; it is logged once per
+/// run of failures.
+pub async fn prune_budget_cycles(store: Arc<dyn Store>, interval: Duration) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        ticks.tick().await;
+        for _ in 0..SWEEP_ROUNDS {
+            match store.prune_budget_cycles(SWEEP_BATCH).await {
+                Ok(removed) => {
+                    failing = false;
+                    if removed > 0 {
+                        tracing::info!(removed, "pruned closed budget cycles past their retention");
+                    }
+                    if (removed as usize) < SWEEP_BATCH {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    if !std::mem::replace(&mut failing, true) {
+                        tracing::warn!(error = %e, "pruning closed budget cycles failed; trying again at the next interval");
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}
 
 /// Removes idle keys and expired check records from `store` every
 /// `interval`, `batch` rows a transaction, until the task is dropped. A

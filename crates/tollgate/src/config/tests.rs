@@ -134,6 +134,7 @@ fn without_any_layer_every_option_has_its_default() {
                 },
                 initial_tokens: 10000.0,
             }),
+            budget_record_retention: Duration::from_secs(396 * 86_400),
         }
     );
     assert_eq!(config.log_format, LogFormat::Text);

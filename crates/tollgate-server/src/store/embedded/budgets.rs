@@ -177,3 +177,32 @@ pub(super) fn read_cycles(
     records.truncate(limit);
     Ok(records)
 }
+
+/// Removes at most `limit` closed cycles that ended before `before`.
+pub(super) fn prune(
+    txn: &WriteTransaction,
+    before: Timestamp,
+    limit: usize,
+) -> Result<u64, StoreError> {
+    let mut table = txn
+        .open_table(BUDGET_CYCLES)
+        .map_err(storage("open budget cycles"))?;
+    let mut old = Vec::new();
+    for entry in table.iter().map_err(storage("read budget cycles"))? {
+        let (key, value) = entry.map_err(storage("read budget cycles"))?;
+        let record: CycleRecord = decode("decode budget cycle", value.value())?;
+        if record.cycle.end < before {
+            let (t, b, seq) = key.value();
+            old.push((t.to_owned(), b.to_owned(), seq));
+            if old.len() >= limit {
+                break;
+            }
+        }
+    }
+    for (t, b, seq) in &old {
+        table
+            .remove((t.as_str(), b.as_str(), *seq))
+            .map_err(storage("delete budget cycle"))?;
+    }
+    Ok(old.len() as u64)
+}

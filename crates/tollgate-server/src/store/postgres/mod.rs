@@ -657,6 +657,23 @@ impl Store for PostgresStore {
             .await
     }
 
+    async fn prune_budget_cycles(&self, limit: usize) -> Result<u64, StoreError> {
+        let inner = &*self.inner;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        inner
+            .run("prune budget cycles", true, || async move {
+                let client = inner.pool.get().await?;
+                let clock = client.prepare_cached(sql::CLOCK).await?;
+                let prune = client.prepare_cached(sql::PRUNE_BUDGET_CYCLES).await?;
+                let now = inner.now(rows::clock(&client.query_one(&clock, &[]).await?, "now")?);
+                let before = now
+                    .saturating_sub(inner.settings.budget_record_retention)
+                    .unix_micros();
+                Ok(client.execute(&prune, &[&before, &limit]).await?)
+            })
+            .await
+    }
+
     async fn change_tenant_state(
         &self,
         tenant: &TenantId,

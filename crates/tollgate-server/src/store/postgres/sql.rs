@@ -76,6 +76,7 @@ query!(INSERT_TENANT_STATES, "insert_tenant_states.sql");
 query!(INSERT_BUDGET_CYCLES, "insert_budget_cycles.sql");
 query!(INSERT_BUDGET_EVENTS, "insert_budget_events.sql");
 query!(LIST_BUDGET_CYCLES, "list_budget_cycles.sql");
+query!(PRUNE_BUDGET_CYCLES, "prune_budget_cycles.sql");
 query!(EXPORT_BUDGET_CYCLES, "export_budget_cycles.sql");
 query!(EXPORT_BUDGET_EVENTS, "export_budget_events.sql");
 query!(IMPORT_BUDGET_EVENTS, "import_budget_events.sql");
