@@ -49,8 +49,19 @@
 //!   is left alone, while limits set by hand on a bucket a tier or override
 //!   does define are set back at the tenant's next change (and at every
 //!   `PutTier` of its tier).
-//! - The request-unit bucket is never created, changed or retired by a
-//!   change; neither tiers nor overrides may name it.
+//! - The request-unit bucket is never changed or retired by a change, and
+//!   created only to hold a budget (with the server's default limits,
+//!   unconfigured, as its pods would have made it); neither tiers nor
+//!   overrides may name it, but budgets may.
+//! - Budgets ([`wanted_budgets`]): a tenant's own replaces its tier's for
+//!   that bucket; each bucket the tenant has once the change is written
+//!   gets the budget wanted for it (a new one starts now, a changed one
+//!   applies to what remains of its cycle, a removed one closes its
+//!   cycle). A tenant's own budget of a bucket it lacks, or of a per-key
+//!   one, is refused; a tier's is not applied to a tenant whose override
+//!   made the bucket per-key. A tier's request-unit budget is refused by
+//!   [`may_put_tier`] on a server that does not create request-unit
+//!   buckets.
 //! - Definitions of [`BucketKind::PerKey`] provision nothing (keys start
 //!   full, [`crate::key_bucket`]): [`wanted_buckets`] counts shared ones
 //!   only, [`definitions`] all.
@@ -185,6 +196,60 @@ impl Tier {
             updated_at: now,
         })
     }
+}
+
+/// Whether tier `name` may carry its budgets on a server that creates
+/// request-unit buckets with `request_units` (`None`: it does not): a
+/// request-unit budget could not apply to a tenant whose pods have not
+/// made that bucket yet, so it is refused rather than left unapplied.
+pub fn may_put_tier(
+    name: &TierName,
+    tier: &Tier,
+    request_units: Option<(Limits, f64)>,
+) -> Result<(), TierError> {
+    if request_units.is_none() && tier.budgets.contains_key(&BucketName::REQUEST_UNITS) {
+        return Err(TierError::NoBucketForBudget(format!(
+            "tier {} has a request-unit budget, but this server does not create request-unit buckets (--require-configured-tenants), so it could not apply to tenants without one: give those tenants their own budgets (SetBudget) once their limits are set",
+            validate::quote(name.as_str())
+        )));
+    }
+    Ok(())
+}
+
+/// A tier's budgets as a request lists them (each already checked),
+/// checked together: each names the request-unit bucket or a shared
+/// bucket the tier defines, at most once. `field` names the list.
+pub fn tier_budgets(
+    tier: &Tier,
+    field: &str,
+    budgets: impl IntoIterator<Item = (BucketName, Budget)>,
+) -> Result<BTreeMap<BucketName, Budget>, InvalidInput> {
+    let mut all = BTreeMap::new();
+    for (i, (bucket, budget)) in budgets.into_iter().enumerate() {
+        let at = format!("{field}[{i}].bucket");
+        let shared = tier
+            .buckets
+            .get(&bucket)
+            .is_some_and(|d| d.kind == BucketKind::Shared);
+        if !bucket.is_request_units() && !shared {
+            let why = if tier.buckets.contains_key(&bucket) {
+                "is a per-key bucket of the tier: a budget applies to a shared bucket"
+            } else {
+                "is not a bucket of the tier: a tier's budget names the request-unit bucket (empty) or one of the tier's shared buckets"
+            };
+            return Err(InvalidInput::new(
+                at,
+                format!("{} {why}", validate::quote(bucket.as_str())),
+            ));
+        }
+        if all.insert(bucket.clone(), budget).is_some() {
+            return Err(InvalidInput::new(
+                at,
+                format!("{} has two budgets", validate::quote(bucket.as_str())),
+            ));
+        }
+    }
+    Ok(all)
 }
 
 /// A tier's or a tenant's table limits as a request lists them, checked:
@@ -864,13 +929,22 @@ fn apply_budgets(
     edit: &mut TenantEdit,
     now: Timestamp,
 ) -> Result<(), TierError> {
-    let wanted = wanted_budgets(loaded.tier.as_ref(), &edit.record);
+    let mut wanted = wanted_budgets(loaded.tier.as_ref(), &edit.record);
     let mut after = edit.buckets_after(loaded);
-    for name in wanted.keys() {
+    let names: Vec<BucketName> = wanted.keys().cloned().collect();
+    for name in &names {
         if after.contains_key(name) {
             continue;
         }
         let defaults = loaded.request_units.filter(|_| name.is_request_units());
+        // A tier's budget of a named bucket the tenant does not have (its
+        // override made it per-key) does not apply to it: the tenant's
+        // own definition wins, as it does for limits.
+        if defaults.is_none() && !name.is_request_units() && !edit.record.budgets.contains_key(name)
+        {
+            wanted.remove(name);
+            continue;
+        }
         let Some(defaults) = defaults else {
             let per_key = definitions(loaded.tier.as_ref(), &edit.record.overrides)
                 .get(name)

@@ -521,7 +521,176 @@ async fn closed_cycles_past_the_retention_are_pruned(backend: Backend) {
     store.close().await.expect("close");
 }
 
+fn tier_with_budgets(budgets: Vec<v1::Budget>) -> v1::Tier {
+    v1::Tier {
+        name: "free".into(),
+        buckets: vec![
+            v1::BucketDefinition {
+                bucket: "schedule-email".into(),
+                refill_rate: 10.0,
+                burst_limit: 100.0,
+                initial_tokens: None,
+                kind: v1::BucketKind::Shared.into(),
+            },
+            v1::BucketDefinition {
+                bucket: "per-user".into(),
+                refill_rate: 1.0,
+                burst_limit: 10.0,
+                initial_tokens: None,
+                kind: v1::BucketKind::PerKey.into(),
+            },
+        ],
+        budgets,
+        ..Default::default()
+    }
+}
+
+async fn budget_of(admin: &mut AdminClient<Channel>, bucket: &str) -> Option<v1::BudgetStatus> {
+    admin
+        .get_budget(v1::GetBudgetRequest {
+            tenant_id: "acme".into(),
+            bucket: bucket.into(),
+        })
+        .await
+        .expect("get budget")
+        .into_inner()
+        .status
+}
+
+/// The free tier: 50 M request units a month, then 100 RU/s, and 10 000
+/// emails a month; its tenants get both, a tenant's own budget replaces
+/// the tier's, and a tier without them takes them off.
+async fn tiers_carry_budgets_to_their_tenants(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    let mut ru = budget("");
+    ru.amount = 50e6;
+    let mut emails = budget("schedule-email");
+    emails.amount = 10_000.0;
+    emails.at_limit = v1::BudgetAtLimit::Stop.into();
+    emails.baseline = None;
+    let stored = admin
+        .put_tier(v1::PutTierRequest {
+            tier: Some(tier_with_budgets(vec![ru.clone(), emails.clone()])),
+            ..Default::default()
+        })
+        .await
+        .expect("put tier")
+        .into_inner()
+        .tier
+        .expect("tier");
+    assert_eq!(stored.budgets.len(), 2);
+    admin
+        .create_tenant(v1::CreateTenantRequest {
+            tenant_id: "acme".into(),
+            tier: "free".into(),
+        })
+        .await
+        .expect("onboard");
+    let ru_status = budget_of(&mut admin, "")
+        .await
+        .expect("the request-unit budget");
+    assert_eq!(ru_status.budget.expect("budget").amount, 50e6);
+    let email_status = budget_of(&mut admin, "schedule-email")
+        .await
+        .expect("emails");
+    assert_eq!(email_status.budget.expect("budget").amount, 10_000.0);
+
+    // The tenant's own replaces the tier's; cleared, the tier's is back.
+    let mut own = emails.clone();
+    own.amount = 500.0;
+    admin
+        .set_budget(v1::SetBudgetRequest {
+            tenant_id: "acme".into(),
+            budget: Some(own),
+        })
+        .await
+        .expect("own budget");
+    let amount = |s: Option<v1::BudgetStatus>| s.and_then(|s| s.budget).map(|b| b.amount);
+    assert_eq!(
+        amount(budget_of(&mut admin, "schedule-email").await),
+        Some(500.0)
+    );
+    admin
+        .clear_budget(v1::ClearBudgetRequest {
+            tenant_id: "acme".into(),
+            bucket: "schedule-email".into(),
+        })
+        .await
+        .expect("clear");
+    assert_eq!(
+        amount(budget_of(&mut admin, "schedule-email").await),
+        Some(10_000.0)
+    );
+
+    // A tier without budgets takes them off its tenants.
+    admin
+        .put_tier(v1::PutTierRequest {
+            tier: Some(tier_with_budgets(Vec::new())),
+            ..Default::default()
+        })
+        .await
+        .expect("put tier");
+    assert_eq!(amount(budget_of(&mut admin, "").await), None);
+    assert_eq!(amount(budget_of(&mut admin, "schedule-email").await), None);
+
+    // Bad tier budgets name their field; nothing changes.
+    let mut per_key = budget("per-user");
+    per_key.at_limit = v1::BudgetAtLimit::Stop.into();
+    per_key.baseline = None;
+    let mut bad_amount = emails.clone();
+    bad_amount.amount = -1.0;
+    for (budgets, field) in [
+        (vec![budget("nope")], "tier.budgets[0].bucket"),
+        (vec![per_key], "tier.budgets[0].bucket"),
+        (vec![emails.clone(), bad_amount], "tier.budgets[1].amount"),
+        (
+            vec![emails.clone(), emails.clone()],
+            "tier.budgets[1].bucket",
+        ),
+    ] {
+        let err = admin
+            .put_tier(v1::PutTierRequest {
+                tier: Some(tier_with_budgets(budgets)),
+                ..Default::default()
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(err.code(), Code::InvalidArgument, "{field}: {err:?}");
+        assert!(err.message().contains(field), "{field}: {}", err.message());
+    }
+    assert_eq!(amount(budget_of(&mut admin, "schedule-email").await), None);
+    server.stop().await;
+
+    // A server that does not create request-unit buckets refuses a tier's
+    // request-unit budget rather than leave it unapplied.
+    let strict = TestServer::new(
+        backend,
+        BucketSettings {
+            unconfigured_tenants: tollgate_server::store::UnconfiguredTenants::Reject,
+            ..BucketSettings::default()
+        },
+    )
+    .await;
+    let mut admin = strict.admin().await;
+    let err = admin
+        .put_tier(v1::PutTierRequest {
+            tier: Some(tier_with_budgets(vec![ru])),
+            ..Default::default()
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(
+        err.message().contains("request-unit budget"),
+        "{}",
+        err.message()
+    );
+    strict.stop().await;
+}
+
 for_each_store!(
+    tiers_carry_budgets_to_their_tenants,
     closed_cycles_past_the_retention_are_pruned,
     pods_drive_a_cycle_within_the_budget_and_the_next_resets_it,
     bad_budgets_are_refused_naming_the_field_and_change_nothing,

@@ -366,6 +366,31 @@ async fn apply(server: &AdminServerArg, a: ApplyArgs) -> anyhow::Result<()> {
         .context("list the server's tiers")?
         .into_inner()
         .tiers;
+    // The file cannot express budgets yet: a tier with budgets it would
+    // replace (or prune) would lose them. Refuse, naming them.
+    for tier in &listed {
+        let touched = a.prune || declared.tiers.keys().any(|name| name.as_str() == tier.name);
+        if touched && !tier.budgets.is_empty() {
+            let buckets: Vec<String> = tier
+                .budgets
+                .iter()
+                .map(|b| {
+                    if b.bucket.is_empty() {
+                        "the request-unit bucket".to_owned()
+                    } else {
+                        format!("{:?}", b.bucket)
+                    }
+                })
+                .collect();
+            anyhow::bail!(
+                "tier {} has budgets ({}), which the tiers file cannot carry yet: applying {} would remove them. Change tier {} through PutTier instead; nothing was changed",
+                tier.name,
+                buckets.join(", "),
+                name,
+                tier.name
+            );
+        }
+    }
     let current = listed
         .iter()
         .map(tier_from_proto)

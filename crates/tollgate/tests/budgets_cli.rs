@@ -144,3 +144,83 @@ fn bad_budgets_are_refused_naming_what_is_wrong() {
     assert!(err.contains("has no budget"), "nothing was set: {err}");
     server.stop();
 }
+
+/// `tier apply` from a file, which cannot carry budgets yet, refuses to
+/// touch a tier that has them (set through PutTier) rather than remove
+/// them, and changes nothing.
+#[test]
+fn tier_apply_refuses_a_tier_with_budgets_it_would_remove() {
+    use tollgate_proto::v1;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("tollgate.redb"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let tier = v1::Tier {
+        name: "free".into(),
+        buckets: vec![v1::BucketDefinition {
+            bucket: "schedule-email".into(),
+            refill_rate: 1.0,
+            burst_limit: 10.0,
+            initial_tokens: None,
+            kind: v1::BucketKind::Shared.into(),
+        }],
+        budgets: vec![v1::Budget {
+            bucket: "schedule-email".into(),
+            amount: 1_000.0,
+            cycle: Some(v1::BudgetCycle {
+                period: v1::BudgetPeriod::Monthly.into(),
+                ..Default::default()
+            }),
+            at_limit: v1::BudgetAtLimit::Stop.into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let url = server.url.clone();
+    let budgets_kept = move |tier: Option<v1::Tier>| {
+        runtime.block_on(async {
+            let mut admin = v1::admin_client::AdminClient::connect(url.clone())
+                .await
+                .expect("connect");
+            if let Some(tier) = tier {
+                admin
+                    .put_tier(v1::PutTierRequest {
+                        tier: Some(tier),
+                        dry_run: false,
+                    })
+                    .await
+                    .expect("put tier");
+            }
+            admin
+                .get_tier(v1::GetTierRequest {
+                    name: "free".into(),
+                })
+                .await
+                .expect("get tier")
+                .into_inner()
+                .tier
+                .expect("tier")
+                .budgets
+                .len()
+        })
+    };
+    assert_eq!(budgets_kept(Some(tier)), 1);
+    let file = dir.path().join("tiers.toml");
+    std::fs::write(
+        &file,
+        "[tiers.free.buckets.schedule-email]\nrefill_rate = 2\nburst_limit = 20\n",
+    )
+    .expect("write the tiers file");
+    let err = refused(&server.tollgate(&[
+        "tier",
+        "apply",
+        "-f",
+        file.to_str().expect("utf-8"),
+        "--yes",
+    ]));
+    assert!(
+        err.contains("tier free has budgets") && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(budgets_kept(None), 1, "the tier kept its budget");
+    server.stop();
+}

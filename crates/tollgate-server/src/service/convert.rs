@@ -269,6 +269,13 @@ pub fn tier_from_proto(tier: Option<v1::Tier>) -> Result<(TierName, Tier), Inval
             .iter()
             .map(|t| (t.table.as_str(), table_limits_from_proto(t))),
     )?;
+    let budgets = wire
+        .budgets
+        .iter()
+        .enumerate()
+        .map(|(i, b)| budget_at(&format!("tier.budgets[{i}]"), b))
+        .collect::<Result<Vec<_>, InvalidInput>>()?;
+    tier.budgets = tollgate_core::tier::tier_budgets(&tier, "tier.budgets", budgets)?;
     Ok((name, tier))
 }
 
@@ -345,6 +352,11 @@ pub fn tier_to_proto(name: &TierName, tier: &Tier) -> v1::Tier {
             .tables
             .iter()
             .map(|(table, limits)| table_limits_to_proto(table, limits))
+            .collect(),
+        budgets: tier
+            .budgets
+            .iter()
+            .map(|(bucket, budget)| budget_to_proto(bucket, budget))
             .collect(),
     }
 }

@@ -276,6 +276,9 @@ pub fn tier_to_proto(name: &TierName, tier: &TierDefinition) -> v1::Tier {
             .iter()
             .map(|(table, limits)| table_to_proto(table, limits))
             .collect(),
+        // The tiers file does not carry budgets yet; `apply` refuses to
+        // touch a tier that has them rather than remove them.
+        budgets: Vec::new(),
     }
 }
 
@@ -438,6 +441,7 @@ mod tests {
                 max_reads_per_second: Some(100.0),
                 max_writes_per_second: None,
             }],
+            budgets: Vec::new(),
         };
         let (name, defined) = tier_from_proto(&tier).expect("valid");
         assert_eq!(tier_to_proto(&name, &defined), tier);

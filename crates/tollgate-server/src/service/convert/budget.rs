@@ -14,6 +14,21 @@ use super::timestamp_to_proto;
 /// The bucket and budget a request carries, checked.
 pub fn budget_from_proto(wire: Option<&v1::Budget>) -> Result<(BucketName, Budget), InvalidInput> {
     let wire = wire.ok_or_else(|| InvalidInput::new("budget", "must be set"))?;
+    checked_budget(wire)
+}
+
+/// A budget at `field` of a request (`tier.budgets[2]`), checked; its
+/// refusals name the field under it.
+pub fn budget_at(field: &str, wire: &v1::Budget) -> Result<(BucketName, Budget), InvalidInput> {
+    checked_budget(wire).map_err(|e| {
+        e.renamed(|name| match name.strip_prefix("budget") {
+            Some(rest) => format!("{field}{rest}"),
+            None => name.to_owned(),
+        })
+    })
+}
+
+fn checked_budget(wire: &v1::Budget) -> Result<(BucketName, Budget), InvalidInput> {
     let bucket = BucketName::parse("budget.bucket", &wire.bucket)?;
     let cycle = cycle_from_proto(wire.cycle.as_ref())?;
     let at_limit = match (wire.at_limit(), wire.baseline.as_ref()) {

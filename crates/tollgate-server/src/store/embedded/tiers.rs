@@ -172,6 +172,9 @@ pub(super) fn put_tier(
     now: Timestamp,
     settings: &BucketSettings,
 ) -> Result<Result<PutTierOutcome, StoreError>, StoreError> {
+    if let Err(refused) = tier::may_put_tier(name, tier, settings.unconfigured_tenants.defaults()) {
+        return Ok(Err(refused.into()));
+    }
     let mut tiers = txn.open_table(TIERS).map_err(storage("open tiers"))?;
     let before = read_tier(&tiers, name)?;
     let stored = tier::stamp_tier(tier, before.as_ref(), now);

@@ -72,6 +72,7 @@ pub(super) async fn put_tier_by(
     call: &AdminCall,
 ) -> Result<PutTierOutcome, StoreError> {
     let inner = &*store.inner;
+    tier::may_put_tier(name, tier, inner.settings.unconfigured_tenants.defaults())?;
     inner
         .run("put tier", call.dry_run, || async move {
             let mut client = inner.pool.get().await?;
