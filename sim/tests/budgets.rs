@@ -14,6 +14,9 @@ use tollgate_sim::workload::Workload;
 
 /// A pod's initial allowance, the client's default.
 const INITIAL_TOKENS: f64 = 1_000.0;
+/// The most requests a pod may send per minute on these workloads: a pod
+/// renews about every 10 s (6 a minute), more with loss and retries.
+const MAX_REQUESTS_PER_POD_MINUTE: f64 = 40.0;
 
 struct Case {
     yaml: String,
@@ -88,6 +91,7 @@ fn grants_stay_within_the_budget_and_consumption_within_the_stated_bound() {
     let mut worst_share = 0.0f64;
     let mut worst_of_amount = 0.0f64;
     let mut worst_tokens = 0.0f64;
+    let mut worst_rate = 0.0f64;
     let mut reached = 0;
     let cases = 200;
     for seed in 0..cases {
@@ -97,7 +101,9 @@ fn grants_stay_within_the_budget_and_consumption_within_the_stated_bound() {
         let run = simulate(&workload, &spec, Policy::Shares).expect("runs");
         let outcome = run.budget.clone().expect("a budget outcome");
         let end = workload.duration.as_secs_f64();
-        let past = outcome.reached_at.map_or(0.0, |t| end - t);
+        // Past the limit: the baseline since, and one target request period
+        // (the client's 10 s) ahead.
+        let past = outcome.reached_at.map_or(0.0, |t| end - t + 10.0);
         let allowed = outcome.amount + case.throttle_rate.unwrap_or(0.0) * past;
         assert!(
             outcome.granted <= allowed * (1.0 + 1e-9),
@@ -117,11 +123,21 @@ fn grants_stay_within_the_budget_and_consumption_within_the_stated_bound() {
             case.yaml
         );
         worst_share = worst_share.max(beyond / bound);
+        // Pods at their budget ask about as often as pods without one (8
+        // requests a pod-minute on these workloads): a grant the budget
+        // cut goes out over a whole period.
+        let rate = run.server_requests as f64 / run.pod_minutes;
+        assert!(
+            rate <= MAX_REQUESTS_PER_POD_MINUTE,
+            "seed {seed}: {rate:.1} requests per pod-minute\n{}",
+            case.yaml
+        );
+        worst_rate = worst_rate.max(rate);
         worst_of_amount = worst_of_amount.max(beyond / allowed);
         worst_tokens = worst_tokens.max(beyond);
     }
     eprintln!(
-        "budgets: {reached} of {cases} workloads reached their budget; consumption beyond what the budget allows: at most {worst_tokens:.0} tokens, {:.2} % of the bound (pods x initial allowance + fallback tokens), {:.2} % of the allowed amount",
+        "budgets: {reached} of {cases} workloads reached their budget; consumption beyond what the budget allows: at most {worst_tokens:.0} tokens, {:.2} % of the bound (pods x initial allowance + fallback tokens), {:.2} % of the allowed amount; at most {worst_rate:.1} requests per pod-minute",
         worst_share * 100.0,
         worst_of_amount * 100.0
     );

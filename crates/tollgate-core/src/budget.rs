@@ -20,11 +20,18 @@
 //!     kept aside and come back with the next cycle), starting empty, with
 //!     the trickles it had handed out forgiven (the budget paid for them),
 //!     and the cap is the amount plus the baseline rate times the time
-//!     since the limit was reached, minus the spend: so spend ≤ amount +
-//!     baseline rate × time past the limit, exactly, whatever the pods do.
+//!     since the limit was reached and one target request period ahead,
+//!     minus the spend: so spend ≤ amount + baseline rate × (time past the
+//!     limit + one period), exactly, whatever the pods do. (The period
+//!     ahead lets the baseline go out as trickles, each a period of refill
+//!     granted at once; cut to the refill accrued so far, every grant would
+//!     be a sliver and pods would ask again at once, a storm of requests.)
 //!
 //!   Tokens charged for a fallback come after the fact: they can take the
-//!   spend beyond the cap (and only lower later caps).
+//!   spend beyond the cap (and only lower later caps). A grant the cap cuts
+//!   goes out over the request's whole target period
+//!   (`global_bucket::request`), so a pod at its budget asks about once a
+//!   period, as without one, rather than at once for slivers.
 //! - **Thresholds** fire once per cycle each, in the transaction that
 //!   crossed them, as [`BudgetEvent`]s the store keeps for delivery: on the
 //!   spend (percent of the amount), or on the forecast.
@@ -472,15 +479,32 @@ impl BucketBudget {
 
     /// The most the next grant may hand out, in tokens.
     pub fn cap(&self, now: Timestamp) -> f64 {
+        self.cap_with_lead(now, std::time::Duration::ZERO)
+    }
+
+    /// What remains at `now` of the amount (plus, past the limit under
+    /// `throttle`, the baseline's refill until `lead` after now).
+    fn cap_with_lead(&self, now: Timestamp, lead: std::time::Duration) -> f64 {
         let spend = self.state.usage.spend();
         let allowed = match (self.budget.at_limit, self.state.limit_reached_at) {
             (AtLimit::Notify, _) => return f64::INFINITY,
             (AtLimit::Throttle { baseline }, Some(reached_at)) => {
-                self.budget.amount + baseline.refill_rate * now.seconds_since(reached_at)
+                self.budget.amount
+                    + baseline.refill_rate * (now.seconds_since(reached_at) + lead.as_secs_f64())
             }
             (AtLimit::Throttle { .. } | AtLimit::Stop, _) => self.budget.amount,
         };
         (allowed - spend).max(0.0)
+    }
+
+    /// The most a grant at `now` to a pod renewing every `period` may hand
+    /// out: [`BucketBudget::cap`], and under `throttle` past the limit one
+    /// period of the baseline's refill more. A throttled bucket hands out
+    /// its baseline as trickles, each taken from a period of future refill
+    /// at once; without the lead, every trickle would be cut to the refill
+    /// accrued so far, and pods would ask again at once, over and over.
+    pub fn grant_cap(&self, now: Timestamp, period: std::time::Duration) -> f64 {
+        self.cap_with_lead(now, period)
     }
 
     /// The spend rate at `now`, tokens per second.

@@ -986,11 +986,18 @@ pub fn request(
                 now,
             );
             budget.events.extend(charged.events);
-            b.cap(now)
+            b.grant_cap(now, req.target_request_period)
         }
         None => f64::INFINITY,
     };
     let (mut grant, commitment) = grant(&mut next, req, config, still_committed, cap);
+    if cap < req.requested_tokens && grant.trickle_duration < req.target_request_period {
+        // The budget binds: what it allows goes out over the whole period
+        // (nothing, if it allows nothing), so the pod asks again about a
+        // period later rather than at once, again and again, for slivers.
+        grant.trickle_duration = req.target_request_period;
+        grant.max_burst_tokens = grant.max_burst_tokens.max(grant.granted_tokens);
+    }
     grant.fallback_charged = Some(req.fallback_tokens);
     next.head.totals.granted_tokens += grant.granted_tokens;
     if let Some(instance) = next.instances.get_mut(&id) {

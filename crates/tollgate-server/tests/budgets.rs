@@ -170,7 +170,9 @@ async fn pods_drive_a_cycle_within_the_budget_and_the_next_resets_it(backend: Ba
         let past = reached_at.map_or(0.0, |at| {
             (clock.now().unix_micros() - at).max(0) as f64 / 1e6
         });
-        let bound = AMOUNT + BASELINE_RATE * past;
+        // Past the limit: the baseline since, and one target request
+        // period (10 s) ahead.
+        let bound = AMOUNT + BASELINE_RATE * reached_at.map_or(0.0, |_| past + 10.0);
         assert!(
             current.granted_tokens <= bound * (1.0 + 1e-12),
             "round {round}: granted {} beyond {bound}",

@@ -1383,7 +1383,7 @@ fn the_next_cycle_serves_again_and_keeps_the_record() {
 proptest! {
     /// Whatever pods ask, and whenever, a throttled budget never lets the
     /// cycle's grants exceed the amount plus the baseline rate times the
-    /// time since the limit was reached.
+    /// time since the limit was reached and one target period ahead.
     #[test]
     fn a_throttled_budget_grants_at_most_the_amount_plus_the_baseline(
         steps in proptest::collection::vec((1u32..5, 0.0f64..3_000.0, 0.0f64..20.0, 0.0f64..4.0), 1..120),
@@ -1399,7 +1399,11 @@ proptest! {
             let g = serve(&mut rows, &req(pod, seqs[pod as usize], tokens, shares), now);
             prop_assert!(g.granted_tokens >= 0.0);
             let b = rows.head.budget.as_ref().expect("a budget");
-            let past = b.state.limit_reached_at.map_or(0.0, |t| at(now).seconds_since(t));
+            // Past the limit: the baseline's refill since, and one period
+            // ahead (the trickles it hands out).
+            let past = b.state.limit_reached_at.map_or(0.0, |t| {
+                at(now).seconds_since(t) + PERIOD.as_secs_f64()
+            });
             let bound = 5_000.0 + baseline.refill_rate * past;
             prop_assert!(
                 b.state.usage.granted_tokens <= bound * (1.0 + 1e-12),
