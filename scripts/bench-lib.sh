@@ -5,6 +5,25 @@
 # them: build the
 # release binary, start and stop `tollgate serve`, run `tollgate bench`.
 
+# A fresh store of kind $1 (embedded or postgres), its schema made by the
+# binary $2 (default SERVER_BIN, else BIN): prints the serve arguments.
+# PostgreSQL needs PSQL, BASE_URL, DB (the database, dropped and made
+# again) and BENCH_URL (its URL).
+fresh_store() {
+    case $1 in
+    embedded)
+        rm -f "$OUT/embedded.redb"
+        echo "--store $OUT/embedded.redb --create"
+        ;;
+    postgres)
+        "$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >&2
+        RUST_LOG=warn "${2:-${SERVER_BIN:-$BIN}}" migrate --store "$BENCH_URL" >/dev/null
+        echo "--store $BENCH_URL"
+        ;;
+    *) echo "unknown store $1 (embedded, postgres)" >&2; exit 2 ;;
+    esac
+}
+
 # A database on the same server as URL $1, named $2.
 database_url() {
     python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$1" "$2"

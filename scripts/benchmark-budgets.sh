@@ -33,21 +33,6 @@ BENCH_URL=$(database_url "$BASE_URL" "$DB")
 
 build_fresh
 
-fresh_store() { # store: prints the serve arguments
-    case $1 in
-    embedded)
-        rm -f "$OUT/embedded.redb"
-        echo "--store $OUT/embedded.redb --create"
-        ;;
-    postgres)
-        "$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >&2
-        RUST_LOG=warn "$BIN" migrate --store "$BENCH_URL" >/dev/null
-        echo "--store $BENCH_URL"
-        ;;
-    *) echo "unknown store $1 (embedded, postgres)" >&2; exit 2 ;;
-    esac
-}
-
 give_budgets() {
     for i in $(seq 0 $((TENANTS - 1))); do
         TOLLGATE_SERVER=$SERVER "$BIN" budget set --tenant "bench-$i" --amount 1e15 \

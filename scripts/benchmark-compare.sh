@@ -72,21 +72,6 @@ cargo build --release --locked -q -p tollgate
 NEW_BIN=$OUT/tollgate-new
 cp "$BIN" "$NEW_BIN"
 
-fresh_store() { # store, server binary: prints the serve arguments
-    case $1 in
-    embedded)
-        rm -f "$OUT/embedded.redb"
-        echo "--store $OUT/embedded.redb --create"
-        ;;
-    postgres)
-        "$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >&2
-        RUST_LOG=warn "$2" migrate --store "$BENCH_URL" >/dev/null
-        echo "--store $BENCH_URL"
-        ;;
-    *) echo "unknown store $1 (embedded, postgres)" >&2; exit 2 ;;
-    esac
-}
-
 run_one() { # which (old|new), store, round
     local which=$1 store=$2 round=$3 server_bin args
     if [[ $which == old ]]; then server_bin=$OLD_BIN; else server_bin=$NEW_BIN; fi

@@ -331,13 +331,6 @@ pub struct BucketBudget {
     pub state: BudgetState,
 }
 
-/// What recording a grant changed.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Recorded {
-    /// Thresholds crossed, in order.
-    pub events: Vec<BudgetEvent>,
-}
-
 /// Where a budget stands in its cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Standing {
@@ -521,7 +514,7 @@ impl BucketBudget {
     }
 
     /// Counts what a request was granted, charged and reported, and fires
-    /// the thresholds it crossed. At the limit under `throttle`, switches
+    /// the thresholds it crossed (their events, in order). At the limit under `throttle`, switches
     /// `bucket` to the baseline: its own limits kept aside, empty, its
     /// trickles' commitments forgiven.
     pub fn record(
@@ -531,7 +524,7 @@ impl BucketBudget {
         fallback: f64,
         consumption: &Consumption,
         now: Timestamp,
-    ) -> Recorded {
+    ) -> Vec<BudgetEvent> {
         let usage = &mut self.state.usage;
         usage.granted_tokens += granted;
         usage.fallback_tokens += fallback;
@@ -562,10 +555,12 @@ impl BucketBudget {
         bucket.committed_rate = 0.0;
     }
 
-    fn fire(&mut self, now: Timestamp) -> Recorded {
+    /// Fires the thresholds reached and not fired yet in this cycle: their
+    /// events, in order.
+    fn fire(&mut self, now: Timestamp) -> Vec<BudgetEvent> {
         let spend = self.state.usage.spend();
         let forecast = self.forecast(now);
-        let mut recorded = Recorded::default();
+        let mut events = Vec::new();
         for threshold in &self.budget.thresholds {
             let value = match threshold.on {
                 Measure::Spend => spend,
@@ -574,7 +569,7 @@ impl BucketBudget {
             let target = self.budget.amount * f64::from(threshold.percent) / 100.0;
             if reached(value, target) && !self.state.fired.contains(threshold) {
                 self.state.fired.push(*threshold);
-                recorded.events.push(BudgetEvent {
+                events.push(BudgetEvent {
                     cycle: self.state.cycle,
                     threshold: *threshold,
                     amount: self.budget.amount,
@@ -584,7 +579,7 @@ impl BucketBudget {
                 });
             }
         }
-        recorded
+        events
     }
 
     /// Replaces the budget mid-cycle (a cycle already over is closed

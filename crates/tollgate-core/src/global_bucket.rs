@@ -985,7 +985,7 @@ pub fn request(
                 &req.consumption,
                 now,
             );
-            budget.events.extend(charged.events);
+            budget.events.extend(charged);
             b.grant_cap(now, req.target_request_period)
         }
         None => f64::INFINITY,
@@ -1020,7 +1020,7 @@ pub fn request(
             &Consumption::default(),
             now,
         );
-        budget.events.extend(granted.events);
+        budget.events.extend(granted);
         if !b.fallback_allowed() {
             grant.fallback_rate = 0.0;
             if let Some(instance) = next.instances.get_mut(&id) {

@@ -232,11 +232,7 @@ fn notify_never_caps() {
     let mut state = bucket(100.0);
     let recorded = b.record(&mut state, 5_000.0, 0.0, &Consumption::default(), at(1.0));
     assert_eq!(b.cap(at(1.0)), f64::INFINITY);
-    let fired: Vec<u32> = recorded
-        .events
-        .iter()
-        .map(|e| e.threshold.percent)
-        .collect();
+    let fired: Vec<u32> = recorded.iter().map(|e| e.threshold.percent).collect();
     assert_eq!(fired, vec![50, 75, 90, 100]);
 }
 
@@ -274,8 +270,8 @@ fn thresholds_fire_once_per_cycle() {
     let mut b = budget(1_000.0, AtLimit::Notify);
     let mut state = bucket(100.0);
     let none = Consumption::default();
-    let percents = |r: Recorded| {
-        r.events
+    let percents = |events: Vec<BudgetEvent>| {
+        events
             .iter()
             .map(|e| e.threshold.percent)
             .collect::<Vec<_>>()

@@ -110,6 +110,19 @@ impl AdminService {
 
     /// Applies a tenant change and logs it; a dry run changes nothing
     /// and is not logged.
+    /// Bucket `key` as the store holds it; `operation` names the call in
+    /// a refusal.
+    async fn bucket(
+        &self,
+        key: &tollgate_core::BucketKey,
+        operation: &'static str,
+    ) -> Result<BucketSnapshot, Status> {
+        self.store
+            .get_bucket(key)
+            .await
+            .map_err(|e| status(operation, e))
+    }
+
     async fn change(
         &self,
         caller: &Caller,
@@ -139,11 +152,11 @@ const DEFAULT_USAGE_CYCLES: usize = 12;
 const MAX_USAGE_CYCLES: usize = 1_000;
 
 /// A bucket's budget as it stands at the snapshot's clock, if it has one.
-fn budget_status(snapshot: &BucketSnapshot, tenant: &TenantId) -> Option<v1::BudgetStatus> {
+fn budget_status(snapshot: &BucketSnapshot) -> Option<v1::BudgetStatus> {
     let budget = snapshot.head.budget.as_ref()?;
     let view = budget.view(&snapshot.head.state, snapshot.read_at);
     Some(convert::status_to_proto(
-        tenant.as_str(),
+        snapshot.key.tenant.as_str(),
         &snapshot.key.bucket,
         &view,
         snapshot.read_at,
@@ -177,11 +190,7 @@ impl admin_server::Admin for AdminService {
         edge::enter(&request)?;
         let req = request.into_inner();
         let key = convert::bucket_key(&req.tenant_id, &req.bucket).map_err(invalid)?;
-        let snapshot = self
-            .store
-            .get_bucket(&key)
-            .await
-            .map_err(|e| status("get tenant", e))?;
+        let snapshot = self.bucket(&key, "get tenant").await?;
         let mut tenants = vec![convert::bucket_to_proto(&snapshot)];
         self.add_states(&mut tenants, "get tenant").await?;
         Ok(Response::new(v1::GetTenantResponse {
@@ -631,7 +640,7 @@ impl admin_server::Admin for AdminService {
             .buckets
             .iter()
             .find(|b| b.key.bucket == bucket)
-            .and_then(|b| budget_status(b, &tenant));
+            .and_then(budget_status);
         Ok(Response::new(v1::SetBudgetResponse { status }))
     }
 
@@ -665,13 +674,9 @@ impl admin_server::Admin for AdminService {
         edge::enter(&request)?;
         let req = request.into_inner();
         let key = convert::bucket_key(&req.tenant_id, &req.bucket).map_err(invalid)?;
-        let snapshot = self
-            .store
-            .get_bucket(&key)
-            .await
-            .map_err(|e| status("get budget", e))?;
+        let snapshot = self.bucket(&key, "get budget").await?;
         Ok(Response::new(v1::GetBudgetResponse {
-            status: budget_status(&snapshot, &key.tenant),
+            status: budget_status(&snapshot),
         }))
     }
 
@@ -692,11 +697,7 @@ impl admin_server::Admin for AdminService {
                 )));
             }
         };
-        let snapshot = self
-            .store
-            .get_bucket(&key)
-            .await
-            .map_err(|e| status("get usage", e))?;
+        let snapshot = self.bucket(&key, "get usage").await?;
         let mut out = Vec::new();
         let view = snapshot
             .head

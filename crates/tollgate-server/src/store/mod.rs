@@ -656,71 +656,67 @@ const SWEEP_ROUNDS: usize = 10;
 pub const PRUNE_INTERVAL: Duration = Duration::from_secs(3_600);
 
 /// Prunes closed budget cycles past their retention every `interval`,
-/// [`SWEEP_BATCH`] records a transaction, until the task is dropped. A
-/// failed prune is tried again at the next interval; it is logged once per
-/// run of failures.
+/// [`SWEEP_BATCH`] records a transaction, until the task is dropped.
 pub async fn prune_budget_cycles(store: Arc<dyn Store>, interval: Duration) {
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut failing = false;
-    loop {
-        ticks.tick().await;
-        for _ in 0..SWEEP_ROUNDS {
-            match store.prune_budget_cycles(SWEEP_BATCH).await {
-                Ok(removed) => {
-                    failing = false;
-                    if removed > 0 {
-                        tracing::info!(removed, "pruned closed budget cycles past their retention");
-                    }
-                    if (removed as usize) < SWEEP_BATCH {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    if !std::mem::replace(&mut failing, true) {
-                        tracing::warn!(error = %e, "pruning closed budget cycles failed; trying again at the next interval");
-                    }
-                    break;
-                }
-            }
+    every(interval, "pruning closed budget cycles", || async {
+        let removed = store.prune_budget_cycles(SWEEP_BATCH).await?;
+        if removed > 0 {
+            tracing::info!(removed, "pruned closed budget cycles past their retention");
         }
-    }
+        Ok(removed as usize >= SWEEP_BATCH)
+    })
+    .await
 }
 
 /// Removes idle keys and expired check records from `store` every
 /// `interval`, `batch` rows a transaction, until the task is dropped. A
-/// failed sweep is tried again next time (a key left behind only takes
-/// room: a check finds it full all the same); the first failure of a run
-/// of them is logged as a warning, the rest at debug level, so an outage
-/// of the store does not fill the log.
+/// key left behind by a failed sweep only takes room: a check finds it
+/// full all the same.
 pub async fn sweep_idle_keys(store: Arc<dyn Store>, interval: Duration, batch: usize) {
+    every(interval, "sweep of idle keys", || async {
+        let sweep = store.sweep_keys(batch).await?;
+        if sweep.keys > 0 || sweep.records > 0 {
+            tracing::debug!(
+                keys = sweep.keys,
+                records = sweep.records,
+                "swept idle keys and expired check records"
+            );
+        }
+        Ok(sweep.more)
+    })
+    .await
+}
+
+/// Runs `round` every `interval` until the task is dropped, up to
+/// [`SWEEP_ROUNDS`] times back to back while it answers that more work
+/// waits. A failed round is tried again at the next interval; the first
+/// failure of a run of them is logged as a warning, the rest at debug
+/// level, so an outage of the store does not fill the log.
+async fn every<F, Fut>(interval: Duration, what: &'static str, mut round: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, StoreError>>,
+{
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
     loop {
         ticks.tick().await;
         for _ in 0..SWEEP_ROUNDS {
-            match store.sweep_keys(batch).await {
-                Ok(sweep) => {
+            match round().await {
+                Ok(more) => {
                     if std::mem::take(&mut failing) {
-                        tracing::info!("sweep of idle keys works again");
+                        tracing::info!("{what} works again");
                     }
-                    if sweep.keys > 0 || sweep.records > 0 {
-                        tracing::debug!(
-                            keys = sweep.keys,
-                            records = sweep.records,
-                            "swept idle keys and expired check records"
-                        );
-                    }
-                    if !sweep.more {
+                    if !more {
                         break;
                     }
                 }
                 Err(e) => {
                     if std::mem::replace(&mut failing, true) {
-                        tracing::debug!(error = %e, "sweep of idle keys failed again");
+                        tracing::debug!(error = %e, "{what} failed again");
                     } else {
-                        tracing::warn!(error = %e, "sweep of idle keys failed; trying again every second");
+                        tracing::warn!(error = %e, "{what} failed; trying again every {interval:?}");
                     }
                     break;
                 }

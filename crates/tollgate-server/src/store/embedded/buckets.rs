@@ -4,13 +4,16 @@
 
 use super::*;
 
-/// Writes back what a transaction script changed.
+/// Writes back what a transaction script changed, the closed budget
+/// cycles and crossed thresholds with it.
 pub(super) fn write_back(
+    txn: &WriteTransaction,
     buckets: &mut BucketsTable<'_>,
     instances: &mut InstancesTable<'_>,
     batch: &Batch,
 ) -> Result<(), StoreError> {
     for write in batch.writes() {
+        budgets::keep(txn, write.key, write.closed_cycles, write.budget_events)?;
         let (t, b) = (write.key.tenant.as_str(), write.key.bucket.as_str());
         if write.insert {
             delete_instances(instances, write.key)?;
@@ -287,8 +290,7 @@ impl Writer {
             }
         }
         let answer = batch.serve(key, request, now, &self.settings.bucket);
-        write_back(&mut buckets, &mut instances, &batch)?;
-        budgets::write_batch(txn, &batch)?;
+        write_back(txn, &mut buckets, &mut instances, &batch)?;
         Ok(match answer {
             Answer::Granted(grant) => Ok(Served { grant, batch, now }),
             Answer::Refused(e) => Err(e.into()),

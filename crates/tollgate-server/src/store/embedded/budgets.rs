@@ -145,14 +145,6 @@ fn open_if_there<K: redb::Key + 'static, V: redb::Value + 'static>(
     }
 }
 
-/// Everything a committed batch of token-bucket requests closed or crossed.
-pub(super) fn write_batch(txn: &WriteTransaction, batch: &Batch) -> Result<(), StoreError> {
-    for write in batch.writes() {
-        keep(txn, write.key, write.closed_cycles, write.budget_events)?;
-    }
-    Ok(())
-}
-
 /// `key`'s closed cycles, newest first, at most `limit`.
 pub(super) fn read_cycles(
     txn: &redb::ReadTransaction,

@@ -20,12 +20,7 @@ pub(super) struct BudgetRows<'a> {
     cycle_starts: Vec<i64>,
     cycle_ends: Vec<i64>,
     cycle_records: Vec<String>,
-    event_tenants: Vec<&'a str>,
-    event_buckets: Vec<&'a str>,
-    event_cycles: Vec<i64>,
-    event_thresholds: Vec<String>,
-    event_documents: Vec<String>,
-    event_times: Vec<i64>,
+    events: EventColumns<'a>,
 }
 
 impl<'a> BudgetRows<'a> {
@@ -46,14 +41,7 @@ impl<'a> BudgetRows<'a> {
             self.cycle_records.push(document);
         }
         for event in events {
-            let document = serde_json::to_string(event)
-                .map_err(|e| StoreError::internal("encode a budget event", e))?;
-            self.event_tenants.push(key.tenant.as_str());
-            self.event_buckets.push(key.bucket.as_str());
-            self.event_cycles.push(event.cycle.start.unix_micros());
-            self.event_thresholds.push(event.threshold.label());
-            self.event_documents.push(document);
-            self.event_times.push(event.at.unix_micros());
+            self.events.push(key, &KeptEvent::new(event.clone()))?;
         }
         Ok(())
     }
@@ -63,7 +51,7 @@ impl<'a> BudgetRows<'a> {
     }
 
     pub(super) fn has_events(&self) -> bool {
-        !self.event_tenants.is_empty()
+        !self.events.tenants.is_empty()
     }
 
     pub(super) fn cycle_params(&self) -> [&(dyn ToSql + Sync); 5] {
@@ -76,15 +64,8 @@ impl<'a> BudgetRows<'a> {
         ]
     }
 
-    pub(super) fn event_params(&self) -> [&(dyn ToSql + Sync); 6] {
-        [
-            &self.event_tenants,
-            &self.event_buckets,
-            &self.event_cycles,
-            &self.event_thresholds,
-            &self.event_documents,
-            &self.event_times,
-        ]
+    pub(super) fn event_params(&self) -> [&(dyn ToSql + Sync); 9] {
+        self.events.as_params()
     }
 }
 
@@ -148,21 +129,33 @@ fn key_of(row: &Row) -> Result<(TenantId, tollgate_core::BucketName), StoreError
     ))
 }
 
+/// Appends closed cycles, each of its bucket, in `txn` (a tenant change
+/// or delete, an import); sends nothing if there are none.
+pub(super) async fn insert_cycles<'a>(
+    txn: &deadpool_postgres::Transaction<'_>,
+    cycles: impl IntoIterator<Item = (&'a BucketKey, &'a CycleRecord)>,
+) -> Result<(), TxError> {
+    let mut rows = BudgetRows::default();
+    for (key, record) in cycles {
+        rows.push(key, std::slice::from_ref(record), &[])?;
+    }
+    if rows.has_cycles() {
+        let insert = txn.prepare_cached(sql::INSERT_BUDGET_CYCLES).await?;
+        txn.execute(&insert, &rows.cycle_params()).await?;
+    }
+    Ok(())
+}
+
 /// Loads an image's cycles and events, `chunk` rows per statement.
 pub(super) async fn import(
     txn: &deadpool_postgres::Transaction<'_>,
     image: &StoreImage,
     chunk: usize,
 ) -> Result<(), TxError> {
-    let insert_cycles = txn.prepare_cached(sql::INSERT_BUDGET_CYCLES).await?;
     for part in image.cycles.chunks(chunk) {
-        let mut rows = BudgetRows::default();
-        for (key, record) in part {
-            rows.push(key, std::slice::from_ref(record), &[])?;
-        }
-        txn.execute(&insert_cycles, &rows.cycle_params()).await?;
+        insert_cycles(txn, part.iter().map(|(key, record)| (key, record))).await?;
     }
-    let insert_events = txn.prepare_cached(sql::IMPORT_BUDGET_EVENTS).await?;
+    let insert_events = txn.prepare_cached(sql::INSERT_BUDGET_EVENTS).await?;
     for part in image.events.chunks(chunk) {
         let mut columns = EventColumns::default();
         for (key, kept) in part {
@@ -173,8 +166,8 @@ pub(super) async fn import(
     Ok(())
 }
 
-/// The parameters of `import_budget_events.sql`: an array per column, an
-/// event per index.
+/// The parameters of `insert_budget_events.sql`: an array per column, an
+/// event per index, with its delivery so far (none for a new one).
 #[derive(Default)]
 struct EventColumns<'a> {
     tenants: Vec<&'a str>,

@@ -575,18 +575,14 @@ impl Store for PostgresStore {
                     })
                     .collect();
                 insert_closed(&txn, &closed).await?;
-                let cycles: Vec<_> = buckets
-                    .iter()
-                    .map(|b| tier::closed_cycles(&b.head, b.read_at))
-                    .collect();
-                let mut budget_rows = BudgetRows::default();
-                for (b, records) in buckets.iter().zip(&cycles) {
-                    budget_rows.push(&b.key, records, &[])?;
+                let mut cycles = Vec::new();
+                for b in &buckets {
+                    for record in tier::closed_cycles(&b.head, b.read_at) {
+                        cycles.push((b.key.clone(), record));
+                    }
                 }
-                if budget_rows.has_cycles() {
-                    let insert = txn.prepare_cached(sql::INSERT_BUDGET_CYCLES).await?;
-                    txn.execute(&insert, &budget_rows.cycle_params()).await?;
-                }
+                budgets::insert_cycles(&txn, cycles.iter().map(|(key, record)| (key, record)))
+                    .await?;
                 finish(txn, call.dry_run).await?;
                 Ok(DeletedTenant {
                     buckets: buckets

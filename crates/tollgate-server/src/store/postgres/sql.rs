@@ -79,4 +79,3 @@ query!(LIST_BUDGET_CYCLES, "list_budget_cycles.sql");
 query!(PRUNE_BUDGET_CYCLES, "prune_budget_cycles.sql");
 query!(EXPORT_BUDGET_CYCLES, "export_budget_cycles.sql");
 query!(EXPORT_BUDGET_EVENTS, "export_budget_events.sql");
-query!(IMPORT_BUDGET_EVENTS, "import_budget_events.sql");

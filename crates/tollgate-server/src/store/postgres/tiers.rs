@@ -310,19 +310,16 @@ pub(super) async fn change_in(
         txn.execute(&delete_bucket, &[&tenant_id, &name.as_str()])
             .await?;
     }
-    if !edit.closed_cycles.is_empty() {
-        let keys: Vec<_> = edit
-            .closed_cycles
-            .iter()
-            .map(|(name, _)| BucketKey::new(tenant.clone(), name.clone()))
-            .collect();
-        let mut rows = BudgetRows::default();
-        for (key, (_, record)) in keys.iter().zip(&edit.closed_cycles) {
-            rows.push(key, std::slice::from_ref(record), &[])?;
-        }
-        let insert_cycles = txn.prepare_cached(sql::INSERT_BUDGET_CYCLES).await?;
-        txn.execute(&insert_cycles, &rows.cycle_params()).await?;
-    }
+    let keys: Vec<_> = edit
+        .closed_cycles
+        .iter()
+        .map(|(name, _)| BucketKey::new(tenant.clone(), name.clone()))
+        .collect();
+    budgets::insert_cycles(
+        txn,
+        keys.iter().zip(edit.closed_cycles.iter().map(|(_, r)| r)),
+    )
+    .await?;
     let retirements = edit.retirements(tenant, &loaded, change.close_reason(), by, now);
     let closed: Vec<ClosedBucket> = retirements.iter().map(|r| r.closed.clone()).collect();
     insert_closed(txn, &closed).await?;
