@@ -577,6 +577,8 @@ def check_option_value(p, where, options, name, value):
     kind, allowed = options[name]
     ok = {
         "string": isinstance(value, str),
+        "strings": isinstance(value, str)
+        or (isinstance(value, list) and all(isinstance(v, str) for v in value)),
         "bool": isinstance(value, bool),
         "integer": isinstance(value, int) and not isinstance(value, bool),
         "number": isinstance(value, (int, float)) and not isinstance(value, bool),

@@ -52,6 +52,7 @@
 //!   so records still tile time.
 
 pub mod cycle;
+pub mod delivery;
 
 use serde::{Deserialize, Serialize};
 

@@ -7,6 +7,7 @@
 //!   validate every input at the edge and map store errors to gRPC status
 //!   codes.
 //! - [`telemetry`]: Prometheus metrics, gRPC health and `/readyz`.
+//! - [`webhooks`]: posting budget events to the webhooks configured.
 //! - [`run`]: serves every service, gRPC health and reflection on an
 //!   already-bound listener until a shutdown signal; the binary and the
 //!   integration tests share it.
@@ -40,6 +41,7 @@
 pub mod service;
 pub mod store;
 pub mod telemetry;
+pub mod webhooks;
 
 mod server;
 

@@ -35,6 +35,7 @@ use crate::store::{self, Store};
 use crate::telemetry::health::PROBE_INTERVAL;
 use crate::telemetry::rpc::RpcMetricsLayer;
 use crate::telemetry::{MetricsError, Telemetry};
+use crate::webhooks::WebhookOptions;
 
 /// Why the server could not run.
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +109,9 @@ pub struct GrpcOptions {
     /// Pod-facing requests pending at once; beyond them a request is
     /// refused at once ([`crate::service::admission`]).
     pub max_pending_requests: usize,
+    /// Where this server posts budget events, or none (the events wait in
+    /// the store for a server that has webhooks).
+    pub webhooks: Option<WebhookOptions>,
 }
 
 impl Default for GrpcOptions {
@@ -118,6 +122,7 @@ impl Default for GrpcOptions {
             pod_tokens: None,
             pod_tenants_from_certificates: false,
             max_pending_requests: admission::DEFAULT_MAX_PENDING,
+            webhooks: None,
         }
     }
 }
@@ -158,6 +163,7 @@ pub async fn run_with_options(
         pod_tokens,
         pod_tenants_from_certificates,
         max_pending_requests,
+        webhooks,
     } = options;
     if pod_tenants_from_certificates && tls.as_ref().is_none_or(|t| t.client_ca_pem.is_none()) {
         return Err(ServeError::CertificatesWithoutMutualTls);
@@ -200,10 +206,17 @@ pub async fn run_with_options(
         store::SWEEP_INTERVAL,
         store::SWEEP_BATCH,
     ));
-    let pruner = tokio::spawn(store::prune_budget_cycles(
+    let pruner = tokio::spawn(store::prune_budget_records(
         Arc::clone(&store),
         store::PRUNE_INTERVAL,
     ));
+    let deliverer = webhooks.map(|options| {
+        tokio::spawn(crate::webhooks::deliver_budget_events(
+            Arc::clone(&store),
+            options,
+            Some(Arc::clone(&telemetry.metrics)),
+        ))
+    });
     let health = Arc::clone(&telemetry.health);
     let shutdown = async move {
         shutdown.await;
@@ -267,14 +280,19 @@ pub async fn run_with_options(
             shutdown,
         )
         .await;
-    // The probe, the sweeper and the pruner hold the store: make sure they
-    // are gone before the owner closes or reopens the store.
+    // The probe, the sweeper, the pruner and the deliverer hold the store:
+    // make sure they are gone before the owner closes or reopens the store.
+    // (A delivery cut short leaves its claim to lapse.)
     probe.abort();
     let _ = probe.await;
     sweeper.abort();
     let _ = sweeper.await;
     pruner.abort();
     let _ = pruner.await;
+    if let Some(deliverer) = deliverer {
+        deliverer.abort();
+        let _ = deliverer.await;
+    }
     served?;
     tracing::info!(address = %local, "tollgate server stopped");
     Ok(())

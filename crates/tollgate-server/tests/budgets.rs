@@ -320,7 +320,7 @@ async fn pods_drive_a_cycle_within_the_budget_and_the_next_resets_it(backend: Ba
     let mut thresholds = Vec::new();
     while let Some(record) = rx.recv().await {
         if let Record::BudgetEvent { event, .. } = record {
-            assert!(event.delivered_at.is_none());
+            assert!(event.delivery.delivered_at.is_none());
             thresholds.push(event.event.threshold.label());
         }
     }
@@ -513,9 +513,18 @@ async fn closed_cycles_past_the_retention_are_pruned(backend: Backend) {
     );
     // Now is 2025-01-21: cycles that ended before 2025-01-11 go, in
     // batches.
-    assert_eq!(store.prune_budget_cycles(4).await.expect("prune"), 4);
-    assert_eq!(store.prune_budget_cycles(100).await.expect("prune"), 5);
-    assert_eq!(store.prune_budget_cycles(100).await.expect("prune"), 0);
+    assert_eq!(
+        store.prune_budget_records(4).await.expect("prune").cycles,
+        4
+    );
+    assert_eq!(
+        store.prune_budget_records(100).await.expect("prune").cycles,
+        5
+    );
+    assert_eq!(
+        store.prune_budget_records(100).await.expect("prune").cycles,
+        0
+    );
     let kept = store.budget_cycles(&key, 100).await.expect("cycles");
     assert_eq!(kept.len(), 10);
     let cutoff = utc("2025-01-11T00:00:00Z");

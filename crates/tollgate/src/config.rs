@@ -248,6 +248,45 @@ pub struct ServeOptions {
     /// cycle ended (13 months); each server prunes older ones every hour.
     #[arg(long, value_name = "DURATION")]
     pub budget_record_retention: Option<HumanDuration>,
+
+    /// Post budget events (a budget crossing a threshold) to this URL,
+    /// `http://` or `https://`; give it again, or a comma-separated list,
+    /// for several. Each event is posted to each until it answers 2xx,
+    /// with backoff, by any server of the store. Needs
+    /// --webhook-secret-file [default: none, events wait in the store].
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    pub webhook_url: Option<Vec<String>>,
+
+    /// The shared secret budget events are signed with
+    /// (`Tollgate-Signature`, HMAC-SHA256): the file's contents, 16 bytes
+    /// or more, a final newline ignored [default: none].
+    #[arg(long, value_name = "FILE")]
+    pub webhook_secret_file: Option<PathBuf>,
+
+    /// The longest a post to a webhook may take.
+    #[arg(long, value_name = "DURATION")]
+    pub webhook_timeout: Option<HumanDuration>,
+
+    /// How long a server holds the events it is posting: another server
+    /// takes up the events of one that died mid-delivery once this is
+    /// over. At least the timeout times the webhooks, a batch at once.
+    #[arg(long, value_name = "DURATION")]
+    pub webhook_lease: Option<HumanDuration>,
+
+    /// The longest wait before a failed post is tried again (the wait
+    /// starts at 1s and doubles).
+    #[arg(long, value_name = "DURATION")]
+    pub webhook_retry_max: Option<HumanDuration>,
+}
+
+/// Where budget events are posted (`--webhook-*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebhookConfig {
+    pub urls: Vec<String>,
+    pub secret_file: PathBuf,
+    pub timeout: Duration,
+    pub lease: Duration,
+    pub retry_max: Duration,
 }
 
 /// The files of the gRPC port's TLS (`--tls-*`).
@@ -451,6 +490,8 @@ pub struct ServeConfig {
     pub credentials_reload_interval: Duration,
     /// Pod-facing requests pending at once.
     pub max_pending_requests: usize,
+    /// Where budget events are posted; `None` without `--webhook-url`.
+    pub webhooks: Option<WebhookConfig>,
     /// The layer each option came from, by option name; options no layer
     /// set are absent.
     pub sources: BTreeMap<String, Source>,
@@ -566,6 +607,7 @@ impl ServeConfig {
             pod_tokens_file = self.pod_tokens_file.as_ref().map(|f| f.display().to_string()),
             tls_client_tenants = self.tls_client_tenants,
             budget_record_retention = %humantime::format_duration(self.settings.budget_record_retention),
+            webhooks = ?self.webhooks.as_ref().map(|w| &w.urls),
             set_by = %self.describe_sources(),
             "effective configuration"
         );
@@ -787,8 +829,45 @@ impl Layers {
             ));
         }
 
+        let webhooks = match (options.webhook_url.as_deref(), &options.webhook_secret_file) {
+            (None | Some([]), _) => None,
+            (Some(_), None) => {
+                return Err(bad(
+                    "webhook-url",
+                    &"needs --webhook-secret-file: budget events are always signed",
+                ));
+            }
+            (Some(urls), Some(secret_file)) => {
+                let timeout = required(options.webhook_timeout, "webhook-timeout")?.0;
+                let lease = required(options.webhook_lease, "webhook-lease")?.0;
+                let retry_max = required(options.webhook_retry_max, "webhook-retry-max")?.0;
+                for (option, value) in [
+                    ("webhook-timeout", timeout),
+                    ("webhook-lease", lease),
+                    ("webhook-retry-max", retry_max),
+                ] {
+                    if value.is_zero() {
+                        return Err(bad(option, &"must be more than zero"));
+                    }
+                }
+                let urls: Vec<String> = urls.iter().map(|u| u.trim().to_owned()).collect();
+                // The URLs are checked as the server will use them; the
+                // secret is read when the server starts.
+                tollgate_server::webhooks::WebhookOptions::new(urls.clone(), vec![0; 16])
+                    .map_err(|e| bad("webhook-url", &e))?;
+                Some(WebhookConfig {
+                    urls,
+                    secret_file: secret_file.clone(),
+                    timeout,
+                    lease,
+                    retry_max,
+                })
+            }
+        };
+
         Ok(ServeConfig {
             config_file,
+            webhooks,
             tls,
             admin_tokens_file: options.admin_tokens_file.clone(),
             pod_tokens_file: options.pod_tokens_file.clone(),
@@ -867,6 +946,14 @@ fn component_default(id: &str) -> Option<String> {
         "pg_max_batch" => postgres.max_batch.to_string(),
         "pg_connect_timeout" => duration(postgres.connect_timeout),
         "budget_record_retention" => duration(tollgate_core::budget::DEFAULT_RECORD_RETENTION),
+        "webhook_timeout" | "webhook_lease" | "webhook_retry_max" => {
+            let w = tollgate_server::webhooks::WebhookOptions::default_timing();
+            duration(match id {
+                "webhook_timeout" => w.timeout,
+                "webhook_lease" => w.lease,
+                _ => w.backoff.max,
+            })
+        }
         _ => return None,
     })
 }

@@ -20,7 +20,10 @@ use tollgate_server::store::Store;
 use tollgate_server::telemetry::{Telemetry, serve_http};
 use tollgate_server::{GrpcOptions, ServerTls};
 
-use crate::config::{ServeConfig, TlsFiles};
+use tollgate_core::budget::delivery::Backoff;
+use tollgate_server::webhooks::WebhookOptions;
+
+use crate::config::{ServeConfig, TlsFiles, WebhookConfig};
 use crate::store as location;
 
 pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
@@ -74,6 +77,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         (None, false) => AdminAuth::new(None),
     };
     let pod_live = pod_tokens.as_ref().map(Watched::live);
+    let webhooks = config.webhooks.as_ref().map(webhook_options).transpose()?;
     let store: Arc<dyn Store> = location::open(
         &config.store,
         config.store_creation,
@@ -129,6 +133,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             pod_tokens: pod_live,
             pod_tenants_from_certificates: config.tls_client_tenants,
             max_pending_requests: config.max_pending_requests,
+            webhooks,
         },
         shutdown_signal(),
     )
@@ -146,6 +151,30 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     store.close().await.context("close the store")?;
     tracing::info!("store closed; bye");
     Ok(())
+}
+
+/// The webhooks' options, their secret read from its file.
+fn webhook_options(config: &WebhookConfig) -> anyhow::Result<WebhookOptions> {
+    let mut secret = std::fs::read(&config.secret_file).with_context(|| {
+        format!(
+            "--webhook-secret-file: read {}",
+            config.secret_file.display()
+        )
+    })?;
+    while secret.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        secret.pop();
+    }
+    let options = WebhookOptions::new(config.urls.clone(), secret)
+        .with_context(|| format!("--webhook-secret-file {}", config.secret_file.display()))?;
+    Ok(WebhookOptions {
+        timeout: config.timeout,
+        lease: config.lease,
+        backoff: Backoff {
+            max: config.retry_max,
+            ..Backoff::default()
+        },
+        ..options
+    })
 }
 
 /// SIGHUP, listened for from the moment this is made: once the server is

@@ -108,10 +108,13 @@ use self::partitions::*;
 use self::tiers::*;
 use self::writer::*;
 
+use tollgate_core::budget::delivery::{Attempt, Backoff};
+
 use super::{
-    AdminCall, BucketSettings, BucketSnapshot, ClosedEntry, Counters, Counts, DeletedTenant,
-    KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange, PutTierOutcome, RecordSink, Stage,
-    Stopwatch, Store, StoreError, StoreImage, StoreStats, TenantChangeOutcome, TenantView,
+    AdminCall, BucketSettings, BucketSnapshot, ClaimedEvent, ClosedEntry, Counters, Counts,
+    DeletedTenant, KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange, PrunedRecords,
+    PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
+    TenantChangeOutcome, TenantView,
 };
 
 const SCHEMA_VERSION: u64 = 5;
@@ -619,10 +622,42 @@ impl Store for EmbeddedStore {
         Ok(answer)
     }
 
-    async fn prune_budget_cycles(&self, limit: usize) -> Result<u64, StoreError> {
+    async fn prune_budget_records(&self, limit: usize) -> Result<PrunedRecords, StoreError> {
         self.write(Box::new(move |writer, txn, now| {
             let before = now.saturating_sub(writer.settings().budget_record_retention);
             Ok(Ok(budgets::prune(txn, before, limit)?))
+        }))
+        .await
+    }
+
+    async fn claim_budget_events(
+        &self,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<ClaimedEvent>, StoreError> {
+        self.write(Box::new(move |_, txn, now| {
+            Ok(Ok(budgets::claim(txn, now, limit, lease)?))
+        }))
+        .await
+    }
+
+    async fn settle_budget_event(
+        &self,
+        claimed: &ClaimedEvent,
+        attempt: &Attempt,
+        webhooks: &[String],
+        backoff: &Backoff,
+    ) -> Result<(), StoreError> {
+        let (claimed, attempt, webhooks, backoff) = (
+            claimed.clone(),
+            attempt.clone(),
+            webhooks.to_vec(),
+            *backoff,
+        );
+        self.write(Box::new(move |_, txn, now| {
+            Ok(Ok(budgets::settle(
+                txn, &claimed, &attempt, &webhooks, &backoff, now,
+            )?))
         }))
         .await
     }

@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tollgate_core::budget::CycleRecord;
+use tollgate_core::budget::delivery::{Attempt, Backoff, Delivery};
 use tollgate_core::global_bucket::GlobalBucketConfig;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError, StoredKey};
 use tollgate_core::partition::{Exchange, ExchangeAnswer};
@@ -81,26 +82,36 @@ impl Default for BucketSettings {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct KeptEvent {
     pub event: tollgate_core::budget::BudgetEvent,
-    /// Webhooks that acknowledged it.
-    #[serde(default)]
-    pub delivered_to: Vec<String>,
-    /// When every configured webhook had.
-    #[serde(default)]
-    pub delivered_at: Option<Timestamp>,
-    #[serde(default)]
-    pub attempts: u32,
+    #[serde(flatten)]
+    pub delivery: Delivery,
 }
 
 impl KeptEvent {
-    /// A new event, not delivered yet.
+    /// A new event, not delivered yet, due at once.
     pub fn new(event: tollgate_core::budget::BudgetEvent) -> Self {
-        KeptEvent {
-            event,
-            delivered_to: Vec::new(),
-            delivered_at: None,
-            attempts: 0,
-        }
+        let delivery = Delivery {
+            next_attempt_at: event.at,
+            ..Delivery::default()
+        };
+        KeptEvent { event, delivery }
     }
+
+    /// The key a store keeps it under besides its bucket: the cycle's
+    /// start and the threshold's label.
+    pub fn cycle_and_threshold(&self) -> (Timestamp, String) {
+        (self.event.cycle.start, self.event.threshold.label())
+    }
+}
+
+/// A budget event a server claimed for delivery
+/// ([`Store::claim_budget_events`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimedEvent {
+    pub key: BucketKey,
+    /// The event, its delivery as of the claim.
+    pub kept: KeptEvent,
+    /// The claim, given back to [`Store::settle_budget_event`].
+    pub claim: Timestamp,
 }
 
 /// A consistent read of one bucket, as of the store's clock.
@@ -557,10 +568,31 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         limit: usize,
     ) -> Result<Vec<CycleRecord>, StoreError>;
 
-    /// Removes at most `limit` closed budget cycles that ended longer ago
-    /// than the store's `budget_record_retention`, by the store's clock;
-    /// answers how many it removed.
-    async fn prune_budget_cycles(&self, limit: usize) -> Result<u64, StoreError>;
+    /// Removes at most `limit` closed budget cycles that ended, and at
+    /// most `limit` budget events made, longer ago than the store's
+    /// `budget_record_retention`, by the store's clock; answers how many
+    /// of each it removed.
+    async fn prune_budget_records(&self, limit: usize) -> Result<PrunedRecords, StoreError>;
+
+    /// Claims at most `limit` budget events due for delivery
+    /// ([`Delivery::is_due`]) for `lease`, by the store's clock: no other
+    /// server claims them until the lease ends, unless the claim is
+    /// settled first. Oldest due first.
+    async fn claim_budget_events(
+        &self,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<ClaimedEvent>, StoreError>;
+
+    /// Settles `claimed` with what came of posting it to `webhooks`
+    /// ([`Delivery::settle`]). An event no longer kept (pruned) is let go.
+    async fn settle_budget_event(
+        &self,
+        claimed: &ClaimedEvent,
+        attempt: &Attempt,
+        webhooks: &[String],
+        backoff: &Backoff,
+    ) -> Result<(), StoreError>;
 
     /// Reads a tenant's record and buckets; `TenantNotFound` if it has
     /// neither.
@@ -652,18 +684,38 @@ pub const SWEEP_BATCH: usize = 10_000;
 /// The most sweep transactions run back to back while more rows wait.
 const SWEEP_ROUNDS: usize = 10;
 
-/// How often each server prunes closed budget cycles past their retention.
+/// How often each server prunes budget records past their retention.
 pub const PRUNE_INTERVAL: Duration = Duration::from_secs(3_600);
 
-/// Prunes closed budget cycles past their retention every `interval`,
-/// [`SWEEP_BATCH`] records a transaction, until the task is dropped.
-pub async fn prune_budget_cycles(store: Arc<dyn Store>, interval: Duration) {
-    every(interval, "pruning closed budget cycles", || async {
-        let removed = store.prune_budget_cycles(SWEEP_BATCH).await?;
-        if removed > 0 {
-            tracing::info!(removed, "pruned closed budget cycles past their retention");
+/// What [`Store::prune_budget_records`] removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrunedRecords {
+    pub cycles: u64,
+    pub events: u64,
+    /// Of the events, those no webhook had been delivered to in full.
+    pub undelivered_events: u64,
+}
+
+/// Prunes closed budget cycles and budget events past their retention
+/// every `interval`, [`SWEEP_BATCH`] of each a transaction, until the
+/// task is dropped.
+pub async fn prune_budget_records(store: Arc<dyn Store>, interval: Duration) {
+    every(interval, "pruning budget records", || async {
+        let pruned = store.prune_budget_records(SWEEP_BATCH).await?;
+        if pruned.cycles > 0 || pruned.events > 0 {
+            tracing::info!(
+                cycles = pruned.cycles,
+                events = pruned.events,
+                "pruned closed budget cycles and budget events past their retention"
+            );
         }
-        Ok(removed as usize >= SWEEP_BATCH)
+        if pruned.undelivered_events > 0 {
+            tracing::warn!(
+                events = pruned.undelivered_events,
+                "pruned budget events past their retention that were never delivered to every webhook"
+            );
+        }
+        Ok(pruned.cycles.max(pruned.events) as usize >= SWEEP_BATCH)
     })
     .await
 }

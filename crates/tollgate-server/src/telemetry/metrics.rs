@@ -120,6 +120,7 @@ pub struct Metrics {
     overload_refusals: IntCounter,
     auth_refusals: IntCounterVec,
     credentials_reloads: IntCounterVec,
+    webhook_posts: IntCounterVec,
     /// The same checks by bucket over the last seconds, for operators'
     /// views of per-key buckets.
     check_rates: CheckRates,
@@ -214,6 +215,17 @@ impl Metrics {
             }
         }
         registry.register(Box::new(credentials_reloads.clone()))?;
+        let webhook_posts = IntCounterVec::new(
+            Opts::new(
+                "tollgate_budget_webhook_posts_total",
+                "Budget events this replica posted to a webhook, by result: acknowledged (a 2xx answer) or failed (another answer, a timeout or no connection; tried again with backoff, the log says why).",
+            ),
+            &["result"],
+        )?;
+        for result in ["acknowledged", "failed"] {
+            webhook_posts.with_label_values(&[result]);
+        }
+        registry.register(Box::new(webhook_posts.clone()))?;
         registry.register(Box::new(build_info))?;
         registry.register(Box::new(pending.clone()))?;
         registry.register(Box::new(overload_refusals.clone()))?;
@@ -227,6 +239,7 @@ impl Metrics {
             overload_refusals,
             auth_refusals,
             credentials_reloads,
+            webhook_posts,
             check_rates: CheckRates::new(),
             store_read_interval_ms: AtomicU64::new(
                 u64::try_from(DEFAULT_STORE_READ_INTERVAL.as_millis()).unwrap_or(u64::MAX),
@@ -272,6 +285,16 @@ impl Metrics {
         self.credentials_reloads
             .with_label_values(&[option.trim_start_matches('-'), result])
             .inc();
+    }
+
+    /// Counts one post of a budget event to a webhook.
+    pub fn observe_webhook_post(&self, acknowledged: bool) {
+        let result = if acknowledged {
+            "acknowledged"
+        } else {
+            "failed"
+        };
+        self.webhook_posts.with_label_values(&[result]).inc();
     }
 
     /// Counts one token-bucket answer for a bucket.

@@ -495,10 +495,11 @@ fn every_option_has_one_name_for_flag_file_key_and_variable() {
         assert_eq!(arg.get_id().as_str().replace('_', "-"), long);
         // The file knows the key: a value of the wrong type is refused as
         // such, not as an unknown key.
-        let single = toml::Table::from_iter([(long.to_owned(), toml::Value::Array(Vec::new()))]);
+        let single =
+            toml::Table::from_iter([(long.to_owned(), toml::Value::Table(toml::Table::new()))]);
         let e = toml::Value::Table(single)
             .try_into::<ServeOptions>()
-            .expect_err("an array is no option's type");
+            .expect_err("a table is no option's type");
         assert!(!e.message().contains("unknown field"), "{long}: {e}");
         assert_eq!(
             env_var(long),

@@ -7,8 +7,11 @@
 //! empty, when opened.
 
 use super::*;
-use crate::store::KeptEvent;
+use std::time::Duration;
+
 use crate::store::image::{Record, RecordSink, StoreImage};
+use crate::store::{ClaimedEvent, KeptEvent, PrunedRecords};
+use tollgate_core::budget::delivery::{Attempt, Backoff};
 use tollgate_core::budget::{BudgetEvent, CycleRecord};
 
 /// Closed cycles by (tenant, bucket, sequence number): a bucket's records
@@ -170,12 +173,14 @@ pub(super) fn read_cycles(
     Ok(records)
 }
 
-/// Removes at most `limit` closed cycles that ended before `before`.
+/// Removes at most `limit` closed cycles that ended, and at most `limit`
+/// events made, before `before`.
 pub(super) fn prune(
     txn: &WriteTransaction,
     before: Timestamp,
     limit: usize,
-) -> Result<u64, StoreError> {
+) -> Result<PrunedRecords, StoreError> {
+    let mut pruned = PrunedRecords::default();
     let mut table = txn
         .open_table(BUDGET_CYCLES)
         .map_err(storage("open budget cycles"))?;
@@ -196,5 +201,111 @@ pub(super) fn prune(
             .remove((t.as_str(), b.as_str(), *seq))
             .map_err(storage("delete budget cycle"))?;
     }
-    Ok(old.len() as u64)
+    pruned.cycles = old.len() as u64;
+    let mut events = txn
+        .open_table(BUDGET_EVENTS)
+        .map_err(storage("open budget events"))?;
+    let mut old = Vec::new();
+    for entry in events.iter().map_err(storage("read budget events"))? {
+        let (key, value) = entry.map_err(storage("read budget events"))?;
+        let kept: KeptEvent = decode("decode budget event", value.value())?;
+        if kept.event.at < before {
+            let (t, b, c, th) = key.value();
+            old.push((t.to_owned(), b.to_owned(), c, th.to_owned()));
+            if kept.delivery.delivered_at.is_none() {
+                pruned.undelivered_events += 1;
+            }
+            if old.len() >= limit {
+                break;
+            }
+        }
+    }
+    for (t, b, c, th) in &old {
+        events
+            .remove((t.as_str(), b.as_str(), *c, th.as_str()))
+            .map_err(storage("delete budget event"))?;
+    }
+    pruned.events = old.len() as u64;
+    Ok(pruned)
+}
+
+/// Claims at most `limit` events due at `now` for `lease`, oldest due
+/// first.
+pub(super) fn claim(
+    txn: &WriteTransaction,
+    now: Timestamp,
+    limit: usize,
+    lease: Duration,
+) -> Result<Vec<ClaimedEvent>, StoreError> {
+    let mut table = txn
+        .open_table(BUDGET_EVENTS)
+        .map_err(storage("open budget events"))?;
+    let mut due = Vec::new();
+    for entry in table.iter().map_err(storage("read budget events"))? {
+        let (key, value) = entry.map_err(storage("read budget events"))?;
+        let kept: KeptEvent = decode("decode budget event", value.value())?;
+        if kept.delivery.is_due(now) {
+            let (t, b, _, _) = key.value();
+            due.push((BucketKey::new(tenant_id(t)?, bucket_name(b)?), kept));
+        }
+    }
+    due.sort_by_key(|(_, kept)| kept.delivery.next_attempt_at);
+    due.truncate(limit);
+    let mut claimed = Vec::with_capacity(due.len());
+    for (key, mut kept) in due {
+        let claim = kept.delivery.claim(now, lease);
+        put_event(&mut table, &key, &kept)?;
+        claimed.push(ClaimedEvent { key, kept, claim });
+    }
+    Ok(claimed)
+}
+
+/// Settles `claimed` at `now`; an event no longer kept is let go.
+pub(super) fn settle(
+    txn: &WriteTransaction,
+    claimed: &ClaimedEvent,
+    attempt: &Attempt,
+    webhooks: &[String],
+    backoff: &Backoff,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let mut table = txn
+        .open_table(BUDGET_EVENTS)
+        .map_err(storage("open budget events"))?;
+    let (cycle, label) = claimed.kept.cycle_and_threshold();
+    let at = (
+        claimed.key.tenant.as_str(),
+        claimed.key.bucket.as_str(),
+        cycle.unix_micros(),
+        label.as_str(),
+    );
+    let Some(value) = table.get(at).map_err(storage("read budget event"))? else {
+        return Ok(());
+    };
+    let mut kept: KeptEvent = decode("decode budget event", value.value())?;
+    drop(value);
+    kept.delivery
+        .settle(claimed.claim, attempt, webhooks, backoff, now);
+    put_event(&mut table, &claimed.key, &kept)
+}
+
+fn put_event(
+    table: &mut redb::Table<(&str, &str, i64, &str), &[u8]>,
+    key: &BucketKey,
+    kept: &KeptEvent,
+) -> Result<(), StoreError> {
+    let (cycle, label) = kept.cycle_and_threshold();
+    let bytes = encode("encode budget event", kept)?;
+    table
+        .insert(
+            (
+                key.tenant.as_str(),
+                key.bucket.as_str(),
+                cycle.unix_micros(),
+                label.as_str(),
+            ),
+            bytes.as_slice(),
+        )
+        .map_err(storage("write budget event"))?;
+    Ok(())
 }

@@ -6,9 +6,13 @@
 //! statement.
 
 use super::*;
-use crate::store::KeptEvent;
+use std::time::Duration;
+
+use super::retry::TxError;
 use crate::store::image::{Record, RecordSink, StoreImage};
+use crate::store::{ClaimedEvent, KeptEvent};
 use tokio_postgres::Row;
+use tollgate_core::budget::delivery::{Attempt, Backoff, Delivery};
 use tollgate_core::budget::{BudgetEvent, CycleRecord};
 
 /// The parameters of `insert_budget_cycles.sql` and
@@ -97,25 +101,170 @@ pub(super) async fn export(
     let events = txn.prepare_cached(sql::EXPORT_BUDGET_EVENTS).await?;
     for row in txn.query(&events, &no_params).await? {
         let (tenant, bucket) = key_of(&row)?;
-        let read = |e: tokio_postgres::Error| StoreError::internal("read a budget event", e);
-        let event: String = row.try_get("event").map_err(read)?;
-        let delivered_to: String = row.try_get("delivered_to").map_err(read)?;
-        let delivered_at: Option<i64> = row.try_get("delivered_at").map_err(read)?;
-        let attempts: i32 = row.try_get("attempts").map_err(read)?;
-        let decode = |e: serde_json::Error| StoreError::internal("decode a budget event", e);
         sink.send(Record::BudgetEvent {
             tenant,
             bucket,
-            event: KeptEvent {
-                event: serde_json::from_str(&event).map_err(decode)?,
-                delivered_to: serde_json::from_str(&delivered_to).map_err(decode)?,
-                delivered_at: delivered_at.map(Timestamp::from_unix_micros),
-                attempts: u32::try_from(attempts).unwrap_or(0),
-            },
+            event: kept_of(&row)?,
         })
         .await?;
     }
     Ok(())
+}
+
+/// A row of the events table, with its delivery, as the event kept.
+fn kept_of(row: &Row) -> Result<KeptEvent, StoreError> {
+    let read = |e: tokio_postgres::Error| StoreError::internal("read a budget event", e);
+    let decode = |e: serde_json::Error| StoreError::internal("decode a budget event", e);
+    let event: String = row.try_get("event").map_err(read)?;
+    let delivered_to: String = row.try_get("delivered_to").map_err(read)?;
+    let delivered_at: Option<i64> = row.try_get("delivered_at").map_err(read)?;
+    let attempts: i32 = row.try_get("attempts").map_err(read)?;
+    let micros = |column: &str| -> Result<Timestamp, StoreError> {
+        Ok(Timestamp::from_unix_micros(
+            row.try_get(column).map_err(read)?,
+        ))
+    };
+    Ok(KeptEvent {
+        event: serde_json::from_str(&event).map_err(decode)?,
+        delivery: Delivery {
+            delivered_to: serde_json::from_str(&delivered_to).map_err(decode)?,
+            delivered_at: delivered_at.map(Timestamp::from_unix_micros),
+            attempts: u32::try_from(attempts).unwrap_or(0),
+            next_attempt_at: micros("next_attempt_at")?,
+            claimed_until: micros("claimed_until")?,
+            last_error: row.try_get("last_error").map_err(read)?,
+        },
+    })
+}
+
+/// Claims at most `limit` events due at the store's clock for `lease`.
+pub(super) async fn claim(
+    inner: &Inner,
+    limit: usize,
+    lease: Duration,
+) -> Result<Vec<ClaimedEvent>, TxError> {
+    let mut client = inner.pool.get().await?;
+    let clock = client.prepare_cached(sql::CLOCK).await?;
+    let due = client.prepare_cached(sql::CLAIM_BUDGET_EVENTS).await?;
+    let update = client.prepare_cached(sql::UPDATE_BUDGET_DELIVERIES).await?;
+    let txn = client.transaction().await?;
+    let now = inner.now(rows::clock(&txn.query_one(&clock, &[]).await?, "now")?);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut claimed = Vec::new();
+    for row in txn.query(&due, &[&now.unix_micros(), &limit]).await? {
+        let (tenant, bucket) = key_of(&row)?;
+        let mut kept = kept_of(&row)?;
+        if !kept.delivery.is_due(now) {
+            continue;
+        }
+        let claim = kept.delivery.claim(now, lease);
+        claimed.push(ClaimedEvent {
+            key: BucketKey::new(tenant, bucket),
+            kept,
+            claim,
+        });
+    }
+    if !claimed.is_empty() {
+        let mut columns = DeliveryColumns::default();
+        for c in &claimed {
+            columns.push(&c.key, &c.kept)?;
+        }
+        txn.execute(&update, &columns.as_params()).await?;
+    }
+    txn.commit().await?;
+    Ok(claimed)
+}
+
+/// Settles `claimed` at the store's clock; an event no longer kept is let
+/// go.
+pub(super) async fn settle(
+    inner: &Inner,
+    claimed: &ClaimedEvent,
+    attempt: &Attempt,
+    webhooks: &[String],
+    backoff: &Backoff,
+) -> Result<(), TxError> {
+    let mut client = inner.pool.get().await?;
+    let clock = client.prepare_cached(sql::CLOCK).await?;
+    let lock = client.prepare_cached(sql::LOCK_BUDGET_EVENT).await?;
+    let update = client.prepare_cached(sql::UPDATE_BUDGET_DELIVERIES).await?;
+    let txn = client.transaction().await?;
+    let (cycle, label) = claimed.kept.cycle_and_threshold();
+    let row = txn
+        .query_opt(
+            &lock,
+            &[
+                &claimed.key.tenant.as_str(),
+                &claimed.key.bucket.as_str(),
+                &cycle.unix_micros(),
+                &label,
+            ],
+        )
+        .await?;
+    let Some(row) = row else {
+        return Ok(());
+    };
+    let now = inner.now(rows::clock(&txn.query_one(&clock, &[]).await?, "now")?);
+    let mut kept = kept_of(&row)?;
+    kept.delivery
+        .settle(claimed.claim, attempt, webhooks, backoff, now);
+    let mut columns = DeliveryColumns::default();
+    columns.push(&claimed.key, &kept)?;
+    txn.execute(&update, &columns.as_params()).await?;
+    txn.commit().await?;
+    Ok(())
+}
+
+/// The parameters of `update_budget_deliveries.sql`.
+#[derive(Default)]
+struct DeliveryColumns<'a> {
+    tenants: Vec<&'a str>,
+    buckets: Vec<&'a str>,
+    cycles: Vec<i64>,
+    thresholds: Vec<String>,
+    delivered_to: Vec<String>,
+    delivered_at: Vec<Option<i64>>,
+    attempts: Vec<i32>,
+    next_attempt_at: Vec<i64>,
+    claimed_until: Vec<i64>,
+    last_error: Vec<String>,
+}
+
+impl<'a> DeliveryColumns<'a> {
+    fn push(&mut self, key: &'a BucketKey, kept: &KeptEvent) -> Result<(), StoreError> {
+        let d = &kept.delivery;
+        self.tenants.push(key.tenant.as_str());
+        self.buckets.push(key.bucket.as_str());
+        self.cycles.push(kept.event.cycle.start.unix_micros());
+        self.thresholds.push(kept.event.threshold.label());
+        self.delivered_to.push(
+            serde_json::to_string(&d.delivered_to)
+                .map_err(|e| StoreError::internal("encode a budget event", e))?,
+        );
+        self.delivered_at
+            .push(d.delivered_at.map(Timestamp::unix_micros));
+        self.attempts
+            .push(i32::try_from(d.attempts).unwrap_or(i32::MAX));
+        self.next_attempt_at.push(d.next_attempt_at.unix_micros());
+        self.claimed_until.push(d.claimed_until.unix_micros());
+        self.last_error.push(d.last_error.clone());
+        Ok(())
+    }
+
+    fn as_params(&self) -> [&(dyn ToSql + Sync); 10] {
+        [
+            &self.tenants,
+            &self.buckets,
+            &self.cycles,
+            &self.thresholds,
+            &self.delivered_to,
+            &self.delivered_at,
+            &self.attempts,
+            &self.next_attempt_at,
+            &self.claimed_until,
+            &self.last_error,
+        ]
+    }
 }
 
 fn key_of(row: &Row) -> Result<(TenantId, tollgate_core::BucketName), StoreError> {
@@ -185,7 +334,7 @@ impl<'a> EventColumns<'a> {
     fn push(&mut self, key: &'a BucketKey, kept: &KeptEvent) -> Result<(), StoreError> {
         let encode = |e: serde_json::Error| StoreError::internal("encode a budget event", e);
         let event = serde_json::to_string(&kept.event).map_err(encode)?;
-        let delivered_to = serde_json::to_string(&kept.delivered_to).map_err(encode)?;
+        let delivered_to = serde_json::to_string(&kept.delivery.delivered_to).map_err(encode)?;
         self.tenants.push(key.tenant.as_str());
         self.buckets.push(key.bucket.as_str());
         self.cycles.push(kept.event.cycle.start.unix_micros());
@@ -194,9 +343,9 @@ impl<'a> EventColumns<'a> {
         self.created.push(kept.event.at.unix_micros());
         self.delivered_to.push(delivered_to);
         self.delivered_at
-            .push(kept.delivered_at.map(Timestamp::unix_micros));
+            .push(kept.delivery.delivered_at.map(Timestamp::unix_micros));
         self.attempts
-            .push(i32::try_from(kept.attempts).unwrap_or(i32::MAX));
+            .push(i32::try_from(kept.delivery.attempts).unwrap_or(i32::MAX));
         Ok(())
     }
 

@@ -147,10 +147,13 @@ use tollgate_core::{
 use self::keys::PendingCheck;
 use self::retry::{TxError, Verdict, chain};
 use self::rows::{HeadColumns, InstanceColumns};
+use tollgate_core::budget::delivery::{Attempt, Backoff};
+
 use super::{
-    AdminCall, BucketSettings, BucketSnapshot, Clock, ClosedEntry, Counters, Counts, DeletedTenant,
-    KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange, PutTierOutcome, RecordSink, Stage,
-    Stopwatch, Store, StoreError, StoreImage, StoreStats, TenantChangeOutcome, TenantView,
+    AdminCall, BucketSettings, BucketSnapshot, ClaimedEvent, Clock, ClosedEntry, Counters, Counts,
+    DeletedTenant, KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange, PrunedRecords,
+    PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
+    TenantChangeOutcome, TenantView,
 };
 
 pub use self::retry::RetryPolicy;
@@ -653,19 +656,61 @@ impl Store for PostgresStore {
             .await
     }
 
-    async fn prune_budget_cycles(&self, limit: usize) -> Result<u64, StoreError> {
+    async fn prune_budget_records(&self, limit: usize) -> Result<PrunedRecords, StoreError> {
         let inner = &*self.inner;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         inner
-            .run("prune budget cycles", true, || async move {
+            .run("prune budget records", true, || async move {
                 let client = inner.pool.get().await?;
                 let clock = client.prepare_cached(sql::CLOCK).await?;
-                let prune = client.prepare_cached(sql::PRUNE_BUDGET_CYCLES).await?;
+                let cycles = client.prepare_cached(sql::PRUNE_BUDGET_CYCLES).await?;
+                let events = client.prepare_cached(sql::PRUNE_BUDGET_EVENTS).await?;
                 let now = inner.now(rows::clock(&client.query_one(&clock, &[]).await?, "now")?);
                 let before = now
                     .saturating_sub(inner.settings.budget_record_retention)
                     .unix_micros();
-                Ok(client.execute(&prune, &[&before, &limit]).await?)
+                let cycles = client.execute(&cycles, &[&before, &limit]).await?;
+                let removed = client.query(&events, &[&before, &limit]).await?;
+                let mut undelivered_events = 0;
+                for row in &removed {
+                    let delivered: bool = row
+                        .try_get("delivered")
+                        .map_err(|e| StoreError::internal("read a pruned budget event", e))?;
+                    undelivered_events += u64::from(!delivered);
+                }
+                Ok(PrunedRecords {
+                    cycles,
+                    events: removed.len() as u64,
+                    undelivered_events,
+                })
+            })
+            .await
+    }
+
+    async fn claim_budget_events(
+        &self,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Vec<ClaimedEvent>, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("claim budget events", false, || {
+                budgets::claim(inner, limit, lease)
+            })
+            .await
+    }
+
+    async fn settle_budget_event(
+        &self,
+        claimed: &ClaimedEvent,
+        attempt: &Attempt,
+        webhooks: &[String],
+        backoff: &Backoff,
+    ) -> Result<(), StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("settle a budget event", true, || {
+                budgets::settle(inner, claimed, attempt, webhooks, backoff)
             })
             .await
     }

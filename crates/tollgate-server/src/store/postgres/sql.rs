@@ -79,3 +79,7 @@ query!(LIST_BUDGET_CYCLES, "list_budget_cycles.sql");
 query!(PRUNE_BUDGET_CYCLES, "prune_budget_cycles.sql");
 query!(EXPORT_BUDGET_CYCLES, "export_budget_cycles.sql");
 query!(EXPORT_BUDGET_EVENTS, "export_budget_events.sql");
+query!(PRUNE_BUDGET_EVENTS, "prune_budget_events.sql");
+query!(CLAIM_BUDGET_EVENTS, "claim_budget_events.sql");
+query!(LOCK_BUDGET_EVENT, "lock_budget_event.sql");
+query!(UPDATE_BUDGET_DELIVERIES, "update_budget_deliveries.sql");
