@@ -141,8 +141,7 @@ pub struct UsageArgs {
     csv: bool,
 }
 
-/// Seconds of the baseline rate a throttle's burst holds unless told.
-const DEFAULT_BASELINE_BURST_SECONDS: f64 = 10.0;
+use crate::tier::DEFAULT_BASELINE_BURST_SECONDS;
 
 impl SetArgs {
     fn to_proto(&self) -> anyhow::Result<v1::Budget> {

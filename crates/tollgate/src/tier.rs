@@ -6,7 +6,8 @@
 //! - `create` and `update` define one tier's buckets from `--bucket`
 //!   flags; `create` refuses a tier that exists and `update` one that does
 //!   not, so a typo in a name never silently replaces or adds a tier.
-//!   `update` keeps the tier's table limits: only a tiers file sets those.
+//!   `update` keeps the tier's table limits and budgets: only a tiers
+//!   file sets those.
 //! - `list`, `show` and `delete`.
 //! - `apply -f FILE` makes the server's tiers those of a TOML file
 //!   (`file`): it reads them all, plans the difference (`plan`) and sends
@@ -26,6 +27,8 @@ mod definition;
 mod file;
 mod plan;
 
+pub use file::DEFAULT_BASELINE_BURST_SECONDS;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -42,9 +45,11 @@ use crate::closing::{self, ClosedJson, RetireArgs};
 use crate::output::{self, Table, field, rfc3339};
 use crate::remote::{ActorArg, AdminConnection, AdminServerArg, rpc_error};
 use definition::{
-    BucketFlag, PartitionLimits, TierDefinition, buckets_from_flags, tier_from_proto, tier_to_proto,
+    BucketFlag, PartitionLimits, TierDefinition, buckets_from_flags, budget_bucket_text,
+    budget_text, tier_from_proto, tier_to_proto,
 };
-use plan::{Action, BucketChanges, Plan, TierChange};
+use plan::{Action, AddedBudget, BucketChanges, Plan, TierChange};
+use tollgate_server::service::budget_at;
 
 #[derive(Debug, Args)]
 pub struct TierArgs {
@@ -288,9 +293,18 @@ async fn put(
         (Some(existing), true) => tier_from_proto(&existing)?.1,
         (None, false) => TierDefinition::default(),
     };
+    // The tier's tables and budgets stay as they were (a budget goes with
+    // its bucket, if the flags leave the bucket out).
+    let budgets = before
+        .budgets
+        .iter()
+        .filter(|(bucket, _)| bucket.as_str().is_empty() || buckets.contains_key(*bucket))
+        .map(|(bucket, budget)| (bucket.clone(), budget.clone()))
+        .collect();
     let after = TierDefinition {
         buckets,
         tables: before.tables.clone(),
+        budgets,
     };
     let request = |dry_run| {
         a.actor.request(v1::PutTierRequest {
@@ -366,31 +380,6 @@ async fn apply(server: &AdminServerArg, a: ApplyArgs) -> anyhow::Result<()> {
         .context("list the server's tiers")?
         .into_inner()
         .tiers;
-    // The file cannot express budgets yet: a tier with budgets it would
-    // replace (or prune) would lose them. Refuse, naming them.
-    for tier in &listed {
-        let touched = a.prune || declared.tiers.keys().any(|name| name.as_str() == tier.name);
-        if touched && !tier.budgets.is_empty() {
-            let buckets: Vec<String> = tier
-                .budgets
-                .iter()
-                .map(|b| {
-                    if b.bucket.is_empty() {
-                        "the request-unit bucket".to_owned()
-                    } else {
-                        format!("{:?}", b.bucket)
-                    }
-                })
-                .collect();
-            anyhow::bail!(
-                "tier {} has budgets ({}), which the tiers file cannot carry yet: applying {} would remove them. Change tier {} through PutTier instead; nothing was changed",
-                tier.name,
-                buckets.join(", "),
-                name,
-                tier.name
-            );
-        }
-    }
     let current = listed
         .iter()
         .map(tier_from_proto)
@@ -495,6 +484,9 @@ struct TierJson {
     buckets: Vec<BucketJson>,
     /// Per-partition limits of the tenants on the tier, by table.
     tables: Vec<TableLimitsJson>,
+    /// Budgets of the tenants on the tier, by bucket (empty: request
+    /// units), as the server checked them.
+    budgets: Vec<AddedBudget>,
     created_at: Option<String>,
     updated_at: Option<String>,
 }
@@ -636,6 +628,15 @@ fn tier_json(t: &v1::Tier) -> TierJson {
         name: t.name.clone(),
         buckets: t.buckets.iter().map(BucketJson::new).collect(),
         tables: t.tables.iter().map(TableLimitsJson::new).collect(),
+        // The server checked them; one it sends that does not check here
+        // is left out rather than shown wrong.
+        budgets: t
+            .budgets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| budget_at(&format!("budgets[{i}]"), b).ok())
+            .map(|(bucket, budget)| AddedBudget { bucket, budget })
+            .collect(),
         created_at: rfc3339(t.created_at),
         updated_at: rfc3339(t.updated_at),
     }
@@ -689,6 +690,14 @@ fn tier_text(view: &TierJson) -> String {
                 .map(|t| [vec![t.table.clone()], t.limit_cells()].concat()),
         );
         let _ = write!(text, "\n\n{tables}");
+    }
+    for b in &view.budgets {
+        let _ = write!(
+            text,
+            "\n\nbudget {}: {}",
+            budget_bucket_text(&b.bucket),
+            budget_text(&b.budget)
+        );
     }
     text
 }
@@ -872,6 +881,7 @@ mod tests {
                             max_writes_per_second: None,
                         },
                     )]),
+                    budgets: Default::default(),
                 },
             ),
             (free, TierDefinition::default()),

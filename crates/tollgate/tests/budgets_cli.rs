@@ -17,6 +17,14 @@ fn refused(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Tokens a pod of acme is granted from `bucket`.
+fn granted_from(server: &Server, bucket: &str, tokens: &str) -> f64 {
+    let grant = server.json(&[
+        "pod", "request", "--tenant", "acme", "--bucket", bucket, "--tokens", tokens, "--json",
+    ]);
+    grant["granted_tokens"].as_f64().expect("granted tokens")
+}
+
 fn granted(server: &Server, tokens: &str, report_ru: &str) -> f64 {
     let grant = server.json(&[
         "pod",
@@ -145,71 +153,118 @@ fn bad_budgets_are_refused_naming_what_is_wrong() {
     server.stop();
 }
 
-/// `tier apply` from a file, which cannot carry budgets yet, refuses to
-/// touch a tier that has them (set through PutTier) rather than remove
-/// them, and changes nothing.
+/// Budgets in the tiers file, end to end: `tier apply` creates them (the
+/// free tier of the CockroachDB RFC, and a budget on a shared bucket), the
+/// tier's tenants get them, applying the same file again changes nothing,
+/// `tier update` keeps them, and a file without one shows it removed in
+/// the plan and removes it (the cycle's record stays).
 #[test]
-fn tier_apply_refuses_a_tier_with_budgets_it_would_remove() {
-    use tollgate_proto::v1;
+fn the_tiers_file_carries_budgets_to_the_tiers_tenants() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("tollgate.redb"));
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let tier = v1::Tier {
-        name: "free".into(),
-        buckets: vec![v1::BucketDefinition {
-            bucket: "schedule-email".into(),
-            refill_rate: 1.0,
-            burst_limit: 10.0,
-            initial_tokens: None,
-            kind: v1::BucketKind::Shared.into(),
-        }],
-        budgets: vec![v1::Budget {
-            bucket: "schedule-email".into(),
-            amount: 1_000.0,
-            cycle: Some(v1::BudgetCycle {
-                period: v1::BudgetPeriod::Monthly.into(),
-                ..Default::default()
-            }),
-            at_limit: v1::BudgetAtLimit::Stop.into(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let url = server.url.clone();
-    let budgets_kept = move |tier: Option<v1::Tier>| {
-        runtime.block_on(async {
-            let mut admin = v1::admin_client::AdminClient::connect(url.clone())
-                .await
-                .expect("connect");
-            if let Some(tier) = tier {
-                admin
-                    .put_tier(v1::PutTierRequest {
-                        tier: Some(tier),
-                        dry_run: false,
-                    })
-                    .await
-                    .expect("put tier");
-            }
-            admin
-                .get_tier(v1::GetTierRequest {
-                    name: "free".into(),
-                })
-                .await
-                .expect("get tier")
-                .into_inner()
-                .tier
-                .expect("tier")
-                .budgets
-                .len()
-        })
-    };
-    assert_eq!(budgets_kept(Some(tier)), 1);
+    let file = dir.path().join("tiers.toml");
+    let path = file.to_str().expect("utf-8");
+    let with_budgets = r#"
+[tiers.free.budget]
+amount = 50_000_000
+cycle = "monthly"
+at_limit = "throttle"
+baseline_rate = 100
+
+[tiers.pro.buckets.schedule-email]
+refill_rate = 10
+burst_limit = 100
+
+[tiers.pro.buckets.schedule-email.budget]
+amount = 100_000
+cycle = "daily"
+time_zone = "Europe/Paris"
+at_limit = "stop"
+"#;
+    std::fs::write(&file, with_budgets).expect("write the tiers file");
+    let applied = server.json(&["tier", "apply", "-f", path, "--yes", "--json"]);
+    assert_eq!(applied["changes"], 2, "{applied}");
+    let free = server.json(&["tier", "show", "--tier", "free", "--json"]);
+    assert_eq!(free["budgets"][0]["bucket"], "", "{free}");
+    assert_eq!(free["budgets"][0]["budget"]["amount"], 50_000_000.0);
+    let again = server.json(&["tier", "apply", "-f", path, "--yes", "--json"]);
+    assert_eq!(again["changes"], 0, "the same file plans nothing: {again}");
+
+    // The tier's tenants get its budgets.
+    server.ok(&["tenant", "create", "--tenant", "acme", "--tier", "pro"]);
+    let shown = server.json(&[
+        "budget",
+        "show",
+        "--tenant",
+        "acme",
+        "--bucket",
+        "schedule-email",
+        "--json",
+    ]);
+    assert_eq!(shown["amount"], 100_000.0, "{shown}");
+    assert_eq!(shown["time_zone"], "Europe/Paris");
+    assert_eq!(shown["at_limit"], "stop");
+    granted_from(&server, "schedule-email", "30");
+
+    // `tier update` from flags keeps the tier's budgets.
+    server.ok(&[
+        "tier",
+        "update",
+        "--tier",
+        "pro",
+        "--bucket",
+        "schedule-email=20/200",
+        "--yes",
+    ]);
+    let pro = server.json(&["tier", "show", "--tier", "pro", "--json"]);
+    assert_eq!(pro["budgets"][0]["bucket"], "schedule-email", "{pro}");
+
+    // A file without the budget plans its removal, then removes it.
+    let without = with_budgets.replace(
+        "[tiers.pro.buckets.schedule-email.budget]\namount = 100_000\ncycle = \"daily\"\ntime_zone = \"Europe/Paris\"\nat_limit = \"stop\"\n",
+        "",
+    );
+    assert_ne!(without, with_budgets);
+    std::fs::write(&file, &without).expect("write the tiers file");
+    let plan = server.ok(&["tier", "apply", "-f", path, "--dry-run"]);
+    assert!(plan.contains("- budget schedule-email"), "{plan}");
+    server.ok(&["tier", "apply", "-f", path, "--yes"]);
+    let err = refused(&server.tollgate(&[
+        "budget",
+        "show",
+        "--tenant",
+        "acme",
+        "--bucket",
+        "schedule-email",
+    ]));
+    assert!(err.contains("has no budget"), "{err}");
+    let usage = server.json(&[
+        "usage",
+        "--tenant",
+        "acme",
+        "--bucket",
+        "schedule-email",
+        "--json",
+    ]);
+    assert_eq!(
+        usage["cycles"][0]["granted_tokens"], 30.0,
+        "the closed cycle's record stays: {usage}"
+    );
+    server.stop();
+}
+
+/// A tiers file with a bad budget is refused whole, naming the key, and
+/// changes nothing.
+#[test]
+fn a_bad_budget_in_the_tiers_file_changes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("tollgate.redb"));
     let file = dir.path().join("tiers.toml");
     std::fs::write(
         &file,
-        "[tiers.free.buckets.schedule-email]\nrefill_rate = 2\nburst_limit = 20\n",
+        "[tiers.free.budget]\namount = 1000\ncycle = \"monthly\"\ntime_zone = \"Europe/Pariss\"\nat_limit = \"stop\"\n",
     )
-    .expect("write the tiers file");
+    .expect("write");
     let err = refused(&server.tollgate(&[
         "tier",
         "apply",
@@ -218,9 +273,10 @@ fn tier_apply_refuses_a_tier_with_budgets_it_would_remove() {
         "--yes",
     ]));
     assert!(
-        err.contains("tier free has budgets") && err.contains("nothing was changed"),
+        err.contains("tiers.toml:4:13: tiers.free.budget.time_zone"),
         "{err}"
     );
-    assert_eq!(budgets_kept(None), 1, "the tier kept its budget");
+    let tiers = server.json(&["tier", "list", "--json"]);
+    assert_eq!(tiers, serde_json::json!([]), "nothing was created");
     server.stop();
 }

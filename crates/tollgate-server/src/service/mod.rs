@@ -32,6 +32,9 @@ mod token_bucket;
 pub use admin::AdminService;
 pub use admin_auth::{AdminAuth, AdminGuard, AdminTokens, Operator, Role};
 pub use admission::Admission;
+/// Budgets as the wire carries them, checked by the server's rules (the
+/// CLI checks a tiers file's budgets with them before sending).
+pub use convert::{budget_at, budget_to_proto};
 pub use credentials::{CredentialsError, Live, Watched};
 pub use envoy::EnvoyRateLimitService;
 pub use key_limits::KeyLimitsService;

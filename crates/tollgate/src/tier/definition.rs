@@ -12,11 +12,13 @@ use std::collections::BTreeMap;
 
 use anyhow::Context;
 use serde::Serialize;
+use tollgate_core::budget::{AtLimit, Budget, Period};
 use tollgate_core::partition::{TableLimitSet, TableLimits};
 use tollgate_core::tier::BucketKind;
 use tollgate_core::validate::{self, InvalidInput, MAX_REFILL_RATE, MAX_TOKENS};
 use tollgate_core::{BucketName, TableName, TierName};
 use tollgate_proto::v1;
+use tollgate_server::service::{budget_at, budget_to_proto};
 
 /// The most buckets one tier defines (`Tier.buckets` in `admin.proto`).
 pub const MAX_TIER_BUCKETS: usize = 1000;
@@ -74,11 +76,58 @@ pub type Buckets = BTreeMap<BucketName, BucketLimits>;
 /// A tier's per-partition limits, by table (the core's checked type).
 pub type Tables = TableLimitSet;
 
+/// A tier's budgets, by bucket (the empty name: the request-unit
+/// bucket), as the core checked them.
+pub type Budgets = BTreeMap<BucketName, Budget>;
+
 /// A tier: what `PutTier` sends, and what `apply` compares.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TierDefinition {
     pub buckets: Buckets,
     pub tables: Tables,
+    pub budgets: Budgets,
+}
+
+/// A budget in a line of text: `50000000 tokens monthly on day 1 (UTC),
+/// then throttle to 100/s (burst 1000); alerts at 50, 75, 90, 100`.
+pub fn budget_text(budget: &Budget) -> String {
+    let cycle = match budget.cycle.period {
+        Period::Monthly { anchor_day } => format!("monthly on day {anchor_day}"),
+        Period::Weekly { anchor_weekday } => format!("weekly on {}", anchor_weekday.name()),
+        Period::Daily => "daily".to_owned(),
+    };
+    let at_limit = match budget.at_limit {
+        AtLimit::Throttle { baseline } => format!(
+            "throttle to {}/s (burst {})",
+            validate::number(baseline.refill_rate),
+            validate::number(baseline.burst_limit)
+        ),
+        other => other.name().to_owned(),
+    };
+    let thresholds: Vec<String> = budget.thresholds.iter().map(|t| t.label()).collect();
+    let mut text = format!(
+        "{} tokens {cycle} ({}), then {at_limit}; alerts at {}",
+        validate::number(budget.amount),
+        budget.cycle.time_zone,
+        thresholds.join(", ")
+    );
+    if let Some(price) = &budget.price {
+        text.push_str(&format!(
+            "; {} {} per million tokens",
+            validate::number(price.per_million_tokens),
+            price.currency
+        ));
+    }
+    text
+}
+
+/// A budget's bucket in text: its name, or `(request units)`.
+pub fn budget_bucket_text(bucket: &BucketName) -> String {
+    if bucket.as_str().is_empty() {
+        "(request units)".to_owned()
+    } else {
+        bucket.to_string()
+    }
 }
 
 /// One table's per-partition limits as the CLI prints them: `null` in
@@ -276,9 +325,11 @@ pub fn tier_to_proto(name: &TierName, tier: &TierDefinition) -> v1::Tier {
             .iter()
             .map(|(table, limits)| table_to_proto(table, limits))
             .collect(),
-        // The tiers file does not carry budgets yet; `apply` refuses to
-        // touch a tier that has them rather than remove them.
-        budgets: Vec::new(),
+        budgets: tier
+            .budgets
+            .iter()
+            .map(|(bucket, budget)| budget_to_proto(bucket, budget))
+            .collect(),
     }
 }
 
@@ -327,7 +378,25 @@ pub fn tier_from_proto(tier: &v1::Tier) -> anyhow::Result<(TierName, TierDefinit
             );
         }
     }
-    Ok((name, TierDefinition { buckets, tables }))
+    let mut budgets = Budgets::new();
+    for (i, b) in tier.budgets.iter().enumerate() {
+        let (bucket, budget) = budget_at(&format!("budgets[{i}]"), b)
+            .with_context(|| format!("the server's tier {name}"))?;
+        if budgets.insert(bucket, budget).is_some() {
+            anyhow::bail!(
+                "the server's tier {name} lists a budget of bucket {} twice",
+                validate::quote(&b.bucket)
+            );
+        }
+    }
+    Ok((
+        name,
+        TierDefinition {
+            buckets,
+            tables,
+            budgets,
+        },
+    ))
 }
 
 #[cfg(test)]

@@ -9,10 +9,15 @@
 //! [tiers.pro.tables.orders]      # per-partition limits of a table
 //! max_reads_per_second = 500     # optional; at least one of the two
 //! max_writes_per_second = 100    # optional
+//!
+//! [tiers.pro.buckets.schedule-email.budget]   # see `budget`
+//! amount = 100_000
+//! cycle = "daily"
+//! at_limit = "stop"
 //! ```
 //!
-//! The file is the truth for each tier it declares: a bucket or a table
-//! it leaves out is removed from the tier.
+//! The file is the truth for each tier it declares: a bucket, a table or
+//! a budget it leaves out is removed from the tier.
 //!
 //! The whole file is checked before anything is sent, so a file with any
 //! error changes nothing. Every error names the file, the line and column
@@ -35,13 +40,18 @@ use serde::Deserialize;
 use tollgate_core::partition::{MAX_TABLES, TableLimits};
 use tollgate_core::tier::BucketKind;
 use tollgate_core::validate::InvalidInput;
-use tollgate_core::{TableName, TierName};
+use tollgate_core::{BucketName, TableName, TierName};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use crate::tier::definition::{
-    self, BucketLimits, Buckets, MAX_TIER_BUCKETS, Tables, TierDefinition,
+    self, BucketLimits, Buckets, Budgets, MAX_TIER_BUCKETS, Tables, TierDefinition,
 };
+
+mod budget;
+
+use self::budget::BudgetToml;
+pub use self::budget::DEFAULT_BASELINE_BURST_SECONDS;
 
 /// A valid tiers file: every tier it declares, by name.
 #[derive(Debug, Default, PartialEq)]
@@ -66,6 +76,8 @@ struct TierToml {
     /// Per-partition limits, by table; none if absent.
     #[serde(default)]
     tables: BTreeMap<Spanned<String>, TableToml>,
+    /// The request-unit bucket's budget, if any.
+    budget: Option<Spanned<BudgetToml>>,
 }
 
 /// One bucket's limits. TOML integers are accepted for the numbers
@@ -78,6 +90,8 @@ struct BucketToml {
     initial_tokens: Option<Spanned<f64>>,
     /// `shared` (the default) or `per-key`.
     kind: Option<Spanned<String>>,
+    /// The bucket's budget, if any (a shared bucket's only).
+    budget: Option<Spanned<BudgetToml>>,
 }
 
 /// One table's per-partition limits, operations per second. Each is
@@ -211,6 +225,14 @@ impl Source<'_> {
                 ));
             }
             let mut buckets = Buckets::new();
+            let mut budgets = Budgets::new();
+            if let Some(budget) = &tier.budget {
+                let ru = BucketName::REQUEST_UNITS;
+                let path = format!("{tier_path}.budget");
+                if let Some(budget) = self.budget(&mut errors, &path, &ru, budget) {
+                    budgets.insert(ru, budget);
+                }
+            }
             for (bucket_key, bucket) in tier.buckets {
                 let bucket_path = format!("{buckets_path}.{}", toml_key(bucket_key.get_ref()));
                 let bucket_name = definition::tier_bucket_name(&bucket_path, bucket_key.get_ref());
@@ -254,6 +276,24 @@ impl Source<'_> {
                         )),
                     );
                 }
+                let budget = match (&bucket.budget, kind, &bucket_name) {
+                    (None, _, _) => None,
+                    (Some(budget), Some(BucketKind::PerKey), _) => {
+                        errors.push(self.error(
+                            &budget.span(),
+                            Some(field("budget")),
+                            "must not be set for a per-key bucket: a budget caps a bucket the tenant's pods share".to_owned(),
+                        ));
+                        None
+                    }
+                    (Some(budget), _, Some(name)) => {
+                        self.budget(&mut errors, &field("budget"), name, budget)
+                    }
+                    (Some(_), _, None) => None,
+                };
+                if let (Some(budget), Some(name)) = (budget, &bucket_name) {
+                    budgets.insert(name.clone(), budget);
+                }
                 if let (
                     Some(bucket_name),
                     Some(refill_rate),
@@ -275,7 +315,14 @@ impl Source<'_> {
             }
             let tables = self.tables(&mut errors, &tier_path, &tier_key, tier.tables);
             if let Some(name) = name {
-                tiers.insert(name, TierDefinition { buckets, tables });
+                tiers.insert(
+                    name,
+                    TierDefinition {
+                        buckets,
+                        tables,
+                        budgets,
+                    },
+                );
             }
         }
         if errors.is_empty() {

@@ -14,7 +14,12 @@ use serde::Serialize;
 use tollgate_core::validate;
 use tollgate_core::{BucketName, TableName, TierName};
 
-use crate::tier::definition::{BucketLimits, Buckets, PartitionLimits, Tables, TierDefinition};
+use tollgate_core::budget::Budget;
+
+use crate::tier::definition::{
+    BucketLimits, Buckets, Budgets, PartitionLimits, Tables, TierDefinition, budget_bucket_text,
+    budget_text,
+};
 
 /// What happens to one tier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -229,8 +234,88 @@ impl TableChanges {
     }
 }
 
+/// One budget as a change adds it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AddedBudget {
+    /// Empty for the request-unit bucket.
+    pub bucket: BucketName,
+    pub budget: Budget,
+}
+
+/// One bucket with a budget on both sides, a different one.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChangedBudget {
+    pub bucket: BucketName,
+    pub before: Budget,
+    pub after: Budget,
+}
+
+/// How one tier's budgets differ between the server (before) and the
+/// file (after).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct BudgetChanges {
+    pub added: Vec<AddedBudget>,
+    pub removed: Vec<BucketName>,
+    pub changed: Vec<ChangedBudget>,
+}
+
+impl BudgetChanges {
+    pub fn between(before: &Budgets, after: &Budgets) -> BudgetChanges {
+        let mut changes = BudgetChanges::default();
+        for (bucket, budget) in after {
+            match before.get(bucket) {
+                None => changes.added.push(AddedBudget {
+                    bucket: bucket.clone(),
+                    budget: budget.clone(),
+                }),
+                Some(old) if old != budget => changes.changed.push(ChangedBudget {
+                    bucket: bucket.clone(),
+                    before: old.clone(),
+                    after: budget.clone(),
+                }),
+                Some(_) => {}
+            }
+        }
+        changes.removed = before
+            .keys()
+            .filter(|bucket| !after.contains_key(*bucket))
+            .cloned()
+            .collect();
+        changes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+
+    /// One line per budget, indented as bucket lines are: `+ budget
+    /// bucket  what`, `- budget bucket`, `~ budget bucket  before -> after`.
+    pub fn lines(&self) -> Vec<String> {
+        let added = self.added.iter().map(|b| {
+            format!(
+                "  + budget {}  {}",
+                budget_bucket_text(&b.bucket),
+                budget_text(&b.budget)
+            )
+        });
+        let removed = self
+            .removed
+            .iter()
+            .map(|b| format!("  - budget {}", budget_bucket_text(b)));
+        let changed = self.changed.iter().map(|b| {
+            format!(
+                "  ~ budget {}  {} -> {}",
+                budget_bucket_text(&b.bucket),
+                budget_text(&b.before),
+                budget_text(&b.after)
+            )
+        });
+        added.chain(removed).chain(changed).collect()
+    }
+}
+
 /// One tier's part of the plan: its buckets' changes at the top, its
-/// tables' under `tables`.
+/// tables' under `tables`, its budgets' under `budgets`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TierChange {
     pub name: TierName,
@@ -238,12 +323,18 @@ pub struct TierChange {
     #[serde(flatten)]
     pub buckets: BucketChanges,
     pub tables: TableChanges,
+    pub budgets: BudgetChanges,
 }
 
 impl TierChange {
-    /// The bucket lines, then the table lines.
+    /// The bucket lines, then the table lines, then the budget lines.
     pub fn lines(&self) -> Vec<String> {
-        [self.buckets.lines(), self.tables.lines()].concat()
+        [
+            self.buckets.lines(),
+            self.tables.lines(),
+            self.budgets.lines(),
+        ]
+        .concat()
     }
 }
 
@@ -272,17 +363,21 @@ impl Plan {
                     (
                         BucketChanges::between(&before.buckets, &after.buckets),
                         TableChanges::between(&before.tables, &after.tables),
+                        BudgetChanges::between(&before.budgets, &after.budgets),
                     )
                 };
-                let (action, (buckets, tables)) = match (server.get(name), file.get(name)) {
+                let (action, (buckets, tables, budgets)) = match (server.get(name), file.get(name))
+                {
                     (None, Some(after)) => (Action::Created, between(&empty, after)),
                     (Some(before), Some(after)) => {
                         let changes = between(before, after);
-                        let action = if changes.0.is_empty() && changes.1.is_empty() {
-                            Action::Unchanged
-                        } else {
-                            Action::Changed
-                        };
+                        let action =
+                            if changes.0.is_empty() && changes.1.is_empty() && changes.2.is_empty()
+                            {
+                                Action::Unchanged
+                            } else {
+                                Action::Changed
+                            };
                         (action, changes)
                     }
                     (Some(_), None) if prune => (Action::Deleted, Default::default()),
@@ -294,6 +389,7 @@ impl Plan {
                     action,
                     buckets,
                     tables,
+                    budgets,
                 }
             })
             .collect();
@@ -332,6 +428,7 @@ mod tests {
         TierDefinition {
             buckets: defs.iter().map(|(n, l)| (bucket(n), *l)).collect(),
             tables: Tables::new(),
+            budgets: Budgets::new(),
         }
     }
 
@@ -580,6 +677,57 @@ mod tests {
                 "  ~ a  refill_rate 1 -> 3",
             ]
         );
+    }
+
+    #[test]
+    fn budgets_are_added_changed_and_removed_as_the_file_says() {
+        use tollgate_core::budget::{AtLimit, CycleRule, Period};
+        let monthly = |amount: f64, at_limit| {
+            Budget::new(
+                amount,
+                CycleRule {
+                    period: Period::Monthly { anchor_day: 1 },
+                    time_zone: "UTC".into(),
+                },
+                at_limit,
+            )
+        };
+        let with = |budgets: &[(&str, Budget)]| TierDefinition {
+            budgets: budgets
+                .iter()
+                .map(|(b, budget)| (bucket(b), budget.clone()))
+                .collect(),
+            ..buckets(&[("a", limits(1.0, 2.0)), ("b", limits(1.0, 2.0))])
+        };
+        let server = BTreeMap::from([(tier("pro"), with(&[("a", monthly(10.0, AtLimit::Stop))]))]);
+        let file = BTreeMap::from([(
+            tier("pro"),
+            with(&[
+                ("", monthly(5e7, AtLimit::Notify)),
+                ("a", monthly(20.0, AtLimit::Stop)),
+            ]),
+        )]);
+        let plan = Plan::new(&server, &file, false);
+        assert_eq!(actions(&plan), [("pro", Action::Changed)]);
+        assert_eq!(
+            plan.tiers[0].lines(),
+            [
+                "  + budget (request units)  5e7 tokens monthly on day 1 (UTC), then notify; alerts at 50, 75, 90, 100",
+                "  ~ budget a  10 tokens monthly on day 1 (UTC), then stop; alerts at 50, 75, 90, 100 -> 20 tokens monthly on day 1 (UTC), then stop; alerts at 50, 75, 90, 100",
+            ]
+        );
+        let json = serde_json::to_value(&plan.tiers[0]).expect("json");
+        assert_eq!(json["budgets"]["added"][0]["bucket"], "");
+        assert_eq!(json["budgets"]["changed"][0]["after"]["amount"], 20.0);
+        // A file without budgets removes them; the same file twice plans
+        // nothing.
+        let bare = BTreeMap::from([(tier("pro"), with(&[]))]);
+        let removed = Plan::new(&file, &bare, false);
+        assert_eq!(
+            removed.tiers[0].budgets.removed,
+            [BucketName::REQUEST_UNITS, bucket("a")]
+        );
+        assert_eq!(Plan::new(&file, &file, false).changes(), 0);
     }
 
     #[test]

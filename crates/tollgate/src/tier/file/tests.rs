@@ -42,6 +42,7 @@ fn buckets_only(buckets: Buckets) -> TierDefinition {
     TierDefinition {
         buckets,
         tables: Tables::new(),
+        budgets: Budgets::new(),
     }
 }
 
@@ -191,12 +192,143 @@ fn unknown_keys_are_refused_at_the_top_the_tier_and_the_bucket_level() {
     );
     assert_eq!(
         error("[tiers.pro]\nprice = 10\n[tiers.pro.buckets.a]\nrefill_rate = 1\nburst_limit = 1\n"),
-        "tiers.toml:2:1: tiers.pro.price: unknown field `price`, expected `buckets` or `tables`"
+        "tiers.toml:2:1: tiers.pro.price: unknown field `price`, expected one of `buckets`, `tables`, `budget`"
     );
     assert_eq!(
         error(&one_bucket("refill_rate = 1\nburst_limt = 1\n")),
         "tiers.toml:3:1: tiers.pro.buckets.schedule-email.burst_limt: unknown field `burst_limt`, \
-         expected one of `refill_rate`, `burst_limit`, `initial_tokens`, `kind`"
+         expected one of `refill_rate`, `burst_limit`, `initial_tokens`, `kind`, `budget`"
+    );
+}
+
+/// The free tier of the CockroachDB RFC and a pro tier with a budget on a
+/// shared bucket.
+const BUDGETS: &str = r#"
+[tiers.free.budget]
+amount = 50_000_000
+cycle = "monthly"
+at_limit = "throttle"
+baseline_rate = 100
+
+[tiers.pro.buckets.schedule-email]
+refill_rate = 10
+burst_limit = 100
+
+[tiers.pro.buckets.schedule-email.budget]
+amount = 100_000
+cycle = "weekly"
+anchor_weekday = "friday"
+time_zone = "Europe/Paris"
+at_limit = "stop"
+thresholds = [90, "forecast:100", 50]
+price_per_million_tokens = 0.2
+currency = "EUR"
+"#;
+
+#[test]
+fn budgets_are_read_with_the_servers_defaults_and_rules() {
+    use tollgate_core::budget::{AtLimit, Period, Threshold, Weekday};
+    let file = parse("tiers.toml", BUDGETS).expect("valid");
+    let free = &file.tiers[&tier("free")].budgets[&BucketName::REQUEST_UNITS];
+    assert_eq!(free.amount, 50_000_000.0);
+    assert_eq!(free.cycle.period, Period::Monthly { anchor_day: 1 });
+    assert_eq!(free.cycle.time_zone, "UTC");
+    match free.at_limit {
+        AtLimit::Throttle { baseline } => {
+            assert_eq!(
+                (baseline.refill_rate, baseline.burst_limit),
+                (100.0, 1_000.0)
+            );
+        }
+        other => panic!("throttle expected, got {other:?}"),
+    }
+    assert_eq!(
+        free.thresholds,
+        [50, 75, 90, 100].map(Threshold::spend).to_vec(),
+        "the default thresholds"
+    );
+    let pro = &file.tiers[&tier("pro")].budgets[&bucket("schedule-email")];
+    assert_eq!(
+        pro.cycle.period,
+        Period::Weekly {
+            anchor_weekday: Weekday::Friday
+        }
+    );
+    assert_eq!(
+        pro.thresholds
+            .iter()
+            .map(Threshold::label)
+            .collect::<Vec<_>>(),
+        ["50", "90", "forecast:100"],
+        "sorted as the server keeps them"
+    );
+    assert_eq!(pro.price.as_ref().map(|p| p.currency.as_str()), Some("EUR"));
+}
+
+/// A file with one request-unit budget whose body is `body`.
+fn one_budget(body: &str) -> String {
+    format!("[tiers.free.budget]\n{body}")
+}
+
+#[test]
+fn a_bad_budget_names_the_line_and_the_key_at_fault() {
+    let base = "amount = 1000\ncycle = \"monthly\"\nat_limit = \"stop\"\n";
+    assert_eq!(
+        error(&one_budget(&format!(
+            "{base}time_zone = \"Mars/Olympus\"\n"
+        ))),
+        "tiers.toml:5:13: tiers.free.budget.time_zone: \"Mars/Olympus\" is not an IANA time zone name (e.g. UTC, Europe/Paris, America/New_York)"
+    );
+    assert_eq!(
+        error(&one_budget(
+            "amount = 1000\ncycle = \"yearly\"\nat_limit = \"stop\"\n"
+        )),
+        "tiers.toml:3:9: tiers.free.budget.cycle: must be \"monthly\", \"weekly\" or \"daily\", got \"yearly\""
+    );
+    assert_eq!(
+        error(&one_budget(
+            "amount = 1000\ncycle = \"daily\"\nat_limit = \"throttle\"\n"
+        )),
+        "tiers.toml:4:12: tiers.free.budget.at_limit: \"throttle\" needs baseline_rate: the tokens per second past the amount"
+    );
+    assert_eq!(
+        error(&one_budget(&format!("{base}baseline_rate = 5\n"))),
+        "tiers.toml:5:17: tiers.free.budget.baseline_rate: is only for at_limit = \"throttle\""
+    );
+    let amount = error(&one_budget(
+        "amount = -5\ncycle = \"daily\"\nat_limit = \"stop\"\n",
+    ));
+    assert!(
+        amount.starts_with("tiers.toml:2:10: tiers.free.budget.amount: "),
+        "{amount}"
+    );
+    let day = error(&one_budget(&format!("{base}anchor_day = 32\n")));
+    assert!(
+        day.starts_with("tiers.toml:5:14: tiers.free.budget.anchor_day: "),
+        "{day}"
+    );
+    let threshold = error(&one_budget(&format!("{base}thresholds = [\"lots\"]\n")));
+    assert!(
+        threshold.starts_with("tiers.toml:5:14: tiers.free.budget.thresholds: "),
+        "{threshold}"
+    );
+    let unknown = error(&one_budget(&format!("{base}amonut = 5\n")));
+    assert!(
+        unknown.contains("tiers.free.budget.amonut: unknown field"),
+        "{unknown}"
+    );
+}
+
+#[test]
+fn a_per_key_bucket_has_no_budget() {
+    let text = "[tiers.pro.buckets.api]\nrefill_rate = 1\nburst_limit = 1\nkind = \"per-key\"\n\
+                [tiers.pro.buckets.api.budget]\namount = 1\ncycle = \"daily\"\nat_limit = \"stop\"\n";
+    let e = error(text);
+    assert!(
+        e.starts_with(
+            "tiers.toml:5:1: tiers.pro.buckets.api.budget: must not be set for a per-key bucket"
+        ),
+        "{e}"
     );
 }
 

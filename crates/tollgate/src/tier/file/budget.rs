@@ -1,0 +1,259 @@
+//! Budgets in the tiers file: the request-unit bucket's under the tier,
+//! a shared bucket's under the bucket.
+//!
+//! ```toml
+//! [tiers.free.budget]                  # the request-unit bucket's
+//! amount = 50_000_000                  # tokens per cycle
+//! cycle = "monthly"                    # monthly, weekly or daily
+//! anchor_day = 1                       # monthly: 1 to 31 (default 1)
+//! time_zone = "UTC"                    # IANA name (default UTC)
+//! at_limit = "throttle"                # notify, throttle or stop
+//! baseline_rate = 100                  # throttle: tokens per second
+//! baseline_burst = 1000                # optional, default 10 s of the rate
+//!
+//! [tiers.pro.buckets.schedule-email.budget]
+//! amount = 100_000
+//! cycle = "weekly"
+//! anchor_weekday = "monday"            # weekly (default monday)
+//! at_limit = "stop"
+//! thresholds = [50, 90, "forecast:100"]  # default 50, 75, 90, 100
+//! price_per_million_tokens = 0.2       # with currency, for display
+//! currency = "USD"
+//! ```
+//!
+//! A budget is built as the wire's `Budget` and checked by the server's
+//! own rules (`tollgate_server::service::budget_at`), so the file refuses
+//! exactly what `PutTier` would; each refusal points at the key at fault.
+
+use serde::Deserialize;
+use tollgate_core::BucketName;
+use tollgate_core::budget::Budget;
+use tollgate_core::validate::InvalidInput;
+use tollgate_proto::v1;
+use toml::Spanned;
+
+use super::{FileError, Source, toml_key};
+
+/// Seconds of the baseline rate a throttle's burst holds unless told
+/// (`tollgate budget set --baseline-burst` has the same default).
+pub const DEFAULT_BASELINE_BURST_SECONDS: f64 = 10.0;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BudgetToml {
+    amount: Spanned<f64>,
+    cycle: Spanned<String>,
+    anchor_day: Option<Spanned<u32>>,
+    anchor_weekday: Option<Spanned<String>>,
+    time_zone: Option<Spanned<String>>,
+    at_limit: Spanned<String>,
+    baseline_rate: Option<Spanned<f64>>,
+    baseline_burst: Option<Spanned<f64>>,
+    thresholds: Option<Spanned<Vec<ThresholdToml>>>,
+    price_per_million_tokens: Option<Spanned<f64>>,
+    currency: Option<Spanned<String>>,
+}
+
+/// A threshold: a percentage of the spend (`75`), or a label (`"75"`,
+/// `"forecast:100"`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum ThresholdToml {
+    Percent(u32),
+    Label(String),
+}
+
+impl Source<'_> {
+    /// The budget at `path` (`tiers.free.budget`) of `bucket`, checked;
+    /// `None` (its errors recorded) if it is not valid.
+    pub(super) fn budget(
+        &self,
+        errors: &mut Vec<FileError>,
+        path: &str,
+        bucket: &BucketName,
+        table: &Spanned<BudgetToml>,
+    ) -> Option<Budget> {
+        let toml = table.get_ref();
+        let field = |key: &str| {
+            if key.is_empty() {
+                path.to_owned()
+            } else {
+                format!("{path}.{}", toml_key(key))
+            }
+        };
+        let mut refuse = |key: &str, span: std::ops::Range<usize>, message: String| {
+            errors.push(self.error(&span, Some(field(key)), message));
+        };
+        let period = match toml.cycle.get_ref().as_str() {
+            "monthly" => v1::BudgetPeriod::Monthly,
+            "weekly" => v1::BudgetPeriod::Weekly,
+            "daily" => v1::BudgetPeriod::Daily,
+            other => {
+                refuse(
+                    "cycle",
+                    toml.cycle.span(),
+                    format!("must be \"monthly\", \"weekly\" or \"daily\", got {other:?}"),
+                );
+                return None;
+            }
+        };
+        let at_limit = match toml.at_limit.get_ref().as_str() {
+            "notify" => v1::BudgetAtLimit::Notify,
+            "throttle" => v1::BudgetAtLimit::Throttle,
+            "stop" => v1::BudgetAtLimit::Stop,
+            other => {
+                refuse(
+                    "at_limit",
+                    toml.at_limit.span(),
+                    format!("must be \"notify\", \"throttle\" or \"stop\", got {other:?}"),
+                );
+                return None;
+            }
+        };
+        let rate = toml.baseline_rate.as_ref().map(|r| *r.get_ref());
+        let baseline = match (at_limit, rate) {
+            (v1::BudgetAtLimit::Throttle, None) => {
+                refuse(
+                    "at_limit",
+                    toml.at_limit.span(),
+                    "\"throttle\" needs baseline_rate: the tokens per second past the amount"
+                        .to_owned(),
+                );
+                return None;
+            }
+            (v1::BudgetAtLimit::Throttle, Some(rate)) => Some(v1::ResourceLimits {
+                refill_rate: rate,
+                burst_limit: toml
+                    .baseline_burst
+                    .as_ref()
+                    .map_or(rate * DEFAULT_BASELINE_BURST_SECONDS, |b| *b.get_ref()),
+            }),
+            _ => {
+                if let Some(extra) = toml.baseline_rate.as_ref().or(toml.baseline_burst.as_ref()) {
+                    let key = if toml.baseline_rate.is_some() {
+                        "baseline_rate"
+                    } else {
+                        "baseline_burst"
+                    };
+                    refuse(
+                        key,
+                        extra.span(),
+                        "is only for at_limit = \"throttle\"".to_owned(),
+                    );
+                    return None;
+                }
+                None
+            }
+        };
+        let wire = v1::Budget {
+            bucket: bucket.as_str().to_owned(),
+            amount: *toml.amount.get_ref(),
+            cycle: Some(v1::BudgetCycle {
+                period: period.into(),
+                anchor_day: toml.anchor_day.as_ref().map_or(0, |d| *d.get_ref()),
+                anchor_weekday: toml
+                    .anchor_weekday
+                    .as_ref()
+                    .map(|w| w.get_ref().clone())
+                    .unwrap_or_default(),
+                time_zone: toml
+                    .time_zone
+                    .as_ref()
+                    .map(|z| z.get_ref().clone())
+                    .unwrap_or_default(),
+            }),
+            at_limit: at_limit.into(),
+            baseline,
+            thresholds: toml
+                .thresholds
+                .as_ref()
+                .map(|list| {
+                    list.get_ref()
+                        .iter()
+                        .map(|t| match t {
+                            ThresholdToml::Percent(p) => p.to_string(),
+                            ThresholdToml::Label(l) => l.clone(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            price_per_million_tokens: toml
+                .price_per_million_tokens
+                .as_ref()
+                .map_or(0.0, |p| *p.get_ref()),
+            currency: toml
+                .currency
+                .as_ref()
+                .map(|c| c.get_ref().clone())
+                .unwrap_or_default(),
+        };
+        match tollgate_server::service::budget_at("budget", &wire) {
+            Ok((_, budget)) => Some(budget),
+            Err(e) => {
+                let (key, span) = self.key_of(&e, table);
+                refuse(key, span, e.reason);
+                None
+            }
+        }
+    }
+
+    /// The file's key a refusal of the wire's budget is about, and where
+    /// it is (the table's header if the key is not written).
+    fn key_of<'k>(
+        &self,
+        e: &InvalidInput,
+        table: &Spanned<BudgetToml>,
+    ) -> (&'k str, std::ops::Range<usize>) {
+        let toml = table.get_ref();
+        let wire = e.field.strip_prefix("budget.").unwrap_or(&e.field);
+        let span_of = |s: Option<std::ops::Range<usize>>| s.unwrap_or_else(|| table.span());
+        match wire {
+            "amount" => ("amount", toml.amount.span()),
+            "cycle.period" => ("cycle", toml.cycle.span()),
+            "cycle.anchor_day" => (
+                "anchor_day",
+                span_of(toml.anchor_day.as_ref().map(Spanned::span)),
+            ),
+            "cycle.anchor_weekday" => (
+                "anchor_weekday",
+                span_of(toml.anchor_weekday.as_ref().map(Spanned::span)),
+            ),
+            "cycle.time_zone" => (
+                "time_zone",
+                span_of(toml.time_zone.as_ref().map(Spanned::span)),
+            ),
+            "baseline.burst_limit" => (
+                "baseline_burst",
+                span_of(
+                    toml.baseline_burst
+                        .as_ref()
+                        .or(toml.baseline_rate.as_ref())
+                        .map(Spanned::span),
+                ),
+            ),
+            w if w.starts_with("baseline") => (
+                "baseline_rate",
+                span_of(toml.baseline_rate.as_ref().map(Spanned::span)),
+            ),
+            w if w.starts_with("thresholds") => (
+                "thresholds",
+                span_of(toml.thresholds.as_ref().map(Spanned::span)),
+            ),
+            "price_per_million_tokens" => (
+                "price_per_million_tokens",
+                span_of(toml.price_per_million_tokens.as_ref().map(Spanned::span)),
+            ),
+            "currency" => (
+                "currency",
+                span_of(
+                    toml.currency
+                        .as_ref()
+                        .map(Spanned::span)
+                        .or(toml.price_per_million_tokens.as_ref().map(Spanned::span)),
+                ),
+            ),
+            "at_limit" => ("at_limit", toml.at_limit.span()),
+            _ => ("", table.span()),
+        }
+    }
+}
