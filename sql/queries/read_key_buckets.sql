@@ -8,14 +8,16 @@
 -- bucket's rows, so the cost is its rows, and no index is added to the
 -- rows every check writes.
 SELECT wanted.n, counted.stored, busiest.key, busiest.tokens,
-       busiest.last_refill, busiest.full_at, statement_timestamp() AS read_at
+       busiest.last_refill, busiest.full_at, busiest.quota_used, busiest.quota_cycle_end,
+       statement_timestamp() AS read_at
 FROM unnest($1::TEXT[], $2::TEXT[]) WITH ORDINALITY AS wanted (tenant_id, bucket, n)
 CROSS JOIN LATERAL (
     SELECT count(*) AS stored FROM tollgate_keys AS k
     WHERE k.tenant_id = wanted.tenant_id AND k.bucket = wanted.bucket
 ) AS counted
 LEFT JOIN LATERAL (
-    SELECT k.key, k.tokens, k.last_refill, k.full_at FROM tollgate_keys AS k
+    SELECT k.key, k.tokens, k.last_refill, k.full_at, k.quota_used, k.quota_cycle_end
+    FROM tollgate_keys AS k
     WHERE k.tenant_id = wanted.tenant_id AND k.bucket = wanted.bucket
     ORDER BY k.full_at DESC NULLS FIRST, k.key
     LIMIT $3

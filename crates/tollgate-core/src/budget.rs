@@ -53,10 +53,12 @@
 
 pub mod cycle;
 pub mod delivery;
+pub mod quota;
 
 use serde::{Deserialize, Serialize};
 
 pub use cycle::{Cycle, CycleRule, OutOfCalendar, Period, Weekday};
+pub use quota::{Quota, QuotaAnswer, QuotaUse};
 
 use crate::consumption::Consumption;
 use crate::global_bucket::{BucketState, Limits};

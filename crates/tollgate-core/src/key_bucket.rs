@@ -64,6 +64,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::budget::{Cycle, Quota, QuotaAnswer, QuotaUse};
 use crate::global_bucket::{Limits, refilled_tokens};
 use crate::time::Timestamp;
 use crate::validate::{self, InvalidInput, MAX_TOKENS};
@@ -73,12 +74,15 @@ pub const MAX_CHECK_ITEMS: usize = 64;
 /// The longest key, in bytes.
 pub const MAX_KEY_LEN: usize = 512;
 
-/// A stored key's bucket (a key without one is full).
+/// A stored key's bucket (a key without one is full, its quota unused).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KeyState {
     /// Tokens as of `last_refill`, at most the burst limit.
     pub tokens: f64,
     pub last_refill: Timestamp,
+    /// What the key took from its quota, in the cycle it last took in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaUse>,
 }
 
 impl KeyState {
@@ -91,10 +95,11 @@ impl KeyState {
         }
     }
 
-    /// True if the key's bucket has refilled to full by `now`: its row can
-    /// go.
+    /// True if the key's bucket has refilled to full by `now` and its
+    /// quota use, if any, is over: its row can go.
     pub fn is_idle(&self, limits: &Limits, now: Timestamp) -> bool {
         KeyState::level(Some(self), limits, now) >= limits.burst_limit
+            && !self.quota.is_some_and(|q| q.is_live(now))
     }
 }
 
@@ -118,11 +123,12 @@ pub fn validate_tokens(field: &str, tokens: f64) -> Result<(), InvalidInput> {
     validate::non_negative(field, tokens, MAX_TOKENS)
 }
 
-/// One key's bucket within a check: its definition's limits and its state
-/// as stored (`None`: full).
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// One key's bucket within a check: its definition's limits and quota,
+/// and its state as stored (`None`: full, quota unused).
+#[derive(Clone, Debug, PartialEq)]
 pub struct KeySlot {
     pub limits: Limits,
+    pub quota: Option<Quota>,
     pub state: Option<KeyState>,
 }
 
@@ -147,6 +153,10 @@ pub struct ItemAnswer {
     /// When the key's bucket will be full: zero if it is, `None` if never
     /// (no refill).
     pub reset_after: Option<Duration>,
+    /// What is left of the key's quota and when it resets, if its bucket
+    /// has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaAnswer>,
 }
 
 /// The outcome of [`check`]: an answer per item, in order, and each slot's
@@ -158,32 +168,61 @@ pub struct CheckOutcome {
     pub states: Vec<Option<KeyState>>,
 }
 
-/// Runs a check: takes every item's tokens from its key if all of them are
-/// there, none otherwise. Items must name slots of `slots`.
+/// Runs a check: takes every item's tokens from its key's bucket and from
+/// its key's quota, if it has one, if all of them are there; none
+/// otherwise. Items must name slots of `slots`.
 pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOutcome {
     let levels: Vec<f64> = slots
         .iter()
         .map(|s| KeyState::level(s.state.as_ref(), &s.limits, now))
         .collect();
-    // Take in turn from a copy; keep it only if every item was covered.
+    // Each quota's cycle now, and what is left of it (none out of the
+    // calendar: the quota allows nothing).
+    let cycles: Vec<Option<Cycle>> = slots
+        .iter()
+        .map(|s| s.quota.as_ref().and_then(|q| q.cycle_at(now)))
+        .collect();
+    let quota_left: Vec<Option<f64>> = slots
+        .iter()
+        .zip(&cycles)
+        .map(|(s, cycle)| {
+            let quota = s.quota.as_ref()?;
+            Some(cycle.as_ref().map_or(0.0, |c| {
+                quota.left(s.state.as_ref().and_then(|st| st.quota.as_ref()), c)
+            }))
+        })
+        .collect();
+    // Take in turn from copies; keep them only if every item was covered.
     let mut after = levels.clone();
+    let mut quota_after = quota_left.clone();
     let mut allowed = true;
     let mut wanting = Vec::with_capacity(items.len());
     for item in items {
         let level = after.get(item.slot).copied().unwrap_or(0.0);
-        wanting.push(level);
-        if item.tokens > level {
+        let left = quota_after.get(item.slot).copied().flatten();
+        wanting.push((level, left));
+        if item.tokens > level || left.is_some_and(|left| item.tokens > left) {
             allowed = false;
-        } else if let Some(level) = after.get_mut(item.slot) {
-            *level -= item.tokens;
+        } else {
+            if let Some(level) = after.get_mut(item.slot) {
+                *level -= item.tokens;
+            }
+            if let Some(Some(left)) = quota_after.get_mut(item.slot) {
+                *left -= item.tokens;
+            }
         }
     }
-    let final_levels = if allowed { after } else { levels.clone() };
+    let (final_levels, final_quota) = if allowed {
+        (after, quota_after)
+    } else {
+        (levels.clone(), quota_left.clone())
+    };
     let answers = items
         .iter()
         .zip(&wanting)
-        .map(|(item, &before)| {
-            let limits = slots.get(item.slot).map_or(
+        .map(|(item, &(before, quota_before))| {
+            let slot = slots.get(item.slot);
+            let limits = slot.map_or(
                 Limits {
                     refill_rate: 0.0,
                     burst_limit: 0.0,
@@ -193,8 +232,7 @@ pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOut
             let remaining = final_levels.get(item.slot).copied().unwrap_or(0.0);
             // Refill starts at the key's `last_refill`, which a clock that
             // stepped back (another replica's, say) may put after `now`.
-            let lag = slots
-                .get(item.slot)
+            let lag = slot
                 .and_then(|s| s.state)
                 .map_or(Duration::ZERO, |s| s.last_refill.duration_since(now));
             let from_now = |wait: Option<Duration>| {
@@ -206,10 +244,29 @@ pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOut
                     }
                 })
             };
-            let retry_after = if allowed || item.tokens <= before {
+            let cycle = cycles.get(item.slot).copied().flatten();
+            let quota = slot.and_then(|s| s.quota.as_ref());
+            let retry_after = if allowed {
                 Some(Duration::ZERO)
             } else {
-                from_now(time_to(item.tokens - before, item.tokens, &limits))
+                let bucket_wait = if item.tokens <= before {
+                    Some(Duration::ZERO)
+                } else {
+                    from_now(time_to(item.tokens - before, item.tokens, &limits))
+                };
+                // Short of quota: not before the next cycle, and never if
+                // the item asks for more than a whole cycle's quota.
+                let quota_wait = match (quota, quota_before, cycle) {
+                    (Some(q), Some(left), _) if item.tokens > left && item.tokens > q.amount => {
+                        None
+                    }
+                    (Some(_), Some(left), Some(c)) if item.tokens > left => {
+                        Some(c.end.duration_since(now))
+                    }
+                    (Some(_), Some(left), None) if item.tokens > left => None,
+                    _ => Some(Duration::ZERO),
+                };
+                bucket_wait.zip(quota_wait).map(|(a, b)| a.max(b))
             };
             ItemAnswer {
                 allowed,
@@ -220,16 +277,33 @@ pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOut
                     limits.burst_limit,
                     &limits,
                 )),
+                quota: match (final_quota.get(item.slot).copied().flatten(), cycle) {
+                    (Some(remaining), Some(c)) => Some(QuotaAnswer {
+                        remaining,
+                        resets_at: c.end,
+                    }),
+                    _ => None,
+                },
             }
         })
         .collect();
-    // A full key needs no row; a refused check leaves the others as they
-    // were (they keep refilling from there: nothing to write).
+    // A full key with no quota in use needs no row; a refused check leaves
+    // the others as they were (they keep refilling from there: nothing to
+    // write).
     let states = slots
         .iter()
-        .zip(&final_levels)
-        .map(|(slot, &level)| {
-            if level >= slot.limits.burst_limit {
+        .enumerate()
+        .map(|(i, slot)| {
+            let level = final_levels[i];
+            let quota = match (&slot.quota, cycles[i], final_quota[i]) {
+                (Some(q), Some(c), Some(left)) => Some(QuotaUse {
+                    cycle_end: c.end,
+                    used: q.amount - left,
+                })
+                .filter(|u| u.used > 0.0),
+                _ => None,
+            };
+            if level >= slot.limits.burst_limit && quota.is_none() {
                 None
             } else if !allowed {
                 slot.state
@@ -237,6 +311,7 @@ pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOut
                 Some(KeyState {
                     tokens: level,
                     last_refill: slot.state.map_or(now, |s| s.last_refill.max(now)),
+                    quota,
                 })
             }
         })

@@ -92,7 +92,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{BucketBudget, Budget, CycleRecord};
+use crate::budget::{BucketBudget, Budget, CycleRecord, Quota};
 use crate::global_bucket::{BucketRow, Limits, Totals};
 use crate::partition::{
     self, Exchange, ExchangeAnswer, MAX_TABLES, PartitionReports, TableLimitSet, TableLimits,
@@ -130,7 +130,7 @@ impl BucketKind {
 }
 
 /// One bucket as a tier or an override defines it.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BucketDefinition {
     pub limits: Limits,
     /// Tokens a newly provisioned bucket starts with; the burst limit if
@@ -138,6 +138,10 @@ pub struct BucketDefinition {
     pub initial_tokens: Option<f64>,
     #[serde(default)]
     pub kind: BucketKind,
+    /// A calendar quota on top of the rate (per key, for a per-key
+    /// bucket): `budget::quota`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Quota>,
 }
 
 impl BucketDefinition {
@@ -145,6 +149,9 @@ impl BucketDefinition {
     /// request, prefixed to each field name.
     pub fn validate(&self, field: &str) -> Result<(), InvalidInput> {
         self.limits.validate().map_err(|e| e.within(field))?;
+        if let Some(quota) = &self.quota {
+            quota.validate().map_err(|e| e.within(field))?;
+        }
         if let Some(initial) = self.initial_tokens {
             if self.kind == BucketKind::PerKey {
                 return Err(InvalidInput::new(
@@ -693,7 +700,7 @@ pub fn definitions(
     overrides: &BTreeMap<BucketName, BucketDefinition>,
 ) -> BTreeMap<BucketName, BucketDefinition> {
     let mut all = tier.map(|t| t.buckets.clone()).unwrap_or_default();
-    all.extend(overrides.iter().map(|(name, d)| (name.clone(), *d)));
+    all.extend(overrides.iter().map(|(name, d)| (name.clone(), d.clone())));
     all
 }
 
@@ -809,7 +816,7 @@ pub fn change_tenant(
             record.tier = Some(tier.clone());
         }
         TenantChange::SetOverride { bucket, definition } => {
-            record.overrides.insert(bucket.clone(), *definition);
+            record.overrides.insert(bucket.clone(), definition.clone());
         }
         TenantChange::ClearOverride { bucket } => {
             if !exists {

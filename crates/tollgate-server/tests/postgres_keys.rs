@@ -58,7 +58,7 @@ async fn onboard(
     let tier_doc = Tier {
         buckets: buckets
             .iter()
-            .map(|(bucket, d)| (bucket_name(bucket), *d))
+            .map(|(bucket, d)| (bucket_name(bucket), d.clone()))
             .collect::<BTreeMap<_, _>>(),
         tables: BTreeMap::new(),
         budgets: BTreeMap::new(),

@@ -106,6 +106,7 @@ async fn concurrent_serializable_sessions_admit_exactly_what_a_token_bucket_admi
     let (mut admitted, mut refused) = (0u64, 0u64);
     for call in &calls {
         let slots = [KeySlot {
+            quota: None,
             limits: LIMITS,
             state,
         }];
@@ -245,7 +246,7 @@ fn assert_replays(calls: &[Call], limits: Limits) {
     let mut state: Option<KeyState> = None;
     for call in calls {
         let expected = check(
-            &[KeySlot { limits, state }],
+            &[KeySlot { quota: None, limits, state }],
             &[CheckItem {
                 slot: 0,
                 tokens: 1.0,

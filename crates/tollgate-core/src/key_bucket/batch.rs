@@ -123,8 +123,9 @@ pub struct RequestRecord {
     pub expires_at: Timestamp,
 }
 
-/// A stored key: its bucket and when it will be full (when its row may
-/// go), under the limits it was written with.
+/// A stored key: its bucket and when its row may go: when it will be full
+/// (under the limits it was written with) and its quota use, if any, is
+/// over.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StoredKey {
     pub state: KeyState,
@@ -143,6 +144,11 @@ impl StoredKey {
                 .map(|d| state.last_refill.saturating_add(d))
         } else {
             None
+        };
+        // A quota in use keeps the row until its cycle ends.
+        let full_at = match state.quota.filter(|q| q.used > 0.0) {
+            Some(q) => full_at.map(|at| at.max(q.cycle_end)),
+            None => full_at,
         };
         StoredKey { state, full_at }
     }
@@ -307,10 +313,11 @@ impl KeyTable {
         }
         // Resolve every item's limits first: an unknown bucket refuses the
         // whole call before anything is taken.
-        let mut limits = Vec::with_capacity(call.items.len());
+        let mut resolved = Vec::with_capacity(call.items.len());
         for (i, item) in call.items.iter().enumerate() {
-            limits.push(resolve(definitions, &item.key.bucket, i)?);
+            resolved.push(resolve(definitions, &item.key.bucket, i)?);
         }
+        let limits: Vec<Limits> = resolved.iter().map(|d| d.limits).collect();
         // Retries: answered from their record if it is still kept.
         let mut replays: Vec<Option<ItemResult>> = Vec::with_capacity(call.items.len());
         for (i, item) in call.items.iter().enumerate() {
@@ -352,6 +359,7 @@ impl KeyTable {
             if slot == next {
                 slots.push(KeySlot {
                     limits: limits[i],
+                    quota: resolved[i].quota.clone(),
                     state: self.keys.get(&item.key).copied().flatten(),
                 });
             }
@@ -426,13 +434,13 @@ impl KeyTable {
     }
 }
 
-/// The limits of the per-key bucket `key` names, from its tenant's
+/// The definition of the per-key bucket `key` names, from its tenant's
 /// definitions; `index` is the item's place in the call, for the error.
-pub fn resolve(
-    definitions: &BTreeMap<TenantId, BTreeMap<BucketName, BucketDefinition>>,
+pub fn resolve<'d>(
+    definitions: &'d BTreeMap<TenantId, BTreeMap<BucketName, BucketDefinition>>,
     key: &BucketKey,
     index: usize,
-) -> Result<Limits, CheckError> {
+) -> Result<&'d BucketDefinition, CheckError> {
     let field = || format!("items[{index}].bucket");
     let definition = definitions
         .get(&key.tenant)
@@ -447,5 +455,5 @@ pub fn resolve(
             key: key.clone(),
         });
     }
-    Ok(definition.limits)
+    Ok(definition)
 }

@@ -18,6 +18,7 @@ fn limits(refill_rate: f64, burst_limit: f64) -> Limits {
 
 fn slot(refill_rate: f64, burst_limit: f64, state: Option<KeyState>) -> KeySlot {
     KeySlot {
+        quota: None,
         limits: limits(refill_rate, burst_limit),
         state,
     }
@@ -38,6 +39,7 @@ fn a_key_never_seen_starts_full_and_a_full_key_needs_no_row() {
     assert_eq!(
         state,
         KeyState {
+            quota: None,
             tokens: 6.0,
             last_refill: at(0.0)
         }
@@ -54,6 +56,7 @@ fn a_key_never_seen_starts_full_and_a_full_key_needs_no_row() {
 #[test]
 fn waits_count_from_a_last_refill_after_now() {
     let state = KeyState {
+        quota: None,
         tokens: 0.0,
         last_refill: at(100.0),
     };
@@ -70,6 +73,7 @@ fn waits_count_from_a_last_refill_after_now() {
 #[test]
 fn a_refused_check_takes_nothing_and_says_when_to_retry() {
     let state = KeyState {
+        quota: None,
         tokens: 2.0,
         last_refill: at(0.0),
     };
@@ -94,11 +98,12 @@ fn items_are_taken_together_or_not_at_all() {
         10.0,
         100.0,
         Some(KeyState {
+            quota: None,
             tokens: 1.0,
             last_refill: at(0.0),
         }),
     );
-    let refused = check(&[user, tenant], &[item(0, 3.0), item(1, 3.0)], at(0.0));
+    let refused = check(&[user.clone(), tenant.clone()], &[item(0, 3.0), item(1, 3.0)], at(0.0));
     assert!(!refused.allowed);
     assert!(refused.answers.iter().all(|a| !a.allowed));
     assert_eq!(
@@ -120,7 +125,7 @@ fn items_are_taken_together_or_not_at_all() {
 #[test]
 fn items_on_one_key_take_in_turn() {
     let key = slot(1.0, 10.0, None);
-    let outcome = check(&[key], &[item(0, 6.0), item(0, 4.0)], at(0.0));
+    let outcome = check(&[key.clone()], &[item(0, 6.0), item(0, 4.0)], at(0.0));
     assert!(outcome.allowed);
     assert_eq!(outcome.answers[1].remaining, 0.0);
     let outcome = check(&[key], &[item(0, 6.0), item(0, 5.0)], at(0.0));
@@ -166,7 +171,7 @@ proptest! {
         for (advance_ms, tokens) in &steps {
             now_ms += i64::from(*advance_ms);
             let now = Timestamp::from_unix_micros(now_ms * 1000);
-            let outcome = check(&[KeySlot { limits, state }], &[item(0, *tokens)], now);
+            let outcome = check(&[KeySlot { quota: None, limits, state }], &[item(0, *tokens)], now);
             let answer = outcome.answers[0];
             prop_assert!(answer.remaining >= -1e-9 && answer.remaining <= burst + 1e-9);
             if outcome.allowed {
@@ -209,11 +214,13 @@ mod batch {
 
     fn definitions() -> BTreeMap<TenantId, BTreeMap<BucketName, BucketDefinition>> {
         let per_key = |rate, burst| BucketDefinition {
+            quota: None,
             limits: limits(rate, burst),
             initial_tokens: None,
             kind: BucketKind::PerKey,
         };
         let shared = BucketDefinition {
+            quota: None,
             limits: limits(1.0, 1.0),
             initial_tokens: None,
             kind: BucketKind::Shared,
@@ -332,6 +339,7 @@ mod batch {
         let defs = definitions();
         let key = KeyId::new(tenant("acme"), bucket("per-user"), "u1");
         let stored = KeyState {
+            quota: None,
             tokens: 1.0,
             last_refill: at(0.0),
         };
@@ -363,6 +371,7 @@ mod operators_view {
     fn stored(tokens: f64, last_refill: f64, limits: &Limits) -> StoredKey {
         StoredKey::new(
             KeyState {
+                quota: None,
                 tokens,
                 last_refill: Timestamp::from_secs_f64(last_refill),
             },
@@ -408,5 +417,130 @@ mod operators_view {
         let reading = KeyReading::new("u".into(), &key, &smaller, Timestamp::from_secs_f64(1.0));
         assert_eq!(reading.tokens, 5.0);
         assert_eq!(reading.full_in, Some(Duration::ZERO));
+    }
+}
+
+fn utc(text: &str) -> Timestamp {
+    let t: jiff::Timestamp = text.parse().expect("a test date");
+    Timestamp::from_unix_micros(t.as_microsecond())
+}
+
+/// 100 a day in Paris on a bucket of 10 a second (burst 50).
+fn daily_quota(amount: f64) -> Quota {
+    Quota {
+        amount,
+        cycle: crate::budget::CycleRule {
+            period: crate::budget::Period::Daily,
+            time_zone: "Europe/Paris".into(),
+        },
+    }
+}
+
+fn quota_slot(amount: f64, state: Option<KeyState>) -> KeySlot {
+    KeySlot {
+        quota: Some(daily_quota(amount)),
+        ..slot(10.0, 50.0, state)
+    }
+}
+
+#[test]
+fn a_quota_caps_a_key_per_cycle_and_the_next_cycle_restores_it() {
+    // 2026-06-10 in Paris (UTC+2): the day ends at 22:00 UTC.
+    let mut now = utc("2026-06-10T08:00:00Z");
+    let day_end = utc("2026-06-10T22:00:00Z");
+    let mut state = None;
+    let mut allowed = 0.0;
+    for _ in 0..30 {
+        let outcome = check(&[quota_slot(100.0, state)], &[item(0, 8.0)], now);
+        let answer = outcome.answers[0];
+        if outcome.allowed {
+            allowed += 8.0;
+        }
+        let quota = answer.quota.expect("a quota answer");
+        assert_eq!(quota.resets_at, day_end);
+        assert_eq!(quota.remaining, 100.0 - allowed);
+        state = outcome.states[0];
+        now = now.saturating_add(Duration::from_secs(60));
+    }
+    assert_eq!(allowed, 96.0, "12 checks of 8 fit in 100");
+    // Refused for the quota, not the bucket: retry at the cycle's end.
+    let refused = check(&[quota_slot(100.0, state)], &[item(0, 8.0)], now);
+    assert!(!refused.allowed);
+    assert_eq!(
+        refused.answers[0].retry_after,
+        Some(day_end.duration_since(now))
+    );
+    // The 4 tokens left still go.
+    let rest = check(&[quota_slot(100.0, state)], &[item(0, 4.0)], now);
+    assert!(rest.allowed);
+    assert_eq!(rest.answers[0].quota.map(|q| q.remaining), Some(0.0));
+    // More than a whole cycle's quota: never.
+    let never = check(&[quota_slot(100.0, state)], &[item(0, 101.0)], now);
+    assert_eq!(never.answers[0].retry_after, None);
+    // The key's bucket is full again, but its row stays until the day
+    // ends: the quota use is kept.
+    let stored = rest.states[0].expect("quota in use: a row");
+    let later = utc("2026-06-10T21:59:59Z");
+    assert!(!stored.is_idle(&limits(10.0, 50.0), later));
+    assert_eq!(
+        StoredKey::new(stored, &limits(10.0, 50.0)).full_at,
+        Some(day_end)
+    );
+    assert!(stored.is_idle(&limits(10.0, 50.0), day_end));
+    // The next day: the whole quota again.
+    let next = check(&[quota_slot(100.0, Some(stored))], &[item(0, 8.0)], day_end);
+    assert!(next.allowed);
+    assert_eq!(next.answers[0].quota.map(|q| q.remaining), Some(92.0));
+}
+
+#[test]
+fn a_refused_check_takes_nothing_from_the_quota() {
+    let now = utc("2026-06-10T08:00:00Z");
+    // The quota has room; the other item's key does not.
+    let empty = slot(
+        0.0,
+        5.0,
+        Some(KeyState {
+            tokens: 0.0,
+            last_refill: now,
+            quota: None,
+        }),
+    );
+    let outcome = check(
+        &[quota_slot(100.0, None), empty],
+        &[item(0, 10.0), item(1, 1.0)],
+        now,
+    );
+    assert!(!outcome.allowed);
+    assert_eq!(outcome.answers[0].quota.map(|q| q.remaining), Some(100.0));
+    assert_eq!(outcome.states[0], None, "nothing taken, nothing stored");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Over any sequence of checks at any pace, the tokens a key is
+    /// allowed in each cycle never exceed its quota, and every answer's
+    /// remaining quota is the quota less what the cycle allowed so far.
+    #[test]
+    fn a_key_is_never_allowed_more_than_its_quota_in_a_cycle(
+        amount in 1.0f64..500.0,
+        steps in proptest::collection::vec((0.0f64..60.0, 0u64..7_200), 1..150),
+    ) {
+        let mut now = utc("2026-03-28T12:00:00Z"); // the day before Paris's DST change
+        let mut state = None;
+        let mut per_cycle: std::collections::BTreeMap<i64, f64> = Default::default();
+        for (tokens, wait) in steps {
+            let outcome = check(&[quota_slot(amount, state)], &[item(0, tokens)], now);
+            let quota = outcome.answers[0].quota.expect("a quota answer");
+            let spent = per_cycle.entry(quota.resets_at.unix_micros()).or_insert(0.0);
+            if outcome.allowed {
+                *spent += tokens;
+            }
+            prop_assert!(*spent <= amount * (1.0 + 1e-12), "{spent} > {amount}");
+            prop_assert!((quota.remaining - (amount - *spent)).abs() <= 1e-9 * amount);
+            state = outcome.states[0];
+            now = now.saturating_add(Duration::from_secs(wait));
+        }
     }
 }

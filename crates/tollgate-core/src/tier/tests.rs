@@ -21,6 +21,7 @@ fn tenant() -> TenantId {
 
 fn def(refill_rate: f64, burst_limit: f64) -> BucketDefinition {
     BucketDefinition {
+        quota: None,
         limits: Limits {
             refill_rate,
             burst_limit,
@@ -33,7 +34,7 @@ fn def(refill_rate: f64, burst_limit: f64) -> BucketDefinition {
 fn tier(buckets: &[(&str, BucketDefinition)]) -> Tier {
     Tier::from_definitions(
         "tier.buckets",
-        buckets.iter().map(|(n, d)| (*n, *d)),
+        buckets.iter().map(|(n, d)| (*n, d.clone())),
         at(0.0),
     )
     .expect("valid tier")
@@ -384,7 +385,7 @@ fn per_key_definitions_provision_no_rows() {
     };
     let tier = tier(&[
         ("schedule-email", def(1.0, 10.0)),
-        ("api-calls-per-user", per_key),
+        ("api-calls-per-user", per_key.clone()),
     ]);
     let loaded = LoadedTenant {
         tier: Some(tier.clone()),
@@ -830,6 +831,7 @@ fn a_budget_on_a_missing_or_per_key_bucket_is_refused_naming_it() {
     per_key.buckets.insert(
         name("api-key"),
         BucketDefinition {
+            quota: None,
             limits: Limits {
                 refill_rate: 1.0,
                 burst_limit: 1.0,

@@ -315,6 +315,7 @@ pub fn definition_from_proto(
         }
     };
     Ok(BucketDefinition {
+        quota: None,
         limits: Limits {
             refill_rate: b.refill_rate,
             burst_limit: b.burst_limit,

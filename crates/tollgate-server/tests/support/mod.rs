@@ -65,6 +65,7 @@ pub fn tier_name(name: &str) -> TierName {
 /// A bucket definition of `kind` starting full.
 pub fn definition(refill_rate: f64, burst_limit: f64, kind: BucketKind) -> BucketDefinition {
     BucketDefinition {
+        quota: None,
         limits: Limits {
             refill_rate,
             burst_limit,

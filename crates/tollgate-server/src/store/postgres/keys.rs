@@ -2,9 +2,10 @@
 //! `tollgate_core::key_bucket` run, rows out. No rule of the core is
 //! repeated here.
 //!
-//! Tables (`sql/migrations/V5__keys.sql`):
+//! Tables (`sql/migrations/V5__keys.sql`, `V12__key_quotas.sql`):
 //! - `tollgate_keys`: (tenant_id, bucket, key) → tokens, last_refill,
-//!   full_at. Only keys below their burst have a row.
+//!   full_at, quota_used, quota_cycle_end. Only keys below their burst or
+//!   with a quota in use have a row.
 //! - `tollgate_check_requests`: (tenant_id, bucket, key, request_id) → the
 //!   JSON [`RequestRecord`] and its expires_at, kept for retries.
 //!
@@ -56,6 +57,7 @@ use tollgate_core::key_bucket::{
     CallAnswer, CheckCall, KeyBatch, KeyId, KeyState, KeyTable, KeyWrites, RequestRecord,
     StoredKey, busiest_first,
 };
+use tollgate_core::budget::QuotaUse;
 use tollgate_core::tier::{self, BucketDefinition, DefinedBy, TenantRecord, Tier};
 use tollgate_core::{BucketKey, BucketName, TenantId, Timestamp};
 
@@ -276,11 +278,7 @@ async fn in_transaction(
         .iter()
         .map(|row| {
             let key = item_of(&keys, row)?;
-            let state = KeyState {
-                tokens: get(row, "tokens")?,
-                last_refill: Timestamp::from_unix_micros(get(row, "last_refill")?),
-            };
-            Ok(((*key).clone(), state))
+            Ok(((*key).clone(), key_state(row)?))
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
     let kept = record_rows
@@ -359,6 +357,8 @@ struct UpsertColumns<'a> {
     tokens: Vec<f64>,
     last_refill: Vec<i64>,
     full_at: Vec<Option<i64>>,
+    quota_used: Vec<Option<f64>>,
+    quota_cycle_end: Vec<Option<i64>>,
 }
 
 impl<'a> UpsertColumns<'a> {
@@ -373,10 +373,14 @@ impl<'a> UpsertColumns<'a> {
             full_at: stored()
                 .map(|s| s.full_at.map(Timestamp::unix_micros))
                 .collect(),
+            quota_used: stored().map(|s| s.state.quota.map(|q| q.used)).collect(),
+            quota_cycle_end: stored()
+                .map(|s| s.state.quota.map(|q| q.cycle_end.unix_micros()))
+                .collect(),
         }
     }
 
-    fn as_params(&self) -> [&(dyn ToSql + Sync); 6] {
+    fn as_params(&self) -> [&(dyn ToSql + Sync); 8] {
         [
             &self.keys.tenants,
             &self.keys.buckets,
@@ -384,6 +388,8 @@ impl<'a> UpsertColumns<'a> {
             &self.tokens,
             &self.last_refill,
             &self.full_at,
+            &self.quota_used,
+            &self.quota_cycle_end,
         ]
     }
 }
@@ -443,6 +449,21 @@ pub(super) async fn import(
     Ok(())
 }
 
+/// A key's state from its row's columns (tokens, last_refill, quota_used,
+/// quota_cycle_end).
+fn key_state(row: &Row) -> Result<KeyState, StoreError> {
+    let used: Option<f64> = get(row, "quota_used")?;
+    let cycle_end: Option<i64> = get(row, "quota_cycle_end")?;
+    Ok(KeyState {
+        tokens: get(row, "tokens")?,
+        last_refill: Timestamp::from_unix_micros(get(row, "last_refill")?),
+        quota: used.zip(cycle_end).map(|(used, end)| QuotaUse {
+            cycle_end: Timestamp::from_unix_micros(end),
+            used,
+        }),
+    })
+}
+
 /// A row of `export_keys.sql` as an export's record.
 pub(super) fn key_record(row: &Row) -> Result<Record, StoreError> {
     let id = key_id(row)?;
@@ -450,10 +471,7 @@ pub(super) fn key_record(row: &Row) -> Result<Record, StoreError> {
     Ok(Record::key(
         id,
         StoredKey {
-            state: KeyState {
-                tokens: get(row, "tokens")?,
-                last_refill: Timestamp::from_unix_micros(get(row, "last_refill")?),
-            },
+            state: key_state(row)?,
             full_at: full_at.map(Timestamp::from_unix_micros),
         },
     ))
@@ -627,7 +645,7 @@ pub(super) async fn list_buckets(
     for (key, definition, defined_by) in &wanted {
         out.push(KeyBucketSnapshot {
             key: key.clone(),
-            definition: *definition,
+            definition: definition.clone(),
             defined_by: *defined_by,
             keys_stored: 0,
             busiest: Vec::new(),
@@ -653,10 +671,7 @@ pub(super) async fn list_buckets(
             slot.busiest.push((
                 utf8(key, "key")?,
                 StoredKey {
-                    state: KeyState {
-                        tokens: get(row, "tokens")?,
-                        last_refill: Timestamp::from_unix_micros(get(row, "last_refill")?),
-                    },
+                    state: key_state(row)?,
                     full_at: full_at.map(Timestamp::from_unix_micros),
                 },
             ));
