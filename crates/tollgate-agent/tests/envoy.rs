@@ -88,6 +88,7 @@ async fn shared_buckets_are_answered_locally_and_checks_are_all_or_none() {
         .set_bucket_override(v1::SetBucketOverrideRequest {
             tenant_id: "acme".into(),
             bucket: Some(v1::BucketDefinition {
+                quota: None,
                 bucket: "per-user".into(),
                 refill_rate: 0.0,
                 burst_limit: 2.0,

@@ -699,6 +699,7 @@ async fn check_keys_passes_through_to_the_servers_per_key_buckets() {
         .set_bucket_override(v1::SetBucketOverrideRequest {
             tenant_id: TENANT.into(),
             bucket: Some(v1::BucketDefinition {
+                quota: None,
                 bucket: "per-user".into(),
                 refill_rate: 0.0,
                 burst_limit: 2.0,

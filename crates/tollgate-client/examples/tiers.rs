@@ -63,6 +63,7 @@ const BULK_SEND: f64 = 50.0;
 
 fn bucket(name: &str, refill_rate: f64, burst_limit: f64) -> v1::BucketDefinition {
     v1::BucketDefinition {
+        quota: None,
         bucket: name.into(),
         refill_rate,
         burst_limit,

@@ -281,6 +281,7 @@ pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOut
                     (Some(remaining), Some(c)) => Some(QuotaAnswer {
                         remaining,
                         resets_at: c.end,
+                        reset_after: c.end.duration_since(now),
                     }),
                     _ => None,
                 },

@@ -915,10 +915,17 @@ pub fn change_tenant(
     Ok(edit)
 }
 
-/// The budgets a tenant with `record` on `tier` has, by bucket: its
-/// tier's, with its own on top.
+/// The budgets a tenant with `record` on `tier` has, by bucket: the
+/// quotas of its shared buckets' definitions (each a budget that stops at
+/// its amount, without alerts: [`Quota::as_budget`]), its tier's budgets
+/// on top, and its own on top of those.
 pub fn wanted_budgets(tier: Option<&Tier>, record: &TenantRecord) -> BTreeMap<BucketName, Budget> {
-    let mut wanted = tier.map(|t| t.budgets.clone()).unwrap_or_default();
+    let mut wanted: BTreeMap<BucketName, Budget> = definitions(tier, &record.overrides)
+        .into_iter()
+        .filter(|(_, d)| d.kind == BucketKind::Shared)
+        .filter_map(|(name, d)| Some((name, d.quota?.as_budget())))
+        .collect();
+    wanted.extend(tier.map(|t| t.budgets.clone()).unwrap_or_default());
     wanted.extend(record.budgets.clone());
     wanted
 }

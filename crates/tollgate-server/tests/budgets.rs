@@ -537,6 +537,7 @@ fn tier_with_budgets(budgets: Vec<v1::Budget>) -> v1::Tier {
         name: "free".into(),
         buckets: vec![
             v1::BucketDefinition {
+                quota: None,
                 bucket: "schedule-email".into(),
                 refill_rate: 10.0,
                 burst_limit: 100.0,
@@ -544,6 +545,7 @@ fn tier_with_budgets(budgets: Vec<v1::Budget>) -> v1::Tier {
                 kind: v1::BucketKind::Shared.into(),
             },
             v1::BucketDefinition {
+                quota: None,
                 bucket: "per-user".into(),
                 refill_rate: 1.0,
                 burst_limit: 10.0,

@@ -210,6 +210,7 @@ async fn define_tenants(admin: &mut AdminClient<Channel>, token: Option<&str>) {
                 tier: Some(v1::Tier {
                     name: "pro".into(),
                     buckets: vec![v1::BucketDefinition {
+                        quota: None,
                         bucket: "per-user".into(),
                         refill_rate: 0.0,
                         burst_limit: 10.0,

@@ -43,6 +43,8 @@ const PER_KEY: [(&str, f64, f64, u32, Unit); 3] = [
 ];
 /// A shared bucket of the same tier: not for per-key checks.
 const SHARED: &str = "schedule-email";
+/// A per-key bucket with a quota of 3 a day (UTC) per key.
+const DAILY: &str = "calls-per-day";
 
 /// A server whose store reads the time from `clock`, with tenants `envoy-tenant` and `native-tenant` on a tier
 /// of [`PER_KEY`] buckets and [`SHARED`].
@@ -67,6 +69,7 @@ impl Gateway {
             .iter()
             .map(
                 |&(bucket, refill_rate, burst_limit, _, _)| v1::BucketDefinition {
+                    quota: None,
                     bucket: bucket.into(),
                     refill_rate,
                     burst_limit,
@@ -76,6 +79,21 @@ impl Gateway {
             )
             .collect();
         buckets.push(v1::BucketDefinition {
+            quota: Some(v1::Quota {
+                amount: 3.0,
+                cycle: Some(v1::BudgetCycle {
+                    period: v1::BudgetPeriod::Daily.into(),
+                    ..Default::default()
+                }),
+            }),
+            bucket: DAILY.into(),
+            refill_rate: 100.0,
+            burst_limit: 100.0,
+            initial_tokens: None,
+            kind: v1::BucketKind::PerKey.into(),
+        });
+        buckets.push(v1::BucketDefinition {
+            quota: None,
             bucket: SHARED.into(),
             refill_rate: 10.0,
             burst_limit: 100.0,
@@ -346,6 +364,59 @@ async fn envoy_answers_match_native_checks_on_the_same_sequence() {
 /// from the descriptors whose tokens were there; a wait that never ends
 /// gives no header.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_is_answered_in_headers_and_refuses_until_the_day_ends() {
+    let mut gateway = Gateway::start().await;
+    let key = [("generic_key", DAILY), ("api_key", "k1")];
+    // The store's clock is 2027-01-15T08:00:00Z: the day ends in 16 hours.
+    let day_left = 16 * 3_600;
+    let quota_headers = |remaining: u32| {
+        vec![
+            HeaderValue {
+                key: "x-ratelimit-quota-remaining".into(),
+                value: remaining.to_string(),
+                raw_value: Vec::new(),
+            },
+            HeaderValue {
+                key: "x-ratelimit-quota-reset".into(),
+                value: day_left.to_string(),
+                raw_value: Vec::new(),
+            },
+        ]
+    };
+    for remaining in [2, 1, 0] {
+        let answer = gateway
+            .ask(request(ENVOY_TENANT, 1, vec![descriptor(&key)]))
+            .await
+            .expect("answered");
+        assert_eq!(answer.overall_code, Code::Ok as i32);
+        assert_eq!(answer.response_headers_to_add, quota_headers(remaining));
+    }
+    let refused = gateway
+        .ask(request(ENVOY_TENANT, 1, vec![descriptor(&key)]))
+        .await
+        .expect("answered");
+    assert_eq!(refused.overall_code, Code::OverLimit as i32);
+    assert_eq!(refused.statuses[0].code, Code::OverLimit as i32);
+    assert_eq!(
+        refused.response_headers_to_add,
+        [retry_after(&day_left.to_string()), quota_headers(0)].concat()
+    );
+    // The next day: the quota is whole again.
+    gateway.advance(Duration::from_secs(day_left));
+    let next = gateway
+        .ask(request(ENVOY_TENANT, 1, vec![descriptor(&key)]))
+        .await
+        .expect("answered");
+    assert_eq!(next.overall_code, Code::Ok as i32);
+    assert_eq!(
+        next.response_headers_to_add[0].value, "2",
+        "{:?}",
+        next.response_headers_to_add
+    );
+    gateway.server.stop().await;
+}
+
+#[tokio::test]
 async fn over_limit_carries_retry_after_and_takes_nothing() {
     let mut gateway = Gateway::start().await;
     let alice = [("generic_key", "api-calls-per-user"), ("user", "alice")];

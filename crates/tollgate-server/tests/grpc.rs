@@ -1113,6 +1113,7 @@ async fn a_tenants_buckets_are_served_apart(backend: Backend) {
 
 fn definition(bucket: &str, refill_rate: f64, burst_limit: f64) -> v1::BucketDefinition {
     v1::BucketDefinition {
+        quota: None,
         bucket: bucket.into(),
         refill_rate,
         burst_limit,

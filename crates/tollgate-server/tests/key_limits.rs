@@ -27,6 +27,7 @@ fn definition(
     kind: v1::BucketKind,
 ) -> v1::BucketDefinition {
     v1::BucketDefinition {
+        quota: None,
         bucket: bucket.into(),
         refill_rate,
         burst_limit,

@@ -141,6 +141,7 @@ async fn three_replicas_admit_exactly_what_one_bucket_per_key_admits() {
             tier: Some(v1::Tier {
                 name: "pro".into(),
                 buckets: vec![v1::BucketDefinition {
+                    quota: None,
                     bucket: "per-user".into(),
                     refill_rate: REFILL_RATE,
                     burst_limit: BURST_LIMIT,

@@ -246,7 +246,11 @@ fn assert_replays(calls: &[Call], limits: Limits) {
     let mut state: Option<KeyState> = None;
     for call in calls {
         let expected = check(
-            &[KeySlot { quota: None, limits, state }],
+            &[KeySlot {
+                quota: None,
+                limits,
+                state,
+            }],
             &[CheckItem {
                 slot: 0,
                 tokens: 1.0,

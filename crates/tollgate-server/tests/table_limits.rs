@@ -172,6 +172,7 @@ fn tier(tables: Vec<v1::TableLimits>) -> v1::Tier {
     v1::Tier {
         name: "pro".into(),
         buckets: vec![v1::BucketDefinition {
+            quota: None,
             bucket: "emails".into(),
             refill_rate: 1.0,
             burst_limit: 10.0,

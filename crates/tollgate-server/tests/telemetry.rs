@@ -220,6 +220,7 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
         .set_bucket_override(v1::SetBucketOverrideRequest {
             tenant_id: "gamma".into(),
             bucket: Some(v1::BucketDefinition {
+                quota: None,
                 bucket: "logins".into(),
                 refill_rate: 0.001,
                 burst_limit: 10.0,

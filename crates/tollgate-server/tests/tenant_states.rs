@@ -160,6 +160,7 @@ async fn server_with_acme(backend: Backend) -> (TestServer, ManualClock, Backing
     let server = TestServer::start(store).await;
     let mut admin = server.admin().await;
     let definition = |bucket: &str, kind: v1::BucketKind| v1::BucketDefinition {
+        quota: None,
         bucket: bucket.into(),
         refill_rate: 10.0,
         burst_limit: 100.0,

@@ -280,7 +280,7 @@ async fn put(
     retire: Option<RetireArgs>,
 ) -> anyhow::Result<()> {
     let must_exist = retire.is_some();
-    let buckets = buckets_from_flags(a.buckets)?;
+    let mut buckets = buckets_from_flags(a.buckets)?;
     let before = match (get_tier(client, &a.tier).await?, must_exist) {
         (Some(_), false) => anyhow::bail!(
             "tier {} already exists (`tollgate tier update` replaces its buckets)",
@@ -293,8 +293,14 @@ async fn put(
         (Some(existing), true) => tier_from_proto(&existing)?.1,
         (None, false) => TierDefinition::default(),
     };
-    // The tier's tables and budgets stay as they were (a budget goes with
+    // A bucket the flags keep keeps its quota (the flags cannot set one);
+    // the tier's tables and budgets stay as they were (a budget goes with
     // its bucket, if the flags leave the bucket out).
+    for (name, limits) in &mut buckets {
+        if let Some(old) = before.buckets.get(name) {
+            limits.quota.clone_from(&old.quota);
+        }
+    }
     let budgets = before
         .budgets
         .iter()
@@ -559,6 +565,7 @@ impl BucketJson {
     /// `refill_rate 10, burst_limit 100` (and `initial_tokens N` when set).
     pub fn limits_text(&self) -> String {
         definition::BucketLimits {
+            quota: None,
             refill_rate: self.refill_rate,
             burst_limit: self.burst_limit,
             initial_tokens: self.initial_tokens,
@@ -857,6 +864,7 @@ mod tests {
         let old = TierName::parse("tier", "old").expect("valid");
         let free = TierName::parse("tier", "free").expect("valid");
         let limits = BucketLimits {
+            quota: None,
             refill_rate: 10.0,
             burst_limit: 100.0,
             initial_tokens: None,
@@ -959,6 +967,7 @@ mod tests {
         let view = tier_json(&v1::Tier {
             name: "pro".into(),
             buckets: vec![v1::BucketDefinition {
+                quota: None,
                 bucket: "ai".into(),
                 refill_rate: 1.0,
                 burst_limit: 20.0,
@@ -1021,6 +1030,7 @@ mod tests {
             name: "pro".into(),
             buckets: vec![
                 v1::BucketDefinition {
+                    quota: None,
                     bucket: "ai".into(),
                     refill_rate: 1.0,
                     burst_limit: 20.0,
@@ -1028,6 +1038,7 @@ mod tests {
                     kind: v1::BucketKind::Shared.into(),
                 },
                 v1::BucketDefinition {
+                    quota: None,
                     bucket: "schedule-email".into(),
                     refill_rate: 10.0,
                     burst_limit: 100.0,

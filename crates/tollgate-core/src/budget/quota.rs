@@ -4,7 +4,9 @@
 //! calls a month").
 //!
 //! A quota's cycles are a budget's ([`CycleRule`]: calendar days in an
-//! IANA time zone, cut by the store's clock). A per-key check takes its
+//! IANA time zone, cut by the store's clock). On a shared bucket a quota
+//! is the bucket's budget with `at_limit` stop ([`Quota::as_budget`]),
+//! enforced in the transaction that grants tokens. A per-key check takes its
 //! tokens from the key's bucket and from the key's quota in the same
 //! transaction, or from neither: the tokens a key is allowed in a cycle
 //! never exceed the quota, exactly. A key's use of its quota is kept in
@@ -14,7 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Cycle, CycleRule};
+use super::{AtLimit, Budget, Cycle, CycleRule};
 use crate::time::Timestamp;
 use crate::validate::{self, InvalidInput, MAX_TOKENS};
 
@@ -37,9 +39,21 @@ impl Quota {
                 "must be more than 0 tokens per cycle",
             )));
         }
-        self.cycle
-            .validate()
-            .map_err(|e| within(e.within("cycle")))
+        self.cycle.validate().map_err(|e| within(e.within("cycle")))
+    }
+
+    /// The quota of a shared bucket, as the bucket's budget: its tokens
+    /// granted per cycle stop at the amount (`at_limit` stop), with no
+    /// alerts. An explicit budget on the bucket (its tier's or its
+    /// tenant's) takes its place.
+    pub fn as_budget(&self) -> Budget {
+        Budget {
+            amount: self.amount,
+            cycle: self.cycle.clone(),
+            at_limit: AtLimit::Stop,
+            thresholds: Vec::new(),
+            price: None,
+        }
     }
 
     /// The cycle `now` lies in. A time out of the calendar's range (beyond
@@ -84,4 +98,6 @@ pub struct QuotaAnswer {
     pub remaining: f64,
     /// When the cycle ends and the quota is whole again.
     pub resets_at: Timestamp,
+    /// How long that is after the check.
+    pub reset_after: std::time::Duration,
 }

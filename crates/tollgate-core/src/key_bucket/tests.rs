@@ -103,7 +103,11 @@ fn items_are_taken_together_or_not_at_all() {
             last_refill: at(0.0),
         }),
     );
-    let refused = check(&[user.clone(), tenant.clone()], &[item(0, 3.0), item(1, 3.0)], at(0.0));
+    let refused = check(
+        &[user.clone(), tenant.clone()],
+        &[item(0, 3.0), item(1, 3.0)],
+        at(0.0),
+    );
     assert!(!refused.allowed);
     assert!(refused.answers.iter().all(|a| !a.allowed));
     assert_eq!(

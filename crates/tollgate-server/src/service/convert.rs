@@ -314,8 +314,13 @@ pub fn definition_from_proto(
             ));
         }
     };
+    let quota = b
+        .quota
+        .as_ref()
+        .map(|q| quota_from_proto(&format!("{field}.quota"), q))
+        .transpose()?;
     Ok(BucketDefinition {
-        quota: None,
+        quota,
         limits: Limits {
             refill_rate: b.refill_rate,
             burst_limit: b.burst_limit,
@@ -336,6 +341,7 @@ fn definition_to_proto(bucket: &BucketName, d: &BucketDefinition) -> v1::BucketD
         burst_limit: d.limits.burst_limit,
         initial_tokens: d.initial_tokens,
         kind: kind.into(),
+        quota: d.quota.as_ref().map(quota_to_proto),
     }
 }
 
@@ -440,6 +446,8 @@ pub fn check_answer(answer: &CallAnswer) -> v1::CheckResponse {
                 refill_rate: item.limits.refill_rate,
                 burst_limit: item.limits.burst_limit,
                 replayed: item.replayed,
+                quota_remaining: item.answer.quota.map(|q| q.remaining),
+                quota_resets_at: item.answer.quota.map(|q| timestamp_to_proto(q.resets_at)),
             })
             .collect(),
     }

@@ -54,7 +54,11 @@
 //! the key will be full again (unset if never), and the bucket's refill
 //! rate as a [`RateLimit`] ([`per_unit`]). Envoy builds its
 //! `X-RateLimit-*` headers from those. An OVER_LIMIT answer also asks
-//! Envoy to add a `retry-after` header ([`retry_after`]).
+//! Envoy to add a `retry-after` header ([`retry_after`]). When an item's
+//! bucket has a calendar quota, the answer asks Envoy to add
+//! `x-ratelimit-quota-remaining` (whole tokens left in the cycle) and
+//! `x-ratelimit-quota-reset` (seconds until the cycle ends) for the
+//! tightest quota of the check ([`tightest_quota`]).
 
 use std::time::Duration;
 
@@ -69,6 +73,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf;
 use tollgate_core::InvalidInput;
+use tollgate_core::budget::QuotaAnswer;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall, ItemResult};
 use tollgate_proto::v1;
 use tonic::{Request, Response, Status};
@@ -234,18 +239,29 @@ fn response(call: &CheckCall, answer: &CallAnswer) -> RateLimitResponse {
         .zip(&answer.items)
         .map(|(item, result)| descriptor_status(item.key.bucket.bucket.as_str(), result))
         .collect();
-    let response_headers_to_add = if answer.allowed {
+    let header = |key: &str, value: String| HeaderValue {
+        key: key.to_owned(),
+        value,
+        raw_value: Vec::new(),
+    };
+    let mut response_headers_to_add: Vec<HeaderValue> = if answer.allowed {
         Vec::new()
     } else {
         retry_after(answer)
-            .map(|seconds| HeaderValue {
-                key: "retry-after".to_owned(),
-                value: seconds.to_string(),
-                raw_value: Vec::new(),
-            })
+            .map(|seconds| header("retry-after", seconds.to_string()))
             .into_iter()
             .collect()
     };
+    if let Some(quota) = tightest_quota(answer) {
+        response_headers_to_add.push(header(
+            QUOTA_REMAINING_HEADER,
+            saturating_u32(quota.remaining.floor()).to_string(),
+        ));
+        response_headers_to_add.push(header(
+            QUOTA_RESET_HEADER,
+            whole_seconds(quota.reset_after).to_string(),
+        ));
+    }
     RateLimitResponse {
         overall_code: code(answer.allowed).into(),
         statuses,
@@ -313,7 +329,32 @@ fn retry_after(answer: &CallAnswer) -> Option<u64> {
         .filter_map(|item| item.answer.retry_after)
         .filter(|wait| !wait.is_zero())
         .max()
-        .map(|wait| wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
+        .map(whole_seconds)
+}
+
+/// The header with what is left of the tightest quota among a check's
+/// items (whole tokens, floored).
+pub const QUOTA_REMAINING_HEADER: &str = "x-ratelimit-quota-remaining";
+/// The header with the seconds (rounded up) until that quota's cycle ends.
+pub const QUOTA_RESET_HEADER: &str = "x-ratelimit-quota-reset";
+
+/// Of the quotas of a check's items, the one with the least left (the
+/// earliest reset among equals).
+fn tightest_quota(answer: &CallAnswer) -> Option<QuotaAnswer> {
+    answer
+        .items
+        .iter()
+        .filter_map(|item| item.answer.quota)
+        .min_by(|a, b| {
+            a.remaining
+                .total_cmp(&b.remaining)
+                .then(a.reset_after.cmp(&b.reset_after))
+        })
+}
+
+/// A wait in whole seconds, rounded up.
+fn whole_seconds(wait: Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
 
 /// `value` (whole and not negative, or clamped so) as a `u32`.

@@ -34,7 +34,7 @@ pub use admin_auth::{AdminAuth, AdminGuard, AdminTokens, Operator, Role};
 pub use admission::Admission;
 /// Budgets as the wire carries them, checked by the server's rules (the
 /// CLI checks a tiers file's budgets with them before sending).
-pub use convert::{budget_at, budget_to_proto};
+pub use convert::{budget_at, budget_to_proto, quota_from_proto, quota_to_proto};
 pub use credentials::{CredentialsError, Live, Watched};
 pub use envoy::EnvoyRateLimitService;
 pub use key_limits::KeyLimitsService;

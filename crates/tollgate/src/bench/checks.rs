@@ -107,6 +107,7 @@ pub(super) async fn prepare(
                     burst_limit: mix.key_burst,
                     initial_tokens: None,
                     kind: v1::BucketKind::PerKey as i32,
+                    quota: None,
                 }],
                 ..v1::Tier::default()
             }),

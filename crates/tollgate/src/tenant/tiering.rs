@@ -290,6 +290,7 @@ pub async fn override_(client: &mut AdminConnection, a: OverrideArgs) -> anyhow:
                         burst_limit: a.burst_limit,
                         initial_tokens: a.initial_tokens,
                         kind: v1::BucketKind::Shared.into(),
+                        quota: None,
                     }),
                 }))
                 .await
@@ -675,6 +676,7 @@ mod tests {
             tenant_id: "t1234".into(),
             tier: "pro".into(),
             overrides: vec![v1::BucketDefinition {
+                quota: None,
                 bucket: "schedule-email".into(),
                 refill_rate: 50.0,
                 burst_limit: 500.0,

@@ -12,19 +12,19 @@ use std::collections::BTreeMap;
 
 use anyhow::Context;
 use serde::Serialize;
-use tollgate_core::budget::{AtLimit, Budget, Period};
+use tollgate_core::budget::{AtLimit, Budget, Period, Quota};
 use tollgate_core::partition::{TableLimitSet, TableLimits};
 use tollgate_core::tier::BucketKind;
 use tollgate_core::validate::{self, InvalidInput, MAX_REFILL_RATE, MAX_TOKENS};
 use tollgate_core::{BucketName, TableName, TierName};
 use tollgate_proto::v1;
-use tollgate_server::service::{budget_at, budget_to_proto};
+use tollgate_server::service::{budget_at, budget_to_proto, quota_from_proto, quota_to_proto};
 
 /// The most buckets one tier defines (`Tier.buckets` in `admin.proto`).
 pub const MAX_TIER_BUCKETS: usize = 1000;
 
 /// One bucket's limits as a tier (or an override) defines them.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BucketLimits {
     /// Tokens added per second.
     pub refill_rate: f64,
@@ -34,6 +34,8 @@ pub struct BucketLimits {
     pub initial_tokens: Option<f64>,
     /// Shared by the tenant's pods, or one bucket per key.
     pub kind: BucketKind,
+    /// A calendar quota on top of the rate (per key for a per-key bucket).
+    pub quota: Option<Quota>,
 }
 
 impl BucketLimits {
@@ -50,6 +52,7 @@ impl BucketLimits {
             && self.burst_limit == other.burst_limit
             && self.effective_initial_tokens() == other.effective_initial_tokens()
             && self.kind == other.kind
+            && self.quota == other.quota
     }
 
     /// The limits as text: `refill_rate 10, burst_limit 100` (and
@@ -66,7 +69,29 @@ impl BucketLimits {
         if self.kind != BucketKind::Shared {
             text.push_str(&format!(", kind {}", self.kind.name()));
         }
+        if let Some(quota) = &self.quota {
+            text.push_str(&format!(", quota {}", quota_text(quota)));
+        }
         text
+    }
+}
+
+/// A quota in text: `100000 monthly on day 1 (UTC)`.
+pub fn quota_text(quota: &Quota) -> String {
+    format!(
+        "{} {} ({})",
+        validate::number(quota.amount),
+        cycle_text(&quota.cycle.period),
+        quota.cycle.time_zone
+    )
+}
+
+/// A cycle's period in text: `monthly on day 1`, `weekly on monday`, `daily`.
+fn cycle_text(period: &Period) -> String {
+    match period {
+        Period::Monthly { anchor_day } => format!("monthly on day {anchor_day}"),
+        Period::Weekly { anchor_weekday } => format!("weekly on {}", anchor_weekday.name()),
+        Period::Daily => "daily".to_owned(),
     }
 }
 
@@ -91,11 +116,7 @@ pub struct TierDefinition {
 /// A budget in a line of text: `50000000 tokens monthly on day 1 (UTC),
 /// then throttle to 100/s (burst 1000); alerts at 50, 75, 90, 100`.
 pub fn budget_text(budget: &Budget) -> String {
-    let cycle = match budget.cycle.period {
-        Period::Monthly { anchor_day } => format!("monthly on day {anchor_day}"),
-        Period::Weekly { anchor_weekday } => format!("weekly on {}", anchor_weekday.name()),
-        Period::Daily => "daily".to_owned(),
-    };
+    let cycle = cycle_text(&budget.cycle.period);
     let at_limit = match budget.at_limit {
         AtLimit::Throttle { baseline } => format!(
             "throttle to {}/s (burst {})",
@@ -254,6 +275,7 @@ impl BucketFlag {
                 .map_err(|_| format!("{field}: expected a number, got {}", validate::quote(text)))
         };
         let limits = BucketLimits {
+            quota: None,
             refill_rate: refill_rate("refill_rate", number("refill_rate", rate)?)
                 .map_err(|e| e.to_string())?,
             burst_limit: tokens("burst_limit", number("burst_limit", burst)?)
@@ -297,6 +319,7 @@ pub fn to_proto(name: &BucketName, limits: &BucketLimits) -> v1::BucketDefinitio
         burst_limit: limits.burst_limit,
         initial_tokens: limits.initial_tokens,
         kind: kind_to_proto(limits.kind),
+        quota: limits.quota.as_ref().map(quota_to_proto),
     }
 }
 
@@ -350,11 +373,18 @@ pub fn tier_from_proto(tier: &v1::Tier) -> anyhow::Result<(TierName, TierDefinit
                 b.kind
             )
         })?;
+        let quota = b
+            .quota
+            .as_ref()
+            .map(|q| quota_from_proto("quota", q))
+            .transpose()
+            .with_context(|| format!("the server's tier {name}: bucket {}", b.bucket))?;
         let limits = BucketLimits {
             refill_rate: b.refill_rate,
             burst_limit: b.burst_limit,
             initial_tokens: b.initial_tokens,
             kind,
+            quota,
         };
         if buckets.insert(bucket, limits).is_some() {
             anyhow::bail!(
@@ -414,6 +444,7 @@ mod tests {
         assert_eq!(
             two.limits,
             BucketLimits {
+                quota: None,
                 refill_rate: 10.0,
                 burst_limit: 100.0,
                 initial_tokens: None,
@@ -469,6 +500,7 @@ mod tests {
     #[test]
     fn an_unset_initial_level_is_the_same_as_one_at_the_burst_limit() {
         let unset = BucketLimits {
+            quota: None,
             refill_rate: 1.0,
             burst_limit: 20.0,
             initial_tokens: None,
@@ -477,12 +509,12 @@ mod tests {
         let at_burst = BucketLimits {
             initial_tokens: Some(20.0),
             kind: BucketKind::Shared,
-            ..unset
+            ..unset.clone()
         };
         let lower = BucketLimits {
             initial_tokens: Some(5.0),
             kind: BucketKind::Shared,
-            ..unset
+            ..unset.clone()
         };
         assert!(unset.same_as(&at_burst));
         assert!(!unset.same_as(&lower));
@@ -497,6 +529,7 @@ mod tests {
         let tier = v1::Tier {
             name: "pro".into(),
             buckets: vec![v1::BucketDefinition {
+                quota: None,
                 bucket: "schedule-email".into(),
                 refill_rate: 10.0,
                 burst_limit: 100.0,

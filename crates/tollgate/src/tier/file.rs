@@ -50,8 +50,8 @@ use crate::tier::definition::{
 
 mod budget;
 
-use self::budget::BudgetToml;
 pub use self::budget::DEFAULT_BASELINE_BURST_SECONDS;
+use self::budget::{BudgetToml, QuotaToml};
 
 /// A valid tiers file: every tier it declares, by name.
 #[derive(Debug, Default, PartialEq)]
@@ -92,6 +92,8 @@ struct BucketToml {
     kind: Option<Spanned<String>>,
     /// The bucket's budget, if any (a shared bucket's only).
     budget: Option<Spanned<BudgetToml>>,
+    /// The bucket's calendar quota, if any (per key for a per-key bucket).
+    quota: Option<Spanned<QuotaToml>>,
 }
 
 /// One table's per-partition limits, operations per second. Each is
@@ -294,17 +296,29 @@ impl Source<'_> {
                 if let (Some(budget), Some(name)) = (budget, &bucket_name) {
                     budgets.insert(name.clone(), budget);
                 }
+                let quota = match &bucket.quota {
+                    None => Some(None),
+                    Some(quota) => self.quota(&mut errors, &field("quota"), quota).map(Some),
+                };
                 if let (
                     Some(bucket_name),
                     Some(refill_rate),
                     Some(burst_limit),
                     Some(initial_tokens),
                     Some(kind),
-                ) = (bucket_name, refill_rate, burst_limit, initial_tokens, kind)
-                {
+                    Some(quota),
+                ) = (
+                    bucket_name,
+                    refill_rate,
+                    burst_limit,
+                    initial_tokens,
+                    kind,
+                    quota,
+                ) {
                     buckets.insert(
                         bucket_name,
                         BucketLimits {
+                            quota,
                             refill_rate,
                             burst_limit,
                             initial_tokens,

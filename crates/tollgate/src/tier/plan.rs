@@ -106,12 +106,12 @@ impl BucketChanges {
             match before.get(name) {
                 None => changes.added.push(AddedBucket {
                     bucket: name.clone(),
-                    limits: *limits,
+                    limits: limits.clone(),
                 }),
                 Some(old) if !old.same_as(limits) => changes.changed.push(ChangedBucket {
                     bucket: name.clone(),
-                    before: *old,
-                    after: *limits,
+                    before: old.clone(),
+                    after: limits.clone(),
                 }),
                 Some(_) => {}
             }
@@ -417,6 +417,7 @@ mod tests {
 
     fn limits(refill_rate: f64, burst_limit: f64) -> BucketLimits {
         BucketLimits {
+            quota: None,
             refill_rate,
             burst_limit,
             initial_tokens: None,
@@ -426,7 +427,7 @@ mod tests {
 
     fn buckets(defs: &[(&str, BucketLimits)]) -> TierDefinition {
         TierDefinition {
-            buckets: defs.iter().map(|(n, l)| (bucket(n), *l)).collect(),
+            buckets: defs.iter().map(|(n, l)| (bucket(n), l.clone())).collect(),
             tables: Tables::new(),
             budgets: Budgets::new(),
         }
@@ -591,7 +592,10 @@ mod tests {
             initial_tokens: Some(5.0),
             ..limits(1.0, 20.0)
         };
-        assert_eq!(change(limits(1.0, 20.0), initial), "initial_tokens 20 -> 5");
+        assert_eq!(
+            change(limits(1.0, 20.0), initial.clone()),
+            "initial_tokens 20 -> 5"
+        );
         assert_eq!(
             change(initial, limits(0.5, 20.0)),
             "refill_rate 1 -> 0.5, initial_tokens 5 -> 20"

@@ -4,7 +4,7 @@
 
 use tollgate_core::budget::{
     AtLimit, Budget, BudgetView, CycleRecord, CycleRule, CycleUsage, DEFAULT_THRESHOLDS, Period,
-    Price, Threshold, Weekday,
+    Price, Quota, Threshold, Weekday,
 };
 use tollgate_core::{BucketName, InvalidInput, Limits, Timestamp};
 use tollgate_proto::v1;
@@ -173,19 +173,6 @@ fn cycle_from_proto(wire: Option<&v1::BudgetCycle>) -> Result<CycleRule, Invalid
 
 /// A budget as the wire carries it.
 pub fn budget_to_proto(bucket: &BucketName, budget: &Budget) -> v1::Budget {
-    let (period, anchor_day, anchor_weekday) = match budget.cycle.period {
-        Period::Monthly { anchor_day } => (
-            v1::BudgetPeriod::Monthly,
-            u32::from(anchor_day),
-            String::new(),
-        ),
-        Period::Weekly { anchor_weekday } => (
-            v1::BudgetPeriod::Weekly,
-            0,
-            anchor_weekday.name().to_owned(),
-        ),
-        Period::Daily => (v1::BudgetPeriod::Daily, 0, String::new()),
-    };
     let (at_limit, baseline) = match budget.at_limit {
         AtLimit::Notify => (v1::BudgetAtLimit::Notify, None),
         AtLimit::Stop => (v1::BudgetAtLimit::Stop, None),
@@ -200,12 +187,7 @@ pub fn budget_to_proto(bucket: &BucketName, budget: &Budget) -> v1::Budget {
     v1::Budget {
         bucket: bucket.to_string(),
         amount: budget.amount,
-        cycle: Some(v1::BudgetCycle {
-            period: period.into(),
-            anchor_day,
-            anchor_weekday,
-            time_zone: budget.cycle.time_zone.clone(),
-        }),
+        cycle: Some(cycle_to_proto(&budget.cycle)),
         at_limit: at_limit.into(),
         baseline,
         thresholds: budget.thresholds.iter().map(Threshold::label).collect(),
@@ -214,6 +196,53 @@ pub fn budget_to_proto(bucket: &BucketName, budget: &Budget) -> v1::Budget {
             .price
             .as_ref()
             .map_or_else(String::new, |p| p.currency.clone()),
+    }
+}
+
+/// A quota at `field` of a request (`tier.buckets[0].quota`), checked;
+/// its refusals name the field under it.
+pub fn quota_from_proto(field: &str, wire: &v1::Quota) -> Result<Quota, InvalidInput> {
+    let rename = |e: InvalidInput| {
+        e.renamed(|name| match name.strip_prefix("budget.cycle") {
+            Some(rest) => format!("{field}.cycle{rest}"),
+            None => format!("{field}.{}", name.strip_prefix("quota.").unwrap_or(name)),
+        })
+    };
+    let quota = Quota {
+        amount: wire.amount,
+        cycle: cycle_from_proto(wire.cycle.as_ref()).map_err(rename)?,
+    };
+    quota.validate().map_err(rename)?;
+    Ok(quota)
+}
+
+/// A quota as the wire carries it.
+pub fn quota_to_proto(quota: &Quota) -> v1::Quota {
+    v1::Quota {
+        amount: quota.amount,
+        cycle: Some(cycle_to_proto(&quota.cycle)),
+    }
+}
+
+fn cycle_to_proto(cycle: &CycleRule) -> v1::BudgetCycle {
+    let (period, anchor_day, anchor_weekday) = match cycle.period {
+        Period::Monthly { anchor_day } => (
+            v1::BudgetPeriod::Monthly,
+            u32::from(anchor_day),
+            String::new(),
+        ),
+        Period::Weekly { anchor_weekday } => (
+            v1::BudgetPeriod::Weekly,
+            0,
+            anchor_weekday.name().to_owned(),
+        ),
+        Period::Daily => (v1::BudgetPeriod::Daily, 0, String::new()),
+    };
+    v1::BudgetCycle {
+        period: period.into(),
+        anchor_day,
+        anchor_weekday,
+        time_zone: cycle.time_zone.clone(),
     }
 }
 

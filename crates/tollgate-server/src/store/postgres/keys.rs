@@ -53,11 +53,11 @@ use futures_util::future::join_all;
 use tokio::sync::oneshot;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{IsolationLevel, Row};
+use tollgate_core::budget::QuotaUse;
 use tollgate_core::key_bucket::{
     CallAnswer, CheckCall, KeyBatch, KeyId, KeyState, KeyTable, KeyWrites, RequestRecord,
     StoredKey, busiest_first,
 };
-use tollgate_core::budget::QuotaUse;
 use tollgate_core::tier::{self, BucketDefinition, DefinedBy, TenantRecord, Tier};
 use tollgate_core::{BucketKey, BucketName, TenantId, Timestamp};
 

@@ -1,5 +1,14 @@
-//! Budgets in the tiers file: the request-unit bucket's under the tier,
-//! a shared bucket's under the bucket.
+//! Budgets and quotas in the tiers file: a budget for the request-unit
+//! bucket under the tier, a shared bucket's under the bucket; a quota under
+//! any bucket (per key, for a per-key bucket):
+//!
+//! ```toml
+//! [tiers.pro.buckets.api-calls.quota]   # each key 10 000 calls a month
+//! amount = 10_000
+//! cycle = "monthly"                     # the same keys as a budget's cycle
+//! ```
+//!
+//! Budgets:
 //!
 //! ```toml
 //! [tiers.free.budget]                  # the request-unit bucket's
@@ -27,7 +36,7 @@
 
 use serde::Deserialize;
 use tollgate_core::BucketName;
-use tollgate_core::budget::Budget;
+use tollgate_core::budget::{Budget, Quota};
 use tollgate_core::validate::InvalidInput;
 use tollgate_proto::v1;
 use toml::Spanned;
@@ -54,6 +63,17 @@ pub(super) struct BudgetToml {
     currency: Option<Spanned<String>>,
 }
 
+/// A bucket's calendar quota: `[tiers.T.buckets.B.quota]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct QuotaToml {
+    amount: Spanned<f64>,
+    cycle: Spanned<String>,
+    anchor_day: Option<Spanned<u32>>,
+    anchor_weekday: Option<Spanned<String>>,
+    time_zone: Option<Spanned<String>>,
+}
+
 /// A threshold: a percentage of the spend (`75`), or a label (`"75"`,
 /// `"forecast:100"`).
 #[derive(Debug, Deserialize)]
@@ -63,7 +83,85 @@ enum ThresholdToml {
     Label(String),
 }
 
+/// A text the file may leave out: empty if it does.
+fn text(value: Option<&Spanned<String>>) -> String {
+    value.map(|v| v.get_ref().clone()).unwrap_or_default()
+}
+
 impl Source<'_> {
+    /// The quota at `path` (`tiers.pro.buckets.api.quota`), checked by the
+    /// server's rules; `None` (its errors recorded) if it is not valid.
+    pub(super) fn quota(
+        &self,
+        errors: &mut Vec<FileError>,
+        path: &str,
+        table: &Spanned<QuotaToml>,
+    ) -> Option<Quota> {
+        let toml = table.get_ref();
+        let period = self.period(errors, path, &toml.cycle)?;
+        let wire = v1::Quota {
+            amount: *toml.amount.get_ref(),
+            cycle: Some(v1::BudgetCycle {
+                period: period.into(),
+                anchor_day: toml.anchor_day.as_ref().map_or(0, |d| *d.get_ref()),
+                anchor_weekday: text(toml.anchor_weekday.as_ref()),
+                time_zone: text(toml.time_zone.as_ref()),
+            }),
+        };
+        match tollgate_server::service::quota_from_proto("quota", &wire) {
+            Ok(quota) => Some(quota),
+            Err(e) => {
+                let wire_field = e.field.strip_prefix("quota.").unwrap_or(&e.field);
+                let span_of =
+                    |s: Option<&Spanned<String>>| s.map_or_else(|| table.span(), Spanned::span);
+                let (key, span) = match wire_field {
+                    "amount" => ("amount", toml.amount.span()),
+                    "cycle.period" => ("cycle", toml.cycle.span()),
+                    "cycle.anchor_day" => (
+                        "anchor_day",
+                        toml.anchor_day
+                            .as_ref()
+                            .map_or_else(|| table.span(), Spanned::span),
+                    ),
+                    "cycle.anchor_weekday" => {
+                        ("anchor_weekday", span_of(toml.anchor_weekday.as_ref()))
+                    }
+                    "cycle.time_zone" => ("time_zone", span_of(toml.time_zone.as_ref())),
+                    _ => ("", table.span()),
+                };
+                let field = if key.is_empty() {
+                    path.to_owned()
+                } else {
+                    format!("{path}.{key}")
+                };
+                errors.push(self.error(&span, Some(field), e.reason));
+                None
+            }
+        }
+    }
+
+    /// A cycle's period by its name in the file.
+    fn period(
+        &self,
+        errors: &mut Vec<FileError>,
+        path: &str,
+        cycle: &Spanned<String>,
+    ) -> Option<v1::BudgetPeriod> {
+        match cycle.get_ref().as_str() {
+            "monthly" => Some(v1::BudgetPeriod::Monthly),
+            "weekly" => Some(v1::BudgetPeriod::Weekly),
+            "daily" => Some(v1::BudgetPeriod::Daily),
+            other => {
+                errors.push(self.error(
+                    &cycle.span(),
+                    Some(format!("{path}.cycle")),
+                    format!("must be \"monthly\", \"weekly\" or \"daily\", got {other:?}"),
+                ));
+                None
+            }
+        }
+    }
+
     /// The budget at `path` (`tiers.free.budget`) of `bucket`, checked;
     /// `None` (its errors recorded) if it is not valid.
     pub(super) fn budget(
@@ -81,21 +179,9 @@ impl Source<'_> {
                 format!("{path}.{}", toml_key(key))
             }
         };
+        let period = self.period(errors, path, &toml.cycle)?;
         let mut refuse = |key: &str, span: std::ops::Range<usize>, message: String| {
             errors.push(self.error(&span, Some(field(key)), message));
-        };
-        let period = match toml.cycle.get_ref().as_str() {
-            "monthly" => v1::BudgetPeriod::Monthly,
-            "weekly" => v1::BudgetPeriod::Weekly,
-            "daily" => v1::BudgetPeriod::Daily,
-            other => {
-                refuse(
-                    "cycle",
-                    toml.cycle.span(),
-                    format!("must be \"monthly\", \"weekly\" or \"daily\", got {other:?}"),
-                );
-                return None;
-            }
         };
         let at_limit = match toml.at_limit.get_ref().as_str() {
             "notify" => v1::BudgetAtLimit::Notify,
@@ -151,16 +237,8 @@ impl Source<'_> {
             cycle: Some(v1::BudgetCycle {
                 period: period.into(),
                 anchor_day: toml.anchor_day.as_ref().map_or(0, |d| *d.get_ref()),
-                anchor_weekday: toml
-                    .anchor_weekday
-                    .as_ref()
-                    .map(|w| w.get_ref().clone())
-                    .unwrap_or_default(),
-                time_zone: toml
-                    .time_zone
-                    .as_ref()
-                    .map(|z| z.get_ref().clone())
-                    .unwrap_or_default(),
+                anchor_weekday: text(toml.anchor_weekday.as_ref()),
+                time_zone: text(toml.time_zone.as_ref()),
             }),
             at_limit: at_limit.into(),
             baseline,
@@ -181,11 +259,7 @@ impl Source<'_> {
                 .price_per_million_tokens
                 .as_ref()
                 .map_or(0.0, |p| *p.get_ref()),
-            currency: toml
-                .currency
-                .as_ref()
-                .map(|c| c.get_ref().clone())
-                .unwrap_or_default(),
+            currency: text(toml.currency.as_ref()),
         };
         match tollgate_server::service::budget_at("budget", &wire) {
             Ok((_, budget)) => Some(budget),

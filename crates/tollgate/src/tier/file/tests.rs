@@ -19,6 +19,7 @@ fn error(text: &str) -> String {
 
 fn limits(refill_rate: f64, burst_limit: f64, initial_tokens: Option<f64>) -> BucketLimits {
     BucketLimits {
+        quota: None,
         refill_rate,
         burst_limit,
         initial_tokens,
