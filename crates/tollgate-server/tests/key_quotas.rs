@@ -81,7 +81,6 @@ async fn set_up(server: &TestServer, quota: Option<v1::Quota>) -> Result<(), ton
         .create_tenant(v1::CreateTenantRequest {
             tenant_id: "acme".into(),
             tier: "plan".into(),
-            ..Default::default()
         })
         .await?;
     Ok(())
@@ -311,7 +310,6 @@ async fn a_shared_buckets_quota_stops_its_grants_at_the_amount(backend: Backend)
         .create_tenant(v1::CreateTenantRequest {
             tenant_id: "acme".into(),
             tier: "mail".into(),
-            ..Default::default()
         })
         .await
         .expect("create tenant");
