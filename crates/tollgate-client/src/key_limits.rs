@@ -112,6 +112,11 @@ pub struct KeyAnswer {
     pub burst_limit: f64,
     /// True if answered from the record of an earlier attempt.
     pub replayed: bool,
+    /// What is left of the key's calendar quota after the check, if its
+    /// bucket has one.
+    pub quota_remaining: Option<f64>,
+    /// When the quota's cycle ends and it is whole again.
+    pub quota_resets_at: Option<prost_types::Timestamp>,
 }
 
 /// A call's answer.
@@ -266,6 +271,8 @@ fn from_wire(response: v1::CheckResponse) -> Verdict {
                 refill_rate: a.refill_rate,
                 burst_limit: a.burst_limit,
                 replayed: a.replayed,
+                quota_remaining: a.quota_remaining,
+                quota_resets_at: a.quota_resets_at,
             })
             .collect(),
     }

@@ -13,7 +13,7 @@ use clap::Args;
 use serde::Serialize;
 use tollgate_client::{ClientError, KeyCheck, KeyLimiter, KeyLimiterOptions, Verdict};
 
-use crate::output::{self, Table, field};
+use crate::output::{self, Table, field, rfc3339};
 use crate::remote::{PodTokenArg, ServerArg, rpc_error};
 
 /// The exit status of a refused check.
@@ -64,6 +64,10 @@ struct CheckJson {
     refill_rate: f64,
     burst_limit: f64,
     replayed: bool,
+    /// Left of the key's calendar quota in its cycle; `null` without one.
+    quota_remaining: Option<f64>,
+    /// When the quota's cycle ends (RFC 3339); `null` without one.
+    quota_resets_at: Option<String>,
 }
 
 impl CheckJson {
@@ -84,6 +88,8 @@ impl CheckJson {
             refill_rate: item.refill_rate,
             burst_limit: item.burst_limit,
             replayed: item.replayed,
+            quota_remaining: item.quota_remaining,
+            quota_resets_at: rfc3339(item.quota_resets_at),
         })
     }
 
@@ -110,6 +116,12 @@ impl CheckJson {
                 ),
             ),
         ];
+        if let (Some(left), Some(at)) = (self.quota_remaining, &self.quota_resets_at) {
+            rows.push(field(
+                "quota",
+                format!("{left:.3} tokens left in the cycle, whole again at {at}"),
+            ));
+        }
         if self.replayed {
             rows.push(field(
                 "replayed",

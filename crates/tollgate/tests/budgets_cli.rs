@@ -280,3 +280,50 @@ fn a_bad_budget_in_the_tiers_file_changes_nothing() {
     assert_eq!(tiers, serde_json::json!([]), "nothing was created");
     server.stop();
 }
+
+/// A per-key quota from the tiers file, as `tollgate check` reports it:
+/// what is left of the key's month and when it resets, then a refusal
+/// once it is spent (exit status 3).
+#[test]
+fn tollgate_check_reports_a_keys_quota() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("tollgate.redb"));
+    let file = dir.path().join("tiers.toml");
+    std::fs::write(
+        &file,
+        "[tiers.api.buckets.calls]\nkind = \"per-key\"\nrefill_rate = 100\nburst_limit = 100\n\
+         [tiers.api.buckets.calls.quota]\namount = 5\ncycle = \"monthly\"\n",
+    )
+    .expect("write the tiers file");
+    server.ok(&[
+        "tier",
+        "apply",
+        "-f",
+        file.to_str().expect("utf-8"),
+        "--yes",
+    ]);
+    server.ok(&["tenant", "create", "--tenant", "acme", "--tier", "api"]);
+    let check = |tokens: &str| {
+        server.tollgate(&[
+            "check", "--tenant", "acme", "--bucket", "calls", "--key", "k1", "--tokens", tokens,
+            "--json",
+        ])
+    };
+    let first = check("3");
+    assert!(first.status.success(), "{first:?}");
+    let answer: Value = serde_json::from_slice(&first.stdout).expect("JSON");
+    assert_eq!(answer["quota_remaining"], 2.0, "{answer}");
+    let resets = answer["quota_resets_at"].as_str().expect("a reset time");
+    assert!(
+        resets.ends_with("-01T00:00:00.000Z"),
+        "the 1st of a month, UTC: {resets}"
+    );
+    let refused = check("3");
+    assert_eq!(refused.status.code(), Some(3), "{refused:?}");
+    let answer: Value = serde_json::from_slice(&refused.stdout).expect("JSON");
+    assert_eq!(
+        answer["quota_remaining"], 2.0,
+        "a refusal takes nothing: {answer}"
+    );
+    server.stop();
+}

@@ -2,6 +2,7 @@ import type * as grpc from '@grpc/grpc-js';
 import type { MessageTypeDefinition } from '@grpc/proto-loader';
 
 import type { Duration as _google_protobuf_Duration, Duration__Output as _google_protobuf_Duration__Output } from './google/protobuf/Duration';
+import type { Timestamp as _google_protobuf_Timestamp, Timestamp__Output as _google_protobuf_Timestamp__Output } from './google/protobuf/Timestamp';
 import type { AcquireRequest as _tollgate_agent_v1_AcquireRequest, AcquireRequest__Output as _tollgate_agent_v1_AcquireRequest__Output } from './tollgate/agent/v1/AcquireRequest';
 import type { AcquireResponse as _tollgate_agent_v1_AcquireResponse, AcquireResponse__Output as _tollgate_agent_v1_AcquireResponse__Output } from './tollgate/agent/v1/AcquireResponse';
 import type { AgentClient as _tollgate_agent_v1_AgentClient, AgentDefinition as _tollgate_agent_v1_AgentDefinition } from './tollgate/agent/v1/Agent';
@@ -28,6 +29,7 @@ export interface ProtoGrpcType {
   google: {
     protobuf: {
       Duration: MessageTypeDefinition<_google_protobuf_Duration, _google_protobuf_Duration__Output>
+      Timestamp: MessageTypeDefinition<_google_protobuf_Timestamp, _google_protobuf_Timestamp__Output>
     }
   }
   tollgate: {

@@ -129,7 +129,11 @@ fn items_are_taken_together_or_not_at_all() {
 #[test]
 fn items_on_one_key_take_in_turn() {
     let key = slot(1.0, 10.0, None);
-    let outcome = check(std::slice::from_ref(&key), &[item(0, 6.0), item(0, 4.0)], at(0.0));
+    let outcome = check(
+        std::slice::from_ref(&key),
+        &[item(0, 6.0), item(0, 4.0)],
+        at(0.0),
+    );
     assert!(outcome.allowed);
     assert_eq!(outcome.answers[1].remaining, 0.0);
     let outcome = check(&[key], &[item(0, 6.0), item(0, 5.0)], at(0.0));

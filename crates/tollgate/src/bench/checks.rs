@@ -40,6 +40,8 @@ pub(super) struct CheckMix {
     pub hot_fraction: f64,
     pub key_rate: f64,
     pub key_burst: f64,
+    /// Tokens per key per month, if keys have a quota.
+    pub key_quota: Option<f64>,
     pub request_ids: bool,
 }
 
@@ -50,6 +52,7 @@ impl CheckMix {
         hot_fraction: f64,
         key_rate: f64,
         key_burst: f64,
+        key_quota: Option<f64>,
         request_ids: bool,
     ) -> anyhow::Result<CheckMix> {
         if keys == 0 {
@@ -66,14 +69,30 @@ impl CheckMix {
         limits
             .validate()
             .map_err(|e| anyhow::anyhow!("--key-rate / --key-burst: {e}"))?;
+        if let Some(amount) = key_quota {
+            monthly_quota(amount)
+                .validate()
+                .map_err(|e| anyhow::anyhow!("--key-quota: {}", e.reason))?;
+        }
         Ok(CheckMix {
             keys,
             hot_keys,
             hot_fraction,
             key_rate,
             key_burst,
+            key_quota,
             request_ids,
         })
+    }
+}
+
+/// `amount` tokens a month, from the 1st, UTC.
+fn monthly_quota(amount: f64) -> tollgate_core::budget::Quota {
+    tollgate_core::budget::Quota {
+        amount,
+        cycle: tollgate_core::budget::CycleRule::utc(tollgate_core::budget::Period::Monthly {
+            anchor_day: 1,
+        }),
     }
 }
 
@@ -107,7 +126,9 @@ pub(super) async fn prepare(
                     burst_limit: mix.key_burst,
                     initial_tokens: None,
                     kind: v1::BucketKind::PerKey as i32,
-                    quota: None,
+                    quota: mix.key_quota.map(|amount| {
+                        tollgate_server::service::quota_to_proto(&monthly_quota(amount))
+                    }),
                 }],
                 ..v1::Tier::default()
             }),

@@ -115,7 +115,7 @@ pub(super) async fn prepare(
     let mut admin =
         AdminClient::with_interceptor(channel.clone(), crate::remote::BearerToken::new(token)?);
     if target.mode == LocalMode::EnvoyPerKey {
-        let mix = super::checks::CheckMix::new(1, 1, 1.0, PLENTY, PLENTY, false)?;
+        let mix = super::checks::CheckMix::new(1, 1, 1.0, PLENTY, PLENTY, None, false)?;
         return super::checks::prepare(plan, &mix, channel, token).await;
     }
     let bucket = match target.mode {

@@ -207,6 +207,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "B", default_value_t = 10.0)]
     key_burst: f64,
 
+    /// With --checks: give each key a calendar quota of this many tokens a
+    /// month (UTC) on top of its rate [default: none].
+    #[arg(long, value_name = "N")]
+    key_quota: Option<f64>,
+
     /// With --checks: give every check a request id (each is then recorded
     /// for its retries, one more row written per check).
     #[arg(long)]
@@ -416,6 +421,7 @@ impl BenchArgs {
                     self.hot_fraction,
                     self.key_rate,
                     self.key_burst,
+                    self.key_quota,
                     self.request_ids,
                 )?)
             } else {

@@ -198,7 +198,7 @@ fn unknown_keys_are_refused_at_the_top_the_tier_and_the_bucket_level() {
     assert_eq!(
         error(&one_bucket("refill_rate = 1\nburst_limt = 1\n")),
         "tiers.toml:3:1: tiers.pro.buckets.schedule-email.burst_limt: unknown field `burst_limt`, \
-         expected one of `refill_rate`, `burst_limit`, `initial_tokens`, `kind`, `budget`"
+         expected one of `refill_rate`, `burst_limit`, `initial_tokens`, `kind`, `budget`, `quota`"
     );
 }
 
@@ -617,4 +617,60 @@ fn more_than_a_thousand_tables_in_a_tier_are_refused() {
     let thousand: Vec<&str> = text.lines().take(last).collect();
     let file = parse("tiers.toml", &thousand.join("\n")).expect("a thousand tables");
     assert_eq!(file.tiers[&tier("big")].tables.len(), MAX_TABLES);
+}
+
+#[test]
+fn a_bucket_may_carry_a_quota_per_key_or_shared() {
+    use tollgate_core::budget::Period;
+    let text = "[tiers.pro.buckets.api]\nkind = \"per-key\"\nrefill_rate = 10\nburst_limit = 20\n\
+                [tiers.pro.buckets.api.quota]\namount = 10_000\ncycle = \"monthly\"\nanchor_day = 31\n\
+                time_zone = \"America/New_York\"\n\
+                [tiers.pro.buckets.mail]\nrefill_rate = 10\nburst_limit = 20\n\
+                [tiers.pro.buckets.mail.quota]\namount = 100_000\ncycle = \"daily\"\n";
+    let file = parse("tiers.toml", text).expect("valid");
+    let pro = &file.tiers[&tier("pro")];
+    let api = pro.buckets[&bucket("api")].quota.as_ref().expect("a quota");
+    assert_eq!(api.amount, 10_000.0);
+    assert_eq!(api.cycle.period, Period::Monthly { anchor_day: 31 });
+    assert_eq!(api.cycle.time_zone, "America/New_York");
+    let mail = pro.buckets[&bucket("mail")]
+        .quota
+        .as_ref()
+        .expect("a quota");
+    assert_eq!(mail.cycle.period, Period::Daily);
+    assert_eq!(mail.cycle.time_zone, "UTC", "the default zone");
+    assert!(
+        pro.buckets[&bucket("mail")]
+            .text()
+            .contains("quota 100000 daily (UTC)")
+    );
+}
+
+#[test]
+fn a_bad_quota_names_the_line_and_the_key_at_fault() {
+    let quota = |body: &str| {
+        format!(
+            "{}[tiers.pro.buckets.schedule-email.quota]\n{body}",
+            one_bucket("refill_rate = 1\nburst_limit = 1\n")
+        )
+    };
+    assert_eq!(
+        error(&quota("amount = 0\ncycle = \"daily\"\n")),
+        "tiers.toml:5:10: tiers.pro.buckets.schedule-email.quota.amount: must be more than 0 tokens per cycle"
+    );
+    assert_eq!(
+        error(&quota("amount = 5\ncycle = \"hourly\"\n")),
+        "tiers.toml:6:9: tiers.pro.buckets.schedule-email.quota.cycle: must be \"monthly\", \"weekly\" or \"daily\", got \"hourly\""
+    );
+    let weekday = error(&quota(
+        "amount = 5\ncycle = \"weekly\"\nanchor_weekday = \"someday\"\n",
+    ));
+    assert!(
+        weekday.starts_with(
+            "tiers.toml:7:18: tiers.pro.buckets.schedule-email.quota.anchor_weekday: "
+        ),
+        "{weekday}"
+    );
+    let unknown = error(&quota("amount = 5\ncycle = \"daily\"\nper = \"month\"\n"));
+    assert!(unknown.contains("quota.per: unknown field"), "{unknown}");
 }

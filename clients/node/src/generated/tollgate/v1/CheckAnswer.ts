@@ -1,6 +1,7 @@
 // Original file: proto/tollgate/v1/key_limits.proto
 
 import type { Duration as _google_protobuf_Duration, Duration__Output as _google_protobuf_Duration__Output } from '../../google/protobuf/Duration';
+import type { Timestamp as _google_protobuf_Timestamp, Timestamp__Output as _google_protobuf_Timestamp__Output } from '../../google/protobuf/Timestamp';
 
 export interface CheckAnswer {
   'allowed'?: (boolean);
@@ -10,6 +11,9 @@ export interface CheckAnswer {
   'refillRate'?: (number | string);
   'burstLimit'?: (number | string);
   'replayed'?: (boolean);
+  'quotaRemaining'?: (number | string);
+  'quotaResetsAt'?: (_google_protobuf_Timestamp | null);
+  '_quotaRemaining'?: "quotaRemaining";
 }
 
 export interface CheckAnswer__Output {
@@ -20,4 +24,7 @@ export interface CheckAnswer__Output {
   'refillRate': (number);
   'burstLimit': (number);
   'replayed': (boolean);
+  'quotaRemaining'?: (number);
+  'quotaResetsAt': (_google_protobuf_Timestamp__Output | null);
+  '_quotaRemaining'?: "quotaRemaining";
 }

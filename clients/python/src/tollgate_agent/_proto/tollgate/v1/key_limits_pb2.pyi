@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -38,7 +39,7 @@ class CheckResponse(_message.Message):
     def __init__(self, allowed: bool = ..., answers: _Optional[_Iterable[_Union[CheckAnswer, _Mapping]]] = ...) -> None: ...
 
 class CheckAnswer(_message.Message):
-    __slots__ = ("allowed", "remaining_tokens", "retry_after", "reset_after", "refill_rate", "burst_limit", "replayed")
+    __slots__ = ("allowed", "remaining_tokens", "retry_after", "reset_after", "refill_rate", "burst_limit", "replayed", "quota_remaining", "quota_resets_at")
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
     REMAINING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +47,8 @@ class CheckAnswer(_message.Message):
     REFILL_RATE_FIELD_NUMBER: _ClassVar[int]
     BURST_LIMIT_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_REMAINING_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_RESETS_AT_FIELD_NUMBER: _ClassVar[int]
     allowed: bool
     remaining_tokens: float
     retry_after: _duration_pb2.Duration
@@ -53,4 +56,6 @@ class CheckAnswer(_message.Message):
     refill_rate: float
     burst_limit: float
     replayed: bool
-    def __init__(self, allowed: bool = ..., remaining_tokens: _Optional[float] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reset_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., refill_rate: _Optional[float] = ..., burst_limit: _Optional[float] = ..., replayed: bool = ...) -> None: ...
+    quota_remaining: float
+    quota_resets_at: _timestamp_pb2.Timestamp
+    def __init__(self, allowed: bool = ..., remaining_tokens: _Optional[float] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reset_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., refill_rate: _Optional[float] = ..., burst_limit: _Optional[float] = ..., replayed: bool = ..., quota_remaining: _Optional[float] = ..., quota_resets_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
