@@ -58,22 +58,4 @@ if [[ " $STORES " == *" postgres "* ]]; then
     "$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)"
 fi
 
-python3 - "$OUT" "$ROUNDS" "$STORES" <<'PY'
-import json, statistics, sys
-out, rounds, stores = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-def run(name):
-    r = json.load(open(f"{out}/{name}.json"))
-    errors = r["errors"]
-    return r["checks_per_second"], sum(errors.values()) if isinstance(errors, dict) else errors
-print(f"\n{rounds} rounds of each, alternating\n")
-print("| store | without a quota, checks/s | with a quota, checks/s | cost with / without (medians) | spread between rounds |")
-print("|---|---|---|---:|---:|")
-for store in stores:
-    runs = {k: [run(f"{store}-{k}-r{i}") for i in range(1, rounds + 1)] for k in ("plain", "quota")}
-    med = {k: statistics.median(v for v, _ in runs[k]) for k in runs}
-    spread = max((max(v for v, _ in runs[k]) - min(v for v, _ in runs[k])) / med[k] for k in runs)
-    errors = sum(e for k in runs for _, e in runs[k])
-    fmt = lambda k: ", ".join(f"{v:,.0f}" for v, _ in runs[k])
-    note = f" ({errors} errors)" if errors else ""
-    print(f"| {store} | {fmt('plain')} | {fmt('quota')} | {med['plain'] / med['quota']:.3f}{note} | {spread * 100:.1f} % |")
-PY
+python3 scripts/bench-summary.py "$OUT" "$ROUNDS" "$STORES" plain quota "a quota" checks/s

@@ -549,7 +549,11 @@ pub fn key_sequences(data: &[u8]) {
         let slots: Vec<KeySlot> = limits
             .iter()
             .zip(&states)
-            .map(|(&limits, &state)| KeySlot { limits, state })
+            .map(|(&limits, &state)| KeySlot {
+                limits,
+                quota: None,
+                state,
+            })
             .collect();
         let before: Vec<f64> = slots
             .iter()

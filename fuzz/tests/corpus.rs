@@ -55,6 +55,7 @@ fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
                         burst_limit: 10.0,
                         initial_tokens: None,
                         kind: v1::BucketKind::PerKey as i32,
+                        quota: None,
                     },
                     v1::BucketDefinition {
                         bucket: "emails".into(),
@@ -62,6 +63,7 @@ fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
                         burst_limit: 50.0,
                         initial_tokens: Some(20.0),
                         kind: v1::BucketKind::Shared as i32,
+                        quota: None,
                     },
                 ],
                 ..v1::Tier::default()

@@ -21,6 +21,42 @@ use crate::tier::definition::{
     budget_text,
 };
 
+/// How two maps differ, entry by entry, in key order: the entries only
+/// `after` has, the keys only `before` has, and the entries both have that
+/// `same` tells apart (key, before, after). Buckets, tables and budgets are
+/// compared by it.
+struct Diff<K, V, A, C>
+where
+    A: Iterator<Item = (K, V)>,
+    C: Iterator<Item = (K, V, V)>,
+{
+    added: A,
+    removed: Vec<K>,
+    changed: C,
+}
+
+fn diff<'a, K: Ord + Clone, V: Clone>(
+    before: &'a BTreeMap<K, V>,
+    after: &'a BTreeMap<K, V>,
+    same: impl Fn(&V, &V) -> bool + 'a,
+) -> Diff<K, V, impl Iterator<Item = (K, V)> + 'a, impl Iterator<Item = (K, V, V)> + 'a> {
+    Diff {
+        added: after
+            .iter()
+            .filter(|(key, _)| !before.contains_key(*key))
+            .map(|(key, value)| (key.clone(), value.clone())),
+        removed: before
+            .keys()
+            .filter(|key| !after.contains_key(*key))
+            .cloned()
+            .collect(),
+        changed: after.iter().filter_map(move |(key, value)| {
+            let old = before.get(key)?;
+            (!same(old, value)).then(|| (key.clone(), old.clone(), value.clone()))
+        }),
+    }
+}
+
 /// What happens to one tier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -101,27 +137,22 @@ pub struct BucketChanges {
 
 impl BucketChanges {
     pub fn between(before: &Buckets, after: &Buckets) -> BucketChanges {
-        let mut changes = BucketChanges::default();
-        for (name, limits) in after {
-            match before.get(name) {
-                None => changes.added.push(AddedBucket {
-                    bucket: name.clone(),
-                    limits: limits.clone(),
-                }),
-                Some(old) if !old.same_as(limits) => changes.changed.push(ChangedBucket {
-                    bucket: name.clone(),
-                    before: old.clone(),
-                    after: limits.clone(),
-                }),
-                Some(_) => {}
-            }
+        let d = diff(before, after, BucketLimits::same_as);
+        BucketChanges {
+            added: d
+                .added
+                .map(|(bucket, limits)| AddedBucket { bucket, limits })
+                .collect(),
+            removed: d.removed,
+            changed: d
+                .changed
+                .map(|(bucket, before, after)| ChangedBucket {
+                    bucket,
+                    before,
+                    after,
+                })
+                .collect(),
         }
-        changes.removed = before
-            .keys()
-            .filter(|name| !after.contains_key(*name))
-            .cloned()
-            .collect();
-        changes
     }
 
     pub fn is_empty(&self) -> bool {
@@ -191,27 +222,25 @@ pub struct TableChanges {
 
 impl TableChanges {
     pub fn between(before: &Tables, after: &Tables) -> TableChanges {
-        let mut changes = TableChanges::default();
-        for (name, limits) in after {
-            match before.get(name) {
-                None => changes.added.push(AddedTable {
-                    table: name.clone(),
-                    limits: (*limits).into(),
-                }),
-                Some(old) if old != limits => changes.changed.push(ChangedTable {
-                    table: name.clone(),
-                    before: (*old).into(),
-                    after: (*limits).into(),
-                }),
-                Some(_) => {}
-            }
+        let d = diff(before, after, PartialEq::eq);
+        TableChanges {
+            added: d
+                .added
+                .map(|(table, limits)| AddedTable {
+                    table,
+                    limits: limits.into(),
+                })
+                .collect(),
+            removed: d.removed,
+            changed: d
+                .changed
+                .map(|(table, before, after)| ChangedTable {
+                    table,
+                    before: before.into(),
+                    after: after.into(),
+                })
+                .collect(),
         }
-        changes.removed = before
-            .keys()
-            .filter(|name| !after.contains_key(*name))
-            .cloned()
-            .collect();
-        changes
     }
 
     pub fn is_empty(&self) -> bool {
@@ -261,27 +290,22 @@ pub struct BudgetChanges {
 
 impl BudgetChanges {
     pub fn between(before: &Budgets, after: &Budgets) -> BudgetChanges {
-        let mut changes = BudgetChanges::default();
-        for (bucket, budget) in after {
-            match before.get(bucket) {
-                None => changes.added.push(AddedBudget {
-                    bucket: bucket.clone(),
-                    budget: budget.clone(),
-                }),
-                Some(old) if old != budget => changes.changed.push(ChangedBudget {
-                    bucket: bucket.clone(),
-                    before: old.clone(),
-                    after: budget.clone(),
-                }),
-                Some(_) => {}
-            }
+        let d = diff(before, after, PartialEq::eq);
+        BudgetChanges {
+            added: d
+                .added
+                .map(|(bucket, budget)| AddedBudget { bucket, budget })
+                .collect(),
+            removed: d.removed,
+            changed: d
+                .changed
+                .map(|(bucket, before, after)| ChangedBudget {
+                    bucket,
+                    before,
+                    after,
+                })
+                .collect(),
         }
-        changes.removed = before
-            .keys()
-            .filter(|bucket| !after.contains_key(*bucket))
-            .cloned()
-            .collect();
-        changes
     }
 
     pub fn is_empty(&self) -> bool {
