@@ -44,6 +44,7 @@ pub mod cost_model;
 pub mod global_bucket;
 pub mod key_bucket;
 pub mod local_bucket;
+pub mod organisation;
 pub mod partition;
 pub mod pushback;
 pub mod rate_window;
