@@ -492,8 +492,12 @@ enum KeyStep {
 /// between 0 and its burst; a refused item's `retry_after` is when its
 /// tokens will be there; and over the whole run no key has given more
 /// than its burst plus its refill over the time elapsed: per-key limits
-/// are exact.
+/// are exact. Keys 2 and 3 also have a daily quota (half their burst, at
+/// least one token): every answer's remaining quota lies between none and
+/// the quota, and, while the clock moves on, no cycle gives a key more
+/// than its quota.
 pub fn key_sequences(data: &[u8]) {
+    use tollgate_core::budget::{CycleRule, Period, Quota};
     use tollgate_core::key_bucket::{CheckItem, KeySlot, KeyState, check, validate_tokens};
     let mut input = Unstructured::new(data);
     let Ok(raw_limits) = <[(f64, f64); 4]>::arbitrary(&mut input) else {
@@ -514,6 +518,17 @@ pub fn key_sequences(data: &[u8]) {
     // The window the run spans, whichever way the clock stepped.
     let (mut earliest_ms, mut latest_ms) = (start_ms, start_ms);
     let at = |ms: i64| Timestamp::from_unix_micros(ms.saturating_mul(1000));
+    let quotas: Vec<Option<Quota>> = limits
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            (i >= 2).then(|| Quota {
+                amount: (l.burst_limit / 2.0).max(1.0),
+                cycle: CycleRule::utc(Period::Daily),
+            })
+        })
+        .collect();
+    let mut per_cycle: HashMap<(usize, i64), f64> = HashMap::new();
     let mut states: Vec<Option<KeyState>> = vec![None; limits.len()];
     let mut taken = vec![0.0_f64; limits.len()];
     for _ in 0..64 {
@@ -549,9 +564,10 @@ pub fn key_sequences(data: &[u8]) {
         let slots: Vec<KeySlot> = limits
             .iter()
             .zip(&states)
-            .map(|(&limits, &state)| KeySlot {
+            .zip(&quotas)
+            .map(|((&limits, &state), quota)| KeySlot {
                 limits,
-                quota: None,
+                quota: quota.clone(),
                 state,
             })
             .collect();
@@ -611,6 +627,43 @@ pub fn key_sequences(data: &[u8]) {
                     );
                 }
             }
+        }
+        // Quotas: what is left is between none and the quota; and while
+        // the clock has not stepped back, no cycle gives a key more than its
+        // quota. (A clock that steps back across a boundary after a key's
+        // row went meets a cycle the store no longer remembers: the bound
+        // is stated for the store's clock, which only moves on.)
+        let monotonic = now_ms == latest_ms;
+        let mut counted = vec![false; limits.len()];
+        for (item, answer) in items.iter().zip(&outcome.answers) {
+            let Some(quota) = &quotas[item.slot] else {
+                continue;
+            };
+            let Some(q) = answer.quota else {
+                continue;
+            };
+            let slack = 1e-9 * quota.amount.max(1.0);
+            assert!(
+                q.remaining >= -slack && q.remaining <= quota.amount + slack,
+                "key {}: {} left of {}",
+                item.slot,
+                q.remaining,
+                quota.amount
+            );
+            if !monotonic || !outcome.allowed || counted[item.slot] {
+                continue;
+            }
+            counted[item.slot] = true;
+            let given = per_cycle
+                .entry((item.slot, q.resets_at.unix_micros()))
+                .or_insert(0.0);
+            *given += asked[item.slot];
+            assert!(
+                *given <= quota.amount + slack,
+                "key {} was given {given} in a cycle, quota {}",
+                item.slot,
+                quota.amount
+            );
         }
         states = outcome.states;
         let elapsed = (latest_ms - earliest_ms) as f64 / 1000.0;

@@ -180,7 +180,11 @@ pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOut
     // calendar: the quota allows nothing).
     let cycles: Vec<Option<Cycle>> = slots
         .iter()
-        .map(|s| s.quota.as_ref().and_then(|q| q.cycle_at(now)))
+        .map(|s| {
+            let quota = s.quota.as_ref()?;
+            let used = s.state.and_then(|st| st.quota);
+            quota.cycle_of(used.as_ref(), now)
+        })
         .collect();
     let quota_left: Vec<Option<f64>> = slots
         .iter()

@@ -62,6 +62,23 @@ impl Quota {
         self.cycle.cycle_at(now).ok()
     }
 
+    /// The cycle a check at `now` takes from: the cycle of `now`, unless
+    /// the key last took in a later one (a clock that stepped back, another
+    /// replica's, say), which it then stays in: as a bucket's refill never
+    /// moves back, a quota never counts a cycle again.
+    pub fn cycle_of(&self, used: Option<&QuotaUse>, now: Timestamp) -> Option<Cycle> {
+        let cycle = self.cycle_at(now)?;
+        match used {
+            Some(u) if u.cycle_end > cycle.end => {
+                let last = u
+                    .cycle_end
+                    .saturating_sub(std::time::Duration::from_micros(1));
+                self.cycle_at(last).filter(|c| c.end == u.cycle_end)
+            }
+            _ => Some(cycle),
+        }
+    }
+
     /// What is left of the quota in `cycle`, given what the key used in
     /// the cycle it last took from (`None`: nothing yet).
     pub fn left(&self, used: Option<&QuotaUse>, cycle: &Cycle) -> f64 {

@@ -552,3 +552,22 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_clock_that_steps_back_never_opens_a_cycle_again() {
+    // The key took its whole day on June 11th; a replica whose clock is
+    // behind, still on June 10th, must not give it June 10th's quota.
+    let eleventh = utc("2026-06-11T08:00:00Z");
+    let spent = check(&[quota_slot(10.0, None)], &[item(0, 10.0)], eleventh);
+    assert!(spent.allowed);
+    let behind = utc("2026-06-10T21:00:00Z");
+    let outcome = check(
+        &[quota_slot(10.0, spent.states[0])],
+        &[item(0, 1.0)],
+        behind,
+    );
+    assert!(!outcome.allowed, "June 11th's quota is spent");
+    let quota = outcome.answers[0].quota.expect("a quota answer");
+    assert_eq!(quota.remaining, 0.0);
+    assert_eq!(quota.resets_at, utc("2026-06-11T22:00:00Z"));
+}
