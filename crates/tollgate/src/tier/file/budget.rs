@@ -35,10 +35,12 @@
 //! exactly what `PutTier` would; each refusal points at the key at fault.
 
 use serde::Deserialize;
+use std::ops::Range;
 use tollgate_core::BucketName;
 use tollgate_core::budget::{Budget, Quota};
 use tollgate_core::validate::InvalidInput;
 use tollgate_proto::v1;
+
 use toml::Spanned;
 
 use super::{FileError, Source, toml_key};
@@ -88,6 +90,74 @@ fn text(value: Option<&Spanned<String>>) -> String {
     value.map(|v| v.get_ref().clone()).unwrap_or_default()
 }
 
+/// The keys a budget and a quota share: the amount and the cycle.
+struct CycleKeys<'a> {
+    amount: &'a Spanned<f64>,
+    cycle: &'a Spanned<String>,
+    anchor_day: Option<&'a Spanned<u32>>,
+    anchor_weekday: Option<&'a Spanned<String>>,
+    time_zone: Option<&'a Spanned<String>>,
+}
+
+impl BudgetToml {
+    fn cycle_keys(&self) -> CycleKeys<'_> {
+        CycleKeys {
+            amount: &self.amount,
+            cycle: &self.cycle,
+            anchor_day: self.anchor_day.as_ref(),
+            anchor_weekday: self.anchor_weekday.as_ref(),
+            time_zone: self.time_zone.as_ref(),
+        }
+    }
+}
+
+impl QuotaToml {
+    fn cycle_keys(&self) -> CycleKeys<'_> {
+        CycleKeys {
+            amount: &self.amount,
+            cycle: &self.cycle,
+            anchor_day: self.anchor_day.as_ref(),
+            anchor_weekday: self.anchor_weekday.as_ref(),
+            time_zone: self.time_zone.as_ref(),
+        }
+    }
+}
+
+impl CycleKeys<'_> {
+    /// The wire's cycle of `period`, the anchors and the zone.
+    fn to_proto(&self, period: v1::BudgetPeriod) -> v1::BudgetCycle {
+        v1::BudgetCycle {
+            period: period.into(),
+            anchor_day: self.anchor_day.map_or(0, |d| *d.get_ref()),
+            anchor_weekday: text(self.anchor_weekday),
+            time_zone: text(self.time_zone),
+        }
+    }
+
+    /// The file's key a refusal of `wire` (a field of the wire's budget or
+    /// quota, its prefix taken off) is about, and where it is written (none
+    /// if it is not); `None` if it is not one of these keys.
+    fn key_of(&self, wire: &str) -> Option<(&'static str, Option<Range<usize>>)> {
+        Some(match wire {
+            "amount" => ("amount", Some(self.amount.span())),
+            "cycle.period" => ("cycle", Some(self.cycle.span())),
+            "cycle.anchor_day" => ("anchor_day", self.anchor_day.map(Spanned::span)),
+            "cycle.anchor_weekday" => ("anchor_weekday", self.anchor_weekday.map(Spanned::span)),
+            "cycle.time_zone" => ("time_zone", self.time_zone.map(Spanned::span)),
+            _ => return None,
+        })
+    }
+}
+
+/// The path of `key` in the table at `path`; the table's own for none.
+fn key_path(path: &str, key: &str) -> String {
+    if key.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}.{}", toml_key(key))
+    }
+}
+
 impl Source<'_> {
     /// The quota at `path` (`tiers.pro.buckets.api.quota`), checked by the
     /// server's rules; `None` (its errors recorded) if it is not valid.
@@ -97,44 +167,19 @@ impl Source<'_> {
         path: &str,
         table: &Spanned<QuotaToml>,
     ) -> Option<Quota> {
-        let toml = table.get_ref();
-        let period = self.period(errors, path, &toml.cycle)?;
+        let keys = table.get_ref().cycle_keys();
+        let period = self.period(errors, path, keys.cycle)?;
         let wire = v1::Quota {
-            amount: *toml.amount.get_ref(),
-            cycle: Some(v1::BudgetCycle {
-                period: period.into(),
-                anchor_day: toml.anchor_day.as_ref().map_or(0, |d| *d.get_ref()),
-                anchor_weekday: text(toml.anchor_weekday.as_ref()),
-                time_zone: text(toml.time_zone.as_ref()),
-            }),
+            amount: *keys.amount.get_ref(),
+            cycle: Some(keys.to_proto(period)),
         };
         match tollgate_server::service::quota_from_proto("quota", &wire) {
             Ok(quota) => Some(quota),
             Err(e) => {
                 let wire_field = e.field.strip_prefix("quota.").unwrap_or(&e.field);
-                let span_of =
-                    |s: Option<&Spanned<String>>| s.map_or_else(|| table.span(), Spanned::span);
-                let (key, span) = match wire_field {
-                    "amount" => ("amount", toml.amount.span()),
-                    "cycle.period" => ("cycle", toml.cycle.span()),
-                    "cycle.anchor_day" => (
-                        "anchor_day",
-                        toml.anchor_day
-                            .as_ref()
-                            .map_or_else(|| table.span(), Spanned::span),
-                    ),
-                    "cycle.anchor_weekday" => {
-                        ("anchor_weekday", span_of(toml.anchor_weekday.as_ref()))
-                    }
-                    "cycle.time_zone" => ("time_zone", span_of(toml.time_zone.as_ref())),
-                    _ => ("", table.span()),
-                };
-                let field = if key.is_empty() {
-                    path.to_owned()
-                } else {
-                    format!("{path}.{key}")
-                };
-                errors.push(self.error(&span, Some(field), e.reason));
+                let (key, span) = keys.key_of(wire_field).unwrap_or(("", None));
+                let span = span.unwrap_or_else(|| table.span());
+                errors.push(self.error(&span, Some(key_path(path, key)), e.reason));
                 None
             }
         }
@@ -172,16 +217,10 @@ impl Source<'_> {
         table: &Spanned<BudgetToml>,
     ) -> Option<Budget> {
         let toml = table.get_ref();
-        let field = |key: &str| {
-            if key.is_empty() {
-                path.to_owned()
-            } else {
-                format!("{path}.{}", toml_key(key))
-            }
-        };
-        let period = self.period(errors, path, &toml.cycle)?;
-        let mut refuse = |key: &str, span: std::ops::Range<usize>, message: String| {
-            errors.push(self.error(&span, Some(field(key)), message));
+        let keys = toml.cycle_keys();
+        let period = self.period(errors, path, keys.cycle)?;
+        let mut refuse = |key: &str, span: Range<usize>, message: String| {
+            errors.push(self.error(&span, Some(key_path(path, key)), message));
         };
         let at_limit = match toml.at_limit.get_ref().as_str() {
             "notify" => v1::BudgetAtLimit::Notify,
@@ -233,13 +272,8 @@ impl Source<'_> {
         };
         let wire = v1::Budget {
             bucket: bucket.as_str().to_owned(),
-            amount: *toml.amount.get_ref(),
-            cycle: Some(v1::BudgetCycle {
-                period: period.into(),
-                anchor_day: toml.anchor_day.as_ref().map_or(0, |d| *d.get_ref()),
-                anchor_weekday: text(toml.anchor_weekday.as_ref()),
-                time_zone: text(toml.time_zone.as_ref()),
-            }),
+            amount: *keys.amount.get_ref(),
+            cycle: Some(keys.to_proto(period)),
             at_limit: at_limit.into(),
             baseline,
             thresholds: toml
@@ -264,70 +298,55 @@ impl Source<'_> {
         match tollgate_server::service::budget_at("budget", &wire) {
             Ok((_, budget)) => Some(budget),
             Err(e) => {
-                let (key, span) = self.key_of(&e, table);
+                let (key, span) = budget_key_of(&e, table);
                 refuse(key, span, e.reason);
                 None
             }
         }
     }
+}
 
-    /// The file's key a refusal of the wire's budget is about, and where
-    /// it is (the table's header if the key is not written).
-    fn key_of<'k>(
-        &self,
-        e: &InvalidInput,
-        table: &Spanned<BudgetToml>,
-    ) -> (&'k str, std::ops::Range<usize>) {
-        let toml = table.get_ref();
-        let wire = e.field.strip_prefix("budget.").unwrap_or(&e.field);
-        let span_of = |s: Option<std::ops::Range<usize>>| s.unwrap_or_else(|| table.span());
-        match wire {
-            "amount" => ("amount", toml.amount.span()),
-            "cycle.period" => ("cycle", toml.cycle.span()),
-            "cycle.anchor_day" => (
-                "anchor_day",
-                span_of(toml.anchor_day.as_ref().map(Spanned::span)),
+/// The file's key a refusal of the wire's budget is about, and where it
+/// is (the table's header if the key is not written).
+fn budget_key_of(e: &InvalidInput, table: &Spanned<BudgetToml>) -> (&'static str, Range<usize>) {
+    let toml = table.get_ref();
+    let wire = e.field.strip_prefix("budget.").unwrap_or(&e.field);
+    let span_of = |s: Option<Range<usize>>| s.unwrap_or_else(|| table.span());
+    if let Some((key, span)) = toml.cycle_keys().key_of(wire) {
+        return (key, span_of(span));
+    }
+    match wire {
+        "baseline.burst_limit" => (
+            "baseline_burst",
+            span_of(
+                toml.baseline_burst
+                    .as_ref()
+                    .or(toml.baseline_rate.as_ref())
+                    .map(Spanned::span),
             ),
-            "cycle.anchor_weekday" => (
-                "anchor_weekday",
-                span_of(toml.anchor_weekday.as_ref().map(Spanned::span)),
+        ),
+        w if w.starts_with("baseline") => (
+            "baseline_rate",
+            span_of(toml.baseline_rate.as_ref().map(Spanned::span)),
+        ),
+        w if w.starts_with("thresholds") => (
+            "thresholds",
+            span_of(toml.thresholds.as_ref().map(Spanned::span)),
+        ),
+        "price_per_million_tokens" => (
+            "price_per_million_tokens",
+            span_of(toml.price_per_million_tokens.as_ref().map(Spanned::span)),
+        ),
+        "currency" => (
+            "currency",
+            span_of(
+                toml.currency
+                    .as_ref()
+                    .map(Spanned::span)
+                    .or(toml.price_per_million_tokens.as_ref().map(Spanned::span)),
             ),
-            "cycle.time_zone" => (
-                "time_zone",
-                span_of(toml.time_zone.as_ref().map(Spanned::span)),
-            ),
-            "baseline.burst_limit" => (
-                "baseline_burst",
-                span_of(
-                    toml.baseline_burst
-                        .as_ref()
-                        .or(toml.baseline_rate.as_ref())
-                        .map(Spanned::span),
-                ),
-            ),
-            w if w.starts_with("baseline") => (
-                "baseline_rate",
-                span_of(toml.baseline_rate.as_ref().map(Spanned::span)),
-            ),
-            w if w.starts_with("thresholds") => (
-                "thresholds",
-                span_of(toml.thresholds.as_ref().map(Spanned::span)),
-            ),
-            "price_per_million_tokens" => (
-                "price_per_million_tokens",
-                span_of(toml.price_per_million_tokens.as_ref().map(Spanned::span)),
-            ),
-            "currency" => (
-                "currency",
-                span_of(
-                    toml.currency
-                        .as_ref()
-                        .map(Spanned::span)
-                        .or(toml.price_per_million_tokens.as_ref().map(Spanned::span)),
-                ),
-            ),
-            "at_limit" => ("at_limit", toml.at_limit.span()),
-            _ => ("", table.span()),
-        }
+        ),
+        "at_limit" => ("at_limit", toml.at_limit.span()),
+        _ => ("", table.span()),
     }
 }
