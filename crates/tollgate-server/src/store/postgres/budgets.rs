@@ -55,7 +55,7 @@ impl<'a> BudgetRows<'a> {
     }
 
     pub(super) fn has_events(&self) -> bool {
-        !self.events.tenants.is_empty()
+        !self.events.is_empty()
     }
 
     pub(super) fn cycle_params(&self) -> [&(dyn ToSql + Sync); 5] {
@@ -316,50 +316,45 @@ pub(super) async fn import(
 }
 
 /// The parameters of `insert_budget_events.sql`: an array per column, an
-/// event per index, with its delivery so far (none for a new one).
+/// event per index, with its delivery so far (none for a new one): the
+/// delivery's columns, then the events and when they were made.
 #[derive(Default)]
 struct EventColumns<'a> {
-    tenants: Vec<&'a str>,
-    buckets: Vec<&'a str>,
-    cycles: Vec<i64>,
-    thresholds: Vec<String>,
+    delivery: DeliveryColumns<'a>,
     events: Vec<String>,
     created: Vec<i64>,
-    delivered_to: Vec<String>,
-    delivered_at: Vec<Option<i64>>,
-    attempts: Vec<i32>,
 }
 
 impl<'a> EventColumns<'a> {
     fn push(&mut self, key: &'a BucketKey, kept: &KeptEvent) -> Result<(), StoreError> {
-        let encode = |e: serde_json::Error| StoreError::internal("encode a budget event", e);
-        let event = serde_json::to_string(&kept.event).map_err(encode)?;
-        let delivered_to = serde_json::to_string(&kept.delivery.delivered_to).map_err(encode)?;
-        self.tenants.push(key.tenant.as_str());
-        self.buckets.push(key.bucket.as_str());
-        self.cycles.push(kept.event.cycle.start.unix_micros());
-        self.thresholds.push(kept.event.threshold.label());
-        self.events.push(event);
+        self.delivery.push(key, kept)?;
+        self.events.push(
+            serde_json::to_string(&kept.event)
+                .map_err(|e| StoreError::internal("encode a budget event", e))?,
+        );
         self.created.push(kept.event.at.unix_micros());
-        self.delivered_to.push(delivered_to);
-        self.delivered_at
-            .push(kept.delivery.delivered_at.map(Timestamp::unix_micros));
-        self.attempts
-            .push(i32::try_from(kept.delivery.attempts).unwrap_or(i32::MAX));
         Ok(())
     }
 
+    fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// The delivery's columns a new or imported event starts with (its
+    /// next try is when it was made; no claim, no failure yet), then the
+    /// events and their times.
     fn as_params(&self) -> [&(dyn ToSql + Sync); 9] {
+        let d = &self.delivery;
         [
-            &self.tenants,
-            &self.buckets,
-            &self.cycles,
-            &self.thresholds,
+            &d.tenants,
+            &d.buckets,
+            &d.cycles,
+            &d.thresholds,
+            &d.delivered_to,
+            &d.delivered_at,
+            &d.attempts,
             &self.events,
             &self.created,
-            &self.delivered_to,
-            &self.delivered_at,
-            &self.attempts,
         ]
     }
 }
