@@ -43,6 +43,7 @@ pub mod store;
 pub mod telemetry;
 pub mod webhooks;
 
+mod client_tls;
 mod server;
 
 pub use server::{GrpcOptions, ServeError, ServerTls, run, run_with_options, run_with_telemetry};

@@ -33,6 +33,7 @@ use tollgate_core::budget::BudgetEvent;
 use tollgate_core::budget::delivery::{Attempt, Backoff, idempotency_key};
 use tollgate_core::tenant_state::rfc3339;
 
+use crate::client_tls;
 use crate::store::{ClaimedEvent, Store};
 use crate::telemetry::Metrics;
 
@@ -197,9 +198,9 @@ pub fn signature(secret: &[u8], unix_seconds: u64, body: &[u8]) -> String {
 }
 
 /// Posts budget events to the webhooks until the task is dropped: every
-/// poll interval, claims due events (batch after batch while they come
-/// full), posts each to the webhooks that have not acknowledged it, and
-/// settles the claim.
+/// poll interval, claims due events (a few batches back to back while they
+/// come full, by `store::every`), posts each to the webhooks that have not
+/// acknowledged it, and settles the claim.
 pub async fn deliver_budget_events(
     store: Arc<dyn Store>,
     options: WebhookOptions,
@@ -222,30 +223,11 @@ pub async fn deliver_budget_events(
         options,
         metrics,
     };
-    let mut ticks = tokio::time::interval(sender.options.poll_interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut failing = false;
-    loop {
-        ticks.tick().await;
-        loop {
-            match sender.round().await {
-                Ok(full) => {
-                    if std::mem::take(&mut failing) {
-                        tracing::info!("reading budget events for delivery works again");
-                    }
-                    if !full {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    if !std::mem::replace(&mut failing, true) {
-                        tracing::warn!(error = %e, "cannot read budget events for delivery; trying again");
-                    }
-                    break;
-                }
-            }
-        }
-    }
+    let interval = sender.options.poll_interval;
+    crate::store::every(interval, "reading budget events for delivery", || {
+        sender.round()
+    })
+    .await
 }
 
 struct Sender {
@@ -369,19 +351,7 @@ fn describe(e: &reqwest::Error) -> String {
 /// an acknowledgement), TLS trusting the system's certificate
 /// authorities.
 fn http_client(options: &WebhookOptions) -> Result<reqwest::Client, WebhookError> {
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for error in &native.errors {
-        tracing::debug!(%error, "cannot load a system certificate");
-    }
-    roots.add_parsable_certificates(native.certs);
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(WebhookError::Tls)?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let tls = client_tls::client_config(client_tls::system_roots()).map_err(WebhookError::Tls)?;
     reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         .timeout(options.timeout)

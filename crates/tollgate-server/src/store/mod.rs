@@ -744,7 +744,7 @@ pub async fn sweep_idle_keys(store: Arc<dyn Store>, interval: Duration, batch: u
 /// waits. A failed round is tried again at the next interval; the first
 /// failure of a run of them is logged as a warning, the rest at debug
 /// level, so an outage of the store does not fill the log.
-async fn every<F, Fut>(interval: Duration, what: &'static str, mut round: F)
+pub(crate) async fn every<F, Fut>(interval: Duration, what: &'static str, mut round: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<bool, StoreError>>,

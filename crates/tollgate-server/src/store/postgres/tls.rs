@@ -9,7 +9,6 @@
 //! with `sslmode=disable`: `prefer`, the default, does not try TLS.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
@@ -41,12 +40,7 @@ pub(super) fn connector(
             "a CA file is given but the URL says sslmode=disable",
         ));
     }
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for error in &native.errors {
-        tracing::debug!(%error, "cannot load a system certificate");
-    }
-    roots.add_parsable_certificates(native.certs);
+    let mut roots = crate::client_tls::system_roots();
     if let Some(path) = &tls.ca_file {
         for cert in read_pem(path)? {
             roots.add(cert).map_err(|e| {
@@ -63,14 +57,8 @@ pub(super) fn connector(
             "no trusted certificate authorities: the system has none; give a CA file",
         ));
     }
-    // The crypto provider is chosen here, not process-wide.
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| StoreError::internal("configure TLS to PostgreSQL", e))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let config = crate::client_tls::client_config(roots)
+        .map_err(|e| StoreError::internal("configure TLS to PostgreSQL", e))?;
     Ok(Some(MakeRustlsConnect::new(config)))
 }
 
