@@ -98,18 +98,7 @@ impl WebhookOptions {
     /// posts of at most 10 s, the store asked every second, claims of 2
     /// minutes, 16 events at once.
     pub fn new(urls: Vec<String>, secret: Vec<u8>) -> Result<WebhookOptions, WebhookError> {
-        for url in &urls {
-            let parsed = reqwest::Url::parse(url).map_err(|e| WebhookError::Url {
-                url: url.clone(),
-                reason: e.to_string(),
-            })?;
-            if !matches!(parsed.scheme(), "http" | "https") {
-                return Err(WebhookError::Url {
-                    url: url.clone(),
-                    reason: format!("scheme {:?}: give http:// or https://", parsed.scheme()),
-                });
-            }
-        }
+        check_urls(&urls)?;
         if secret.is_empty() {
             return Err(WebhookError::EmptySecret);
         }
@@ -135,6 +124,23 @@ impl WebhookOptions {
             batch: 16,
         }
     }
+}
+
+/// Checks that each of `urls` is an `http://` or `https://` URL.
+pub fn check_urls(urls: &[String]) -> Result<(), WebhookError> {
+    for url in urls {
+        let parsed = reqwest::Url::parse(url).map_err(|e| WebhookError::Url {
+            url: url.clone(),
+            reason: e.to_string(),
+        })?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(WebhookError::Url {
+                url: url.clone(),
+                reason: format!("scheme {:?}: give http:// or https://", parsed.scheme()),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The JSON body of a post.

@@ -851,10 +851,8 @@ impl Layers {
                     }
                 }
                 let urls: Vec<String> = urls.iter().map(|u| u.trim().to_owned()).collect();
-                // The URLs are checked as the server will use them; the
-                // secret is read when the server starts.
-                tollgate_server::webhooks::WebhookOptions::new(urls.clone(), vec![0; 16])
-                    .map_err(|e| bad("webhook-url", &e))?;
+                // The secret is read, and checked, when the server starts.
+                tollgate_server::webhooks::check_urls(&urls).map_err(|e| bad("webhook-url", &e))?;
                 Some(WebhookConfig {
                     urls,
                     secret_file: secret_file.clone(),
