@@ -144,6 +144,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::{BucketBudget, BudgetEvent, CycleRecord};
 use crate::consumption::Consumption;
+use crate::organisation::{Draw, Drawn};
 use crate::time::Timestamp;
 use crate::validate::{self, InvalidInput, MAX_LEASE_LEN, MAX_REFILL_RATE, MAX_SEQ, MAX_TOKENS};
 
@@ -195,6 +196,14 @@ pub struct GlobalBucketConfig {
     /// At most this many following instances are examined (and possibly
     /// removed) per request.
     pub cleanup_window: usize,
+    /// How often a member of an organisation draws from its
+    /// organisation's bucket ([`crate::organisation`]).
+    #[serde(default = "default_draw_period")]
+    pub draw_period: Duration,
+}
+
+fn default_draw_period() -> Duration {
+    crate::organisation::DEFAULT_DRAW_PERIOD
 }
 
 impl GrantPolicy {
@@ -222,6 +231,7 @@ impl Default for GlobalBucketConfig {
             inactivity_timeout: Duration::from_secs(60),
             reported_dead_timeout: Duration::from_secs(10),
             cleanup_window: 8,
+            draw_period: default_draw_period(),
         }
     }
 }
@@ -275,6 +285,10 @@ pub struct BucketState {
     pub capped_from: Timestamp,
     #[serde(default)]
     pub capped_until: Timestamp,
+    /// While the bucket draws its refill from an organisation's bucket:
+    /// the rate it was given and until when ([`crate::organisation`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drawn: Option<Drawn>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }
@@ -286,6 +300,10 @@ pub struct Membership {
     pub share_sum: f64,
     /// Number of instances in the list.
     pub live_instances: u32,
+    /// Sum of the live instances' guaranteed rates (members of an
+    /// organisation; pods have none).
+    #[serde(default)]
+    pub guarantee_sum: f64,
     /// The sentinel's `next_instance_id`: the lowest live instance, or 0.
     pub first_instance_id: InstanceId,
 }
@@ -314,6 +332,10 @@ pub struct BucketRow {
     /// The bucket's spend budget and its state in the current cycle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Box<BucketBudget>>,
+    /// A member of an organisation: its draws from the organisation's
+    /// bucket of the same name ([`crate::organisation`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draw: Option<Box<Draw>>,
 }
 
 impl BucketRow {
@@ -324,6 +346,7 @@ impl BucketRow {
             members: Membership::default(),
             totals: Totals::default(),
             budget: None,
+            draw: None,
         }
     }
 
@@ -358,6 +381,7 @@ impl BucketState {
             capped_refill: 0.0,
             capped_from: now,
             capped_until: now,
+            drawn: None,
             created_at: now,
             updated_at: now,
         }
@@ -365,11 +389,26 @@ impl BucketState {
 
     /// The bucket level at `now`, refill included, without changing state.
     pub fn tokens_at(&self, now: Timestamp) -> f64 {
-        refilled_tokens(
-            self.tokens,
-            &self.limits,
-            now.seconds_since(self.last_refill),
-        )
+        refilled_tokens(self.tokens, &self.refill_limits(), self.refill_secs(now))
+    }
+
+    /// The limits the bucket refills under: its own, and for a member of
+    /// an organisation at most the rate it drew.
+    pub fn refill_limits(&self) -> Limits {
+        match self.drawn {
+            Some(drawn) => Limits {
+                refill_rate: self.limits.refill_rate.min(drawn.rate.max(0.0)),
+                burst_limit: self.limits.burst_limit,
+            },
+            None => self.limits,
+        }
+    }
+
+    /// Seconds of refill from `last_refill` to `now`: a member of an
+    /// organisation refills only until the end of what it drew.
+    fn refill_secs(&self, now: Timestamp) -> f64 {
+        let end = self.drawn.map_or(now, |drawn| now.min(drawn.until));
+        end.seconds_since(self.last_refill)
     }
 
     /// Brings `tokens` up to date with the refill since `last_refill`.
@@ -382,8 +421,8 @@ impl BucketState {
     pub fn refill(&mut self, now: Timestamp, credit_window: Duration) {
         let elapsed = now.seconds_since(self.last_refill);
         let refilled = self.tokens_at(now);
-        let rate = self.limits.refill_rate;
-        let lost = rate * elapsed - (refilled - self.tokens).max(0.0);
+        let rate = self.refill_limits().refill_rate;
+        let lost = rate * self.refill_secs(now) - (refilled - self.tokens).max(0.0);
         if lost > 0.0 && rate > 0.0 {
             let earlier_left = if self.capped_valid(now, credit_window) {
                 self.capped_refill
@@ -424,12 +463,13 @@ impl BucketState {
             // Refill the bucket kept while the fallback ran (it refilled
             // up to `capped_from`, then lost the rest) pays for it before
             // the refill it lost: both are the fallback's.
-            let kept = (self.limits.refill_rate * self.capped_from.seconds_since(fallback_from))
+            let rate = self.refill_limits().refill_rate;
+            let kept = (rate * self.capped_from.seconds_since(fallback_from))
                 .min(self.tokens)
                 .max(0.0);
             (req.fallback_tokens - kept)
                 .min(self.capped_refill)
-                .min(self.limits.refill_rate * overlap)
+                .min(rate * overlap)
                 .max(0.0)
         } else {
             0.0
@@ -476,6 +516,10 @@ pub struct InstanceState {
     pub shares: f64,
     /// When the server last heard from the instance.
     pub last_update: Timestamp,
+    /// The rate reserved for it while it wants it (a member of an
+    /// organisation; pods have none).
+    #[serde(default)]
+    pub guaranteed: f64,
     /// The response to `(lease, seq)`, replayed to a duplicate.
     pub last_grant: Grant,
     /// The part of the pod's trickle that future refill pays for: the rate
@@ -908,7 +952,23 @@ pub fn request(
     now: Timestamp,
     config: &GlobalBucketConfig,
 ) -> Result<RequestOutcome, RequestError> {
+    request_guaranteed(rows, req, 0.0, now, config)
+}
+
+/// [`request`] from an instance with a guaranteed rate: a member of an
+/// organisation drawing on the organisation's bucket
+/// ([`crate::organisation`]). Under the shares policy the guarantees
+/// wanted are handed out first (cut in proportion if they exceed the
+/// refill rate), the rest by shares.
+pub fn request_guaranteed(
+    rows: &mut BucketRows,
+    req: &TokenBucketRequest,
+    guaranteed: f64,
+    now: Timestamp,
+    config: &GlobalBucketConfig,
+) -> Result<RequestOutcome, RequestError> {
     req.validate()?;
+    validate::non_negative("guaranteed_rate", guaranteed, MAX_REFILL_RATE)?;
     let id = req.instance_id;
     if let Some(existing) = rows.instances.get(&id) {
         if existing.lease == req.lease {
@@ -956,6 +1016,9 @@ pub fn request(
     })?;
     tenant.members.share_sum = (tenant.members.share_sum - instance.shares + req.shares).max(0.0);
     instance.shares = req.shares;
+    tenant.members.guarantee_sum =
+        (tenant.members.guarantee_sum - instance.guaranteed + guaranteed).max(0.0);
+    instance.guaranteed = guaranteed;
     instance.lease.clone_from(&req.lease);
     instance.seq = req.seq;
     instance.last_update = now;
@@ -990,7 +1053,7 @@ pub fn request(
         }
         None => f64::INFINITY,
     };
-    let (mut grant, commitment) = grant(&mut next, req, config, still_committed, cap);
+    let (mut grant, commitment) = grant(&mut next, req, guaranteed, config, still_committed, cap);
     if cap < req.requested_tokens && grant.trickle_duration < req.target_request_period {
         // The budget binds: what it allows goes out over the whole period
         // (nothing, if it allows nothing), so the pod asks again about a
@@ -1086,6 +1149,7 @@ fn link_instance(
             seq: 0,
             shares: 0.0,
             last_update: now,
+            guaranteed: 0.0,
             last_grant: Grant::default(),
             committed_rate: 0.0,
             committed_until: now,
@@ -1158,6 +1222,8 @@ fn remove_silent_instances(
             let tenant = &mut rows.head;
             tenant.state.release_trickle(&removed, now);
             tenant.members.share_sum = (tenant.members.share_sum - removed.shares).max(0.0);
+            tenant.members.guarantee_sum =
+                (tenant.members.guarantee_sum - removed.guaranteed).max(0.0);
             tenant.members.live_instances = tenant
                 .members
                 .live_instances
@@ -1172,10 +1238,9 @@ fn remove_silent_instances(
     }
     if rows.head.members.live_instances <= 1 {
         // Drop rounding residue accumulated by incremental share updates.
-        rows.head.members.share_sum = rows
-            .instances
-            .get(&me)
-            .map_or(0.0, |instance| instance.shares);
+        let mine = rows.instances.get(&me);
+        rows.head.members.share_sum = mine.map_or(0.0, |instance| instance.shares);
+        rows.head.members.guarantee_sum = mine.map_or(0.0, |instance| instance.guaranteed);
     }
     Ok(())
 }
@@ -1200,6 +1265,7 @@ fn fraction(members: &Membership, shares: f64) -> f64 {
 fn grant(
     rows: &mut BucketRows,
     req: &TokenBucketRequest,
+    guaranteed: f64,
     config: &GlobalBucketConfig,
     still_committed: f64,
     cap: f64,
@@ -1213,7 +1279,8 @@ fn grant(
     // Half the pod's share and half an even split: an idle pod (shares 0)
     // still runs on its own in an outage, and the fallback rates of all pods
     // sum to the refill rate.
-    let fallback_rate = tenant.state.limits.refill_rate * (share + even_share) / 2.0;
+    let limits = tenant.state.refill_limits();
+    let fallback_rate = limits.refill_rate * (share + even_share) / 2.0;
     let requested = req.requested_tokens.min(cap);
     if requested <= 0.0 {
         let grant = Grant {
@@ -1223,7 +1290,7 @@ fn grant(
         return (grant, 0.0);
     }
     let period = req.target_request_period.as_secs_f64();
-    let refill_rate = tenant.state.limits.refill_rate;
+    let refill_rate = limits.refill_rate;
     // Under the shares policy the bucket is judged as an ideal bucket would
     // hold it: its tokens plus what trickles have yet to deliver (they were
     // taken in advance), excusing at most one period of refill.
@@ -1256,7 +1323,15 @@ fn grant(
             // handed out drops so it is paid back over the next period.
             let systematic_debt = (-level).max(0.0);
             let effective_rate = (refill_rate - systematic_debt / period).max(0.0);
-            let rate = effective_rate * share;
+            // Guarantees first (cut in proportion past the rate), then
+            // what is left by shares.
+            let guarantees = tenant.members.guarantee_sum;
+            let scale = if guarantees > effective_rate {
+                effective_rate / guarantees
+            } else {
+                1.0
+            };
+            let rate = guaranteed * scale + (effective_rate - guarantees).max(0.0) * share;
             if rate > 0.0 {
                 // At least a second (or the period, if shorter): a shorter
                 // trickle would have the pod ask again at once.
@@ -1304,7 +1379,7 @@ fn grant(
         // Never beyond the period, whatever the float conversion rounds to.
         trickle_duration: Duration::from_secs_f64(trickle_secs).min(req.target_request_period),
         // The pod's part of the tenant's burst, but at least a second of its trickle.
-        max_burst_tokens: (tenant.state.limits.burst_limit * share).max(delivery_rate),
+        max_burst_tokens: (limits.burst_limit * share).max(delivery_rate),
         fallback_rate,
         fallback_charged: None,
     };

@@ -25,8 +25,495 @@
 //! are carried and the answers kept (a child's row draws on its parent's
 //! once per period, never per pod request) is the grant protocol of the
 //! global bucket, one level up.
+//!
+//! # The tree
+//!
+//! An organisation is an id in the tenants' namespace: its buckets are
+//! kept, limited, budgeted and listed like any tenant's, but no pod draws
+//! on them directly ([`Node`]). Each member (a tenant, or an organisation
+//! nested at most [`MAX_DEPTH`] deep) has an id in its organisation's
+//! buckets (`member_id`, an instance id that is never reused) and may have
+//! a guaranteed rate per bucket name. The tree's rules are [`create`],
+//! [`join`], [`leave`] and [`delete`]: pure functions of the rows they
+//! change, which stores lock, read and write.
+//!
+//! # Draws
+//!
+//! A member's bucket keeps its own limits (its ceiling). For each bucket
+//! name its organisation has a bucket of, it *draws* its refill from that
+//! bucket once per draw period (10 s): the first pod request of the
+//! member's bucket after the period is over asks the organisation's bucket
+//! for what the member's pods asked for over the last period (the *wants*,
+//! at most the member's own rate), as one instance of it with
+//! [`global_bucket::request_guaranteed`] (shares: the wants beyond the
+//! guarantee; guaranteed: the guarantee, as far as it is wanted). The
+//! member then refills at the lesser of its own rate and the rate it was
+//! given, until the grant's trickle ends, and not at all after that until
+//! its next draw ([`Drawn`]); tokens granted at once go into it at once.
+//! So the organisation's rows are locked once per member bucket per
+//! period, never per pod request, and everything its members admit
+//! together comes out of its bucket, with the bound the grant protocol
+//! has one level down. What a member does not use stays in (or returns
+//! to) the organisation's bucket, where the next member to ask finds it:
+//! that is how idle capacity is lent. The member reports its consumption
+//! since its last draw with each draw, so the organisation's totals (and
+//! budgets) count its members' use, one period late.
+//!
+//! A member silent for two draw periods is taken out of its
+//! organisation's shares ([`parent_config`]). Until then, what it does not
+//! use waits in the organisation's bucket, up to its burst limit, for the
+//! next member that asks: an organisation whose burst holds a period of
+//! its refill lends all of it.
+//!
+//! A bucket name the organisation has no bucket for is not limited by it
+//! (the member runs on its own limits and looks again a period later). A
+//! member that leaves runs on its own limits from its next request on.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use crate::consumption::Consumption;
+use crate::global_bucket::{BucketRow, GlobalBucketConfig, Grant, InstanceId, TokenBucketRequest};
+use crate::time::Timestamp;
+use crate::validate::{self, BucketKey, BucketName, InvalidInput, MAX_REFILL_RATE, TenantId};
+
+/// The most organisations above a tenant: a tenant's organisation, its
+/// organisation's, and so on, at most this many.
+pub const MAX_DEPTH: usize = 4;
+
+/// The longest display name of an organisation, in bytes.
+pub const MAX_NAME_LEN: usize = 256;
+
+/// How often a member bucket draws from its organisation by default.
+pub const DEFAULT_DRAW_PERIOD: Duration = Duration::from_secs(10);
+
+/// Where an id stands in the tree: one row per id that is an organisation
+/// or a member of one (or both).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    /// Set if this id is an organisation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub organisation: Option<Organisation>,
+    /// Set if it belongs to an organisation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_of: Option<Member>,
+}
+
+impl Node {
+    /// True if nothing is left in the row (it can be deleted).
+    pub fn is_empty(&self) -> bool {
+        self.organisation.is_none() && self.member_of.is_none()
+    }
+}
+
+/// An organisation's own part of its row.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Organisation {
+    /// What operators call it (may be empty).
+    pub display_name: String,
+    pub created_at: Timestamp,
+    /// The member id the next member gets: ids are never reused, so a
+    /// member that leaves and comes back is a new instance of the
+    /// organisation's buckets.
+    pub next_member_id: InstanceId,
+}
+
+/// A member's link to its organisation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Member {
+    pub organisation: TenantId,
+    /// Its instance id in the organisation's buckets.
+    pub member_id: InstanceId,
+    /// Rates reserved for it, per bucket name, while it wants them.
+    #[serde(default)]
+    pub guaranteed: BTreeMap<BucketName, f64>,
+    pub since: Timestamp,
+}
+
+impl Member {
+    /// The rate reserved for its bucket `bucket`.
+    pub fn guaranteed_rate(&self, bucket: &BucketName) -> f64 {
+        self.guaranteed.get(bucket).copied().unwrap_or(0.0)
+    }
+}
+
+/// Why a change of the tree was refused; nothing changed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum TreeError {
+    #[error(transparent)]
+    InvalidInput(#[from] InvalidInput),
+    #[error("organisation \"{0}\" does not exist")]
+    NoSuchOrganisation(TenantId),
+    #[error("\"{0}\" is already an organisation")]
+    AlreadyAnOrganisation(TenantId),
+    #[error(
+        "\"{0}\" has buckets of its own: an organisation needs an id no tenant uses (its buckets are made by setting its limits once it exists)"
+    )]
+    TenantHasBuckets(TenantId),
+    #[error(
+        "\"{member}\" belongs to organisation \"{organisation}\"; remove it from there first"
+    )]
+    MemberElsewhere {
+        member: TenantId,
+        organisation: TenantId,
+    },
+    #[error("\"{0}\" belongs to no organisation")]
+    NotAMember(TenantId),
+    #[error("\"{member}\" cannot join \"{organisation}\": \"{organisation}\" is \"{member}\" or lies below it")]
+    Cycle {
+        member: TenantId,
+        organisation: TenantId,
+    },
+    #[error(
+        "\"{member}\" cannot join \"{organisation}\": that would put {depth} organisations above a tenant, and at most {MAX_DEPTH} may be"
+    )]
+    TooDeep {
+        member: TenantId,
+        organisation: TenantId,
+        depth: usize,
+    },
+    #[error("organisation \"{organisation}\" has {members} members; remove them first")]
+    HasMembers {
+        organisation: TenantId,
+        members: usize,
+    },
+    #[error("organisation \"{0}\" has no more member ids")]
+    MemberIdsExhausted(TenantId),
+}
+
+/// Makes `id` an organisation. `existing` is its row, `has_buckets`
+/// whether it has buckets (an id tenants' pods use cannot become one).
+pub fn create(
+    id: &TenantId,
+    existing: Option<&Node>,
+    has_buckets: bool,
+    display_name: &str,
+    now: Timestamp,
+) -> Result<Node, TreeError> {
+    if display_name.len() > MAX_NAME_LEN {
+        return Err(InvalidInput::new(
+            "display_name",
+            format!(
+                "must be at most {MAX_NAME_LEN} bytes, got {}",
+                display_name.len()
+            ),
+        )
+        .into());
+    }
+    if display_name.chars().any(char::is_control) {
+        return Err(
+            InvalidInput::new("display_name", "must not contain control characters").into(),
+        );
+    }
+    let mut node = existing.cloned().unwrap_or_default();
+    if node.organisation.is_some() {
+        return Err(TreeError::AlreadyAnOrganisation(id.clone()));
+    }
+    if has_buckets {
+        return Err(TreeError::TenantHasBuckets(id.clone()));
+    }
+    node.organisation = Some(Organisation {
+        display_name: display_name.to_owned(),
+        created_at: now,
+        next_member_id: 1,
+    });
+    Ok(node)
+}
+
+/// Validates guaranteed rates as the wire names them.
+pub fn validate_guarantees(guaranteed: &BTreeMap<BucketName, f64>) -> Result<(), InvalidInput> {
+    for (bucket, rate) in guaranteed {
+        validate::non_negative(
+            &format!("guaranteed_rates[{bucket:?}]"),
+            *rate,
+            MAX_REFILL_RATE,
+        )?;
+    }
+    Ok(())
+}
+
+/// Puts `member` into `organisation` (or, if it is already there, sets its
+/// guarantees). `chain` is the organisation and the organisations above
+/// it, nearest first; `height` the number of organisations in the
+/// member's own subtree on the longest path down (0 for a tenant).
+/// Returns the two rows to write: the organisation's, then the member's.
+pub fn join(
+    organisation: (&TenantId, Option<&Node>),
+    member: (&TenantId, Option<&Node>),
+    chain: &[TenantId],
+    height: usize,
+    guaranteed: BTreeMap<BucketName, f64>,
+    now: Timestamp,
+) -> Result<(Node, Node), TreeError> {
+    validate_guarantees(&guaranteed)?;
+    let (org_id, org_node) = organisation;
+    let (member_id, member_node) = member;
+    let mut org_row = org_node.cloned().unwrap_or_default();
+    let Some(org) = org_row.organisation.as_mut() else {
+        return Err(TreeError::NoSuchOrganisation(org_id.clone()));
+    };
+    if org_id == member_id || chain.contains(member_id) {
+        return Err(TreeError::Cycle {
+            member: member_id.clone(),
+            organisation: org_id.clone(),
+        });
+    }
+    let mut member_row = member_node.cloned().unwrap_or_default();
+    match &mut member_row.member_of {
+        Some(link) if &link.organisation == org_id => {
+            link.guaranteed = guaranteed;
+            return Ok((org_row, member_row));
+        }
+        Some(link) => {
+            return Err(TreeError::MemberElsewhere {
+                member: member_id.clone(),
+                organisation: link.organisation.clone(),
+            });
+        }
+        None => {}
+    }
+    let depth = chain.len().max(1) + height;
+    if depth > MAX_DEPTH {
+        return Err(TreeError::TooDeep {
+            member: member_id.clone(),
+            organisation: org_id.clone(),
+            depth,
+        });
+    }
+    let id = org.next_member_id;
+    org.next_member_id = id
+        .checked_add(1)
+        .ok_or_else(|| TreeError::MemberIdsExhausted(org_id.clone()))?;
+    member_row.member_of = Some(Member {
+        organisation: org_id.clone(),
+        member_id: id,
+        guaranteed,
+        since: now,
+    });
+    Ok((org_row, member_row))
+}
+
+/// Takes `member` out of its organisation: its row as it stays (empty if
+/// it is neither an organisation nor a member any more).
+pub fn leave(member_id: &TenantId, member: Option<&Node>) -> Result<Node, TreeError> {
+    let mut row = member.cloned().unwrap_or_default();
+    if row.member_of.take().is_none() {
+        return Err(TreeError::NotAMember(member_id.clone()));
+    }
+    Ok(row)
+}
+
+/// Ends an organisation that has no members: its row as it stays.
+pub fn delete(id: &TenantId, node: Option<&Node>, members: usize) -> Result<Node, TreeError> {
+    let mut row = node.cloned().unwrap_or_default();
+    if row.organisation.is_none() {
+        return Err(TreeError::NoSuchOrganisation(id.clone()));
+    }
+    if members > 0 {
+        return Err(TreeError::HasMembers {
+            organisation: id.clone(),
+            members,
+        });
+    }
+    row.organisation = None;
+    Ok(row)
+}
+
+/// What a member bucket was given by its organisation: it refills at the
+/// lesser of its own rate and `rate` until `until`, and not at all after
+/// that until its next draw.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Drawn {
+    pub rate: f64,
+    pub until: Timestamp,
+}
+
+/// A member bucket's side of its draws, kept in its head row.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Draw {
+    /// The organisation drawn from, and this bucket's id in its bucket.
+    pub organisation: TenantId,
+    pub member_id: InstanceId,
+    /// The last draw's sequence number.
+    pub seq: u64,
+    /// When the next draw is due.
+    pub next: Timestamp,
+    /// Tokens the bucket's pods asked for since `asked_since` (what the
+    /// next draw asks for, as a rate).
+    pub asked: f64,
+    pub asked_since: Timestamp,
+    /// The bucket's consumption totals as of the last draw: the next
+    /// reports what it consumed since.
+    pub reported: Consumption,
+    /// Draws made, for metrics and tests (at most one per period).
+    pub draws: u64,
+    /// The organisation's last answer, for operators: the rate, and the
+    /// tokens it granted.
+    pub last_rate: f64,
+    pub last_granted: f64,
+    /// What the last draw asked for, tokens per second.
+    pub wants: f64,
+}
+
+/// The rules an organisation's bucket serves its members' draws by: the
+/// server's, except that a member silent for two draw periods (a busy
+/// member draws about once a period) leaves the shares, so what it no
+/// longer wants goes to the others.
+pub fn parent_config(config: &GlobalBucketConfig) -> GlobalBucketConfig {
+    let silent = config.draw_period.saturating_mul(2);
+    GlobalBucketConfig {
+        inactivity_timeout: config.inactivity_timeout.min(silent),
+        reported_dead_timeout: config.reported_dead_timeout.min(silent),
+        ..config.clone()
+    }
+}
+
+/// Whether `head`, a bucket of `member`, must draw before serving a
+/// request at `now`: it never drew from that organisation, or its period
+/// is over.
+pub fn draw_due(head: &BucketRow, member: &Member, now: Timestamp) -> bool {
+    match &head.draw {
+        Some(draw) => {
+            draw.organisation != member.organisation
+                || draw.member_id != member.member_id
+                || now >= draw.next
+        }
+        None => true,
+    }
+}
+
+/// The ask of a member bucket to its organisation's bucket: a token-bucket
+/// request as the member's instance, and the guaranteed rate it claims.
+/// `pending` is what this transaction's pod requests ask for (not yet in
+/// the head's tally).
+pub fn ask(
+    key: &BucketKey,
+    head: &BucketRow,
+    member: &Member,
+    pending: f64,
+    now: Timestamp,
+    period: Duration,
+) -> (TokenBucketRequest, f64) {
+    let same = head
+        .draw
+        .as_ref()
+        .filter(|d| d.organisation == member.organisation && d.member_id == member.member_id);
+    let (asked, since, seq, consumption) = match same {
+        Some(d) => (
+            d.asked + pending,
+            d.asked_since,
+            d.seq + 1,
+            head.totals.consumption.saturating_sub(&d.reported),
+        ),
+        // A new member reports nothing from before it joined.
+        None => (pending, now, 1, Consumption::default()),
+    };
+    let secs = now.seconds_since(since).max(period.as_secs_f64());
+    let ceiling = head.state.limits.refill_rate;
+    let wants = (asked.max(0.0) / secs).min(ceiling);
+    let guaranteed = member.guaranteed_rate(&key.bucket).min(wants);
+    let request = TokenBucketRequest {
+        instance_id: member.member_id,
+        lease: key.tenant.as_str().as_bytes().to_vec(),
+        seq,
+        requested_tokens: wants * period.as_secs_f64(),
+        shares: (wants - guaranteed).max(0.0),
+        target_request_period: period,
+        consumption,
+        next_live_instance_id: None,
+        returned_tokens: 0.0,
+        fallback_tokens: 0.0,
+        fallback_duration: Duration::ZERO,
+    };
+    (request, guaranteed)
+}
+
+/// Applies the organisation's answer to the member's bucket: `grant`, or
+/// `None` if the organisation has no bucket of this name (the member runs
+/// on its own limits until its next draw). The bucket is first brought up
+/// to `now` under what it drew before.
+pub fn settle(
+    head: &mut BucketRow,
+    member: &Member,
+    ask: &TokenBucketRequest,
+    grant: Option<&Grant>,
+    now: Timestamp,
+    period: Duration,
+) {
+    head.state.refill(now, period);
+    // What the last draw has yet to deliver comes with the new one.
+    let undelivered = head
+        .state
+        .drawn
+        .map_or(0.0, |d| d.rate * d.until.seconds_since(now));
+    let (rate, granted) = match grant {
+        None => {
+            head.state.drawn = None;
+            (0.0, 0.0)
+        }
+        Some(g) if g.trickle_duration.is_zero() => {
+            head.state.tokens += g.granted_tokens + undelivered;
+            head.state.drawn = Some(Drawn {
+                rate: 0.0,
+                until: now,
+            });
+            (0.0, g.granted_tokens)
+        }
+        Some(g) => {
+            // Delivered over the trickle, or longer if the member's own
+            // rate cannot take it in that fast (a short trickle of what
+            // the organisation held): nothing drawn is lost to the ceiling.
+            let own = head.state.limits.refill_rate;
+            let tokens = g.granted_tokens + undelivered;
+            let mut secs = g.trickle_duration.as_secs_f64();
+            if own > 0.0 {
+                secs = secs.max(tokens / own);
+            }
+            let rate = tokens / secs;
+            head.state.drawn = Some(Drawn {
+                rate,
+                until: now.saturating_add(Duration::from_secs_f64(secs)),
+            });
+            (rate, g.granted_tokens)
+        }
+    };
+    let draws = head.draw.as_ref().map_or(0, |d| d.draws);
+    head.draw = Some(Box::new(Draw {
+        organisation: member.organisation.clone(),
+        member_id: member.member_id,
+        seq: ask.seq,
+        next: now.saturating_add(period),
+        asked: 0.0,
+        asked_since: now,
+        reported: head.totals.consumption.clone(),
+        draws: draws + 1,
+        last_rate: rate,
+        last_granted: granted,
+        wants: ask.requested_tokens / period.as_secs_f64(),
+    }));
+}
+
+/// Counts what a pod request asked of a member bucket, for its next draw.
+pub fn tally(head: &mut BucketRow, requested: f64) {
+    if let Some(draw) = head.draw.as_mut() {
+        draw.asked += requested.max(0.0);
+    }
+}
+
+/// A bucket whose tenant no longer belongs to an organisation: it runs on
+/// its own limits from `now` (brought up to `now` under what it drew).
+/// True if it had drawn (the row changed).
+pub fn release(head: &mut BucketRow, now: Timestamp, period: Duration) -> bool {
+    if head.draw.is_none() && head.state.drawn.is_none() {
+        return false;
+    }
+    head.state.refill(now, period);
+    head.state.drawn = None;
+    head.draw = None;
+    true
+}
 
 /// What one child asks of its parent for a period.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

@@ -81,6 +81,12 @@ pub enum TenantRefused {
         since: Timestamp,
         reason: String,
     },
+    /// The id is an organisation's: its buckets are drawn on by its
+    /// members' buckets, not by pods.
+    #[error(
+        "\"{tenant}\" is an organisation: pods draw on its members' buckets, never on its own"
+    )]
+    Organisation { tenant: TenantId },
 }
 
 struct Reason<'a>(&'a str);

@@ -21,6 +21,23 @@
 //! 6. [`Batch::report_removed`] logs the instances removed for being
 //!    silent and counts them, once the commit holds.
 //!
+//! Members of organisations draw on their organisation's buckets
+//! ([`crate::organisation`]) in the same transaction, before their pods
+//! are served:
+//!
+//! - After step 3, [`Batch::join_tree`] takes the tree rows of the batch's
+//!   tenants (pods of an organisation are refused; a bucket whose tenant
+//!   left its organisation goes back to its own limits).
+//! - [`Batch::parents_due`] says which organisation buckets the due draws
+//!   need: the store locks and reads their head rows (in key order, after
+//!   the batch's own), their tenants' state and tree rows and the members'
+//!   windows, and hands them to [`Batch::open_parents`] and
+//!   [`Batch::load`]; again until nothing more is due (once per level of
+//!   the tree, at most [`organisation::MAX_DEPTH`]). In the common case
+//!   (no draw due) this costs nothing.
+//! - [`Batch::draw`] then makes the draws, an organisation's own before its
+//!   members' (from the top down), and step 4 serves the pods.
+//!
 //! The stores only read and write rows; every rule about what those rows
 //! mean is here or in [`global_bucket`].
 //!
@@ -42,6 +59,7 @@ use crate::global_bucket::{
     self, BucketRow, BucketRows, GlobalBucketConfig, Grant, InstanceId, InstanceState,
     InstanceWindow, Limits, RequestError, TokenBucketRequest, instance_window,
 };
+use crate::organisation::{self, Member, Node};
 use crate::tenant_state::{self, TenantRefused, TenantState};
 use crate::time::Timestamp;
 use crate::validate::{BucketKey, TenantId};
@@ -143,6 +161,13 @@ struct BucketWork {
     /// Budget cycles the requests closed, and thresholds they crossed.
     closed_cycles: Vec<CycleRecord>,
     budget_events: Vec<BudgetEvent>,
+    /// Its tenant's organisation, if it belongs to one.
+    member: Option<Member>,
+    /// Its tenant is an organisation: pods are refused.
+    organisation: bool,
+    /// It drew from its organisation in this transaction (its pods'
+    /// requests count towards the next draw only).
+    drew: bool,
 }
 
 /// What to write back for one bucket.
@@ -190,6 +215,30 @@ impl BucketWrite<'_> {
 pub struct Batch {
     /// `Err`: the bucket is not served, and why.
     buckets: BTreeMap<BucketKey, Result<BucketWork, Closed>>,
+    /// The members' windows in organisation buckets already asked for.
+    member_windows: BTreeSet<(BucketKey, InstanceId)>,
+}
+
+/// What the due draws of a batch need: more head rows to lock (in key
+/// order), the state and tree rows of their tenants, and the members'
+/// windows in them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ParentPlan {
+    pub lock: Vec<BucketKey>,
+    pub windows: Vec<(BucketKey, InstanceWindow)>,
+}
+
+impl ParentPlan {
+    pub fn is_empty(&self) -> bool {
+        self.lock.is_empty() && self.windows.is_empty()
+    }
+
+    /// The tenants whose state and tree rows to read, each once, in order.
+    pub fn tenants(&self) -> Vec<&TenantId> {
+        let mut tenants: Vec<&TenantId> = self.lock.iter().map(|k| &k.tenant).collect();
+        tenants.dedup();
+        tenants
+    }
 }
 
 /// Why a bucket of a batch is not served.
@@ -255,7 +304,182 @@ impl Batch {
                 };
             buckets.insert(key, work);
         }
-        Batch { buckets }
+        Batch {
+            buckets,
+            member_windows: BTreeSet::new(),
+        }
+    }
+
+    /// Takes the tree rows of the batch's tenants (`nodes`; a tenant
+    /// without one is neither an organisation nor a member).
+    pub fn join_tree(&mut self, nodes: &BTreeMap<TenantId, Node>) {
+        for (key, work) in &mut self.buckets {
+            if let Ok(work) = work {
+                let node = nodes.get(&key.tenant);
+                work.member = node.and_then(|n| n.member_of.clone());
+                work.organisation = node.is_some_and(|n| n.organisation.is_some());
+            }
+        }
+    }
+
+    /// What the draws due at `now` need that is not loaded yet.
+    pub fn parents_due(&mut self, now: Timestamp, config: &GlobalBucketConfig) -> ParentPlan {
+        let mut lock = BTreeSet::new();
+        let mut windows = Vec::new();
+        for (key, work) in &self.buckets {
+            let Ok(work) = work else { continue };
+            let Some(member) = &work.member else { continue };
+            if work.drew || !organisation::draw_due(&work.rows.head, member, now) {
+                continue;
+            }
+            let parent = BucketKey::new(member.organisation.clone(), key.bucket.clone());
+            if !self.member_windows.insert((parent.clone(), member.member_id)) {
+                continue;
+            }
+            if !self.buckets.contains_key(&parent) {
+                lock.insert(parent.clone());
+            }
+            windows.push((
+                parent,
+                instance_window(member.member_id, config.cleanup_window),
+            ));
+        }
+        ParentPlan {
+            lock: lock.into_iter().collect(),
+            windows,
+        }
+    }
+
+    /// Opens organisation buckets for draws: `keys` with the head rows a
+    /// store found, their tenants' state and tree rows. A missing head row
+    /// means the organisation does not limit that bucket name (never
+    /// created by default); a deleted or suspended organisation grants
+    /// nothing.
+    pub fn open_parents(
+        &mut self,
+        keys: impl IntoIterator<Item = BucketKey>,
+        mut heads: BTreeMap<BucketKey, BucketRow>,
+        states: &BTreeMap<TenantId, TenantState>,
+        nodes: &BTreeMap<TenantId, Node>,
+    ) {
+        for key in keys {
+            if self.buckets.contains_key(&key) {
+                continue;
+            }
+            let work = if let Err(refused) =
+                tenant_state::admit(&key.tenant, states.get(&key.tenant))
+            {
+                Err(Closed::Tenant(refused))
+            } else {
+                match heads.remove(&key) {
+                    Some(head) => {
+                        let mut work = BucketWork::new(head, true);
+                        let node = nodes.get(&key.tenant);
+                        work.member = node.and_then(|n| n.member_of.clone());
+                        work.organisation = true;
+                        Ok(work)
+                    }
+                    None => Err(Closed::NotFound),
+                }
+            };
+            self.buckets.insert(key, work);
+        }
+    }
+
+    /// Makes every draw due at `now`, an organisation's own before its
+    /// members' asks. `requests` are the batch's pod requests (bucket and
+    /// tokens asked for): what a draw asks for counts them.
+    pub fn draw<'a>(
+        &mut self,
+        requests: impl IntoIterator<Item = (&'a BucketKey, f64)>,
+        now: Timestamp,
+        config: &GlobalBucketConfig,
+    ) {
+        let mut pending: BTreeMap<BucketKey, f64> = BTreeMap::new();
+        for (key, tokens) in requests {
+            *pending.entry(key.clone()).or_default() += tokens;
+        }
+        let keys: Vec<BucketKey> = self.buckets.keys().cloned().collect();
+        for key in keys {
+            self.draw_one(&key, &mut pending, now, config, 0);
+        }
+    }
+
+    fn draw_one(
+        &mut self,
+        key: &BucketKey,
+        pending: &mut BTreeMap<BucketKey, f64>,
+        now: Timestamp,
+        config: &GlobalBucketConfig,
+        depth: usize,
+    ) {
+        let period = config.draw_period;
+        let Some(Ok(work)) = self.buckets.get_mut(key) else {
+            return;
+        };
+        let Some(member) = work.member.clone() else {
+            if organisation::release(&mut work.rows.head, now, period) {
+                work.dirty = true;
+            }
+            return;
+        };
+        if work.drew || depth > organisation::MAX_DEPTH {
+            return;
+        }
+        if !organisation::draw_due(&work.rows.head, &member, now) {
+            return;
+        }
+        let mine = pending.get(key).copied().unwrap_or(0.0);
+        let (ask, guaranteed) =
+            organisation::ask(key, &work.rows.head, &member, mine, now, period);
+        work.drew = true;
+        let parent_key = BucketKey::new(member.organisation.clone(), key.bucket.clone());
+        *pending.entry(parent_key.clone()).or_default() += ask.requested_tokens;
+        // The organisation's own draw first: the rate it hands out is the
+        // one it was just given.
+        self.draw_one(&parent_key, pending, now, config, depth + 1);
+        let grant = match self.buckets.get_mut(&parent_key) {
+            Some(Ok(parent)) => {
+                if !parent.removed.is_empty() {
+                    // An earlier ask removed silent members: this one's
+                    // rows may not all be loaded. It draws next time.
+                    return;
+                }
+                match global_bucket::request_guaranteed(
+                    &mut parent.rows,
+                    &ask,
+                    guaranteed,
+                    now,
+                    &organisation::parent_config(config),
+                ) {
+                    Ok(outcome) => {
+                        let grant = outcome.grant;
+                        parent.record(outcome);
+                        if !parent.drew {
+                            organisation::tally(&mut parent.rows.head, ask.requested_tokens);
+                        }
+                        Some(grant)
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            tenant = %key.tenant,
+                            bucket = %key.bucket,
+                            organisation = %member.organisation,
+                            error = %e,
+                            "an organisation refused its member's draw; it draws again next period"
+                        );
+                        Some(Grant::default())
+                    }
+                }
+            }
+            Some(Err(Closed::NotFound)) => None,
+            Some(Err(Closed::Tenant(_))) => Some(Grant::default()),
+            None => return,
+        };
+        if let Some(Ok(work)) = self.buckets.get_mut(key) {
+            organisation::settle(&mut work.rows.head, &member, &ask, grant.as_ref(), now, period);
+            work.dirty = true;
+        }
     }
 
     /// Adds instance rows loaded for `key`. Rows of a bucket whose head row
@@ -287,19 +511,22 @@ impl Batch {
             Some(Err(Closed::Tenant(refused))) => return Answer::TenantRefused(refused.clone()),
             Some(Err(Closed::NotFound)) | None => return Answer::NotFound,
         };
+        if work.organisation {
+            return Answer::TenantRefused(TenantRefused::Organisation {
+                tenant: key.tenant.clone(),
+            });
+        }
         if !work.removed.is_empty() {
             return Answer::Deferred;
         }
         match global_bucket::request(&mut work.rows, request, now, config) {
             Ok(outcome) => {
-                if !outcome.duplicate {
-                    work.dirty = true;
-                    work.upserted.extend(outcome.changes.upserted);
-                    work.removed.extend(outcome.changes.removed);
-                    work.closed_cycles.extend(outcome.budget.closed);
-                    work.budget_events.extend(outcome.budget.events);
+                let (duplicate, grant) = (outcome.duplicate, outcome.grant);
+                work.record(outcome);
+                if !duplicate && !work.drew && work.member.is_some() {
+                    organisation::tally(&mut work.rows.head, request.requested_tokens);
                 }
-                Answer::Granted(outcome.grant)
+                Answer::Granted(grant)
             }
             Err(e) => Answer::Refused(e),
         }
@@ -366,6 +593,20 @@ impl BucketWork {
             removed: Vec::new(),
             closed_cycles: Vec::new(),
             budget_events: Vec::new(),
+            member: None,
+            organisation: false,
+            drew: false,
+        }
+    }
+
+    /// Keeps what a request changed.
+    fn record(&mut self, outcome: global_bucket::RequestOutcome) {
+        if !outcome.duplicate {
+            self.dirty = true;
+            self.upserted.extend(outcome.changes.upserted);
+            self.removed.extend(outcome.changes.removed);
+            self.closed_cycles.extend(outcome.budget.closed);
+            self.budget_events.extend(outcome.budget.events);
         }
     }
 }

@@ -51,6 +51,8 @@ struct MemoryStore {
     heads: BTreeMap<BucketKey, BucketRow>,
     states: BTreeMap<TenantId, TenantState>,
     instances: BTreeMap<BucketKey, BTreeMap<InstanceId, InstanceState>>,
+    nodes: BTreeMap<TenantId, Node>,
+    config: GlobalBucketConfig,
 }
 
 impl MemoryStore {
@@ -60,7 +62,7 @@ impl MemoryStore {
         now: Timestamp,
         unconfigured: &UnconfiguredTenants,
     ) -> (Vec<Answer>, u64) {
-        let config = GlobalBucketConfig::default();
+        let config = self.config.clone();
         let plan = Batch::plan(
             requests.iter().map(|(k, r)| (k, r.instance_id)),
             config.cleanup_window,
@@ -82,6 +84,28 @@ impl MemoryStore {
             let all = self.instances.get(k).unwrap_or(&empty);
             batch.load(k, window.select(all).into_values());
         }
+        batch.join_tree(&self.nodes);
+        loop {
+            let parents = batch.parents_due(now, &config);
+            if parents.is_empty() {
+                break;
+            }
+            let heads = parents
+                .lock
+                .iter()
+                .filter_map(|k| self.heads.get(k).map(|h| (k.clone(), h.clone())))
+                .collect();
+            batch.open_parents(parents.lock.clone(), heads, &self.states, &self.nodes);
+            for (k, window) in &parents.windows {
+                let all = self.instances.get(k).unwrap_or(&empty);
+                batch.load(k, window.select(all).into_values());
+            }
+        }
+        batch.draw(
+            requests.iter().map(|(k, r)| (k, r.requested_tokens)),
+            now,
+            &config,
+        );
         let answers = requests
             .iter()
             .map(|(k, r)| batch.serve(k, r, now, &config))
@@ -180,6 +204,7 @@ fn instance_rows_left_without_a_head_are_ignored_and_replaced() {
         seq: 50,
         shares: 3.0,
         last_update: at(0.0),
+        guaranteed: 0.0,
         last_grant: Grant::default(),
         committed_rate: 0.0,
         committed_until: at(0.0),
@@ -386,5 +411,167 @@ proptest! {
                 (w, a) => prop_assert!(false, "window {:?} but all rows {:?}", w, a),
             }
         }
+    }
+}
+
+/// Organisations through the script: a parent bucket `acme` of `rate`
+/// tokens per second, members with their own limits as ceilings, pods
+/// asking once a second for what they want.
+mod organisations {
+    use super::*;
+    use crate::organisation::{self, Member, Organisation};
+
+    struct Tree {
+        store: MemoryStore,
+        seq: u64,
+    }
+
+    const POD_PERIOD: Duration = Duration::from_secs(1);
+
+    impl Tree {
+        /// `acme` limited to `rate` (burst one draw period of it), members
+        /// `(id, ceiling, guaranteed)`, all buckets empty at 0.
+        fn new(rate: f64, members: &[(&str, f64, f64)]) -> Tree {
+            let mut store = MemoryStore {
+                config: GlobalBucketConfig {
+                    draw_period: Duration::from_secs(2),
+                    ..GlobalBucketConfig::default()
+                },
+                ..MemoryStore::default()
+            };
+            let acme = TenantId::parse("t", "acme").expect("id");
+            store.heads.insert(
+                key("acme", ""),
+                BucketRow::new(limits(rate, 2.0 * rate), 0.0, true, at(0.0)),
+            );
+            store.nodes.insert(
+                acme.clone(),
+                Node {
+                    organisation: Some(Organisation {
+                        display_name: "Acme".into(),
+                        created_at: at(0.0),
+                        next_member_id: 100,
+                    }),
+                    member_of: None,
+                },
+            );
+            for (i, (id, ceiling, guaranteed)) in members.iter().enumerate() {
+                store.heads.insert(
+                    key(id, ""),
+                    BucketRow::new(limits(*ceiling, *ceiling), 0.0, true, at(0.0)),
+                );
+                let mut g = BTreeMap::new();
+                g.insert(BucketName::REQUEST_UNITS, *guaranteed);
+                store.nodes.insert(
+                    TenantId::parse("t", id).expect("id"),
+                    Node {
+                        organisation: None,
+                        member_of: Some(Member {
+                            organisation: acme.clone(),
+                            member_id: u32::try_from(i + 1).expect("small"),
+                            guaranteed: g,
+                            since: at(0.0),
+                        }),
+                    },
+                );
+            }
+            Tree { store, seq: 0 }
+        }
+
+        /// Runs from `from` to `to` seconds, every pod of each member
+        /// `(id, pods, wanted per pod per second)` asking once a second;
+        /// the tokens granted to each member's pods.
+        fn run(&mut self, from: u32, to: u32, demand: &[(&str, u32, f64)]) -> Vec<f64> {
+            let mut granted = vec![0.0; demand.len()];
+            for t in from..to {
+                self.seq += 1;
+                for (m, (id, pods, want)) in demand.iter().enumerate() {
+                    for pod in 1..=*pods {
+                        let mut r = req(pod, self.seq, want * POD_PERIOD.as_secs_f64());
+                        r.target_request_period = POD_PERIOD;
+                        // Pods start at different points of the second.
+                        let now = at(f64::from(t) + f64::from(pod) * 0.01 + m as f64 * 0.003);
+                        let (answers, _) = self.store.run(
+                            &[(key(id, ""), r)],
+                            now,
+                            &UnconfiguredTenants::Reject,
+                        );
+                        match &answers[0] {
+                            Answer::Granted(g) => granted[m] += g.granted_tokens,
+                            other => panic!("{id}: {other:?}"),
+                        }
+                    }
+                }
+            }
+            granted
+        }
+    }
+
+    #[test]
+    fn members_together_stay_within_the_organisation_and_split_by_demand() {
+        let mut tree = Tree::new(100.0, &[("a", 1_000.0, 0.0), ("b", 1_000.0, 0.0)]);
+        // Both saturate: a wants 300/s, b 100/s, against 100/s together.
+        tree.run(0, 20, &[("a", 3, 100.0), ("b", 1, 100.0)]);
+        let got = tree.run(20, 140, &[("a", 3, 100.0), ("b", 1, 100.0)]);
+        let total: f64 = got.iter().sum();
+        let bound = 100.0 * 120.0 * 1.05 + 200.0;
+        assert!(total <= bound, "{got:?} together {total} beyond {bound}");
+        assert!(total >= 100.0 * 120.0 * 0.9, "{got:?}: the organisation's rate went unused");
+        // Split by demand, 3 to 1.
+        let share = got[0] / total;
+        assert!((share - 0.75).abs() < 0.05, "a got {share} of it: {got:?}");
+        // The organisation drew once per member per period: its draws are counted.
+        let draws = tree.store.heads[&key("a", "")].draw.as_ref().expect("drew").draws;
+        assert!(draws <= 140 / 2 + 1, "{draws} draws in 140 s of 2 s periods");
+        // Its totals count what the members' pods reported (none here).
+        assert_eq!(tree.store.heads[&key("acme", "")].totals.consumption, Consumption::default());
+    }
+
+    #[test]
+    fn an_idle_member_lends_its_part_and_a_guarantee_is_met_when_it_wakes() {
+        // b is guaranteed 40/s; a's ceiling is 90/s.
+        let mut tree = Tree::new(100.0, &[("a", 90.0, 0.0), ("b", 1_000.0, 40.0)]);
+        tree.run(0, 30, &[("a", 2, 100.0), ("b", 2, 100.0)]);
+        // b idle: within two draw periods a runs at its ceiling.
+        tree.run(30, 34, &[("a", 2, 100.0), ("b", 0, 0.0)]);
+        let got = tree.run(34, 64, &[("a", 2, 100.0), ("b", 0, 0.0)]);
+        assert!(got[0] >= 90.0 * 30.0 * 0.95, "a got {} of its 90/s ceiling over 30 s", got[0] / 30.0);
+        assert!(got[0] <= 90.0 * 30.0 * 1.05 + 90.0, "a passed its ceiling: {}", got[0] / 30.0);
+        // b wakes: within two periods it has at least its guarantee.
+        tree.run(64, 68, &[("a", 2, 100.0), ("b", 2, 100.0)]);
+        let got = tree.run(68, 98, &[("a", 2, 100.0), ("b", 2, 100.0)]);
+        assert!(got[1] >= 40.0 * 30.0 * 0.95, "b got {}/s, guaranteed 40", got[1] / 30.0);
+        let total: f64 = got.iter().sum();
+        assert!(total <= 100.0 * 30.0 * 1.05 + 200.0, "{got:?}");
+    }
+
+    #[test]
+    fn a_member_that_leaves_runs_on_its_own_limits_at_once() {
+        let mut tree = Tree::new(10.0, &[("a", 200.0, 0.0)]);
+        tree.run(0, 10, &[("a", 1, 200.0)]);
+        let a = TenantId::parse("t", "a").expect("id");
+        let row = tree.store.nodes.get(&a).cloned();
+        let left = organisation::leave(&a, row.as_ref()).expect("a member");
+        assert!(left.is_empty());
+        tree.store.nodes.remove(&a);
+        let got = tree.run(10, 20, &[("a", 1, 200.0)]);
+        assert!(got[0] >= 200.0 * 10.0 * 0.9, "a got {}/s after leaving", got[0] / 10.0);
+        assert!(tree.store.heads[&key("a", "")].draw.is_none());
+    }
+
+    #[test]
+    fn pods_of_an_organisation_are_refused_and_change_nothing() {
+        let mut tree = Tree::new(10.0, &[("a", 200.0, 0.0)]);
+        let before = tree.store.heads[&key("acme", "")].clone();
+        let (answers, _) = tree.store.run(
+            &[(key("acme", ""), req(1, 1, 5.0))],
+            at(1.0),
+            &UnconfiguredTenants::default(),
+        );
+        assert!(
+            matches!(&answers[0], Answer::TenantRefused(TenantRefused::Organisation { .. })),
+            "{answers:?}"
+        );
+        assert_eq!(tree.store.heads[&key("acme", "")], before);
     }
 }

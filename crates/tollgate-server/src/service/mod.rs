@@ -64,7 +64,9 @@ fn invalid(e: InvalidInput) -> Status {
 fn refused(e: &TenantRefused) -> Status {
     match e {
         TenantRefused::Deleted { .. } => Status::not_found(e.to_string()),
-        TenantRefused::Suspended { .. } => Status::failed_precondition(e.to_string()),
+        TenantRefused::Suspended { .. } | TenantRefused::Organisation { .. } => {
+            Status::failed_precondition(e.to_string())
+        }
     }
 }
 
