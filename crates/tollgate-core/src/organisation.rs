@@ -183,6 +183,140 @@ pub enum TreeError {
     MemberIdsExhausted(TenantId),
 }
 
+/// An operator's change of the tree.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TreeChange {
+    /// Makes an id no tenant uses an organisation.
+    Create {
+        organisation: TenantId,
+        display_name: String,
+    },
+    /// Puts a tenant (or an organisation) into an organisation, or sets
+    /// the guarantees of one already there.
+    Join {
+        organisation: TenantId,
+        member: TenantId,
+        guaranteed: BTreeMap<BucketName, f64>,
+    },
+    /// Takes a member out of its organisation.
+    Leave { member: TenantId },
+    /// Ends an organisation without members.
+    Delete { organisation: TenantId },
+}
+
+impl TreeChange {
+    /// Where the rows a store reads for the change start: the chain of
+    /// organisations up from the first id, and the organisations below
+    /// the second (a joining member's subtree).
+    pub fn reads(&self) -> (&TenantId, Option<&TenantId>) {
+        match self {
+            TreeChange::Create { organisation, .. } | TreeChange::Delete { organisation } => {
+                (organisation, None)
+            }
+            TreeChange::Join {
+                organisation,
+                member,
+                ..
+            } => (organisation, Some(member)),
+            TreeChange::Leave { member } => (member, None),
+        }
+    }
+}
+
+/// What a store read for a change: the rows of [`TreeChange::reads`] (the
+/// chain up from its first id, the organisations below its second, and
+/// the member's own row), whether the organisation being created has
+/// buckets, and how many members the one being deleted has.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TreeRows {
+    pub nodes: BTreeMap<TenantId, Node>,
+    pub has_buckets: bool,
+    pub members: usize,
+}
+
+/// Applies `change` to the rows read for it: the rows to write (an empty
+/// row is deleted).
+pub fn apply(
+    change: &TreeChange,
+    rows: &TreeRows,
+    now: Timestamp,
+) -> Result<Vec<(TenantId, Node)>, TreeError> {
+    let node = |id: &TenantId| rows.nodes.get(id);
+    match change {
+        TreeChange::Create {
+            organisation,
+            display_name,
+        } => {
+            let row = create(
+                organisation,
+                node(organisation),
+                rows.has_buckets,
+                display_name,
+                now,
+            )?;
+            Ok(vec![(organisation.clone(), row)])
+        }
+        TreeChange::Join {
+            organisation,
+            member,
+            guaranteed,
+        } => {
+            let chain = chain(&rows.nodes, organisation);
+            let (org_row, member_row) = join(
+                (organisation, node(organisation)),
+                (member, node(member)),
+                &chain,
+                height(&rows.nodes, member),
+                guaranteed.clone(),
+                now,
+            )?;
+            Ok(vec![
+                (organisation.clone(), org_row),
+                (member.clone(), member_row),
+            ])
+        }
+        TreeChange::Leave { member } => Ok(vec![(member.clone(), leave(member, node(member))?)]),
+        TreeChange::Delete { organisation } => Ok(vec![(
+            organisation.clone(),
+            delete(organisation, node(organisation), rows.members)?,
+        )]),
+    }
+}
+
+/// `from` and the organisations above it, nearest first (at most
+/// `MAX_DEPTH + 1`: a longer chain is already too deep).
+pub fn chain(nodes: &BTreeMap<TenantId, Node>, from: &TenantId) -> Vec<TenantId> {
+    let mut chain = vec![from.clone()];
+    let mut at = from;
+    while let Some(up) = nodes.get(at).and_then(|n| n.member_of.as_ref()) {
+        if chain.len() > MAX_DEPTH || chain.contains(&up.organisation) {
+            break;
+        }
+        chain.push(up.organisation.clone());
+        at = &up.organisation;
+    }
+    chain
+}
+
+/// The organisations on the longest path down from `id`, `id` included
+/// if it is one (0 for a tenant).
+pub fn height(nodes: &BTreeMap<TenantId, Node>, id: &TenantId) -> usize {
+    fn go(nodes: &BTreeMap<TenantId, Node>, id: &TenantId, depth: usize) -> usize {
+        let is_org = nodes.get(id).is_some_and(|n| n.organisation.is_some());
+        if !is_org || depth > MAX_DEPTH {
+            return 0;
+        }
+        let below = nodes
+            .iter()
+            .filter(|(_, n)| n.member_of.as_ref().is_some_and(|m| &m.organisation == id))
+            .map(|(child, _)| go(nodes, child, depth + 1))
+            .max()
+            .unwrap_or(0);
+        1 + below
+    }
+    go(nodes, id, 0)
+}
+
 /// Makes `id` an organisation. `existing` is its row, `has_buckets`
 /// whether it has buckets (an id tenants' pods use cannot become one).
 pub fn create(

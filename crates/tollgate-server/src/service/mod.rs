@@ -45,6 +45,7 @@ pub use token_bucket::TokenBucketService;
 
 use std::time::Duration;
 
+use tollgate_core::organisation::TreeError;
 use tollgate_core::key_bucket::CheckError;
 use tollgate_core::tier::TierError;
 use tollgate_core::{InvalidInput, RequestError, TenantRefused};
@@ -107,6 +108,21 @@ fn status(operation: &'static str, err: StoreError) -> Status {
             Status::failed_precondition(e.to_string())
         }
         e @ StoreError::NotEmpty(_) => Status::failed_precondition(e.to_string()),
+        StoreError::Tree(TreeError::InvalidInput(e)) => invalid(e),
+        StoreError::Tree(e @ (TreeError::NoSuchOrganisation(_) | TreeError::NotAMember(_))) => {
+            Status::not_found(e.to_string())
+        }
+        StoreError::Tree(e @ TreeError::AlreadyAnOrganisation(_)) => {
+            Status::already_exists(e.to_string())
+        }
+        StoreError::Tree(
+            e @ (TreeError::TenantHasBuckets(_)
+            | TreeError::MemberElsewhere { .. }
+            | TreeError::Cycle { .. }
+            | TreeError::TooDeep { .. }
+            | TreeError::HasMembers { .. }
+            | TreeError::MemberIdsExhausted(_)),
+        ) => Status::failed_precondition(e.to_string()),
         StoreError::Rejected(e @ RequestError::Inconsistent(_)) => {
             tracing::error!(operation, error = %e, "store holds an inconsistent instance list");
             Status::internal(format!("{operation}: {e}"))

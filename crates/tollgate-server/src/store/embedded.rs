@@ -100,6 +100,7 @@ mod migration;
 mod partitions;
 mod states;
 mod tiers;
+mod tree;
 mod writer;
 
 use self::buckets::*;
@@ -110,8 +111,10 @@ use self::writer::*;
 
 use tollgate_core::budget::delivery::{Attempt, Backoff};
 
+use tollgate_core::organisation::{Node, TreeChange};
+
 use super::{
-    AdminCall, BucketSettings, BucketSnapshot, ClaimedEvent, ClosedEntry, Counters, Counts,
+    AdminCall, NodeFilter, BucketSettings, BucketSnapshot, ClaimedEvent, ClosedEntry, Counters, Counts,
     DeletedTenant, KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange, PrunedRecords,
     PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
     TenantChangeOutcome, TenantView,
@@ -465,6 +468,24 @@ impl Store for EmbeddedStore {
         self.write(Box::new(move |_, txn, now| {
             states::change(txn, &tenant, &change, now)
         }))
+        .await
+    }
+
+    async fn change_tree(&self, change: &TreeChange) -> Result<Vec<(TenantId, Node)>, StoreError> {
+        let change = change.clone();
+        self.write(Box::new(move |_, txn, now| tree::change(txn, &change, now)))
+            .await
+    }
+
+    async fn tree_nodes(&self, filter: &NodeFilter) -> Result<Vec<(TenantId, Node)>, StoreError> {
+        let filter = filter.clone();
+        self.read(move |db, _| {
+            let txn = db.begin_read().map_err(storage("begin read transaction"))?;
+            let table = txn
+                .open_table(tree::NODES)
+                .map_err(storage("open organisation nodes"))?;
+            tree::read(&table, &filter)
+        })
         .await
     }
 

@@ -37,6 +37,7 @@ use tollgate_core::budget::CycleRecord;
 use tollgate_core::budget::delivery::{Attempt, Backoff, Delivery};
 use tollgate_core::global_bucket::GlobalBucketConfig;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError, StoredKey};
+use tollgate_core::organisation::{Node, TreeChange, TreeError};
 use tollgate_core::partition::{Exchange, ExchangeAnswer};
 use tollgate_core::tenant_state::{StateChange, StateChangeError, StateEdit};
 use tollgate_core::tier::{
@@ -272,6 +273,31 @@ pub struct PutTierOutcome {
     pub tenants: Vec<TenantChangeOutcome>,
 }
 
+/// Which rows of the tree of organisations to read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeFilter {
+    /// Every organisation's row.
+    Organisations,
+    /// The rows of the members of an organisation.
+    MembersOf(TenantId),
+    /// The rows of these ids (an id without one is left out).
+    Ids(Vec<TenantId>),
+}
+
+impl NodeFilter {
+    /// Whether the row of `id` is one this filter asks for.
+    pub fn matches(&self, id: &TenantId, node: &Node) -> bool {
+        match self {
+            NodeFilter::Organisations => node.organisation.is_some(),
+            NodeFilter::MembersOf(org) => node
+                .member_of
+                .as_ref()
+                .is_some_and(|m| &m.organisation == org),
+            NodeFilter::Ids(ids) => ids.contains(id),
+        }
+    }
+}
+
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -295,6 +321,10 @@ pub enum StoreError {
     /// was changed.
     #[error(transparent)]
     TenantRefused(#[from] TenantRefused),
+    /// A change of the tree of organisations was refused; nothing was
+    /// changed.
+    #[error(transparent)]
+    Tree(#[from] TreeError),
     /// The store cannot be reached right now; the operation may be retried.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -332,6 +362,7 @@ impl StoreError {
             StoreError::Tier(e) => StoreError::Tier(e.clone()),
             StoreError::Check(e) => StoreError::Check(e.clone()),
             StoreError::TenantRefused(e) => StoreError::TenantRefused(e.clone()),
+            StoreError::Tree(e) => StoreError::Tree(e.clone()),
             StoreError::Unavailable(message) => StoreError::Unavailable(message.clone()),
             StoreError::NotEmpty(what) => StoreError::NotEmpty(what.clone()),
             StoreError::Internal { context, source } => {
@@ -550,6 +581,15 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         change: &TenantChange,
         call: &AdminCall,
     ) -> Result<TenantChangeOutcome, StoreError>;
+
+    /// Changes the tree of organisations by the rules of
+    /// `tollgate_core::organisation::apply`, in one transaction: reads the
+    /// rows of [`TreeChange::reads`] (locked), writes what the rules
+    /// decide; answers the rows written (an empty one was deleted).
+    async fn change_tree(&self, change: &TreeChange) -> Result<Vec<(TenantId, Node)>, StoreError>;
+
+    /// Rows of the tree of organisations, in id order.
+    async fn tree_nodes(&self, filter: &NodeFilter) -> Result<Vec<(TenantId, Node)>, StoreError>;
 
     /// A tenant's closed records with `seq` above `after`, in the order
     /// they were closed, at most `limit`. Those of a deleted tenant stay.

@@ -278,7 +278,7 @@ impl Writer {
             .collect();
         let tenant_states = states::read_in(txn, plan.tenants())?;
         let mut batch = Batch::open(
-            plan.lock,
+            plan.lock.iter().cloned(),
             heads,
             &tenant_states,
             &self.settings.unconfigured_tenants,
@@ -289,7 +289,30 @@ impl Writer {
                 batch.load(key, read_range(&instances, key, range)?);
             }
         }
-        let answer = batch.serve(key, request, now, &self.settings.bucket);
+        let config = &self.settings.bucket;
+        batch.join_tree(&super::tree::read_in(txn, plan.tenants())?);
+        loop {
+            let parents = batch.parents_due(now, config);
+            if parents.is_empty() {
+                break;
+            }
+            let mut heads = BTreeMap::new();
+            for parent in &parents.lock {
+                if let Some(head) = read_head(&buckets, parent)? {
+                    heads.insert(parent.clone(), head);
+                }
+            }
+            let states = states::read_in(txn, parents.tenants())?;
+            let nodes = super::tree::read_in(txn, parents.tenants())?;
+            batch.open_parents(parents.lock.iter().cloned(), heads, &states, &nodes);
+            for (parent, window) in &parents.windows {
+                for range in window.ranges() {
+                    batch.load(parent, read_range(&instances, parent, range)?);
+                }
+            }
+        }
+        batch.draw([(key, request.requested_tokens)], now, config);
+        let answer = batch.serve(key, request, now, config);
         write_back(txn, &mut buckets, &mut instances, &batch)?;
         Ok(match answer {
             Answer::Granted(grant) => Ok(Served { grant, batch, now }),

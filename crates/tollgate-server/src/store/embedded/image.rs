@@ -165,8 +165,9 @@ pub(super) fn import(
 
 /// Which kinds of rows the store holds (hot-partition reports, which last
 /// seconds, do not count).
-fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 9], StoreError> {
+fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 10], StoreError> {
     Ok([
+        ("organisations", has_rows(txn, super::tree::NODES)?),
         ("tiers", has_rows(txn, TIERS)?),
         ("tenant records", has_rows(txn, TENANT_RECORDS)?),
         ("tenant states", has_rows(txn, TENANT_STATES)?),
@@ -195,6 +196,7 @@ fn clear(txn: &WriteTransaction) -> Result<(), StoreError> {
     drop_table(txn, TIERS)?;
     drop_table(txn, TENANT_RECORDS)?;
     drop_table(txn, TENANT_STATES)?;
+    drop_table(txn, super::tree::NODES)?;
     drop_table(txn, PARTITION_REPORTS)?;
     drop_table(txn, KEYS)?;
     drop_table(txn, KEY_REQUESTS)?;

@@ -56,6 +56,8 @@ pub(super) fn init_schema(db: &Database) -> Result<(), StoreError> {
             .map_err(storage("create partition reports table"))?;
         txn.open_table(states::TENANT_STATES)
             .map_err(storage("create tenant states table"))?;
+        txn.open_table(tree::NODES)
+            .map_err(storage("create organisation nodes table"))?;
         txn.open_table(keys::KEYS)
             .map_err(storage("create keys table"))?;
         txn.open_table(keys::KEY_REQUESTS)
@@ -197,6 +199,7 @@ mod tests {
             seq: 9,
             shares: 1.0,
             last_update: Timestamp::from_unix_micros(1_700_000_000_000_000),
+            guaranteed: 0.0,
             last_grant: Grant {
                 granted_tokens: 7.5,
                 ..Grant::default()

@@ -25,6 +25,7 @@ pub(super) async fn token_bucket_batch(
     let clock = client.prepare_cached(sql::CLOCK).await?;
     let load_windows = client.prepare_cached(sql::LOAD_WINDOWS).await?;
     let read_states = client.prepare_cached(sql::READ_TENANT_STATES).await?;
+    let read_nodes = client.prepare_cached(sql::READ_NODES).await?;
     let insert_heads = client.prepare_cached(&sql::INSERT_BUCKETS).await?;
     let update_heads = client.prepare_cached(&sql::UPDATE_BUCKETS).await?;
     let upsert_instances = client.prepare_cached(sql::UPSERT_INSTANCES).await?;
@@ -50,8 +51,8 @@ pub(super) async fn token_bucket_batch(
     }
     let window_params = windows.as_params();
     // One round trip, whatever the batch's size: BEGIN, the lock, then
-    // (once it is held) the clock, the tenants' states and every request's
-    // instance window.
+    // (once it is held) the clock, the tenants' states and tree rows and
+    // every request's instance window.
     let no_params: [&(dyn ToSql + Sync); 0] = [];
     let (begun, read) = join(
         txn.client().batch_execute("BEGIN"),
@@ -59,12 +60,13 @@ pub(super) async fn token_bucket_batch(
             txn.client().query(&lock, &lock_params[..]),
             txn.client().query(&clock, &no_params[..]),
             txn.client().query(&read_states, &state_params[..]),
+            txn.client().query(&read_nodes, &state_params[..]),
             txn.client().query(&load_windows, &window_params[..]),
         ]),
     )
     .await;
     begun?;
-    let [head_rows, clock_rows, state_rows, window_rows] = settle(read)?
+    let [head_rows, clock_rows, state_rows, node_rows, window_rows] = settle(read)?
         .try_into()
         .map_err(|_| StoreError::internal("read a batch's rows", "a statement went missing"))?;
     stopwatch.lap(Stage::Read);
@@ -85,26 +87,63 @@ pub(super) async fn token_bucket_batch(
         &store.settings.unconfigured_tenants,
         now,
     );
-    let mut loaded = vec![Vec::new(); pending.len()];
-    for row in &window_rows {
-        let request: i64 = row
-            .try_get("request")
-            .map_err(|e| StoreError::internal("read an instance window", e))?;
-        let slot = usize::try_from(request - 1)
-            .ok()
-            .and_then(|i| loaded.get_mut(i))
-            .ok_or_else(|| {
-                StoreError::internal("read an instance window", format!("no request {request}"))
-            })?;
-        slot.push(rows::instance_from_row(row)?);
-    }
+    let loaded = windows_from_rows(&window_rows, pending.len())?;
     for (p, instances) in pending.iter().zip(loaded) {
         batch.load(&p.key, instances);
     }
+    let config = &store.settings.bucket;
+    batch.join_tree(&tree::from_rows(&node_rows)?);
+    // Draws due: the organisations' buckets they need, one more round trip
+    // per level of the tree (none in the common case).
+    loop {
+        let parents = batch.parents_due(now, config);
+        if parents.is_empty() {
+            break;
+        }
+        let lock_tenants: Vec<&str> = parents.lock.iter().map(|k| k.tenant.as_str()).collect();
+        let lock_buckets: Vec<&str> = parents.lock.iter().map(|k| k.bucket.as_str()).collect();
+        let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_tenants, &lock_buckets];
+        let tenants: Vec<&str> = parents.tenants().into_iter().map(TenantId::as_str).collect();
+        let tenant_params: [&(dyn ToSql + Sync); 1] = [&tenants];
+        let mut windows = WindowColumns::default();
+        for (key, window) in &parents.windows {
+            windows.push(key, window);
+        }
+        let window_params = windows.as_params();
+        let read = join_all([
+            txn.client().query(&lock, &lock_params[..]),
+            txn.client().query(&read_states, &tenant_params[..]),
+            txn.client().query(&read_nodes, &tenant_params[..]),
+            txn.client().query(&load_windows, &window_params[..]),
+        ])
+        .await;
+        let [head_rows, state_rows, node_rows, window_rows] = settle(read)?
+            .try_into()
+            .map_err(|_| StoreError::internal("read a draw's rows", "a statement went missing"))?;
+        let heads = head_rows
+            .iter()
+            .map(|row| Ok((rows::bucket_key(row)?, rows::head_from_row(row)?)))
+            .collect::<Result<BTreeMap<_, _>, StoreError>>()?;
+        batch.open_parents(
+            parents.lock.iter().cloned(),
+            heads,
+            &states::from_rows(&state_rows)?,
+            &tree::from_rows(&node_rows)?,
+        );
+        let loaded = windows_from_rows(&window_rows, parents.windows.len())?;
+        for ((key, _), instances) in parents.windows.iter().zip(loaded) {
+            batch.load(key, instances);
+        }
+    }
+    batch.draw(
+        pending.iter().map(|p| (&p.key, p.request.requested_tokens)),
+        now,
+        config,
+    );
     let answers = pending
         .iter()
         .map(
-            |p| match batch.serve(&p.key, &p.request, now, &store.settings.bucket) {
+            |p| match batch.serve(&p.key, &p.request, now, config) {
                 Answer::Granted(grant) => Some(Ok(grant)),
                 Answer::Refused(e) => Some(Err(e.into())),
                 Answer::NotFound => Some(Err(StoreError::not_found(&p.key))),
@@ -189,6 +228,28 @@ pub(super) async fn token_bucket_batch(
         batch,
         now,
     })
+}
+
+/// The rows `load_windows.sql` answered for `requests` windows, per
+/// window in order.
+fn windows_from_rows(
+    rows: &[tokio_postgres::Row],
+    requests: usize,
+) -> Result<Vec<Vec<tollgate_core::InstanceState>>, StoreError> {
+    let mut loaded = vec![Vec::new(); requests];
+    for row in rows {
+        let request: i64 = row
+            .try_get("request")
+            .map_err(|e| StoreError::internal("read an instance window", e))?;
+        let slot = usize::try_from(request - 1)
+            .ok()
+            .and_then(|i| loaded.get_mut(i))
+            .ok_or_else(|| {
+                StoreError::internal("read an instance window", format!("no request {request}"))
+            })?;
+        slot.push(rows::instance_from_row(row)?);
+    }
+    Ok(loaded)
 }
 
 /// The parameters of `load_windows.sql`: a request per index; its bucket,

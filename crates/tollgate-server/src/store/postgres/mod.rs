@@ -104,6 +104,7 @@ mod sql;
 mod states;
 mod tiers;
 mod tls;
+mod tree;
 mod workers;
 
 use self::buckets::*;
@@ -149,8 +150,10 @@ use self::retry::{TxError, Verdict, chain};
 use self::rows::{HeadColumns, InstanceColumns};
 use tollgate_core::budget::delivery::{Attempt, Backoff};
 
+use tollgate_core::organisation::{Node, TreeChange};
+
 use super::{
-    AdminCall, BucketSettings, BucketSnapshot, ClaimedEvent, Clock, ClosedEntry, Counters, Counts,
+    AdminCall, BucketSettings, NodeFilter, BucketSnapshot, ClaimedEvent, Clock, ClosedEntry, Counters, Counts,
     DeletedTenant, KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange, PrunedRecords,
     PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
     TenantChangeOutcome, TenantView,
@@ -724,6 +727,24 @@ impl Store for PostgresStore {
         inner
             .run("change tenant state", false, || {
                 states::change(inner, tenant, change)
+            })
+            .await
+    }
+
+    async fn change_tree(&self, change: &TreeChange) -> Result<Vec<(TenantId, Node)>, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("change the tree of organisations", false, || {
+                tree::change(inner, change)
+            })
+            .await
+    }
+
+    async fn tree_nodes(&self, filter: &NodeFilter) -> Result<Vec<(TenantId, Node)>, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("read the tree of organisations", true, || {
+                tree::read(inner, filter)
             })
             .await
     }

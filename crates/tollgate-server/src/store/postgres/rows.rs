@@ -21,7 +21,6 @@ use std::time::{Duration, SystemTime};
 
 use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql};
-use tollgate_core::budget::BucketBudget;
 use tollgate_core::{
     BucketKey, BucketName, BucketRow, Grant, InstanceState, Limits, TenantId, Timestamp,
 };
@@ -125,6 +124,7 @@ pub(super) fn instance_from_row(row: &Row) -> Result<InstanceState, StoreError> 
         },
         committed_rate: get(row, "committed_rate")?,
         committed_until: timestamp(row, "committed_until")?,
+        guaranteed: get(row, "guaranteed_rate")?,
     })
 }
 
@@ -237,12 +237,10 @@ impl SqlType for sql_type::TEXT {
 }
 
 /// Parts of the head row kept as a JSON document (NULL when absent): the
-/// budget, read and written only by the server.
-impl Encoding<Option<Box<BucketBudget>>> for sql_type::TEXT {
-    fn encode(
-        column: &'static str,
-        value: &Option<Box<BucketBudget>>,
-    ) -> Result<Option<String>, StoreError> {
+/// budget, an organisation member's draws; read and written only by the
+/// server.
+impl<T: serde::Serialize + serde::de::DeserializeOwned> Encoding<Option<T>> for sql_type::TEXT {
+    fn encode(column: &'static str, value: &Option<T>) -> Result<Option<String>, StoreError> {
         value
             .as_ref()
             .map(|v| {
@@ -252,7 +250,7 @@ impl Encoding<Option<Box<BucketBudget>>> for sql_type::TEXT {
             })
             .transpose()
     }
-    fn decode(row: &Row, column: &'static str) -> Result<Option<Box<BucketBudget>>, StoreError> {
+    fn decode(row: &Row, column: &'static str) -> Result<Option<T>, StoreError> {
         let text: Option<String> = get(row, column)?;
         text.map(|t| {
             serde_json::from_str(&t)
@@ -365,6 +363,9 @@ head_columns! {
     capped_from: TIMESTAMPTZ = state.capped_from,
     capped_until: TIMESTAMPTZ = state.capped_until,
     budget: TEXT = budget,
+    guarantee_sum: FLOAT8 = members.guarantee_sum,
+    drawn: TEXT = state.drawn,
+    draw: TEXT = draw,
 }
 
 /// How many parameters the head-row statements take.
@@ -474,6 +475,7 @@ pub(super) struct InstanceColumns<'a> {
     grant_max_burst: Vec<f64>,
     grant_fallback_rate: Vec<f64>,
     grant_fallback_charged: Vec<Option<f64>>,
+    guaranteed: Vec<f64>,
 }
 
 impl<'a> InstanceColumns<'a> {
@@ -504,6 +506,7 @@ impl<'a> InstanceColumns<'a> {
         self.grant_fallback_rate.push(row.last_grant.fallback_rate);
         self.grant_fallback_charged
             .push(row.last_grant.fallback_charged);
+        self.guaranteed.push(row.guaranteed);
         Ok(())
     }
 
@@ -511,7 +514,7 @@ impl<'a> InstanceColumns<'a> {
         self.tenant_id.is_empty()
     }
 
-    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 15] {
+    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 16] {
         [
             &self.tenant_id,
             &self.bucket,
@@ -528,6 +531,7 @@ impl<'a> InstanceColumns<'a> {
             &self.grant_max_burst,
             &self.grant_fallback_rate,
             &self.grant_fallback_charged,
+            &self.guaranteed,
         ]
     }
 }
@@ -537,7 +541,9 @@ mod tests {
     use std::collections::BTreeSet;
 
     use tollgate_core::Consumption;
+    use tollgate_core::budget::BucketBudget;
     use tollgate_core::global_bucket::{BucketState, Membership, Totals};
+    use tollgate_core::organisation::{Draw, Drawn};
     use tollgate_testdb::TestDatabase;
 
     use super::*;
@@ -545,7 +551,7 @@ mod tests {
 
     /// The columns only instance rows (instance_id >= 1) use, and the
     /// instance id the statements set themselves.
-    const INSTANCE_ROW_COLUMNS: [&str; 11] = [
+    const INSTANCE_ROW_COLUMNS: [&str; 12] = [
         "instance_id",
         "lease",
         "seq",
@@ -557,6 +563,7 @@ mod tests {
         "last_grant_max_burst",
         "last_grant_fallback_rate",
         "last_grant_fallback_charged",
+        "guaranteed_rate",
     ];
 
     async fn migrated_database() -> (TestDatabase, tokio_postgres::Client) {
@@ -595,6 +602,10 @@ mod tests {
                 capped_refill: x + 7.5,
                 capped_from: at(2),
                 capped_until: at(3),
+                drawn: Some(Drawn {
+                    rate: x + 10.5,
+                    until: at(7),
+                }),
                 created_at: at(4),
                 updated_at: at(5),
             },
@@ -602,6 +613,7 @@ mod tests {
                 share_sum: x + 8.5,
                 live_instances: n * 100 + 1,
                 first_instance_id: n * 100 + 2,
+                guarantee_sum: x + 11.5,
             },
             totals: Totals {
                 consumption: Consumption {
@@ -618,6 +630,22 @@ mod tests {
                 granted_tokens: x + 9.5,
             },
             budget: Some(Box::new(budget_with_every_field_set(n, x, at(6)))),
+            draw: Some(Box::new(Draw {
+                organisation: TenantId::parse("t", &format!("org-{n}")).expect("id"),
+                member_id: n * 100 + 3,
+                seq: count(10),
+                next: at(8),
+                asked: x + 12.5,
+                asked_since: at(9),
+                reported: Consumption {
+                    request_unit_micros: count(11),
+                    ..Consumption::default()
+                },
+                draws: count(12),
+                last_rate: x + 13.5,
+                last_granted: x + 14.5,
+                wants: x + 15.5,
+            })),
         }
     }
 
