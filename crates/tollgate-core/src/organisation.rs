@@ -152,16 +152,16 @@ pub enum TreeError {
         "\"{0}\" has buckets of its own: an organisation needs an id no tenant uses (its buckets are made by setting its limits once it exists)"
     )]
     TenantHasBuckets(TenantId),
-    #[error(
-        "\"{member}\" belongs to organisation \"{organisation}\"; remove it from there first"
-    )]
+    #[error("\"{member}\" belongs to organisation \"{organisation}\"; remove it from there first")]
     MemberElsewhere {
         member: TenantId,
         organisation: TenantId,
     },
     #[error("\"{0}\" belongs to no organisation")]
     NotAMember(TenantId),
-    #[error("\"{member}\" cannot join \"{organisation}\": \"{organisation}\" is \"{member}\" or lies below it")]
+    #[error(
+        "\"{member}\" cannot join \"{organisation}\": \"{organisation}\" is \"{member}\" or lies below it"
+    )]
     Cycle {
         member: TenantId,
         organisation: TenantId,

@@ -83,9 +83,7 @@ pub enum TenantRefused {
     },
     /// The id is an organisation's: its buckets are drawn on by its
     /// members' buckets, not by pods.
-    #[error(
-        "\"{tenant}\" is an organisation: pods draw on its members' buckets, never on its own"
-    )]
+    #[error("\"{tenant}\" is an organisation: pods draw on its members' buckets, never on its own")]
     Organisation { tenant: TenantId },
 }
 

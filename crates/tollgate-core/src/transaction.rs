@@ -333,7 +333,10 @@ impl Batch {
                 continue;
             }
             let parent = BucketKey::new(member.organisation.clone(), key.bucket.clone());
-            if !self.member_windows.insert((parent.clone(), member.member_id)) {
+            if !self
+                .member_windows
+                .insert((parent.clone(), member.member_id))
+            {
                 continue;
             }
             if !self.buckets.contains_key(&parent) {
@@ -366,22 +369,21 @@ impl Batch {
             if self.buckets.contains_key(&key) {
                 continue;
             }
-            let work = if let Err(refused) =
-                tenant_state::admit(&key.tenant, states.get(&key.tenant))
-            {
-                Err(Closed::Tenant(refused))
-            } else {
-                match heads.remove(&key) {
-                    Some(head) => {
-                        let mut work = BucketWork::new(head, true);
-                        let node = nodes.get(&key.tenant);
-                        work.member = node.and_then(|n| n.member_of.clone());
-                        work.organisation = true;
-                        Ok(work)
+            let work =
+                if let Err(refused) = tenant_state::admit(&key.tenant, states.get(&key.tenant)) {
+                    Err(Closed::Tenant(refused))
+                } else {
+                    match heads.remove(&key) {
+                        Some(head) => {
+                            let mut work = BucketWork::new(head, true);
+                            let node = nodes.get(&key.tenant);
+                            work.member = node.and_then(|n| n.member_of.clone());
+                            work.organisation = true;
+                            Ok(work)
+                        }
+                        None => Err(Closed::NotFound),
                     }
-                    None => Err(Closed::NotFound),
-                }
-            };
+                };
             self.buckets.insert(key, work);
         }
     }
@@ -430,8 +432,7 @@ impl Batch {
             return;
         }
         let mine = pending.get(key).copied().unwrap_or(0.0);
-        let (ask, guaranteed) =
-            organisation::ask(key, &work.rows.head, &member, mine, now, period);
+        let (ask, guaranteed) = organisation::ask(key, &work.rows.head, &member, mine, now, period);
         work.drew = true;
         let parent_key = BucketKey::new(member.organisation.clone(), key.bucket.clone());
         *pending.entry(parent_key.clone()).or_default() += ask.requested_tokens;
@@ -477,7 +478,14 @@ impl Batch {
             None => return,
         };
         if let Some(Ok(work)) = self.buckets.get_mut(key) {
-            organisation::settle(&mut work.rows.head, &member, &ask, grant.as_ref(), now, period);
+            organisation::settle(
+                &mut work.rows.head,
+                &member,
+                &ask,
+                grant.as_ref(),
+                now,
+                period,
+            );
             work.dirty = true;
         }
     }

@@ -491,11 +491,9 @@ mod organisations {
                         r.target_request_period = POD_PERIOD;
                         // Pods start at different points of the second.
                         let now = at(f64::from(t) + f64::from(pod) * 0.01 + m as f64 * 0.003);
-                        let (answers, _) = self.store.run(
-                            &[(key(id, ""), r)],
-                            now,
-                            &UnconfiguredTenants::Reject,
-                        );
+                        let (answers, _) =
+                            self.store
+                                .run(&[(key(id, ""), r)], now, &UnconfiguredTenants::Reject);
                         match &answers[0] {
                             Answer::Granted(g) => granted[m] += g.granted_tokens,
                             other => panic!("{id}: {other:?}"),
@@ -516,15 +514,28 @@ mod organisations {
         let total: f64 = got.iter().sum();
         let bound = 100.0 * 120.0 * 1.05 + 200.0;
         assert!(total <= bound, "{got:?} together {total} beyond {bound}");
-        assert!(total >= 100.0 * 120.0 * 0.9, "{got:?}: the organisation's rate went unused");
+        assert!(
+            total >= 100.0 * 120.0 * 0.9,
+            "{got:?}: the organisation's rate went unused"
+        );
         // Split by demand, 3 to 1.
         let share = got[0] / total;
         assert!((share - 0.75).abs() < 0.05, "a got {share} of it: {got:?}");
         // The organisation drew once per member per period: its draws are counted.
-        let draws = tree.store.heads[&key("a", "")].draw.as_ref().expect("drew").draws;
-        assert!(draws <= 140 / 2 + 1, "{draws} draws in 140 s of 2 s periods");
+        let draws = tree.store.heads[&key("a", "")]
+            .draw
+            .as_ref()
+            .expect("drew")
+            .draws;
+        assert!(
+            draws <= 140 / 2 + 1,
+            "{draws} draws in 140 s of 2 s periods"
+        );
         // Its totals count what the members' pods reported (none here).
-        assert_eq!(tree.store.heads[&key("acme", "")].totals.consumption, Consumption::default());
+        assert_eq!(
+            tree.store.heads[&key("acme", "")].totals.consumption,
+            Consumption::default()
+        );
     }
 
     #[test]
@@ -535,12 +546,24 @@ mod organisations {
         // b idle: within two draw periods a runs at its ceiling.
         tree.run(30, 34, &[("a", 2, 100.0), ("b", 0, 0.0)]);
         let got = tree.run(34, 64, &[("a", 2, 100.0), ("b", 0, 0.0)]);
-        assert!(got[0] >= 90.0 * 30.0 * 0.95, "a got {} of its 90/s ceiling over 30 s", got[0] / 30.0);
-        assert!(got[0] <= 90.0 * 30.0 * 1.05 + 90.0, "a passed its ceiling: {}", got[0] / 30.0);
+        assert!(
+            got[0] >= 90.0 * 30.0 * 0.95,
+            "a got {} of its 90/s ceiling over 30 s",
+            got[0] / 30.0
+        );
+        assert!(
+            got[0] <= 90.0 * 30.0 * 1.05 + 90.0,
+            "a passed its ceiling: {}",
+            got[0] / 30.0
+        );
         // b wakes: within two periods it has at least its guarantee.
         tree.run(64, 68, &[("a", 2, 100.0), ("b", 2, 100.0)]);
         let got = tree.run(68, 98, &[("a", 2, 100.0), ("b", 2, 100.0)]);
-        assert!(got[1] >= 40.0 * 30.0 * 0.95, "b got {}/s, guaranteed 40", got[1] / 30.0);
+        assert!(
+            got[1] >= 40.0 * 30.0 * 0.95,
+            "b got {}/s, guaranteed 40",
+            got[1] / 30.0
+        );
         let total: f64 = got.iter().sum();
         assert!(total <= 100.0 * 30.0 * 1.05 + 200.0, "{got:?}");
     }
@@ -555,7 +578,11 @@ mod organisations {
         assert!(left.is_empty());
         tree.store.nodes.remove(&a);
         let got = tree.run(10, 20, &[("a", 1, 200.0)]);
-        assert!(got[0] >= 200.0 * 10.0 * 0.9, "a got {}/s after leaving", got[0] / 10.0);
+        assert!(
+            got[0] >= 200.0 * 10.0 * 0.9,
+            "a got {}/s after leaving",
+            got[0] / 10.0
+        );
         assert!(tree.store.heads[&key("a", "")].draw.is_none());
     }
 
@@ -569,7 +596,10 @@ mod organisations {
             &UnconfiguredTenants::default(),
         );
         assert!(
-            matches!(&answers[0], Answer::TenantRefused(TenantRefused::Organisation { .. })),
+            matches!(
+                &answers[0],
+                Answer::TenantRefused(TenantRefused::Organisation { .. })
+            ),
             "{answers:?}"
         );
         assert_eq!(tree.store.heads[&key("acme", "")], before);

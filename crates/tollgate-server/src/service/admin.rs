@@ -12,6 +12,8 @@
 //! `ClearBucketOverride`, `SetTableLimits`, `ClearTableLimits`) is one
 //! `TenantChange` through `Store::change_tenant`.
 
+mod organisations;
+
 use std::sync::Arc;
 
 use tollgate_core::tenant_state::StateChange;
@@ -759,6 +761,66 @@ impl admin_server::Admin for AdminService {
         Ok(Response::new(v1::DescribeTenantResponse {
             tenant: Some(described),
         }))
+    }
+
+    async fn create_organization(
+        &self,
+        request: Request<v1::CreateOrganizationRequest>,
+    ) -> Result<Response<v1::CreateOrganizationResponse>, Status> {
+        edge::enter(&request)?;
+        let caller = Caller::of(&request);
+        let answer = AdminService::create_organization(self, &caller, request.into_inner()).await?;
+        Ok(Response::new(answer))
+    }
+
+    async fn get_organization(
+        &self,
+        request: Request<v1::GetOrganizationRequest>,
+    ) -> Result<Response<v1::GetOrganizationResponse>, Status> {
+        edge::enter(&request)?;
+        let answer = AdminService::get_organization(self, request.into_inner()).await?;
+        Ok(Response::new(answer))
+    }
+
+    async fn list_organizations(
+        &self,
+        request: Request<v1::ListOrganizationsRequest>,
+    ) -> Result<Response<v1::ListOrganizationsResponse>, Status> {
+        edge::enter(&request)?;
+        let answer = AdminService::list_organizations(self).await?;
+        Ok(Response::new(answer))
+    }
+
+    async fn add_organization_member(
+        &self,
+        request: Request<v1::AddOrganizationMemberRequest>,
+    ) -> Result<Response<v1::AddOrganizationMemberResponse>, Status> {
+        edge::enter(&request)?;
+        let caller = Caller::of(&request);
+        let answer =
+            AdminService::add_organization_member(self, &caller, request.into_inner()).await?;
+        Ok(Response::new(answer))
+    }
+
+    async fn remove_organization_member(
+        &self,
+        request: Request<v1::RemoveOrganizationMemberRequest>,
+    ) -> Result<Response<v1::RemoveOrganizationMemberResponse>, Status> {
+        edge::enter(&request)?;
+        let caller = Caller::of(&request);
+        let answer =
+            AdminService::remove_organization_member(self, &caller, request.into_inner()).await?;
+        Ok(Response::new(answer))
+    }
+
+    async fn delete_organization(
+        &self,
+        request: Request<v1::DeleteOrganizationRequest>,
+    ) -> Result<Response<v1::DeleteOrganizationResponse>, Status> {
+        edge::enter(&request)?;
+        let caller = Caller::of(&request);
+        let answer = AdminService::delete_organization(self, &caller, request.into_inner()).await?;
+        Ok(Response::new(answer))
     }
 }
 

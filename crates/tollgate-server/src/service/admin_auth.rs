@@ -35,7 +35,7 @@ use crate::telemetry::Metrics;
 /// The `Admin` methods a read-only token may call: those that change
 /// nothing. Every method not listed needs an operator, so a method added
 /// later is closed to read-only tokens until it is listed here.
-pub const READ_ONLY_METHODS: [&str; 9] = [
+pub const READ_ONLY_METHODS: [&str; 11] = [
     "GetTenant",
     "ListTenants",
     "ListKeyBuckets",
@@ -45,6 +45,8 @@ pub const READ_ONLY_METHODS: [&str; 9] = [
     "DescribeTenant",
     "GetBudget",
     "GetUsage",
+    "GetOrganization",
+    "ListOrganizations",
 ];
 
 /// What an `Admin` token may do.

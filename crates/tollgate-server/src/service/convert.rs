@@ -147,7 +147,7 @@ fn timestamp(field: &str, t: prost_types::Timestamp) -> Result<Timestamp, Invali
     ))
 }
 
-pub(super) fn timestamp_to_proto(t: Timestamp) -> prost_types::Timestamp {
+pub(crate) fn timestamp_to_proto(t: Timestamp) -> prost_types::Timestamp {
     let micros = t.unix_micros();
     prost_types::Timestamp {
         seconds: micros.div_euclid(1_000_000),
@@ -494,5 +494,61 @@ mod tests {
             let d = prost_types::Duration { seconds, nanos };
             assert!(duration("d", d).is_err(), "{seconds} s {nanos} ns");
         }
+    }
+}
+
+/// A member of an organisation on the wire, with its buckets' draws.
+pub fn member_to_proto(
+    id: &TenantId,
+    node: &tollgate_core::organisation::Node,
+    buckets: &[BucketSnapshot],
+) -> v1::OrganizationMember {
+    let member = node.member_of.as_ref();
+    v1::OrganizationMember {
+        member_id: id.to_string(),
+        is_organization: node.organisation.is_some(),
+        guaranteed_rates: member
+            .map(|m| {
+                m.guaranteed
+                    .iter()
+                    .map(|(b, r)| (b.to_string(), *r))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        since: member.map(|m| timestamp_to_proto(m.since)),
+        buckets: buckets
+            .iter()
+            .map(|b| member_bucket_to_proto(b, member))
+            .collect(),
+    }
+}
+
+fn member_bucket_to_proto(
+    snapshot: &BucketSnapshot,
+    member: Option<&tollgate_core::organisation::Member>,
+) -> v1::MemberBucket {
+    let head = &snapshot.head;
+    let draw = head.draw.as_deref();
+    let drawn_rate = head.state.drawn.map_or(0.0, |d| d.rate);
+    let wanted = draw.map_or(0.0, |d| d.wants);
+    let guaranteed = member
+        .map_or(0.0, |m| m.guaranteed_rate(&snapshot.key.bucket))
+        .min(wanted);
+    v1::MemberBucket {
+        bucket: snapshot.key.bucket.to_string(),
+        limits: Some(v1::ResourceLimits {
+            refill_rate: head.state.limits.refill_rate,
+            burst_limit: head.state.limits.burst_limit,
+        }),
+        drawing: head.state.drawn.is_some(),
+        wanted_rate: wanted,
+        drawn_rate,
+        drawn_tokens: draw.map_or(0.0, |d| d.last_granted),
+        guaranteed_rate: guaranteed,
+        borrowed_rate: (drawn_rate - guaranteed).max(0.0),
+        next_draw: draw.map(|d| timestamp_to_proto(d.next)),
+        draws: draw.map_or(0, |d| d.draws),
+        consumption: Some((&head.totals.consumption).into()),
+        granted_tokens: head.totals.granted_tokens,
     }
 }

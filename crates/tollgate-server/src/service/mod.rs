@@ -45,8 +45,8 @@ pub use token_bucket::TokenBucketService;
 
 use std::time::Duration;
 
-use tollgate_core::organisation::TreeError;
 use tollgate_core::key_bucket::CheckError;
+use tollgate_core::organisation::TreeError;
 use tollgate_core::tier::TierError;
 use tollgate_core::{InvalidInput, RequestError, TenantRefused};
 use tonic::Status;

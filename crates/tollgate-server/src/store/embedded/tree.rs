@@ -81,7 +81,11 @@ pub(super) fn change(
     };
     let members = nodes
         .values()
-        .filter(|n| n.member_of.as_ref().is_some_and(|m| &m.organisation == first))
+        .filter(|n| {
+            n.member_of
+                .as_ref()
+                .is_some_and(|m| &m.organisation == first)
+        })
         .count();
     let rows = TreeRows {
         nodes,

@@ -103,7 +103,11 @@ pub(super) async fn token_bucket_batch(
         let lock_tenants: Vec<&str> = parents.lock.iter().map(|k| k.tenant.as_str()).collect();
         let lock_buckets: Vec<&str> = parents.lock.iter().map(|k| k.bucket.as_str()).collect();
         let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_tenants, &lock_buckets];
-        let tenants: Vec<&str> = parents.tenants().into_iter().map(TenantId::as_str).collect();
+        let tenants: Vec<&str> = parents
+            .tenants()
+            .into_iter()
+            .map(TenantId::as_str)
+            .collect();
         let tenant_params: [&(dyn ToSql + Sync); 1] = [&tenants];
         let mut windows = WindowColumns::default();
         for (key, window) in &parents.windows {
@@ -142,15 +146,13 @@ pub(super) async fn token_bucket_batch(
     );
     let answers = pending
         .iter()
-        .map(
-            |p| match batch.serve(&p.key, &p.request, now, config) {
-                Answer::Granted(grant) => Some(Ok(grant)),
-                Answer::Refused(e) => Some(Err(e.into())),
-                Answer::NotFound => Some(Err(StoreError::not_found(&p.key))),
-                Answer::TenantRefused(e) => Some(Err(e.into())),
-                Answer::Deferred => None,
-            },
-        )
+        .map(|p| match batch.serve(&p.key, &p.request, now, config) {
+            Answer::Granted(grant) => Some(Ok(grant)),
+            Answer::Refused(e) => Some(Err(e.into())),
+            Answer::NotFound => Some(Err(StoreError::not_found(&p.key))),
+            Answer::TenantRefused(e) => Some(Err(e.into())),
+            Answer::Deferred => None,
+        })
         .collect();
 
     // Write back in one round trip, one statement per kind of write.

@@ -153,8 +153,8 @@ use tollgate_core::budget::delivery::{Attempt, Backoff};
 use tollgate_core::organisation::{Node, TreeChange};
 
 use super::{
-    AdminCall, BucketSettings, NodeFilter, BucketSnapshot, ClaimedEvent, Clock, ClosedEntry, Counters, Counts,
-    DeletedTenant, KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange, PrunedRecords,
+    AdminCall, BucketSettings, BucketSnapshot, ClaimedEvent, Clock, ClosedEntry, Counters, Counts,
+    DeletedTenant, KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange, NodeFilter, PrunedRecords,
     PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
     TenantChangeOutcome, TenantView,
 };

@@ -61,8 +61,8 @@ pub(super) async fn change(
         has_buckets,
         members: usize::try_from(members).unwrap_or(usize::MAX),
     };
-    let written = organisation::apply(change, &rows, now)
-        .map_err(|e| TxError::Store(StoreError::Tree(e)))?;
+    let written =
+        organisation::apply(change, &rows, now).map_err(|e| TxError::Store(StoreError::Tree(e)))?;
     for (id, node) in &written {
         if node.is_empty() {
             txn.execute(&delete, &[&id.as_str()]).await?;
@@ -107,9 +107,7 @@ pub(super) async fn read(
         }
         NodeFilter::Ids(ids) => {
             let ids: Vec<&str> = ids.iter().map(TenantId::as_str).collect();
-            client
-                .query(&list, &[&"ids", &None::<&str>, &ids])
-                .await?
+            client.query(&list, &[&"ids", &None::<&str>, &ids]).await?
         }
     };
     Ok(from_rows(&found)?.into_iter().collect())

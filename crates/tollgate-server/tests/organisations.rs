@@ -1,0 +1,441 @@
+//! Organisations through the wire contract alone, on the embedded store
+//! and PostgreSQL, with the store's clock moved by the test: an
+//! organisation limited to R, members whose own limits are above R, pods
+//! sending `TokenBucket` requests once a second. Together the members
+//! admit at most R·T + burst + ε·R·T, split by demand; an idle member's
+//! part goes to the others within two draw periods; a guarantee is met
+//! within two periods of its member waking; a member taken out runs on
+//! its own limits at once; totals are exact throughout. Refusals name
+//! their field or reason and change nothing.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use support::server::TestServer;
+use support::{Backend, Backing, ManualClock};
+use tollgate_proto::v1;
+use tollgate_proto::v1::admin_client::AdminClient;
+use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
+use tollgate_server::store::BucketSettings;
+use tonic::Code;
+use tonic::transport::Channel;
+
+/// The organisation's rate and burst (a draw period of its rate).
+const RATE: f64 = 100.0;
+const BURST: f64 = 1_000.0;
+/// The draw period (the server's default).
+const PERIOD: u32 = 10;
+/// The stated bound's ε (ARCHITECTURE.md, "The stated bound").
+const EPSILON: f64 = 0.12;
+
+struct World {
+    server: TestServer,
+    admin: AdminClient<Channel>,
+    pods: TokenBucketServiceClient<Channel>,
+    clock: ManualClock,
+    /// Each pod's last sequence number and what it was granted last
+    /// (reported as consumed with its next request).
+    pods_state: HashMap<(String, u32), (u64, f64)>,
+    /// Request-unit micros each member's pods reported, exactly.
+    reported: BTreeMap<String, u64>,
+    second: u32,
+    /// Keeps the test's database for the test's life.
+    _backing: Backing,
+}
+
+fn limits_request(tenant: &str, rate: f64, burst: f64) -> v1::UpdateTenantResourceLimitsRequest {
+    v1::UpdateTenantResourceLimitsRequest {
+        tenant_id: tenant.into(),
+        bucket: String::new(),
+        available_tokens: 0.0,
+        refill_rate: rate,
+        burst_limit: burst,
+        as_of: None,
+        as_of_consumed_tokens: 0.0,
+        update_mask: None,
+    }
+}
+
+impl World {
+    /// Organisation `acme` (RATE, BURST) and members `(id, own rate,
+    /// guaranteed rate)`, every bucket empty.
+    async fn new(backend: Backend, members: &[(&str, f64, f64)]) -> World {
+        let clock = ManualClock::default();
+        clock.set_secs(1_800_000_000.0);
+        let backing = Backing::new(backend).await;
+        let store = backing
+            .open_with_clock(BucketSettings::default(), clock.as_clock())
+            .await;
+        let server = TestServer::start(store).await;
+        let mut admin = server.admin().await;
+        let pods = server.pods().await;
+        admin
+            .create_organization(v1::CreateOrganizationRequest {
+                organization_id: "acme".into(),
+                display_name: "Acme Corp".into(),
+            })
+            .await
+            .expect("create the organisation");
+        admin
+            .update_tenant_resource_limits(limits_request("acme", RATE, BURST))
+            .await
+            .expect("the organisation's limits");
+        for (id, own, guaranteed) in members {
+            admin
+                .update_tenant_resource_limits(limits_request(id, *own, *own))
+                .await
+                .expect("a member's own limits");
+            let mut rates = HashMap::new();
+            if *guaranteed > 0.0 {
+                rates.insert(String::new(), *guaranteed);
+            }
+            admin
+                .add_organization_member(v1::AddOrganizationMemberRequest {
+                    organization_id: "acme".into(),
+                    member_id: (*id).into(),
+                    guaranteed_rates: rates,
+                })
+                .await
+                .expect("add a member");
+        }
+        World {
+            _backing: backing,
+            server,
+            admin,
+            pods,
+            clock,
+            pods_state: HashMap::new(),
+            reported: BTreeMap::new(),
+            second: 0,
+        }
+    }
+
+    /// Runs `seconds`: each second every pod of each member `(id, pods,
+    /// wanted per pod per second)` asks for a second of what it wants,
+    /// reporting what it was granted before as consumed. The tokens each
+    /// member's pods were granted.
+    async fn run(&mut self, seconds: u32, demand: &[(&str, u32, f64)]) -> Vec<f64> {
+        let mut granted = vec![0.0; demand.len()];
+        for _ in 0..seconds {
+            for (m, (id, pods, want)) in demand.iter().enumerate() {
+                for pod in 1..=*pods {
+                    let state = self
+                        .pods_state
+                        .entry(((*id).to_owned(), pod))
+                        .or_insert((0, 0.0));
+                    state.0 += 1;
+                    let micros = (state.1 * 1e6).round() as u64;
+                    *self.reported.entry((*id).to_owned()).or_default() += micros;
+                    let answer = self
+                        .pods
+                        .token_bucket(v1::TokenBucketRequest {
+                            tenant_id: (*id).into(),
+                            bucket: String::new(),
+                            instance_id: pod,
+                            instance_lease: b"lease".to_vec(),
+                            seq: state.0,
+                            requested_tokens: *want,
+                            shares: 1.0,
+                            target_request_period: Some(prost_types::Duration {
+                                seconds: 1,
+                                nanos: 0,
+                            }),
+                            consumption_since_last_request: Some(v1::Consumption {
+                                request_unit_micros: micros,
+                                ..v1::Consumption::default()
+                            }),
+                            next_live_instance_id: None,
+                            returned_tokens: 0.0,
+                            fallback_tokens: 0.0,
+                            fallback_duration: None,
+                        })
+                        .await
+                        .unwrap_or_else(|e| panic!("{id} pod {pod}: {e}"))
+                        .into_inner();
+                    state.1 = answer.granted_tokens;
+                    granted[m] += answer.granted_tokens;
+                }
+            }
+            self.clock.advance(Duration::from_secs(1));
+            self.second += 1;
+        }
+        granted
+    }
+
+    /// Every member's exact totals equal what its pods reported.
+    async fn assert_totals_exact(&mut self) {
+        for (id, micros) in &self.reported {
+            let tenant = support::server::get_tenant(&mut self.admin, id)
+                .await
+                .expect("the member");
+            let got = tenant.consumption.expect("totals").request_unit_micros;
+            assert_eq!(got, *micros, "{id}: stored total differs from reported");
+        }
+    }
+
+    async fn organization(&mut self) -> v1::Organization {
+        self.admin
+            .get_organization(v1::GetOrganizationRequest {
+                organization_id: "acme".into(),
+            })
+            .await
+            .expect("the organisation")
+            .into_inner()
+            .organization
+            .expect("an organisation")
+    }
+}
+
+async fn members_share_the_organisations_rate_by_demand(backend: Backend) {
+    let mut w = World::new(backend, &[("a", 1_000.0, 0.0), ("b", 1_000.0, 0.0)]).await;
+    // a's three pods and b's one want 100/s each: 400/s against 100/s.
+    let demand = [("a", 3, 100.0), ("b", 1, 100.0)];
+    w.run(2 * PERIOD, &demand).await;
+    let secs = 120;
+    let got = w.run(secs, &demand).await;
+    let total: f64 = got.iter().sum();
+    let rt = RATE * f64::from(secs);
+    let bound = rt + BURST + EPSILON * rt;
+    assert!(total <= bound, "together {total}, bound {bound}: {got:?}");
+    assert!(
+        total >= 0.9 * rt,
+        "together {total} of {rt}: capacity unused"
+    );
+    let a_share = got[0] / total;
+    eprintln!(
+        "{backend:?}: together {total:.0} in {secs} s ({:.1} % of R·T; bound {bound:.0}); a's share {a_share:.3}",
+        total / rt * 100.0
+    );
+    assert!(
+        (a_share - 0.75).abs() <= 0.05,
+        "a got {a_share} of it, wanting 3/4"
+    );
+    w.assert_totals_exact().await;
+    // The view: each member draws, at most once per period.
+    let org = w.organization().await;
+    assert_eq!(org.members.len(), 2);
+    for member in &org.members {
+        let bucket = &member.buckets[0];
+        assert!(bucket.drawing, "{member:?}");
+        let most = u64::from(w.second / PERIOD + 1);
+        assert!(
+            bucket.draws <= most,
+            "{} draws in {} s",
+            bucket.draws,
+            w.second
+        );
+        assert!(bucket.wanted_rate > 0.0 && bucket.drawn_rate >= 0.0);
+    }
+    // The organisation counts its members' consumption, a period late at
+    // most: never more than they reported.
+    let acme = support::server::get_tenant(&mut w.admin, "acme")
+        .await
+        .expect("the organisation's bucket");
+    let org_micros = acme.consumption.expect("totals").request_unit_micros;
+    let reported: u64 = w.reported.values().sum();
+    assert!(
+        org_micros <= reported && org_micros > 0,
+        "{org_micros} of {reported}"
+    );
+    w.server.stop().await;
+}
+
+async fn an_idle_members_part_goes_to_a_busy_one_within_two_periods(backend: Backend) {
+    // a may have 90/s of its own, b 1000/s.
+    let mut w = World::new(backend, &[("a", 90.0, 0.0), ("b", 1_000.0, 0.0)]).await;
+    w.run(3 * PERIOD, &[("a", 2, 100.0), ("b", 2, 100.0)]).await;
+    // b goes idle: within two draw periods a runs at its own 90/s.
+    w.run(2 * PERIOD, &[("a", 2, 100.0)]).await;
+    let secs = 60;
+    let got = w.run(secs, &[("a", 2, 100.0)]).await;
+    let rate = got[0] / f64::from(secs);
+    eprintln!("{backend:?}: a alone at {rate:.2}/s (its own limit 90/s)");
+    assert!(rate >= 0.95 * 90.0, "a at {rate}/s, its own limit 90/s");
+    assert!(
+        rate <= 90.0 * 1.05 + 90.0 / f64::from(secs) * 2.0,
+        "a at {rate}/s"
+    );
+    w.assert_totals_exact().await;
+    w.server.stop().await;
+}
+
+async fn a_guarantee_is_met_within_two_periods_of_waking(backend: Backend) {
+    let mut w = World::new(backend, &[("a", 1_000.0, 0.0), ("b", 1_000.0, 40.0)]).await;
+    // a alone takes all of it.
+    w.run(6 * PERIOD, &[("a", 4, 100.0)]).await;
+    // b wakes, wanting 100/s: from two periods on it has its 40/s.
+    let both = [("a", 4, 100.0), ("b", 1, 100.0)];
+    w.run(2 * PERIOD, &both).await;
+    let secs = 60;
+    let got = w.run(secs, &both).await;
+    let b_rate = got[1] / f64::from(secs);
+    eprintln!(
+        "{backend:?}: b woken at {b_rate:.2}/s (guaranteed 40), a at {:.2}/s",
+        got[0] / f64::from(secs)
+    );
+    assert!(b_rate >= 0.95 * 40.0, "b at {b_rate}/s, guaranteed 40/s");
+    let total: f64 = got.iter().sum();
+    let rt = RATE * f64::from(secs);
+    assert!(total <= rt + BURST + EPSILON * rt, "together {total}");
+    w.assert_totals_exact().await;
+    w.server.stop().await;
+}
+
+async fn a_member_taken_out_runs_on_its_own_limits_at_once(backend: Backend) {
+    let mut w = World::new(backend, &[("a", 1_000.0, 0.0)]).await;
+    w.run(3 * PERIOD, &[("a", 2, 300.0)]).await;
+    let answer = w
+        .admin
+        .remove_organization_member(v1::RemoveOrganizationMemberRequest {
+            member_id: "a".into(),
+        })
+        .await
+        .expect("remove")
+        .into_inner();
+    assert_eq!(answer.organization_id, "acme");
+    // From the next second on, a gets its own 600/s (well above 100/s).
+    w.run(1, &[("a", 2, 300.0)]).await;
+    let got = w.run(10, &[("a", 2, 300.0)]).await;
+    eprintln!("{backend:?}: a out of acme at {:.1}/s", got[0] / 10.0);
+    assert!(
+        got[0] >= 0.95 * 600.0 * 10.0,
+        "a got {}/s after leaving",
+        got[0] / 10.0
+    );
+    w.assert_totals_exact().await;
+    let org = w.organization().await;
+    assert!(org.members.is_empty());
+    w.server.stop().await;
+}
+
+async fn refusals_name_their_reason_and_change_nothing(backend: Backend) {
+    let mut w = World::new(backend, &[("a", 1_000.0, 0.0)]).await;
+    let before = w.organization().await;
+    // Pods never draw on the organisation's own bucket.
+    let refused = w
+        .pods
+        .token_bucket(v1::TokenBucketRequest {
+            tenant_id: "acme".into(),
+            instance_id: 1,
+            instance_lease: b"x".to_vec(),
+            seq: 1,
+            requested_tokens: 5.0,
+            ..v1::TokenBucketRequest::default()
+        })
+        .await
+        .expect_err("an organisation's pod");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("organisation"), "{refused:?}");
+
+    let add = |org: &str, member: &str, rate: f64| v1::AddOrganizationMemberRequest {
+        organization_id: org.into(),
+        member_id: member.into(),
+        guaranteed_rates: [(String::new(), rate)].into_iter().collect(),
+    };
+    let cases = [
+        (
+            add("acme", "b", -1.0),
+            Code::InvalidArgument,
+            "guaranteed_rates",
+        ),
+        (
+            add("acme", "b", f64::NAN),
+            Code::InvalidArgument,
+            "guaranteed_rates",
+        ),
+        (
+            add("acme", "bad id!", 1.0),
+            Code::InvalidArgument,
+            "member_id",
+        ),
+        (add("", "b", 1.0), Code::InvalidArgument, "organization_id"),
+        (add("nobody", "b", 1.0), Code::NotFound, "nobody"),
+        (add("acme", "acme", 1.0), Code::FailedPrecondition, "acme"),
+    ];
+    for (request, code, says) in cases {
+        let e = w
+            .admin
+            .add_organization_member(request.clone())
+            .await
+            .expect_err("refused");
+        assert_eq!(e.code(), code, "{request:?}: {e:?}");
+        assert!(e.message().contains(says), "{request:?}: {e:?}");
+    }
+    // A tenant with buckets cannot become an organisation; an organisation
+    // cannot be made twice, nor deleted with members.
+    let create = |id: &str| v1::CreateOrganizationRequest {
+        organization_id: id.into(),
+        display_name: String::new(),
+    };
+    let e = w
+        .admin
+        .create_organization(create("a"))
+        .await
+        .expect_err("a has buckets");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    let e = w
+        .admin
+        .create_organization(create("acme"))
+        .await
+        .expect_err("twice");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    let e = w
+        .admin
+        .delete_organization(v1::DeleteOrganizationRequest {
+            organization_id: "acme".into(),
+        })
+        .await
+        .expect_err("has members");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    // a belongs to acme: another organisation cannot take it.
+    w.admin
+        .create_organization(create("other"))
+        .await
+        .expect("other");
+    let e = w
+        .admin
+        .add_organization_member(add("other", "a", 0.0))
+        .await
+        .expect_err("a is acme's");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    // Five organisations deep is one too many; a cycle is refused.
+    for (parent, child) in [("o1", "o2"), ("o2", "o3"), ("o3", "o4")] {
+        for id in [parent, child] {
+            let _ = w.admin.create_organization(create(id)).await;
+        }
+        w.admin
+            .add_organization_member(add(parent, child, 0.0))
+            .await
+            .expect("nest");
+    }
+    let e = w
+        .admin
+        .add_organization_member(add("o4", "o1", 0.0))
+        .await
+        .expect_err("a cycle");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    w.admin
+        .add_organization_member(add("o4", "t", 0.0))
+        .await
+        .expect("a tenant 4 deep");
+    w.admin.create_organization(create("o0")).await.expect("o0");
+    let e = w
+        .admin
+        .add_organization_member(add("o0", "o1", 0.0))
+        .await
+        .expect_err("5 deep");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("at most 4"), "{e:?}");
+    assert_eq!(w.organization().await.members, before.members);
+    w.server.stop().await;
+}
+
+for_each_store!(
+    members_share_the_organisations_rate_by_demand,
+    an_idle_members_part_goes_to_a_busy_one_within_two_periods,
+    a_guarantee_is_met_within_two_periods_of_waking,
+    a_member_taken_out_runs_on_its_own_limits_at_once,
+    refusals_name_their_reason_and_change_nothing,
+);
