@@ -59,6 +59,11 @@
 //! since its last draw with each draw, so the organisation's totals (and
 //! budgets) count its members' use, one period late.
 //!
+//! A bucket's first draw from an organisation starts it empty (its debt
+//! kept): tokens it held on its own are not carried in, so that
+//! everything it hands out from then on comes out of the organisation's
+//! bucket.
+//!
 //! A member silent for two draw periods is taken out of its
 //! organisation's shares ([`parent_config`]). Until then, what it does not
 //! use waits in the organisation's bucket, up to its burst limit, for the
@@ -360,7 +365,7 @@ pub fn create(
 pub fn validate_guarantees(guaranteed: &BTreeMap<BucketName, f64>) -> Result<(), InvalidInput> {
     for (bucket, rate) in guaranteed {
         validate::non_negative(
-            &format!("guaranteed_rates[{bucket:?}]"),
+            &format!("guaranteed_rates[{:?}]", bucket.as_str()),
             *rate,
             MAX_REFILL_RATE,
         )?;
@@ -576,7 +581,20 @@ pub fn settle(
     now: Timestamp,
     period: Duration,
 ) {
-    head.state.refill(now, period);
+    let first = !head
+        .draw
+        .as_ref()
+        .is_some_and(|d| d.organisation == member.organisation && d.member_id == member.member_id);
+    if first {
+        // From its first draw on, everything the bucket hands out comes
+        // from the organisation: tokens it held on its own stay out (its
+        // debt stays in), and it refills only by what it draws.
+        head.state.refill(now, period);
+        head.state.tokens = head.state.tokens.min(0.0);
+        head.state.tokens_avg = head.state.tokens_avg.min(0.0);
+    } else {
+        head.state.refill(now, period);
+    }
     // What the last draw has yet to deliver comes with the new one.
     let undelivered = head
         .state

@@ -32,6 +32,7 @@ mod budget;
 mod check;
 mod closing;
 mod image;
+mod org;
 mod pod;
 mod remote;
 mod serve;
@@ -85,6 +86,9 @@ enum Command {
     Tenant(tenant::TenantArgs),
     /// Define tiers (named sets of bucket limits) on a running server.
     Tier(tier::TierArgs),
+    /// Organisations: tenants whose buckets share an organisation's
+    /// limits, with guarantees and borrowing, on a running server.
+    Org(org::OrgArgs),
     /// Set, show and clear budgets per billing cycle of tenants' buckets
     /// on a running server.
     Budget(budget::BudgetArgs),
@@ -145,6 +149,7 @@ fn main() -> ExitCode {
         Command::Import(args) => with_text_logs(image::import(args)),
         Command::Tenant(args) => with_text_logs(tenant::run(args)),
         Command::Tier(args) => with_text_logs(tier::run(args)),
+        Command::Org(args) => with_text_logs(org::run(args)),
         Command::Budget(args) => with_text_logs(budget::run(args)),
         Command::Usage(args) => with_text_logs(budget::usage(args)),
         Command::Check(args) => match with_text_logs(check::run(args)) {

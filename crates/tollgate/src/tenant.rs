@@ -29,7 +29,7 @@ use tollgate_proto::v1::{self, admin_client::AdminClient};
 
 use crate::closing;
 use crate::output::{self, Table, field, rfc3339, seconds};
-use crate::remote::{ActorArg, AdminServerArg, rpc_error};
+use crate::remote::{ActorArg, AdminConnection, AdminServerArg, rpc_error};
 
 #[derive(Debug, Args)]
 pub struct TenantArgs {
@@ -152,15 +152,22 @@ enum TenantCommand {
 }
 
 #[derive(Debug, Args)]
+struct SetLimitsArgs {
+    #[arg(long)]
+    tenant: String,
+    #[command(flatten)]
+    values: LimitValues,
+}
+
+/// What `set-limits` sets, of a tenant's or an organisation's bucket.
+#[derive(Debug, Args)]
 #[command(group(
     clap::ArgGroup::new("values")
         .args(["available", "refill_rate", "burst_limit"])
         .multiple(true)
         .required(true)
 ))]
-struct SetLimitsArgs {
-    #[arg(long)]
-    tenant: String,
+pub(crate) struct LimitValues {
     /// The tenant's bucket (a rate-limited action); empty for its
     /// request-unit bucket.
     #[arg(long, default_value = "")]
@@ -196,7 +203,7 @@ struct SetLimitsArgs {
     actor: ActorArg,
 }
 
-impl SetLimitsArgs {
+impl LimitValues {
     /// The values given, as an update mask; none when all three are (the
     /// update replaces them all, as servers before masks understand).
     fn update_mask(&self) -> Option<prost_types::FieldMask> {
@@ -229,31 +236,7 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
         TenantCommand::Describe { tenant, json } => {
             tiering::describe(&mut client, tenant, json).await
         }
-        TenantCommand::SetLimits(a) => {
-            let update_mask = a.update_mask();
-            let response = client
-                .update_tenant_resource_limits(a.actor.request(
-                    v1::UpdateTenantResourceLimitsRequest {
-                        tenant_id: a.tenant.clone(),
-                        bucket: a.bucket.clone(),
-                        available_tokens: a.available.unwrap_or_default(),
-                        refill_rate: a.refill_rate.unwrap_or_default(),
-                        burst_limit: a.burst_limit.unwrap_or_default(),
-                        as_of: a.as_of.map(prost_types::Timestamp::from),
-                        as_of_consumed_tokens: a.as_of_consumed.unwrap_or_default(),
-                        update_mask,
-                    },
-                ))
-                .await
-                .map_err(|status| set_limits_error(&a, status))?;
-            let tenant = response.into_inner().tenant.unwrap_or_default();
-            if let Some(warning) =
-                tiering::managed_bucket_warning(&mut client, &a.tenant, &a.bucket).await
-            {
-                eprintln!("warning: {warning}");
-            }
-            print_tenant(&tenant, a.json)
-        }
+        TenantCommand::SetLimits(a) => set_limits(&mut client, &a.tenant, &a.values).await,
         TenantCommand::Show {
             tenant,
             json,
@@ -502,7 +485,34 @@ impl TenantStateJson {
 /// A refused `set-limits`, in the command's terms: a partial update of a
 /// bucket that does not exist yet names the flags it needs rather than the
 /// request's fields (`update_mask`, `available_tokens`).
-fn set_limits_error(a: &SetLimitsArgs, status: tonic::Status) -> anyhow::Error {
+/// `set-limits` of `tenant`'s bucket (a tenant's or an organisation's).
+pub(crate) async fn set_limits(
+    client: &mut AdminConnection,
+    tenant: &str,
+    a: &LimitValues,
+) -> anyhow::Result<()> {
+    let update_mask = a.update_mask();
+    let response = client
+        .update_tenant_resource_limits(a.actor.request(v1::UpdateTenantResourceLimitsRequest {
+            tenant_id: tenant.to_owned(),
+            bucket: a.bucket.clone(),
+            available_tokens: a.available.unwrap_or_default(),
+            refill_rate: a.refill_rate.unwrap_or_default(),
+            burst_limit: a.burst_limit.unwrap_or_default(),
+            as_of: a.as_of.map(prost_types::Timestamp::from),
+            as_of_consumed_tokens: a.as_of_consumed.unwrap_or_default(),
+            update_mask,
+        }))
+        .await
+        .map_err(|status| set_limits_error(tenant, a, status))?;
+    let answer = response.into_inner().tenant.unwrap_or_default();
+    if let Some(warning) = tiering::managed_bucket_warning(client, tenant, &a.bucket).await {
+        eprintln!("warning: {warning}");
+    }
+    print_tenant(&answer, a.json)
+}
+
+fn set_limits_error(tenant: &str, a: &LimitValues, status: tonic::Status) -> anyhow::Error {
     let new_bucket_needs_all = status.code() == tonic::Code::InvalidArgument
         && status.message().starts_with("update_mask:")
         && status.message().contains("does not exist");
@@ -525,7 +535,7 @@ fn set_limits_error(a: &SetLimitsArgs, status: tonic::Status) -> anyhow::Error {
     rpc_error(tonic::Status::invalid_argument(format!(
         "{bucket} of tenant {:?} does not exist yet: creating it needs all of --available, \
          --refill-rate and --burst-limit (given: {})",
-        a.tenant,
+        tenant,
         given.join(", ")
     )))
 }
