@@ -501,7 +501,12 @@ pub struct Draw {
 /// member draws about once a period) leaves the shares, so what it no
 /// longer wants goes to the others.
 pub fn parent_config(config: &GlobalBucketConfig) -> GlobalBucketConfig {
-    let silent = config.draw_period.saturating_mul(2);
+    // (At least a second: a draw period of zero, which draws on every
+    // request, must not take every other member for silent.)
+    let silent = config
+        .draw_period
+        .saturating_mul(2)
+        .max(Duration::from_secs(1));
     GlobalBucketConfig {
         inactivity_timeout: config.inactivity_timeout.min(silent),
         reported_dead_timeout: config.reported_dead_timeout.min(silent),

@@ -150,6 +150,14 @@ pub struct ServeOptions {
     #[arg(long, value_name = "DURATION")]
     pub reported_dead_timeout: Option<HumanDuration>,
 
+    /// How often a bucket of an organisation's member draws its refill
+    /// from the organisation's bucket (docs/organisations.md): the
+    /// organisation's row is written once per member bucket per period.
+    /// `0s` draws on every request (every pod request then waits on the
+    /// organisation's row; for measuring that only).
+    #[arg(long, value_name = "DURATION")]
+    pub draw_period: Option<HumanDuration>,
+
     /// Pod-facing requests (token buckets, checks, partition exchanges)
     /// pending in the store at once; beyond them a request is refused at
     /// once with UNAVAILABLE and a retry hint, so an overloaded server
@@ -598,6 +606,7 @@ impl ServeConfig {
             grant_policy = bucket.policy.name(),
             inactivity_timeout = %humantime::format_duration(bucket.inactivity_timeout),
             reported_dead_timeout = %humantime::format_duration(bucket.reported_dead_timeout),
+            draw_period = %humantime::format_duration(bucket.draw_period),
             log_format = %self.log_format,
             metrics_listen = %self.metrics_listen.map_or_else(|| "off".to_owned(), |a| a.to_string()),
             metrics_store_read_interval = %humantime::format_duration(self.metrics_store_read_interval),
@@ -775,6 +784,7 @@ impl Layers {
                     "reported-dead-timeout",
                 )?
                 .0,
+                draw_period: required(options.draw_period, "draw-period")?.0,
                 ..GlobalBucketConfig::default()
             },
             unconfigured_tenants,
@@ -934,6 +944,7 @@ fn component_default(id: &str) -> Option<String> {
         "grant_policy" => bucket.policy.name().to_owned(),
         "inactivity_timeout" => duration(bucket.inactivity_timeout),
         "reported_dead_timeout" => duration(bucket.reported_dead_timeout),
+        "draw_period" => duration(bucket.draw_period),
         "max_pending_requests" => {
             tollgate_server::service::admission::DEFAULT_MAX_PENDING.to_string()
         }

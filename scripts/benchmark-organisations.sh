@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# What an organisation costs the token-bucket path, in one run, on both
+# stores: 1 000 tenants with a pod each (closed loop, `tollgate bench`),
+# on their own ("plain"); then the same tenants as the members of one
+# organisation whose request-unit bucket never binds ("org": each member
+# bucket draws from it once per draw period, 10 s); then the same with
+# `--draw-period 0s` ("locked": every pod request locks and writes the
+# organisation's row, the alternative the design avoids). The kinds take
+# turns, round after round, each on a fresh store; the spread between
+# rounds of one kind is printed beside each ratio. After each "org" run,
+# the organisation's view says how many draws its members made: at most
+# one per member bucket per draw period.
+#
+# Usage: scripts/benchmark-organisations.sh   (ROUNDS=3, DURATION=8s,
+#        TENANTS=1000, STORES="embedded postgres")
+# Needs: a PostgreSQL server (DATABASE_URL, default
+# postgres://postgres@127.0.0.1:5432/postgres), psql, python3.
+# Results go to target/benchmarks-organisations/ (one JSON per run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-8s}
+STORES=${STORES:-embedded postgres}
+TENANTS=${TENANTS:-1000}
+INSTANCES=1
+BASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+OUT=target/benchmarks-organisations
+BIN=target/release/tollgate
+PORT=${PORT:-50661}
+SERVER=http://127.0.0.1:${PORT}
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
+PSQL=${PSQL:-psql}
+DB=tollgate_bench_organisations
+BENCH_URL=$(database_url "$BASE_URL" "$DB")
+
+build_fresh
+
+# One organisation, a bucket that never binds, every bench tenant in it.
+organise() {
+    local t=(env TOLLGATE_SERVER="$SERVER" "$BIN")
+    "${t[@]}" org create --org acme >/dev/null
+    "${t[@]}" org set-limits --org acme --available 1e12 --refill-rate 1e12 --burst-limit 1e12 >/dev/null
+    seq 0 $((TENANTS - 1)) | xargs -P 8 -I{} env TOLLGATE_SERVER="$SERVER" "$BIN" org add-tenant --org acme --tenant "bench-{}" >/dev/null
+}
+
+# Draws per member: the most any member made, and the mean.
+draws() {
+    TOLLGATE_SERVER=$SERVER "$BIN" org show --org acme --json >"$OUT/$1-org.json"
+    python3 - "$OUT/$1-org.json" <<'PY'
+import json, sys
+org = json.load(open(sys.argv[1]))
+draws = [b["draws"] for m in org["members"] for b in m["buckets"]]
+print(f"    {len(org['members'])} members: {sum(draws)} draws, at most {max(draws)} by one, mean {sum(draws) / len(draws):.2f}")
+PY
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+    case $((round % 3)) in
+    1) order="plain org locked" ;;
+    2) order="org locked plain" ;;
+    0) order="locked plain org" ;;
+    esac
+    for kind in $order; do
+        for store in $STORES; do
+            echo "==> round $round/$ROUNDS: $store store, $kind"
+            # shellcheck disable=SC2207
+            args=($(fresh_store "$store"))
+            if [[ $kind == locked ]]; then args+=(--draw-period 0s); fi
+            start_server "${args[@]}"
+            if [[ $kind != plain ]]; then organise; fi
+            bench "$store-$kind-r$round"
+            if [[ $kind != plain ]]; then draws "$store-$kind-r$round"; fi
+            stop_server
+        done
+    done
+done
+if [[ " $STORES " == *" postgres "* ]]; then
+    "$PSQL" -q "$BASE_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)"
+fi
+
+python3 scripts/bench-summary.py "$OUT" "$ROUNDS" "$STORES" plain org "an organisation" requests/s
+python3 scripts/bench-summary.py "$OUT" "$ROUNDS" "$STORES" plain locked "the organisation's row locked per request" requests/s
