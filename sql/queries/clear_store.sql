@@ -10,3 +10,4 @@ DELETE FROM tollgate_closed_buckets;
 DELETE FROM tollgate_tenant_states;
 DELETE FROM tollgate_budget_cycles;
 DELETE FROM tollgate_budget_events;
+DELETE FROM tollgate_organisation_nodes;

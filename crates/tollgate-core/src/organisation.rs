@@ -94,6 +94,16 @@ pub const MAX_NAME_LEN: usize = 256;
 /// How often a member bucket draws from its organisation by default.
 pub const DEFAULT_DRAW_PERIOD: Duration = Duration::from_secs(10);
 
+/// The shortest period a draw asks for: with a draw period below it (0
+/// draws on every request), each draw still asks for a second of what
+/// the member wants.
+const MIN_ASK_PERIOD: Duration = Duration::from_secs(1);
+
+/// The period a draw asks for.
+fn ask_period(draw_period: Duration) -> Duration {
+    draw_period.max(MIN_ASK_PERIOD)
+}
+
 /// Where an id stands in the tree: one row per id that is an organisation
 /// or a member of one (or both).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -538,8 +548,9 @@ pub fn ask(
     member: &Member,
     pending: f64,
     now: Timestamp,
-    period: Duration,
+    draw_period: Duration,
 ) -> (TokenBucketRequest, f64) {
+    let period = ask_period(draw_period);
     let same = head
         .draw
         .as_ref()
@@ -648,7 +659,7 @@ pub fn settle(
         draws: draws + 1,
         last_rate: rate,
         last_granted: granted,
-        wants: ask.requested_tokens / period.as_secs_f64(),
+        wants: ask.requested_tokens / ask.target_request_period.as_secs_f64(),
     }));
 }
 

@@ -152,14 +152,20 @@ async fn the_organisations_bound_holds_across_two_replicas() {
         total / rt * 100.0
     );
     assert!(total <= bound, "granted {total} together, bound {bound}");
-    assert!(total >= 0.8 * rt, "granted {total} of {rt}: capacity unused");
+    assert!(
+        total >= 0.8 * rt,
+        "granted {total} of {rt}: capacity unused"
+    );
     let mut all = 0;
     for member in MEMBERS {
         let tenant = support::server::get_tenant(&mut admin, member)
             .await
             .expect("the member");
         let stored = tenant.consumption.expect("totals").request_unit_micros;
-        assert_eq!(stored, reported[member], "{member}: totals differ from reported");
+        assert_eq!(
+            stored, reported[member],
+            "{member}: totals differ from reported"
+        );
         all += stored;
     }
     let org = support::server::get_tenant(&mut admin, "acme")
@@ -180,7 +186,11 @@ async fn the_organisations_bound_holds_across_two_replicas() {
     for member in &view.members {
         let draws = member.buckets[0].draws;
         eprintln!("{}: {draws} draws in {secs:.1} s", member.member_id);
-        assert!(draws <= most, "{}: {draws} draws, at most {most}", member.member_id);
+        assert!(
+            draws <= most,
+            "{}: {draws} draws, at most {most}",
+            member.member_id
+        );
     }
     for replica in replicas {
         replica.stop().await;

@@ -19,6 +19,7 @@ use support::{Backend, Backing, ManualClock, bucket_name, definition, tenant_id,
 use tokio::sync::mpsc;
 use tollgate_core::budget::{AtLimit, Budget, CycleRule, Period};
 use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem};
+use tollgate_core::organisation::TreeChange;
 use tollgate_core::tenant_state::StateChange;
 use tollgate_core::tier::{BucketKind, TenantChange, Tier};
 use tollgate_core::{
@@ -27,7 +28,8 @@ use tollgate_core::{
 };
 use tollgate_server::store::image::write_line;
 use tollgate_server::store::{
-    BucketSettings, Counts, ImageError, Record, RecordSink, Store, StoreError, StoreImage,
+    BucketSettings, Counts, ImageError, NodeFilter, Record, RecordSink, Store, StoreError,
+    StoreImage,
 };
 
 /// A pod's request: instance `instance` of lease `lease`, number `seq`.
@@ -172,6 +174,56 @@ async fn populate(store: &dyn Store, clock: &ManualClock, seed: u64) -> History 
                 .expect("budget");
         }
     }
+    // An organisation over some of the tenants, one nested under it, so
+    // that the tree, the members' draws and their guarantees move with
+    // the store.
+    let org = tenant_id(&format!("org-{seed}"));
+    let sub = tenant_id(&format!("sub-{seed}"));
+    for id in [&org, &sub] {
+        store
+            .change_tree(&TreeChange::Create {
+                organisation: id.clone(),
+                display_name: format!("Org {seed}"),
+            })
+            .await
+            .expect("create an organisation");
+        store
+            .update_limits(
+                &BucketKey::request_units(id.clone()),
+                &LimitsUpdate {
+                    available_tokens: 50.0,
+                    limits: Limits {
+                        refill_rate: rng.random_range(5.0..50.0),
+                        burst_limit: 200.0,
+                    },
+                    as_of: None,
+                    as_of_consumed_tokens: 0.0,
+                    mask: LimitsMask::ALL,
+                },
+            )
+            .await
+            .expect("an organisation's limits");
+    }
+    store
+        .change_tree(&TreeChange::Join {
+            organisation: org.clone(),
+            member: sub.clone(),
+            guaranteed: BTreeMap::new(),
+        })
+        .await
+        .expect("nest");
+    for (i, tenant) in tenants.iter().enumerate().skip(2) {
+        let parent = if i % 2 == 0 { &org } else { &sub };
+        let guaranteed = BTreeMap::from([(BucketName::REQUEST_UNITS, rng.random_range(0.0..5.0))]);
+        store
+            .change_tree(&TreeChange::Join {
+                organisation: parent.clone(),
+                member: tenant_id(tenant),
+                guaranteed,
+            })
+            .await
+            .expect("join");
+    }
     let mut seqs: BTreeMap<(BucketKey, u32), u64> = BTreeMap::new();
     for step in 0..rng.random_range(60..160) {
         clock.advance(Duration::from_millis(rng.random_range(0..90_000)));
@@ -300,6 +352,20 @@ async fn reads(store: &dyn Store, states_of: &[TenantId]) -> String {
         store.tenant_states(states_of).await.expect("tenant states")
     );
     out += &format!("{:?}\n", store.key_counts().await.expect("key counts"));
+    let orgs = store
+        .tree_nodes(&NodeFilter::Organisations)
+        .await
+        .expect("organisations");
+    out += &format!("{orgs:?}\n");
+    for (org, _) in &orgs {
+        out += &format!(
+            "{:?}\n",
+            store
+                .tree_nodes(&NodeFilter::MembersOf(org.clone()))
+                .await
+                .expect("members")
+        );
+    }
     for bucket in &buckets {
         out += &format!(
             "{:?}\n",
@@ -328,7 +394,8 @@ async fn moves_whole(from: Backend, to: Backend, seed: u64) {
             && counts.keys > 0
             && counts.closed_buckets > 0
             && counts.budget_cycles > 0
-            && counts.budget_events > 0,
+            && counts.budget_events > 0
+            && counts.organisation_nodes > 0,
         "seed {seed}: a thin store exercises little: {counts}"
     );
 
@@ -558,8 +625,8 @@ fn errors_name_the_line_and_the_fault() {
             Some("line 1: the first line must be the \"header\" line".into()),
         ),
         (
-            header.replace("\"version\":1", "\"version\":4") + "\n",
-            Some("line 1: written in format version 4 by a newer Tollgate".into()),
+            header.replace("\"version\":1", "\"version\":5") + "\n",
+            Some("line 1: written in format version 5 by a newer Tollgate".into()),
         ),
         (
             header.replace("tollgate-store-export", "something-else") + "\n",

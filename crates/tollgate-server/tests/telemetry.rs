@@ -196,6 +196,32 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
         })
         .await
         .expect("budget for alpha");
+    // Beta belongs to organisation holding, whose bucket it draws from.
+    admin
+        .create_organization(v1::CreateOrganizationRequest {
+            organization_id: "holding".into(),
+            display_name: String::new(),
+        })
+        .await
+        .expect("create holding");
+    admin
+        .update_tenant_resource_limits(v1::UpdateTenantResourceLimitsRequest {
+            tenant_id: "holding".into(),
+            available_tokens: 1_000.0,
+            refill_rate: 100.0,
+            burst_limit: 1_000.0,
+            ..Default::default()
+        })
+        .await
+        .expect("configure holding");
+    admin
+        .add_organization_member(v1::AddOrganizationMemberRequest {
+            organization_id: "holding".into(),
+            member_id: "beta".into(),
+            guaranteed_rates: Default::default(),
+        })
+        .await
+        .expect("beta joins holding");
     let mut answered = 0;
     for seq in 1..=5 {
         for instance in 1..=3 {
@@ -319,7 +345,33 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
     assert_eq!(budget("limit_reached", "alpha"), Some(0.0));
     assert!(budget("forecast_tokens", "alpha").is_some_and(|f| f >= alpha.totals.granted_tokens));
     assert_eq!(budget("amount_tokens", "beta"), None, "beta has no budget");
-    assert_eq!(m["tollgate_tenants"], 2.0);
+    // Beta's draws from holding, as the store has them.
+    let beta = server
+        .store
+        .get_bucket(&BucketKey::request_units(
+            TenantId::parse("t", "beta").expect("id"),
+        ))
+        .await
+        .expect("stored")
+        .head;
+    let draw = beta.draw.as_deref().expect("beta drew from holding");
+    let member = |name: &str| {
+        m.get(&format!(
+            "tollgate_member_{name}{{bucket=\"\",organization=\"holding\",tenant_id=\"beta\"}}"
+        ))
+        .copied()
+    };
+    assert_eq!(member("draws_total"), Some(draw.draws as f64), "{text}");
+    assert_eq!(member("wanted_rate"), Some(draw.wants));
+    assert!(member("drawn_rate").is_some());
+    assert_eq!(member("draws_total").map(|d| d >= 1.0), Some(true));
+    assert!(
+        !m.keys()
+            .any(|k| k.starts_with("tollgate_member_") && k.contains("alpha")),
+        "alpha belongs to no organisation"
+    );
+    // Alpha, beta and holding (whose bucket is a tenant's).
+    assert_eq!(m["tollgate_tenants"], 3.0);
     assert_eq!(m["tollgate_store_up"], 1.0);
     assert_eq!(
         m["tollgate_rpc_requests_total{code=\"OK\",method=\"TokenBucket\"}"],

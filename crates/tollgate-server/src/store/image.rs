@@ -23,6 +23,9 @@
 //! - `closed_bucket`: what is kept of every bucket retired or deleted
 //!   (its last limits and exact totals), by tenant in the order they were
 //!   closed (since format version 2; a version 1 file has none);
+//! - `organisation`: the tree of organisations, a row per id that is an
+//!   organisation or a member of one (since format version 4; a member
+//!   bucket's draws ride in its `bucket` line);
 //! - `end`: how many records of each kind came before it, so that a file
 //!   cut short is told from a whole one.
 //!
@@ -44,6 +47,8 @@ use tollgate_core::{
     BucketKey, BucketName, BucketRow, InstanceState, TenantId, TenantState, TierName, Timestamp,
 };
 
+use tollgate_core::organisation::Node;
+
 use super::{KeptEvent, StoreError};
 
 /// The `format` of the header line.
@@ -51,8 +56,9 @@ pub const FORMAT: &str = "tollgate-store-export";
 /// The newest format version this build writes and reads.
 /// Version 2 added `closed_bucket` and `tenant_state` lines (and their
 /// counts in `end`); version 3 `budget_cycle` and `budget_event` lines (a
-/// head row's budget rides in its `bucket` line).
-pub const FORMAT_VERSION: u32 = 3;
+/// head row's budget rides in its `bucket` line); version 4
+/// `organisation` lines.
+pub const FORMAT_VERSION: u32 = 4;
 
 /// The first line of an export.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -129,6 +135,11 @@ pub enum Record {
         bucket: BucketName,
         event: KeptEvent,
     },
+    /// A row of the tree of organisations.
+    Organisation {
+        tenant: TenantId,
+        node: Node,
+    },
     End(Counts),
 }
 
@@ -189,6 +200,9 @@ pub struct Counts {
     pub budget_cycles: u64,
     #[serde(default)]
     pub budget_events: u64,
+    /// Absent from the end line of a file before format version 4: none.
+    #[serde(default)]
+    pub organisation_nodes: u64,
 }
 
 impl Counts {
@@ -205,6 +219,7 @@ impl Counts {
             Record::ClosedBucket(_) => self.closed_buckets += 1,
             Record::BudgetCycle { .. } => self.budget_cycles += 1,
             Record::BudgetEvent { .. } => self.budget_events += 1,
+            Record::Organisation { .. } => self.organisation_nodes += 1,
             Record::Header(_) | Record::End(_) => {}
         }
     }
@@ -238,6 +253,17 @@ impl fmt::Display for Counts {
                 ", {}, {}",
                 counted(self.budget_cycles, "budget cycle", "budget cycles"),
                 counted(self.budget_events, "budget event", "budget events")
+            )?;
+        }
+        if self.organisation_nodes > 0 {
+            write!(
+                f,
+                ", {}",
+                counted(
+                    self.organisation_nodes,
+                    "organisation row",
+                    "organisation rows"
+                )
             )?;
         }
         Ok(())
@@ -316,6 +342,8 @@ pub struct StoreImage {
     pub cycles: Vec<(BucketKey, CycleRecord)>,
     /// Budget events, each once per bucket, cycle and threshold.
     pub events: Vec<(BucketKey, KeptEvent)>,
+    /// The tree of organisations, by id.
+    pub nodes: Vec<(TenantId, Node)>,
 }
 
 /// Why an export cannot be loaded; nothing was.
@@ -347,6 +375,7 @@ impl StoreImage {
             closed_buckets: self.closed.len() as u64,
             budget_cycles: self.cycles.len() as u64,
             budget_events: self.events.len() as u64,
+            organisation_nodes: self.nodes.len() as u64,
         }
     }
 
@@ -399,6 +428,7 @@ struct ImageReader {
     keys: HashSet<KeyId>,
     check_requests: HashSet<(KeyId, String)>,
     budget_events: HashSet<(BucketKey, i64, String)>,
+    nodes: HashSet<TenantId>,
 }
 
 impl ImageReader {
@@ -565,7 +595,23 @@ impl ImageReader {
                 }
                 self.image.events.push((key, event));
             }
+            Record::Organisation { tenant, node } => {
+                if !self.nodes.insert(tenant.clone()) {
+                    return Err(format!("organisation row {tenant} appears twice"));
+                }
+                if node.is_empty() {
+                    return Err(format!(
+                        "organisation row {tenant} is neither an organisation nor a member"
+                    ));
+                }
+                if let Some(member) = &node.member_of {
+                    tollgate_core::organisation::validate_guarantees(&member.guaranteed)
+                        .map_err(|e| format!("organisation row {tenant}: {e}"))?;
+                }
+                self.image.nodes.push((tenant, node));
+            }
             Record::End(counts) => {
+                self.check_tree()?;
                 for (tenant, record) in &self.image.tenants {
                     if let Some(tier) = record.tier.as_ref().filter(|t| !self.tiers.contains(*t)) {
                         return Err(format!(
@@ -580,6 +626,42 @@ impl ImageReader {
                     ));
                 }
                 self.ended = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that the tree is one: every member's organisation is an
+    /// organisation of the export, no chain loops or runs deeper than the
+    /// rules allow, and member ids are below their organisation's next.
+    fn check_tree(&self) -> Result<(), String> {
+        use tollgate_core::organisation::{self, MAX_DEPTH};
+        let nodes: std::collections::BTreeMap<TenantId, Node> =
+            self.image.nodes.iter().cloned().collect();
+        for (id, node) in &nodes {
+            let Some(member) = &node.member_of else {
+                continue;
+            };
+            let org = nodes
+                .get(&member.organisation)
+                .and_then(|n| n.organisation.as_ref())
+                .ok_or_else(|| {
+                    format!(
+                        "{id} belongs to {}, which the export does not hold as an organisation",
+                        member.organisation
+                    )
+                })?;
+            if member.member_id == 0 || member.member_id >= org.next_member_id {
+                return Err(format!(
+                    "{id} has member id {} in {}, whose next member id is {}",
+                    member.member_id, member.organisation, org.next_member_id
+                ));
+            }
+            let chain = organisation::chain(&nodes, id);
+            if chain.len() > MAX_DEPTH + 1 || chain[1..].contains(id) {
+                return Err(format!(
+                    "{id} lies under more than {MAX_DEPTH} organisations, or under itself"
+                ));
             }
         }
         Ok(())

@@ -46,6 +46,7 @@ use prometheus::{
 };
 use tollgate_core::budget::BudgetView;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
+use tollgate_core::organisation::Draw;
 use tollgate_core::rate_window::WindowRates;
 use tollgate_core::{BucketKey, Grant};
 use tonic::Code;
@@ -762,6 +763,39 @@ const BUDGET_METRICS: [(&str, &str, BudgetValue); 6] = [
     ),
 ];
 
+type MemberValue = fn(&BucketSnapshot, &Draw) -> f64;
+
+/// The per-member-bucket metrics of organisations (as of the bucket's
+/// last draw): name, help, type, value. Only buckets of a member of an
+/// organisation have samples; the organisation's own buckets are a
+/// tenant's (`tenant_id` is the organisation's id).
+const MEMBER_METRICS: [(&str, &str, MetricType, MemberValue); 3] = [
+    (
+        "tollgate_member_wanted_rate",
+        "Tokens per second a member's bucket asked its organisation for at its last draw.",
+        MetricType::GAUGE,
+        |_, d| d.wants,
+    ),
+    (
+        "tollgate_member_drawn_rate",
+        "Tokens per second a member's bucket refills at from its organisation until its draw ends (0 once it has).",
+        MetricType::GAUGE,
+        |b, _| {
+            b.head
+                .state
+                .drawn
+                .filter(|d| d.until > b.read_at)
+                .map_or(0.0, |d| d.rate)
+        },
+    ),
+    (
+        "tollgate_member_draws_total",
+        "Draws a member's bucket made from its organisation's bucket (at most one per draw period).",
+        MetricType::COUNTER,
+        |_, d| d.draws as f64,
+    ),
+];
+
 fn bucket_families(buckets: &[BucketSnapshot]) -> Vec<MetricFamily> {
     let mut families: Vec<MetricFamily> = BUCKET_METRICS
         .iter()
@@ -803,6 +837,29 @@ fn bucket_families(buckets: &[BucketSnapshot]) -> Vec<MetricFamily> {
                         ("tenant_id", b.key.tenant.as_str()),
                     ];
                     sample(&labels, MetricType::GAUGE, value(view))
+                })
+                .collect(),
+        ));
+    }
+    // Each bucket of an organisation's member, with its organisation.
+    let members: Vec<(&BucketSnapshot, &Draw)> = buckets
+        .iter()
+        .filter_map(|b| Some((b, b.head.draw.as_deref()?)))
+        .collect();
+    for (name, help, kind, value) in MEMBER_METRICS {
+        families.push(family(
+            name,
+            help,
+            kind,
+            members
+                .iter()
+                .map(|(b, draw)| {
+                    let labels = [
+                        ("bucket", b.key.bucket.as_str()),
+                        ("organization", draw.organisation.as_str()),
+                        ("tenant_id", b.key.tenant.as_str()),
+                    ];
+                    sample(&labels, kind, value(b, draw))
                 })
                 .collect(),
         ));

@@ -104,6 +104,12 @@ pub(super) fn export(
         )?))?;
     }
     super::budgets::export(&txn, &mut sink)?;
+    let nodes = txn
+        .open_table(super::tree::NODES)
+        .map_err(storage("open organisation nodes"))?;
+    for (tenant, node) in super::tree::read_every(&nodes)? {
+        sink.send_blocking(Record::Organisation { tenant, node })?;
+    }
     sink.end_blocking()
 }
 
@@ -158,6 +164,7 @@ pub(super) fn import(
         .open_table(KEY_REQUESTS)
         .map_err(storage("open key requests"))?;
     keys::write_back(&mut keys_table, &mut requests, &image.keys)?;
+    super::tree::write_all(txn, &image.nodes)?;
     write_closed(txn, &image.closed)?;
     super::budgets::import(txn, image)?;
     Ok(Ok(image.counts()))

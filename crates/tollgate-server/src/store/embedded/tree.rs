@@ -16,6 +16,29 @@ use crate::store::{NodeFilter, StoreError};
 pub(super) const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("organisation_nodes");
 
 /// Every row of the table.
+pub(super) fn read_every(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<BTreeMap<TenantId, Node>, StoreError> {
+    all(table)
+}
+
+/// Writes rows (an import's).
+pub(super) fn write_all(
+    txn: &WriteTransaction,
+    nodes: &[(TenantId, Node)],
+) -> Result<(), StoreError> {
+    let mut table = txn
+        .open_table(NODES)
+        .map_err(storage("open organisation nodes"))?;
+    for (id, node) in nodes {
+        let bytes = encode("encode an organisation node", node)?;
+        table
+            .insert(id.as_str(), bytes.as_slice())
+            .map_err(storage("write an organisation node"))?;
+    }
+    Ok(())
+}
+
 fn all(
     table: &impl ReadableTable<&'static str, &'static [u8]>,
 ) -> Result<BTreeMap<TenantId, Node>, StoreError> {

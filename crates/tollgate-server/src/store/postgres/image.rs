@@ -98,6 +98,10 @@ pub(super) async fn export(inner: &Inner, mut sink: RecordSink) -> Result<Counts
             .await?;
     }
     budgets::export(&txn, &mut sink).await?;
+    let nodes = txn.prepare_cached(sql::EXPORT_NODES).await?;
+    for (tenant, node) in super::tree::from_rows(&txn.query(&nodes, &[]).await?)? {
+        sink.send(Record::Organisation { tenant, node }).await?;
+    }
     txn.commit().await?;
     Ok(sink.end().await?)
 }
@@ -139,6 +143,7 @@ pub(super) async fn import(
             ("closed buckets", held("closed_buckets")?),
             ("budget cycles", held("budget_cycles")?),
             ("budget events", held("budget_events")?),
+            ("organisations", held("organisation_nodes")?),
         ])?;
     }
 
@@ -196,6 +201,7 @@ pub(super) async fn import(
         insert_closed(&txn, chunk).await?;
     }
     budgets::import(&txn, image, IMPORT_CHUNK).await?;
+    super::tree::import(&txn, &image.nodes, IMPORT_CHUNK).await?;
     txn.commit().await.map_err(TxError::Commit)?;
     Ok(image.counts())
 }

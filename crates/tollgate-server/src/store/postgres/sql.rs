@@ -90,3 +90,5 @@ query!(HAS_BUCKETS, "has_buckets.sql");
 query!(UPSERT_NODE, "upsert_node.sql");
 query!(DELETE_NODE, "delete_node.sql");
 query!(LIST_NODES, "list_nodes.sql");
+query!(EXPORT_NODES, "export_nodes.sql");
+query!(INSERT_NODES, "insert_nodes.sql");

@@ -112,3 +112,30 @@ pub(super) async fn read(
     };
     Ok(from_rows(&found)?.into_iter().collect())
 }
+
+/// Writes the tree's rows of an import, `chunk` rows per statement.
+pub(super) async fn import(
+    txn: &deadpool_postgres::Transaction<'_>,
+    nodes: &[(TenantId, Node)],
+    chunk: usize,
+) -> Result<(), TxError> {
+    let insert = txn.prepare_cached(sql::INSERT_NODES).await?;
+    for part in nodes.chunks(chunk.max(1)) {
+        let ids: Vec<&str> = part.iter().map(|(id, _)| id.as_str()).collect();
+        let orgs: Vec<bool> = part.iter().map(|(_, n)| n.organisation.is_some()).collect();
+        let member_of: Vec<Option<&str>> = part
+            .iter()
+            .map(|(_, n)| n.member_of.as_ref().map(|m| m.organisation.as_str()))
+            .collect();
+        let texts = part
+            .iter()
+            .map(|(_, n)| {
+                serde_json::to_string(n)
+                    .map_err(|e| StoreError::internal("encode an organisation node", e))
+            })
+            .collect::<Result<Vec<String>, StoreError>>()?;
+        txn.execute(&insert, &[&ids, &orgs, &member_of, &texts])
+            .await?;
+    }
+    Ok(())
+}
