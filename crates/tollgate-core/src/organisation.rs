@@ -655,7 +655,7 @@ pub fn settle(
         next: now.saturating_add(period),
         asked: 0.0,
         asked_since: now,
-        reported: head.totals.consumption.clone(),
+        reported: head.totals.consumption,
         draws: draws + 1,
         last_rate: rate,
         last_granted: granted,

@@ -427,6 +427,33 @@ pub(super) fn tier_deleted(caller: &Caller, name: &TierName) {
     );
 }
 
+/// Logs a change of the tree of organisations.
+pub(super) fn tree_changed(
+    caller: &Caller,
+    operation: &'static str,
+    change: &tollgate_core::organisation::TreeChange,
+) {
+    use tollgate_core::organisation::TreeChange;
+    let what = match change {
+        TreeChange::Create { organisation, .. } => format!("created organisation {organisation}"),
+        TreeChange::Join {
+            organisation,
+            member,
+            guaranteed,
+        } => format!("put {member} into organisation {organisation} (guaranteed {guaranteed:?})"),
+        TreeChange::Leave { member } => format!("took {member} out of its organisation"),
+        TreeChange::Delete { organisation } => format!("deleted organisation {organisation}"),
+    };
+    tracing::info!(
+        operation,
+        peer = %peer(caller),
+        operator = caller.operator.as_deref(),
+        actor = caller.actor(),
+        actor_note = caller.actor_note(),
+        "{caller} {what}"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use tonic::metadata::MetadataValue;
@@ -479,31 +506,4 @@ mod tests {
         assert_eq!(caller.actor(), None);
         assert!(caller.actor_note().is_some());
     }
-}
-
-/// Logs a change of the tree of organisations.
-pub(super) fn tree_changed(
-    caller: &Caller,
-    operation: &'static str,
-    change: &tollgate_core::organisation::TreeChange,
-) {
-    use tollgate_core::organisation::TreeChange;
-    let what = match change {
-        TreeChange::Create { organisation, .. } => format!("created organisation {organisation}"),
-        TreeChange::Join {
-            organisation,
-            member,
-            guaranteed,
-        } => format!("put {member} into organisation {organisation} (guaranteed {guaranteed:?})"),
-        TreeChange::Leave { member } => format!("took {member} out of its organisation"),
-        TreeChange::Delete { organisation } => format!("deleted organisation {organisation}"),
-    };
-    tracing::info!(
-        operation,
-        peer = %peer(caller),
-        operator = caller.operator.as_deref(),
-        actor = caller.actor(),
-        actor_note = caller.actor_note(),
-        "{caller} {what}"
-    );
 }

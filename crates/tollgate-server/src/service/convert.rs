@@ -453,50 +453,6 @@ pub fn check_answer(answer: &CallAnswer) -> v1::CheckResponse {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps_round_trip_at_microsecond_resolution() {
-        for micros in [0, 1, 999_999, 1_700_000_000_123_456] {
-            let t = Timestamp::from_unix_micros(micros);
-            assert_eq!(timestamp("t", timestamp_to_proto(t)).expect("valid"), t);
-        }
-    }
-
-    #[test]
-    fn malformed_timestamps_and_durations_are_refused() {
-        let bad = [
-            prost_types::Timestamp {
-                seconds: -1,
-                nanos: 0,
-            },
-            prost_types::Timestamp {
-                seconds: 0,
-                nanos: -1,
-            },
-            prost_types::Timestamp {
-                seconds: 0,
-                nanos: 1_000_000_000,
-            },
-            prost_types::Timestamp {
-                seconds: MAX_TIMESTAMP_SECONDS + 1,
-                nanos: 0,
-            },
-        ];
-        for t in bad {
-            assert_eq!(timestamp("as_of", t).expect_err("bad").field, "as_of");
-        }
-        // Negative, or not normalized the way google.protobuf.Duration
-        // requires: refused, not normalized into something else.
-        for (seconds, nanos) in [(-5, 0), (1, 2_000_000_000), (1, -1)] {
-            let d = prost_types::Duration { seconds, nanos };
-            assert!(duration("d", d).is_err(), "{seconds} s {nanos} ns");
-        }
-    }
-}
-
 /// A member of an organisation on the wire, with its buckets' draws.
 pub fn member_to_proto(
     id: &TenantId,
@@ -550,5 +506,49 @@ fn member_bucket_to_proto(
         draws: draw.map_or(0, |d| d.draws),
         consumption: Some((&head.totals.consumption).into()),
         granted_tokens: head.totals.granted_tokens,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_round_trip_at_microsecond_resolution() {
+        for micros in [0, 1, 999_999, 1_700_000_000_123_456] {
+            let t = Timestamp::from_unix_micros(micros);
+            assert_eq!(timestamp("t", timestamp_to_proto(t)).expect("valid"), t);
+        }
+    }
+
+    #[test]
+    fn malformed_timestamps_and_durations_are_refused() {
+        let bad = [
+            prost_types::Timestamp {
+                seconds: -1,
+                nanos: 0,
+            },
+            prost_types::Timestamp {
+                seconds: 0,
+                nanos: -1,
+            },
+            prost_types::Timestamp {
+                seconds: 0,
+                nanos: 1_000_000_000,
+            },
+            prost_types::Timestamp {
+                seconds: MAX_TIMESTAMP_SECONDS + 1,
+                nanos: 0,
+            },
+        ];
+        for t in bad {
+            assert_eq!(timestamp("as_of", t).expect_err("bad").field, "as_of");
+        }
+        // Negative, or not normalized the way google.protobuf.Duration
+        // requires: refused, not normalized into something else.
+        for (seconds, nanos) in [(-5, 0), (1, 2_000_000_000), (1, -1)] {
+            let d = prost_types::Duration { seconds, nanos };
+            assert!(duration("d", d).is_err(), "{seconds} s {nanos} ns");
+        }
     }
 }
