@@ -1,5 +1,6 @@
 # Functions shared by the benchmark scripts, which set OUT, BIN, PORT,
-# SERVER, TENANTS, INSTANCES and DURATION (and METRICS_LISTEN, default
+# SERVER, TENANTS, INSTANCES and DURATION (and WARMUP, default 2s;
+# METRICS_LISTEN, default
 # off; SERVER_BIN, default BIN, is the server's binary; BENCH_CPU, default
 # none, the CPU the load generator is kept on) before calling
 # them: build the
@@ -67,7 +68,7 @@ bench() { # label, extra bench args…
     shift
     echo "==> $label"
     ${BENCH_CPU:+taskset -c "$BENCH_CPU"} "$BIN" bench --server "$SERVER" --tenants "$TENANTS" --instances-per-tenant "$INSTANCES" \
-        --duration "$DURATION" --warmup 2s --json "$@" >"$OUT/$label.json"
+        --duration "$DURATION" --warmup "${WARMUP:-2s}" --json "$@" >"$OUT/$label.json"
 }
 
 rate_of() { python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["requests_per_second"] / 2))' "$1"; }

@@ -432,10 +432,127 @@ async fn refusals_name_their_reason_and_change_nothing(backend: Backend) {
     w.server.stop().await;
 }
 
+async fn an_organisations_tier_and_budget_limit_its_members(backend: Backend) {
+    let mut w = World::new(backend, &[("a", 1_000.0, 0.0), ("b", 1_000.0, 0.0)]).await;
+    // The organisation is put on a tier like a tenant: its `emails` bucket
+    // (5/s, burst 10) limits its members' `emails` buckets (1 000/s each).
+    let emails = |rate: f64, burst: f64| v1::BucketDefinition {
+        bucket: "emails".into(),
+        refill_rate: rate,
+        burst_limit: burst,
+        initial_tokens: Some(0.0),
+        kind: v1::BucketKind::Shared as i32,
+        quota: None,
+    };
+    w.admin
+        .put_tier(v1::PutTierRequest {
+            tier: Some(v1::Tier {
+                name: "team".into(),
+                buckets: vec![emails(5.0, 10.0)],
+                ..v1::Tier::default()
+            }),
+            dry_run: false,
+        })
+        .await
+        .expect("put tier");
+    w.admin
+        .set_tenant_tier(v1::SetTenantTierRequest {
+            tenant_id: "acme".into(),
+            tier: "team".into(),
+            dry_run: false,
+        })
+        .await
+        .expect("the organisation on the tier");
+    for member in ["a", "b"] {
+        w.admin
+            .set_bucket_override(v1::SetBucketOverrideRequest {
+                tenant_id: member.into(),
+                bucket: Some(emails(1_000.0, 1_000.0)),
+            })
+            .await
+            .expect("a member's emails bucket");
+    }
+    // And a budget on its request-unit bucket: 300 tokens a day, then stop.
+    w.admin
+        .set_budget(v1::SetBudgetRequest {
+            tenant_id: "acme".into(),
+            budget: Some(v1::Budget {
+                amount: 300.0,
+                cycle: Some(v1::BudgetCycle {
+                    period: v1::BudgetPeriod::Daily.into(),
+                    ..v1::BudgetCycle::default()
+                }),
+                at_limit: v1::BudgetAtLimit::Stop.into(),
+                ..v1::Budget::default()
+            }),
+        })
+        .await
+        .expect("the organisation's budget");
+    let mut granted = BTreeMap::<(&str, &str), f64>::new();
+    for second in 0..120u64 {
+        for member in ["a", "b"] {
+            for bucket in ["", "emails"] {
+                let answer = w
+                    .pods
+                    .token_bucket(v1::TokenBucketRequest {
+                        tenant_id: member.into(),
+                        bucket: bucket.into(),
+                        instance_id: 1,
+                        instance_lease: b"lease".to_vec(),
+                        seq: second + 1,
+                        requested_tokens: 50.0,
+                        shares: 1.0,
+                        target_request_period: Some(prost_types::Duration {
+                            seconds: 1,
+                            nanos: 0,
+                        }),
+                        ..v1::TokenBucketRequest::default()
+                    })
+                    .await
+                    .unwrap_or_else(|e| panic!("{member} {bucket:?}: {e}"))
+                    .into_inner();
+                *granted.entry((member, bucket)).or_default() += answer.granted_tokens;
+            }
+        }
+        w.clock.advance(Duration::from_secs(1));
+    }
+    let emails_total = granted[&("a", "emails")] + granted[&("b", "emails")];
+    let units_total = granted[&("a", "")] + granted[&("b", "")];
+    eprintln!(
+        "{backend:?}: members' emails {emails_total:.0} in 120 s (tier: 5/s, burst 10); request units {units_total:.0} (budget 300)"
+    );
+    let rt = 5.0 * 120.0;
+    assert!(emails_total <= rt + 10.0 + EPSILON * rt, "emails {emails_total}");
+    assert!(emails_total >= 0.8 * rt, "emails {emails_total}");
+    // The budget caps what the members draw, exactly; their pods may have
+    // been granted, in advance, up to a pod period of what they drew
+    // beyond it (one request of 50 each here).
+    assert!(
+        units_total <= 300.0 + 2.0 * 50.0 + 1e-6,
+        "request units {units_total} past the budget"
+    );
+    let acme = w
+        .admin
+        .get_budget(v1::GetBudgetRequest {
+            tenant_id: "acme".into(),
+            bucket: String::new(),
+        })
+        .await
+        .expect("the organisation's budget")
+        .into_inner()
+        .status
+        .expect("a status");
+    assert_eq!(acme.state, "stopped");
+    assert_eq!(acme.remaining, Some(0.0));
+    assert!(units_total >= 250.0, "request units {units_total}: the budget went unused");
+    w.server.stop().await;
+}
+
 for_each_store!(
     members_share_the_organisations_rate_by_demand,
     an_idle_members_part_goes_to_a_busy_one_within_two_periods,
     a_guarantee_is_met_within_two_periods_of_waking,
     a_member_taken_out_runs_on_its_own_limits_at_once,
     refusals_name_their_reason_and_change_nothing,
+    an_organisations_tier_and_budget_limit_its_members,
 );
