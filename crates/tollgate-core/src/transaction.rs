@@ -248,6 +248,9 @@ enum Closed {
     NotFound,
     /// Its tenant is deleted or suspended.
     Tenant(TenantRefused),
+    /// An organisation's bucket another transaction holds: the draws
+    /// that need it wait for their bucket's next request.
+    Busy,
 }
 
 impl Batch {
@@ -354,14 +357,18 @@ impl Batch {
     }
 
     /// Opens organisation buckets for draws: `keys` with the head rows a
-    /// store found, their tenants' state and tree rows. A missing head row
+    /// store found and locked, those it found held by another transaction
+    /// (`busy`: a store may skip a locked organisation row rather than
+    /// wait on it), their tenants' state and tree rows. A missing head row
     /// means the organisation does not limit that bucket name (never
     /// created by default); a deleted or suspended organisation grants
-    /// nothing.
+    /// nothing; the draws of a busy one are left for their bucket's next
+    /// request.
     pub fn open_parents(
         &mut self,
         keys: impl IntoIterator<Item = BucketKey>,
         mut heads: BTreeMap<BucketKey, BucketRow>,
+        busy: &BTreeSet<BucketKey>,
         states: &BTreeMap<TenantId, TenantState>,
         nodes: &BTreeMap<TenantId, Node>,
     ) {
@@ -369,21 +376,22 @@ impl Batch {
             if self.buckets.contains_key(&key) {
                 continue;
             }
-            let work =
-                if let Err(refused) = tenant_state::admit(&key.tenant, states.get(&key.tenant)) {
-                    Err(Closed::Tenant(refused))
-                } else {
-                    match heads.remove(&key) {
-                        Some(head) => {
-                            let mut work = BucketWork::new(head, true);
-                            let node = nodes.get(&key.tenant);
-                            work.member = node.and_then(|n| n.member_of.clone());
-                            work.organisation = true;
-                            Ok(work)
-                        }
-                        None => Err(Closed::NotFound),
+            let work = if busy.contains(&key) {
+                Err(Closed::Busy)
+            } else if let Err(refused) = tenant_state::admit(&key.tenant, states.get(&key.tenant)) {
+                Err(Closed::Tenant(refused))
+            } else {
+                match heads.remove(&key) {
+                    Some(head) => {
+                        let mut work = BucketWork::new(head, true);
+                        let node = nodes.get(&key.tenant);
+                        work.member = node.and_then(|n| n.member_of.clone());
+                        work.organisation = true;
+                        Ok(work)
                     }
-                };
+                    None => Err(Closed::NotFound),
+                }
+            };
             self.buckets.insert(key, work);
         }
     }
@@ -433,7 +441,6 @@ impl Batch {
         }
         let mine = pending.get(key).copied().unwrap_or(0.0);
         let (ask, guaranteed) = organisation::ask(key, &work.rows.head, &member, mine, now, period);
-        work.drew = true;
         let parent_key = BucketKey::new(member.organisation.clone(), key.bucket.clone());
         *pending.entry(parent_key.clone()).or_default() += ask.requested_tokens;
         // The organisation's own draw first: the rate it hands out is the
@@ -475,7 +482,9 @@ impl Batch {
             }
             Some(Err(Closed::NotFound)) => None,
             Some(Err(Closed::Tenant(_))) => Some(Grant::default()),
-            None => return,
+            // Held by another transaction, or not loaded: the draw waits
+            // for the bucket's next request.
+            Some(Err(Closed::Busy)) | None => return,
         };
         if let Some(Ok(work)) = self.buckets.get_mut(key) {
             organisation::settle(
@@ -486,6 +495,7 @@ impl Batch {
                 now,
                 period,
             );
+            work.drew = true;
             work.dirty = true;
         }
     }
@@ -517,7 +527,7 @@ impl Batch {
         let work = match self.buckets.get_mut(key) {
             Some(Ok(work)) => work,
             Some(Err(Closed::Tenant(refused))) => return Answer::TenantRefused(refused.clone()),
-            Some(Err(Closed::NotFound)) | None => return Answer::NotFound,
+            Some(Err(Closed::NotFound | Closed::Busy)) | None => return Answer::NotFound,
         };
         if work.organisation {
             return Answer::TenantRefused(TenantRefused::Organisation {

@@ -522,7 +522,10 @@ async fn an_organisations_tier_and_budget_limit_its_members(backend: Backend) {
         "{backend:?}: members' emails {emails_total:.0} in 120 s (tier: 5/s, burst 10); request units {units_total:.0} (budget 300)"
     );
     let rt = 5.0 * 120.0;
-    assert!(emails_total <= rt + 10.0 + EPSILON * rt, "emails {emails_total}");
+    assert!(
+        emails_total <= rt + 10.0 + EPSILON * rt,
+        "emails {emails_total}"
+    );
     assert!(emails_total >= 0.8 * rt, "emails {emails_total}");
     // The budget caps what the members draw, exactly; their pods may have
     // been granted, in advance, up to a pod period of what they drew
@@ -544,7 +547,10 @@ async fn an_organisations_tier_and_budget_limit_its_members(backend: Backend) {
         .expect("a status");
     assert_eq!(acme.state, "stopped");
     assert_eq!(acme.remaining, Some(0.0));
-    assert!(units_total >= 250.0, "request units {units_total}: the budget went unused");
+    assert!(
+        units_total >= 250.0,
+        "request units {units_total}: the budget went unused"
+    );
     w.server.stop().await;
 }
 

@@ -95,7 +95,13 @@ impl MemoryStore {
                 .iter()
                 .filter_map(|k| self.heads.get(k).map(|h| (k.clone(), h.clone())))
                 .collect();
-            batch.open_parents(parents.lock.clone(), heads, &self.states, &self.nodes);
+            batch.open_parents(
+                parents.lock.clone(),
+                heads,
+                &BTreeSet::new(),
+                &self.states,
+                &self.nodes,
+            );
             for (k, window) in &parents.windows {
                 let all = self.instances.get(k).unwrap_or(&empty);
                 batch.load(k, window.select(all).into_values());

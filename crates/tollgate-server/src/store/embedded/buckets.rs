@@ -304,7 +304,9 @@ impl Writer {
             }
             let states = states::read_in(txn, parents.tenants())?;
             let nodes = super::tree::read_in(txn, parents.tenants())?;
-            batch.open_parents(parents.lock.iter().cloned(), heads, &states, &nodes);
+            // One writer: no organisation row is ever held by another.
+            let busy = std::collections::BTreeSet::new();
+            batch.open_parents(parents.lock.iter().cloned(), heads, &busy, &states, &nodes);
             for (parent, window) in &parents.windows {
                 for range in window.ranges() {
                     batch.load(parent, read_range(&instances, parent, range)?);

@@ -26,6 +26,8 @@ pub(super) async fn token_bucket_batch(
     let load_windows = client.prepare_cached(sql::LOAD_WINDOWS).await?;
     let read_states = client.prepare_cached(sql::READ_TENANT_STATES).await?;
     let read_nodes = client.prepare_cached(sql::READ_NODES).await?;
+    let lock_parents = client.prepare_cached(sql::LOCK_BUCKETS_SKIP_LOCKED).await?;
+    let parent_keys = client.prepare_cached(sql::READ_BUCKET_KEYS).await?;
     let insert_heads = client.prepare_cached(&sql::INSERT_BUCKETS).await?;
     let update_heads = client.prepare_cached(&sql::UPDATE_BUCKETS).await?;
     let upsert_instances = client.prepare_cached(sql::UPSERT_INSTANCES).await?;
@@ -94,7 +96,9 @@ pub(super) async fn token_bucket_batch(
     let config = &store.settings.bucket;
     batch.join_tree(&tree::from_rows(&node_rows)?);
     // Draws due: the organisations' buckets they need, one more round trip
-    // per level of the tree (none in the common case).
+    // per level of the tree (none in the common case). An organisation's
+    // row another transaction holds is skipped, never waited on: its
+    // draws are left for their buckets' next requests.
     loop {
         let parents = batch.parents_due(now, config);
         if parents.is_empty() {
@@ -115,22 +119,31 @@ pub(super) async fn token_bucket_batch(
         }
         let window_params = windows.as_params();
         let read = join_all([
-            txn.client().query(&lock, &lock_params[..]),
+            txn.client().query(&lock_parents, &lock_params[..]),
+            txn.client().query(&parent_keys, &lock_params[..]),
             txn.client().query(&read_states, &tenant_params[..]),
             txn.client().query(&read_nodes, &tenant_params[..]),
             txn.client().query(&load_windows, &window_params[..]),
         ])
         .await;
-        let [head_rows, state_rows, node_rows, window_rows] = settle(read)?
+        let [head_rows, key_rows, state_rows, node_rows, window_rows] = settle(read)?
             .try_into()
             .map_err(|_| StoreError::internal("read a draw's rows", "a statement went missing"))?;
         let heads = head_rows
             .iter()
             .map(|row| Ok((rows::bucket_key(row)?, rows::head_from_row(row)?)))
             .collect::<Result<BTreeMap<_, _>, StoreError>>()?;
+        let mut busy = std::collections::BTreeSet::new();
+        for row in &key_rows {
+            let key = rows::bucket_key(row)?;
+            if !heads.contains_key(&key) {
+                busy.insert(key);
+            }
+        }
         batch.open_parents(
             parents.lock.iter().cloned(),
             heads,
+            &busy,
             &states::from_rows(&state_rows)?,
             &tree::from_rows(&node_rows)?,
         );

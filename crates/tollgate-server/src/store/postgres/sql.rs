@@ -92,3 +92,5 @@ query!(DELETE_NODE, "delete_node.sql");
 query!(LIST_NODES, "list_nodes.sql");
 query!(EXPORT_NODES, "export_nodes.sql");
 query!(INSERT_NODES, "insert_nodes.sql");
+query!(LOCK_BUCKETS_SKIP_LOCKED, "lock_buckets_skip_locked.sql");
+query!(READ_BUCKET_KEYS, "read_bucket_keys.sql");
