@@ -15,13 +15,6 @@ use crate::store::{NodeFilter, StoreError};
 
 pub(super) const NODES: TableDefinition<&str, &[u8]> = TableDefinition::new("organisation_nodes");
 
-/// Every row of the table.
-pub(super) fn read_every(
-    table: &impl ReadableTable<&'static str, &'static [u8]>,
-) -> Result<BTreeMap<TenantId, Node>, StoreError> {
-    all(table)
-}
-
 /// Writes rows (an import's).
 pub(super) fn write_all(
     txn: &WriteTransaction,
@@ -39,7 +32,8 @@ pub(super) fn write_all(
     Ok(())
 }
 
-fn all(
+/// Every row of the table.
+pub(super) fn read_every(
     table: &impl ReadableTable<&'static str, &'static [u8]>,
 ) -> Result<BTreeMap<TenantId, Node>, StoreError> {
     let mut out = BTreeMap::new();
@@ -80,7 +74,7 @@ pub(super) fn read(
     table: &impl ReadableTable<&'static str, &'static [u8]>,
     filter: &NodeFilter,
 ) -> Result<Vec<(TenantId, Node)>, StoreError> {
-    Ok(all(table)?
+    Ok(read_every(table)?
         .into_iter()
         .filter(|(id, node)| filter.matches(id, node))
         .collect())
@@ -96,7 +90,7 @@ pub(super) fn change(
     let mut table = txn
         .open_table(NODES)
         .map_err(storage("open organisation nodes"))?;
-    let nodes = all(&table)?;
+    let nodes = read_every(&table)?;
     let (first, _) = change.reads();
     let has_buckets = {
         let buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
