@@ -49,8 +49,14 @@ fn pod_options() -> Options {
     }
 }
 
+/// Both tests start servers on ports found free a moment before: they run
+/// one at a time, so neither binds a port the other has just picked (a
+/// replica of one would then serve the other's pods).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_move_to_another_replica_when_theirs_is_killed() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let db = TestDatabase::create().await.expect("test database");
     let limits = [
         "--default-refill-rate",
@@ -148,6 +154,7 @@ async fn pods_move_to_another_replica_when_theirs_is_killed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_load_generator_moves_on_from_a_killed_replica() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let db = TestDatabase::create().await.expect("test database");
     let limits = [
         "--default-refill-rate",
