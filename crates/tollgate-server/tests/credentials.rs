@@ -25,7 +25,7 @@ use tollgate_proto::v1::key_limits_client::KeyLimitsClient;
 use tollgate_proto::v1::partition_limits_client::PartitionLimitsClient;
 use tollgate_proto::v1::token_bucket_service_client::TokenBucketServiceClient;
 use tollgate_proto::v1::{self};
-use tollgate_server::service::admin_auth::READ_ONLY_METHODS;
+use tollgate_server::service::admin_auth::{READ_ONLY_METHODS, SCOPED_METHODS};
 use tollgate_server::service::{AdminTokens, PodTokens};
 use tollgate_server::store::{BucketSettings, EmbeddedStore, Store};
 use tollgate_server::telemetry::Telemetry;
@@ -551,5 +551,419 @@ async fn a_read_only_admin_token_reads_and_changes_nothing() {
         .expect("acme is still there")
         .into_inner();
     assert_eq!(described.tenant.expect("tenant").tier, "pro");
+    server.stop().await;
+}
+
+const SCOPED_TOKEN: &str = "acme-admins-0123456789abcdef";
+const SCOPED_VIEWER_TOKEN: &str = "acme-viewers-0123456789abcdef";
+
+/// A caller with a token.
+struct As<'a>(&'a str);
+
+impl As<'_> {
+    fn with<M>(&self, message: M) -> tonic::Request<M> {
+        bearer(message, Some(self.0))
+    }
+}
+
+/// Calls every `Admin` method a scoped token may call that names a tenant
+/// or organisation, with `id` there and `token`, each with a message it
+/// accepts (changes before their undoing); answers the refusal codes, by
+/// method.
+async fn scoped_calls(
+    admin: &mut AdminClient<Channel>,
+    id: &str,
+    token: &str,
+) -> Vec<(&'static str, Result<(), Code>)> {
+    fn done<T>(answer: Result<T, Status>) -> Result<(), Code> {
+        answer.map(drop).map_err(|s| s.code())
+    }
+    let t = || id.to_owned();
+    let who = As(token);
+    vec![
+        (
+            "UpdateTenantResourceLimits",
+            done(
+                admin
+                    .update_tenant_resource_limits(who.with(
+                        v1::UpdateTenantResourceLimitsRequest {
+                            tenant_id: t(),
+                            available_tokens: 100.0,
+                            refill_rate: 10.0,
+                            burst_limit: 100.0,
+                            ..Default::default()
+                        },
+                    ))
+                    .await,
+            ),
+        ),
+        (
+            "GetTenant",
+            done(
+                admin
+                    .get_tenant(who.with(v1::GetTenantRequest {
+                        tenant_id: t(),
+                        bucket: String::new(),
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "ListTenants",
+            done(
+                admin
+                    .list_tenants(who.with(v1::ListTenantsRequest {
+                        tenant_id: t(),
+                        ..Default::default()
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "ListKeyBuckets",
+            done(
+                admin
+                    .list_key_buckets(who.with(v1::ListKeyBucketsRequest {
+                        tenant_id: t(),
+                        ..Default::default()
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "ListClosedBuckets",
+            done(
+                admin
+                    .list_closed_buckets(who.with(v1::ListClosedBucketsRequest {
+                        tenant_id: t(),
+                        ..Default::default()
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "SuspendTenant",
+            done(
+                admin
+                    .suspend_tenant(who.with(v1::SuspendTenantRequest {
+                        tenant_id: t(),
+                        reason: "audit".into(),
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "ResumeTenant",
+            done(
+                admin
+                    .resume_tenant(who.with(v1::ResumeTenantRequest { tenant_id: t() }))
+                    .await,
+            ),
+        ),
+        (
+            "SetTenantTier",
+            done(
+                admin
+                    .set_tenant_tier(who.with(v1::SetTenantTierRequest {
+                        tenant_id: t(),
+                        tier: "pro".into(),
+                        dry_run: false,
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "SetBucketOverride",
+            done(
+                admin
+                    .set_bucket_override(who.with(v1::SetBucketOverrideRequest {
+                        tenant_id: t(),
+                        bucket: Some(v1::BucketDefinition {
+                            bucket: "per-user".into(),
+                            burst_limit: 20.0,
+                            kind: v1::BucketKind::PerKey as i32,
+                            ..Default::default()
+                        }),
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "ClearBucketOverride",
+            done(
+                admin
+                    .clear_bucket_override(who.with(v1::ClearBucketOverrideRequest {
+                        tenant_id: t(),
+                        bucket: "per-user".into(),
+                        dry_run: false,
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "DescribeTenant",
+            done(
+                admin
+                    .describe_tenant(who.with(v1::DescribeTenantRequest { tenant_id: t() }))
+                    .await,
+            ),
+        ),
+        (
+            "SetTableLimits",
+            done(
+                admin
+                    .set_table_limits(who.with(v1::SetTableLimitsRequest {
+                        tenant_id: t(),
+                        limits: Some(v1::TableLimits {
+                            table: "orders".into(),
+                            max_reads_per_second: Some(5.0),
+                            max_writes_per_second: None,
+                        }),
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "ClearTableLimits",
+            done(
+                admin
+                    .clear_table_limits(who.with(v1::ClearTableLimitsRequest {
+                        tenant_id: t(),
+                        table: "orders".into(),
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "SetBudget",
+            done(
+                admin
+                    .set_budget(who.with(v1::SetBudgetRequest {
+                        tenant_id: t(),
+                        budget: Some(v1::Budget {
+                            amount: 300.0,
+                            cycle: Some(v1::BudgetCycle {
+                                period: v1::BudgetPeriod::Daily.into(),
+                                ..v1::BudgetCycle::default()
+                            }),
+                            at_limit: v1::BudgetAtLimit::Stop.into(),
+                            ..v1::Budget::default()
+                        }),
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "GetBudget",
+            done(
+                admin
+                    .get_budget(who.with(v1::GetBudgetRequest {
+                        tenant_id: t(),
+                        bucket: String::new(),
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "GetUsage",
+            done(
+                admin
+                    .get_usage(who.with(v1::GetUsageRequest {
+                        tenant_id: t(),
+                        bucket: String::new(),
+                        cycles: 0,
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "ClearBudget",
+            done(
+                admin
+                    .clear_budget(who.with(v1::ClearBudgetRequest {
+                        tenant_id: t(),
+                        bucket: String::new(),
+                    }))
+                    .await,
+            ),
+        ),
+        (
+            "GetOrganization",
+            done(
+                admin
+                    .get_organization(who.with(v1::GetOrganizationRequest {
+                        organization_id: t(),
+                    }))
+                    .await,
+            ),
+        ),
+    ]
+}
+
+/// Whether `method` changes what it names.
+fn changes(method: &str) -> bool {
+    !READ_ONLY_METHODS.contains(&method)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_organisation_scoped_token_acts_on_its_tenants_only() {
+    let tokens = format!(
+        "{ADMIN_TOKENS}acme-admins {SCOPED_TOKEN} organization=acme\n\
+         acme-viewers {SCOPED_VIEWER_TOKEN} read-only organization=acme\n"
+    );
+    let (server, _telemetry) = start(GrpcOptions {
+        admin_tokens: Some(live(AdminTokens::parse(&tokens).expect("tokens"))),
+        ..GrpcOptions::default()
+    })
+    .await;
+    let channel = server.channel().await;
+    let mut admin = AdminClient::new(channel.clone());
+    define_tenants(&mut admin, Some(OPERATOR_TOKEN)).await;
+    // acme > acme-eu > acme-db (two levels down); initech is another
+    // organisation, globex a tenant of none.
+    let ops = As(OPERATOR_TOKEN);
+    for org in ["acme", "acme-eu", "initech"] {
+        admin
+            .create_organization(ops.with(v1::CreateOrganizationRequest {
+                organization_id: org.into(),
+                display_name: String::new(),
+            }))
+            .await
+            .expect("create organization");
+    }
+    admin
+        .create_tenant(ops.with(v1::CreateTenantRequest {
+            tenant_id: "acme-db".into(),
+            tier: "pro".into(),
+        }))
+        .await
+        .expect("create tenant");
+    for (org, member) in [("acme", "acme-eu"), ("acme-eu", "acme-db")] {
+        admin
+            .add_organization_member(ops.with(v1::AddOrganizationMemberRequest {
+                organization_id: org.into(),
+                member_id: member.into(),
+                ..Default::default()
+            }))
+            .await
+            .expect("add member");
+    }
+    let globex_before = admin
+        .describe_tenant(ops.with(v1::DescribeTenantRequest {
+            tenant_id: "globex".into(),
+        }))
+        .await
+        .expect("describe")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+
+    // Outside the organisation, existing or not: refused, whatever the
+    // method, with both scoped tokens.
+    let mut tried = Vec::new();
+    for token in [SCOPED_TOKEN, SCOPED_VIEWER_TOKEN] {
+        for outsider in ["globex", "initech", "nobody"] {
+            for (method, answer) in scoped_calls(&mut admin, outsider, token).await {
+                assert_eq!(answer, Err(Code::PermissionDenied), "{outsider} {method}");
+                tried.push(method);
+            }
+        }
+    }
+    // Every scoped method that names an id is tried here.
+    let untried: Vec<&str> = SCOPED_METHODS
+        .into_iter()
+        .filter(|m| !tried.contains(m))
+        .collect();
+    assert_eq!(untried, ["GetTier", "ListTiers", "ListOrganizations"]);
+    let globex_after = admin
+        .describe_tenant(ops.with(v1::DescribeTenantRequest {
+            tenant_id: "globex".into(),
+        }))
+        .await
+        .expect("describe")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+    assert_eq!(globex_before.tier, globex_after.tier);
+    assert_eq!(globex_before.buckets, globex_after.buckets);
+    assert_eq!(globex_after.state, None, "never suspended");
+
+    // The organisation itself: read, not changed (its limits are its
+    // provider's).
+    for (method, answer) in scoped_calls(&mut admin, "acme", SCOPED_TOKEN).await {
+        if changes(method) {
+            assert_eq!(answer, Err(Code::PermissionDenied), "acme {method}");
+        } else {
+            assert_ne!(answer, Err(Code::PermissionDenied), "acme {method}");
+        }
+    }
+    // Below it, at any depth: everything, with the operator's role; reads
+    // only with the read-only one.
+    for below in ["acme-eu", "acme-db"] {
+        for (method, answer) in scoped_calls(&mut admin, below, SCOPED_VIEWER_TOKEN).await {
+            if changes(method) {
+                assert_eq!(answer, Err(Code::PermissionDenied), "{below} {method}");
+            } else {
+                assert_ne!(answer, Err(Code::PermissionDenied), "{below} {method}");
+            }
+        }
+        for (method, answer) in scoped_calls(&mut admin, below, SCOPED_TOKEN).await {
+            assert_ne!(answer, Err(Code::PermissionDenied), "{below} {method}");
+        }
+    }
+    let db = admin
+        .get_tenant(bearer(
+            v1::GetTenantRequest {
+                tenant_id: "acme-db".into(),
+                bucket: String::new(),
+            },
+            Some(SCOPED_TOKEN),
+        ))
+        .await
+        .expect("a tenant below acme")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+    assert_eq!(
+        db.limits.expect("limits").refill_rate,
+        10.0,
+        "changed by the scoped token"
+    );
+
+    // Listings: one tenant at a time; its own organisations only.
+    let all = admin
+        .list_tenants(bearer(
+            v1::ListTenantsRequest::default(),
+            Some(SCOPED_TOKEN),
+        ))
+        .await
+        .expect_err("every tenant");
+    assert_eq!(all.code(), Code::PermissionDenied);
+    assert!(all.message().contains("tenant_id"), "{}", all.message());
+    let orgs = admin
+        .list_organizations(bearer(
+            v1::ListOrganizationsRequest::default(),
+            Some(SCOPED_VIEWER_TOKEN),
+        ))
+        .await
+        .expect("list organizations")
+        .into_inner();
+    let ids: Vec<&str> = orgs
+        .organizations
+        .iter()
+        .map(|o| o.organization_id.as_str())
+        .collect();
+    assert_eq!(ids, ["acme", "acme-eu"]);
+    for method in [
+        "CreateTenant",
+        "DeleteTenant",
+        "PutTier",
+        "AddOrganizationMember",
+    ] {
+        let status = admin_raw(&channel, method, SCOPED_TOKEN)
+            .await
+            .expect_err("beyond one tenant");
+        assert_eq!(status.code(), Code::PermissionDenied, "{method}");
+    }
     server.stop().await;
 }

@@ -13,6 +13,7 @@
 //! `TenantChange` through `Store::change_tenant`.
 
 mod organisations;
+mod scope;
 
 use std::sync::Arc;
 
@@ -29,6 +30,7 @@ use crate::store::{
 };
 use crate::telemetry::Metrics;
 use crate::telemetry::check_rates::CheckRates;
+use scope::Access;
 
 /// Buckets (or closed records) listed per page when the request does
 /// not say.
@@ -133,6 +135,7 @@ impl AdminService {
         change: TenantChange,
         dry_run: bool,
     ) -> Result<TenantChangeOutcome, Status> {
+        self.permit(caller.scope(), tenant, Access::Change).await?;
         let call = AdminCall {
             by: caller.closed_by(),
             dry_run,
@@ -174,6 +177,8 @@ impl admin_server::Admin for AdminService {
         edge::enter(&request)?;
         let caller = Caller::of(&request);
         let (key, update) = convert::limits_update(request.into_inner()).map_err(invalid)?;
+        self.permit(caller.scope(), &key.tenant, Access::Change)
+            .await?;
         let change = self
             .store
             .update_limits(&key, &update)
@@ -190,8 +195,11 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::GetTenantRequest>,
     ) -> Result<Response<v1::GetTenantResponse>, Status> {
         edge::enter(&request)?;
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         let key = convert::bucket_key(&req.tenant_id, &req.bucket).map_err(invalid)?;
+        self.permit(caller.scope(), &key.tenant, Access::Read)
+            .await?;
         let snapshot = self.bucket(&key, "get tenant").await?;
         let mut tenants = vec![convert::bucket_to_proto(&snapshot)];
         self.add_states(&mut tenants, "get tenant").await?;
@@ -205,17 +213,20 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::ListTenantsRequest>,
     ) -> Result<Response<v1::ListTenantsResponse>, Status> {
         edge::enter(&request)?;
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         let page_size = page_size(req.page_size)?;
         let after = page_token::after(&req.page_token)?;
         // One more than asked tells whether another page follows.
         let mut buckets = if req.tenant_id.is_empty() {
+            AdminService::refuse_listing_all(caller.scope(), "tenant_id")?;
             self.store
                 .list_buckets(after.as_ref(), page_size + 1)
                 .await
                 .map_err(|e| status("list tenants", e))?
         } else {
             let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+            self.permit(caller.scope(), &tenant, Access::Read).await?;
             match self.store.get_tenant(&tenant).await {
                 Ok(mut buckets) => {
                     // In the order page tokens compare in.
@@ -248,6 +259,7 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::ListKeyBucketsRequest>,
     ) -> Result<Response<v1::ListKeyBucketsResponse>, Status> {
         edge::enter(&request)?;
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         let page_size = page_size(req.page_size)?;
         let busiest = bounded(
@@ -258,8 +270,15 @@ impl admin_server::Admin for AdminService {
         )?;
         let after = page_token::after(&req.page_token)?;
         let tenant = match req.tenant_id.as_str() {
-            "" => None,
-            id => Some(convert::tenant_id(id).map_err(invalid)?),
+            "" => {
+                AdminService::refuse_listing_all(caller.scope(), "tenant_id")?;
+                None
+            }
+            id => {
+                let tenant = convert::tenant_id(id).map_err(invalid)?;
+                self.permit(caller.scope(), &tenant, Access::Read).await?;
+                Some(tenant)
+            }
         };
         // One more than asked tells whether another page follows.
         let mut buckets = self
@@ -308,8 +327,10 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::ListClosedBucketsRequest>,
     ) -> Result<Response<v1::ListClosedBucketsResponse>, Status> {
         edge::enter(&request)?;
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+        self.permit(caller.scope(), &tenant, Access::Read).await?;
         let page_size = page_size(req.page_size)?;
         let after = match req.page_token.as_str() {
             "" => 0,
@@ -349,6 +370,7 @@ impl admin_server::Admin for AdminService {
         let caller = Caller::of(&request);
         let req = request.into_inner();
         let tenant = convert::tenant_id(&req.tenant_id).map_err(invalid)?;
+        self.permit(caller.scope(), &tenant, Access::Change).await?;
         let change = StateChange::Suspend {
             actor: caller.to_string(),
             reason: req.reason,
@@ -373,6 +395,7 @@ impl admin_server::Admin for AdminService {
         edge::enter(&request)?;
         let caller = Caller::of(&request);
         let tenant = convert::tenant_id(&request.into_inner().tenant_id).map_err(invalid)?;
+        self.permit(caller.scope(), &tenant, Access::Change).await?;
         let edit = self
             .store
             .change_tenant_state(&tenant, &StateChange::Resume)
@@ -674,8 +697,11 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::GetBudgetRequest>,
     ) -> Result<Response<v1::GetBudgetResponse>, Status> {
         edge::enter(&request)?;
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         let key = convert::bucket_key(&req.tenant_id, &req.bucket).map_err(invalid)?;
+        self.permit(caller.scope(), &key.tenant, Access::Read)
+            .await?;
         let snapshot = self.bucket(&key, "get budget").await?;
         Ok(Response::new(v1::GetBudgetResponse {
             status: budget_status(&snapshot),
@@ -687,8 +713,11 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::GetUsageRequest>,
     ) -> Result<Response<v1::GetUsageResponse>, Status> {
         edge::enter(&request)?;
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         let key = convert::bucket_key(&req.tenant_id, &req.bucket).map_err(invalid)?;
+        self.permit(caller.scope(), &key.tenant, Access::Read)
+            .await?;
         let cycles = match req.cycles {
             0 => DEFAULT_USAGE_CYCLES,
             n if n as usize <= MAX_USAGE_CYCLES => n as usize,
@@ -733,7 +762,9 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::DescribeTenantRequest>,
     ) -> Result<Response<v1::DescribeTenantResponse>, Status> {
         edge::enter(&request)?;
+        let caller = Caller::of(&request);
         let tenant = convert::tenant_id(&request.into_inner().tenant_id).map_err(invalid)?;
+        self.permit(caller.scope(), &tenant, Access::Read).await?;
         let view = self
             .store
             .describe_tenant(&tenant)
@@ -778,7 +809,8 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::GetOrganizationRequest>,
     ) -> Result<Response<v1::GetOrganizationResponse>, Status> {
         edge::enter(&request)?;
-        let answer = AdminService::get_organization(self, request.into_inner()).await?;
+        let caller = Caller::of(&request);
+        let answer = AdminService::get_organization(self, &caller, request.into_inner()).await?;
         Ok(Response::new(answer))
     }
 
@@ -787,7 +819,8 @@ impl admin_server::Admin for AdminService {
         request: Request<v1::ListOrganizationsRequest>,
     ) -> Result<Response<v1::ListOrganizationsResponse>, Status> {
         edge::enter(&request)?;
-        let answer = AdminService::list_organizations(self).await?;
+        let caller = Caller::of(&request);
+        let answer = AdminService::list_organizations(self, &caller).await?;
         Ok(Response::new(answer))
     }
 

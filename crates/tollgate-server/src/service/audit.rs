@@ -42,6 +42,8 @@ pub(super) struct Caller {
     actor: Actor,
     /// The operator the request's token authenticated, if tokens are on.
     operator: Option<String>,
+    /// The organisation the token is scoped to, if it is.
+    scope: Option<super::Scope>,
 }
 
 /// The `x-tollgate-actor` metadata of a request.
@@ -66,7 +68,13 @@ impl Caller {
                 .extensions()
                 .get::<super::Operator>()
                 .map(|o| o.0.clone()),
+            scope: request.extensions().get::<super::Scope>().cloned(),
         }
+    }
+
+    /// The organisation the caller's token is scoped to, if it is.
+    pub(super) fn scope(&self) -> Option<&super::Scope> {
+        self.scope.as_ref()
     }
 
     /// Who asked, as a closed record keeps it.
@@ -111,6 +119,9 @@ impl fmt::Display for Caller {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(operator) = &self.operator {
             write!(f, "operator {operator} ")?;
+        }
+        if let Some(super::Scope(org)) = &self.scope {
+            write!(f, "(organization {org}) ")?;
         }
         if let Some(actor) = self.actor() {
             write!(f, "{actor} at ")?;

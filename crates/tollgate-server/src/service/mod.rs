@@ -30,7 +30,7 @@ pub mod pod_gate;
 mod token_bucket;
 
 pub use admin::AdminService;
-pub use admin_auth::{AdminAuth, AdminGuard, AdminTokens, Operator, Role};
+pub use admin_auth::{AdminAuth, AdminGuard, AdminTokens, Grant, Operator, Role, Scope};
 pub use admission::Admission;
 /// Budgets as the wire carries them, checked by the server's rules (the
 /// CLI checks a tiers file's budgets with them before sending).

@@ -14,6 +14,7 @@ use super::super::audit::{self, Caller};
 use super::super::convert::{self, timestamp_to_proto};
 use super::super::{invalid, status};
 use super::AdminService;
+use super::scope::Access;
 use crate::store::{BucketSnapshot, NodeFilter, StoreError};
 
 /// Guaranteed rates as the wire names them, by bucket name.
@@ -119,15 +120,22 @@ impl AdminService {
 
     pub(super) async fn get_organization(
         &self,
+        caller: &Caller,
         req: v1::GetOrganizationRequest,
     ) -> Result<v1::GetOrganizationResponse, Status> {
         let id = TenantId::parse("organization_id", &req.organization_id).map_err(invalid)?;
+        self.permit(caller.scope(), &id, Access::Read).await?;
         Ok(v1::GetOrganizationResponse {
             organization: Some(self.organization(&id, true).await?),
         })
     }
 
-    pub(super) async fn list_organizations(&self) -> Result<v1::ListOrganizationsResponse, Status> {
+    /// Every organisation; with a scoped token, its own and those below
+    /// it.
+    pub(super) async fn list_organizations(
+        &self,
+        caller: &Caller,
+    ) -> Result<v1::ListOrganizationsResponse, Status> {
         let orgs = self
             .store
             .tree_nodes(&NodeFilter::Organisations)
@@ -135,7 +143,9 @@ impl AdminService {
             .map_err(|e| status("list organizations", e))?;
         let mut out = Vec::with_capacity(orgs.len());
         for (id, _) in &orgs {
-            out.push(self.organization(id, false).await?);
+            if self.may(caller.scope(), id, Access::Read).await? {
+                out.push(self.organization(id, false).await?);
+            }
         }
         Ok(v1::ListOrganizationsResponse { organizations: out })
     }
