@@ -506,6 +506,54 @@ pub struct Draw {
     pub wants: f64,
 }
 
+/// A member bucket's standing with its organisation, for operators (the
+/// Admin API, `/metrics`, the console): as of its last draw, read at
+/// `at`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MemberRates {
+    /// Tokens per second its last draw asked for.
+    pub wanted: f64,
+    /// Tokens per second it refills at from its organisation; 0 once its
+    /// draw has run out.
+    pub drawn: f64,
+    /// The part of `wanted` its guarantee covers.
+    pub guaranteed: f64,
+    /// What it draws beyond its guarantee: its siblings' idle share.
+    pub borrowed: f64,
+    /// Draws made.
+    pub draws: u64,
+}
+
+impl MemberRates {
+    /// The rates of `row`, the bucket `bucket` of `member` (`None`: a
+    /// bucket that belongs to no organisation, all zero).
+    pub fn of(
+        row: &BucketRow,
+        member: Option<&Member>,
+        bucket: &BucketName,
+        at: Timestamp,
+    ) -> Self {
+        let Some(draw) = row.draw.as_deref() else {
+            return MemberRates::default();
+        };
+        let drawn = row
+            .state
+            .drawn
+            .filter(|d| d.until > at)
+            .map_or(0.0, |d| d.rate);
+        let guaranteed = member
+            .map_or(0.0, |m| m.guaranteed_rate(bucket))
+            .min(draw.wants);
+        MemberRates {
+            wanted: draw.wants,
+            drawn,
+            guaranteed,
+            borrowed: (drawn - guaranteed).max(0.0),
+            draws: draw.draws,
+        }
+    }
+}
+
 /// The rules an organisation's bucket serves its members' draws by: the
 /// server's, except that a member silent for two draw periods (a busy
 /// member draws about once a period) leaves the shares, so what it no
@@ -794,6 +842,69 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+    }
+
+    #[test]
+    fn a_members_rates_cover_its_guarantee_while_it_wants_it_and_its_draw_while_it_runs() {
+        let at = Timestamp::from_secs_f64(100.0);
+        let bucket = BucketName::REQUEST_UNITS;
+        let org = TenantId::parse("org", "acme").expect("id");
+        let limits = crate::global_bucket::Limits {
+            refill_rate: 50.0,
+            burst_limit: 100.0,
+        };
+        let mut row = BucketRow::new(limits, 0.0, true, at);
+        let member = Member {
+            organisation: org.clone(),
+            member_id: 1,
+            guaranteed: [(bucket.clone(), 10.0)].into(),
+            since: at,
+        };
+        assert_eq!(
+            MemberRates::of(&row, Some(&member), &bucket, at),
+            MemberRates::default(),
+            "no draw yet"
+        );
+        row.draw = Some(Box::new(Draw {
+            organisation: org,
+            member_id: 1,
+            seq: 4,
+            next: at,
+            asked: 0.0,
+            asked_since: at,
+            reported: Consumption::default(),
+            draws: 4,
+            last_rate: 30.0,
+            last_granted: 0.0,
+            wants: 40.0,
+        }));
+        row.state.drawn = Some(Drawn {
+            rate: 30.0,
+            until: Timestamp::from_secs_f64(105.0),
+        });
+        let rates = MemberRates::of(&row, Some(&member), &bucket, at);
+        assert_eq!(
+            rates,
+            MemberRates {
+                wanted: 40.0,
+                drawn: 30.0,
+                guaranteed: 10.0,
+                borrowed: 20.0,
+                draws: 4,
+            }
+        );
+        // Wanting less than its guarantee: only what it wants is covered.
+        if let Some(draw) = row.draw.as_mut() {
+            draw.wants = 6.0;
+        }
+        assert_eq!(
+            MemberRates::of(&row, Some(&member), &bucket, at).guaranteed,
+            6.0
+        );
+        // Its draw run out: nothing drawn, nothing borrowed.
+        let later = Timestamp::from_secs_f64(105.0);
+        let rates = MemberRates::of(&row, Some(&member), &bucket, later);
+        assert_eq!((rates.drawn, rates.borrowed), (0.0, 0.0));
     }
 
     #[test]

@@ -485,11 +485,12 @@ fn member_bucket_to_proto(
 ) -> v1::MemberBucket {
     let head = &snapshot.head;
     let draw = head.draw.as_deref();
-    let drawn_rate = head.state.drawn.map_or(0.0, |d| d.rate);
-    let wanted = draw.map_or(0.0, |d| d.wants);
-    let guaranteed = member
-        .map_or(0.0, |m| m.guaranteed_rate(&snapshot.key.bucket))
-        .min(wanted);
+    let rates = tollgate_core::organisation::MemberRates::of(
+        head,
+        member,
+        &snapshot.key.bucket,
+        snapshot.read_at,
+    );
     v1::MemberBucket {
         bucket: snapshot.key.bucket.to_string(),
         limits: Some(v1::ResourceLimits {
@@ -497,13 +498,13 @@ fn member_bucket_to_proto(
             burst_limit: head.state.limits.burst_limit,
         }),
         drawing: head.state.drawn.is_some(),
-        wanted_rate: wanted,
-        drawn_rate,
+        wanted_rate: rates.wanted,
+        drawn_rate: rates.drawn,
         drawn_tokens: draw.map_or(0.0, |d| d.last_granted),
-        guaranteed_rate: guaranteed,
-        borrowed_rate: (drawn_rate - guaranteed).max(0.0),
+        guaranteed_rate: rates.guaranteed,
+        borrowed_rate: rates.borrowed,
         next_draw: draw.map(|d| timestamp_to_proto(d.next)),
-        draws: draw.map_or(0, |d| d.draws),
+        draws: rates.draws,
         consumption: Some((&head.totals.consumption).into()),
         granted_tokens: head.totals.granted_tokens,
     }

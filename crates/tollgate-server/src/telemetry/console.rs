@@ -3,8 +3,9 @@
 //! and live pods, the budget's spend against its amount with the
 //! forecast, a chart of the last minutes) and their per-key buckets
 //! (definition, keys stored, this replica's checks and refusals per
-//! second, the busiest keys), and `/console/api/buckets`, the JSON it
-//! polls.
+//! second, the busiest keys), the tree of organisations (each member's
+//! buckets with what they use, want, are guaranteed, draw and borrow),
+//! and `/console/api/buckets`, the JSON it polls.
 //!
 //! The page is one static file with its script inline: no build step, and
 //! nothing to serve but itself. The data comes from the store, read at most
@@ -23,12 +24,13 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tollgate_core::key_bucket::KeyReading;
+use tollgate_core::organisation::{MemberRates, Node};
 use tollgate_core::tier::DefinedBy;
-use tollgate_core::{BucketKey, Timestamp};
+use tollgate_core::{BucketKey, TenantId, Timestamp};
 
 use super::Metrics;
 use super::metrics::read_buckets;
-use crate::store::{Store, StoreError};
+use crate::store::{NodeFilter, Store, StoreError};
 
 /// The busiest keys shown per per-key bucket.
 pub const BUSIEST_KEYS: usize = 3;
@@ -38,6 +40,9 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How many buckets a read keeps: the first, in tenant-id and bucket order.
 pub const MAX_BUCKETS: usize = 1000;
+
+/// How many organisations a read keeps: the first, in id order.
+pub const MAX_ORGANISATIONS: usize = 100;
 
 /// How far back the charts go.
 pub const HISTORY: Duration = Duration::from_secs(10 * 60);
@@ -56,6 +61,10 @@ struct BucketSample {
     request_unit_micros: u64,
     /// This replica's trickle grants to the bucket so far.
     trickles: u64,
+    /// Tokens granted to its pods (or its members' draws) so far.
+    granted_tokens: f64,
+    /// A member's bucket: its standing with its organisation.
+    member: Option<MemberRates>,
     budget: Option<BudgetColumn>,
 }
 
@@ -69,6 +78,9 @@ struct Sample {
     /// The per-key buckets as read, with this replica's rates then.
     key_buckets: Vec<KeyBucketView>,
     key_buckets_truncated: bool,
+    /// The organisations' rows and their members', by id.
+    tree: BTreeMap<TenantId, Node>,
+    organisations_truncated: bool,
 }
 
 /// The console's reads, newest last.
@@ -99,6 +111,36 @@ pub struct ConsoleView {
     pub key_buckets: Vec<KeyBucketView>,
     /// More per-key buckets exist than [`MAX_BUCKETS`].
     pub key_buckets_truncated: bool,
+    /// The tree of organisations, depth first: each organisation's
+    /// buckets, then its members' (an organisation among them followed
+    /// by its own members).
+    pub organisations: Vec<TreeRowView>,
+    /// More organisations exist than [`MAX_ORGANISATIONS`].
+    pub organisations_truncated: bool,
+}
+
+/// One bucket of the tree of organisations: an organisation's own, or a
+/// member's (an id with no bucket listed has one row, its bucket and
+/// figures `null`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TreeRowView {
+    /// 0 for an organisation at the top.
+    pub depth: usize,
+    pub id: String,
+    pub is_organization: bool,
+    /// An organisation's display name.
+    pub display_name: String,
+    pub bucket: Option<String>,
+    /// The bucket's own limit: for a member, its ceiling.
+    pub refill_rate: Option<f64>,
+    /// Tokens per second granted (to its pods, or to its members' draws),
+    /// over `rate_window_seconds`.
+    pub granted_per_second: Option<f64>,
+    /// A member's bucket as of its last draw ([`MemberRates`]).
+    pub wanted_rate: Option<f64>,
+    pub guaranteed_rate: Option<f64>,
+    pub drawn_rate: Option<f64>,
+    pub borrowed_rate: Option<f64>,
 }
 
 /// A per-key bucket: its definition, its stored keys, and this replica's
@@ -224,6 +266,7 @@ impl Console {
 
 async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError> {
     let taken = Instant::now();
+    let (tree, organisations_truncated) = read_tree(store).await?;
     // One more than kept, to know whether there are more.
     let mut listed = read_buckets(store, MAX_BUCKETS + 1).await?;
     let truncated = listed.len() > MAX_BUCKETS;
@@ -282,6 +325,11 @@ async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError
                 live_instances: b.live_instances(),
                 request_unit_micros: b.head.totals.consumption.request_unit_micros,
                 trickles: trickles.get(&b.key).copied().unwrap_or(0),
+                granted_tokens: b.head.totals.granted_tokens,
+                member: b.head.draw.as_ref().map(|_| {
+                    let member = tree.get(&b.key.tenant).and_then(|n| n.member_of.as_ref());
+                    MemberRates::of(&b.head, member, &b.key.bucket, b.read_at)
+                }),
                 budget: BudgetColumn::of(&b),
             };
             (b.key, sample)
@@ -294,7 +342,91 @@ async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError
         truncated,
         key_buckets,
         key_buckets_truncated,
+        tree,
+        organisations_truncated,
     })
+}
+
+/// The first [`MAX_ORGANISATIONS`] organisations' rows and their members',
+/// and whether there were more.
+async fn read_tree(store: &dyn Store) -> Result<(BTreeMap<TenantId, Node>, bool), StoreError> {
+    let mut organisations = store.tree_nodes(&NodeFilter::Organisations).await?;
+    organisations.sort_by(|a, b| a.0.cmp(&b.0));
+    let truncated = organisations.len() > MAX_ORGANISATIONS;
+    organisations.truncate(MAX_ORGANISATIONS);
+    let mut tree = BTreeMap::new();
+    for (id, node) in organisations {
+        for (member, row) in store.tree_nodes(&NodeFilter::MembersOf(id.clone())).await? {
+            tree.insert(member, row);
+        }
+        tree.insert(id, node);
+    }
+    Ok((tree, truncated))
+}
+
+/// The tree rows of `last`, depth first from the organisations at the top
+/// (those below none the read kept); rates over the pair `latest`.
+fn tree_rows(last: &Sample, latest: Option<(&Sample, f64)>) -> Vec<TreeRowView> {
+    let mut rows = Vec::new();
+    let tops = last.tree.iter().filter(|(_, n)| {
+        n.organisation.is_some()
+            && n.member_of
+                .as_ref()
+                .is_none_or(|m| !last.tree.contains_key(&m.organisation))
+    });
+    for (id, _) in tops {
+        tree_walk(id, 0, last, latest, &mut rows);
+    }
+    rows
+}
+
+/// The rows of `id` and, if it is an organisation, of its members.
+fn tree_walk(
+    id: &TenantId,
+    depth: usize,
+    last: &Sample,
+    latest: Option<(&Sample, f64)>,
+    rows: &mut Vec<TreeRowView>,
+) {
+    let organisation = last.tree.get(id).and_then(|n| n.organisation.as_ref());
+    let row = |bucket: Option<(&BucketKey, &BucketSample)>| TreeRowView {
+        depth,
+        id: id.as_str().to_owned(),
+        is_organization: organisation.is_some(),
+        display_name: organisation
+            .map(|o| o.display_name.clone())
+            .unwrap_or_default(),
+        bucket: bucket.map(|(k, _)| k.bucket.as_str().to_owned()),
+        refill_rate: bucket.map(|(_, b)| b.refill_rate),
+        granted_per_second: bucket.and_then(|(key, now)| {
+            let (before, seconds) = latest?;
+            let before = before.buckets.get(key)?;
+            Some((now.granted_tokens - before.granted_tokens).max(0.0) / seconds)
+        }),
+        wanted_rate: bucket.and_then(|(_, b)| b.member.map(|m| m.wanted)),
+        guaranteed_rate: bucket.and_then(|(_, b)| b.member.map(|m| m.guaranteed)),
+        drawn_rate: bucket.and_then(|(_, b)| b.member.map(|m| m.drawn)),
+        borrowed_rate: bucket.and_then(|(_, b)| b.member.map(|m| m.borrowed)),
+    };
+    let own: Vec<_> = last
+        .buckets
+        .iter()
+        .filter(|(key, _)| &key.tenant == id)
+        .collect();
+    if own.is_empty() {
+        rows.push(row(None));
+    }
+    rows.extend(own.into_iter().map(|b| row(Some(b))));
+    if organisation.is_none() || depth > tollgate_core::organisation::MAX_DEPTH {
+        return;
+    }
+    let members = last
+        .tree
+        .iter()
+        .filter(|(_, n)| n.member_of.as_ref().is_some_and(|m| &m.organisation == id));
+    for (member, _) in members {
+        tree_walk(member, depth + 1, last, latest, rows);
+    }
 }
 
 fn unix_seconds(t: Timestamp) -> f64 {
@@ -319,6 +451,8 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
             buckets: Vec::new(),
             key_buckets: Vec::new(),
             key_buckets_truncated: false,
+            organisations: Vec::new(),
+            organisations_truncated: false,
         };
     };
     let pairs: Vec<(&Sample, &Sample)> = samples.iter().zip(samples.iter().skip(1)).collect();
@@ -389,6 +523,8 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
         buckets,
         key_buckets: last.key_buckets.clone(),
         key_buckets_truncated: last.key_buckets_truncated,
+        organisations: tree_rows(last, latest),
+        organisations_truncated: last.organisations_truncated,
     }
 }
 
@@ -420,6 +556,8 @@ mod tests {
                             live_instances: 2,
                             request_unit_micros: micros,
                             trickles,
+                            granted_tokens: micros as f64 / 1e6,
+                            member: None,
                             budget: None,
                         },
                     )
@@ -428,6 +566,8 @@ mod tests {
             truncated: false,
             key_buckets: Vec::new(),
             key_buckets_truncated: false,
+            tree: BTreeMap::new(),
+            organisations_truncated: false,
         }
     }
 
@@ -472,6 +612,104 @@ mod tests {
         assert_eq!(view.buckets[0].request_units_per_second, None);
         assert_eq!(view.rate_window_seconds, None);
         assert!(view.buckets[0].history.is_empty());
+    }
+
+    #[test]
+    fn the_tree_lists_each_organisation_then_its_members_depth_first() {
+        use tollgate_core::organisation::{Member, Organisation};
+        let id = |s: &str| TenantId::parse("id", s).expect("id");
+        let organisation = |name: &str| Organisation {
+            display_name: name.into(),
+            created_at: Timestamp::EPOCH,
+            next_member_id: 3,
+        };
+        let member = |of: &str, member_id, guaranteed: f64| Member {
+            organisation: id(of),
+            member_id,
+            guaranteed: [(BucketName::REQUEST_UNITS, guaranteed)].into(),
+            since: Timestamp::EPOCH,
+        };
+        let t0 = Instant::now();
+        let mut before = sample(t0, 100.0, &[("acme", 0, 0), ("db1", 0, 0)]);
+        let mut after = sample(
+            t0 + Duration::from_secs(5),
+            105.0,
+            &[
+                ("acme", 50_000_000, 0),
+                ("db1", 40_000_000, 0),
+                ("db2", 0, 0),
+            ],
+        );
+        let rates = MemberRates {
+            wanted: 12.0,
+            drawn: 9.0,
+            guaranteed: 4.0,
+            borrowed: 5.0,
+            draws: 3,
+        };
+        for sample in [&mut before, &mut after] {
+            if let Some(db1) = sample.buckets.get_mut(&key("db1")) {
+                db1.member = Some(rates);
+            }
+            sample.tree = [
+                (
+                    id("acme"),
+                    Node {
+                        organisation: Some(organisation("Acme")),
+                        member_of: None,
+                    },
+                ),
+                (
+                    id("acme-eu"),
+                    Node {
+                        organisation: Some(organisation("")),
+                        member_of: Some(member("acme", 2, 0.0)),
+                    },
+                ),
+                (
+                    id("db1"),
+                    Node {
+                        organisation: None,
+                        member_of: Some(member("acme-eu", 1, 4.0)),
+                    },
+                ),
+                (
+                    id("db2"),
+                    Node {
+                        organisation: None,
+                        member_of: Some(member("acme", 1, 0.0)),
+                    },
+                ),
+            ]
+            .into();
+        }
+        let rows = tree_rows(&after, Some((&before, 5.0)));
+        let order: Vec<(&str, usize, Option<&str>)> = rows
+            .iter()
+            .map(|r| (r.id.as_str(), r.depth, r.bucket.as_deref()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("acme", 0, Some("")),
+                ("acme-eu", 1, None),
+                ("db1", 2, Some("")),
+                ("db2", 1, Some("")),
+            ]
+        );
+        assert_eq!(rows[0].display_name, "Acme");
+        assert!(rows[0].is_organization && rows[1].is_organization && !rows[2].is_organization);
+        // 50 tokens in 5 s to the organisation's members; 40 to db1's pods.
+        assert_eq!(rows[0].granted_per_second, Some(10.0));
+        assert_eq!(rows[2].granted_per_second, Some(8.0));
+        assert_eq!(rows[2].wanted_rate, Some(12.0));
+        assert_eq!(rows[2].guaranteed_rate, Some(4.0));
+        assert_eq!(rows[2].drawn_rate, Some(9.0));
+        assert_eq!(rows[2].borrowed_rate, Some(5.0));
+        // No bucket listed: figures unknown; first seen: no rate yet.
+        assert_eq!(rows[1].refill_rate, None);
+        assert_eq!(rows[3].granted_per_second, None);
+        assert_eq!(rows[3].wanted_rate, None);
     }
 
     #[test]

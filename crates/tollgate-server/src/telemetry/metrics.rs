@@ -46,7 +46,7 @@ use prometheus::{
 };
 use tollgate_core::budget::BudgetView;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
-use tollgate_core::organisation::Draw;
+use tollgate_core::organisation::{Draw, MemberRates};
 use tollgate_core::rate_window::WindowRates;
 use tollgate_core::{BucketKey, Grant};
 use tonic::Code;
@@ -763,7 +763,7 @@ const BUDGET_METRICS: [(&str, &str, BudgetValue); 6] = [
     ),
 ];
 
-type MemberValue = fn(&BucketSnapshot, &Draw) -> f64;
+type MemberValue = fn(&MemberRates) -> f64;
 
 /// The per-member-bucket metrics of organisations (as of the bucket's
 /// last draw): name, help, type, value. Only buckets of a member of an
@@ -774,25 +774,19 @@ const MEMBER_METRICS: [(&str, &str, MetricType, MemberValue); 3] = [
         "tollgate_member_wanted_rate",
         "Tokens per second a member's bucket asked its organisation for at its last draw.",
         MetricType::GAUGE,
-        |_, d| d.wants,
+        |r| r.wanted,
     ),
     (
         "tollgate_member_drawn_rate",
         "Tokens per second a member's bucket refills at from its organisation until its draw ends (0 once it has).",
         MetricType::GAUGE,
-        |b, _| {
-            b.head
-                .state
-                .drawn
-                .filter(|d| d.until > b.read_at)
-                .map_or(0.0, |d| d.rate)
-        },
+        |r| r.drawn,
     ),
     (
         "tollgate_member_draws_total",
         "Draws a member's bucket made from its organisation's bucket (at most one per draw period).",
         MetricType::COUNTER,
-        |_, d| d.draws as f64,
+        |r| r.draws as f64,
     ),
 ];
 
@@ -859,7 +853,8 @@ fn bucket_families(buckets: &[BucketSnapshot]) -> Vec<MetricFamily> {
                         ("organization", draw.organisation.as_str()),
                         ("tenant_id", b.key.tenant.as_str()),
                     ];
-                    sample(&labels, kind, value(b, draw))
+                    let rates = MemberRates::of(&b.head, None, &b.key.bucket, b.read_at);
+                    sample(&labels, kind, value(&rates))
                 })
                 .collect(),
         ));
