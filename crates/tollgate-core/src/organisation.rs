@@ -506,6 +506,20 @@ pub struct Draw {
     pub wants: f64,
 }
 
+/// The bucket an organisation that belongs to another gets when one of
+/// its members draws on a bucket name it has no bucket of: no limit of its
+/// own (the most a limit may be), empty, so that everything its members
+/// admit comes from the organisations above it, as its own first draw
+/// leaves any member bucket. Without it, the members' use of that name
+/// would count in no organisation above.
+pub fn pass_through(now: Timestamp) -> BucketRow {
+    let limits = crate::global_bucket::Limits {
+        refill_rate: MAX_REFILL_RATE,
+        burst_limit: MAX_REFILL_RATE,
+    };
+    BucketRow::new(limits, 0.0, true, now)
+}
+
 /// A member bucket's standing with its organisation, for operators (the
 /// Admin API, `/metrics`, the console): as of its last draw, read at
 /// `at`.
@@ -577,12 +591,16 @@ pub fn parent_config(config: &GlobalBucketConfig) -> GlobalBucketConfig {
 /// is over.
 pub fn draw_due(head: &BucketRow, member: &Member, now: Timestamp) -> bool {
     match &head.draw {
-        Some(draw) => {
-            draw.organisation != member.organisation
-                || draw.member_id != member.member_id
-                || now >= draw.next
-        }
+        Some(draw) => !draw.is_from(member) || now >= draw.next,
         None => true,
+    }
+}
+
+impl Draw {
+    /// Whether these are the draws of `member` (not of an earlier
+    /// membership of the same bucket).
+    pub fn is_from(&self, member: &Member) -> bool {
+        self.organisation == member.organisation && self.member_id == member.member_id
     }
 }
 
@@ -599,10 +617,7 @@ pub fn ask(
     draw_period: Duration,
 ) -> (TokenBucketRequest, f64) {
     let period = ask_period(draw_period);
-    let same = head
-        .draw
-        .as_ref()
-        .filter(|d| d.organisation == member.organisation && d.member_id == member.member_id);
+    let same = head.draw.as_ref().filter(|d| d.is_from(member));
     let (asked, since, seq, consumption) = match same {
         Some(d) => (
             d.asked + pending,
@@ -645,10 +660,7 @@ pub fn settle(
     now: Timestamp,
     period: Duration,
 ) {
-    let first = !head
-        .draw
-        .as_ref()
-        .is_some_and(|d| d.organisation == member.organisation && d.member_id == member.member_id);
+    let first = !head.draw.as_ref().is_some_and(|d| d.is_from(member));
     if first {
         // From its first draw on, everything the bucket hands out comes
         // from the organisation: tokens it held on its own stay out (its

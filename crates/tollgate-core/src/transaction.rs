@@ -217,6 +217,8 @@ pub struct Batch {
     buckets: BTreeMap<BucketKey, Result<BucketWork, Closed>>,
     /// The members' windows in organisation buckets already asked for.
     member_windows: BTreeSet<(BucketKey, InstanceId)>,
+    /// The store's clock when the batch was opened.
+    now: Timestamp,
 }
 
 /// What the due draws of a batch need: more head rows to lock (in key
@@ -310,6 +312,7 @@ impl Batch {
         Batch {
             buckets,
             member_windows: BTreeSet::new(),
+            now,
         }
     }
 
@@ -363,7 +366,10 @@ impl Batch {
     /// means the organisation does not limit that bucket name (never
     /// created by default); a deleted or suspended organisation grants
     /// nothing; the draws of a busy one are left for their bucket's next
-    /// request.
+    /// request. An organisation that belongs to another and has no bucket
+    /// of the name gets one, with no limit of its own, through which its
+    /// members' draws pass up: what they admit still counts in the
+    /// organisations above.
     pub fn open_parents(
         &mut self,
         keys: impl IntoIterator<Item = BucketKey>,
@@ -381,11 +387,19 @@ impl Batch {
             } else if let Err(refused) = tenant_state::admit(&key.tenant, states.get(&key.tenant)) {
                 Err(Closed::Tenant(refused))
             } else {
-                match heads.remove(&key) {
-                    Some(head) => {
-                        let mut work = BucketWork::new(head, true);
-                        let node = nodes.get(&key.tenant);
-                        work.member = node.and_then(|n| n.member_of.clone());
+                let member = nodes.get(&key.tenant).and_then(|n| n.member_of.clone());
+                let work = match heads.remove(&key) {
+                    Some(head) => Some(BucketWork::new(head, true)),
+                    None if member.is_some() => {
+                        let mut work = BucketWork::new(organisation::pass_through(self.now), false);
+                        work.dirty = true;
+                        Some(work)
+                    }
+                    None => None,
+                };
+                match work {
+                    Some(mut work) => {
+                        work.member = member;
                         work.organisation = true;
                         Ok(work)
                     }

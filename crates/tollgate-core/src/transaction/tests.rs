@@ -593,6 +593,63 @@ mod organisations {
     }
 
     #[test]
+    fn an_organisation_without_the_bucket_passes_its_members_draws_up() {
+        // acme (100/s) > a; acme > mid (no bucket of its own) > c.
+        let mut tree = Tree::new(100.0, &[("a", 1_000.0, 0.0)]);
+        let acme = TenantId::parse("t", "acme").expect("id");
+        let mid = TenantId::parse("t", "mid").expect("id");
+        let member = |of: &TenantId, member_id| Member {
+            organisation: of.clone(),
+            member_id,
+            guaranteed: BTreeMap::new(),
+            since: at(0.0),
+        };
+        tree.store.nodes.insert(
+            mid.clone(),
+            Node {
+                organisation: Some(Organisation {
+                    display_name: String::new(),
+                    created_at: at(0.0),
+                    next_member_id: 2,
+                }),
+                member_of: Some(member(&acme, 2)),
+            },
+        );
+        tree.store.heads.insert(
+            key("c", ""),
+            BucketRow::new(limits(1_000.0, 1_000.0), 0.0, true, at(0.0)),
+        );
+        tree.store.nodes.insert(
+            TenantId::parse("t", "c").expect("id"),
+            Node {
+                organisation: None,
+                member_of: Some(member(&mid, 1)),
+            },
+        );
+        tree.run(0, 20, &[("a", 3, 100.0), ("c", 3, 100.0)]);
+        let got = tree.run(20, 140, &[("a", 3, 100.0), ("c", 3, 100.0)]);
+        let total: f64 = got.iter().sum();
+        let bound = 100.0 * 120.0 * 1.05 + 200.0;
+        assert!(total <= bound, "{got:?} together {total} beyond {bound}");
+        assert!(
+            total >= 100.0 * 120.0 * 0.9,
+            "{got:?}: the rate went unused"
+        );
+        let share = got[1] / total;
+        assert!((share - 0.5).abs() < 0.1, "c got {share} of it: {got:?}");
+        // mid's bucket was made, with no limit of its own, and draws.
+        let passed = &tree.store.heads[&key("mid", "")];
+        assert_eq!(
+            passed.state.limits.refill_rate,
+            crate::validate::MAX_REFILL_RATE
+        );
+        assert!(
+            passed.draw.as_ref().is_some_and(|d| d.draws > 0),
+            "{passed:?}"
+        );
+    }
+
+    #[test]
     fn pods_of_an_organisation_are_refused_and_change_nothing() {
         let mut tree = Tree::new(10.0, &[("a", 200.0, 0.0)]);
         let before = tree.store.heads[&key("acme", "")].clone();
