@@ -19,8 +19,13 @@
 # asking for what its pods want (a member's first draw asks for what its
 # first requests asked).
 #
+# On PostgreSQL, each "org" run also prints how many of its transactions
+# took a round trip of their own for the organisation's rows
+# (`tollgate_store_draw_round_trips_total`).
+#
 # Usage: scripts/benchmark-organisations.sh   (ROUNDS=3, DURATION=15s,
-#        WARMUP=12s, TENANTS=1000, STORES="embedded postgres")
+#        WARMUP=12s, TENANTS=1000, STORES="embedded postgres",
+#        KINDS="plain org locked")
 # Needs: a PostgreSQL server (DATABASE_URL, default
 # postgres://postgres@127.0.0.1:5432/postgres), psql, python3.
 # Results go to target/benchmarks-organisations/ (one JSON per run).
@@ -31,6 +36,9 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-15s}
 WARMUP=${WARMUP:-12s}
 STORES=${STORES:-embedded postgres}
+KINDS=${KINDS:-plain org locked}
+METRICS_PORT=${METRICS_PORT:-50662}
+export METRICS_LISTEN=127.0.0.1:${METRICS_PORT}
 TENANTS=${TENANTS:-1000}
 INSTANCES=1
 BASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
@@ -65,13 +73,26 @@ print(f"    {len(org['members'])} members: {sum(draws)} draws, at most {max(draw
 PY
 }
 
+# The store's transactions, and the draws' own round trips, so far.
+round_trips() {
+    curl -s "http://$METRICS_LISTEN/metrics" | python3 -c '
+import sys
+values = {}
+for line in sys.stdin:
+    name, _, value = line.partition(" ")
+    if name in ("tollgate_store_transactions_total", "tollgate_store_draw_round_trips_total"):
+        values[name] = float(value)
+t = values.get("tollgate_store_transactions_total", 0)
+d = values.get("tollgate_store_draw_round_trips_total", 0)
+print(f"    {t:.0f} transactions, {d:.0f} draw round trips ({100 * d / max(t, 1):.1f} %)")'
+}
+
+read -r -a kinds <<<"$KINDS"
 for round in $(seq 1 "$ROUNDS"); do
-    case $((round % 3)) in
-    1) order="plain org locked" ;;
-    2) order="org locked plain" ;;
-    0) order="locked plain org" ;;
-    esac
-    for kind in $order; do
+    # The kinds take turns: each round starts one further along.
+    shift_by=$(((round - 1) % ${#kinds[@]}))
+    order=("${kinds[@]:shift_by}" "${kinds[@]:0:shift_by}")
+    for kind in "${order[@]}"; do
         for store in $STORES; do
             echo "==> round $round/$ROUNDS: $store store, $kind"
             # shellcheck disable=SC2207
@@ -81,6 +102,7 @@ for round in $(seq 1 "$ROUNDS"); do
             if [[ $kind != plain ]]; then organise; fi
             bench "$store-$kind-r$round"
             if [[ $kind != plain ]]; then draws "$store-$kind-r$round"; fi
+            if [[ $kind == org && $store == postgres ]]; then round_trips; fi
             stop_server
         done
     done
@@ -90,4 +112,6 @@ if [[ " $STORES " == *" postgres "* ]]; then
 fi
 
 python3 scripts/bench-summary.py "$OUT" "$ROUNDS" "$STORES" plain org "an organisation" requests/s
-python3 scripts/bench-summary.py "$OUT" "$ROUNDS" "$STORES" plain locked "the organisation's row locked per request" requests/s
+if [[ " $KINDS " == *" locked "* ]]; then
+    python3 scripts/bench-summary.py "$OUT" "$ROUNDS" "$STORES" plain locked "the organisation's row locked per request" requests/s
+fi

@@ -415,6 +415,9 @@ pub struct StoreStats {
     pub instances_removed: u64,
     /// Checks of per-key buckets answered (a call counts once).
     pub checks: u64,
+    /// Round trips token-bucket transactions took for the organisation
+    /// rows their draws needed, beyond their own (PostgreSQL only).
+    pub draw_round_trips: u64,
     /// Keys whose rows were removed for being full again (when a check
     /// found them so, or by a sweep).
     pub keys_removed: u64,
@@ -468,6 +471,7 @@ pub(crate) struct Counters {
     pub(crate) failures: AtomicU64,
     pub(crate) instances_removed: AtomicU64,
     pub(crate) checks: AtomicU64,
+    pub(crate) draw_round_trips: AtomicU64,
     pub(crate) keys_removed: AtomicU64,
     pub(crate) stages: StageTimes,
 }
@@ -481,6 +485,7 @@ impl Counters {
             failures: self.failures.load(Ordering::Relaxed),
             instances_removed: self.instances_removed.load(Ordering::Relaxed),
             checks: self.checks.load(Ordering::Relaxed),
+            draw_round_trips: self.draw_round_trips.load(Ordering::Relaxed),
             keys_removed: self.keys_removed.load(Ordering::Relaxed),
             stages: self.stages.snapshot(),
         }

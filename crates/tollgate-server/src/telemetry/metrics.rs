@@ -597,6 +597,12 @@ fn store_families(stats: StoreStats, store_up: bool) -> Vec<MetricFamily> {
             stats.failures as f64,
         ),
         one(
+            "tollgate_store_draw_round_trips_total",
+            "Round trips token-bucket transactions took for the organisation rows their members' draws needed, beyond their own (PostgreSQL; rows this replica expected come with the batch's own).",
+            MetricType::COUNTER,
+            stats.draw_round_trips as f64,
+        ),
+        one(
             "tollgate_instances_removed_total",
             "Instances this replica removed from their tenant's list for being silent too long.",
             MetricType::COUNTER,

@@ -42,9 +42,8 @@ pub(super) async fn token_bucket_batch(
         pending.iter().map(|p| (&p.key, p.request.instance_id)),
         store.settings.bucket.cleanup_window,
     );
-    let lock_tenants: Vec<&str> = plan.lock.iter().map(|k| k.tenant.as_str()).collect();
-    let lock_buckets: Vec<&str> = plan.lock.iter().map(|k| k.bucket.as_str()).collect();
-    let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_tenants, &lock_buckets];
+    let locked = KeyColumns::of(&plan.lock);
+    let lock_params = locked.as_params();
     let state_tenants: Vec<&str> = plan.tenants().into_iter().map(TenantId::as_str).collect();
     let state_params: [&(dyn ToSql + Sync); 1] = [&state_tenants];
     let mut windows = WindowColumns::default();
@@ -104,9 +103,12 @@ pub(super) async fn token_bucket_batch(
         if parents.is_empty() {
             break;
         }
-        let lock_tenants: Vec<&str> = parents.lock.iter().map(|k| k.tenant.as_str()).collect();
-        let lock_buckets: Vec<&str> = parents.lock.iter().map(|k| k.bucket.as_str()).collect();
-        let lock_params: [&(dyn ToSql + Sync); 2] = [&lock_tenants, &lock_buckets];
+        store
+            .counters
+            .draw_round_trips
+            .fetch_add(1, Ordering::Relaxed);
+        let locked = KeyColumns::of(&parents.lock);
+        let lock_params = locked.as_params();
         let tenants: Vec<&str> = parents
             .tenants()
             .into_iter()
@@ -129,17 +131,7 @@ pub(super) async fn token_bucket_batch(
         let [head_rows, key_rows, state_rows, node_rows, window_rows] = settle(read)?
             .try_into()
             .map_err(|_| StoreError::internal("read a draw's rows", "a statement went missing"))?;
-        let heads = head_rows
-            .iter()
-            .map(|row| Ok((rows::bucket_key(row)?, rows::head_from_row(row)?)))
-            .collect::<Result<BTreeMap<_, _>, StoreError>>()?;
-        let mut busy = std::collections::BTreeSet::new();
-        for row in &key_rows {
-            let key = rows::bucket_key(row)?;
-            if !heads.contains_key(&key) {
-                busy.insert(key);
-            }
-        }
+        let (heads, busy) = parents_from_rows(&head_rows, &key_rows)?;
         batch.open_parents(
             parents.lock.iter().cloned(),
             heads,
@@ -243,6 +235,53 @@ pub(super) async fn token_bucket_batch(
         batch,
         now,
     })
+}
+
+/// Organisation head rows as `lock_buckets_skip_locked.sql` found them,
+/// and those held by another transaction: keys `read_bucket_keys.sql`
+/// found that the lock skipped.
+fn parents_from_rows(
+    head_rows: &[tokio_postgres::Row],
+    key_rows: &[tokio_postgres::Row],
+) -> Result<
+    (
+        BTreeMap<BucketKey, global_bucket::BucketRow>,
+        std::collections::BTreeSet<BucketKey>,
+    ),
+    StoreError,
+> {
+    let heads = head_rows
+        .iter()
+        .map(|row| Ok((rows::bucket_key(row)?, rows::head_from_row(row)?)))
+        .collect::<Result<BTreeMap<_, _>, StoreError>>()?;
+    let mut busy = std::collections::BTreeSet::new();
+    for row in key_rows {
+        let key = rows::bucket_key(row)?;
+        if !heads.contains_key(&key) {
+            busy.insert(key);
+        }
+    }
+    Ok((heads, busy))
+}
+
+/// Bucket keys as the parameters of the statements that lock or read
+/// head rows: tenants and bucket names, in the same order.
+struct KeyColumns<'a> {
+    tenant: Vec<&'a str>,
+    bucket: Vec<&'a str>,
+}
+
+impl<'a> KeyColumns<'a> {
+    fn of(keys: &'a [BucketKey]) -> Self {
+        KeyColumns {
+            tenant: keys.iter().map(|k| k.tenant.as_str()).collect(),
+            bucket: keys.iter().map(|k| k.bucket.as_str()).collect(),
+        }
+    }
+
+    fn as_params(&self) -> [&(dyn ToSql + Sync); 2] {
+        [&self.tenant, &self.bucket]
+    }
 }
 
 /// The rows `load_windows.sql` answered for `requests` windows, per
