@@ -29,9 +29,13 @@
 # tool is missing fails. Not root and something missing: the script says
 # what to install, with the command, and exits 1 before building.
 #
-# Then `cargo test --workspace --no-fail-fast`: a failing test binary does
-# not stop the others (TOLLGATE_REQUIRE_CLIENTS makes the end-to-end test
-# of the agent with both clients a failure if they could not be prepared).
+# Then every test binary of the workspace and the doc tests, built by
+# `cargo test --no-run` and run two at a time by scripts/run-tests.py
+# (TOLLGATE_TEST_JOBS; many of them mostly wait on servers and clocks), a
+# failing one not stopping the others (TOLLGATE_REQUIRE_CLIENTS makes the
+# end-to-end test of the agent with both clients a failure if they could
+# not be prepared). With arguments, `cargo test --workspace --no-fail-fast
+# ARGUMENTS` runs instead, one binary at a time, as cargo does.
 # Then the client packages' own suites, against the binary just built
 # (clients/python/test.sh, clients/node/test.sh). The last line sums
 # every binary's results and the clients':
@@ -209,13 +213,18 @@ prepare_clients
 export TOLLGATE_REQUIRE_CHROMIUM=1 TOLLGATE_REQUIRE_GRPCURL=1 TOLLGATE_REQUIRE_PROMTOOL=1
 export TOLLGATE_REQUIRE_CLIENTS=1
 
-log "cargo test --workspace --no-fail-fast"
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 # Without debug info the test build takes about a minute and a half less
 # on two cores; panics still name their file and line.
-CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-0} \
+export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-0}
+if [ "$#" = 0 ]; then
+    log "test binaries: cargo test --workspace --no-run, then scripts/run-tests.py"
+    python3 scripts/run-tests.py 2>&1 | tee "$results"
+else
+    log "cargo test --workspace --no-fail-fast $*"
     cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$results"
+fi
 cargo_status=${PIPESTATUS[0]}
 
 # The client packages' suites, against the binary the tests built.

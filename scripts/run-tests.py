@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Builds every test binary of the workspace, then runs them a few at a time.
+
+`cargo test` runs its test binaries one after another, and many of ours
+spend most of their time waiting (servers, PostgreSQL clusters, real
+seconds of traffic), so the suite took far longer than the machine's cores
+were busy. This runs the same binaries (and the doc tests) `JOBS` at a
+time (TOLLGATE_TEST_JOBS, default 2), each from its package's directory as
+`cargo test` does, and prints each one's whole output when it ends, under
+cargo's own `Running` line, so its `test result:` lines read as cargo's
+do. The longest binaries of the last run (kept in
+target/test-durations.json) start first.
+
+    scripts/run-tests.py [TEST BINARY ARGUMENTS...]
+
+Exit status: 0 if the build and every binary passed, else 101, with the
+failed binaries named at the end.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DURATIONS = ROOT / "target" / "test-durations.json"
+
+
+def build():
+    """The test binaries cargo built: (label, command, directory)."""
+    command = [
+        "cargo", "test", "--workspace", "--locked", "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]
+    # Diagnostics and progress go to stderr as usual; the artifacts' JSON
+    # comes on stdout.
+    built = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    if built.returncode != 0:
+        return None
+    binaries = []
+    for line in built.stdout.splitlines():
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if message.get("reason") != "compiler-artifact":
+            continue
+        executable = message.get("executable")
+        if not executable or not message.get("profile", {}).get("test"):
+            continue
+        package_dir = Path(message["manifest_path"]).parent
+        source = Path(message["target"]["src_path"])
+        try:
+            source = source.relative_to(package_dir)
+        except ValueError:
+            pass
+        kinds = message["target"]["kind"]
+        prefix = "" if kinds == ["test"] else "unittests "
+        label = f"{prefix}{source} ({Path(executable).relative_to(ROOT)})"
+        binaries.append((label, [executable], package_dir))
+    return binaries
+
+
+def run(label, command, directory, args):
+    """Runs one binary; its exit status, output and seconds."""
+    env = dict(os.environ, CARGO_MANIFEST_DIR=str(directory))
+    started = time.monotonic()
+    with tempfile.TemporaryFile(mode="w+") as out:
+        status = subprocess.run(
+            command + args, cwd=directory, env=env, stdout=out, stderr=subprocess.STDOUT
+        ).returncode
+        out.seek(0)
+        text = out.read()
+    return status, text, time.monotonic() - started
+
+
+def main():
+    args = sys.argv[1:]
+    jobs = max(1, int(os.environ.get("TOLLGATE_TEST_JOBS", "2")))
+    binaries = build()
+    if binaries is None:
+        print("error: the test build failed (see above)")
+        return 101
+    doc_tests = (
+        "doc tests of the workspace",
+        ["cargo", "test", "--workspace", "--locked", "--doc", "--", *args],
+        ROOT,
+    )
+    known = {}
+    if DURATIONS.exists():
+        try:
+            known = json.loads(DURATIONS.read_text())
+        except (OSError, json.JSONDecodeError):
+            known = {}
+    # The longest first, so the last to end is not a long one started late.
+    work = sorted(binaries, key=lambda b: -known.get(Path(b[1][0]).name.rsplit("-", 1)[0], 0))
+    work.append(doc_tests)
+    print(f"==> {len(binaries)} test binaries and the doc tests, {jobs} at a time", flush=True)
+    failed = []
+    durations = {}
+    lock = threading.Lock()
+    done = 0
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {
+            pool.submit(run, label, command, directory, [] if command[0] == "cargo" else args): label
+            for label, command, directory in work
+        }
+        for future in as_completed(futures):
+            label = futures[future]
+            status, text, seconds = future.result()
+            with lock:
+                done += 1
+                header = "   Doc-tests" if label == doc_tests[0] else "     Running"
+                print(f"{header} {label}", flush=True)
+                sys.stdout.write(text)
+                print(f"==> [{done}/{len(work)}] {label}: {seconds:.0f} s"
+                      + ("" if status == 0 else f", exit status {status}"), flush=True)
+                if status != 0:
+                    failed.append(label)
+                if label != doc_tests[0]:
+                    name = label.rsplit("/", 1)[-1].rstrip(")").rsplit("-", 1)[0]
+                    durations[name] = round(seconds, 1)
+    try:
+        DURATIONS.parent.mkdir(parents=True, exist_ok=True)
+        DURATIONS.write_text(json.dumps(durations, indent=1, sort_keys=True) + "\n")
+    except OSError:
+        pass
+    if failed:
+        print("error: test failed in " + "; ".join(failed))
+        return 101
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
