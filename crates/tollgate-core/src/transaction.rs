@@ -456,7 +456,11 @@ impl Batch {
         let mine = pending.get(key).copied().unwrap_or(0.0);
         let (ask, guaranteed) = organisation::ask(key, &work.rows.head, &member, mine, now, period);
         let parent_key = BucketKey::new(member.organisation.clone(), key.bucket.clone());
-        *pending.entry(parent_key.clone()).or_default() += ask.requested_tokens;
+        // What the organisation's own draw asks for counts this ask only
+        // if the organisation's bucket will answer it.
+        if matches!(self.buckets.get(&parent_key), Some(Ok(_))) {
+            *pending.entry(parent_key.clone()).or_default() += ask.requested_tokens;
+        }
         // The organisation's own draw first: the rate it hands out is the
         // one it was just given.
         self.draw_one(&parent_key, pending, now, config, depth + 1);
