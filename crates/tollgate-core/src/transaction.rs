@@ -423,7 +423,16 @@ impl Batch {
         for (key, tokens) in requests {
             *pending.entry(key.clone()).or_default() += tokens;
         }
-        let keys: Vec<BucketKey> = self.buckets.keys().cloned().collect();
+        // From the tenants' buckets: an organisation's bucket draws from
+        // its own organisation within its members' draws, once it knows
+        // what they ask for (were it taken in key order, `labs` would draw
+        // before `labs-ml` asked).
+        let keys: Vec<BucketKey> = self
+            .buckets
+            .iter()
+            .filter(|(_, work)| !matches!(work, Ok(w) if w.organisation))
+            .map(|(key, _)| key.clone())
+            .collect();
         for key in keys {
             self.draw_one(&key, &mut pending, now, config, 0);
         }

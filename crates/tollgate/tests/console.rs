@@ -449,7 +449,8 @@ fn the_console_shows_the_tree_of_organisations_in_a_browser() {
             "1s",
         ],
     );
-    // initech (100/s) > initech-eu (an organisation) > db-eu; initech >
+    // initech (100/s) > initech-eu (an organisation, no limit of its own)
+    // > db-eu; initech >
     // db-us, guaranteed 40/s; globex, alone.
     for org in ["initech", "initech-eu"] {
         server.ok(&["org", "create", "--org", org, "--name", &org.to_uppercase()]);
@@ -558,10 +559,12 @@ fn the_console_shows_the_tree_of_organisations_in_a_browser() {
         number(&tree_cell(&dom, "db-eu", "", "wanted")) > 0.0,
         "{dom}"
     );
-    assert_eq!(
-        tree_cell(&dom, "initech-eu", "", "limit"),
-        "–",
-        "no bucket of its own"
+    // initech-eu set no limit: its members draw from initech through a
+    // bucket with none of its own.
+    assert_eq!(number(&tree_cell(&dom, "initech-eu", "", "limit")), 1e12);
+    assert!(
+        number(&tree_cell(&dom, "db-eu", "", "drawn")) > 0.0,
+        "{dom}"
     );
     let indent = |id: &str| {
         let at = dom

@@ -650,6 +650,65 @@ mod organisations {
     }
 
     #[test]
+    fn a_nested_organisation_draws_for_what_its_members_ask_whatever_their_ids() {
+        // acme (100/s) > labs (80/s) > labs-ml: labs sorts before its
+        // member, and still draws after it asked.
+        let mut tree = Tree::new(100.0, &[]);
+        let acme = TenantId::parse("t", "acme").expect("id");
+        let labs = TenantId::parse("t", "labs").expect("id");
+        let member = |of: &TenantId, member_id| Member {
+            organisation: of.clone(),
+            member_id,
+            guaranteed: BTreeMap::new(),
+            since: at(0.0),
+        };
+        tree.store.heads.insert(
+            key("labs", ""),
+            BucketRow::new(limits(80.0, 160.0), 0.0, true, at(0.0)),
+        );
+        tree.store.nodes.insert(
+            labs.clone(),
+            Node {
+                organisation: Some(Organisation {
+                    display_name: String::new(),
+                    created_at: at(0.0),
+                    next_member_id: 2,
+                }),
+                member_of: Some(member(&acme, 1)),
+            },
+        );
+        tree.store.heads.insert(
+            key("labs-ml", ""),
+            BucketRow::new(limits(500.0, 500.0), 0.0, true, at(0.0)),
+        );
+        tree.store.nodes.insert(
+            TenantId::parse("t", "labs-ml").expect("id"),
+            Node {
+                organisation: None,
+                member_of: Some(member(&labs, 1)),
+            },
+        );
+        tree.run(0, 20, &[("labs-ml", 2, 100.0)]);
+        let got = tree.run(20, 80, &[("labs-ml", 2, 100.0)]);
+        // At labs' 80/s, the lesser of its limit and acme's.
+        assert!(
+            got[0] >= 80.0 * 60.0 * 0.9,
+            "labs-ml got {}/s",
+            got[0] / 60.0
+        );
+        assert!(
+            got[0] <= 80.0 * 60.0 * 1.05 + 160.0,
+            "labs-ml got {}/s",
+            got[0] / 60.0
+        );
+        let wants = tree.store.heads[&key("labs", "")]
+            .draw
+            .as_ref()
+            .map_or(0.0, |d| d.wants);
+        assert!(wants >= 80.0, "labs asked acme for {wants}/s");
+    }
+
+    #[test]
     fn pods_of_an_organisation_are_refused_and_change_nothing() {
         let mut tree = Tree::new(10.0, &[("a", 200.0, 0.0)]);
         let before = tree.store.heads[&key("acme", "")].clone();
