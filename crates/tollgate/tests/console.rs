@@ -73,6 +73,25 @@ fn browse(chromium: &Path, profile: &Path, url: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A screenshot of `url` at `size` (`W,H`), kept as
+/// `target/tmp/console/NAME.png` for a person to look at; its bytes.
+fn screenshot(chromium: &Path, profile: &Path, url: &str, name: &str, size: &str) -> Vec<u8> {
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
+    std::fs::create_dir_all(&shots).expect("screenshot dir");
+    let shot = shots.join(format!("{name}.png"));
+    let _ = std::fs::remove_file(&shot);
+    browse(
+        chromium,
+        profile,
+        url,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            &format!("--window-size={size}"),
+        ],
+    );
+    std::fs::read(&shot).expect("a screenshot")
+}
+
 /// The text of the table cell of `class` in the row of `tenant`.
 fn cell(dom: &str, tenant: &str, class: &str) -> String {
     let row_start = dom
@@ -253,20 +272,7 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
     assert_eq!(header_tenants, "2");
 
     // The screenshot, for a person to look at.
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
-    std::fs::create_dir_all(&shots).expect("screenshot dir");
-    let shot = shots.join("console.png");
-    let _ = std::fs::remove_file(&shot);
-    browse(
-        &chromium,
-        &profile,
-        &console,
-        &[
-            &format!("--screenshot={}", shot.display()),
-            "--window-size=1800,500",
-        ],
-    );
-    let png = std::fs::read(&shot).expect("a screenshot");
+    let png = screenshot(&chromium, &profile, &console, "console", "1800,500");
     assert!(
         png.starts_with(b"\x89PNG") && png.len() > 10_000,
         "{} bytes",
@@ -394,20 +400,7 @@ fn the_console_shows_per_key_buckets_with_keys_checks_and_busiest_keys_in_a_brow
         .expect("per-key bucket count");
     assert_eq!(count, "2");
 
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
-    std::fs::create_dir_all(&shots).expect("screenshot dir");
-    let shot = shots.join("per-key.png");
-    let _ = std::fs::remove_file(&shot);
-    browse(
-        &chromium,
-        &profile,
-        &console,
-        &[
-            &format!("--screenshot={}", shot.display()),
-            "--window-size=1400,600",
-        ],
-    );
-    let png = std::fs::read(&shot).expect("a screenshot");
+    let png = screenshot(&chromium, &profile, &console, "per-key", "1400,600");
     assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
     server.stop();
 }
@@ -586,20 +579,7 @@ fn the_console_shows_the_tree_of_organisations_in_a_browser() {
         "{dom}"
     );
 
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
-    std::fs::create_dir_all(&shots).expect("screenshot dir");
-    let shot = shots.join("organisations.png");
-    let _ = std::fs::remove_file(&shot);
-    browse(
-        &chromium,
-        &profile,
-        &console,
-        &[
-            &format!("--screenshot={}", shot.display()),
-            "--window-size=1400,1000",
-        ],
-    );
-    let png = std::fs::read(&shot).expect("a screenshot");
+    let png = screenshot(&chromium, &profile, &console, "organisations", "1400,1000");
     assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
     server.stop();
 }

@@ -484,6 +484,41 @@ mod organisations {
             Tree { store, seq: 0 }
         }
 
+        /// Adds `id` below organisation `of` as member `member_id`: an
+        /// organisation itself if `organisation`, with a bucket of limits
+        /// `(rate, burst)` if given.
+        fn join(
+            &mut self,
+            id: &str,
+            of: &str,
+            member_id: u32,
+            organisation: bool,
+            bucket: Option<(f64, f64)>,
+        ) {
+            if let Some((rate, burst)) = bucket {
+                self.store.heads.insert(
+                    key(id, ""),
+                    BucketRow::new(limits(rate, burst), 0.0, true, at(0.0)),
+                );
+            }
+            self.store.nodes.insert(
+                TenantId::parse("t", id).expect("id"),
+                Node {
+                    organisation: organisation.then(|| Organisation {
+                        display_name: String::new(),
+                        created_at: at(0.0),
+                        next_member_id: 2,
+                    }),
+                    member_of: Some(Member {
+                        organisation: TenantId::parse("t", of).expect("id"),
+                        member_id,
+                        guaranteed: BTreeMap::new(),
+                        since: at(0.0),
+                    }),
+                },
+            );
+        }
+
         /// Runs from `from` to `to` seconds, every pod of each member
         /// `(id, pods, wanted per pod per second)` asking once a second;
         /// the tokens granted to each member's pods.
@@ -596,36 +631,8 @@ mod organisations {
     fn an_organisation_without_the_bucket_passes_its_members_draws_up() {
         // acme (100/s) > a; acme > mid (no bucket of its own) > c.
         let mut tree = Tree::new(100.0, &[("a", 1_000.0, 0.0)]);
-        let acme = TenantId::parse("t", "acme").expect("id");
-        let mid = TenantId::parse("t", "mid").expect("id");
-        let member = |of: &TenantId, member_id| Member {
-            organisation: of.clone(),
-            member_id,
-            guaranteed: BTreeMap::new(),
-            since: at(0.0),
-        };
-        tree.store.nodes.insert(
-            mid.clone(),
-            Node {
-                organisation: Some(Organisation {
-                    display_name: String::new(),
-                    created_at: at(0.0),
-                    next_member_id: 2,
-                }),
-                member_of: Some(member(&acme, 2)),
-            },
-        );
-        tree.store.heads.insert(
-            key("c", ""),
-            BucketRow::new(limits(1_000.0, 1_000.0), 0.0, true, at(0.0)),
-        );
-        tree.store.nodes.insert(
-            TenantId::parse("t", "c").expect("id"),
-            Node {
-                organisation: None,
-                member_of: Some(member(&mid, 1)),
-            },
-        );
+        tree.join("mid", "acme", 2, true, None);
+        tree.join("c", "mid", 1, false, Some((1_000.0, 1_000.0)));
         tree.run(0, 20, &[("a", 3, 100.0), ("c", 3, 100.0)]);
         let got = tree.run(20, 140, &[("a", 3, 100.0), ("c", 3, 100.0)]);
         let total: f64 = got.iter().sum();
@@ -654,40 +661,8 @@ mod organisations {
         // acme (100/s) > labs (80/s) > labs-ml: labs sorts before its
         // member, and still draws after it asked.
         let mut tree = Tree::new(100.0, &[]);
-        let acme = TenantId::parse("t", "acme").expect("id");
-        let labs = TenantId::parse("t", "labs").expect("id");
-        let member = |of: &TenantId, member_id| Member {
-            organisation: of.clone(),
-            member_id,
-            guaranteed: BTreeMap::new(),
-            since: at(0.0),
-        };
-        tree.store.heads.insert(
-            key("labs", ""),
-            BucketRow::new(limits(80.0, 160.0), 0.0, true, at(0.0)),
-        );
-        tree.store.nodes.insert(
-            labs.clone(),
-            Node {
-                organisation: Some(Organisation {
-                    display_name: String::new(),
-                    created_at: at(0.0),
-                    next_member_id: 2,
-                }),
-                member_of: Some(member(&acme, 1)),
-            },
-        );
-        tree.store.heads.insert(
-            key("labs-ml", ""),
-            BucketRow::new(limits(500.0, 500.0), 0.0, true, at(0.0)),
-        );
-        tree.store.nodes.insert(
-            TenantId::parse("t", "labs-ml").expect("id"),
-            Node {
-                organisation: None,
-                member_of: Some(member(&labs, 1)),
-            },
-        );
+        tree.join("labs", "acme", 1, true, Some((80.0, 160.0)));
+        tree.join("labs-ml", "labs", 1, false, Some((500.0, 500.0)));
         tree.run(0, 20, &[("labs-ml", 2, 100.0)]);
         let got = tree.run(20, 80, &[("labs-ml", 2, 100.0)]);
         // At labs' 80/s, the lesser of its limit and acme's.
