@@ -9,11 +9,20 @@
 //! the client as it is ([`check_partitions`]); the local mode only to a
 //! sanity check of the simulation: pods counting alone accept what
 //! ScyllaDB's rule says they do.
+//!
+//! Organisations do not meet the token-bucket goals (sim/README.md says by
+//! how much and why): [`check_organisation`] holds what is promised instead
+//! (the organisation's bound and each tenant's ceiling, within
+//! [`organisation_bound`]) and reports every node against the goals
+//! without holding them ([`Check::held`]).
+
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::WorkloadRun;
 use crate::engine::Policy;
+use crate::organisation::OrganisationRun;
 use crate::partitions::{Mode, PartitionRun};
 use crate::workload::{Override, Workload};
 
@@ -37,6 +46,13 @@ pub const GOAL_JAIN_INDEX: f64 = 0.99;
 /// --count 1000 --seed 0`: 11.85 %, seed 715), rounded up; the goal is
 /// [`GOAL_OVERSHOOT_60S`]. CI holds a fixed sample of the corpus to it.
 pub const STATED_OVERSHOOT_BOUND: f64 = 0.12;
+/// The organisation's stated bound ([`organisation_bound`]) when members
+/// draw once per pods' target request period or less often (the server's
+/// default, 10 s, for pods asking every 10 s).
+pub const ORGANISATION_BOUND: f64 = 0.25;
+/// The organisation's stated bound when members draw more often than
+/// their pods ask.
+pub const ORGANISATION_BOUND_SHORT_DRAWS: f64 = 0.50;
 /// Coordinated: a hot spot's mean accepted rate in steady state, at most
 /// this many times its limit.
 pub const GOAL_HOT_ACCEPTED_MAX: f64 = 1.2;
@@ -64,6 +80,10 @@ pub struct Check {
     /// Why this workload overrides the goal.
     pub reason: Option<String>,
     pub passed: bool,
+    /// Whether a miss fails the run (`--check`). An organisation's
+    /// accuracy goals are reported against the token-bucket goals but
+    /// not held: what is promised instead is held ([`check_organisation`]).
+    pub held: bool,
 }
 
 impl Check {
@@ -88,13 +108,29 @@ impl Check {
             goal,
             reason: o.map(|o| o.reason.clone()),
             passed,
+            held: true,
         }
+    }
+
+    /// This check reported against its goal, not held.
+    fn not_held(mut self) -> Check {
+        self.held = false;
+        self
+    }
+
+    /// Whether it fails the run: held and missed.
+    pub fn failed(&self) -> bool {
+        self.held && !self.passed
     }
 
     /// A line saying what was measured against what.
     pub fn describe(&self, workload: &str) -> String {
         let op = if self.at_least { ">=" } else { "<=" };
-        let verdict = if self.passed { "ok" } else { "FAILED" };
+        let verdict = match (self.passed, self.held) {
+            (true, _) => "ok",
+            (false, true) => "FAILED",
+            (false, false) => "missed",
+        };
         let mut line = format!(
             "{workload}: {} = {} (must be {op} {})",
             self.measure,
@@ -107,11 +143,16 @@ impl Check {
                 format_value(&self.measure, self.goal)
             ));
         }
+        if !self.held {
+            line.push_str("; a goal, not held (sim/README.md, organisation workloads)");
+        }
         format!("{verdict}: {line}")
     }
 }
 
 fn format_value(measure: &str, value: f64) -> String {
+    // What a check measures, after the node or hot spot it names.
+    let measure = measure.rsplit(": ").next().unwrap_or(measure);
     if measure.ends_with("/ limit") {
         format!("{value:.3}×")
     } else if measure.contains("periods") || measure.contains("jain") {
@@ -173,6 +214,75 @@ pub fn check(run: &WorkloadRun) -> Vec<Check> {
         ));
     }
     checks
+}
+
+/// Holds the checked policy's run of an organisation to what is promised
+/// of it, and reports every node against a tenant's goals.
+///
+/// Held, when no message is lost and the server is never down (the
+/// premise of the stated bounds): the organisation's bound (everything
+/// its members admit together, over any window of 60 s or more) and each
+/// tenant's ceiling (what it admits over any 60 s window, against its own
+/// limits), both within [`organisation_bound`]. Reported against the
+/// token-bucket goals and not held: every node's cumulative divergence,
+/// 60 s overshoot, convergence and Jain's index against the ideal
+/// hierarchical bucket, which the organisations' draws do not meet
+/// (sim/README.md says by how much and why).
+pub fn check_organisation(run: &OrganisationRun) -> Vec<Check> {
+    let w = &run.workload;
+    let faults = !w.outages.is_empty() || w.network.loss > 0.0;
+    let epsilon = organisation_bound(
+        run.tree.draw_period,
+        w.client.config().target_request_period,
+    );
+    let held = |c: Check| if faults { c.not_held() } else { c };
+    let mut checks = Vec::new();
+    if let Some(checked) = run.policy(CHECKED_POLICY) {
+        checks.push(held(Check::new(
+            "organisation bound",
+            checked.bound.excess,
+            epsilon,
+            false,
+            None,
+        )));
+    }
+    for (node, node_run) in run.tree.nodes.iter().zip(&run.nodes) {
+        if node.is_tenant()
+            && let Some(p) = node_run.policy(CHECKED_POLICY)
+        {
+            checks.push(held(Check::new(
+                format!("{}: ceiling over 60 s", node.name),
+                p.measures.overshoot_60s,
+                epsilon,
+                false,
+                None,
+            )));
+        }
+        for mut c in check(node_run) {
+            c.measure = format!("{}: {}", node.name, c.measure);
+            checks.push(c.not_held());
+        }
+    }
+    checks
+}
+
+/// The organisation's stated bound ε for a draw period: everything its
+/// members admit together over any window of T ≥ 60 s is at most
+/// `max(burst, initial) + R·T + ε·R·T`, and each member tenant admits
+/// over any 60 s at most its own `max(burst, initial) + r·60 + ε·r·60`,
+/// with no outage and no lost message. It is the worst measured over
+/// 1 000 generated organisation workloads (`tollgate-sim fuzz --count 1000
+/// --organisations-only --organisation-every 1`) and the shipped ones
+/// under seeds 1 to 8, rounded up (sim/README.md): a member's bucket
+/// grants its pods a target period ahead at the rate it last drew, so a
+/// draw period shorter than the pods' target period lets members admit
+/// more beyond their draws.
+pub fn organisation_bound(draw_period: Duration, target_request_period: Duration) -> f64 {
+    if draw_period >= target_request_period {
+        ORGANISATION_BOUND
+    } else {
+        ORGANISATION_BOUND_SHORT_DRAWS
+    }
 }
 
 /// Holds the partition run of `workload` to the goals: the coordinated

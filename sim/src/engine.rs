@@ -1,5 +1,6 @@
-//! The discrete-event simulation of one tenant: its pods' local buckets and
-//! the global bucket, in virtual time.
+//! The discrete-event simulation of one tenant, or of an organisation's
+//! tenants: their pods' local buckets and the global buckets, in virtual
+//! time.
 //!
 //! The pods run `tollgate-core`'s [`LocalBucket`] and the server runs
 //! [`global_bucket::request`] — the code the client and the server run —
@@ -14,31 +15,42 @@
 //! `max_wait`. Between ticks a pod is polled when it asked to be (its
 //! `wake_at`), or when an answer or a failure reaches it.
 //!
-//! The server's store is the stores' transaction script over one bucket's
-//! rows in memory: `Batch` loads each request's window and writes back
-//! with `BucketWrite::apply_to`. The event queue (`Events`: virtual time,
-//! ties in scheduling order) serves the partition engine too.
+//! The server's store is the stores' transaction script over rows in
+//! memory: `Batch` loads each request's window and writes back with
+//! `BucketWrite::apply_to`. For an organisation ([`simulate_tree`]) the
+//! store holds every node's head row and the tree's `Node` rows (made by
+//! `organisation::apply`, as the server makes them), and each request runs
+//! the whole script the embedded store runs: `join_tree`, then
+//! `parents_due` / `open_parents` until nothing more is due, `draw`, and
+//! `serve`; so members draw on their organisation exactly as on the
+//! server, once per draw period, in their pods' transactions. A lone
+//! tenant runs the same script with no tree rows, which draws nothing.
+//! The event queue (`Events`: virtual time, ties in scheduling order)
+//! serves the partition engine too.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::ops::Range;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tollgate_core::budget::BucketBudget;
 use tollgate_core::global_bucket::{
-    self, BucketRow, GlobalBucketConfig, Grant, InstanceId, InstanceState, Limits,
+    self, BucketRow, GlobalBucketConfig, Grant, InstanceId, InstanceState, InstanceWindow, Limits,
     TokenBucketRequest,
 };
 use tollgate_core::local_bucket::{Admission, LocalBucket, WaiterId};
+use tollgate_core::organisation::{self, Node, TreeChange, TreeRows};
 use tollgate_core::time::Timestamp;
 use tollgate_core::transaction::{Answer, Batch, UnconfiguredTenants};
-use tollgate_core::{BucketKey, TenantId};
+use tollgate_core::{BucketKey, BucketName, TenantId};
 
 use crate::SimError;
 use crate::ideal::IdealBucket;
-use crate::record::{BudgetOutcome, Record};
-use crate::workload::{Demand, LimitsSpec, PodSpec, Workload};
+use crate::ideal::tree::IdealTree;
+use crate::record::{BudgetOutcome, Record, TreeRecord};
+use crate::workload::{Demand, LimitsSpec, PodSpec, Tree, Workload};
 
 /// The grant policies compared: the core's own.
 pub use tollgate_core::global_bucket::GrantPolicy as Policy;
@@ -51,41 +63,85 @@ fn secs(t: Timestamp) -> f64 {
     t.seconds_since(Timestamp::EPOCH)
 }
 
-/// The tenant's rows, kept the way a store keeps them, and served by the
-/// stores' transaction script ([`Batch`]): a request loads only the rows of
-/// its window and writes back what changed.
+/// The buckets' rows and the tree of organisations, kept the way a store
+/// keeps them, and served by the stores' transaction script ([`Batch`]):
+/// a request loads only the rows of its window (and, when its bucket must
+/// draw, its organisations' heads and its windows in them) and writes back
+/// what changed.
 #[derive(Debug)]
 struct Store {
-    key: BucketKey,
-    head: BucketRow,
-    instances: BTreeMap<InstanceId, InstanceState>,
+    heads: BTreeMap<BucketKey, BucketRow>,
+    instances: BTreeMap<BucketKey, BTreeMap<InstanceId, InstanceState>>,
+    nodes: BTreeMap<TenantId, Node>,
     config: GlobalBucketConfig,
 }
 
 impl Store {
+    fn new(config: GlobalBucketConfig) -> Store {
+        Store {
+            heads: BTreeMap::new(),
+            instances: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            config,
+        }
+    }
+
+    /// Loads `key`'s instance rows of `window` into `batch`.
+    fn load(&self, batch: &mut Batch, key: &BucketKey, window: &InstanceWindow) {
+        if let Some(rows) = self.instances.get(key) {
+            batch.load(key, window.select(rows).into_values());
+        }
+    }
+
+    /// The head rows of `keys` that exist.
+    fn heads(&self, keys: &[BucketKey]) -> BTreeMap<BucketKey, BucketRow> {
+        keys.iter()
+            .filter_map(|k| Some((k.clone(), self.heads.get(k)?.clone())))
+            .collect()
+    }
+
+    /// One pod request, by the script of `tollgate_core::transaction`, as
+    /// the embedded store runs it (one writer: no row is ever busy).
     fn request(
         &mut self,
+        key: &BucketKey,
         request: &TokenBucketRequest,
         now: Timestamp,
     ) -> Result<Grant, global_bucket::RequestError> {
-        let plan = Batch::plan(
-            [(&self.key, request.instance_id)],
-            self.config.cleanup_window,
-        );
-        let heads = BTreeMap::from([(self.key.clone(), self.head.clone())]);
-        let mut batch = Batch::open(
-            plan.lock,
-            heads,
-            &BTreeMap::new(),
-            &UnconfiguredTenants::Reject,
-            now,
-        );
+        let plan = Batch::plan([(key, request.instance_id)], self.config.cleanup_window);
+        let heads = self.heads(&plan.lock);
+        let states = BTreeMap::new();
+        let mut batch = Batch::open(plan.lock, heads, &states, &UnconfiguredTenants::Reject, now);
         for window in &plan.windows {
-            batch.load(&self.key, window.select(&self.instances).into_values());
+            self.load(&mut batch, key, window);
         }
-        let answer = batch.serve(&self.key, request, now, &self.config);
+        batch.join_tree(&self.nodes);
+        loop {
+            let parents = batch.parents_due(now, &self.config);
+            if parents.is_empty() {
+                break;
+            }
+            let heads = self.heads(&parents.lock);
+            batch.open_parents(
+                parents.lock.iter().cloned(),
+                heads,
+                &BTreeSet::new(),
+                &states,
+                &self.nodes,
+            );
+            for (parent, window) in &parents.windows {
+                self.load(&mut batch, parent, window);
+            }
+        }
+        batch.draw([(key, request.requested_tokens)], now, &self.config);
+        let answer = batch.serve(key, request, now, &self.config);
         for write in batch.writes() {
-            write.apply_to(&mut self.head, &mut self.instances);
+            let head = self
+                .heads
+                .entry(write.key.clone())
+                .or_insert_with(|| write.head.clone());
+            let instances = self.instances.entry(write.key.clone()).or_default();
+            write.apply_to(head, instances);
         }
         match answer {
             Answer::Granted(grant) => Ok(grant),
@@ -94,6 +150,13 @@ impl Store {
                 global_bucket::RequestError::Inconsistent(format!("a lone request got {answer:?}")),
             ),
         }
+    }
+
+    /// Tokens in `key`'s bucket at `now` (0 if it has no row).
+    fn level(&self, key: &BucketKey, now: Timestamp) -> f64 {
+        self.heads
+            .get(key)
+            .map_or(0.0, |head| head.state.tokens_at(now))
     }
 }
 
@@ -179,6 +242,8 @@ enum PodState {
 #[derive(Debug)]
 struct Pod {
     spec: PodSpec,
+    /// Its tenant: an index of `Sim::tenants`.
+    tenant: usize,
     demand: Demand,
     state: PodState,
     bucket: Option<LocalBucket>,
@@ -189,18 +254,111 @@ struct Pod {
     stopped: Option<Timestamp>,
 }
 
+/// A tenant's bucket, its pods (consecutive indices of `Sim::pods`) and
+/// what they did.
+#[derive(Debug)]
+struct Tenant {
+    key: BucketKey,
+    pods: Range<usize>,
+    record: Record,
+}
+
 struct Sim<'w> {
     workload: &'w Workload,
     store: Store,
     pods: Vec<Pod>,
+    tenants: Vec<Tenant>,
+    /// Buckets whose level is sampled beside the tenants' (an
+    /// organisation's), and their series.
+    watched: Vec<(BucketKey, Vec<f64>)>,
     events: Events<Kind>,
     rng: ChaCha8Rng,
-    record: Record,
     sample_demand: Vec<f64>,
     sample_admitted: Vec<f64>,
     rtt: Duration,
     half_rtt: Duration,
     max_wait: f64,
+}
+
+fn tenant_id(name: &str) -> Result<TenantId, SimError> {
+    TenantId::parse("tenant_id", name).map_err(|e| SimError::Invalid(e.to_string()))
+}
+
+fn head_row(spec: &LimitsSpec, initial: f64) -> BucketRow {
+    let limits = Limits {
+        refill_rate: spec.refill_rate,
+        burst_limit: spec.burst_limit,
+    };
+    BucketRow::new(limits, initial, true, Timestamp::EPOCH)
+}
+
+impl<'w> Sim<'w> {
+    /// A simulation of `specs` (the pods, in order), each tenant of
+    /// `tenants` owning a run of them, against `store`.
+    fn new(
+        workload: &'w Workload,
+        specs: Vec<PodSpec>,
+        tenants: Vec<(BucketKey, Range<usize>)>,
+        watched: Vec<BucketKey>,
+        store: Store,
+    ) -> Sim<'w> {
+        let n = specs.len();
+        let tenant_of = |p: usize| {
+            tenants
+                .iter()
+                .position(|(_, r)| r.contains(&p))
+                .unwrap_or(0)
+        };
+        let pods = specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| Pod {
+                demand: Demand::new(&spec.demand, workload.seed, i),
+                spec,
+                tenant: tenant_of(i),
+                state: PodState::NotStarted,
+                bucket: None,
+                waiters: VecDeque::new(),
+                wake: None,
+                started: Timestamp::EPOCH,
+                stopped: None,
+            })
+            .collect();
+        let mut rng = ChaCha8Rng::seed_from_u64(workload.seed);
+        // The network's generator is a stream of its own, apart from demand noise.
+        rng.set_stream(u64::MAX);
+        let tenants = tenants
+            .into_iter()
+            .map(|(key, pods)| Tenant {
+                key,
+                record: Record::new(
+                    pods.len(),
+                    workload.sample.as_secs_f64(),
+                    workload.max_wait.as_secs_f64(),
+                ),
+                pods,
+            })
+            .collect();
+        Sim {
+            workload,
+            store,
+            pods,
+            tenants,
+            watched: watched.into_iter().map(|k| (k, Vec::new())).collect(),
+            events: Events::new(),
+            rng,
+            sample_demand: vec![0.0; n],
+            sample_admitted: vec![0.0; n],
+            rtt: workload.network.rtt,
+            half_rtt: workload.network.rtt / 2,
+            max_wait: workload.max_wait.as_secs_f64(),
+        }
+    }
+
+    /// The record of pod `p`'s tenant.
+    fn record(&mut self, p: usize) -> &mut Record {
+        &mut self.tenants[self.pods[p].tenant].record
+    }
 }
 
 /// Runs `workload` against the bucket `spec` (its `limits`) under `policy`
@@ -212,11 +370,7 @@ pub fn simulate(
 ) -> Result<Record, SimError> {
     let specs = workload.pod_specs();
     let n = specs.len();
-    let limits = Limits {
-        refill_rate: spec.refill_rate,
-        burst_limit: spec.burst_limit,
-    };
-    let mut head = BucketRow::new(limits, spec.initial(), true, Timestamp::EPOCH);
+    let mut head = head_row(spec, spec.initial());
     if let Some(budget) = &spec.budget {
         let budget = budget.budget().map_err(SimError::Invalid)?;
         head.budget = Some(Box::new(
@@ -224,64 +378,118 @@ pub fn simulate(
                 .map_err(|e| SimError::Invalid(e.to_string()))?,
         ));
     }
-    let store = Store {
-        key: BucketKey::request_units(
-            TenantId::parse("tenant_id", "simulated")
-                .map_err(|e| SimError::Invalid(e.to_string()))?,
-        ),
-        head,
-        instances: BTreeMap::new(),
-        config: GlobalBucketConfig {
-            policy,
-            ..GlobalBucketConfig::default()
-        },
-    };
-    let pods = specs
-        .into_iter()
-        .enumerate()
-        .map(|(i, spec)| Pod {
-            demand: Demand::new(&spec.demand, workload.seed, i),
-            spec,
-            state: PodState::NotStarted,
-            bucket: None,
-            waiters: VecDeque::new(),
-            wake: None,
-            started: Timestamp::EPOCH,
-            stopped: None,
-        })
-        .collect();
-    let mut rng = ChaCha8Rng::seed_from_u64(workload.seed);
-    // The network's generator is a stream of its own, apart from demand noise.
-    rng.set_stream(u64::MAX);
-    let mut sim = Sim {
+    let key = BucketKey::request_units(tenant_id("simulated")?);
+    let mut store = Store::new(GlobalBucketConfig {
+        policy,
+        ..GlobalBucketConfig::default()
+    });
+    store.heads.insert(key.clone(), head);
+    let mut sim = Sim::new(
         workload,
+        specs,
+        vec![(key.clone(), 0..n)],
+        Vec::new(),
         store,
-        pods,
-        events: Events::new(),
-        rng,
-        record: Record::new(
-            n,
-            workload.sample.as_secs_f64(),
-            workload.max_wait.as_secs_f64(),
-        ),
-        sample_demand: vec![0.0; n],
-        sample_admitted: vec![0.0; n],
-        rtt: workload.network.rtt,
-        half_rtt: workload.network.rtt / 2,
-        max_wait: workload.max_wait.as_secs_f64(),
-    };
+    );
     sim.run()?;
     let end = at(workload.duration);
-    sim.record.budget = sim.store.head.budget.as_ref().map(|b| {
-        let view = b.view(&sim.store.head.state, end);
-        BudgetOutcome {
-            amount: view.budget.amount,
-            granted: view.usage.granted_tokens,
-            spend: view.usage.spend(),
-            reached_at: view.limit_reached_at.map(secs),
-        }
+    let mut record = sim.tenants.swap_remove(0).record;
+    if let Some(head) = sim.store.heads.get(&key) {
+        record.budget = head.budget.as_ref().map(|b| {
+            let view = b.view(&head.state, end);
+            BudgetOutcome {
+                amount: view.budget.amount,
+                granted: view.usage.granted_tokens,
+                spend: view.usage.spend(),
+                reached_at: view.limit_reached_at.map(secs),
+            }
+        });
+    }
+    Ok(record)
+}
+
+/// Runs the organisation `tree` of `workload` under `policy`: each
+/// tenant's pods against its bucket, each member's bucket drawing on its
+/// organisation's, every draw period (the tree's), through the stores'
+/// script. The pods are `tree.pod_groups()`'s, in order.
+pub fn simulate_tree(
+    workload: &Workload,
+    tree: &Tree,
+    policy: Policy,
+) -> Result<TreeRecord, SimError> {
+    let mut store = Store::new(GlobalBucketConfig {
+        policy,
+        draw_period: tree.draw_period,
+        ..GlobalBucketConfig::default()
     });
-    Ok(sim.record)
+    let mut keys = Vec::new();
+    for (i, node) in tree.nodes.iter().enumerate() {
+        let key = BucketKey::request_units(tenant_id(&node.name)?);
+        // A member's bucket starts empty at its first draw whatever it
+        // holds; the organisation at the top starts with its initial
+        // tokens.
+        let initial = if i == 0 { node.limits.initial() } else { 0.0 };
+        store
+            .heads
+            .insert(key.clone(), head_row(&node.limits, initial));
+        keys.push(key);
+    }
+    // The tree's rows, made by the operators' changes the server applies:
+    // every organisation created, then every member joined, top down.
+    let changes = tree
+        .nodes
+        .iter()
+        .filter(|n| !n.is_tenant())
+        .map(|n| (n, None))
+        .chain(tree.nodes.iter().filter_map(|n| Some((n, Some(n.parent?)))));
+    for (node, parent) in changes {
+        let id = tenant_id(&node.name)?;
+        let change = match parent {
+            None => TreeChange::Create {
+                organisation: id,
+                display_name: String::new(),
+            },
+            Some(parent) => TreeChange::Join {
+                organisation: tenant_id(&tree.nodes[parent].name)?,
+                member: id,
+                guaranteed: BTreeMap::from([(BucketName::REQUEST_UNITS, node.guaranteed)]),
+            },
+        };
+        let rows = TreeRows {
+            nodes: store.nodes.clone(),
+            ..TreeRows::default()
+        };
+        let writes = organisation::apply(&change, &rows, Timestamp::EPOCH)
+            .map_err(|e| SimError::Invalid(format!("organisation: {e}")))?;
+        store.nodes.extend(writes);
+    }
+    let tenants: Vec<usize> = tree.tenants().collect();
+    let view = tree.view(workload, 0);
+    let specs = view.pod_specs();
+    let sim_tenants = tenants
+        .iter()
+        .map(|&t| (keys[t].clone(), tree.nodes[t].pods.clone()))
+        .collect();
+    let mut sim = Sim::new(workload, specs, sim_tenants, keys.clone(), store);
+    sim.run()?;
+    let draws = keys
+        .iter()
+        .map(|k| {
+            sim.store
+                .heads
+                .get(k)
+                .and_then(|h| h.draw.as_ref())
+                .map_or(0, |d| d.draws)
+        })
+        .collect();
+    Ok(TreeRecord {
+        tenants: tenants
+            .into_iter()
+            .zip(sim.tenants.into_iter().map(|t| t.record))
+            .collect(),
+        levels: sim.watched.into_iter().map(|(_, l)| l).collect(),
+        draws,
+    })
 }
 
 impl Sim<'_> {
@@ -308,7 +516,7 @@ impl Sim<'_> {
                     }
                 }
                 Kind::Fail(p, seq) => {
-                    self.record.failed_requests += 1;
+                    self.record(p).failed_requests += 1;
                     let jitter = self.rng.random::<f64>();
                     if let Some(bucket) = self.pods[p].bucket.as_mut() {
                         bucket.on_failure(seq, now, jitter, None);
@@ -347,7 +555,7 @@ impl Sim<'_> {
                         bucket.close();
                     }
                     let refused: f64 = pod.waiters.drain(..).map(|w| w.1).sum();
-                    self.record.timed_out += refused;
+                    self.tenants[pod.tenant].record.timed_out += refused;
                     pod.state = PodState::Closing;
                     pod.stopped = Some(now);
                     self.poll(p, now);
@@ -368,7 +576,7 @@ impl Sim<'_> {
                 }
                 bucket.cancel(id);
                 pod.waiters.pop_front();
-                self.record.timed_out += tokens;
+                self.tenants[pod.tenant].record.timed_out += tokens;
             }
             let amount = pod.demand.rate(t) * dt;
             if amount > 0.0 {
@@ -376,10 +584,10 @@ impl Sim<'_> {
                 match bucket.acquire(amount, now) {
                     Ok(Admission::Admitted) => {
                         self.sample_admitted[p] += amount;
-                        self.record.waits.record(0.0, amount);
+                        self.tenants[pod.tenant].record.waits.record(0.0, amount);
                     }
                     Ok(Admission::Queued(id)) => pod.waiters.push_back((id, amount, now)),
-                    Ok(Admission::Closed) => self.record.timed_out += amount,
+                    Ok(Admission::Closed) => self.tenants[pod.tenant].record.timed_out += amount,
                     Err(e) => {
                         return Err(SimError::Invalid(format!(
                             "{}: demand of {amount} tokens in one tick refused: {e}",
@@ -408,14 +616,17 @@ impl Sim<'_> {
             while let Some((waiter, tokens, since)) = pod.waiters.pop_front() {
                 if waiter == id {
                     self.sample_admitted[p] += tokens;
-                    self.record.waits.record(now.seconds_since(since), tokens);
+                    self.tenants[pod.tenant]
+                        .record
+                        .waits
+                        .record(now.seconds_since(since), tokens);
                     break;
                 }
             }
         }
         if pod.state == PodState::Closing && bucket.is_finished() {
             pod.state = PodState::Done;
-            self.record.fallback_tokens += bucket.status().fallback_tokens;
+            self.tenants[pod.tenant].record.fallback_tokens += bucket.status().fallback_tokens;
             pod.wake = None;
             return;
         }
@@ -471,15 +682,16 @@ impl Sim<'_> {
                 .schedule(now.saturating_add(self.half_rtt), Kind::Fail(p, seq));
             return Ok(());
         }
+        let key = &self.tenants[self.pods[p].tenant].key;
         let grant = self
             .store
-            .request(request, now)
+            .request(key, request, now)
             .map_err(|e| SimError::Server {
                 pod: self.pods[p].spec.name.clone(),
                 at: secs(now),
                 message: e.to_string(),
             })?;
-        self.record.server_requests += 1;
+        self.record(p).server_requests += 1;
         if self.lost() {
             // The answer is lost: the pod times out and sends the request again.
             let sent = now.saturating_sub(self.half_rtt);
@@ -496,13 +708,18 @@ impl Sim<'_> {
     }
 
     fn flush_sample(&mut self, now: Timestamp) {
-        let level = self.store.head.state.tokens_at(now);
-        self.record.push_sample(
-            secs(now),
-            &mut self.sample_demand,
-            &mut self.sample_admitted,
-            level,
-        );
+        for tenant in &mut self.tenants {
+            let level = self.store.level(&tenant.key, now);
+            tenant.record.push_sample(
+                secs(now),
+                &mut self.sample_demand[tenant.pods.clone()],
+                &mut self.sample_admitted[tenant.pods.clone()],
+                level,
+            );
+        }
+        for (key, series) in &mut self.watched {
+            series.push(self.store.level(key, now));
+        }
     }
 
     fn finish(&mut self, end: Timestamp) {
@@ -512,11 +729,12 @@ impl Sim<'_> {
                 continue;
             }
             let stopped = pod.stopped.unwrap_or(end).min(end);
-            self.record.pod_minutes += stopped.seconds_since(pod.started) / 60.0;
+            let record = &mut self.tenants[pod.tenant].record;
+            record.pod_minutes += stopped.seconds_since(pod.started) / 60.0;
             if pod.state != PodState::Done
                 && let Some(bucket) = &pod.bucket
             {
-                self.record.fallback_tokens += bucket.status().fallback_tokens;
+                record.fallback_tokens += bucket.status().fallback_tokens;
             }
         }
     }
@@ -596,4 +814,119 @@ pub fn simulate_ideal(workload: &Workload, limits: &LimitsSpec) -> Record {
         }
     }
     record
+}
+
+/// Runs the organisation `tree` of `workload` against the ideal
+/// hierarchical bucket ([`IdealTree`]): the same pods and demand as
+/// [`simulate_tree`], in the same order.
+pub fn simulate_ideal_tree(workload: &Workload, tree: &Tree) -> TreeRecord {
+    let specs = tree.view(workload, 0).pod_specs();
+    let n = specs.len();
+    let mut demand: Vec<Demand> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| Demand::new(&spec.demand, workload.seed, i))
+        .collect();
+    let tenants: Vec<usize> = tree.tenants().collect();
+    let mut records: Vec<Record> = tenants
+        .iter()
+        .map(|&t| {
+            Record::new(
+                tree.nodes[t].pods.len(),
+                workload.sample.as_secs_f64(),
+                workload.max_wait.as_secs_f64(),
+            )
+        })
+        .collect();
+    let tenant_of: Vec<usize> = (0..n)
+        .map(|p| {
+            tenants
+                .iter()
+                .position(|&t| tree.nodes[t].pods.contains(&p))
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut levels = vec![Vec::new(); tree.nodes.len()];
+    let mut ideal = IdealTree::new(workload, tree);
+    let mut sample_demand = vec![0.0; n];
+    let mut sample_admitted = vec![0.0; n];
+    let mut push = |now: f64,
+                    records: &mut [Record],
+                    demand: &mut [f64],
+                    admitted: &mut [f64],
+                    ideal: &IdealTree| {
+        for (record, &t) in records.iter_mut().zip(&tenants) {
+            let pods = tree.nodes[t].pods.clone();
+            let level = ideal.levels().nth(t).unwrap_or(0.0);
+            record.push_sample(now, &mut demand[pods.clone()], &mut admitted[pods], level);
+        }
+        for (series, level) in levels.iter_mut().zip(ideal.levels()) {
+            series.push(level);
+        }
+    };
+    let tick = workload.tick;
+    let dt = tick.as_secs_f64();
+    let per_sample = workload.sample.as_micros() / tick.as_micros();
+    let ticks = workload.duration.as_micros().div_ceil(tick.as_micros());
+    let mut started = vec![None; n];
+    let mut running = vec![false; n];
+    for k in 0..ticks {
+        let t = tick * u32::try_from(k).unwrap_or(u32::MAX);
+        let now = t.as_secs_f64();
+        if k > 0 && k.is_multiple_of(per_sample) {
+            push(
+                now,
+                &mut records,
+                &mut sample_demand,
+                &mut sample_admitted,
+                &ideal,
+            );
+        }
+        let mut arrivals = Vec::new();
+        let mut gone = Vec::new();
+        for (p, spec) in specs.iter().enumerate() {
+            if started[p].is_none() && spec.join <= t {
+                started[p] = Some(now);
+                running[p] = true;
+            }
+            if running[p] && spec.leave.is_some_and(|leave| leave <= t) {
+                running[p] = false;
+                gone.push(p);
+                records[tenant_of[p]].pod_minutes += (now - started[p].unwrap_or(now)) / 60.0;
+            }
+            if running[p] {
+                let amount = demand[p].rate(t) * dt;
+                if amount > 0.0 {
+                    sample_demand[p] += amount;
+                    arrivals.push((p, amount));
+                }
+            }
+        }
+        let out = ideal.tick(now, arrivals, &gone);
+        for (p, tokens, wait) in out.admitted {
+            sample_admitted[p] += tokens;
+            records[tenant_of[p]].waits.record(wait, tokens);
+        }
+        for (p, tokens) in out.timed_out {
+            records[tenant_of[p]].timed_out += tokens;
+        }
+    }
+    let end = workload.duration.as_secs_f64();
+    push(
+        end,
+        &mut records,
+        &mut sample_demand,
+        &mut sample_admitted,
+        &ideal,
+    );
+    for p in 0..n {
+        if running[p] {
+            records[tenant_of[p]].pod_minutes += (end - started[p].unwrap_or(end)) / 60.0;
+        }
+    }
+    TreeRecord {
+        tenants: tenants.into_iter().zip(records).collect(),
+        levels,
+        draws: vec![0; tree.nodes.len()],
+    }
 }

@@ -29,6 +29,8 @@ use crate::measures::Measures;
 use crate::workload::{LimitsSpec, Network, Outage, PodGroup, Term, Workload};
 use crate::{SimError, run_workload};
 
+pub mod organisation;
+
 /// The families a generated workload's pods are drawn from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Family {
@@ -537,15 +539,25 @@ pub fn run_corpus(
     policies: &[Policy],
     threads: usize,
 ) -> Result<Vec<Outcome>, SimError> {
+    parallel(seeds, threads, |seed| run_seed(seed, policies))
+}
+
+/// `run` of each of `seeds` on `threads` threads; the outcomes in seed
+/// order.
+fn parallel<T: Send>(
+    seeds: &[u64],
+    threads: usize,
+    run: impl Fn(u64) -> Result<T, SimError> + Sync,
+) -> Result<Vec<T>, SimError> {
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, Result<Outcome, SimError>)>> = Mutex::new(Vec::new());
+    let results: Mutex<Vec<(usize, Result<T, SimError>)>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..threads.max(1) {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&seed) = seeds.get(i) else { break };
-                    let outcome = run_seed(seed, policies);
+                    let outcome = run(seed);
                     results
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)

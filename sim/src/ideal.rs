@@ -8,10 +8,16 @@
 //! pods. The refill is `refill_rate` per second; what demand leaves of it
 //! is kept up to `burst_limit` (a bucket of burst 0 admits its refill rate
 //! to demand that waits for it, and holds nothing).
+//!
+//! An organisation's reference is [`tree::IdealTree`]: the organisation's
+//! bucket split between its members instantly by the server's rule, each
+//! tenant serving its own queue as this bucket does.
 
 use std::collections::VecDeque;
 
 use crate::workload::{LimitsSpec, Workload};
+
+pub mod tree;
 
 /// Demand of one tick still waiting: `(pod, tokens)` pairs.
 #[derive(Debug)]
@@ -19,6 +25,91 @@ struct Arrival {
     at: f64,
     remaining: Vec<(usize, f64)>,
     total: f64,
+}
+
+/// Demand waiting for tokens, oldest first: one ideal bucket's queue.
+#[derive(Debug, Default)]
+struct Queue {
+    arrivals: VecDeque<Arrival>,
+}
+
+impl Queue {
+    /// Demand of the pods in `gone` gives up.
+    fn drop_gone(&mut self, gone: &[usize], out: &mut IdealTick) {
+        if gone.is_empty() {
+            return;
+        }
+        for arrival in &mut self.arrivals {
+            arrival.remaining.retain(|&(pod, tokens)| {
+                if gone.contains(&pod) {
+                    out.timed_out.push((pod, tokens));
+                    false
+                } else {
+                    true
+                }
+            });
+            arrival.total = arrival.remaining.iter().map(|&(_, t)| t).sum();
+        }
+        self.arrivals.retain(|a| !a.remaining.is_empty());
+    }
+
+    /// Queues the demand of a tick at `now`.
+    fn push(&mut self, now: f64, arrivals: Vec<(usize, f64)>) {
+        let total: f64 = arrivals.iter().map(|&(_, t)| t).sum();
+        if total > 0.0 {
+            self.arrivals.push_back(Arrival {
+                at: now,
+                remaining: arrivals,
+                total,
+            });
+        }
+    }
+
+    /// Serves the queue from `tokens`, oldest first, ties in proportion.
+    fn serve(&mut self, tokens: &mut f64, now: f64, out: &mut IdealTick) {
+        while let Some(front) = self.arrivals.front_mut() {
+            if *tokens <= 0.0 {
+                break;
+            }
+            let wait = now - front.at;
+            if *tokens >= front.total {
+                *tokens -= front.total;
+                for &(pod, tokens) in &front.remaining {
+                    out.admitted.push((pod, tokens, wait));
+                }
+                self.arrivals.pop_front();
+            } else {
+                // Ties split in proportion to what each pod waits for.
+                let fraction = *tokens / front.total;
+                for (pod, tokens) in &mut front.remaining {
+                    let served = *tokens * fraction;
+                    *tokens -= served;
+                    out.admitted.push((*pod, served, wait));
+                }
+                front.total -= *tokens;
+                *tokens = 0.0;
+            }
+        }
+    }
+
+    /// Demand that has waited `max_wait` at `now` gives up.
+    fn expire(&mut self, now: f64, max_wait: f64, out: &mut IdealTick) {
+        while let Some(front) = self.arrivals.front() {
+            // A tick's demand gives up once it has waited `max_wait`; the
+            // pods cancel at the same age.
+            if now - front.at + 1e-9 < max_wait {
+                break;
+            }
+            if let Some(expired) = self.arrivals.pop_front() {
+                out.timed_out.extend(expired.remaining);
+            }
+        }
+    }
+
+    /// Tokens of demand waiting.
+    fn waiting(&self) -> f64 {
+        self.arrivals.iter().map(|a| a.total).sum()
+    }
 }
 
 /// The ideal bucket between ticks.
@@ -29,7 +120,7 @@ pub struct IdealBucket {
     max_wait: f64,
     tokens: f64,
     last: f64,
-    queue: VecDeque<Arrival>,
+    queue: Queue,
 }
 
 /// What one tick of the ideal bucket did.
@@ -49,7 +140,7 @@ impl IdealBucket {
             max_wait: workload.max_wait.as_secs_f64(),
             tokens: limits.initial(),
             last: 0.0,
-            queue: VecDeque::new(),
+            queue: Queue::default(),
         }
     }
 
@@ -72,67 +163,11 @@ impl IdealBucket {
             self.tokens += self.refill_rate * elapsed;
         }
         self.last = now;
-
-        if !gone.is_empty() {
-            for arrival in &mut self.queue {
-                arrival.remaining.retain(|&(pod, tokens)| {
-                    if gone.contains(&pod) {
-                        out.timed_out.push((pod, tokens));
-                        false
-                    } else {
-                        true
-                    }
-                });
-                arrival.total = arrival.remaining.iter().map(|&(_, t)| t).sum();
-            }
-            self.queue.retain(|a| !a.remaining.is_empty());
-        }
-
-        let total: f64 = arrivals.iter().map(|&(_, t)| t).sum();
-        if total > 0.0 {
-            self.queue.push_back(Arrival {
-                at: now,
-                remaining: arrivals,
-                total,
-            });
-        }
-
-        while let Some(front) = self.queue.front_mut() {
-            if self.tokens <= 0.0 {
-                break;
-            }
-            let wait = now - front.at;
-            if self.tokens >= front.total {
-                self.tokens -= front.total;
-                for &(pod, tokens) in &front.remaining {
-                    out.admitted.push((pod, tokens, wait));
-                }
-                self.queue.pop_front();
-            } else {
-                // Ties split in proportion to what each pod waits for.
-                let fraction = self.tokens / front.total;
-                for (pod, tokens) in &mut front.remaining {
-                    let served = *tokens * fraction;
-                    *tokens -= served;
-                    out.admitted.push((*pod, served, wait));
-                }
-                front.total -= self.tokens;
-                self.tokens = 0.0;
-            }
-        }
-
+        self.queue.drop_gone(gone, &mut out);
+        self.queue.push(now, arrivals);
+        self.queue.serve(&mut self.tokens, now, &mut out);
         self.tokens = self.tokens.min(ceiling);
-
-        while let Some(front) = self.queue.front() {
-            // A tick's demand gives up once it has waited `max_wait`; the
-            // pods cancel at the same age.
-            if now - front.at + 1e-9 < self.max_wait {
-                break;
-            }
-            if let Some(expired) = self.queue.pop_front() {
-                out.timed_out.extend(expired.remaining);
-            }
-        }
+        self.queue.expire(now, self.max_wait, &mut out);
         out
     }
 }

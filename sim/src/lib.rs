@@ -8,8 +8,10 @@
 //! compares the two, [`check`] holds the measures to their thresholds, and
 //! [`report`] writes the markdown summary and the plots. A workload with a
 //! per-partition limit runs through [`partitions`] too: the pods' partition
-//! counters, alone and coordinated by the server's shares. [`fuzz`] draws
-//! workloads from seeds and sums a corpus of them up.
+//! counters, alone and coordinated by the server's shares. A workload with
+//! an organisation runs through [`organisation`]: member tenants drawing
+//! on the organisation's bucket, against an ideal hierarchical bucket.
+//! [`fuzz`] draws workloads from seeds and sums a corpus of them up.
 //!
 //! Runs are deterministic: the same workload and seed give the same report,
 //! byte for byte.
@@ -19,6 +21,7 @@ pub mod engine;
 pub mod fuzz;
 pub mod ideal;
 pub mod measures;
+pub mod organisation;
 pub mod partitions;
 pub mod plot;
 pub mod record;

@@ -10,8 +10,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tollgate_sim::engine::Policy;
 use tollgate_sim::partitions::{self, Mode};
-use tollgate_sim::workload::Workload;
-use tollgate_sim::{check, fuzz, plot, report, run_workload};
+use tollgate_sim::workload::{Tree, Workload};
+use tollgate_sim::{check, fuzz, organisation, plot, report, run_workload};
 
 #[derive(Debug, Parser)]
 #[command(name = "tollgate-sim", version, about)]
@@ -70,6 +70,14 @@ struct FuzzOptions {
     /// Run only these policies (repeatable) [default: every one].
     #[arg(long = "policy", value_parser = parse_policy)]
     policies: Vec<Policy>,
+    /// One seed in this many also draws an organisation workload, run
+    /// under the checked policy and held (with `--check`) to the
+    /// organisation's stated bound and its tenants' ceilings (0: none).
+    #[arg(long, default_value_t = 5)]
+    organisation_every: u64,
+    /// Run only the organisation workloads.
+    #[arg(long)]
+    organisations_only: bool,
 }
 
 fn parse_policy(name: &str) -> Result<Policy, String> {
@@ -147,15 +155,19 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
 
     let mut sections = Vec::new();
     let mut failures = Vec::new();
+    let mut organisations = false;
     for workload in loaded {
         let name = workload.name.clone();
-        let pods = workload.pod_specs().len();
+        let pods = match &workload.organisation {
+            Some(org) => Tree::new(org).nodes[0].pods.len(),
+            None => workload.pod_specs().len(),
+        };
         let duration = tollgate_sim::humantime_short(workload.duration);
         let mut section = String::new();
         let note = |checks: &[check::Check], failures: &mut Vec<String>| {
             for c in checks {
                 let line = c.describe(&name);
-                if !c.passed {
+                if c.failed() {
                     failures.push(line.clone());
                 }
                 if options.check {
@@ -185,6 +197,31 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
                 elapsed.as_secs_f64()
             );
             section.push_str(&report::workload_section(&run, &plots, &checks));
+        }
+        if workload.organisation.is_some() {
+            organisations = true;
+            let started = Instant::now();
+            let run = organisation::run(workload.clone(), &Policy::ALL)?;
+            let elapsed = started.elapsed();
+            let plots = if options.no_plots {
+                Vec::new()
+            } else {
+                plot::write_organisation_plots(&run, &options.out)?
+            };
+            if options.csv {
+                let path = options.out.join(format!("{name}-series.csv"));
+                std::fs::write(&path, report::series_csv(&run.nodes[0]))
+                    .with_context(|| format!("write {}", path.display()))?;
+            }
+            let checks = check::check_organisation(&run);
+            note(&checks, &mut failures);
+            eprintln!(
+                "{name}: {} tenants, {pods} pods, {duration} virtual, {} policies + ideal in {:.2} s",
+                run.tree.tenants().count(),
+                run.runs.len(),
+                elapsed.as_secs_f64()
+            );
+            section.push_str(&report::organisation_section(&run, &plots, &checks));
         }
         if let Some(spec) = &workload.partitions {
             let started = Instant::now();
@@ -217,7 +254,7 @@ fn run(cli: Cli) -> anyhow::Result<bool> {
         }
         sections.push(section);
     }
-    let summary = report::document(&title, &sections, &failures);
+    let summary = report::document_with(&title, &sections, &failures, organisations);
     let path = options.out.join("summary.md");
     std::fs::write(&path, summary).with_context(|| format!("write {}", path.display()))?;
     eprintln!("report: {}", path.display());
@@ -243,16 +280,34 @@ fn fuzz(options: &FuzzOptions) -> anyhow::Result<bool> {
     } else {
         options.policies.clone()
     };
-    let outcomes = fuzz::run_corpus(&seeds, &policies, threads)?;
+    let outcomes = if options.organisations_only {
+        Vec::new()
+    } else {
+        fuzz::run_corpus(&seeds, &policies, threads)?
+    };
+    let org_seeds = fuzz::organisation::seeds(&seeds, options.organisation_every);
+    let org_outcomes = fuzz::organisation::run_corpus(&org_seeds, threads)?;
     let elapsed = started.elapsed();
-    let mut summary = fuzz::summary(&outcomes, options.seed);
-    let over = fuzz::over_bound(&outcomes);
-    summary.push_str(&fuzz::bound_section(&outcomes, &over));
+    let mut summary = String::new();
+    let mut over = Vec::new();
+    if !outcomes.is_empty() {
+        summary.push_str(&fuzz::summary(&outcomes, options.seed));
+        over = fuzz::over_bound(&outcomes);
+        summary.push_str(&fuzz::bound_section(&outcomes, &over));
+    }
+    let org_over = fuzz::organisation::over_held(&org_outcomes);
+    if !org_outcomes.is_empty() {
+        if !summary.is_empty() {
+            summary.push_str("\n## Organisations\n\n");
+        }
+        summary.push_str(&fuzz::organisation::summary(&org_outcomes));
+    }
     println!("{summary}");
     eprintln!(
-        "{} workloads under {} policies in {:.1} s on {threads} threads",
+        "{} workloads under {} policies and {} organisation workloads in {:.1} s on {threads} threads",
         outcomes.len(),
         policies.len(),
+        org_outcomes.len(),
         elapsed.as_secs_f64()
     );
     if let Some(out) = &options.out {
@@ -260,10 +315,18 @@ fn fuzz(options: &FuzzOptions) -> anyhow::Result<bool> {
         let path = out.join("fuzz.md");
         std::fs::write(&path, &summary).with_context(|| format!("write {}", path.display()))?;
         eprintln!("summary: {}", path.display());
-        let path = out.join("fuzz.csv");
-        std::fs::write(&path, fuzz::csv(&outcomes))
-            .with_context(|| format!("write {}", path.display()))?;
-        eprintln!("per workload: {}", path.display());
+        if !outcomes.is_empty() {
+            let path = out.join("fuzz.csv");
+            std::fs::write(&path, fuzz::csv(&outcomes))
+                .with_context(|| format!("write {}", path.display()))?;
+            eprintln!("per workload: {}", path.display());
+        }
+        if !org_outcomes.is_empty() {
+            let path = out.join("fuzz-organisations.csv");
+            std::fs::write(&path, fuzz::organisation::csv(&org_outcomes))
+                .with_context(|| format!("write {}", path.display()))?;
+            eprintln!("per organisation workload: {}", path.display());
+        }
     }
     if let Some(dir) = &options.emit {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
@@ -277,8 +340,23 @@ fn fuzz(options: &FuzzOptions) -> anyhow::Result<bool> {
             std::fs::write(&path, generated.workload.to_yaml()?)
                 .with_context(|| format!("write {}", path.display()))?;
         }
-        eprintln!("{} workloads written to {}", seeds.len(), dir.display());
+        let mut org_seeds = fuzz::organisation::worst_seeds(&org_outcomes);
+        org_seeds.extend(org_over.iter().map(|o| o.seed));
+        org_seeds.sort_unstable();
+        org_seeds.dedup();
+        for seed in &org_seeds {
+            let generated = fuzz::organisation::generate(*seed)?;
+            let path = dir.join(format!("fuzz-org-{seed}.yaml"));
+            std::fs::write(&path, generated.workload.to_yaml()?)
+                .with_context(|| format!("write {}", path.display()))?;
+        }
+        eprintln!(
+            "{} workloads written to {}",
+            seeds.len() + org_seeds.len(),
+            dir.display()
+        );
     }
+    let mut passed = true;
     if options.check && !over.is_empty() {
         eprintln!(
             "{} workload(s) admitted more than the stated bound: seeds {}",
@@ -288,9 +366,21 @@ fn fuzz(options: &FuzzOptions) -> anyhow::Result<bool> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        return Ok(false);
+        passed = false;
     }
-    Ok(true)
+    if options.check && !org_over.is_empty() {
+        eprintln!(
+            "{} organisation workload(s) missed what is held of them (the organisation's stated bound, or a tenant's ceiling): seeds {}",
+            org_over.len(),
+            org_over
+                .iter()
+                .map(|o| o.seed.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        passed = false;
+    }
+    Ok(passed)
 }
 
 fn workload_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {

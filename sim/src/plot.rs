@@ -3,7 +3,8 @@
 //! Per workload: cumulative admitted tokens and their divergence from the
 //! ideal, the bucket level, and per policy the rates of a few pods
 //! (requested, admitted, ideal); for partition workloads, each hot spot's
-//! accepted rate in both modes. Long series are averaged down to at most
+//! accepted rate in both modes; for organisation workloads, those of the
+//! organisation as a whole and each tenant's rate. Long series are averaged down to at most
 //! [`MAX_POINTS`] points so the files stay small.
 
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 
 use crate::engine::Policy;
+use crate::organisation::OrganisationRun;
 use crate::record::Record;
 use crate::{SimError, WorkloadRun};
 
@@ -292,6 +294,69 @@ pub fn write_plots(run: &WorkloadRun, dir: &Path) -> Result<Vec<PathBuf>, SimErr
             &lines,
         )?;
     }
+    Ok(files)
+}
+
+/// Tenants drawn on an organisation's plot of tenants.
+const TENANT_COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+];
+
+/// Draws the plots of an organisation run into `dir`: those of a
+/// tenant's run for the organisation as a whole (its pods together, its
+/// bucket's level), and each tenant's admitted rate against the ideal's
+/// under the checked policy (the first tenants, as many as there are
+/// colours); returns the files' names.
+pub fn write_organisation_plots(
+    run: &OrganisationRun,
+    dir: &Path,
+) -> Result<Vec<PathBuf>, SimError> {
+    let whole = &run.nodes[0];
+    let mut files = write_plots(whole, dir)?;
+    let name = &run.workload.name;
+    let mut lines = Vec::new();
+    for (i, t) in run.tree.tenants().take(TENANT_COLORS.len()).enumerate() {
+        let node = &run.nodes[t];
+        let color = TENANT_COLORS[i];
+        let per_second = |r: &Record| -> Vec<f64> {
+            r.admitted_total()
+                .iter()
+                .map(|v| v / r.sample_secs)
+                .collect()
+        };
+        let tenant = &run.tree.nodes[t].name;
+        if let Some(p) = node.policy(crate::check::CHECKED_POLICY) {
+            lines.push(Line {
+                label: format!("{tenant} admitted"),
+                color,
+                dashed: false,
+                points: thin(&p.record.times, &per_second(&p.record)),
+            });
+        }
+        lines.push(Line {
+            label: format!("{tenant} ideal"),
+            color,
+            dashed: true,
+            points: thin(&node.ideal.times, &per_second(&node.ideal)),
+        });
+    }
+    let file = format!("{name}-tenants.svg");
+    draw(
+        &dir.join(&file),
+        &format!(
+            "{name}, {}: each tenant's admitted rate, ideal (dashed)",
+            crate::check::CHECKED_POLICY.name()
+        ),
+        "tokens per second",
+        &lines,
+        &outage_spans(whole),
+    )?;
+    files.push(PathBuf::from(file));
     Ok(files)
 }
 

@@ -1,5 +1,8 @@
 //! What a run records: per-pod series at the workload's sample resolution,
-//! the bucket level, and the distribution of waits.
+//! the bucket level, and the distribution of waits. An organisation's run
+//! records each tenant apart ([`TreeRecord`]), so that every tenant, and
+//! every organisation as the sum of its tenants, is measured as a tenant
+//! is.
 
 use serde::Serialize;
 
@@ -51,6 +54,16 @@ impl WaitHistogram {
             self.waited += tokens;
         }
         self.max = self.max.max(wait);
+    }
+
+    /// Adds `other`'s waits (of the same `max_wait`) to these.
+    pub fn merge(&mut self, other: &WaitHistogram) {
+        for (bin, more) in self.bins.iter_mut().zip(&other.bins) {
+            *bin += more;
+        }
+        self.total += other.total;
+        self.waited += other.waited;
+        self.max = self.max.max(other.max);
     }
 
     pub fn summary(&self) -> WaitSummary {
@@ -178,6 +191,62 @@ impl Record {
                 sum += series[k] - series[k - samples];
             }
         }
+        out
+    }
+}
+
+/// A run of an organisation (or of its ideal): one record per tenant,
+/// and every bucket's level.
+#[derive(Clone, Debug)]
+pub struct TreeRecord {
+    /// Per tenant, in the tree's order: its node in the tree
+    /// ([`crate::workload::Tree`]) and its pods' record (their level that
+    /// of the tenant's bucket).
+    pub tenants: Vec<(usize, Record)>,
+    /// Per node of the tree: its bucket's level at each sample.
+    pub levels: Vec<Vec<f64>>,
+    /// Per node: the draws its bucket made on its organisation's (0 for
+    /// the top, and for the ideal, which draws continuously).
+    pub draws: Vec<u64>,
+}
+
+impl TreeRecord {
+    /// The record of `node`: its tenants' records put together (pods in
+    /// the tree's order, counts summed, waits merged) with its own
+    /// bucket's level.
+    pub fn scope(&self, tree: &crate::workload::Tree, node: usize) -> Record {
+        let parts: Vec<&Record> = self
+            .tenants
+            .iter()
+            .filter(|(t, _)| tree.is_below(*t, node))
+            .map(|(_, r)| r)
+            .collect();
+        let mut out = match parts.first() {
+            Some(first) => Record {
+                times: first.times.clone(),
+                ..Record::new(0, first.sample_secs, 0.0)
+            },
+            None => Record::new(0, 1.0, 0.0),
+        };
+        if let Some(first) = parts.first() {
+            out.waits = WaitHistogram {
+                bins: vec![0.0; first.waits.bins.len()],
+                total: 0.0,
+                waited: 0.0,
+                max: 0.0,
+            };
+        }
+        for part in parts {
+            out.demand.extend(part.demand.iter().cloned());
+            out.admitted.extend(part.admitted.iter().cloned());
+            out.waits.merge(&part.waits);
+            out.timed_out += part.timed_out;
+            out.server_requests += part.server_requests;
+            out.failed_requests += part.failed_requests;
+            out.pod_minutes += part.pod_minutes;
+            out.fallback_tokens += part.fallback_tokens;
+        }
+        out.level = self.levels.get(node).cloned().unwrap_or_default();
         out
     }
 }

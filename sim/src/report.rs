@@ -1,6 +1,7 @@
 //! The markdown summary: one table per workload, every policy side by side
 //! with the ideal, the checks, and links to the plots; for partition
-//! workloads, both modes side by side ([`partitions`]).
+//! workloads, both modes side by side ([`partitions`]); for organisation
+//! workloads, every tenant and organisation of the tree ([`organisation`]).
 
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -10,8 +11,10 @@ use crate::measures::{CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW_SECS, Measures};
 use crate::workload::Workload;
 use crate::{WorkloadRun, humantime_short};
 
+pub mod organisation;
 pub mod partitions;
 
+pub use organisation::organisation_section;
 pub use partitions::{partition_section, partition_series_csv};
 
 /// `, server down 30s from 1m, …` for a workload's outages (empty if none).
@@ -236,6 +239,17 @@ relative error, and Jain's index of the ratios.\n\
 
 /// A report of several workloads.
 pub fn document(title: &str, sections: &[String], failures: &[String]) -> String {
+    document_with(title, sections, failures, false)
+}
+
+/// A report of several workloads, explaining organisation sections too
+/// if `organisations`.
+pub fn document_with(
+    title: &str,
+    sections: &[String],
+    failures: &[String],
+    organisations: bool,
+) -> String {
     let mut out = format!("# {title}\n\n{}\n", legend());
     let thresholds = format!(
         "Goal thresholds ({} policy): cumulative divergence ≤ {}%, overshoot over 60 s ≤ {}%, \
@@ -248,6 +262,9 @@ convergence ≤ {} target periods, Jain's index ≥ {} when every pod wants the 
     );
     out.push_str(&thresholds);
     let _ = writeln!(out, "{}", partitions::legend());
+    if organisations {
+        let _ = writeln!(out, "{}", organisation::legend());
+    }
     if failures.is_empty() {
         out.push_str("Every check passed.\n\n");
     } else {

@@ -11,6 +11,10 @@
 //! (`partitions:`, see [`partitions`]) and each pod group's operations on
 //! hot and cold partitions; it then runs through the partition engine.
 //!
+//! A workload may instead give an organisation (`organisation:`, see
+//! [`organisation`]): member tenants, each with its limits and its pods,
+//! drawing on the organisation's bucket.
+//!
 //! The same structs write workloads ([`Workload::to_yaml`]): generated
 //! workloads are built as values and written with serde, so these
 //! definitions are the one statement of the format. A field that holds its
@@ -27,8 +31,10 @@ use tollgate_core::local_bucket::LocalBucketConfig;
 
 use crate::SimError;
 
+pub mod organisation;
 pub mod partitions;
 
+pub use organisation::{MemberSpec, OrganisationSpec, Tree};
 pub use partitions::{PartitionSpec, PodPartitions};
 
 /// The longest virtual time a workload may run.
@@ -63,12 +69,18 @@ pub struct Workload {
     /// A per-partition limit: runs the pods' partition counters.
     #[serde(default, skip_serializing_if = "is_default")]
     pub partitions: Option<PartitionSpec>,
+    /// An organisation of tenants: runs its members' buckets drawing on
+    /// its bucket, each member with its own pods.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub organisation: Option<OrganisationSpec>,
     #[serde(default, skip_serializing_if = "is_default")]
     pub network: Network,
     #[serde(default, skip_serializing_if = "is_default")]
     pub outages: Vec<Outage>,
     #[serde(default, skip_serializing_if = "is_default")]
     pub client: ClientSpec,
+    /// The tenant's pods (an organisation's are under its members).
+    #[serde(default, skip_serializing_if = "is_default")]
     pub pods: Vec<PodGroup>,
     /// Overrides of the goal thresholds, each with its reason.
     #[serde(default, skip_serializing_if = "is_default")]
@@ -398,6 +410,7 @@ impl Workload {
             max_wait: default_max_wait(),
             limits: None,
             partitions: None,
+            organisation: None,
             network: Network::default(),
             outages: Vec::new(),
             client: ClientSpec::default(),
@@ -499,53 +512,48 @@ impl Workload {
             .config()
             .validate()
             .map_err(|e| SimError::Invalid(format!("client.{e}")))?;
-        if self.pods.is_empty() {
-            return bad("pods: at least one group".into());
-        }
-        let mut total = 0usize;
-        for (g, group) in self.pods.iter().enumerate() {
-            let at = |field: &str| format!("pods[{g}].{field}");
-            if group.count == 0 {
-                return bad(format!("{}: must be at least 1", at("count")));
+        let total = if let Some(org) = &self.organisation {
+            org.validate().map_err(SimError::Invalid)?;
+            if self.limits.is_some() || self.partitions.is_some() || !self.pods.is_empty() {
+                return bad(
+                    "organisation: an organisation workload has no limits, partitions or pods of its own (its pods are under its members)".into(),
+                );
             }
-            total = total.saturating_add(group.count);
-            if let Some(leave) = group.leave
-                && leave <= group.join + group.join_spread
-            {
-                return bad(format!("{}: must be after join + join_spread", at("leave")));
+            if self.thresholds != ThresholdOverrides::default() {
+                return bad(
+                    "thresholds: an organisation workload is held to the organisation goals (crate::check), which no workload overrides".into(),
+                );
             }
-            if self.limits.is_some() && group.demand.is_empty() {
-                return bad(format!("{}: at least one term", at("demand")));
+            let mut total = 0usize;
+            let mut members: Vec<(String, &MemberSpec)> = org
+                .members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (format!("organisation.members[{i}]"), m))
+                .collect();
+            while let Some((at, member)) = members.pop() {
+                total = total.saturating_add(self.validate_groups(&member.pods, &at)?);
+                members.extend(
+                    member
+                        .members
+                        .iter()
+                        .enumerate()
+                        .map(|(i, m)| (format!("{at}.members[{i}]"), m)),
+                );
             }
-            if self.limits.is_none() && !group.demand.is_empty() {
-                return bad(format!(
-                    "{}: demand is for a token bucket: give the workload limits",
-                    at("demand")
-                ));
+            total
+        } else {
+            if self.pods.is_empty() {
+                return bad("pods: at least one group".into());
             }
-            match (&group.partitions, &self.partitions) {
-                (Some(ops), Some(_)) => {
-                    ops.validate(&at("partitions")).map_err(SimError::Invalid)?
-                }
-                (Some(_), None) => {
-                    return bad(format!(
-                        "{}: operations on partitions need a partitions section (the limit)",
-                        at("partitions")
-                    ));
-                }
-                (None, _) => {}
-            }
-            for (k, term) in group.demand.iter().enumerate() {
-                term.validate()
-                    .map_err(|msg| SimError::Invalid(format!("{}[{k}]: {msg}", at("demand"))))?;
-            }
-        }
+            self.validate_groups(&self.pods, "")?
+        };
         if total > MAX_PODS {
             return bad(format!("pods: {total} in all, at most {MAX_PODS}"));
         }
-        if self.limits.is_none() && self.partitions.is_none() {
+        if self.limits.is_none() && self.partitions.is_none() && self.organisation.is_none() {
             return bad(
-                "limits: a workload needs limits (a token bucket), partitions, or both".into(),
+                "limits: a workload needs limits (a token bucket), partitions, or both (or an organisation)".into(),
             );
         }
         if self.partitions.is_some() {
@@ -584,6 +592,58 @@ impl Workload {
             }
         }
         Ok(())
+    }
+
+    /// Checks pod groups (`pods` of the workload, or of a member at
+    /// `member`); returns how many pods they have.
+    fn validate_groups(&self, groups: &[PodGroup], member: &str) -> Result<usize, SimError> {
+        let bad = |msg: String| Err(SimError::Invalid(msg));
+        let has_limits = self.limits.is_some() || self.organisation.is_some();
+        let mut total = 0usize;
+        for (g, group) in groups.iter().enumerate() {
+            let at = |field: &str| {
+                if member.is_empty() {
+                    format!("pods[{g}].{field}")
+                } else {
+                    format!("{member}.pods[{g}].{field}")
+                }
+            };
+            if group.count == 0 {
+                return bad(format!("{}: must be at least 1", at("count")));
+            }
+            total = total.saturating_add(group.count);
+            if let Some(leave) = group.leave
+                && leave <= group.join + group.join_spread
+            {
+                return bad(format!("{}: must be after join + join_spread", at("leave")));
+            }
+            if has_limits && group.demand.is_empty() {
+                return bad(format!("{}: at least one term", at("demand")));
+            }
+            if !has_limits && !group.demand.is_empty() {
+                return bad(format!(
+                    "{}: demand is for a token bucket: give the workload limits",
+                    at("demand")
+                ));
+            }
+            match (&group.partitions, &self.partitions) {
+                (Some(ops), Some(_)) => {
+                    ops.validate(&at("partitions")).map_err(SimError::Invalid)?
+                }
+                (Some(_), None) => {
+                    return bad(format!(
+                        "{}: operations on partitions need a partitions section (the limit)",
+                        at("partitions")
+                    ));
+                }
+                (None, _) => {}
+            }
+            for (k, term) in group.demand.iter().enumerate() {
+                term.validate()
+                    .map_err(|msg| SimError::Invalid(format!("{}[{k}]: {msg}", at("demand"))))?;
+            }
+        }
+        Ok(total)
     }
 
     /// Every pod, in a fixed order (the instance id is the index + 1).
@@ -1032,6 +1092,135 @@ thresholds:
                 Duration::from_secs(50)
             ]
         );
+    }
+
+    const ORGANISATION: &str = "
+name: o
+duration: 60s
+organisation:
+  name: acme
+  limits: { refill_rate: 100, burst_limit: 1000 }
+  draw_period: 5s
+  members:
+    - name: acme-prod
+      limits: { refill_rate: 1000, burst_limit: 1000 }
+      guaranteed: 40
+      pods:
+        - name: web
+          count: 2
+          demand: [ { constant: 100 } ]
+    - name: labs
+      limits: { refill_rate: 80, burst_limit: 800 }
+      members:
+        - name: labs-ci
+          limits: { refill_rate: 500, burst_limit: 500 }
+          pods: [ { demand: [ { constant: 30 } ], join: 10s } ]
+";
+
+    #[test]
+    fn an_organisation_flattens_top_down_with_its_pods_in_order() {
+        let w = Workload::parse(ORGANISATION).expect("valid");
+        let yaml = w.to_yaml().expect("writes");
+        assert_eq!(Workload::parse(&yaml).expect("reads back"), w, "{yaml}");
+        let tree = Tree::new(w.organisation.as_ref().expect("organisation"));
+        let names: Vec<&str> = tree.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["acme", "acme-prod", "labs", "labs-ci"]);
+        assert_eq!(tree.draw_period, Duration::from_secs(5));
+        assert_eq!(tree.tenants().collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(
+            (tree.nodes[0].pods.clone(), tree.nodes[2].pods.clone()),
+            (0..3, 2..3)
+        );
+        assert_eq!(tree.nodes[3].parent, Some(2));
+        assert_eq!(tree.nodes[3].depth, 2);
+        assert_eq!(tree.tenant_of(2), Some(3));
+        assert!(tree.is_below(3, 0) && tree.is_below(3, 2) && !tree.is_below(1, 2));
+        // A node's view is a plain workload of the pods below it.
+        let view = tree.view(&w, 2);
+        assert!(view.organisation.is_none());
+        assert_eq!(view.limits.as_ref().map(|l| l.refill_rate), Some(80.0));
+        let pods: Vec<String> = view.pod_specs().into_iter().map(|p| p.name).collect();
+        assert_eq!(pods, ["labs-ci/pod-0"]);
+        assert_eq!(view.demand_changes(), vec![Duration::from_secs(10)]);
+        assert_eq!(tree.view(&w, 0).pod_specs().len(), 3);
+        // The default draw period is the server's, and is not written.
+        let default = ORGANISATION.replace("  draw_period: 5s\n", "");
+        let w = Workload::parse(&default).expect("valid");
+        assert_eq!(
+            w.organisation.as_ref().map(|o| o.draw_period),
+            Some(Duration::from_secs(10))
+        );
+        assert!(!w.to_yaml().expect("writes").contains("draw_period"));
+    }
+
+    #[test]
+    fn bad_organisations_are_refused_with_the_field_named() {
+        let deep = "    - name: labs\n      limits: { refill_rate: 80, burst_limit: 800 }\n      members:\n";
+        let nest = |levels: usize| {
+            let mut text = String::from(
+                "organisation:\n  limits: { refill_rate: 100, burst_limit: 1000 }\n  members:\n",
+            );
+            for level in 0..levels {
+                let pad = "  ".repeat(level * 2);
+                text.push_str(&format!(
+                    "{pad}    - name: o{level}\n{pad}      limits: {{ refill_rate: 80, burst_limit: 800 }}\n{pad}      members:\n"
+                ));
+            }
+            let pad = "  ".repeat(levels * 2);
+            text.push_str(&format!(
+                "{pad}    - name: t\n{pad}      limits: {{ refill_rate: 8, burst_limit: 8 }}\n{pad}      pods: [ {{ demand: [ {{ constant: 1 }} ] }} ]\n"
+            ));
+            format!("name: n\nduration: 60s\n{text}")
+        };
+        // Four organisations above a tenant are allowed, five are not.
+        Workload::parse(&nest(3)).expect("four deep");
+        let err = Workload::parse(&nest(4))
+            .expect_err("five deep")
+            .to_string();
+        assert!(err.contains("at most 4"), "{err}");
+        let cases = [
+            ("name: labs-ci", "name: acme-prod", "used twice"),
+            ("name: acme\n", "name: Acme Corp\n", "organisation.name"),
+            ("guaranteed: 40", "guaranteed: -1", "members[0].guaranteed"),
+            (
+                "{ refill_rate: 80, burst_limit: 800 }",
+                "{ refill_rate: 0, burst_limit: 800 }",
+                "members[1].limits.refill_rate",
+            ),
+            (
+                "{ refill_rate: 500, burst_limit: 500 }",
+                "{ refill_rate: 500, burst_limit: 500, initial_tokens: 5 }",
+                "starts empty",
+            ),
+            (
+                "count: 2",
+                "count: 0",
+                "organisation.members[0].pods[0].count",
+            ),
+            (
+                deep,
+                "    - name: labs\n      limits: { refill_rate: 80, burst_limit: 800 }\n      pods: [ { demand: [ { constant: 1 } ] } ]\n      members:\n",
+                "exactly one",
+            ),
+            ("draw_period: 5s", "draw_period: 2h", "draw_period"),
+            (
+                "duration: 60s\n",
+                "duration: 60s\nlimits: { refill_rate: 1, burst_limit: 1 }\n",
+                "no limits",
+            ),
+            (
+                "duration: 60s\n",
+                "duration: 60s\nthresholds:\n  jain_index: { limit: 0.5, reason: x }\n",
+                "thresholds",
+            ),
+            ("constant: 30", "constnt: 30", "constnt"),
+        ];
+        for (from, to, field) in cases {
+            assert!(ORGANISATION.contains(from), "{from}");
+            let text = ORGANISATION.replace(from, to);
+            let err = Workload::parse(&text).expect_err(to).to_string();
+            assert!(err.contains(field), "{to}: {err}");
+        }
     }
 
     const PARTITIONS: &str = "
