@@ -23,10 +23,18 @@ use tollgate_proto::v1;
 /// Random inputs and mutations per target.
 const RANDOM_INPUTS: usize = 300;
 
+/// The repository's root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `fuzz/`, where `cargo fuzz` keeps the corpus and the regressions.
+fn fuzz_dir() -> PathBuf {
+    root().join("fuzz")
+}
+
 fn corpus_dir(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("corpus")
-        .join(target)
+    fuzz_dir().join("corpus").join(target)
 }
 
 fn call(path: &str, message: &impl Message) -> WireCall {
@@ -215,7 +223,7 @@ fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
 }
 
 fn text_seeds(target: &str) -> Vec<(&'static str, Vec<u8>)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = root();
     let read = |path: &str| std::fs::read(root.join(path)).expect("a seed file");
     match target {
         "workload" => vec![
@@ -287,15 +295,22 @@ fn replay(target: &str, check: fn(&[u8])) {
     let mut inputs: Vec<Vec<u8>> = seeds.into_iter().map(|(_, bytes)| bytes).collect();
     // The corpus, and the inputs of findings fixed (kept apart, so that
     // minimising the corpus never drops them).
-    let regressions = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("regressions")
-        .join(target);
-    for dir in [&dir, &regressions] {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            continue;
+    // Every target has a checked-in corpus; a target may have no
+    // regressions yet.
+    let regressions = fuzz_dir().join("regressions").join(target);
+    for (dir, required) in [(&dir, true), (&regressions, false)] {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) if required => panic!("the corpus of {target} at {}: {e}", dir.display()),
+            Err(_) => continue,
         };
         let mut paths: Vec<PathBuf> = entries.filter_map(|e| Some(e.ok()?.path())).collect();
         paths.sort();
+        assert!(
+            !required || !paths.is_empty(),
+            "the corpus of {target} at {} is empty",
+            dir.display()
+        );
         for path in paths {
             inputs.push(std::fs::read(&path).expect("a corpus file"));
         }
