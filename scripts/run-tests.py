@@ -8,13 +8,21 @@ were busy. This runs the same binaries (and the doc tests) `JOBS` at a
 time (TOLLGATE_TEST_JOBS, default 2), each from its package's directory as
 `cargo test` does, and prints each one's whole output when it ends, under
 cargo's own `Running` line, so its `test result:` lines read as cargo's
-do. The longest binaries of the last run (kept in
-target/test-durations.json) start first.
+do. The longest binaries start first: by the durations of the last run
+(kept in target/test-durations.json), or on a fresh clone by those of a
+run checked in (scripts/test-durations.json).
 
-    scripts/run-tests.py [TEST BINARY ARGUMENTS...]
+    scripts/run-tests.py [--also NAME=COMMAND]... [TEST BINARY ARGUMENTS...]
+
+`--also` runs COMMAND (with bash, from the repository's root) as one more
+job of the same pool once the binaries are built, such as a client
+package's suite against the binary just built; its output also goes to
+target/test-output/NAME.log and its exit status to
+target/test-output/NAME.status, for the caller to read.
 
 Exit status: 0 if the build and every binary passed, else 101, with the
-failed binaries named at the end.
+failed binaries named at the end (an `--also` command's failure is the
+caller's to report).
 """
 
 import json
@@ -29,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DURATIONS = ROOT / "target" / "test-durations.json"
+CHECKED_IN_DURATIONS = ROOT / "scripts" / "test-durations.json"
 
 
 def build():
@@ -81,6 +90,16 @@ def run(label, command, directory, args):
 
 def main():
     args = sys.argv[1:]
+    also = []
+    while len(args) >= 2 and args[0] == "--also":
+        name, _, command = args[1].partition("=")
+        also.append((name, command))
+        args = args[2:]
+    outputs = ROOT / "target" / "test-output"
+    outputs.mkdir(parents=True, exist_ok=True)
+    for name, _ in also:
+        for suffix in (".log", ".status"):
+            (outputs / f"{name}{suffix}").unlink(missing_ok=True)
     jobs = max(1, int(os.environ.get("TOLLGATE_TEST_JOBS", "2")))
     binaries = build()
     if binaries is None:
@@ -92,14 +111,19 @@ def main():
         ROOT,
     )
     known = {}
-    if DURATIONS.exists():
+    for durations in (DURATIONS, CHECKED_IN_DURATIONS):
         try:
-            known = json.loads(DURATIONS.read_text())
+            known = json.loads(durations.read_text())
+            break
         except (OSError, json.JSONDecodeError):
-            known = {}
+            continue
     # The longest first, so the last to end is not a long one started late.
     work = sorted(binaries, key=lambda b: -known.get(Path(b[1][0]).name.rsplit("-", 1)[0], 0))
     work.append(doc_tests)
+    # The other suites first: they take about as long as the longest
+    # binaries.
+    extra = {name for name, _ in also}
+    work = [(name, ["bash", "-c", command], ROOT) for name, command in also] + work
     print(f"==> {len(binaries)} test binaries and the doc tests, {jobs} at a time", flush=True)
     failed = []
     durations = {}
@@ -107,7 +131,10 @@ def main():
     done = 0
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {
-            pool.submit(run, label, command, directory, [] if command[0] == "cargo" else args): label
+            pool.submit(
+                run, label, command, directory,
+                [] if command[0] in ("cargo", "bash") else args,
+            ): label
             for label, command, directory in work
         }
         for future in as_completed(futures):
@@ -118,11 +145,14 @@ def main():
                 header = "   Doc-tests" if label == doc_tests[0] else "     Running"
                 print(f"{header} {label}", flush=True)
                 sys.stdout.write(text)
+                if label in extra:
+                    (outputs / f"{label}.log").write_text(text)
+                    (outputs / f"{label}.status").write_text(f"{status}\n")
                 print(f"==> [{done}/{len(work)}] {label}: {seconds:.0f} s"
                       + ("" if status == 0 else f", exit status {status}"), flush=True)
-                if status != 0:
+                if status != 0 and label not in extra:
                     failed.append(label)
-                if label != doc_tests[0]:
+                if label != doc_tests[0] and label not in extra:
                     name = label.rsplit("/", 1)[-1].rstrip(")").rsplit("-", 1)[0]
                     durations[name] = round(seconds, 1)
     try:

@@ -36,8 +36,10 @@
 # end-to-end test of the agent with both clients a failure if they could
 # not be prepared). With arguments, `cargo test --workspace --no-fail-fast
 # ARGUMENTS` runs instead, one binary at a time, as cargo does.
-# Then the client packages' own suites, against the binary just built
-# (clients/python/test.sh, clients/node/test.sh). The last line sums
+# The client packages' own suites (clients/python/test.sh,
+# clients/node/test.sh) run against the binary just built: as two more
+# jobs of the same pool, or after cargo test with arguments; their output
+# is kept in target/test-output/. The last line sums
 # every binary's results and the clients':
 #   tests: 1234 passed, 0 failed, 0 ignored in 70 test binaries; clients: python 51 passed, node 40 passed
 # Exit status 0 only if deploy/validate.sh and every test passed.
@@ -202,6 +204,9 @@ prepare_clients() {
         exit 1
     fi
     export TOLLGATE_PYTHON="$venv/bin/python" TOLLGATE_NODE_CLIENT="$PWD/clients/node"
+    # The client suites then install nothing: they run beside other tests
+    # that use these.
+    export TOLLGATE_CLIENTS_PREPARED=1
 }
 
 log "what the tests need"
@@ -218,22 +223,44 @@ trap 'rm -f "$results"' EXIT
 # Without debug info the test build takes about a minute and a half less
 # on two cores; panics still name their file and line.
 export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-0}
+# The client packages' suites run against the binary the tests build.
+export TOLLGATE_BIN="$PWD/target/debug/tollgate"
+CLIENT_SUITES=(python clients/python/test.sh node clients/node/test.sh)
+CLIENT_OUTPUT=target/test-output
 if [ "$#" = 0 ]; then
-    log "test binaries: cargo test --workspace --no-run, then scripts/run-tests.py"
-    python3 scripts/run-tests.py 2>&1 | tee "$results"
+    # The client suites are two more jobs of the same pool.
+    log "test binaries: cargo test --workspace --no-run, then scripts/run-tests.py (with the client suites)"
+    python3 scripts/run-tests.py \
+        --also "python=bash clients/python/test.sh" \
+        --also "node=bash clients/node/test.sh" 2>&1 | tee "$results"
+    cargo_status=${PIPESTATUS[0]}
 else
     log "cargo test --workspace --no-fail-fast $*"
     cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$results"
+    cargo_status=${PIPESTATUS[0]}
+    mkdir -p "$CLIENT_OUTPUT"
+    rm -f "$CLIENT_OUTPUT"/python.* "$CLIENT_OUTPUT"/node.*
+    for ((i = 0; i < ${#CLIENT_SUITES[@]}; i += 2)); do
+        name=${CLIENT_SUITES[i]} script=${CLIENT_SUITES[i + 1]}
+        log "$name client: $script"
+        if [ -x "$TOLLGATE_BIN" ]; then
+            bash "$script" 2>&1 | tee "$CLIENT_OUTPUT/$name.log"
+            echo "${PIPESTATUS[0]}" >"$CLIENT_OUTPUT/$name.status"
+        fi
+    done
 fi
-cargo_status=${PIPESTATUS[0]}
 
-# The client packages' suites, against the binary the tests built.
-client_suite() { # name, script
-    local name=$1 script=$2 out
-    log "$name client: $script"
-    out=$(mktemp)
-    TOLLGATE_BIN="$PWD/target/debug/tollgate" bash "$script" 2>&1 | tee "$out"
-    local suite_status=${PIPESTATUS[0]}
+# A client suite's counts, from its output.
+client_suite() { # name
+    local name=$1
+    local out="$CLIENT_OUTPUT/$name.log"
+    if [ ! -f "$CLIENT_OUTPUT/$name.status" ]; then
+        CLIENTS_SUMMARY+="${CLIENTS_SUMMARY:+, }$name not run"
+        CLIENTS_STATUS=1
+        return
+    fi
+    local suite_status
+    suite_status=$(cat "$CLIENT_OUTPUT/$name.status")
     local passed failed
     case $name in
     python)
@@ -245,7 +272,6 @@ client_suite() { # name, script
         failed=$(awk '/^# fail /{print $3}' "$out" | tail -n 1)
         ;;
     esac
-    rm -f "$out"
     CLIENTS_SUMMARY+="${CLIENTS_SUMMARY:+, }$name ${passed:-0} passed"
     if [ "${failed:-0}" != 0 ] || [ "$suite_status" != 0 ]; then
         CLIENTS_SUMMARY+=" ${failed:-0} failed (exit $suite_status)"
@@ -254,13 +280,9 @@ client_suite() { # name, script
 }
 CLIENTS_SUMMARY=""
 CLIENTS_STATUS=0
-if [ -x target/debug/tollgate ]; then
-    client_suite python clients/python/test.sh
-    client_suite node clients/node/test.sh
-else
-    CLIENTS_SUMMARY="not run (no target/debug/tollgate)"
-    CLIENTS_STATUS=1
-fi
+for ((i = 0; i < ${#CLIENT_SUITES[@]}; i += 2)); do
+    client_suite "${CLIENT_SUITES[i]}"
+done
 
 # One closing line for the whole workspace, summed over every test binary
 # (doc tests included), and the clients' suites; a binary that crashed has

@@ -4,7 +4,10 @@
 #
 # TOLLGATE_BIN names the tollgate binary; unset, it is built with
 # `cargo build -p tollgate` at the repository's root and
-# target/debug/tollgate is used. The exit status is the tests'.
+# target/debug/tollgate is used. With TOLLGATE_CLIENTS_PREPARED=1 (set by
+# scripts/test.sh, which installed and built the package already, and
+# whose other tests use it meanwhile) only the tests are compiled. The
+# exit status is the tests'.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,7 +22,9 @@ TOLLGATE_BIN="$(cd "$(dirname "$TOLLGATE_BIN")" && pwd)/$(basename "$TOLLGATE_BI
 export TOLLGATE_BIN
 
 cd "$here"
-npm ci --no-audit --no-fund
-npm run build
+if [[ "${TOLLGATE_CLIENTS_PREPARED:-}" != 1 ]]; then
+  npm ci --no-audit --no-fund
+  npm run build
+fi
 npm run build:test
 exec node --test build/test/*.test.js

@@ -10,7 +10,10 @@
 # (`tollgate serve`, `tollgate agent`); unset, it is built with
 # `cargo build -p tollgate` at the repository's root and
 # target/debug/tollgate is used. PYTHON chooses the interpreter that makes
-# the environment (default: python3, 3.9 or newer).
+# the environment (default: python3, 3.9 or newer). With
+# TOLLGATE_CLIENTS_PREPARED=1 (set by scripts/test.sh, which installed the
+# package already, and whose other tests use it meanwhile) nothing is
+# installed.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,11 +30,13 @@ fi
 TOLLGATE_BIN="$(cd "$(dirname "$TOLLGATE_BIN")" && pwd)/$(basename "$TOLLGATE_BIN")"
 export TOLLGATE_BIN
 
-if [ ! -x "$venv/bin/python" ]; then
-  mkdir -p "$cache"
-  "$python" -m venv "$venv"
+if [ "${TOLLGATE_CLIENTS_PREPARED:-}" != 1 ]; then
+  if [ ! -x "$venv/bin/python" ]; then
+    mkdir -p "$cache"
+    "$python" -m venv "$venv"
+  fi
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$here[test]"
 fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$here[test]"
 
 cd "$here"
 set +e
