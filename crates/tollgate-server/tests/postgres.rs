@@ -39,9 +39,9 @@ fn request(instance_id: u32, seq: u64, request_units: f64) -> TokenBucketRequest
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrations_apply_once_however_often_they_run() {
     let db = TestDatabase::create().await.expect("test database");
-    // Three replicas starting at once, then one more later.
+    // Eight replicas starting at once, then one more later.
     let plain = PostgresTls::default();
-    let results = join_all((0..3).map(|_| migrate(db.url(), &plain))).await;
+    let results = join_all((0..8).map(|_| migrate(db.url(), &plain))).await;
     for result in results {
         result.expect("migrate");
     }

@@ -7,10 +7,16 @@ mod embedded_migrations {
     refinery::embed_migrations!("../../sql/migrations");
 }
 
+/// The session advisory lock migrations hold (any constant of our own;
+/// "tollgate" in ASCII).
+const MIGRATION_LOCK: i64 = 0x746f_6c6c_6761_7465;
+
 /// Applies the schema migrations in `sql/migrations` to the database at
 /// `url`, over TLS as `tls` and the URL say. Applying them again is
-/// harmless; several replicas starting at once are fine too (a loser of the
-/// race retries and finds them applied).
+/// harmless; several replicas starting at once are fine too: each takes
+/// the migrations' advisory lock first, so they apply them one after
+/// another, the later ones finding them applied (and a failed attempt is
+/// retried).
 pub async fn migrate(url: &str, tls: &PostgresTls) -> Result<(), StoreError> {
     let config = parse_url(url)?;
     let connector = tls::connector(&config, tls)?;
@@ -74,6 +80,12 @@ where
             tracing::debug!(error = %e, "migration connection closed");
         }
     });
+    // Held until the connection closes, below: replicas starting at once
+    // migrate one after another instead of racing for the same versions.
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(|e| StoreError::internal("take the migrations' lock", e))?;
     let target = version.map_or(refinery::Target::Latest, |v| {
         refinery::Target::Version(v.try_into().unwrap_or(refinery::SchemaVersion::MAX))
     });
