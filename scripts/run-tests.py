@@ -41,7 +41,9 @@ CHECKED_IN_DURATIONS = ROOT / "scripts" / "test-durations.json"
 
 
 def build():
-    """The test binaries cargo built: (label, command, directory)."""
+    """The test binaries cargo built: (label, command, directory), the
+    label naming the package and the target's source, which is also the
+    key of its duration."""
     command = [
         "cargo", "test", "--workspace", "--locked", "--no-run",
         "--message-format=json-render-diagnostics",
@@ -70,7 +72,8 @@ def build():
             pass
         kinds = message["target"]["kind"]
         prefix = "" if kinds == ["test"] else "unittests "
-        label = f"{prefix}{source} ({Path(executable).relative_to(ROOT)})"
+        package = package_dir.name
+        label = f"{package}: {prefix}{source}"
         binaries.append((label, [executable], package_dir))
     return binaries
 
@@ -117,9 +120,9 @@ def main():
             break
         except (OSError, json.JSONDecodeError):
             continue
-    # The longest first, so the last to end is not a long one started late.
-    work = sorted(binaries, key=lambda b: -known.get(Path(b[1][0]).name.rsplit("-", 1)[0], 0))
-    work.append(doc_tests)
+    # The longest first, so the last to end is not a long one started late;
+    # the doc tests (compiled as they run) among the first.
+    work = [doc_tests] + sorted(binaries, key=lambda b: -known.get(b[0], 0))
     # The other suites first: they take about as long as the longest
     # binaries.
     extra = {name for name, _ in also}
@@ -153,8 +156,7 @@ def main():
                 if status != 0 and label not in extra:
                     failed.append(label)
                 if label != doc_tests[0] and label not in extra:
-                    name = label.rsplit("/", 1)[-1].rstrip(")").rsplit("-", 1)[0]
-                    durations[name] = round(seconds, 1)
+                    durations[label] = round(seconds, 1)
     try:
         DURATIONS.parent.mkdir(parents=True, exist_ok=True)
         DURATIONS.write_text(json.dumps(durations, indent=1, sort_keys=True) + "\n")
