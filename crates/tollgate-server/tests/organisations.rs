@@ -46,6 +46,37 @@ struct World {
     _backing: Backing,
 }
 
+/// A pod's request to `tenant`'s bucket `bucket` as instance `instance`,
+/// asking once a second for `tokens`, reporting `micros` request-unit
+/// micros consumed since its last.
+fn pod_request(
+    tenant: &str,
+    bucket: &str,
+    instance: u32,
+    seq: u64,
+    tokens: f64,
+    micros: u64,
+) -> v1::TokenBucketRequest {
+    v1::TokenBucketRequest {
+        tenant_id: tenant.into(),
+        bucket: bucket.into(),
+        instance_id: instance,
+        instance_lease: b"lease".to_vec(),
+        seq,
+        requested_tokens: tokens,
+        shares: 1.0,
+        target_request_period: Some(prost_types::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        consumption_since_last_request: Some(v1::Consumption {
+            request_unit_micros: micros,
+            ..v1::Consumption::default()
+        }),
+        ..v1::TokenBucketRequest::default()
+    }
+}
+
 fn limits_request(tenant: &str, rate: f64, burst: f64) -> v1::UpdateTenantResourceLimitsRequest {
     v1::UpdateTenantResourceLimitsRequest {
         tenant_id: tenant.into(),
@@ -131,27 +162,7 @@ impl World {
                     *self.reported.entry((*id).to_owned()).or_default() += micros;
                     let answer = self
                         .pods
-                        .token_bucket(v1::TokenBucketRequest {
-                            tenant_id: (*id).into(),
-                            bucket: String::new(),
-                            instance_id: pod,
-                            instance_lease: b"lease".to_vec(),
-                            seq: state.0,
-                            requested_tokens: *want,
-                            shares: 1.0,
-                            target_request_period: Some(prost_types::Duration {
-                                seconds: 1,
-                                nanos: 0,
-                            }),
-                            consumption_since_last_request: Some(v1::Consumption {
-                                request_unit_micros: micros,
-                                ..v1::Consumption::default()
-                            }),
-                            next_live_instance_id: None,
-                            returned_tokens: 0.0,
-                            fallback_tokens: 0.0,
-                            fallback_duration: None,
-                        })
+                        .token_bucket(pod_request(id, "", pod, state.0, *want, micros))
                         .await
                         .unwrap_or_else(|e| panic!("{id} pod {pod}: {e}"))
                         .into_inner();
@@ -495,20 +506,7 @@ async fn an_organisations_tier_and_budget_limit_its_members(backend: Backend) {
             for bucket in ["", "emails"] {
                 let answer = w
                     .pods
-                    .token_bucket(v1::TokenBucketRequest {
-                        tenant_id: member.into(),
-                        bucket: bucket.into(),
-                        instance_id: 1,
-                        instance_lease: b"lease".to_vec(),
-                        seq: second + 1,
-                        requested_tokens: 50.0,
-                        shares: 1.0,
-                        target_request_period: Some(prost_types::Duration {
-                            seconds: 1,
-                            nanos: 0,
-                        }),
-                        ..v1::TokenBucketRequest::default()
-                    })
+                    .token_bucket(pod_request(member, bucket, 1, second + 1, 50.0, 0))
                     .await
                     .unwrap_or_else(|e| panic!("{member} {bucket:?}: {e}"))
                     .into_inner();
@@ -598,27 +596,14 @@ async fn pod(
         seq += 1;
         let micros = (last * 1e6).round() as u64;
         let answer = client
-            .token_bucket(v1::TokenBucketRequest {
-                tenant_id: tenant.into(),
-                bucket: String::new(),
-                instance_id: instance,
-                instance_lease: b"lease".to_vec(),
+            .token_bucket(pod_request(
+                tenant,
+                "",
+                instance,
                 seq,
-                requested_tokens: WANT * TICK.as_secs_f64(),
-                shares: 1.0,
-                target_request_period: Some(prost_types::Duration {
-                    seconds: 1,
-                    nanos: 0,
-                }),
-                consumption_since_last_request: Some(v1::Consumption {
-                    request_unit_micros: micros,
-                    ..v1::Consumption::default()
-                }),
-                next_live_instance_id: None,
-                returned_tokens: 0.0,
-                fallback_tokens: 0.0,
-                fallback_duration: None,
-            })
+                WANT * TICK.as_secs_f64(),
+                micros,
+            ))
             .await
             .unwrap_or_else(|e| panic!("{tenant} pod {instance}: {e}"))
             .into_inner();
