@@ -94,23 +94,7 @@ pub fn workload_section(run: &WorkloadRun, plots: &[PathBuf], checks: &[Check]) 
     {
         let goal_secs =
             GOAL_CONVERGENCE_PERIODS * w.client.config().target_request_period.as_secs_f64();
-        let list: Vec<String> = checked
-            .measures
-            .convergence
-            .iter()
-            .map(|c| {
-                let after = match c.after {
-                    Some(after) => format!("{after:.0} s"),
-                    None => format!("not within {:.0} s", c.observed),
-                };
-                let reference = match c.reference {
-                    Some(r) if c.reachable_within(goal_secs) => format!("{r:.0} s"),
-                    Some(r) => format!("{r:.0} s, not judged"),
-                    None => "never, not judged".to_string(),
-                };
-                format!("{:.0} s → {after} (delayed ideal {reference})", c.change_at)
-            })
-            .collect();
+        let list = convergence_list(&checked.measures, goal_secs);
         let _ = writeln!(
             out,
             "Convergence after each demand change ({}; the delayed ideal is every pod \
@@ -176,6 +160,26 @@ fn ideal_accuracy_row(m: &Measures) -> String {
         percent(m.overshoot_10s),
         percent(m.overshoot_60s),
     )
+}
+
+/// Each demand change of `m`: when it came, how long the policy took to
+/// follow it, and the delayed ideal's time (judged against `goal_secs`).
+fn convergence_list(m: &Measures, goal_secs: f64) -> Vec<String> {
+    m.convergence
+        .iter()
+        .map(|c| {
+            let after = match c.after {
+                Some(after) => format!("{after:.0} s"),
+                None => format!("not within {:.0} s", c.observed),
+            };
+            let reference = match c.reference {
+                Some(r) if c.reachable_within(goal_secs) => format!("{r:.0} s"),
+                Some(r) => format!("{r:.0} s, not judged"),
+                None => "never, not judged".to_string(),
+            };
+            format!("{:.0} s → {after} (delayed ideal {reference})", c.change_at)
+        })
+        .collect()
 }
 
 fn accuracy_row(name: &str, m: &Measures) -> String {

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 use std::path::PathBuf;
 
-use super::{accuracy_row, checks_and_plots, outages_text, percent, seconds};
+use super::{accuracy_row, checks_and_plots, convergence_list, outages_text, percent, seconds};
 use crate::check::{self, CHECKED_POLICY, Check, GOAL_CONVERGENCE_PERIODS};
 use crate::humantime_short;
 use crate::organisation::{BOUND_MIN_WINDOW_SECS, OrganisationBound, OrganisationRun};
@@ -142,22 +142,7 @@ below it, measured against its own limits; a tenant against its own, its ceiling
     {
         let goal_secs =
             GOAL_CONVERGENCE_PERIODS * w.client.config().target_request_period.as_secs_f64();
-        let list: Vec<String> = m
-            .convergence
-            .iter()
-            .map(|c| {
-                let after = match c.after {
-                    Some(after) => format!("{after:.0} s"),
-                    None => format!("not within {:.0} s", c.observed),
-                };
-                let reference = match c.reference {
-                    Some(r) if c.reachable_within(goal_secs) => format!("{r:.0} s"),
-                    Some(r) => format!("{r:.0} s, not judged"),
-                    None => "never, not judged".to_string(),
-                };
-                format!("{:.0} s → {after} (delayed ideal {reference})", c.change_at)
-            })
-            .collect();
+        let list = convergence_list(m, goal_secs);
         let _ = writeln!(
             out,
             "Convergence of the organisation's pods after each demand change ({}): {}.\n",
