@@ -741,6 +741,66 @@ impl Sim<'_> {
 }
 
 /// Runs `workload` against the ideal bucket with `limits`.
+/// Pods (by index) each with an amount: tokens asked for, or minutes run.
+type PodAmounts = Vec<(usize, f64)>;
+
+/// Which pods of an ideal run have joined and not left, tick by tick.
+struct PodSchedule {
+    /// When each pod joined, seconds.
+    started: Vec<Option<f64>>,
+    running: Vec<bool>,
+}
+
+impl PodSchedule {
+    fn new(pods: usize) -> Self {
+        PodSchedule {
+            started: vec![None; pods],
+            running: vec![false; pods],
+        }
+    }
+
+    /// The tick at `t` (`dt` seconds long): pods join and leave as `specs`
+    /// say; what each running pod's demand asks for in it (added to
+    /// `sample_demand`), and the pods that left, with their minutes run.
+    fn tick(
+        &mut self,
+        specs: &[PodSpec],
+        demand: &mut [Demand],
+        t: Duration,
+        dt: f64,
+        sample_demand: &mut [f64],
+    ) -> (PodAmounts, PodAmounts) {
+        let now = t.as_secs_f64();
+        let mut arrivals = Vec::new();
+        let mut gone = Vec::new();
+        for (p, spec) in specs.iter().enumerate() {
+            if self.started[p].is_none() && spec.join <= t {
+                self.started[p] = Some(now);
+                self.running[p] = true;
+            }
+            if self.running[p] && spec.leave.is_some_and(|leave| leave <= t) {
+                self.running[p] = false;
+                gone.push((p, (now - self.started[p].unwrap_or(now)) / 60.0));
+            }
+            if self.running[p] {
+                let amount = demand[p].rate(t) * dt;
+                if amount > 0.0 {
+                    sample_demand[p] += amount;
+                    arrivals.push((p, amount));
+                }
+            }
+        }
+        (arrivals, gone)
+    }
+
+    /// The pods still running at `end` (seconds), with their minutes run.
+    fn still_running(&self, end: f64) -> impl Iterator<Item = (usize, f64)> + '_ {
+        (0..self.running.len())
+            .filter(|&p| self.running[p])
+            .map(move |p| (p, (end - self.started[p].unwrap_or(end)) / 60.0))
+    }
+}
+
 pub fn simulate_ideal(workload: &Workload, limits: &LimitsSpec) -> Record {
     let specs = workload.pod_specs();
     let n = specs.len();
@@ -761,8 +821,7 @@ pub fn simulate_ideal(workload: &Workload, limits: &LimitsSpec) -> Record {
     let dt = tick.as_secs_f64();
     let per_sample = workload.sample.as_micros() / tick.as_micros();
     let ticks = workload.duration.as_micros().div_ceil(tick.as_micros());
-    let mut started = vec![None; n];
-    let mut running = vec![false; n];
+    let mut schedule = PodSchedule::new(n);
     for k in 0..ticks {
         let t = tick * u32::try_from(k).unwrap_or(u32::MAX);
         let now = t.as_secs_f64();
@@ -774,26 +833,11 @@ pub fn simulate_ideal(workload: &Workload, limits: &LimitsSpec) -> Record {
                 bucket.tokens(),
             );
         }
-        let mut arrivals = Vec::new();
-        let mut gone = Vec::new();
-        for (p, spec) in specs.iter().enumerate() {
-            if started[p].is_none() && spec.join <= t {
-                started[p] = Some(now);
-                running[p] = true;
-            }
-            if running[p] && spec.leave.is_some_and(|leave| leave <= t) {
-                running[p] = false;
-                gone.push(p);
-                record.pod_minutes += (now - started[p].unwrap_or(now)) / 60.0;
-            }
-            if running[p] {
-                let amount = demand[p].rate(t) * dt;
-                if amount > 0.0 {
-                    sample_demand[p] += amount;
-                    arrivals.push((p, amount));
-                }
-            }
+        let (arrivals, gone) = schedule.tick(&specs, &mut demand, t, dt, &mut sample_demand);
+        for &(_, minutes) in &gone {
+            record.pod_minutes += minutes;
         }
+        let gone: Vec<usize> = gone.into_iter().map(|(p, _)| p).collect();
         let out = bucket.tick(now, arrivals, &gone);
         for (p, tokens, wait) in out.admitted {
             sample_admitted[p] += tokens;
@@ -808,10 +852,8 @@ pub fn simulate_ideal(workload: &Workload, limits: &LimitsSpec) -> Record {
         &mut sample_admitted,
         bucket.tokens(),
     );
-    for p in 0..n {
-        if running[p] {
-            record.pod_minutes += (end - started[p].unwrap_or(end)) / 60.0;
-        }
+    for (_, minutes) in schedule.still_running(end) {
+        record.pod_minutes += minutes;
     }
     record
 }
@@ -868,8 +910,7 @@ pub fn simulate_ideal_tree(workload: &Workload, tree: &Tree) -> TreeRecord {
     let dt = tick.as_secs_f64();
     let per_sample = workload.sample.as_micros() / tick.as_micros();
     let ticks = workload.duration.as_micros().div_ceil(tick.as_micros());
-    let mut started = vec![None; n];
-    let mut running = vec![false; n];
+    let mut schedule = PodSchedule::new(n);
     for k in 0..ticks {
         let t = tick * u32::try_from(k).unwrap_or(u32::MAX);
         let now = t.as_secs_f64();
@@ -882,26 +923,11 @@ pub fn simulate_ideal_tree(workload: &Workload, tree: &Tree) -> TreeRecord {
                 &ideal,
             );
         }
-        let mut arrivals = Vec::new();
-        let mut gone = Vec::new();
-        for (p, spec) in specs.iter().enumerate() {
-            if started[p].is_none() && spec.join <= t {
-                started[p] = Some(now);
-                running[p] = true;
-            }
-            if running[p] && spec.leave.is_some_and(|leave| leave <= t) {
-                running[p] = false;
-                gone.push(p);
-                records[tenant_of[p]].pod_minutes += (now - started[p].unwrap_or(now)) / 60.0;
-            }
-            if running[p] {
-                let amount = demand[p].rate(t) * dt;
-                if amount > 0.0 {
-                    sample_demand[p] += amount;
-                    arrivals.push((p, amount));
-                }
-            }
+        let (arrivals, gone) = schedule.tick(&specs, &mut demand, t, dt, &mut sample_demand);
+        for &(p, minutes) in &gone {
+            records[tenant_of[p]].pod_minutes += minutes;
         }
+        let gone: Vec<usize> = gone.into_iter().map(|(p, _)| p).collect();
         let out = ideal.tick(now, arrivals, &gone);
         for (p, tokens, wait) in out.admitted {
             sample_admitted[p] += tokens;
@@ -919,10 +945,8 @@ pub fn simulate_ideal_tree(workload: &Workload, tree: &Tree) -> TreeRecord {
         &mut sample_admitted,
         &ideal,
     );
-    for p in 0..n {
-        if running[p] {
-            records[tenant_of[p]].pod_minutes += (end - started[p].unwrap_or(end)) / 60.0;
-        }
+    for (p, minutes) in schedule.still_running(end) {
+        records[tenant_of[p]].pod_minutes += minutes;
     }
     TreeRecord {
         tenants: tenants.into_iter().zip(records).collect(),
