@@ -123,6 +123,16 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Also locks `members`, buckets whose draws are due, so that the
+    /// batch makes their draws without requests of their own (a store's
+    /// transaction for the draws its pods' transactions left).
+    pub fn with_draws(mut self, members: &[BucketKey]) -> Plan {
+        let mut lock: BTreeSet<BucketKey> = self.lock.into_iter().collect();
+        lock.extend(members.iter().cloned());
+        self.lock = lock.into_iter().collect();
+        self
+    }
+
     /// The tenants whose state rows to read (after the head-row locks),
     /// each once, in id order.
     pub fn tenants(&self) -> Vec<&TenantId> {
@@ -228,6 +238,12 @@ pub struct Batch {
 pub struct ParentPlan {
     pub lock: Vec<BucketKey>,
     pub windows: Vec<(BucketKey, InstanceWindow)>,
+    /// The due draws another transaction could make as well, each as the
+    /// member's bucket and its organisation's: every due draw of a
+    /// tenant's bucket but a first one (which asks for what this batch's
+    /// requests ask). A store that skips an organisation's row may hand
+    /// these to a transaction of their own ([`Plan::with_draws`]).
+    pub draws: Vec<(BucketKey, BucketKey)>,
 }
 
 impl ParentPlan {
@@ -332,6 +348,7 @@ impl Batch {
     pub fn parents_due(&mut self, now: Timestamp, config: &GlobalBucketConfig) -> ParentPlan {
         let mut lock = BTreeSet::new();
         let mut windows = Vec::new();
+        let mut draws = Vec::new();
         for (key, work) in &self.buckets {
             let Ok(work) = work else { continue };
             let Some(member) = &work.member else { continue };
@@ -345,6 +362,15 @@ impl Batch {
             {
                 continue;
             }
+            let first = !work
+                .rows
+                .head
+                .draw
+                .as_ref()
+                .is_some_and(|d| d.is_from(member));
+            if !work.organisation && !first {
+                draws.push((key.clone(), parent.clone()));
+            }
             if !self.buckets.contains_key(&parent) {
                 lock.insert(parent.clone());
             }
@@ -356,6 +382,7 @@ impl Batch {
         ParentPlan {
             lock: lock.into_iter().collect(),
             windows,
+            draws,
         }
     }
 

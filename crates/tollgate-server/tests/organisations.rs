@@ -33,6 +33,7 @@ const EPSILON: f64 = 0.12;
 
 struct World {
     server: TestServer,
+    store: std::sync::Arc<dyn tollgate_server::store::Store>,
     admin: AdminClient<Channel>,
     pods: TokenBucketServiceClient<Channel>,
     clock: ManualClock,
@@ -100,7 +101,7 @@ impl World {
         let store = backing
             .open_with_clock(BucketSettings::default(), clock.as_clock())
             .await;
-        let server = TestServer::start(store).await;
+        let server = TestServer::start(std::sync::Arc::clone(&store)).await;
         let mut admin = server.admin().await;
         let pods = server.pods().await;
         admin
@@ -135,6 +136,7 @@ impl World {
         World {
             _backing: backing,
             server,
+            store,
             admin,
             pods,
             clock,
@@ -553,6 +555,77 @@ async fn an_organisations_tier_and_budget_limit_its_members(backend: Backend) {
     w.server.stop().await;
 }
 
+/// Many members due at the same instant, their pods' requests all in
+/// flight at once: on PostgreSQL most of their transactions find the
+/// organisation's row held by another, and the draws they leave are owed
+/// and made in transactions of their own, at once. Every member still
+/// draws exactly once per draw period, none a second late.
+async fn members_due_together_all_draw_on_time(backend: Backend) {
+    const MEMBERS: usize = 40;
+    let ids: Vec<String> = (0..MEMBERS).map(|m| format!("m{m:02}")).collect();
+    let members: Vec<(&str, f64, f64)> = ids.iter().map(|id| (id.as_str(), 1_000.0, 0.0)).collect();
+    let mut w = World::new(backend, &members).await;
+    // The first draws one after another (a first draw asks for its own
+    // request, so it is never owed): every member drew at second 0.
+    let one_each: Vec<(&str, u32, f64)> = ids.iter().map(|id| (id.as_str(), 1, 5.0)).collect();
+    w.run(1, &one_each).await;
+    for second in 1..=3 * PERIOD {
+        let requests = ids
+            .iter()
+            .flat_map(|id| (1..=2).map(move |pod| (id.clone(), pod)));
+        let mut calls = Vec::new();
+        for (id, pod) in requests {
+            let state = w.pods_state.entry((id.clone(), pod)).or_insert((0, 0.0));
+            state.0 += 1;
+            let micros = (state.1 * 1e6).round() as u64;
+            *w.reported.entry(id.clone()).or_default() += micros;
+            let mut client = w.pods.clone();
+            let request = pod_request(&id, "", pod, state.0, 5.0, micros);
+            calls.push(async move { (id, pod, client.token_bucket(request).await) });
+        }
+        for (id, pod, answer) in futures_util::future::join_all(calls).await {
+            let answer = answer
+                .unwrap_or_else(|e| panic!("{id} pod {pod}: {e}"))
+                .into_inner();
+            w.pods_state.entry((id, pod)).or_default().1 = answer.granted_tokens;
+        }
+        // Owed draws are made after the requests are answered: wait for
+        // them, at this same second of the store's clock.
+        let expected = u64::from(second / PERIOD) + 1;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let view = w.organization().await;
+            let late: Vec<(String, u64)> = view
+                .members
+                .iter()
+                .map(|m| (m.member_id.clone(), m.buckets[0].draws))
+                .filter(|(_, draws)| *draws != expected)
+                .collect();
+            if late.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "second {second}: {} members without draw {expected}: {late:?}",
+                late.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        w.clock.advance(Duration::from_secs(1));
+        w.second += 1;
+    }
+    let owed = w.store.stats().owed_draws;
+    eprintln!(
+        "{backend:?}: {owed} owed draws of {MEMBERS} members' {} periodic draws",
+        3 * MEMBERS
+    );
+    if backend == Backend::Postgres {
+        assert!(owed > 0, "no draw found the organisation's row held");
+    }
+    w.assert_totals_exact().await;
+    w.server.stop().await;
+}
+
 /// Replica safety: two servers on one PostgreSQL database for a minute
 /// of real time, three members with a pod on each replica, each pod asking
 /// for far more than the organisation's rate, member buckets racing each
@@ -728,4 +801,5 @@ for_each_store!(
     a_member_taken_out_runs_on_its_own_limits_at_once,
     refusals_name_their_reason_and_change_nothing,
     an_organisations_tier_and_budget_limit_its_members,
+    members_due_together_all_draw_on_time,
 );

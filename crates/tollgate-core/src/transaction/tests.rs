@@ -62,11 +62,26 @@ impl MemoryStore {
         now: Timestamp,
         unconfigured: &UnconfiguredTenants,
     ) -> (Vec<Answer>, u64) {
+        let (answers, removed, _) = self.run_with_draws(requests, &[], now, unconfigured);
+        (answers, removed)
+    }
+
+    /// As `run`, also making the due draws of `owed` (as a store does
+    /// for draws other transactions left); also returns the draws the
+    /// batch found due that another transaction could make.
+    fn run_with_draws(
+        &mut self,
+        requests: &[(BucketKey, TokenBucketRequest)],
+        owed: &[BucketKey],
+        now: Timestamp,
+        unconfigured: &UnconfiguredTenants,
+    ) -> (Vec<Answer>, u64, Vec<(BucketKey, BucketKey)>) {
         let config = self.config.clone();
         let plan = Batch::plan(
             requests.iter().map(|(k, r)| (k, r.instance_id)),
             config.cleanup_window,
-        );
+        )
+        .with_draws(owed);
         let heads = plan
             .lock
             .iter()
@@ -85,11 +100,13 @@ impl MemoryStore {
             batch.load(k, window.select(all).into_values());
         }
         batch.join_tree(&self.nodes);
+        let mut others_could_draw = Vec::new();
         loop {
             let parents = batch.parents_due(now, &config);
             if parents.is_empty() {
                 break;
             }
+            others_could_draw.extend(parents.draws.iter().cloned());
             let heads = parents
                 .lock
                 .iter()
@@ -128,7 +145,7 @@ impl MemoryStore {
             );
             self.heads.insert(write.key.clone(), head);
         }
-        (answers, batch.report_removed(now))
+        (answers, batch.report_removed(now), others_could_draw)
     }
 }
 
@@ -544,6 +561,70 @@ mod organisations {
             }
             granted
         }
+    }
+
+    fn draws(tree: &Tree, id: &str) -> u64 {
+        tree.store.heads[&key(id, "")]
+            .draw
+            .as_ref()
+            .map_or(0, |d| d.draws)
+    }
+
+    #[test]
+    fn a_due_draw_is_made_by_a_transaction_without_requests_and_only_once() {
+        let mut tree = Tree::new(100.0, &[("a", 1_000.0, 0.0), ("b", 1_000.0, 0.0)]);
+        // A first draw asks for its own requests: no other transaction
+        // could make it.
+        let mut first = req(1, 1, 50.0);
+        first.target_request_period = POD_PERIOD;
+        let (_, _, others) = tree.store.run_with_draws(
+            &[(key("a", ""), first)],
+            &[],
+            at(0.0),
+            &UnconfiguredTenants::Reject,
+        );
+        assert!(others.is_empty(), "{others:?}");
+        tree.run(0, 2, &[("b", 1, 50.0)]);
+        assert_eq!((draws(&tree, "a"), draws(&tree, "b")), (1, 1));
+        // Both are due at 2 s (the draw period): a request of a's lists
+        // a's draw; a transaction with no requests makes b's, asking for
+        // what b's pod asked at 1 s.
+        let mut next = req(1, 2, 50.0);
+        next.target_request_period = POD_PERIOD;
+        let (_, _, others) = tree.store.run_with_draws(
+            &[(key("a", ""), next)],
+            &[],
+            at(2.5),
+            &UnconfiguredTenants::Reject,
+        );
+        assert_eq!(others, vec![(key("a", ""), key("acme", ""))]);
+        assert_eq!(draws(&tree, "a"), 2, "its own transaction drew");
+        let owed = [key("a", ""), key("b", "")];
+        let (answers, _, _) =
+            tree.store
+                .run_with_draws(&[], &owed, at(2.6), &UnconfiguredTenants::Reject);
+        assert!(answers.is_empty());
+        assert_eq!(
+            (draws(&tree, "a"), draws(&tree, "b")),
+            (2, 2),
+            "b's draw made"
+        );
+        let b = &tree.store.heads[&key("b", "")];
+        let granted = b.draw.as_ref().map_or(0.0, |d| d.last_granted);
+        assert!(granted > 0.0, "b asked for what its pod asked: {b:?}");
+        // Owed again before the period is over: nothing is drawn twice.
+        let before = tree.store.heads.clone();
+        tree.store
+            .run_with_draws(&[], &owed, at(3.0), &UnconfiguredTenants::Reject);
+        assert_eq!(tree.store.heads, before);
+        // An owed bucket that is gone is not created.
+        tree.store.run_with_draws(
+            &[],
+            &[key("gone", "")],
+            at(3.0),
+            &UnconfiguredTenants::Reject,
+        );
+        assert!(!tree.store.heads.contains_key(&key("gone", "")));
     }
 
     #[test]

@@ -418,6 +418,10 @@ pub struct StoreStats {
     /// Round trips token-bucket transactions took for the organisation
     /// rows their draws needed, beyond their own (PostgreSQL only).
     pub draw_round_trips: u64,
+    /// Organisation draws that pods' transactions left because the
+    /// organisation's row was held, made in a transaction of their own
+    /// (PostgreSQL only; a draw attempted there counts once).
+    pub owed_draws: u64,
     /// Keys whose rows were removed for being full again (when a check
     /// found them so, or by a sweep).
     pub keys_removed: u64,
@@ -472,6 +476,7 @@ pub(crate) struct Counters {
     pub(crate) instances_removed: AtomicU64,
     pub(crate) checks: AtomicU64,
     pub(crate) draw_round_trips: AtomicU64,
+    pub(crate) owed_draws: AtomicU64,
     pub(crate) keys_removed: AtomicU64,
     pub(crate) stages: StageTimes,
 }
@@ -486,6 +491,7 @@ impl Counters {
             instances_removed: self.instances_removed.load(Ordering::Relaxed),
             checks: self.checks.load(Ordering::Relaxed),
             draw_round_trips: self.draw_round_trips.load(Ordering::Relaxed),
+            owed_draws: self.owed_draws.load(Ordering::Relaxed),
             keys_removed: self.keys_removed.load(Ordering::Relaxed),
             stages: self.stages.snapshot(),
         }

@@ -598,9 +598,15 @@ fn store_families(stats: StoreStats, store_up: bool) -> Vec<MetricFamily> {
         ),
         one(
             "tollgate_store_draw_round_trips_total",
-            "Round trips token-bucket transactions took for the organisation rows their members' draws needed, beyond their own (PostgreSQL; rows this replica expected come with the batch's own).",
+            "Round trips token-bucket transactions took for the organisation rows their members' draws needed, beyond their own (PostgreSQL).",
             MetricType::COUNTER,
             stats.draw_round_trips as f64,
+        ),
+        one(
+            "tollgate_store_owed_draws_total",
+            "Organisation draws that pods' transactions left because the organisation's row was held, made in transactions of their own (PostgreSQL).",
+            MetricType::COUNTER,
+            stats.owed_draws as f64,
         ),
         one(
             "tollgate_instances_removed_total",

@@ -14,10 +14,15 @@ pub(super) struct BatchOutcome {
 }
 
 /// Serves `pending` in one transaction, by the script of
-/// `tollgate_core::transaction`: this function only reads and writes rows.
+/// `tollgate_core::transaction`, and makes the draws of `owed` (member
+/// buckets whose draws other transactions left, see `latches`): this
+/// function only reads and writes rows. `latched` holds the organisation
+/// rows this transaction may lock.
 pub(super) async fn token_bucket_batch(
     store: &Inner,
     pending: &[Pending],
+    owed: &[BucketKey],
+    latched: &Latched<'_>,
 ) -> Result<BatchOutcome, TxError> {
     let mut stopwatch = Stopwatch::new(&store.counters.stages);
     let client = store.pool.get().await?;
@@ -41,7 +46,8 @@ pub(super) async fn token_bucket_batch(
     let plan = Batch::plan(
         pending.iter().map(|p| (&p.key, p.request.instance_id)),
         store.settings.bucket.cleanup_window,
-    );
+    )
+    .with_draws(owed);
     let locked = KeyColumns::of(&plan.lock);
     let lock_params = locked.as_params();
     let state_tenants: Vec<&str> = plan.tenants().into_iter().map(TenantId::as_str).collect();
@@ -81,11 +87,18 @@ pub(super) async fn token_bucket_batch(
         .map(|row| Ok((rows::bucket_key(row)?, rows::head_from_row(row)?)))
         .collect::<Result<BTreeMap<_, _>, StoreError>>()?;
     let tenant_states = states::from_rows(&state_rows)?;
+    // Only a pod's request creates a bucket nobody configured; an owed
+    // draw's bucket that is gone stays gone.
+    let unconfigured = if owed.is_empty() {
+        &store.settings.unconfigured_tenants
+    } else {
+        &UnconfiguredTenants::Reject
+    };
     let mut batch = Batch::open(
         plan.lock.iter().cloned(),
         heads,
         &tenant_states,
-        &store.settings.unconfigured_tenants,
+        unconfigured,
         now,
     );
     let loaded = windows_from_rows(&window_rows, pending.len())?;
@@ -97,11 +110,45 @@ pub(super) async fn token_bucket_batch(
     // Draws due: the organisations' buckets they need, one more round trip
     // per level of the tree (none in the common case). An organisation's
     // row another transaction holds is skipped, never waited on: its
-    // draws are left for their buckets' next requests.
+    // draws are owed (see `latches`). Rows another transaction of this
+    // replica latched are skipped without asking.
+    let mut skipped = BTreeSet::new();
     loop {
-        let parents = batch.parents_due(now, config);
-        if parents.is_empty() {
+        let due = batch.parents_due(now, config);
+        if due.is_empty() {
             break;
+        }
+        let latched_elsewhere = latched.take(&due.lock);
+        let parents = ParentPlan {
+            lock: due
+                .lock
+                .iter()
+                .filter(|key| !latched_elsewhere.contains(*key))
+                .cloned()
+                .collect(),
+            windows: due
+                .windows
+                .iter()
+                .filter(|(key, _)| !latched_elsewhere.contains(key))
+                .cloned()
+                .collect(),
+            draws: Vec::new(),
+        };
+        skipped.extend(latched_elsewhere.iter().cloned());
+        if parents.is_empty() {
+            store.draw_latches.owe(
+                due.draws
+                    .iter()
+                    .filter(|(_, parent)| skipped.contains(parent)),
+            );
+            batch.open_parents(
+                due.lock,
+                BTreeMap::new(),
+                &latched_elsewhere,
+                &BTreeMap::new(),
+                &BTreeMap::new(),
+            );
+            continue;
         }
         store
             .counters
@@ -131,9 +178,16 @@ pub(super) async fn token_bucket_batch(
         let [head_rows, key_rows, state_rows, node_rows, window_rows] = settle(read)?
             .try_into()
             .map_err(|_| StoreError::internal("read a draw's rows", "a statement went missing"))?;
-        let (heads, busy) = parents_from_rows(&head_rows, &key_rows)?;
+        let (heads, mut busy) = parents_from_rows(&head_rows, &key_rows)?;
+        busy.extend(latched_elsewhere);
+        skipped.extend(busy.iter().cloned());
+        store.draw_latches.owe(
+            due.draws
+                .iter()
+                .filter(|(_, parent)| skipped.contains(parent)),
+        );
         batch.open_parents(
-            parents.lock.iter().cloned(),
+            due.lock.iter().cloned(),
             heads,
             &busy,
             &states::from_rows(&state_rows)?,

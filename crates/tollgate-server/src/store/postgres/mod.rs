@@ -95,6 +95,7 @@ mod buckets;
 mod budgets;
 mod image;
 mod keys;
+mod latches;
 mod migration;
 mod options;
 mod partitions;
@@ -109,6 +110,7 @@ mod workers;
 
 use self::buckets::*;
 use self::budgets::BudgetRows;
+use self::latches::Latched;
 use self::migration::*;
 use self::tiers::*;
 use self::workers::*;
@@ -117,7 +119,7 @@ pub use self::migration::{migrate, migrate_to};
 pub use self::options::PostgresOptions;
 use self::options::parse_url;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -140,7 +142,7 @@ use tollgate_core::tier::{
     self, CloseReason, ClosedBucket, ClosedBy, LoadedTenant, TenantChange, TenantRecord, Tier,
     TierError,
 };
-use tollgate_core::transaction::{Answer, Batch};
+use tollgate_core::transaction::{Answer, Batch, ParentPlan, UnconfiguredTenants};
 use tollgate_core::{
     BucketKey, Grant, LimitsUpdate, TenantId, TenantState, TierName, Timestamp, TokenBucketRequest,
 };
@@ -250,6 +252,7 @@ impl PostgresStore {
             options,
             counters: Counters::default(),
             clock,
+            draw_latches: Default::default(),
         });
         let workers = receivers
             .into_iter()

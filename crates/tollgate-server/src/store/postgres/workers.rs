@@ -12,6 +12,8 @@ pub(super) struct Inner {
     pub(super) counters: Counters,
     /// Replaces the database's clock (tests that move time).
     pub(super) clock: Option<Clock>,
+    /// Organisation rows this replica's transactions are drawing on.
+    pub(super) draw_latches: super::latches::DrawLatches,
 }
 
 /// The way into the workers; only the store's handles hold it, so dropping
@@ -128,6 +130,44 @@ impl Inner {
                 batch = self.serve_batch(batch).await;
                 batch.extend(rest);
             }
+            self.draw_owed(max_requests).await;
+        }
+    }
+
+    /// Makes the owed draws whose organisation rows no other transaction
+    /// of this replica holds, up to `max` at a time, each organisation's in
+    /// a transaction of their own (see `latches`). It goes on while there
+    /// are such: draws owed while its own transaction held a row are owed
+    /// to it, since the transactions that owed them may have looked before
+    /// it let go.
+    async fn draw_owed(&self, max: usize) {
+        while let Some((latched, members)) = self.draw_latches.take_owed(max) {
+            self.draw_owed_of(&latched, &members).await;
+        }
+    }
+
+    async fn draw_owed_of(&self, latched: &Latched<'_>, members: &[BucketKey]) {
+        let result = self
+            .run("organisation draws", true, || {
+                token_bucket_batch(self, &[], members, latched)
+            })
+            .await;
+        match result {
+            Ok(outcome) => {
+                self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .owed_draws
+                    .fetch_add(members.len() as u64, Ordering::Relaxed);
+                self.counters
+                    .instances_removed
+                    .fetch_add(outcome.batch.report_removed(outcome.now), Ordering::Relaxed);
+            }
+            // Still due: each member's next request draws or owes again.
+            Err(e) => tracing::warn!(
+                members = members.len(),
+                error = %e,
+                "owed organisation draws failed; the members' next requests draw"
+            ),
         }
     }
 
@@ -183,9 +223,10 @@ impl Inner {
                 .filter_map(|p| p.queued_at.take())
                 .map(|queued_at| started.duration_since(queued_at)),
         );
+        let latched = self.draw_latches.none();
         let result = self
             .run("token bucket request", true, || {
-                token_bucket_batch(self, &batch)
+                token_bucket_batch(self, &batch, &[], &latched)
             })
             .await;
         let outcome = match result {
