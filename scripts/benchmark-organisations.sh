@@ -21,7 +21,8 @@
 #
 # On PostgreSQL, each "org" run also prints how many of its transactions
 # took a round trip of their own for the organisation's rows
-# (`tollgate_store_draw_round_trips_total`).
+# (`tollgate_store_draw_round_trips_total`), and how many draws were owed
+# and made in transactions of their own (`tollgate_store_owed_draws_total`).
 #
 # Usage: scripts/benchmark-organisations.sh   (ROUNDS=3, DURATION=15s,
 #        WARMUP=12s, TENANTS=1000, STORES="embedded postgres",
@@ -80,11 +81,12 @@ import sys
 values = {}
 for line in sys.stdin:
     name, _, value = line.partition(" ")
-    if name in ("tollgate_store_transactions_total", "tollgate_store_draw_round_trips_total"):
+    if name in ("tollgate_store_transactions_total", "tollgate_store_draw_round_trips_total", "tollgate_store_owed_draws_total"):
         values[name] = float(value)
 t = values.get("tollgate_store_transactions_total", 0)
 d = values.get("tollgate_store_draw_round_trips_total", 0)
-print(f"    {t:.0f} transactions, {d:.0f} draw round trips ({100 * d / max(t, 1):.1f} %)")'
+o = values.get("tollgate_store_owed_draws_total", 0)
+print(f"    {t:.0f} transactions, {d:.0f} draw round trips ({100 * d / max(t, 1):.1f} %), {o:.0f} owed draws")'
 }
 
 read -r -a kinds <<<"$KINDS"

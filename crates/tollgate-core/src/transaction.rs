@@ -37,6 +37,11 @@
 //!   (no draw due) this costs nothing.
 //! - [`Batch::draw`] then makes the draws, an organisation's own before its
 //!   members' (from the top down), and step 4 serves the pods.
+//! - A store that skipped an organisation's row may make the draws it left
+//!   ([`ParentPlan::draws`]) in a later transaction whose plan also locks
+//!   the members' buckets ([`Plan::with_draws`]), with requests of its
+//!   own or none, run through the same steps. A draw no longer due by
+//!   then is not made twice.
 //!
 //! The stores only read and write rows; every rule about what those rows
 //! mean is here or in [`global_bucket`].

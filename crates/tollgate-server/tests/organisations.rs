@@ -557,9 +557,10 @@ async fn an_organisations_tier_and_budget_limit_its_members(backend: Backend) {
 
 /// Many members due at the same instant, their pods' requests all in
 /// flight at once: on PostgreSQL most of their transactions find the
-/// organisation's row held by another, and the draws they leave are owed
-/// and made in transactions of their own, at once. Every member still
-/// draws exactly once per draw period, none a second late.
+/// organisation's row held by another, and the draws they skip are owed
+/// to their workers' next transactions, made at once even when no other
+/// request comes. Every member still draws exactly once per draw period,
+/// none a second late.
 async fn members_due_together_all_draw_on_time(backend: Backend) {
     const MEMBERS: usize = 40;
     let ids: Vec<String> = (0..MEMBERS).map(|m| format!("m{m:02}")).collect();

@@ -418,9 +418,9 @@ pub struct StoreStats {
     /// Round trips token-bucket transactions took for the organisation
     /// rows their draws needed, beyond their own (PostgreSQL only).
     pub draw_round_trips: u64,
-    /// Organisation draws that pods' transactions left because the
-    /// organisation's row was held, made in a transaction of their own
-    /// (PostgreSQL only; a draw attempted there counts once).
+    /// Organisation draws a transaction skipped because the
+    /// organisation's row was held, tried again by the worker's next
+    /// transaction (PostgreSQL only; each try counts).
     pub owed_draws: u64,
     /// Keys whose rows were removed for being full again (when a check
     /// found them so, or by a sweep).

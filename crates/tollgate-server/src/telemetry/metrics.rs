@@ -604,7 +604,7 @@ fn store_families(stats: StoreStats, store_up: bool) -> Vec<MetricFamily> {
         ),
         one(
             "tollgate_store_owed_draws_total",
-            "Organisation draws that pods' transactions left because the organisation's row was held, made in transactions of their own (PostgreSQL).",
+            "Organisation draws a transaction skipped because the organisation's row was held, tried again by the next transaction of the same worker (PostgreSQL).",
             MetricType::COUNTER,
             stats.owed_draws as f64,
         ),

@@ -11,13 +11,16 @@ pub(super) struct BatchOutcome {
     /// The transaction script's state, to report its removals.
     pub(super) batch: Batch,
     pub(super) now: Timestamp,
+    /// Draws skipped because their organisation's row was held: owed,
+    /// for the worker's next transaction (see `latches`).
+    pub(super) owed: Vec<Skipped>,
 }
 
 /// Serves `pending` in one transaction, by the script of
 /// `tollgate_core::transaction`, and makes the draws of `owed` (member
-/// buckets whose draws other transactions left, see `latches`): this
-/// function only reads and writes rows. `latched` holds the organisation
-/// rows this transaction may lock.
+/// buckets whose draws the worker's earlier transactions left, see
+/// `latches`): this function only reads and writes rows. `latched` holds
+/// the organisation rows this transaction may lock.
 pub(super) async fn token_bucket_batch(
     store: &Inner,
     pending: &[Pending],
@@ -87,18 +90,16 @@ pub(super) async fn token_bucket_batch(
         .map(|row| Ok((rows::bucket_key(row)?, rows::head_from_row(row)?)))
         .collect::<Result<BTreeMap<_, _>, StoreError>>()?;
     let tenant_states = states::from_rows(&state_rows)?;
-    // Only a pod's request creates a bucket nobody configured; an owed
+    // Only a pod's request creates a bucket nobody configured: an owed
     // draw's bucket that is gone stays gone.
-    let unconfigured = if owed.is_empty() {
-        &store.settings.unconfigured_tenants
-    } else {
-        &UnconfiguredTenants::Reject
-    };
+    let gone =
+        |key: &&BucketKey| !heads.contains_key(*key) && !pending.iter().any(|p| &p.key == *key);
+    let open: Vec<BucketKey> = plan.lock.iter().filter(|k| !gone(k)).cloned().collect();
     let mut batch = Batch::open(
-        plan.lock.iter().cloned(),
+        open,
         heads,
         &tenant_states,
-        unconfigured,
+        &store.settings.unconfigured_tenants,
         now,
     );
     let loaded = windows_from_rows(&window_rows, pending.len())?;
@@ -112,7 +113,7 @@ pub(super) async fn token_bucket_batch(
     // row another transaction holds is skipped, never waited on: its
     // draws are owed (see `latches`). Rows another transaction of this
     // replica latched are skipped without asking.
-    let mut skipped = BTreeSet::new();
+    let mut owed_next = Vec::new();
     loop {
         let due = batch.parents_due(now, config);
         if due.is_empty() {
@@ -134,13 +135,12 @@ pub(super) async fn token_bucket_batch(
                 .collect(),
             draws: Vec::new(),
         };
-        skipped.extend(latched_elsewhere.iter().cloned());
         if parents.is_empty() {
-            store.draw_latches.owe(
-                due.draws
-                    .iter()
-                    .filter(|(_, parent)| skipped.contains(parent)),
-            );
+            owed_next.extend(Skipped::of(
+                &due.draws,
+                &latched_elsewhere,
+                &BTreeSet::new(),
+            ));
             batch.open_parents(
                 due.lock,
                 BTreeMap::new(),
@@ -179,13 +179,8 @@ pub(super) async fn token_bucket_batch(
             .try_into()
             .map_err(|_| StoreError::internal("read a draw's rows", "a statement went missing"))?;
         let (heads, mut busy) = parents_from_rows(&head_rows, &key_rows)?;
+        owed_next.extend(Skipped::of(&due.draws, &latched_elsewhere, &busy));
         busy.extend(latched_elsewhere);
-        skipped.extend(busy.iter().cloned());
-        store.draw_latches.owe(
-            due.draws
-                .iter()
-                .filter(|(_, parent)| skipped.contains(parent)),
-        );
         batch.open_parents(
             due.lock.iter().cloned(),
             heads,
@@ -288,6 +283,7 @@ pub(super) async fn token_bucket_batch(
         answers,
         batch,
         now,
+        owed: owed_next,
     })
 }
 

@@ -13,24 +13,108 @@
 //!   database had said it was held, without asking. Other replicas still
 //!   meet `SKIP LOCKED`. The latch decides nothing the lock does not.
 //! - A draw skipped for a held row (latched here or locked elsewhere) is
-//!   **owed**: a worker that can latch the organisation's row makes the
-//!   owed draws of its members in one transaction of their own, without
-//!   pod requests, so that one locking of the row serves many draws. A
-//!   draw owed but not made (the row held again, the transaction failed)
-//!   is still due, and its bucket's next request draws or owes it again.
+//!   **owed** to the worker whose transaction skipped it: its next
+//!   transaction, if the row is not latched by then, locks the owed
+//!   members' buckets with its own and makes their draws with its own
+//!   pods', so that one locking of the row serves many draws. The
+//!   members are of the worker's own tenants, whose rows no other worker
+//!   of the replica locks. A draw owed but not made (the row held again,
+//!   the transaction failed) is still due, and its bucket's next request
+//!   draws or owes it again.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Mutex, PoisonError};
 
 use tollgate_core::validate::BucketKey;
 
-/// The organisation rows this replica's transactions have latched, and
-/// the draws owed on them.
+/// The organisation rows this replica's transactions have latched.
 #[derive(Default)]
 pub(super) struct DrawLatches {
     held: Mutex<HashSet<BucketKey>>,
-    /// Per organisation bucket, the member buckets whose draws are owed.
-    owed: Mutex<BTreeMap<BucketKey, BTreeSet<BucketKey>>>,
+}
+
+/// How many transactions try an owed draw whose organisation's row they
+/// find held each time, before it is left to its bucket's next request.
+const OWED_TRIES: u32 = 3;
+
+/// A draw a transaction skipped for a held organisation row.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Skipped {
+    pub(super) member: BucketKey,
+    pub(super) parent: BucketKey,
+    /// The database held the row (a transaction of another replica, or a
+    /// change of the tree), rather than a transaction of this replica,
+    /// which lets go of its latch within its transaction: only such a try
+    /// counts towards [`OWED_TRIES`].
+    pub(super) in_database: bool,
+}
+
+impl Skipped {
+    /// The skipped ones of `draws` (member bucket, organisation bucket):
+    /// those whose organisation rows were latched in this replica
+    /// (`latched`) or held in the database (`held`).
+    pub(super) fn of<'a>(
+        draws: &'a [(BucketKey, BucketKey)],
+        latched: &'a BTreeSet<BucketKey>,
+        held: &'a BTreeSet<BucketKey>,
+    ) -> impl Iterator<Item = Skipped> + 'a {
+        draws
+            .iter()
+            .filter(|(_, parent)| latched.contains(parent) || held.contains(parent))
+            .map(|(member, parent)| Skipped {
+                member: member.clone(),
+                parent: parent.clone(),
+                in_database: held.contains(parent),
+            })
+    }
+}
+
+/// The draws a worker's transactions skipped for a held organisation row,
+/// owed to its next transactions.
+#[derive(Debug, Default)]
+pub(super) struct Owed {
+    /// Member bucket → its organisation's bucket, and how many of the
+    /// worker's transactions tried it since it was owed.
+    draws: BTreeMap<BucketKey, (BucketKey, u32)>,
+}
+
+impl Owed {
+    pub(super) fn is_empty(&self) -> bool {
+        self.draws.is_empty()
+    }
+
+    /// The owed draws whose organisation rows no transaction of this
+    /// replica holds now: for the worker's next transaction to make.
+    pub(super) fn free(&self, latches: &DrawLatches) -> Vec<BucketKey> {
+        self.draws
+            .iter()
+            .filter(|(_, (parent, _))| !latches.is_latched(parent))
+            .map(|(member, _)| member.clone())
+            .collect()
+    }
+
+    /// After a transaction that tried `attempted` (none if it failed):
+    /// those it did not skip again are made or no longer due; those it
+    /// did stay owed, up to [`OWED_TRIES`] tries the database refused;
+    /// the draws it `skipped` are owed.
+    pub(super) fn settle(&mut self, attempted: &[BucketKey], skipped: Vec<Skipped>) {
+        let skipped: BTreeMap<BucketKey, Skipped> =
+            skipped.into_iter().map(|s| (s.member.clone(), s)).collect();
+        for member in attempted {
+            match (self.draws.get_mut(member), skipped.get(member)) {
+                (Some(_), Some(again)) if !again.in_database => {}
+                (Some((_, tries)), Some(_)) if *tries + 1 < OWED_TRIES => *tries += 1,
+                _ => {
+                    self.draws.remove(member);
+                }
+            }
+        }
+        for (member, s) in skipped {
+            if !attempted.contains(&member) {
+                self.draws.entry(member).or_insert((s.parent, 0));
+            }
+        }
+    }
 }
 
 /// The latches one transaction holds, released when it is dropped (once
@@ -49,42 +133,12 @@ impl DrawLatches {
         }
     }
 
-    /// Owes the draws of `draws`, each a member bucket and its
-    /// organisation's bucket.
-    pub(super) fn owe<'k>(&self, draws: impl IntoIterator<Item = &'k (BucketKey, BucketKey)>) {
-        let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
-        for (member, parent) in draws {
-            owed.entry(parent.clone())
-                .or_default()
-                .insert(member.clone());
-        }
-    }
-
-    /// The owed draws of one organisation bucket whose row no transaction
-    /// of this replica holds, at most `max` of them, with its latch; or
-    /// `None` if there are none such.
-    pub(super) fn take_owed(&self, max: usize) -> Option<(Latched<'_>, Vec<BucketKey>)> {
-        let mut owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
-        let latched = self.none();
-        let parent = owed
-            .keys()
-            .find(|parent| latched.take(std::slice::from_ref(parent)).is_empty())?
-            .clone();
-        let members = owed.get_mut(&parent)?;
-        let taken: Vec<BucketKey> = members.iter().take(max.max(1)).cloned().collect();
-        for member in &taken {
-            members.remove(member);
-        }
-        if members.is_empty() {
-            owed.remove(&parent);
-        }
-        Some((latched, taken))
-    }
-
-    #[cfg(test)]
-    fn owed(&self) -> usize {
-        let owed = self.owed.lock().unwrap_or_else(PoisonError::into_inner);
-        owed.values().map(BTreeSet::len).sum()
+    /// Whether a transaction of this replica holds `key`'s latch now.
+    pub(super) fn is_latched(&self, key: &BucketKey) -> bool {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(key)
     }
 }
 
@@ -163,36 +217,55 @@ mod tests {
     }
 
     #[test]
-    fn owed_draws_go_to_a_worker_that_can_latch_their_organisation() {
+    fn an_owed_draw_is_tried_while_its_row_is_free_and_at_most_three_times() {
         let latches = DrawLatches::default();
         let (acme, labs) = (key("acme"), key("labs"));
-        let members: Vec<(BucketKey, BucketKey)> = (0..5)
-            .map(|i| (key(&format!("m{i}")), acme.clone()))
-            .chain([(key("x"), labs.clone())])
-            .collect();
-        latches.owe(&members);
-        latches.owe(&members[..1]);
-        assert_eq!(latches.owed(), 6, "owed once each");
-
-        let pod = latches.none();
-        assert!(pod.take(std::slice::from_ref(&acme)).is_empty());
-        let (drawer, taken) = latches.take_owed(10).expect("labs is free");
-        assert_eq!(taken, vec![key("x")], "acme is held: labs's draws");
-        assert!(latches.take_owed(10).is_none(), "both held");
-        drop(drawer);
-        drop(pod);
-
-        let (drawer, taken) = latches.take_owed(3).expect("acme is free");
-        assert_eq!(taken.len(), 3, "at most the batch's size");
-        assert_eq!(
-            latches.none().take(std::slice::from_ref(&acme)),
-            BTreeSet::from([acme.clone()]),
-            "the drawer holds acme's latch"
+        let skip = |member: &str, parent: &BucketKey, in_database: bool| Skipped {
+            member: key(member),
+            parent: parent.clone(),
+            in_database,
+        };
+        let mut owed = Owed::default();
+        owed.settle(
+            &[],
+            vec![
+                skip("a", &acme, false),
+                skip("b", &acme, false),
+                skip("x", &labs, true),
+            ],
         );
-        assert!(latches.take_owed(3).is_none());
-        drop(drawer);
-        let (_, rest) = latches.take_owed(3).expect("the rest");
-        assert_eq!(rest.len(), 2);
-        assert_eq!(latches.owed(), 0);
+        let holding_acme = latches.none();
+        holding_acme.take(std::slice::from_ref(&acme));
+        assert_eq!(owed.free(&latches), vec![key("x")], "acme is held");
+        drop(holding_acme);
+        let all = owed.free(&latches);
+        assert_eq!(all.len(), 3);
+        // a is drawn; b and x are skipped again, b for a latch of this
+        // replica (never counted), x by the database: after three tries
+        // x is left to its bucket's next request.
+        let again = || vec![skip("b", &acme, false), skip("x", &labs, true)];
+        owed.settle(&all, again());
+        assert_eq!(owed.free(&latches), vec![key("b"), key("x")]);
+        for _ in 0..5 {
+            owed.settle(&[key("b"), key("x")], again());
+        }
+        assert_eq!(owed.free(&latches), vec![key("b")], "{owed:?}");
+        owed.settle(&[key("b")], Vec::new());
+        assert!(owed.is_empty(), "{owed:?}");
+        // A failed transaction leaves them to their next requests.
+        owed.settle(&[], vec![skip("c", &acme, true)]);
+        owed.settle(&[key("c")], Vec::new());
+        assert!(owed.is_empty());
+    }
+
+    #[test]
+    fn a_latch_is_seen_while_held() {
+        let latches = DrawLatches::default();
+        let drawing = latches.none();
+        assert!(!latches.is_latched(&key("acme")));
+        drawing.take(&[key("acme")]);
+        assert!(latches.is_latched(&key("acme")));
+        drop(drawing);
+        assert!(!latches.is_latched(&key("acme")));
     }
 }

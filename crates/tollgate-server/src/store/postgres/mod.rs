@@ -110,7 +110,7 @@ mod workers;
 
 use self::buckets::*;
 use self::budgets::BudgetRows;
-use self::latches::Latched;
+use self::latches::{Latched, Owed, Skipped};
 use self::migration::*;
 use self::tiers::*;
 use self::workers::*;
@@ -142,7 +142,7 @@ use tollgate_core::tier::{
     self, CloseReason, ClosedBucket, ClosedBy, LoadedTenant, TenantChange, TenantRecord, Tier,
     TierError,
 };
-use tollgate_core::transaction::{Answer, Batch, ParentPlan, UnconfiguredTenants};
+use tollgate_core::transaction::{Answer, Batch, ParentPlan};
 use tollgate_core::{
     BucketKey, Grant, LimitsUpdate, TenantId, TenantState, TierName, Timestamp, TokenBucketRequest,
 };

@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// How long an idle worker with owed draws waits for requests before it
+/// makes them alone.
+const OWED_WAIT: Duration = Duration::from_millis(20);
+
 /// What the workers share.
 pub(super) struct Inner {
     pub(super) pool: Pool,
@@ -107,9 +111,29 @@ impl Inner {
     pub(super) async fn work(self: Arc<Self>, mut queue: mpsc::Receiver<Job>) {
         let max_requests = self.options.max_batch;
         let max_checks = max_requests.saturating_mul(CHECKS_PER_REQUEST_BATCH);
+        // Draws this worker's transactions skipped for a held organisation
+        // row (see `latches`).
+        let mut owed = Owed::default();
         loop {
             let mut jobs = Vec::with_capacity(max_checks);
-            if queue.recv_many(&mut jobs, max_checks).await == 0 {
+            let received = if owed.is_empty() {
+                queue.recv_many(&mut jobs, max_checks).await
+            } else {
+                match tokio::time::timeout(OWED_WAIT, queue.recv_many(&mut jobs, max_checks)).await
+                {
+                    Ok(received) => received,
+                    Err(_idle) => {
+                        // Nothing queued: the owed draws go alone.
+                        let members = owed.free(&self.draw_latches);
+                        if !members.is_empty() {
+                            let (_, skipped) = self.serve_batch(Vec::new(), &members).await;
+                            owed.settle(&members, skipped);
+                        }
+                        continue;
+                    }
+                }
+            };
+            if received == 0 {
                 return;
             }
             let mut batch = Vec::with_capacity(jobs.len());
@@ -124,50 +148,20 @@ impl Inner {
                 self.serve_checks(checks).await;
             }
             // At most `max_batch` requests a transaction; the deferred
-            // ones go first into the next.
+            // ones go first into the next. Owed draws go with the first.
+            let mut members = if batch.is_empty() {
+                Vec::new()
+            } else {
+                owed.free(&self.draw_latches)
+            };
             while !batch.is_empty() {
                 let rest = batch.split_off(batch.len().min(max_requests));
-                batch = self.serve_batch(batch).await;
+                let (deferred, skipped) = self.serve_batch(batch, &members).await;
+                owed.settle(&members, skipped);
+                members.clear();
+                batch = deferred;
                 batch.extend(rest);
             }
-            self.draw_owed(max_requests).await;
-        }
-    }
-
-    /// Makes the owed draws whose organisation rows no other transaction
-    /// of this replica holds, up to `max` at a time, each organisation's in
-    /// a transaction of their own (see `latches`). It goes on while there
-    /// are such: draws owed while its own transaction held a row are owed
-    /// to it, since the transactions that owed them may have looked before
-    /// it let go.
-    async fn draw_owed(&self, max: usize) {
-        while let Some((latched, members)) = self.draw_latches.take_owed(max) {
-            self.draw_owed_of(&latched, &members).await;
-        }
-    }
-
-    async fn draw_owed_of(&self, latched: &Latched<'_>, members: &[BucketKey]) {
-        let result = self
-            .run("organisation draws", true, || {
-                token_bucket_batch(self, &[], members, latched)
-            })
-            .await;
-        match result {
-            Ok(outcome) => {
-                self.counters.transactions.fetch_add(1, Ordering::Relaxed);
-                self.counters
-                    .owed_draws
-                    .fetch_add(members.len() as u64, Ordering::Relaxed);
-                self.counters
-                    .instances_removed
-                    .fetch_add(outcome.batch.report_removed(outcome.now), Ordering::Relaxed);
-            }
-            // Still due: each member's next request draws or owes again.
-            Err(e) => tracing::warn!(
-                members = members.len(),
-                error = %e,
-                "owed organisation draws failed; the members' next requests draw"
-            ),
         }
     }
 
@@ -206,14 +200,19 @@ impl Inner {
         }
     }
 
-    /// Serves a batch in one transaction and answers its requests; returns
-    /// the requests deferred to another transaction.
-    pub(super) async fn serve_batch(&self, mut batch: Vec<Pending>) -> Vec<Pending> {
+    /// Serves a batch in one transaction and answers its requests, making
+    /// the draws `owed` too; returns the requests deferred to another
+    /// transaction and the draws owed to the next.
+    pub(super) async fn serve_batch(
+        &self,
+        mut batch: Vec<Pending>,
+        owed: &[BucketKey],
+    ) -> (Vec<Pending>, Vec<Skipped>) {
         // A caller that has gone (its deadline passed, it cancelled) was
         // told nothing was certain; what has not started never starts.
         batch.retain(|p| !p.reply.is_closed());
-        if batch.is_empty() {
-            return batch;
+        if batch.is_empty() && owed.is_empty() {
+            return (batch, Vec::new());
         }
         let started = Instant::now();
         self.counters.stages.record_all(
@@ -226,7 +225,7 @@ impl Inner {
         let latched = self.draw_latches.none();
         let result = self
             .run("token bucket request", true, || {
-                token_bucket_batch(self, &batch, &[], &latched)
+                token_bucket_batch(self, &batch, owed, &latched)
             })
             .await;
         let outcome = match result {
@@ -235,10 +234,15 @@ impl Inner {
                 for p in batch {
                     let _ = p.reply.send(Err(e.for_another_caller()));
                 }
-                return Vec::new();
+                // The owed draws are still due: their buckets' next
+                // requests draw.
+                return (Vec::new(), Vec::new());
             }
         };
         self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .owed_draws
+            .fetch_add(owed.len() as u64, Ordering::Relaxed);
         let mut deferred = Vec::new();
         let mut served = 0;
         for (p, answer) in batch.into_iter().zip(outcome.answers) {
@@ -257,7 +261,7 @@ impl Inner {
         self.counters
             .instances_removed
             .fetch_add(outcome.batch.report_removed(outcome.now), Ordering::Relaxed);
-        deferred
+        (deferred, outcome.owed)
     }
 }
 
