@@ -83,12 +83,20 @@ impl Owed {
         self.draws.is_empty()
     }
 
-    /// The owed draws whose organisation rows no transaction of this
-    /// replica holds now: for the worker's next transaction to make.
-    pub(super) fn free(&self, latches: &DrawLatches) -> Vec<BucketKey> {
+    /// The owed draws whose organisation rows `latched`, the worker's
+    /// next transaction's latches, could take (no other transaction of
+    /// this replica holds them): for that transaction to make.
+    pub(super) fn latch(&self, latched: &Latched<'_>) -> Vec<BucketKey> {
+        let parents: BTreeSet<BucketKey> = self
+            .draws
+            .values()
+            .map(|(parent, _)| parent.clone())
+            .collect();
+        let parents: Vec<BucketKey> = parents.into_iter().collect();
+        let busy = latched.take(&parents);
         self.draws
             .iter()
-            .filter(|(_, (parent, _))| !latches.is_latched(parent))
+            .filter(|(_, (parent, _))| !busy.contains(parent))
             .map(|(member, _)| member.clone())
             .collect()
     }
@@ -134,7 +142,8 @@ impl DrawLatches {
     }
 
     /// Whether a transaction of this replica holds `key`'s latch now.
-    pub(super) fn is_latched(&self, key: &BucketKey) -> bool {
+    #[cfg(test)]
+    fn is_latched(&self, key: &BucketKey) -> bool {
         self.held
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -236,20 +245,28 @@ mod tests {
         );
         let holding_acme = latches.none();
         holding_acme.take(std::slice::from_ref(&acme));
-        assert_eq!(owed.free(&latches), vec![key("x")], "acme is held");
-        drop(holding_acme);
-        let all = owed.free(&latches);
+        let next = latches.none();
+        assert_eq!(owed.latch(&next), vec![key("x")], "acme is held");
+        assert!(
+            latches.is_latched(&labs),
+            "latched for the next transaction"
+        );
+        drop((holding_acme, next));
+        let next = latches.none();
+        let all = owed.latch(&next);
         assert_eq!(all.len(), 3);
+        drop(next);
+        let free = |owed: &Owed| owed.latch(&latches.none());
         // a is drawn; b and x are skipped again, b for a latch of this
         // replica (never counted), x by the database: after three tries
         // x is left to its bucket's next request.
         let again = || vec![skip("b", &acme, false), skip("x", &labs, true)];
         owed.settle(&all, again());
-        assert_eq!(owed.free(&latches), vec![key("b"), key("x")]);
+        assert_eq!(free(&owed), vec![key("b"), key("x")]);
         for _ in 0..5 {
             owed.settle(&[key("b"), key("x")], again());
         }
-        assert_eq!(owed.free(&latches), vec![key("b")], "{owed:?}");
+        assert_eq!(free(&owed), vec![key("b")], "{owed:?}");
         owed.settle(&[key("b")], Vec::new());
         assert!(owed.is_empty(), "{owed:?}");
         // A failed transaction leaves them to their next requests.

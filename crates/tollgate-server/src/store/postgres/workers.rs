@@ -124,9 +124,11 @@ impl Inner {
                     Ok(received) => received,
                     Err(_idle) => {
                         // Nothing queued: the owed draws go alone.
-                        let members = owed.free(&self.draw_latches);
+                        let latched = self.draw_latches.none();
+                        let members = owed.latch(&latched);
                         if !members.is_empty() {
-                            let (_, skipped) = self.serve_batch(Vec::new(), &members).await;
+                            let (_, skipped) =
+                                self.serve_batch(Vec::new(), &members, latched).await;
                             owed.settle(&members, skipped);
                         }
                         continue;
@@ -149,16 +151,18 @@ impl Inner {
             }
             // At most `max_batch` requests a transaction; the deferred
             // ones go first into the next. Owed draws go with the first.
-            let mut members = if batch.is_empty() {
-                Vec::new()
-            } else {
-                owed.free(&self.draw_latches)
-            };
+            let mut first = true;
             while !batch.is_empty() {
                 let rest = batch.split_off(batch.len().min(max_requests));
-                let (deferred, skipped) = self.serve_batch(batch, &members).await;
+                let latched = self.draw_latches.none();
+                let members = if first && !owed.is_empty() {
+                    owed.latch(&latched)
+                } else {
+                    Vec::new()
+                };
+                first = false;
+                let (deferred, skipped) = self.serve_batch(batch, &members, latched).await;
                 owed.settle(&members, skipped);
-                members.clear();
                 batch = deferred;
                 batch.extend(rest);
             }
@@ -201,12 +205,14 @@ impl Inner {
     }
 
     /// Serves a batch in one transaction and answers its requests, making
-    /// the draws `owed` too; returns the requests deferred to another
+    /// the draws `owed` too, with the organisation rows `latched` holds
+    /// (theirs) and any it takes; returns the requests deferred to another
     /// transaction and the draws owed to the next.
     pub(super) async fn serve_batch(
         &self,
         mut batch: Vec<Pending>,
         owed: &[BucketKey],
+        latched: Latched<'_>,
     ) -> (Vec<Pending>, Vec<Skipped>) {
         // A caller that has gone (its deadline passed, it cancelled) was
         // told nothing was certain; what has not started never starts.
@@ -222,7 +228,6 @@ impl Inner {
                 .filter_map(|p| p.queued_at.take())
                 .map(|queued_at| started.duration_since(queued_at)),
         );
-        let latched = self.draw_latches.none();
         let result = self
             .run("token bucket request", true, || {
                 token_bucket_batch(self, &batch, owed, &latched)
