@@ -135,60 +135,52 @@ pub(super) async fn token_bucket_batch(
                 .collect(),
             draws: Vec::new(),
         };
-        if parents.is_empty() {
-            owed_next.extend(Skipped::of(
-                &due.draws,
-                &latched_elsewhere,
-                &BTreeSet::new(),
-            ));
-            batch.open_parents(
-                due.lock,
-                BTreeMap::new(),
-                &latched_elsewhere,
-                &BTreeMap::new(),
-                &BTreeMap::new(),
-            );
-            continue;
-        }
-        store
-            .counters
-            .draw_round_trips
-            .fetch_add(1, Ordering::Relaxed);
-        let locked = KeyColumns::of(&parents.lock);
-        let lock_params = locked.as_params();
-        let tenants: Vec<&str> = parents
-            .tenants()
-            .into_iter()
-            .map(TenantId::as_str)
-            .collect();
-        let tenant_params: [&(dyn ToSql + Sync); 1] = [&tenants];
-        let mut windows = WindowColumns::default();
-        for (key, window) in &parents.windows {
-            windows.push(key, window);
-        }
-        let window_params = windows.as_params();
-        let read = join_all([
-            txn.client().query(&lock_parents, &lock_params[..]),
-            txn.client().query(&parent_keys, &lock_params[..]),
-            txn.client().query(&read_states, &tenant_params[..]),
-            txn.client().query(&read_nodes, &tenant_params[..]),
-            txn.client().query(&load_windows, &window_params[..]),
-        ])
-        .await;
-        let [head_rows, key_rows, state_rows, node_rows, window_rows] = settle(read)?
-            .try_into()
-            .map_err(|_| StoreError::internal("read a draw's rows", "a statement went missing"))?;
-        let (heads, mut busy) = parents_from_rows(&head_rows, &key_rows)?;
+        // Nothing left to ask the database (every row latched here): the
+        // same steps, on no rows.
+        let (heads, mut busy, parent_states, parent_nodes, loaded) = if parents.is_empty() {
+            Default::default()
+        } else {
+            store
+                .counters
+                .draw_round_trips
+                .fetch_add(1, Ordering::Relaxed);
+            let locked = KeyColumns::of(&parents.lock);
+            let lock_params = locked.as_params();
+            let tenants: Vec<&str> = parents
+                .tenants()
+                .into_iter()
+                .map(TenantId::as_str)
+                .collect();
+            let tenant_params: [&(dyn ToSql + Sync); 1] = [&tenants];
+            let mut windows = WindowColumns::default();
+            for (key, window) in &parents.windows {
+                windows.push(key, window);
+            }
+            let window_params = windows.as_params();
+            let read = join_all([
+                txn.client().query(&lock_parents, &lock_params[..]),
+                txn.client().query(&parent_keys, &lock_params[..]),
+                txn.client().query(&read_states, &tenant_params[..]),
+                txn.client().query(&read_nodes, &tenant_params[..]),
+                txn.client().query(&load_windows, &window_params[..]),
+            ])
+            .await;
+            let [head_rows, key_rows, state_rows, node_rows, window_rows] =
+                settle(read)?.try_into().map_err(|_| {
+                    StoreError::internal("read a draw's rows", "a statement went missing")
+                })?;
+            let (heads, busy) = parents_from_rows(&head_rows, &key_rows)?;
+            (
+                heads,
+                busy,
+                states::from_rows(&state_rows)?,
+                tree::from_rows(&node_rows)?,
+                windows_from_rows(&window_rows, parents.windows.len())?,
+            )
+        };
         owed_next.extend(Skipped::of(&due.draws, &latched_elsewhere, &busy));
         busy.extend(latched_elsewhere);
-        batch.open_parents(
-            due.lock.iter().cloned(),
-            heads,
-            &busy,
-            &states::from_rows(&state_rows)?,
-            &tree::from_rows(&node_rows)?,
-        );
-        let loaded = windows_from_rows(&window_rows, parents.windows.len())?;
+        batch.open_parents(due.lock, heads, &busy, &parent_states, &parent_nodes);
         for ((key, _), instances) in parents.windows.iter().zip(loaded) {
             batch.load(key, instances);
         }

@@ -119,7 +119,7 @@ pub use self::migration::{migrate, migrate_to};
 pub use self::options::PostgresOptions;
 use self::options::parse_url;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
