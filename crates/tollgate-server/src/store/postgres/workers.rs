@@ -124,13 +124,7 @@ impl Inner {
                     Ok(received) => received,
                     Err(_idle) => {
                         // Nothing queued: the owed draws go alone.
-                        let latched = self.draw_latches.none();
-                        let members = owed.latch(&latched);
-                        if !members.is_empty() {
-                            let (_, skipped) =
-                                self.serve_batch(Vec::new(), &members, latched).await;
-                            owed.settle(&members, skipped);
-                        }
+                        self.serve_owing(Vec::new(), &mut owed, true).await;
                         continue;
                     }
                 }
@@ -154,16 +148,8 @@ impl Inner {
             let mut first = true;
             while !batch.is_empty() {
                 let rest = batch.split_off(batch.len().min(max_requests));
-                let latched = self.draw_latches.none();
-                let members = if first && !owed.is_empty() {
-                    owed.latch(&latched)
-                } else {
-                    Vec::new()
-                };
+                batch = self.serve_owing(batch, &mut owed, first).await;
                 first = false;
-                let (deferred, skipped) = self.serve_batch(batch, &members, latched).await;
-                owed.settle(&members, skipped);
-                batch = deferred;
                 batch.extend(rest);
             }
         }
@@ -202,6 +188,26 @@ impl Inner {
         for (p, answer) in batch.into_iter().zip(outcome.answers) {
             let _ = p.reply.send(answer);
         }
+    }
+
+    /// Serves `batch` as [`Inner::serve_batch`] does, and with it, if
+    /// `with_owed`, the draws `owed` whose organisation rows it can latch;
+    /// keeps `owed` up to date. Returns the requests deferred.
+    async fn serve_owing(
+        &self,
+        batch: Vec<Pending>,
+        owed: &mut Owed,
+        with_owed: bool,
+    ) -> Vec<Pending> {
+        let latched = self.draw_latches.none();
+        let members = if with_owed && !owed.is_empty() {
+            owed.latch(&latched)
+        } else {
+            Vec::new()
+        };
+        let (deferred, skipped) = self.serve_batch(batch, &members, latched).await;
+        owed.settle(&members, skipped);
+        deferred
     }
 
     /// Serves a batch in one transaction and answers its requests, making
