@@ -129,8 +129,8 @@ pub struct Plan {
 
 impl Plan {
     /// Also locks `members`, buckets whose draws are due, so that the
-    /// batch makes their draws without requests of their own (a store's
-    /// transaction for the draws its pods' transactions left).
+    /// batch makes their draws without requests of their own (the draws
+    /// a store's earlier transactions skipped).
     pub fn with_draws(mut self, members: &[BucketKey]) -> Plan {
         let mut lock: BTreeSet<BucketKey> = self.lock.into_iter().collect();
         lock.extend(members.iter().cloned());
@@ -246,8 +246,8 @@ pub struct ParentPlan {
     /// The due draws another transaction could make as well, each as the
     /// member's bucket and its organisation's: every due draw of a
     /// tenant's bucket but a first one (which asks for what this batch's
-    /// requests ask). A store that skips an organisation's row may hand
-    /// these to a transaction of their own ([`Plan::with_draws`]).
+    /// requests ask). A store that skips an organisation's row may make
+    /// these in a later transaction ([`Plan::with_draws`]).
     pub draws: Vec<(BucketKey, BucketKey)>,
 }
 

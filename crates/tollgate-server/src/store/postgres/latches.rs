@@ -1,5 +1,5 @@
-//! Organisation rows this replica is drawing on, and the draws its pods'
-//! transactions left for a transaction of their own.
+//! Organisation rows this replica is drawing on, and the draws a worker's
+//! transactions skipped, owed to its next transaction.
 //!
 //! A draw locks its organisation's head row with `SKIP LOCKED`: a row
 //! another transaction holds is skipped (see `tollgate_core::transaction`).
