@@ -239,6 +239,10 @@ impl Inner {
                 token_bucket_batch(self, &batch, owed, &latched)
             })
             .await;
+        // The transaction is over: its organisation rows are free before
+        // its callers hear, so a caller's next request never finds them
+        // latched by a transaction that has ended.
+        drop(latched);
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(e) => {
