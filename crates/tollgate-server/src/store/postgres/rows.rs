@@ -21,8 +21,10 @@ use std::time::{Duration, SystemTime};
 
 use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql};
+use tollgate_core::organisation::Draw;
 use tollgate_core::{
-    BucketKey, BucketName, BucketRow, Grant, InstanceState, Limits, TenantId, Timestamp,
+    BucketKey, BucketName, BucketRow, Consumption, Grant, InstanceState, Limits, TenantId,
+    Timestamp,
 };
 
 use crate::store::StoreError;
@@ -150,6 +152,8 @@ mod sql_type {
     pub(super) struct FLOAT8;
     pub(super) struct TIMESTAMPTZ;
     pub(super) struct TEXT;
+    /// A member's draw state: TEXT, as a JSON array (see [`CompactDraw`]).
+    pub(super) struct DRAW;
 }
 
 /// A column type: its name in SQL and what its parameter arrays hold.
@@ -254,6 +258,118 @@ impl<T: serde::Serialize + serde::de::DeserializeOwned> Encoding<Option<T>> for 
         let text: Option<String> = get(row, column)?;
         text.map(|t| {
             serde_json::from_str(&t)
+                .map_err(|e| StoreError::internal("read a stored row", format!("{column}: {e}")))
+        })
+        .transpose()
+    }
+}
+
+/// A member bucket's draw state as the head row keeps it: a JSON array
+/// of its fields in [`Draw`]'s order, the consumption reported as an array
+/// of its counters. The head row is rewritten with every request of a
+/// member's pods (the draw counts what they ask), and field names were
+/// more than half of the row; rows written with them are still read.
+type CompactDraw = (
+    TenantId,
+    tollgate_core::InstanceId,
+    u64,
+    Timestamp,
+    f64,
+    Timestamp,
+    [u64; 9],
+    u64,
+    f64,
+    f64,
+    f64,
+);
+
+fn compact_draw(d: &Draw) -> CompactDraw {
+    let c = &d.reported;
+    (
+        d.organisation.clone(),
+        d.member_id,
+        d.seq,
+        d.next,
+        d.asked,
+        d.asked_since,
+        [
+            c.request_unit_micros,
+            c.read_batches,
+            c.read_requests,
+            c.read_bytes,
+            c.write_batches,
+            c.write_requests,
+            c.write_bytes,
+            c.cpu_micros,
+            c.egress_bytes,
+        ],
+        d.draws,
+        d.last_rate,
+        d.last_granted,
+        d.wants,
+    )
+}
+
+fn draw_of(compact: CompactDraw) -> Draw {
+    let (
+        organisation,
+        member_id,
+        seq,
+        next,
+        asked,
+        asked_since,
+        r,
+        draws,
+        last_rate,
+        last_granted,
+        wants,
+    ) = compact;
+    Draw {
+        organisation,
+        member_id,
+        seq,
+        next,
+        asked,
+        asked_since,
+        reported: Consumption {
+            request_unit_micros: r[0],
+            read_batches: r[1],
+            read_requests: r[2],
+            read_bytes: r[3],
+            write_batches: r[4],
+            write_requests: r[5],
+            write_bytes: r[6],
+            cpu_micros: r[7],
+            egress_bytes: r[8],
+        },
+        draws,
+        last_rate,
+        last_granted,
+        wants,
+    }
+}
+
+impl SqlType for sql_type::DRAW {
+    const NAME: &'static str = "TEXT";
+    type Param = Option<String>;
+}
+
+impl Encoding<Option<Box<Draw>>> for sql_type::DRAW {
+    fn encode(
+        column: &'static str,
+        value: &Option<Box<Draw>>,
+    ) -> Result<Option<String>, StoreError> {
+        let compact = value.as_deref().map(compact_draw);
+        <sql_type::TEXT as Encoding<Option<CompactDraw>>>::encode(column, &compact)
+    }
+    fn decode(row: &Row, column: &'static str) -> Result<Option<Box<Draw>>, StoreError> {
+        let text: Option<String> = get(row, column)?;
+        text.map(|t| {
+            serde_json::from_str::<CompactDraw>(&t)
+                .map(draw_of)
+                // Written before the compact form.
+                .or_else(|_| serde_json::from_str::<Draw>(&t))
+                .map(Box::new)
                 .map_err(|e| StoreError::internal("read a stored row", format!("{column}: {e}")))
         })
         .transpose()
@@ -365,7 +481,7 @@ head_columns! {
     budget: TEXT = budget,
     guarantee_sum: FLOAT8 = members.guarantee_sum,
     drawn: TEXT = state.drawn,
-    draw: TEXT = draw,
+    draw: DRAW = draw,
 }
 
 /// How many parameters the head-row statements take.
@@ -770,6 +886,38 @@ mod tests {
         assert_eq!(updated, 2);
         let [beta_after, acme_after] = changed;
         assert_eq!(stored_heads(&client).await, vec![acme_after, beta_after]);
+    }
+
+    #[tokio::test]
+    async fn draws_written_with_field_names_are_read_and_rewritten_compact() {
+        let (_db, client) = migrated_database().await;
+        let key = BucketKey::new(
+            TenantId::parse("tenant_id", "acme").expect("tenant"),
+            BucketName::REQUEST_UNITS,
+        );
+        let head = head_with_every_field_set(5);
+        let insert = HeadColumns::of([(&key, &head)]).expect("head columns");
+        client
+            .execute(INSERT_BUCKETS.as_str(), &insert.as_params())
+            .await
+            .expect("insert a head row");
+        let named = serde_json::to_string(&head.draw).expect("a draw with its field names");
+        let compact: String = client
+            .query_one("SELECT draw FROM tenant_usage", &[])
+            .await
+            .expect("the compact draw")
+            .get(0);
+        assert!(
+            compact.len() * 2 < named.len(),
+            "compact {} bytes, named {} bytes",
+            compact.len(),
+            named.len()
+        );
+        client
+            .execute("UPDATE tenant_usage SET draw = $1", &[&named])
+            .await
+            .expect("an older row");
+        assert_eq!(stored_heads(&client).await, vec![(key, head)]);
     }
 
     #[test]
