@@ -104,6 +104,33 @@ impl Consumption {
         ]
     }
 
+    /// The consumption of these counters' values, in the order of
+    /// [`Consumption::counters`].
+    pub fn from_counters(values: [u64; 9]) -> Self {
+        let [
+            request_unit_micros,
+            read_batches,
+            read_requests,
+            read_bytes,
+            write_batches,
+            write_requests,
+            write_bytes,
+            cpu_micros,
+            egress_bytes,
+        ] = values;
+        Consumption {
+            request_unit_micros,
+            read_batches,
+            read_requests,
+            read_bytes,
+            write_batches,
+            write_requests,
+            write_bytes,
+            cpu_micros,
+            egress_bytes,
+        }
+    }
+
     /// Adds a (validated) delta to these totals, each saturating at [`MAX_TOTAL`].
     pub fn add(&mut self, delta: &Consumption) {
         let add = |total: &mut u64, delta: u64| {
@@ -177,6 +204,15 @@ mod tests {
         assert_eq!(total.request_units(), 2.5);
         assert_eq!(total.write_requests, 3);
         assert_eq!(total.cpu_seconds(), 0.25);
+    }
+
+    #[test]
+    fn counters_and_from_counters_are_one_order() {
+        let values: [u64; 9] = std::array::from_fn(|i| 10 + i as u64);
+        let consumption = Consumption::from_counters(values);
+        assert_eq!(consumption.counters().map(|(_, v)| v), values);
+        assert_eq!(consumption.request_unit_micros, 10);
+        assert_eq!(consumption.egress_bytes, 18);
     }
 
     #[test]

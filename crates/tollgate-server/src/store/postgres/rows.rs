@@ -268,7 +268,8 @@ impl<T: serde::Serialize + serde::de::DeserializeOwned> Encoding<Option<T>> for 
 /// of its fields in [`Draw`]'s order, the consumption reported as an array
 /// of its counters. The head row is rewritten with every request of a
 /// member's pods (the draw counts what they ask), and field names were
-/// more than half of the row; rows written with them are still read.
+/// most of the draw state (148 bytes without them, 407 with); rows
+/// written with them are still read.
 type CompactDraw = (
     TenantId,
     tollgate_core::InstanceId,
@@ -284,7 +285,6 @@ type CompactDraw = (
 );
 
 fn compact_draw(d: &Draw) -> CompactDraw {
-    let c = &d.reported;
     (
         d.organisation.clone(),
         d.member_id,
@@ -292,17 +292,7 @@ fn compact_draw(d: &Draw) -> CompactDraw {
         d.next,
         d.asked,
         d.asked_since,
-        [
-            c.request_unit_micros,
-            c.read_batches,
-            c.read_requests,
-            c.read_bytes,
-            c.write_batches,
-            c.write_requests,
-            c.write_bytes,
-            c.cpu_micros,
-            c.egress_bytes,
-        ],
+        d.reported.counters().map(|(_, value)| value),
         d.draws,
         d.last_rate,
         d.last_granted,
@@ -318,7 +308,7 @@ fn draw_of(compact: CompactDraw) -> Draw {
         next,
         asked,
         asked_since,
-        r,
+        reported,
         draws,
         last_rate,
         last_granted,
@@ -331,17 +321,7 @@ fn draw_of(compact: CompactDraw) -> Draw {
         next,
         asked,
         asked_since,
-        reported: Consumption {
-            request_unit_micros: r[0],
-            read_batches: r[1],
-            read_requests: r[2],
-            read_bytes: r[3],
-            write_batches: r[4],
-            write_requests: r[5],
-            write_bytes: r[6],
-            cpu_micros: r[7],
-            egress_bytes: r[8],
-        },
+        reported: Consumption::from_counters(reported),
         draws,
         last_rate,
         last_granted,
