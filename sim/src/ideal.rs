@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 
 use crate::workload::{LimitsSpec, Workload};
 
+pub mod delayed;
 pub mod tree;
 
 /// Demand of one tick still waiting: `(pod, tokens)` pairs.

@@ -82,7 +82,7 @@ pub struct PolicyRun {
     pub measures: Measures,
 }
 
-/// A workload run under every policy, and the ideal.
+/// A workload run under every policy, the ideal and the delayed ideal.
 #[derive(Debug)]
 pub struct WorkloadRun {
     pub workload: Workload,
@@ -91,10 +91,47 @@ pub struct WorkloadRun {
     pub ideal: Record,
     /// The ideal measured against itself: its overshoot and waits.
     pub ideal_measures: Measures,
+    /// The delayed ideal ([`ideal::delayed`]): the best a protocol whose
+    /// pods learn their rate once a period can do, measured against the
+    /// ideal as a policy is.
+    pub delayed: Record,
+    pub delayed_measures: Measures,
     pub runs: Vec<PolicyRun>,
 }
 
 impl WorkloadRun {
+    /// Measures each policy's `records` of `workload` against its `ideal`
+    /// and the delayed ideal run from it.
+    pub fn new(
+        workload: Workload,
+        limits: LimitsSpec,
+        ideal: Record,
+        records: Vec<(Policy, Record)>,
+    ) -> WorkloadRun {
+        let delayed = ideal::delayed::simulate_delayed(&workload, &limits, &ideal);
+        let measure =
+            |record: &Record| measures::measure(&workload, &limits, record, &ideal, &delayed);
+        let ideal_measures = measure(&ideal);
+        let delayed_measures = measure(&delayed);
+        let runs = records
+            .into_iter()
+            .map(|(policy, record)| PolicyRun {
+                policy,
+                measures: measure(&record),
+                record,
+            })
+            .collect();
+        WorkloadRun {
+            workload,
+            limits,
+            ideal,
+            ideal_measures,
+            delayed,
+            delayed_measures,
+            runs,
+        }
+    }
+
     pub fn policy(&self, policy: Policy) -> Option<&PolicyRun> {
         self.runs.iter().find(|r| r.policy == policy)
     }
@@ -110,24 +147,11 @@ pub fn run_workload(workload: Workload, policies: &[Policy]) -> Result<WorkloadR
         ))
     })?;
     let ideal = engine::simulate_ideal(&workload, &limits);
-    let ideal_measures = measures::measure(&workload, &limits, &ideal, &ideal);
-    let mut runs = Vec::new();
-    for &policy in policies {
-        let record = engine::simulate(&workload, &limits, policy)?;
-        let measures = measures::measure(&workload, &limits, &record, &ideal);
-        runs.push(PolicyRun {
-            policy,
-            record,
-            measures,
-        });
-    }
-    Ok(WorkloadRun {
-        workload,
-        limits,
-        ideal,
-        ideal_measures,
-        runs,
-    })
+    let records = policies
+        .iter()
+        .map(|&policy| Ok((policy, engine::simulate(&workload, &limits, policy)?)))
+        .collect::<Result<Vec<_>, SimError>>()?;
+    Ok(WorkloadRun::new(workload, limits, ideal, records))
 }
 
 /// A duration as people write it: `10ms`, `5m`, `1h 30m`.

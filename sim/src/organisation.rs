@@ -17,10 +17,10 @@
 //! against its burst plus its refill over the window.
 
 use crate::engine::{self, Policy};
-use crate::measures::{self, Measures};
+use crate::measures::Measures;
 use crate::record::{Record, TreeRecord};
 use crate::workload::{LimitsSpec, Tree, Workload};
-use crate::{PolicyRun, SimError, WorkloadRun};
+use crate::{SimError, WorkloadRun};
 
 /// The shortest window the organisation's bound is measured over,
 /// seconds.
@@ -166,26 +166,11 @@ fn node_run(
     let view = tree.view(workload, node);
     let limits = tree.nodes[node].limits.clone();
     let ideal: Record = ideal.scope(tree, node);
-    let ideal_measures = measures::measure(&view, &limits, &ideal, &ideal);
-    let runs = runs
+    let records = runs
         .iter()
-        .map(|run| {
-            let record = run.record.scope(tree, node);
-            let measures = measures::measure(&view, &limits, &record, &ideal);
-            PolicyRun {
-                policy: run.policy,
-                record,
-                measures,
-            }
-        })
+        .map(|run| (run.policy, run.record.scope(tree, node)))
         .collect();
-    WorkloadRun {
-        workload: view,
-        limits,
-        ideal,
-        ideal_measures,
-        runs,
-    }
+    WorkloadRun::new(view, limits, ideal, records)
 }
 
 #[cfg(test)]

@@ -173,26 +173,6 @@ impl Record {
     pub fn demand_total(&self) -> Vec<f64> {
         sum_rows(&self.demand, self.times.len())
     }
-
-    /// This run's allocation as learnt a period late: each pod admitted in
-    /// every interval its mean over the `samples` intervals before (the
-    /// first `samples` intervals as they were). Of the ideal, it is what a
-    /// policy that knew every pod's ideal rate, but only as averaged over
-    /// the last period, would give.
-    pub fn trailing_mean(&self, samples: usize) -> Record {
-        let mut out = self.clone();
-        if samples == 0 {
-            return out;
-        }
-        for (late, series) in out.admitted.iter_mut().zip(&self.admitted) {
-            let mut sum: f64 = series.iter().take(samples).sum();
-            for k in samples..series.len() {
-                late[k] = sum / samples as f64;
-                sum += series[k] - series[k - samples];
-            }
-        }
-        out
-    }
 }
 
 /// A run of an organisation (or of its ideal): one record per tenant,
@@ -276,20 +256,5 @@ mod tests {
         assert!((s.p99 - 2.0).abs() < 1e-9, "{s:?}");
         assert_eq!(s.max, 5.0);
         assert!((s.throttled - 0.1).abs() < 1e-12);
-    }
-
-    #[test]
-    fn a_trailing_mean_gives_each_pod_its_last_periods_average() {
-        let mut r = Record::new(2, 1.0, 10.0);
-        for k in 0..4 {
-            let mut demand = [0.0, 0.0];
-            let mut admitted = [k as f64, 10.0 * k as f64];
-            r.push_sample((k + 1) as f64, &mut demand, &mut admitted, 0.0);
-        }
-        let late = r.trailing_mean(2);
-        assert_eq!(late.admitted[0], vec![0.0, 1.0, 0.5, 1.5]);
-        assert_eq!(late.admitted[1], vec![0.0, 10.0, 5.0, 15.0]);
-        assert_eq!(late.times, r.times);
-        assert_eq!(r.trailing_mean(0).admitted, r.admitted);
     }
 }

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use std::path::PathBuf;
 
 use super::{accuracy_row, checks_and_plots, convergence_list, outages_text, percent, seconds};
-use crate::check::{self, CHECKED_POLICY, Check, GOAL_CONVERGENCE_PERIODS};
+use crate::check::{self, CHECKED_POLICY, Check};
 use crate::humantime_short;
 use crate::organisation::{BOUND_MIN_WINDOW_SECS, OrganisationBound, OrganisationRun};
 
@@ -140,9 +140,7 @@ below it, measured against its own limits; a tenant against its own, its ceiling
     if let Some(m) = run.measures(0, CHECKED_POLICY)
         && !m.convergence.is_empty()
     {
-        let goal_secs =
-            GOAL_CONVERGENCE_PERIODS * w.client.config().target_request_period.as_secs_f64();
-        let list = convergence_list(m, goal_secs);
+        let list = convergence_list(m);
         let _ = writeln!(
             out,
             "Convergence of the organisation's pods after each demand change ({}): {}.\n",
