@@ -31,6 +31,11 @@ use crate::{SimError, run_workload};
 
 pub mod organisation;
 
+/// The share of seeds drawn as [`Family::Burst`].
+const BURST_SHARE: f64 = 0.12;
+/// Mixed into a seed for the stream that draws bursts.
+const BURST_STREAM: u64 = 0xb0b5_7ed5_eed5_0000;
+
 /// The families a generated workload's pods are drawn from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Family {
@@ -46,6 +51,9 @@ pub enum Family {
     MovingHotSpot,
     /// Waves of pods living a minute or two each.
     Churn,
+    /// Identical pods, mostly idle, bursting together beyond what the
+    /// bucket holds.
+    Burst,
 }
 
 impl Family {
@@ -56,6 +64,7 @@ impl Family {
             Family::Herd => "herd",
             Family::MovingHotSpot => "moving hot spot",
             Family::Churn => "churn",
+            Family::Burst => "burst",
         }
     }
 }
@@ -204,6 +213,15 @@ pub fn generate(seed: u64) -> Result<Generated, SimError> {
         x if x < 0.85 => Family::MovingHotSpot,
         _ => Family::Churn,
     };
+    // One seed in eight is a burst instead, decided by a stream of its
+    // own, so that every other seed draws the workload it drew before
+    // the family was added.
+    let mut bursts = ChaCha8Rng::seed_from_u64(seed ^ BURST_STREAM);
+    let family = if bursts.random_bool(BURST_SHARE) {
+        Family::Burst
+    } else {
+        family
+    };
     let per_pod = |n: usize| refill * load / n.max(1) as f64;
     let mut groups = Vec::new();
     match family {
@@ -297,6 +315,32 @@ pub fn generate(seed: u64) -> Result<Generated, SimError> {
                 });
                 groups.push(group);
             }
+        }
+        Family::Burst => {
+            let pods = pods.max(2);
+            // Idle at 2 to 30 % of the refill between bursts, so the
+            // bucket fills up; each burst asks 1.5 to 5 times what the
+            // bucket holds, or a period of refill without a burst limit.
+            let idle = round3(refill * log_uniform(&mut bursts, 0.02, 0.3) / pods as f64);
+            let holds = burst.max(refill * 10.0);
+            let every = bursts.random_range(30.0..90.0);
+            let mut group = PodGroup::new("pods", pods);
+            group.demand.push(Term::Constant(idle));
+            let mut at = bursts.random_range(20.0..every);
+            while at + 10.0 < duration {
+                let width = round3(bursts.random_range(0.5..5.0));
+                let total = holds * bursts.random_range(1.5..5.0);
+                group.demand.push(Term::Bump {
+                    at: millis(round3(at)),
+                    width: millis(width),
+                    // A gaussian bump of σ `width` holds height · width · √(2π).
+                    height: round3(
+                        total / (width * (2.0 * std::f64::consts::PI).sqrt()) / pods as f64,
+                    ),
+                });
+                at += every * bursts.random_range(0.7..1.3);
+            }
+            groups.push(group);
         }
         Family::Churn => {
             let waves = rng.random_range(4..=20usize).min(pods);
@@ -1016,6 +1060,7 @@ mod tests {
             Family::Herd,
             Family::MovingHotSpot,
             Family::Churn,
+            Family::Burst,
         ] {
             assert!(
                 drawn.iter().filter(|g| g.family == family).count() >= 50,

@@ -83,7 +83,10 @@ async fn migrations_apply_once_however_often_they_run() {
         .await
         .expect("table options")
         .get(0);
-    assert!(options.contains(&"fillfactor=70".to_string()), "{options:?}");
+    assert!(
+        options.contains(&"fillfactor=70".to_string()),
+        "{options:?}"
+    );
 }
 
 /// Two replicas hammer one tenant on a database whose transactions are
