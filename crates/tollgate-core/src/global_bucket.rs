@@ -32,6 +32,17 @@
 //!   target request period, with `max_burst_tokens = max(burst_limit ×
 //!   fraction, tokens per second of the trickle)`. If that rate works out
 //!   to zero, the pod gets what the bucket holds, at once.
+//! - **Short trickles after a jump in shares** ([`GrantPolicy::Shares`]):
+//!   a pod whose shares at least doubled since its last request (its work
+//!   just queued up) gets a trickle of at most a quarter of the period
+//!   (not on its first request, nor a member of an organisation drawing,
+//!   which draws once per draw period whatever its trickle). Its fraction was computed against the other
+//!   pods' shares as they last reported them; when many pods' demand rises
+//!   at once (a burst), the first to ask would otherwise hold a period of
+//!   nearly the whole refill rate while the others' shares are still old.
+//!   It asks again soon, when their shares are known, and the split
+//!   evens out within the period (measured on generated workloads: sim/README.md,
+//!   "Bursts").
 //! - **Commitments**: every trickle is taken from the bucket in advance.
 //!   The part of it that future refill pays for is a commitment; the tokens
 //!   the bucket held when it granted the trickle are not (counting them
@@ -159,6 +170,11 @@ const BUCKET_LEVEL_EMA_MAX_DEBT_PERIODS: f64 = 1.5;
 pub const MAX_FALLBACK_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The shortest trickle handed out, seconds (unless the period is shorter).
 const MIN_TRICKLE_SECS: f64 = 1.0;
+/// Shares at least this many times a pod's last ones are a jump: its
+/// trickle is at most [`JUMP_TRICKLE_PERIODS`] of the period.
+const SHARES_JUMP_FACTOR: f64 = 2.0;
+/// The longest trickle after a jump in shares, in target request periods.
+const JUMP_TRICKLE_PERIODS: f64 = 0.25;
 /// Tolerance when comparing an operator's `as_of_consumed_tokens` with the
 /// stored total, as a power of two the total is divided by: the operator
 /// read the total as a double, which rounds it (by at most 2^-53 of it).
@@ -952,7 +968,17 @@ pub fn request(
     now: Timestamp,
     config: &GlobalBucketConfig,
 ) -> Result<RequestOutcome, RequestError> {
-    request_guaranteed(rows, req, 0.0, now, config)
+    serve(rows, req, Requester::Pod, now, config)
+}
+
+/// Who asks a bucket for tokens.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Requester {
+    /// A pod, when it runs short.
+    Pod,
+    /// A member of an organisation, once per draw period, with its
+    /// guaranteed rate.
+    Member { guaranteed: f64 },
 }
 
 /// [`request`] from an instance with a guaranteed rate: a member of an
@@ -967,6 +993,20 @@ pub fn request_guaranteed(
     now: Timestamp,
     config: &GlobalBucketConfig,
 ) -> Result<RequestOutcome, RequestError> {
+    serve(rows, req, Requester::Member { guaranteed }, now, config)
+}
+
+fn serve(
+    rows: &mut BucketRows,
+    req: &TokenBucketRequest,
+    requester: Requester,
+    now: Timestamp,
+    config: &GlobalBucketConfig,
+) -> Result<RequestOutcome, RequestError> {
+    let guaranteed = match requester {
+        Requester::Pod => 0.0,
+        Requester::Member { guaranteed } => guaranteed,
+    };
     req.validate()?;
     validate::non_negative("guaranteed_rate", guaranteed, MAX_REFILL_RATE)?;
     let id = req.instance_id;
@@ -1014,6 +1054,11 @@ pub fn request_guaranteed(
     let instance = next.instances.get_mut(&id).ok_or_else(|| {
         RequestError::Inconsistent(format!("instance {id} missing after linking"))
     })?;
+    // A member draws once per draw period whatever its trickle: only a
+    // pod that asks when it runs short asks again sooner.
+    let shares_jumped = requester == Requester::Pod
+        && req.shares > 0.0
+        && req.shares >= SHARES_JUMP_FACTOR * instance.shares;
     tenant.members.share_sum = (tenant.members.share_sum - instance.shares + req.shares).max(0.0);
     instance.shares = req.shares;
     tenant.members.guarantee_sum =
@@ -1053,7 +1098,15 @@ pub fn request_guaranteed(
         }
         None => f64::INFINITY,
     };
-    let (mut grant, commitment) = grant(&mut next, req, guaranteed, config, still_committed, cap);
+    let (mut grant, commitment) = grant(
+        &mut next,
+        req,
+        guaranteed,
+        config,
+        still_committed,
+        cap,
+        shares_jumped,
+    );
     if cap < req.requested_tokens && grant.trickle_duration < req.target_request_period {
         // The budget binds: what it allows goes out over the whole period
         // (nothing, if it allows nothing), so the pod asks again about a
@@ -1256,7 +1309,8 @@ fn fraction(members: &Membership, shares: f64) -> f64 {
 
 /// Decides the grant and takes it from the bucket. `still_committed` is the
 /// refill the pod's previous trickle had yet to deliver; the pod folds it
-/// into the new one.
+/// into the new one. After a jump in the pod's shares (`shares_jumped`)
+/// its trickle is short.
 ///
 /// Returns the grant and, for a trickle, the commitment it carries: the
 /// tokens of the new trickle (folded ones included) that future refill pays
@@ -1269,6 +1323,7 @@ fn grant(
     config: &GlobalBucketConfig,
     still_committed: f64,
     cap: f64,
+    shares_jumped: bool,
 ) -> (Grant, f64) {
     let tenant = &mut rows.head;
     tenant.state.tokens_avg = BUCKET_LEVEL_EMA_FACTOR * tenant.state.tokens
@@ -1334,8 +1389,15 @@ fn grant(
             let rate = guaranteed * scale + (effective_rate - guarantees).max(0.0) * share;
             if rate > 0.0 {
                 // At least a second (or the period, if shorter): a shorter
-                // trickle would have the pod ask again at once.
-                let trickle = (needed / rate).clamp(MIN_TRICKLE_SECS.min(period), period);
+                // trickle would have the pod ask again at once. After a
+                // jump in shares, a quarter of the period at most.
+                let shortest = MIN_TRICKLE_SECS.min(period);
+                let longest = if shares_jumped {
+                    (period * JUMP_TRICKLE_PERIODS).max(shortest)
+                } else {
+                    period
+                };
+                let trickle = (needed / rate).clamp(shortest, longest);
                 // What the previous trickle still owes the pod counts
                 // towards this one: a pod renewing early must not get a
                 // period's worth of tokens more often than once a period.

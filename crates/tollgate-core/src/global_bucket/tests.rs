@@ -52,6 +52,13 @@ fn serve(rows: &mut BucketRows, r: &TokenBucketRequest, now: f64) -> Grant {
         .grant
 }
 
+/// Instance `id` reports `shares` and asks for nothing (its request 1 at
+/// time 0), so that its next request, with the same shares, is no jump.
+fn register(rows: &mut BucketRows, id: InstanceId, shares: f64) {
+    let g = serve(rows, &req(id, 1, 0.0, shares), 0.0);
+    assert_eq!(g.granted_tokens, 0.0);
+}
+
 fn delivery_rate(g: &Grant) -> f64 {
     g.granted_tokens / g.trickle_duration.as_secs_f64()
 }
@@ -131,7 +138,8 @@ fn a_short_bucket_grants_over_time_within_the_target_period() {
     ];
     for (tokens, requested, period, granted, trickle) in cases {
         let mut rows = bucket(10.0, 1000.0, tokens);
-        let mut r = req(1, 1, requested, 1.0);
+        register(&mut rows, 1, 1.0);
+        let mut r = req(1, 2, requested, 1.0);
         r.target_request_period = Duration::from_secs_f64(period);
         let g = serve(&mut rows, &r, 0.0);
         let what = format!("{tokens} tokens, {requested} requested over {period}s");
@@ -192,7 +200,8 @@ fn systematic_debt_lowers_the_rate_handed_out() {
     for (debt, committed, rate) in cases {
         let mut rows = bucket(10.0, 1000.0, -debt);
         rows.head.state.committed_tokens = committed;
-        let g = serve(&mut rows, &req(1, 1, 1e6, 1.0), 0.0);
+        register(&mut rows, 1, 1.0);
+        let g = serve(&mut rows, &req(1, 2, 1e6, 1.0), 0.0);
         let what = format!("debt {debt}, committed {committed}");
         if rate > 0.0 {
             assert_close(delivery_rate(&g), rate, &what);
@@ -212,13 +221,14 @@ fn systematic_debt_lowers_the_rate_handed_out() {
 fn commitments_follow_the_trickles_handed_out() {
     // An empty bucket, refill 10/s: a trickle grant commits its tokens.
     let mut rows = bucket(10.0, 1000.0, 0.0);
-    let g = serve(&mut rows, &req(1, 1, 1e6, 1.0), 0.0);
+    register(&mut rows, 1, 1.0);
+    let g = serve(&mut rows, &req(1, 2, 1e6, 1.0), 0.0);
     assert_close(g.granted_tokens, 100.0, "one period of refill");
     assert_close(rows.head.state.committed_tokens, 100.0, "committed");
     assert_close(rows.head.state.committed_rate, 10.0, "committed rate");
     // Four seconds later 40 were delivered; the pod asks again and folds
     // the 60 left into its new trickle, so they stay committed.
-    let g2 = serve(&mut rows, &req(1, 2, 1e6, 1.0), 4.0);
+    let g2 = serve(&mut rows, &req(1, 3, 1e6, 1.0), 4.0);
     assert_close(
         rows.head.state.committed_tokens,
         60.0 + g2.granted_tokens,
@@ -278,8 +288,9 @@ fn bucket_level_ema_policy_grants_a_period_minus_the_smoothed_debt() {
 fn tokens_the_bucket_held_are_handed_out_once_not_excused_again() {
     // Two pods with equal shares; the bucket holds 1000, refills 100/s.
     let mut rows = bucket(100.0, 1000.0, 1000.0);
-    serve(&mut rows, &req(2, 1, 0.0, 1.0), 0.0);
-    let a = serve(&mut rows, &req(1, 1, 2000.0, 1.0), 0.0);
+    register(&mut rows, 2, 1.0);
+    register(&mut rows, 1, 1.0);
+    let a = serve(&mut rows, &req(1, 2, 2000.0, 1.0), 0.0);
     // All the bucket held, plus half the refill for a period.
     assert_close(a.granted_tokens, 1500.0, "first pod");
     assert_close(
@@ -302,9 +313,10 @@ fn a_pod_renewing_early_gets_one_period_of_its_rate_not_more() {
     // One pod alone, saturated: each renewal one second before its trickle
     // ends must top it up to a period at its rate, not add a whole period.
     let mut rows = bucket(100.0, 0.0, 0.0);
-    let first = serve(&mut rows, &req(1, 1, 5000.0, 1.0), 0.0);
+    register(&mut rows, 1, 1.0);
+    let first = serve(&mut rows, &req(1, 2, 5000.0, 1.0), 0.0);
     assert_close(first.granted_tokens, 1000.0, "a period of refill");
-    let renewed = serve(&mut rows, &req(1, 2, 5000.0, 1.0), 9.0);
+    let renewed = serve(&mut rows, &req(1, 3, 5000.0, 1.0), 9.0);
     // 100 tokens of the first trickle are still due; they count.
     assert_close(renewed.granted_tokens, 900.0, "topped up to a period");
     assert_close(
@@ -1411,4 +1423,55 @@ proptest! {
             );
         }
     }
+}
+
+#[test]
+fn a_pod_whose_shares_jumped_gets_a_short_trickle_and_the_split_evens_out() {
+    // Two idle pods (shares 1 each), an empty bucket refilling 100/s; both
+    // queue up work at once (shares 10). The first to ask would hold
+    // 10/11 of the refill for a whole period while the other's shares are
+    // still old: it gets a quarter of a period instead.
+    let mut rows = bucket(100.0, 0.0, 0.0);
+    register(&mut rows, 1, 1.0);
+    register(&mut rows, 2, 1.0);
+    let a = serve(&mut rows, &req(1, 2, 1e6, 10.0), 0.0);
+    assert_eq!(a.trickle_duration, PERIOD / 4);
+    assert_close(
+        delivery_rate(&a),
+        100.0 * 10.0 / 11.0,
+        "the first, on old shares",
+    );
+    let b = serve(&mut rows, &req(2, 2, 1e6, 10.0), 0.0);
+    assert_eq!(b.trickle_duration, PERIOD / 4);
+    // Once both shares are known, neither jumps: each gets half the refill
+    // for a whole period.
+    let a2 = serve(&mut rows, &req(1, 3, 1e6, 10.0), 2.5);
+    let b2 = serve(&mut rows, &req(2, 3, 1e6, 10.0), 2.5);
+    for g in [&a2, &b2] {
+        assert_eq!(g.trickle_duration, PERIOD);
+    }
+    assert_close(
+        rows.instances[&1].committed_rate,
+        rows.instances[&2].committed_rate,
+        "an even split",
+    );
+    // A pod that did not queue up more keeps its whole period.
+    let mut rows = bucket(100.0, 0.0, 0.0);
+    register(&mut rows, 1, 1.0);
+    let steady = serve(&mut rows, &req(1, 2, 1e6, 1.5), 0.0);
+    assert_eq!(steady.trickle_duration, PERIOD);
+}
+
+#[test]
+fn a_member_drawing_with_jumped_shares_keeps_its_whole_period() {
+    // A member of an organisation draws once per draw period whatever its
+    // trickle: a short one would leave it without a rate until its next
+    // draw.
+    let mut rows = bucket(100.0, 0.0, 0.0);
+    let config = GlobalBucketConfig::default();
+    request_guaranteed(&mut rows, &req(1, 1, 0.0, 1.0), 0.0, at(0.0), &config).expect("valid");
+    let g = request_guaranteed(&mut rows, &req(1, 2, 1e6, 10.0), 0.0, at(0.0), &config)
+        .expect("valid")
+        .grant;
+    assert_eq!(g.trickle_duration, PERIOD);
 }
