@@ -177,13 +177,19 @@ fn pod_request_json_reports_the_grant_and_whether_the_pod_was_throttled() {
     assert_eq!(short["throttled"], true, "{short:#}");
 
     // 100 tokens and 10 per second: 500 tokens cannot come at once; the
-    // pod gets what a target period (10 s) of refill adds, over a trickle.
+    // pod gets what the bucket holds and its refill adds, over a trickle. A
+    // new pod's shares are new to the bucket, so its first trickle is a
+    // quarter of the target period (2.5 s); the next, with the same
+    // shares, a whole period (10 s).
     set_limits(&server, "slow", 100.0, 10.0);
     let trickled = pod_request(&server, "slow", "500");
-    assert_eq!(trickled["trickle_duration_seconds"], 10.0, "{trickled:#}");
+    assert_eq!(trickled["trickle_duration_seconds"], 2.5, "{trickled:#}");
     assert!(number(&trickled["granted_tokens"]) < 500.0, "{trickled:#}");
     assert!(number(&trickled["max_burst_tokens"]) > 0.0, "{trickled:#}");
     assert_eq!(trickled["throttled"], true, "{trickled:#}");
+    let again = pod_request(&server, "slow", "500");
+    assert_eq!(again["trickle_duration_seconds"], 10.0, "{again:#}");
+    assert_eq!(again["throttled"], true, "{again:#}");
 
     // 100 tokens and 100 per second: 150 tokens come in full, but over the
     // shortest trickle (1 s) rather than at once, which throttles too.
@@ -201,9 +207,10 @@ fn pod_request_json_reports_the_grant_and_whether_the_pod_was_throttled() {
     );
     set_limits(&server, "slow-too", 100.0, 10.0);
     let trickled = server.ok(&["pod", "request", "--tenant", "slow-too", "--tokens", "500"]);
+    // A new pod: 100 held and 2.5 s of refill, over a quarter of the period.
     assert!(
-        trickled.contains("throttled         yes: granted 2")
-            && trickled.contains("of 500 tokens, tokens arrive over 10 s"),
+        trickled.contains("throttled         yes: granted 12")
+            && trickled.contains("of 500 tokens, tokens arrive over 2.5 s"),
         "{trickled}"
     );
     set_limits(&server, "plenty", 1000.0, 0.0);
@@ -860,8 +867,9 @@ fn pod_request_text_rounds_amounts_and_shows_trickle_fields_only_for_a_trickle()
         "{immediate}"
     );
 
-    // 100 tokens and 10 per second: a 10 s trickle of a little over 200
-    // tokens (the refill while the request travels), with a burst cap.
+    // 100 tokens and 10 per second: a new pod's first trickle, a quarter
+    // of the target period (2.5 s), of a little over 125 tokens (and the
+    // refill while the request travels), with a burst cap.
     set_limits(&server, "slow", 100.0, 10.0);
     let trickled = server.ok(&["pod", "request", "--tenant", "slow", "--tokens", "500"]);
     let value = |name: &str| -> String {
@@ -872,7 +880,7 @@ fn pod_request_text_rounds_amounts_and_shows_trickle_fields_only_for_a_trickle()
             .trim()
             .to_owned()
     };
-    assert_eq!(value("trickle duration"), "10 s", "{trickled}");
+    assert_eq!(value("trickle duration"), "2.5 s", "{trickled}");
     let granted = value("granted tokens");
     let decimals = granted.split_once('.').map_or(0, |(_, d)| d.len());
     assert!(decimals <= 2, "{granted} in {trickled}");

@@ -199,17 +199,21 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
         "--report-ru",
         "500",
     ]);
-    for instance in ["1", "2", "3"] {
-        server.ok(&[
-            "pod",
-            "request",
-            "--tenant",
-            "acme",
-            "--instance",
-            instance,
-            "--tokens",
-            "100",
-        ]);
+    // Each pod reports its shares first, so that its trickle is a whole
+    // target period (a new pod's first one is a quarter of it).
+    for tokens in ["0", "100"] {
+        for instance in ["1", "2", "3"] {
+            server.ok(&[
+                "pod",
+                "request",
+                "--tenant",
+                "acme",
+                "--instance",
+                instance,
+                "--tokens",
+                tokens,
+            ]);
+        }
     }
     std::thread::sleep(
         tollgate_server::telemetry::console::SAMPLE_INTERVAL + Duration::from_millis(300),
