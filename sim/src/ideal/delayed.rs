@@ -23,8 +23,7 @@
 //! ideal's. The goals judge a policy against it where the ideal itself is
 //! out of reach of any once-a-period protocol ([`crate::check`]).
 
-use std::collections::VecDeque;
-
+use super::{IdealTick, Queue};
 use crate::record::Record;
 use crate::workload::{LimitsSpec, Workload};
 
@@ -39,6 +38,7 @@ pub fn simulate_delayed(workload: &Workload, limits: &LimitsSpec, ideal: &Record
     let pods = ideal.pods();
     let mut out = Record::new(pods, sample, max_wait);
     out.pod_minutes = ideal.pod_minutes;
+    // One queue per pod: the ideal's queue, each arrival one pod's.
     let mut queues: Vec<Queue> = (0..pods).map(|_| Queue::default()).collect();
     let mut learnt = vec![0.0; pods];
     let mut demand = vec![0.0; pods];
@@ -48,7 +48,7 @@ pub fn simulate_delayed(workload: &Workload, limits: &LimitsSpec, ideal: &Record
         let mut supply = carry;
         for p in 0..pods {
             demand[p] = ideal.demand[p][k];
-            queues[p].push(now, demand[p]);
+            queues[p].push(now, vec![(p, demand[p])]);
             supply += ideal.admitted[p][k];
             learnt[p] = if k < samples {
                 ideal.admitted[p][k]
@@ -56,7 +56,7 @@ pub fn simulate_delayed(workload: &Workload, limits: &LimitsSpec, ideal: &Record
                 ideal.admitted[p][k - samples..k].iter().sum()
             };
         }
-        let work: Vec<f64> = queues.iter().map(|q| q.tokens).collect();
+        let work: Vec<f64> = queues.iter().map(Queue::waiting).collect();
         let mut parts = split(supply, &learnt, &work);
         let left = work
             .iter()
@@ -72,16 +72,23 @@ pub fn simulate_delayed(workload: &Workload, limits: &LimitsSpec, ideal: &Record
             }
         }
         let given: f64 = parts.iter().sum();
-        for p in 0..pods {
-            admitted[p] = queues[p].serve(parts[p], now, &mut out);
-            queues[p].expire(now, max_wait, &mut out);
+        let mut tick = IdealTick::default();
+        for (queue, &part) in queues.iter_mut().zip(&parts) {
+            let mut part = part;
+            queue.serve(&mut part, now, &mut tick);
+            queue.expire(now, max_wait, &mut tick);
         }
+        for (p, tokens, wait) in tick.admitted {
+            admitted[p] += tokens;
+            out.waits.record(wait, tokens);
+        }
+        out.timed_out += tick.timed_out.iter().map(|&(_, t)| t).sum::<f64>();
         let level = ideal.level.get(k).copied().unwrap_or(0.0);
         carry = (supply - given).clamp(0.0, (burst - level).max(0.0));
         out.push_sample(now, &mut demand, &mut admitted, level);
     }
     // Work still queued at the end is refused at shutdown, as the pods'.
-    out.timed_out += queues.iter().map(|q| q.tokens).sum::<f64>();
+    out.timed_out += queues.iter().map(Queue::waiting).sum::<f64>();
     out
 }
 
@@ -113,62 +120,6 @@ fn split(supply: f64, weights: &[f64], caps: &[f64]) -> Vec<f64> {
         }
     }
     parts
-}
-
-/// One pod's work waiting for tokens, oldest first: `(asked at, tokens)`.
-#[derive(Default)]
-struct Queue {
-    work: VecDeque<(f64, f64)>,
-    tokens: f64,
-}
-
-impl Queue {
-    fn push(&mut self, now: f64, tokens: f64) {
-        if tokens > 0.0 {
-            self.work.push_back((now, tokens));
-            self.tokens += tokens;
-        }
-    }
-
-    /// Serves the oldest work from `part` tokens at `now`; returns the
-    /// tokens served.
-    fn serve(&mut self, part: f64, now: f64, out: &mut Record) -> f64 {
-        let mut left = part;
-        while left > 0.0 {
-            let Some(front) = self.work.front_mut() else {
-                break;
-            };
-            let served = front.1.min(left);
-            out.waits.record(now - front.0, served);
-            left -= served;
-            front.1 -= served;
-            if front.1 <= 1e-9 {
-                self.work.pop_front();
-            }
-        }
-        let served = part - left;
-        self.tokens = if self.work.is_empty() {
-            0.0
-        } else {
-            self.tokens - served
-        };
-        served
-    }
-
-    /// Work that has waited `max_wait` at `now` gives up.
-    fn expire(&mut self, now: f64, max_wait: f64, out: &mut Record) {
-        while let Some(&(at, tokens)) = self.work.front() {
-            if now - at + 1e-9 < max_wait {
-                break;
-            }
-            out.timed_out += tokens;
-            self.tokens -= tokens;
-            self.work.pop_front();
-        }
-        if self.work.is_empty() {
-            self.tokens = 0.0;
-        }
-    }
 }
 
 #[cfg(test)]
