@@ -34,15 +34,16 @@
 //!   to zero, the pod gets what the bucket holds, at once.
 //! - **Short trickles after a jump in shares** ([`GrantPolicy::Shares`]):
 //!   a pod whose shares at least doubled since its last request (its work
-//!   just queued up) gets a trickle of at most a quarter of the period
-//!   (not on its first request, nor a member of an organisation drawing,
-//!   which draws once per draw period whatever its trickle). Its fraction was computed against the other
-//!   pods' shares as they last reported them; when many pods' demand rises
-//!   at once (a burst), the first to ask would otherwise hold a period of
-//!   nearly the whole refill rate while the others' shares are still old.
-//!   It asks again soon, when their shares are known, and the split
-//!   evens out within the period (measured on generated workloads: sim/README.md,
-//!   "Bursts").
+//!   just queued up, or it is new: its first request counts) gets a
+//!   trickle of at most a quarter of the period. Not a member of an
+//!   organisation drawing, which draws once per draw period whatever its
+//!   trickle. The pod's fraction was computed against the other pods'
+//!   shares as they last reported them; when many pods' demand rises at
+//!   once (a burst, a herd joining), the first to ask would otherwise hold
+//!   a period of nearly the whole refill rate while the others' shares
+//!   are still old. It asks again soon, when their shares are known, and
+//!   the split evens out within the period (measured on generated
+//!   workloads: sim/README.md, "Bursts").
 //! - **Commitments**: every trickle is taken from the bucket in advance.
 //!   The part of it that future refill pays for is a commitment; the tokens
 //!   the bucket held when it granted the trickle are not (counting them
