@@ -45,7 +45,7 @@
 //! member's bucket after the period is over asks the organisation's bucket
 //! for what the member's pods asked for over the last period (the *wants*,
 //! at most the member's own rate), as one instance of it with
-//! [`global_bucket::request_guaranteed`] (shares: the wants beyond the
+//! [`global_bucket::request_guaranteed`](crate::global_bucket::request_guaranteed) (shares: the wants beyond the
 //! guarantee; guaranteed: the guarantee, as far as it is wanted). The
 //! member then refills at the lesser of its own rate and the rate it was
 //! given, until the grant's trickle ends, and not at all after that until
