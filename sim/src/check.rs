@@ -54,9 +54,39 @@ pub const DELAYED_MARGIN_JAIN: f64 = 0.01;
 /// of 60 s or more, the checked policy admits at most
 /// `max(burst, initial) + R·T` plus this share of `R·T`. It is the worst 60 s
 /// overshoot measured over 1 000 generated workloads (`tollgate-sim fuzz
-/// --count 1000 --seed 0`: 11.85 %, seed 715), rounded up; the goal is
-/// [`GOAL_OVERSHOOT_60S`]. CI holds a fixed sample of the corpus to it.
+/// --count 1000 --seed 0`: 10.47 %, seed 715), rounded up; the goal is
+/// [`GOAL_OVERSHOOT_60S`]. CI holds a fixed sample of the corpus to it
+/// ([`stated_bound`]).
 pub const STATED_OVERSHOOT_BOUND: f64 = 0.12;
+/// The stated bound with lost messages (up to 10 % of requests and
+/// answers), no outage: the same form with this share of `R·T` (worst
+/// measured on the same corpus: 19.54 %, seed 351).
+pub const STATED_OVERSHOOT_BOUND_LOSS: f64 = 0.20;
+
+/// The share of `R·T` (T = 60 s) a workload's checked policy may admit
+/// beyond `max(burst, initial) + R·T` over any 60 s window: the stated
+/// bound of its faults (`STATED_OVERSHOOT_BOUND`, or
+/// `STATED_OVERSHOOT_BOUND_LOSS` with loss or outages: an outage loses
+/// every message while it lasts), plus, around outages, what they allow
+/// (`outage_excess`, the pods' fallback rates beyond the refill rate over
+/// the outages and the initial allowances of pods started during them;
+/// see `Record::outage_excess`), as a share of `R·T`.
+pub fn stated_bound(messages_lost: bool, outage_excess: f64, refill_rate: f64) -> f64 {
+    let base = if messages_lost {
+        STATED_OVERSHOOT_BOUND_LOSS
+    } else {
+        STATED_OVERSHOOT_BOUND
+    };
+    let window = refill_rate * 60.0;
+    let outages = if window > 0.0 {
+        outage_excess / window
+    } else if outage_excess > 0.0 {
+        f64::INFINITY
+    } else {
+        0.0
+    };
+    base + outages
+}
 /// The organisation's stated bound ([`organisation_bound`]) when members
 /// draw once per pods' target request period or less often (the server's
 /// default, 10 s, for pods asking every 10 s).

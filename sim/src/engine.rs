@@ -261,6 +261,18 @@ struct Tenant {
     key: BucketKey,
     pods: Range<usize>,
     record: Record,
+    /// The outage under way, as far as this tenant's pods went.
+    outage: Option<OutageWatch>,
+}
+
+/// What a tenant's pods did during one outage ([`Record::outage_excess`]).
+#[derive(Debug, Default)]
+struct OutageWatch {
+    seconds: f64,
+    /// The most the running pods' fallback rates summed to.
+    fallback_rate: f64,
+    /// Initial allowances of the pods that started during it.
+    allowances: f64,
 }
 
 struct Sim<'w> {
@@ -337,6 +349,7 @@ impl<'w> Sim<'w> {
                     workload.max_wait.as_secs_f64(),
                 ),
                 pods,
+                outage: None,
             })
             .collect();
         Sim {
@@ -537,10 +550,15 @@ impl Sim<'_> {
         }
         let t = now.duration_since(Timestamp::EPOCH);
         let dt = tick.as_secs_f64();
+        let down = self.workload.outage_at(t);
         for p in 0..self.pods.len() {
             let pod = &mut self.pods[p];
             match pod.state {
                 PodState::NotStarted if pod.spec.join <= t => {
+                    if down && let Some(tenant) = self.tenants.get_mut(pod.tenant) {
+                        tenant.outage.get_or_insert_default().allowances +=
+                            self.workload.client.config().initial_tokens;
+                    }
                     let lease = format!("{}@{}", pod.spec.name, now.unix_micros()).into_bytes();
                     let instance = u32::try_from(p + 1).unwrap_or(u32::MAX);
                     let bucket =
@@ -598,11 +616,37 @@ impl Sim<'_> {
             }
             self.poll(p, now);
         }
+        self.watch_outage(down, dt);
         let next = now.saturating_add(tick);
         if next < at(self.workload.duration) {
             self.events.schedule(next, Kind::Tick(k + 1));
         }
         Ok(())
+    }
+
+    /// Follows each tenant's pods through an outage, and once it is over
+    /// adds what it allows to the tenant's [`Record::outage_excess`].
+    fn watch_outage(&mut self, down: bool, dt: f64) {
+        for tenant in &mut self.tenants {
+            if down {
+                let rate: f64 = self.pods[tenant.pods.clone()]
+                    .iter()
+                    .filter(|pod| pod.state == PodState::Running)
+                    .filter_map(|pod| pod.bucket.as_ref())
+                    .map(|bucket| bucket.status().fallback_rate)
+                    .sum();
+                let watch = tenant.outage.get_or_insert_default();
+                watch.seconds += dt;
+                watch.fallback_rate = watch.fallback_rate.max(rate);
+            } else if let Some(watch) = tenant.outage.take() {
+                let refill_rate = self
+                    .store
+                    .heads
+                    .get(&tenant.key)
+                    .map_or(0.0, |head| head.state.limits.refill_rate);
+                tenant.record.outage_excess += outage_excess(&watch, refill_rate);
+            }
+        }
     }
 
     fn poll(&mut self, p: usize, now: Timestamp) {
@@ -724,6 +768,7 @@ impl Sim<'_> {
 
     fn finish(&mut self, end: Timestamp) {
         self.flush_sample(end);
+        self.watch_outage(false, 0.0);
         for pod in &self.pods {
             if pod.state == PodState::NotStarted {
                 continue;
@@ -738,6 +783,11 @@ impl Sim<'_> {
             }
         }
     }
+}
+
+/// `(F − R)⁺ · L + n · A` of one outage.
+fn outage_excess(watch: &OutageWatch, refill_rate: f64) -> f64 {
+    (watch.fallback_rate - refill_rate).max(0.0) * watch.seconds + watch.allowances
 }
 
 /// Runs `workload` against the ideal bucket with `limits`.

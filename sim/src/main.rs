@@ -59,9 +59,9 @@ struct FuzzOptions {
     /// the stated bound) as YAML files into this directory, for `run`.
     #[arg(long)]
     emit: Option<PathBuf>,
-    /// Exit with an error when a workload with no outage and no lost
-    /// message admits more than the stated bound
-    /// (`check::STATED_OVERSHOOT_BOUND` over any 60 s window).
+    /// Exit with an error when a workload admits more than the stated
+    /// bound of its faults over some 60 s window (`check::stated_bound`:
+    /// without faults, with lost messages, around outages).
     #[arg(long)]
     check: bool,
     /// Threads [default: the machine's cores].

@@ -115,6 +115,12 @@ pub struct Record {
     pub pod_minutes: f64,
     /// Tokens pods gave themselves while on fallback.
     pub fallback_tokens: f64,
+    /// What the outages allow beyond the stated bound, in tokens: per
+    /// outage, `(F − R)⁺ · L + n · A`, with `F` the most the pods' fallback
+    /// rates summed to while it lasted (a pod not yet answered counts at
+    /// its initial allowance per target period), `L` its length, and `n ·
+    /// A` the initial allowances of the pods that started during it.
+    pub outage_excess: f64,
     /// With a budget: where its cycle stood at the end.
     pub budget: Option<BudgetOutcome>,
 }
@@ -145,6 +151,7 @@ impl Record {
             failed_requests: 0,
             pod_minutes: 0.0,
             fallback_tokens: 0.0,
+            outage_excess: 0.0,
             budget: None,
         }
     }

@@ -3,9 +3,9 @@
 //! The server never grants more than the budget allows (the amount, plus
 //! the baseline's refill past the limit under `throttle`); what the pods
 //! consume beyond the grants (after the fact) stays within the stated
-//! bound: each pod's initial allowance (a loan the server is asked to
-//! repay, which the budget may refuse) plus the tokens pods gave
-//! themselves on their fallback rate.
+//! bound: each pod's initial allowance (used before its first answer,
+//! charged with its next request) plus the tokens pods gave themselves on
+//! their fallback rate.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -13,7 +13,7 @@ use tollgate_sim::engine::{Policy, simulate};
 use tollgate_sim::workload::Workload;
 
 /// A pod's initial allowance, the client's default.
-const INITIAL_TOKENS: f64 = 1_000.0;
+const INITIAL_TOKENS: f64 = tollgate_core::local_bucket::DEFAULT_INITIAL_TOKENS;
 /// The most requests a pod may send per minute on these workloads: a pod
 /// renews about every 10 s (6 a minute), more with loss and retries.
 const MAX_REQUESTS_PER_POD_MINUTE: f64 = 40.0;

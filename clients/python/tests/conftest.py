@@ -257,8 +257,8 @@ def consumed(server: Server, tenant: str, bucket: str) -> float:
 def drain(limiter: Limiter, bucket: str) -> float:
     """Takes every token the agent holds for `bucket`, and returns how many.
 
-    A bucket the agent starts holds tollgate-client's initial allowance (more
-    than a small bucket's burst) and then the server's grants; once it has
+    A bucket the agent starts holds tollgate-client's initial allowance (10
+    tokens) and then the server's grants; once it has
     taken them all, the tenant's global bucket is in debt and tokens come
     back at no more than its refill rate. Drained means under 5 tokens,
     twice, 0.3 s apart.

@@ -158,6 +158,9 @@ impl Tenants {
                 self.instance_id,
                 self.options.clone(),
             )?,
+            // Buckets start on what the server last said a new pod of
+            // theirs may use, where the journal heard it (in an earlier
+            // life too), rather than on the agent's `--initial-tokens`.
             Some(journal) => Controller::with_transport(
                 JournalTransport::new(
                     Arc::clone(journal),
@@ -166,7 +169,10 @@ impl Tenants {
                 ),
                 tenant,
                 self.instance_id,
-                self.options.clone(),
+                Options {
+                    initial_allowances: journal.allowances(tenant),
+                    ..self.options.clone()
+                },
             )?,
         };
         tracing::info!(

@@ -923,3 +923,62 @@ async fn without_the_server_acquires_run_on_the_fallback_rate_and_are_charged_on
     assert_eq!(server.consumed(TENANT, "jobs").await, admitted);
     server.stop().await;
 }
+
+/// Starts `jobs` (by asking its status) and says what the local bucket holds.
+async fn started_with(agent: &AgentUnderTest) -> f64 {
+    let mut c = agent.client().await;
+    status(&mut c, "jobs").await.tokens
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_starts_a_bucket_on_the_allowance_the_server_last_said() {
+    use tollgate_agent::journal::{Journal, JournalOptions};
+    let server = Server::start().await;
+    // A bucket of 40 with its only pod (the agent): a new pod may start on
+    // all 40 of them; the agent's own setting says nothing (0).
+    server.set_bucket(TENANT, "jobs", 40.0, 1.0, 40.0).await;
+    let state = tempfile::tempdir().expect("state dir");
+    let with_journal = |server: &Server| {
+        let mut o = options(server);
+        o.journal = Some(Journal::open(state.path(), JournalOptions::new(7)).expect("journal"));
+        o
+    };
+
+    let first = AgentUnderTest::start(with_journal(&server)).await;
+    assert_eq!(started_with(&first).await, 0.0, "no allowance known yet");
+    let c = first.client().await;
+    eventually("the server's first answer", || {
+        let mut c = c.clone();
+        async move { status(&mut c, "jobs").await.tokens > 0.0 }
+    })
+    .await;
+    first.stop().await;
+
+    // Restarted while the server is down: the bucket starts on the 40 the
+    // server said, charged when the server is back.
+    let reopened = with_journal(&server);
+    let paused = server.pause().await;
+    let second = AgentUnderTest::start(reopened).await;
+    assert_eq!(started_with(&second).await, 40.0);
+    let mut c = second.client().await;
+    let answer = c
+        .try_acquire(TryAcquireRequest {
+            tenant: TENANT.to_owned(),
+            bucket: "jobs".to_owned(),
+            tokens: 40.0,
+            request_id: String::new(),
+        })
+        .await
+        .expect("try acquire")
+        .into_inner();
+    assert!(answer.admitted, "the allowance is usable before any answer");
+    let server = paused.resume().await;
+    second.stop().await;
+    assert_eq!(server.consumed(TENANT, "jobs").await, 40.0);
+
+    // Without a journal the agent knows nothing and starts on its setting.
+    let forgetful = AgentUnderTest::start(options(&server)).await;
+    assert_eq!(started_with(&forgetful).await, 0.0);
+    forgetful.stop().await;
+    server.stop().await;
+}

@@ -161,6 +161,12 @@ impl Bucket {
     pub(crate) fn status(&self) -> LocalBucketStatus {
         self.gate.with_bucket(|inner, _| inner.bucket.status())
     }
+
+    /// What the server last said a new pod of this bucket may start on.
+    pub(crate) fn initial_allowance(&self) -> Option<f64> {
+        self.gate
+            .with_bucket(|inner, _| inner.bucket.initial_allowance())
+    }
 }
 
 /// A queued acquisition's wait.

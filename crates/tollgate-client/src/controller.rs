@@ -22,7 +22,7 @@
 //! [`ShutdownReport`] says whether all arrived, its [`BucketReport`]s
 //! which.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -69,6 +69,11 @@ pub struct Options {
     /// Hot-partition limits, for [`Controller::partitions`] and requests
     /// that name their partition.
     pub partitions: PartitionOptions,
+    /// What the server said a new pod of a bucket may start on (every
+    /// answer says: [`BucketHandle::initial_allowance`]), by bucket name,
+    /// kept from an earlier life of the process. A bucket named here starts
+    /// on it instead of `bucket.initial_tokens`.
+    pub initial_allowances: HashMap<BucketName, f64>,
 }
 
 impl Default for Options {
@@ -83,6 +88,7 @@ impl Default for Options {
             tls: None,
             pod_token: None,
             partitions: PartitionOptions::default(),
+            initial_allowances: HashMap::new(),
         }
     }
 }
@@ -260,6 +266,13 @@ impl Controller {
         if options.request_timeout.is_zero() {
             return Err(InvalidInput::new("request_timeout", "must be greater than zero").into());
         }
+        for (bucket, allowance) in &options.initial_allowances {
+            tollgate_core::validate::non_negative(
+                &format!("initial_allowances[{bucket}]"),
+                *allowance,
+                tollgate_core::validate::MAX_TOKENS,
+            )?;
+        }
         // No receiver yet: each bucket's driver subscribes when it starts.
         let (stop, _) = watch::channel(false);
         let pod = Arc::new(Pod {
@@ -267,6 +280,7 @@ impl Controller {
             instance,
             transport: Arc::new(transport),
             bucket_config: options.bucket,
+            initial_allowances: options.initial_allowances,
             cost_model: options.cost_model,
             request_timeout: options.request_timeout,
             shutdown_timeout: options.shutdown_timeout,
@@ -507,6 +521,13 @@ impl BucketHandle {
     pub fn status(&self) -> LocalBucketStatus {
         self.bucket.status()
     }
+
+    /// What the server last said a new pod of this bucket may use before
+    /// its first answer (`None` until it answered): keep it to start the
+    /// bucket's next life on it ([`Options::initial_allowances`]).
+    pub fn initial_allowance(&self) -> Option<f64> {
+        self.bucket.initial_allowance()
+    }
 }
 
 /// What every handle of one controller shares: the connection, the
@@ -517,6 +538,7 @@ pub(crate) struct Pod {
     /// The one connection every bucket's requests travel on.
     transport: Arc<dyn Transport>,
     bucket_config: LocalBucketConfig,
+    initial_allowances: HashMap<BucketName, f64>,
     cost_model: CostModel,
     request_timeout: Duration,
     shutdown_timeout: Duration,
@@ -615,8 +637,12 @@ impl Pod {
         // the previous one by it (and refuses the previous).
         let lease = crate::lease::new_lease(None);
         let origin = Instant::now();
+        let mut config = self.bucket_config.clone();
+        if let Some(allowance) = self.initial_allowances.get(&name) {
+            config.initial_tokens = *allowance;
+        }
         let local = LocalBucket::new(
-            self.bucket_config.clone(),
+            config,
             self.instance,
             lease,
             tollgate_core::Timestamp::EPOCH,

@@ -470,6 +470,10 @@ fn from_wire(response: &v1::TokenBucketResponse) -> Result<Grant, TransportError
             .fallback_charged_tokens
             .map(|charged| finite("fallback_charged_tokens", charged))
             .transpose()?,
+        initial_allowance: response
+            .initial_allowance
+            .map(|allowance| finite("initial_allowance", allowance))
+            .transpose()?,
     })
 }
 
@@ -640,8 +644,15 @@ mod tests {
             max_burst_tokens: 1.0,
             fallback_rate: 3.0,
             fallback_charged_tokens: Some(4.0),
+            initial_allowance: Some(6.0),
         };
         let grant = from_wire(&good).expect("valid");
+        assert_eq!(grant.initial_allowance, Some(6.0));
+        let infinite_allowance = v1::TokenBucketResponse {
+            initial_allowance: Some(f64::INFINITY),
+            ..good
+        };
+        assert!(from_wire(&infinite_allowance).is_err());
         assert_eq!(grant.trickle_duration, Duration::from_millis(2500));
         assert_eq!(grant.granted_tokens, 5.0);
         assert_eq!(grant.fallback_charged, Some(4.0));

@@ -460,9 +460,12 @@ async fn shutdown_reports_every_bucket_and_gives_back_what_each_holds() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_says_which_bucket_could_not_report() {
-    let server = Server::new()
-        .with("", 0.0, 0.0, 0.0)
-        .with("schedule-email", 0.0, 0.0, 0.0);
+    // Each bucket holds 100: the first grant covers what the pod uses
+    // after its allowance is settled.
+    let server =
+        Server::new()
+            .with("", 0.0, 100.0, 100.0)
+            .with("schedule-email", 0.0, 100.0, 100.0);
     let controller = pod_with(
         &server,
         Options {
@@ -477,8 +480,8 @@ async fn shutdown_says_which_bucket_could_not_report() {
     // The server stops answering for one bucket, which has charged since
     // its last request: that consumption has nowhere to go.
     server.answer("schedule-email", Answer::Refuse);
-    controller.acquire(5.0).await.expect("initial allowance");
-    emails.acquire(5.0).await.expect("initial allowance");
+    controller.acquire(5.0).await.expect("granted");
+    emails.acquire(5.0).await.expect("granted");
     let started = Instant::now();
     let report = controller.shutdown().await;
     assert!(started.elapsed() <= Duration::from_secs(3), "one deadline");

@@ -43,6 +43,7 @@ impl TokenBucketService for Recorder {
             max_burst_tokens: 0.0,
             fallback_rate: 1.0,
             fallback_charged_tokens: Some(request_fallback),
+            initial_allowance: None,
         }))
     }
 }

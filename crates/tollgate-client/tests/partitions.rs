@@ -79,6 +79,7 @@ impl Transport for Link {
             max_burst_tokens: 0.0,
             fallback_rate: 1e9,
             fallback_charged: Some(0.0),
+            initial_allowance: None,
         })
     }
 

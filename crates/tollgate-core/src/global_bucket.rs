@@ -566,6 +566,12 @@ pub struct Grant {
     /// a server that does not say): the pod takes all it sent as charged.
     #[serde(default)]
     pub fallback_charged: Option<f64>,
+    /// What a new pod of this bucket may use before its first answer
+    /// ([`initial_allowance`]), as of this answer (a repeat gets the same).
+    /// `None` from a server that does not say, or a grant stored before it
+    /// was (PostgreSQL migration V15).
+    #[serde(default)]
+    pub initial_allowance: Option<f64>,
 }
 
 /// A pod's request to its tenant's global bucket. Serializable so that a
@@ -959,6 +965,40 @@ pub struct BudgetOutcome {
     pub events: Vec<BudgetEvent>,
 }
 
+/// How many seconds of its refill rate a tenant's pods may start on
+/// together when its burst limit is smaller.
+pub const INITIAL_ALLOWANCE_REFILL: Duration = Duration::from_secs(1);
+
+/// What a new pod may use before its first answer, so that all the
+/// tenant's pods starting at once use no more than its bucket holds when
+/// full: the burst limit (at least [`INITIAL_ALLOWANCE_REFILL`] of the
+/// refill rate) split evenly between `live_instances` pods (at least one).
+/// Pods learn it from every answer and a process that keeps it (the agent,
+/// in its journal) starts the bucket's next life on it.
+pub fn initial_allowance(limits: &Limits, live_instances: u32) -> f64 {
+    let affordable = limits
+        .burst_limit
+        .max(limits.refill_rate * INITIAL_ALLOWANCE_REFILL.as_secs_f64());
+    affordable / f64::from(live_instances.max(1))
+}
+
+/// The allowance a bucket's rows afford: none while a budget allows no
+/// fallback (a pod may use nothing it is not granted).
+fn allowance_of(rows: &BucketRows) -> f64 {
+    if rows
+        .head
+        .budget
+        .as_ref()
+        .is_some_and(|b| !b.fallback_allowed())
+    {
+        return 0.0;
+    }
+    initial_allowance(
+        &rows.head.state.refill_limits(),
+        rows.head.members.live_instances,
+    )
+}
+
 /// Serves one pod request against its tenant's bucket.
 ///
 /// On `Err`, `rows` is unchanged. On a duplicate, `rows` is unchanged and the
@@ -1144,6 +1184,10 @@ fn serve(
                 instance.last_grant = grant;
             }
         }
+    }
+    grant.initial_allowance = Some(allowance_of(&next));
+    if let Some(instance) = next.instances.get_mut(&id) {
+        instance.last_grant.initial_allowance = grant.initial_allowance;
     }
     *rows = next;
     Ok(RequestOutcome {
@@ -1367,6 +1411,7 @@ fn grant(
             max_burst_tokens: 0.0,
             fallback_rate,
             fallback_charged: None,
+            initial_allowance: None,
         };
         return (grant, 0.0);
     }
@@ -1432,6 +1477,7 @@ fn grant(
             max_burst_tokens: 0.0,
             fallback_rate,
             fallback_charged: None,
+            initial_allowance: None,
         };
         return (grant, 0.0);
     }
@@ -1445,6 +1491,7 @@ fn grant(
         max_burst_tokens: (limits.burst_limit * share).max(delivery_rate),
         fallback_rate,
         fallback_charged: None,
+        initial_allowance: None,
     };
     (grant, commitment)
 }

@@ -9,10 +9,17 @@
 //!
 //! # The rules
 //! - **Initial allowance**: a new bucket holds `initial_tokens` before any
-//!   answer, so a pod starts working at once. They are a loan: the first
-//!   request asks the server for them on top of what the pod needs, and the
-//!   pod repays them as debt once granted, so a pod whose tenant cannot pay
-//!   for them waits until it can.
+//!   answer, so a pod starts working at once. The first request asks for
+//!   what the pod needs as if it held none of them; at the first answer
+//!   the pod drops what it did not use (it was never granted), and what
+//!   it used is charged as fallback tokens are: in `fallback_tokens`, with
+//!   its next request (within `report_interval`), so the tenant's bucket
+//!   pays for it (into debt if it must, which every pod's rate repays, as
+//!   under one bucket) and the pod does not stall on its own. Every answer says what the tenant can afford for a
+//!   new pod ([`crate::global_bucket::initial_allowance`]; kept as
+//!   [`LocalBucket::initial_allowance`]): a process that keeps it starts
+//!   the bucket's next life on it; one that knows nothing starts small
+//!   (10 tokens by default).
 //! - **Fallback tokens**: tokens the pod gave itself at its fallback rate
 //!   are already used; the next request has the global bucket charged for
 //!   them (`fallback_tokens`, with how long the fallback lasted, so the
@@ -29,8 +36,8 @@
 //!   when work is queued; `trickle_anticipation` (1 s) before a trickle ends;
 //!   and at least every `report_interval` while there is consumption to report.
 //!   One request is in flight at a time.
-//! - **How much**: `usage × target_request_period + buffer_tokens + queued +
-//!   loans − tokens on hand`, with usage an EWMA (factor 0.5, per second) of
+//! - **How much**: `usage × target_request_period + buffer_tokens + queued
+//!   − tokens on hand`, with usage an EWMA (factor 0.5, per second) of
 //!   the tokens the pod's work asked for, so one grant lasts about a period.
 //! - **Grants**: an immediate grant adds to the bucket. A trickle grant
 //!   delivers `granted / trickle_duration` per second, holding at most
@@ -86,13 +93,19 @@ const MAX_BACKLOG_EXPONENT: f64 = 30.0;
 const MAX_SHARES: f64 = 1e12;
 /// Less than this is not worth a request to give back.
 const RETURN_EPSILON: f64 = 1e-6;
+/// A pod's initial allowance when nothing better is known: small, so that
+/// a pod of a small tenant does not start on more than its bucket holds.
+pub const DEFAULT_INITIAL_TOKENS: f64 = 10.0;
 
 /// The knobs of a pod's local bucket. The defaults follow CockroachDB's client.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LocalBucketConfig {
     /// How long one grant should last; sent with every request.
     pub target_request_period: Duration,
-    /// Tokens usable before the first answer (a loan repaid from the first grant).
+    /// Tokens usable before the first answer, charged to the tenant's
+    /// bucket with the first request. Small by default: a pod that does not
+    /// know what its tenant can afford (the server's `initial_allowance`)
+    /// must not start on more than a small tenant's bucket holds.
     pub initial_tokens: f64,
     /// Tokens asked for beyond one period of usage.
     pub buffer_tokens: f64,
@@ -124,7 +137,7 @@ impl Default for LocalBucketConfig {
     fn default() -> Self {
         LocalBucketConfig {
             target_request_period: validate::DEFAULT_TARGET_REQUEST_PERIOD,
-            initial_tokens: 1000.0,
+            initial_tokens: DEFAULT_INITIAL_TOKENS,
             buffer_tokens: 100.0,
             usage_smoothing: 0.5,
             low_tokens_horizon: Duration::from_secs(1),
@@ -262,8 +275,6 @@ struct Waiter {
 #[derive(Clone, Debug, PartialEq)]
 struct InFlight {
     request: TokenBucketRequest,
-    /// Loans the request asks the server to pay for.
-    loans: f64,
     first_sent_at: Timestamp,
     /// Set while the last attempt failed: when to try again.
     retry_at: Option<Timestamp>,
@@ -299,9 +310,13 @@ pub struct LocalBucket {
 
     seq: u64,
     in_flight: Option<InFlight>,
-    /// Of the initial allowance, what the pod has not yet asked the server
-    /// to pay for.
-    loans: f64,
+    /// What the server last said a new pod of this bucket may start on.
+    initial_allowance: Option<f64>,
+    /// The initial allowance, until the first answer settles it.
+    allowance: f64,
+    /// What the pod used of its initial allowance, to charge with its next
+    /// request (as fallback tokens, over no time).
+    allowance_due: f64,
     /// Tokens given at the fallback rate not yet charged to the bucket, and
     /// since when the pod has run on it.
     fallback_tokens_due: f64,
@@ -365,7 +380,9 @@ impl LocalBucket {
             next_waiter: 0,
             seq: 0,
             in_flight: None,
-            loans: initial,
+            initial_allowance: None,
+            allowance: initial,
+            allowance_due: 0.0,
             fallback_tokens_due: 0.0,
             fallback_since: None,
             unreported: Consumption::default(),
@@ -565,6 +582,9 @@ impl LocalBucket {
         let Some(in_flight) = self.in_flight.take() else {
             return false;
         };
+        if !self.answered {
+            self.settle_allowance();
+        }
         self.answered = true;
         self.fallback_active = false;
         // The attempt the bucket applied was charged the fallback tokens it
@@ -580,10 +600,11 @@ impl LocalBucket {
         if grant.fallback_rate.is_finite() && grant.fallback_rate >= 0.0 {
             self.fallback_rate = grant.fallback_rate;
         }
-        // The server paid for the loans: repay them like any debt.
-        if in_flight.loans > 0.0 {
-            self.debt += in_flight.loans;
-            self.debt_rate = self.debt / self.config.debt_spread.as_secs_f64();
+        if let Some(allowance) = grant
+            .initial_allowance
+            .filter(|a| a.is_finite() && *a >= 0.0)
+        {
+            self.initial_allowance = Some(allowance.min(MAX_TOKENS));
         }
         let granted = if grant.granted_tokens.is_finite() {
             grant.granted_tokens.max(0.0)
@@ -674,12 +695,32 @@ impl LocalBucket {
         self.fallback_active = false;
         self.fallback_since = None;
         self.fallback_tokens_due = 0.0;
+        self.allowance = 0.0;
+        self.allowance_due = 0.0;
         self.trickle = None;
         self.tokens = 0.0;
         self.debt = 0.0;
         self.debt_rate = 0.0;
         self.queued_tokens = 0.0;
         Some(self.waiters.drain(..).map(|w| w.id).collect())
+    }
+
+    /// What the server last said a new pod of this bucket may use before
+    /// its first answer (`None` until an answer said): what to start the
+    /// bucket's next life on ([`LocalBucketConfig::initial_tokens`]).
+    pub fn initial_allowance(&self) -> Option<f64> {
+        self.initial_allowance
+    }
+
+    /// At the first answer: drops what is left of the initial allowance
+    /// (the tokens on hand beyond what the fallback rate gave, up to the
+    /// allowance: it is used first) and charges what was used with the
+    /// next request.
+    fn settle_allowance(&mut self) {
+        let left = (self.tokens + self.lent - self.fallback_total).clamp(0.0, self.allowance);
+        self.tokens -= left;
+        self.allowance_due += self.allowance - left;
+        self.allowance = 0.0;
     }
 
     /// True once a refusal stopped the bucket ([`LocalBucket::on_refusal`]).
@@ -705,6 +746,7 @@ impl LocalBucket {
             || self.closed
                 && self.in_flight.is_none()
                 && self.unreported == Consumption::default()
+                && self.allowance_due <= 0.0
                 && (self.returned || self.returnable(self.last_advance) <= RETURN_EPSILON)
     }
 
@@ -902,11 +944,12 @@ impl LocalBucket {
         self.tokens + self.lent + trickle - self.debt
     }
 
+    /// What to ask for: the initial allowance, until the first answer
+    /// settles it, is not counted as on hand.
     fn tokens_needed(&self, now: Timestamp) -> f64 {
         let period = self.config.target_request_period.as_secs_f64();
-        let want =
-            self.usage_rate * period + self.config.buffer_tokens + self.queued_tokens + self.loans;
-        (want - self.on_hand(now)).clamp(0.0, MAX_TOKENS)
+        let want = self.usage_rate * period + self.config.buffer_tokens + self.queued_tokens;
+        (want - (self.on_hand(now) - self.allowance)).clamp(0.0, MAX_TOKENS)
     }
 
     fn request_due(&self, now: Timestamp) -> bool {
@@ -914,15 +957,16 @@ impl LocalBucket {
             return false;
         }
         let Some(last) = self.last_request_at else {
-            return true; // the first request: pay for the initial allowance
+            return true; // the first request: before the allowance runs out
         };
-        let reporting = self.unreported != Consumption::default()
+        let reporting = (self.unreported != Consumption::default() || self.allowance_due > 0.0)
             && now.duration_since(last) >= self.config.report_interval;
         // Fallback tokens are charged as soon as the server answers again.
         let charging = self.fallback_tokens_due > 0.0;
         if self.closed {
             return self.unreported != Consumption::default()
                 || charging
+                || self.allowance_due > 0.0
                 || (!self.returned && self.returnable(now) > RETURN_EPSILON);
         }
         if reporting || charging {
@@ -941,7 +985,7 @@ impl LocalBucket {
         }
         let horizon = self.config.low_tokens_horizon.as_secs_f64();
         let low = self.tokens + self.lent - self.debt < self.usage_rate * horizon;
-        low || !self.waiters.is_empty() || self.loans > 0.0
+        low || !self.waiters.is_empty()
     }
 
     /// How long the pod has been running on its fallback rate (the span
@@ -985,18 +1029,16 @@ impl LocalBucket {
         } else {
             self.tokens_needed(now)
         };
-        let loans = if self.closed {
-            0.0
-        } else {
-            std::mem::take(&mut self.loans)
-        };
-        // Fallback tokens are charged with every request, the last included.
+        // Fallback tokens are charged with every request, the last included,
+        // and so is the initial allowance the pod used (over no time: no
+        // refill the bucket lost pays for it).
         let fallback = std::mem::take(&mut self.fallback_tokens_due);
         let fallback_duration = if fallback > 0.0 {
             fallback_span.unwrap_or_default()
         } else {
             Duration::ZERO
         };
+        let fallback = fallback + std::mem::take(&mut self.allowance_due);
         if !self.fallback_active {
             self.fallback_since = None;
         }
@@ -1031,7 +1073,6 @@ impl LocalBucket {
         self.last_request_at = Some(now);
         self.in_flight = Some(InFlight {
             request: request.clone(),
-            loans,
             first_sent_at: now,
             retry_at: None,
             failures: 0,
@@ -1063,7 +1104,7 @@ impl LocalBucket {
                 at(until);
             }
             if let Some(last) = self.last_request_at
-                && self.unreported != Consumption::default()
+                && (self.unreported != Consumption::default() || self.allowance_due > 0.0)
             {
                 at(last.saturating_add(self.config.report_interval));
             }

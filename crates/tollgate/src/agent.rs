@@ -97,11 +97,12 @@ pub struct AgentArgs {
     )]
     max_wait: Duration,
 
-    /// The tokens each bucket may admit before the server's first answer
-    /// (a loan, repaid from the first grant), and again after every
-    /// restart. Also what a bucket runs on per target period when the
-    /// server is out of reach until it answers once. Lower it for buckets
-    /// whose burst is small.
+    /// The tokens a bucket may admit before the server's first answer
+    /// where the journal holds nothing better (charged to the tenant with
+    /// the first request). Also what a bucket runs on per target period
+    /// when the server is out of reach until it answers once. Every answer
+    /// says what a new pod of the bucket may start on; the journal keeps
+    /// it, and a restarted agent starts the buckets it knows on that.
     #[arg(
         long,
         env = "TOLLGATE_AGENT_INITIAL_TOKENS",

@@ -45,7 +45,9 @@ use tokio::sync::watch;
 use tollgate_core::recovery::BucketLedger;
 use tollgate_core::{BucketName, Consumption, InstanceId, TenantId, TokenBucketRequest};
 
-use record::{LedgerEntry, PendingOrphan, Record, list_segments, read_segment, segment_path};
+use record::{
+    AllowanceEntry, LedgerEntry, PendingOrphan, Record, list_segments, read_segment, segment_path,
+};
 pub use settle::JournalTransport;
 
 /// Why the journal could not be read or written.
@@ -127,6 +129,9 @@ pub struct Opened {
     pub generation: u64,
 }
 
+/// Initial allowances by tenant and bucket.
+pub type Allowances = HashMap<TenantId, HashMap<BucketName, f64>>;
+
 /// The journal. Shared by every call and every bucket's transport.
 #[derive(Debug)]
 pub struct Journal {
@@ -146,6 +151,7 @@ struct Inner {
     generation: u64,
     ledgers: HashMap<TenantId, HashMap<BucketName, BucketLedger>>,
     orphans: BTreeMap<u64, PendingOrphan>,
+    allowances: Allowances,
 }
 
 /// A call line, written from borrowed parts (read back as
@@ -248,6 +254,7 @@ impl Journal {
             instance_id: options.instance_id,
             orphans: orphans.values().cloned().collect(),
             ledgers: Vec::new(),
+            allowances: allowance_entries(&state.allowances),
         };
         let (file, written) = start_segment(dir, number, &header, options.segment_bytes)?;
         let count = orphans.len();
@@ -270,6 +277,7 @@ impl Journal {
                 generation,
                 ledgers: HashMap::new(),
                 orphans,
+                allowances: state.allowances,
             }),
             settled: watch::channel(0).0,
         });
@@ -339,24 +347,50 @@ impl Journal {
         Ok(())
     }
 
-    /// Writes that the server answered request `seq` of `bucket`. Failing
-    /// costs nothing but a duplicate after a crash (answered from the
-    /// server's record), so it is only logged.
-    fn answered(&self, tenant: &TenantId, bucket: &BucketName, seq: u64) {
+    /// Writes that the server answered request `seq` of `bucket`, and the
+    /// initial allowance it said. Failing costs nothing but a duplicate
+    /// after a crash (answered from the server's record) or a restart on
+    /// an older allowance, so it is only logged.
+    fn answered(
+        &self,
+        tenant: &TenantId,
+        bucket: &BucketName,
+        seq: u64,
+        initial_allowance: Option<f64>,
+    ) {
         let written = line(&Record::Answered {
             tenant: tenant.clone(),
             bucket: bucket.clone(),
             seq,
+            initial_allowance,
         })
         .and_then(|line| {
             let mut inner = self.lock();
             self.write(&mut inner, &line)?;
             inner.ledger(tenant, bucket).answered(seq);
+            if let Some(allowance) = initial_allowance {
+                inner
+                    .allowances
+                    .entry(tenant.clone())
+                    .or_default()
+                    .insert(bucket.clone(), allowance);
+            }
             Ok(())
         });
         if let Err(e) = written {
             tracing::warn!(error = %e, "journal: could not record an answer (harmless: a crash now would only send that request again)");
         }
+    }
+
+    /// What the server last said a new pod of each of `tenant`'s buckets
+    /// may start on, as far as this journal heard (in this life or an
+    /// earlier one).
+    pub fn allowances(&self, tenant: &TenantId) -> HashMap<BucketName, f64> {
+        self.lock()
+            .allowances
+            .get(tenant)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// True while an earlier incarnation of `bucket` still owes a report.
@@ -414,6 +448,7 @@ impl Journal {
                     })
                 })
                 .collect(),
+            allowances: allowance_entries(&inner.allowances),
         };
         let (file, written) =
             start_segment(&self.dir, number, &header, self.options.segment_bytes)?;
@@ -500,6 +535,20 @@ struct Replay {
     instance_id: Option<InstanceId>,
     ledgers: HashMap<TenantId, HashMap<BucketName, BucketLedger>>,
     orphans: BTreeMap<u64, PendingOrphan>,
+    allowances: Allowances,
+}
+
+fn allowance_entries(allowances: &Allowances) -> Vec<AllowanceEntry> {
+    allowances
+        .iter()
+        .flat_map(|(tenant, buckets)| {
+            buckets.iter().map(|(bucket, allowance)| AllowanceEntry {
+                tenant: tenant.clone(),
+                bucket: bucket.clone(),
+                initial_allowance: *allowance,
+            })
+        })
+        .collect()
 }
 
 impl Replay {
@@ -518,7 +567,15 @@ impl Replay {
                 instance_id,
                 orphans,
                 ledgers,
+                allowances,
             } => {
+                self.allowances.clear();
+                for entry in allowances {
+                    self.allowances
+                        .entry(entry.tenant)
+                        .or_default()
+                        .insert(entry.bucket, entry.initial_allowance);
+                }
                 self.generation = generation;
                 self.instance_id = Some(instance_id);
                 self.orphans = orphans.into_iter().map(|o| (o.id, o)).collect();
@@ -547,7 +604,16 @@ impl Replay {
                 tenant,
                 bucket,
                 seq,
-            } => self.ledger(tenant, bucket).answered(seq),
+                initial_allowance,
+            } => {
+                if let Some(allowance) = initial_allowance {
+                    self.allowances
+                        .entry(tenant.clone())
+                        .or_default()
+                        .insert(bucket.clone(), allowance);
+                }
+                self.ledger(tenant, bucket).answered(seq);
+            }
             Record::Settled { id } => {
                 self.orphans.remove(&id);
             }

@@ -25,6 +25,10 @@ pub enum Record {
         instance_id: InstanceId,
         orphans: Vec<PendingOrphan>,
         ledgers: Vec<LedgerEntry>,
+        /// What the server last said each bucket's new pod may start on,
+        /// whichever generation heard it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        allowances: Vec<AllowanceEntry>,
     },
     /// An answered call: what it took or charged, what it gave back, and,
     /// with a request id, its answer for a repeat.
@@ -53,6 +57,9 @@ pub enum Record {
         tenant: TenantId,
         bucket: BucketName,
         seq: u64,
+        /// The answer's `initial_allowance`, where it said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        initial_allowance: Option<f64>,
     },
     /// Orphan `id` is settled (or given up, which the log says).
     Settled { id: u64 },
@@ -81,6 +88,14 @@ pub struct LedgerEntry {
     pub tenant: TenantId,
     pub bucket: BucketName,
     pub ledger: BucketLedger,
+}
+
+/// A bucket's initial allowance in a segment's header.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AllowanceEntry {
+    pub tenant: TenantId,
+    pub bucket: BucketName,
+    pub initial_allowance: f64,
 }
 
 /// A segment file: `journal-<number>.log`, numbers in order of writing.

@@ -71,7 +71,8 @@ impl Transport for JournalTransport {
         }
         let seq = request.seq;
         let grant = self.inner.token_bucket(bucket, request).await?;
-        self.journal.answered(&self.tenant, bucket, seq);
+        self.journal
+            .answered(&self.tenant, bucket, seq, grant.initial_allowance);
         Ok(grant)
     }
 

@@ -1366,6 +1366,48 @@ fn a_grant_near_the_limit_is_cut_to_what_remains_trickles_included() {
 }
 
 #[test]
+fn every_answer_says_what_a_new_pod_may_start_on() {
+    // (refill rate, burst limit, live pods, allowance per pod)
+    let cases = [
+        (10.0, 100.0, 1, 100.0),
+        (10.0, 100.0, 4, 25.0),
+        // A burst smaller than a second of refill: a second of refill.
+        (50.0, 0.0, 2, 25.0),
+        (1_000.0, 100.0, 10, 100.0),
+    ];
+    for (rate, burst, pods, allowance) in cases {
+        let mut rows = bucket(rate, burst, burst);
+        for id in 1..=pods {
+            let g = serve(&mut rows, &req(id, 1, 0.0, 1.0), 0.0);
+            assert_close(
+                g.initial_allowance.expect("said"),
+                initial_allowance(&rows.head.state.limits, id),
+                "as of the pods then",
+            );
+        }
+        // A repeat gets the answer it got, allowance included.
+        let again = serve(&mut rows, &req(1, 1, 0.0, 1.0), 0.0);
+        assert_close(
+            again.initial_allowance.expect("said"),
+            initial_allowance(&rows.head.state.limits, 1),
+            "as first answered",
+        );
+        let last = serve(&mut rows, &req(pods, 2, 0.0, 1.0), 1.0);
+        assert_close(
+            last.initial_allowance.expect("said"),
+            allowance,
+            &format!("{rate}/s, burst {burst}, {pods} pods"),
+        );
+    }
+    // A budget that stopped allows nothing before an answer.
+    let mut rows = bucket(100.0, 1_000.0, 1_000.0);
+    with_budget(&mut rows, 100.0, crate::budget::AtLimit::Stop);
+    serve(&mut rows, &req(1, 1, 500.0, 1.0), 1.0);
+    let g = serve(&mut rows, &req(1, 2, 10.0, 1.0), 2.0);
+    assert_eq!(g.initial_allowance, Some(0.0));
+}
+
+#[test]
 fn the_next_cycle_serves_again_and_keeps_the_record() {
     let mut rows = bucket(100.0, 1_000.0, 1_000.0);
     with_budget(&mut rows, 100.0, crate::budget::AtLimit::Stop);

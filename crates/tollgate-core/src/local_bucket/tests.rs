@@ -16,11 +16,20 @@ fn at(secs: f64) -> Timestamp {
     Timestamp::from_secs_f64(secs)
 }
 
+/// No initial allowance: a bucket holds what it was granted.
 fn config() -> LocalBucketConfig {
     LocalBucketConfig {
-        initial_tokens: 1000.0,
+        initial_tokens: 0.0,
         buffer_tokens: 100.0,
         ..LocalBucketConfig::default()
+    }
+}
+
+/// An initial allowance of 1 000 tokens.
+fn with_allowance() -> LocalBucketConfig {
+    LocalBucketConfig {
+        initial_tokens: 1000.0,
+        ..config()
     }
 }
 
@@ -48,6 +57,7 @@ fn trickle(tokens: f64, secs: f64, cap: f64) -> Grant {
         max_burst_tokens: cap,
         fallback_rate: 50.0,
         fallback_charged: ALL_CHARGED,
+        initial_allowance: None,
     }
 }
 
@@ -58,8 +68,7 @@ fn assert_close(actual: f64, expected: f64) {
     );
 }
 
-/// Sends the first request and answers it with `grant` at `t`, then lets
-/// the loan of the initial allowance be repaid.
+/// Sends the first request and answers it with `grant` at `t`.
 fn started(grant: Grant, t: f64) -> LocalBucket {
     let mut b = bucket(config());
     let first = b.poll(at(0.0)).request.expect("first request at once");
@@ -75,22 +84,58 @@ fn queued(admission: Admission) -> WaiterId {
 }
 
 #[test]
-fn the_initial_allowance_is_usable_before_any_answer_and_is_paid_for() {
-    let mut b = bucket(config());
+fn the_initial_allowance_is_usable_before_any_answer_and_what_was_used_is_charged() {
+    let mut b = bucket(with_allowance());
     assert_eq!(
         b.acquire(600.0, at(0.0)).expect("valid"),
         Admission::Admitted
     );
     let first = b.poll(at(0.0)).request.expect("first request");
     assert_eq!(first.seq, 1);
-    // 600 used of the 1000 lent + 100 buffer: asking for what was used and the buffer.
+    // The allowance does not count as on hand: the 600 used and the buffer.
     assert_close(first.requested_tokens, 700.0);
     assert_close(first.consumption.request_units(), 600.0);
-    assert!(b.on_response(1, &immediate(700.0), at(0.1)));
-    // The loan of 1000 is repaid over 2 s: 400 + 700 − 1000 = 100 remain.
-    b.poll(at(3.0));
-    assert_close(b.status().tokens, 100.0);
+    assert_eq!(first.fallback_tokens, 0.0);
+    let answer = Grant {
+        initial_allowance: Some(25.0),
+        ..immediate(700.0)
+    };
+    assert!(b.on_response(1, &answer, at(0.1)));
+    // The 400 not used are dropped (never granted); nothing to repay.
+    assert_close(b.status().tokens, 700.0);
     assert_eq!(b.status().debt, 0.0);
+    assert_eq!(b.initial_allowance(), Some(25.0));
+    // The 600 used are charged as fallback tokens, over no time, with the
+    // next request: no earlier than the report interval asks for one.
+    assert!(b.poll(at(3.0)).request.is_none());
+    let next = b.poll(at(10.0)).request.expect("the report interval");
+    assert_close(next.fallback_tokens, 600.0);
+    assert_eq!(next.fallback_duration, Duration::ZERO);
+    assert!(b.on_response(next.seq, &immediate(0.0), at(10.1)));
+    b.acquire(1.0, at(20.0)).expect("valid");
+    let later = b.poll(at(20.1)).request.expect("a report");
+    assert_eq!(later.fallback_tokens, 0.0, "charged once");
+}
+
+#[test]
+fn an_allowance_a_closed_bucket_used_goes_with_its_last_request() {
+    let mut b = bucket(with_allowance());
+    b.acquire(30.0, at(0.0)).expect("valid");
+    let first = b.poll(at(0.0)).request.expect("first request");
+    assert!(b.on_response(first.seq, &immediate(0.0), at(0.1)));
+    b.close();
+    let last = b.poll(at(0.2)).request.expect("the final request");
+    assert_close(last.fallback_tokens, 30.0);
+    assert!(b.on_response(last.seq, &immediate(0.0), at(0.3)));
+    assert!(b.is_finished());
+}
+
+#[test]
+fn a_pod_that_knows_nothing_starts_small() {
+    let b = bucket(LocalBucketConfig::default());
+    assert_close(b.status().tokens, 10.0);
+    assert_eq!(DEFAULT_INITIAL_TOKENS, 10.0);
+    assert_eq!(b.initial_allowance(), None);
 }
 
 #[test]
@@ -364,7 +409,7 @@ fn a_retry_carries_the_fallback_used_since_and_each_token_is_charged_once() {
 
 #[test]
 fn consumption_is_reported_once_retries_repeat_it_and_nothing_is_lost() {
-    let mut b = bucket(config());
+    let mut b = bucket(with_allowance());
     b.acquire(10.0, at(0.0)).expect("valid");
     b.record_counters(&Consumption {
         write_batches: 1,
@@ -554,7 +599,7 @@ fn closing_refuses_waiters_and_sends_a_final_report() {
 
 #[test]
 fn a_refusal_stops_the_bucket_for_good_even_on_fallback() {
-    let mut b = bucket(config());
+    let mut b = bucket(with_allowance());
     let first = b.poll(at(0.0)).request.expect("first request");
     // No answer for over a second: the pod runs on its fallback rate, and
     // work that does not fit waits.

@@ -162,6 +162,7 @@ pub fn grant_to_proto(g: &Grant) -> v1::TokenBucketResponse {
         max_burst_tokens: g.max_burst_tokens,
         fallback_rate: g.fallback_rate,
         fallback_charged_tokens: g.fallback_charged,
+        initial_allowance: g.initial_allowance,
     }
 }
 

@@ -123,6 +123,7 @@ pub(super) fn instance_from_row(row: &Row) -> Result<InstanceState, StoreError> 
             max_burst_tokens: get(row, "last_grant_max_burst")?,
             fallback_rate: get(row, "last_grant_fallback_rate")?,
             fallback_charged: get(row, "last_grant_fallback_charged")?,
+            initial_allowance: get(row, "last_grant_initial_allowance")?,
         },
         committed_rate: get(row, "committed_rate")?,
         committed_until: timestamp(row, "committed_until")?,
@@ -572,6 +573,7 @@ pub(super) struct InstanceColumns<'a> {
     grant_fallback_rate: Vec<f64>,
     grant_fallback_charged: Vec<Option<f64>>,
     guaranteed: Vec<f64>,
+    grant_initial_allowance: Vec<Option<f64>>,
 }
 
 impl<'a> InstanceColumns<'a> {
@@ -603,6 +605,8 @@ impl<'a> InstanceColumns<'a> {
         self.grant_fallback_charged
             .push(row.last_grant.fallback_charged);
         self.guaranteed.push(row.guaranteed);
+        self.grant_initial_allowance
+            .push(row.last_grant.initial_allowance);
         Ok(())
     }
 
@@ -610,7 +614,7 @@ impl<'a> InstanceColumns<'a> {
         self.tenant_id.is_empty()
     }
 
-    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 16] {
+    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 17] {
         [
             &self.tenant_id,
             &self.bucket,
@@ -628,6 +632,7 @@ impl<'a> InstanceColumns<'a> {
             &self.grant_fallback_rate,
             &self.grant_fallback_charged,
             &self.guaranteed,
+            &self.grant_initial_allowance,
         ]
     }
 }
@@ -647,7 +652,7 @@ mod tests {
 
     /// The columns only instance rows (instance_id >= 1) use, and the
     /// instance id the statements set themselves.
-    const INSTANCE_ROW_COLUMNS: [&str; 12] = [
+    const INSTANCE_ROW_COLUMNS: [&str; 13] = [
         "instance_id",
         "lease",
         "seq",
@@ -660,6 +665,7 @@ mod tests {
         "last_grant_fallback_rate",
         "last_grant_fallback_charged",
         "guaranteed_rate",
+        "last_grant_initial_allowance",
     ];
 
     async fn migrated_database() -> (TestDatabase, tokio_postgres::Client) {
