@@ -59,9 +59,11 @@ pub const DELAYED_MARGIN_JAIN: f64 = 0.01;
 /// ([`stated_bound`]).
 pub const STATED_OVERSHOOT_BOUND: f64 = 0.12;
 /// The stated bound with lost messages (up to 10 % of requests and
-/// answers), no outage: the same form with this share of `R·T` (worst
-/// measured on the same corpus: 19.54 %, seed 351).
-pub const STATED_OVERSHOOT_BOUND_LOSS: f64 = 0.20;
+/// answers) or outages: the same form with this share of `R·T`, plus
+/// the outages' part. The worst measured on the same corpus, rounded up:
+/// 19.54 % with loss (seed 351), 20.35 % beyond the outages' part (seed
+/// 512, an outage and loss).
+pub const STATED_OVERSHOOT_BOUND_LOSS: f64 = 0.21;
 
 /// The share of `R·T` (T = 60 s) a workload's checked policy may admit
 /// beyond `max(burst, initial) + R·T` over any 60 s window: the stated
