@@ -15,8 +15,9 @@
 //!   it used is charged as fallback tokens are: in `fallback_tokens`, with
 //!   its next request (within `report_interval`), so the tenant's bucket
 //!   pays for it (into debt if it must, which every pod's rate repays, as
-//!   under one bucket) and the pod does not stall on its own. Every answer says what the tenant can afford for a
-//!   new pod ([`crate::global_bucket::initial_allowance`]; kept as
+//!   under one bucket) and the pod does not stall on its own. Every answer
+//!   says what the tenant can afford for a new pod
+//!   ([`crate::global_bucket::initial_allowance`]; kept as
 //!   [`LocalBucket::initial_allowance`]): a process that keeps it starts
 //!   the bucket's next life on it; one that knows nothing starts small
 //!   (10 tokens by default).
@@ -37,7 +38,8 @@
 //!   and at least every `report_interval` while there is consumption to report.
 //!   One request is in flight at a time.
 //! - **How much**: `usage × target_request_period + buffer_tokens + queued
-//!   − tokens on hand`, with usage an EWMA (factor 0.5, per second) of
+//!   − tokens on hand` (the initial allowance not counted until the first
+//!   answer settles it), with usage an EWMA (factor 0.5, per second) of
 //!   the tokens the pod's work asked for, so one grant lasts about a period.
 //! - **Grants**: an immediate grant adds to the bucket. A trickle grant
 //!   delivers `granted / trickle_duration` per second, holding at most
@@ -102,10 +104,11 @@ pub const DEFAULT_INITIAL_TOKENS: f64 = 10.0;
 pub struct LocalBucketConfig {
     /// How long one grant should last; sent with every request.
     pub target_request_period: Duration,
-    /// Tokens usable before the first answer, charged to the tenant's
-    /// bucket with the first request. Small by default: a pod that does not
-    /// know what its tenant can afford (the server's `initial_allowance`)
-    /// must not start on more than a small tenant's bucket holds.
+    /// Tokens usable before the first answer; what the pod used of them is
+    /// charged to the tenant's bucket after it, the rest dropped. Small by
+    /// default: a pod that does not know what its tenant can afford (the
+    /// server's `initial_allowance`) must not start on more than a small
+    /// tenant's bucket holds.
     pub initial_tokens: f64,
     /// Tokens asked for beyond one period of usage.
     pub buffer_tokens: f64,

@@ -98,8 +98,8 @@ pub struct AgentArgs {
     max_wait: Duration,
 
     /// The tokens a bucket may admit before the server's first answer
-    /// where the journal holds nothing better (charged to the tenant with
-    /// the first request). Also what a bucket runs on per target period
+    /// where the journal holds nothing better (what it used is charged to
+    /// the tenant once the server answers). Also what a bucket runs on per target period
     /// when the server is out of reach until it answers once. Every answer
     /// says what a new pod of the bucket may start on; the journal keeps
     /// it, and a restarted agent starts the buckets it knows on that.
