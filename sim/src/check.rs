@@ -27,7 +27,7 @@ use serde::Serialize;
 
 use crate::WorkloadRun;
 use crate::engine::Policy;
-use crate::measures::Measures;
+use crate::measures::{Measures, OVERSHOOT_WINDOW_SECS};
 use crate::organisation::OrganisationRun;
 use crate::partitions::{Mode, PartitionRun};
 use crate::workload::{Override, ThresholdOverrides, Workload};
@@ -79,7 +79,7 @@ pub fn stated_bound(messages_lost: bool, outage_excess: f64, refill_rate: f64) -
     } else {
         STATED_OVERSHOOT_BOUND
     };
-    let window = refill_rate * 60.0;
+    let window = refill_rate * OVERSHOOT_WINDOW_SECS;
     let outages = if window > 0.0 {
         outage_excess / window
     } else if outage_excess > 0.0 {

@@ -555,15 +555,15 @@ impl Sim<'_> {
             let pod = &mut self.pods[p];
             match pod.state {
                 PodState::NotStarted if pod.spec.join <= t => {
-                    if down && let Some(tenant) = self.tenants.get_mut(pod.tenant) {
-                        tenant.outage.get_or_insert_default().allowances +=
-                            self.workload.client.config().initial_tokens;
-                    }
                     let lease = format!("{}@{}", pod.spec.name, now.unix_micros()).into_bytes();
                     let instance = u32::try_from(p + 1).unwrap_or(u32::MAX);
                     let bucket =
                         LocalBucket::new(self.workload.client.config(), instance, lease, now)
                             .map_err(|e| SimError::Invalid(format!("client: {e}")))?;
+                    if down && let Some(tenant) = self.tenants.get_mut(pod.tenant) {
+                        tenant.outage.get_or_insert_default().allowances +=
+                            bucket.config().initial_tokens;
+                    }
                     pod.bucket = Some(bucket);
                     pod.state = PodState::Running;
                     pod.started = now;

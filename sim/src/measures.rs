@@ -37,6 +37,8 @@ use crate::workload::{LimitsSpec, Workload};
 
 /// Width of the windows the convergence error is computed over, seconds.
 pub const CONVERGENCE_WINDOW_SECS: f64 = 5.0;
+/// The window of the overshoot the goal and the stated bounds are about.
+pub const OVERSHOOT_WINDOW_SECS: f64 = 60.0;
 /// The allocation error below which a run counts as converged.
 pub const CONVERGENCE_TOLERANCE: f64 = 0.10;
 
@@ -141,7 +143,7 @@ pub fn measure(
         divergence_end,
         divergence_max,
         overshoot_10s: overshoot(limits, &cumulative, run.sample_secs, 10.0),
-        overshoot_60s: overshoot(limits, &cumulative, run.sample_secs, 60.0),
+        overshoot_60s: overshoot(limits, &cumulative, run.sample_secs, OVERSHOOT_WINDOW_SECS),
         pod_error_max,
         jain_index,
         convergence: convergence(workload, run, ideal, delayed, period),

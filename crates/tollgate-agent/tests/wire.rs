@@ -780,12 +780,7 @@ async fn after_a_graceful_shutdown_the_servers_totals_are_what_was_used() {
         .expect("report")
         .into_inner();
     let taken = c
-        .try_acquire(TryAcquireRequest {
-            tenant: TENANT.into(),
-            bucket: String::new(),
-            tokens: 50.0,
-            request_id: String::new(),
-        })
+        .try_acquire(try_acquire("", 50.0, ""))
         .await
         .expect("try")
         .into_inner();
@@ -962,12 +957,7 @@ async fn a_restarted_agent_starts_a_bucket_on_the_allowance_the_server_last_said
     assert_eq!(started_with(&second).await, 40.0);
     let mut c = second.client().await;
     let answer = c
-        .try_acquire(TryAcquireRequest {
-            tenant: TENANT.to_owned(),
-            bucket: "jobs".to_owned(),
-            tokens: 40.0,
-            request_id: String::new(),
-        })
+        .try_acquire(try_acquire("jobs", 40.0, ""))
         .await
         .expect("try acquire")
         .into_inner();

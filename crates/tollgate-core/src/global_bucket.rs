@@ -1158,7 +1158,6 @@ fn serve(
     grant.fallback_charged = Some(req.fallback_tokens);
     next.head.totals.granted_tokens += grant.granted_tokens;
     if let Some(instance) = next.instances.get_mut(&id) {
-        instance.last_grant = grant;
         if grant.trickle_duration.is_zero() {
             instance.committed_rate = 0.0;
             instance.committed_until = now;
@@ -1180,14 +1179,12 @@ fn serve(
         budget.events.extend(granted);
         if !b.fallback_allowed() {
             grant.fallback_rate = 0.0;
-            if let Some(instance) = next.instances.get_mut(&id) {
-                instance.last_grant = grant;
-            }
         }
     }
     grant.initial_allowance = Some(allowance_of(&next));
+    // Kept whole, as answered, for a repeat of the request.
     if let Some(instance) = next.instances.get_mut(&id) {
-        instance.last_grant.initial_allowance = grant.initial_allowance;
+        instance.last_grant = grant;
     }
     *rows = next;
     Ok(RequestOutcome {

@@ -748,8 +748,7 @@ impl LocalBucket {
         self.refused
             || self.closed
                 && self.in_flight.is_none()
-                && self.unreported == Consumption::default()
-                && self.allowance_due <= 0.0
+                && !self.has_report()
                 && (self.returned || self.returnable(self.last_advance) <= RETURN_EPSILON)
     }
 
@@ -947,6 +946,13 @@ impl LocalBucket {
         self.tokens + self.lent + trickle - self.debt
     }
 
+    /// Something the server must hear of within `report_interval`:
+    /// consumption not yet reported, or initial allowance used and not yet
+    /// charged.
+    fn has_report(&self) -> bool {
+        self.unreported != Consumption::default() || self.allowance_due > 0.0
+    }
+
     /// What to ask for: the initial allowance, until the first answer
     /// settles it, is not counted as on hand.
     fn tokens_needed(&self, now: Timestamp) -> f64 {
@@ -962,14 +968,13 @@ impl LocalBucket {
         let Some(last) = self.last_request_at else {
             return true; // the first request: before the allowance runs out
         };
-        let reporting = (self.unreported != Consumption::default() || self.allowance_due > 0.0)
-            && now.duration_since(last) >= self.config.report_interval;
+        let reporting =
+            self.has_report() && now.duration_since(last) >= self.config.report_interval;
         // Fallback tokens are charged as soon as the server answers again.
         let charging = self.fallback_tokens_due > 0.0;
         if self.closed {
-            return self.unreported != Consumption::default()
+            return self.has_report()
                 || charging
-                || self.allowance_due > 0.0
                 || (!self.returned && self.returnable(now) > RETURN_EPSILON);
         }
         if reporting || charging {
@@ -1107,7 +1112,7 @@ impl LocalBucket {
                 at(until);
             }
             if let Some(last) = self.last_request_at
-                && (self.unreported != Consumption::default() || self.allowance_due > 0.0)
+                && self.has_report()
             {
                 at(last.saturating_add(self.config.report_interval));
             }

@@ -369,11 +369,7 @@ impl Journal {
             self.write(&mut inner, &line)?;
             inner.ledger(tenant, bucket).answered(seq);
             if let Some(allowance) = initial_allowance {
-                inner
-                    .allowances
-                    .entry(tenant.clone())
-                    .or_default()
-                    .insert(bucket.clone(), allowance);
+                remember(&mut inner.allowances, tenant, bucket, allowance);
             }
             Ok(())
         });
@@ -538,6 +534,14 @@ struct Replay {
     allowances: Allowances,
 }
 
+/// Keeps `allowance` as the last said for `bucket` of `tenant`.
+fn remember(allowances: &mut Allowances, tenant: &TenantId, bucket: &BucketName, allowance: f64) {
+    allowances
+        .entry(tenant.clone())
+        .or_default()
+        .insert(bucket.clone(), allowance);
+}
+
 fn allowance_entries(allowances: &Allowances) -> Vec<AllowanceEntry> {
     allowances
         .iter()
@@ -571,10 +575,12 @@ impl Replay {
             } => {
                 self.allowances.clear();
                 for entry in allowances {
-                    self.allowances
-                        .entry(entry.tenant)
-                        .or_default()
-                        .insert(entry.bucket, entry.initial_allowance);
+                    remember(
+                        &mut self.allowances,
+                        &entry.tenant,
+                        &entry.bucket,
+                        entry.initial_allowance,
+                    );
                 }
                 self.generation = generation;
                 self.instance_id = Some(instance_id);
@@ -607,10 +613,7 @@ impl Replay {
                 initial_allowance,
             } => {
                 if let Some(allowance) = initial_allowance {
-                    self.allowances
-                        .entry(tenant.clone())
-                        .or_default()
-                        .insert(bucket.clone(), allowance);
+                    remember(&mut self.allowances, &tenant, &bucket, allowance);
                 }
                 self.ledger(tenant, bucket).answered(seq);
             }

@@ -141,7 +141,6 @@ fn a_pod_that_knows_nothing_starts_small() {
 #[test]
 fn throttling_delivers_a_trickle_at_its_rate() {
     let mut b = started(trickle(1000.0, 10.0, 500.0), 0.0);
-    // Repay the loan of 1000 from the 1000 initial tokens first.
     b.poll(at(2.0));
     assert_close(b.status().tokens, 200.0); // 2 s of 100/s trickle
     let id = queued(b.acquire(300.0, at(2.0)).expect("valid"));
@@ -157,7 +156,7 @@ fn throttling_delivers_a_trickle_at_its_rate() {
 #[test]
 fn unused_trickle_tokens_beyond_max_burst_are_discarded() {
     let mut b = started(trickle(1000.0, 10.0, 150.0), 0.0);
-    b.poll(at(2.0)); // loan repaid, bucket capped at 150 meanwhile
+    b.poll(at(2.0)); // capped at 150 meanwhile
     b.poll(at(6.0));
     assert_close(b.status().tokens, 150.0);
     assert!(b.status().discarded_tokens > 0.0);
@@ -187,7 +186,7 @@ fn trickle_anticipation_asks_one_second_before_the_end_and_folds_the_rest() {
 #[test]
 fn debt_is_paid_over_two_seconds_without_stalling() {
     let mut b = started(immediate(2000.0), 0.0);
-    b.poll(at(2.0)); // loan repaid: 1000 + 2000 − 1000
+    b.poll(at(2.0)); // the grant, nothing else
     assert_close(b.status().tokens, 2000.0);
     b.charge_after(&Consumption::from_request_units(1000.0), at(2.0))
         .expect("valid");
@@ -212,7 +211,7 @@ fn debt_is_paid_over_two_seconds_without_stalling() {
 #[test]
 fn a_request_larger_than_the_bucket_can_hold_runs_into_debt() {
     let mut b = started(trickle(2000.0, 20.0, 200.0), 0.0);
-    b.poll(at(2.0)); // loan repaid; 200 on hand (the cap)
+    b.poll(at(2.0)); // 200 on hand (the cap)
     // Admitted at once: the bucket holds all a trickle with cap 200 ever can.
     assert_eq!(
         b.acquire(1000.0, at(2.0)).expect("valid"),
@@ -321,7 +320,7 @@ fn fallback_runs_at_the_servers_rate_after_a_second_without_answer() {
 #[test]
 fn fallback_while_throttled_takes_over_when_the_trickle_ends() {
     let mut b = started(trickle(1000.0, 10.0, 1000.0), 0.0);
-    b.poll(at(2.0)); // loan repaid
+    b.poll(at(2.0));
     // Use everything as it arrives.
     let mut t = 2.0;
     while t < 8.5 {
@@ -522,7 +521,6 @@ fn refunds_uncharge_and_lending_charges_what_the_fast_path_used() {
 #[test]
 fn giving_back_returns_only_what_no_request_has_reported_yet() {
     let mut b = started(immediate(500.0), 0.0);
-    // The loan's repayment has run its course.
     b.poll(at(3.0));
     let before = b.status();
     b.acquire(100.0, at(3.0)).expect("valid");
