@@ -428,6 +428,7 @@ fn to_wire(
         consumption_since_last_request: Some((&request.consumption).into()),
         next_live_instance_id: request.next_live_instance_id,
         returned_tokens: request.returned_tokens,
+        held_tokens: request.held_tokens,
         fallback_tokens: request.fallback_tokens,
         fallback_duration: (!request.fallback_duration.is_zero())
             .then(|| tollgate_proto::duration(request.fallback_duration)),
@@ -494,6 +495,7 @@ mod tests {
             consumption: tollgate_core::Consumption::from_request_units(2.0),
             next_live_instance_id: None,
             returned_tokens: 0.0,
+            held_tokens: 0.0,
             fallback_tokens: 0.0,
             fallback_duration: Duration::ZERO,
         };
@@ -543,6 +545,7 @@ mod tests {
             consumption: tollgate_core::Consumption::default(),
             next_live_instance_id: None,
             returned_tokens: 0.0,
+            held_tokens: 0.0,
             fallback_tokens: 0.0,
             fallback_duration: Duration::ZERO,
         }

@@ -16,15 +16,31 @@
 //!
 //! # The rules
 //! - **Refill**: `refill_rate` tokens per second, paused while the bucket
-//!   holds `burst_limit` tokens or more (a level an operator set above the
-//!   limit is kept, not cut). Time comes from the store's clock and is
-//!   clamped at zero; `last_refill` never moves backwards.
+//!   and its pods together hold `burst_limit` tokens or more (a level an
+//!   operator set above the limit is kept, not cut). Time comes from the
+//!   store's clock and is clamped at zero; `last_refill` never moves
+//!   backwards.
+//! - **What pods hold**: every request says what its pod holds, granted
+//!   and unused (`held_tokens`); the bucket counts it, plus what it grants
+//!   at once, as used at the pod's shares per second until it reports
+//!   again (the head row keeps the sum and its rate, each instance row its
+//!   own part, so a report or a removal replaces exactly what the instance
+//!   added). Without it, pods' buffers sat beside a full bucket: a tenant
+//!   of many idle pods could admit the burst twice over.
 //! - **Tokens and consumption**: tokens leave the bucket only when granted.
 //!   Reported consumption only adds to the bucket's totals, which never
 //!   decrease.
 //! - **Immediate grant**: enough tokens in the bucket: grant the request at
 //!   once (a trickle duration of zero). A request for zero tokens gets
 //!   none; it still reports its consumption and shares.
+//! - **Parts** ([`GrantPolicy::Shares`]): a pod takes at once no more than
+//!   its part of what the bucket and the pods hold together, by its
+//!   fraction of the shares (at least an even split; an even split after
+//!   a jump in shares), less what it holds; held back from what the bucket
+//!   holds, it gets the rest as a trickle of at most a quarter of the
+//!   period, and asks again. Pods bursting together thus get equal parts
+//!   whichever asks first, and a lone busy pod still takes the whole
+//!   bucket.
 //! - **Trickle grant** ([`GrantPolicy::Shares`], the default): otherwise
 //!   grant what the bucket holds plus the pod's fraction of the refill rate
 //!   (`shares / sum(shares)`, an even split over the live instances if the
@@ -71,10 +87,10 @@
 //!   over the whole period.
 //! - **Greedy** ([`GrantPolicy::Greedy`]): the simulator's baseline: what
 //!   the bucket holds, up to the request, at once; no trickles.
-//! - **Returned tokens**: a pod shutting down sends shares 0 and gives back
-//!   what it holds and what its trickle has yet to deliver
-//!   (`returned_tokens`); they go back into the bucket, never above the
-//!   burst limit.
+//! - **Returned tokens**: a pod gives back what it holds beyond what it
+//!   wants, and at shutdown (shares 0) all it holds and what its trickle
+//!   has yet to deliver (`returned_tokens`); they go back into the bucket,
+//!   never above the burst limit less what the pods hold.
 //! - **Instances**: a pod's first request links it into the list after its
 //!   predecessor. Every request walks at most `cleanup_window` (8) rows
 //!   after the requester, wrapping past the sentinel, and unlinks those
@@ -298,6 +314,17 @@ pub struct BucketState {
     /// used to forgive fallback tokens (see [`BucketState::refill`]).
     #[serde(default)]
     pub capped_refill: f64,
+    /// Tokens the live pods hold, granted and not yet used, as of
+    /// `last_refill`: what each last reported (plus what it was granted
+    /// at once then), less what it has used since at its reported rate.
+    /// Part of what the bucket holds: refill stops when the bucket and the
+    /// pods together hold the burst limit.
+    #[serde(default)]
+    pub held_tokens: f64,
+    /// The rate at which the pods use what they hold: the sum of the
+    /// holding instances' shares.
+    #[serde(default)]
+    pub held_use_rate: f64,
     #[serde(default)]
     pub capped_from: Timestamp,
     #[serde(default)]
@@ -396,6 +423,8 @@ impl BucketState {
             committed_tokens: 0.0,
             committed_rate: 0.0,
             capped_refill: 0.0,
+            held_tokens: 0.0,
+            held_use_rate: 0.0,
             capped_from: now,
             capped_until: now,
             drawn: None,
@@ -406,7 +435,54 @@ impl BucketState {
 
     /// The bucket level at `now`, refill included, without changing state.
     pub fn tokens_at(&self, now: Timestamp) -> f64 {
-        refilled_tokens(self.tokens, &self.refill_limits(), self.refill_secs(now))
+        self.refilled_with_held(now, self.held_at(now))
+    }
+
+    /// The level at `now` if the pods held `held` then: refill stops where
+    /// the bucket and the pods together hold the burst limit.
+    fn refilled_with_held(&self, now: Timestamp, held: f64) -> f64 {
+        let limits = self.refill_limits();
+        let ceiling = Limits {
+            burst_limit: (limits.burst_limit - held).max(0.0),
+            ..limits
+        };
+        refilled_tokens(self.tokens, &ceiling, self.refill_secs(now))
+    }
+
+    /// What the pods hold at `now`, as far as the bucket can tell.
+    pub fn held_at(&self, now: Timestamp) -> f64 {
+        self.held_sum_at(now).max(0.0)
+    }
+
+    /// The sum of every holding instance's count (what it held less what
+    /// it used since at its rate), unclamped: an instance that ran dry
+    /// counts below zero until it reports, so that taking out exactly what
+    /// it added keeps the sum exact.
+    fn held_sum_at(&self, now: Timestamp) -> f64 {
+        self.held_tokens - self.held_use_rate * now.seconds_since(self.last_refill)
+    }
+
+    /// What the bucket counts `instance` as holding at `now` (below zero
+    /// once it ran dry by that count).
+    fn counted_held(instance: &InstanceState, now: Timestamp) -> f64 {
+        instance.held_tokens - instance.held_use_rate * now.seconds_since(instance.last_update)
+    }
+
+    /// Takes an instance's holding out of the pods' (it reports again, or
+    /// it is removed). The bucket took out its use at its rate since it
+    /// last reported; what it has left by that count goes now, and what
+    /// was taken out beyond what it held (it ran dry earlier) comes back.
+    fn release_held(&mut self, instance: &InstanceState, now: Timestamp) {
+        self.held_tokens -= Self::counted_held(instance, now);
+        self.held_use_rate = (self.held_use_rate - instance.held_use_rate).max(0.0);
+    }
+
+    /// Counts what an instance holds now, used at `rate`.
+    fn hold(&mut self, instance: &mut InstanceState, tokens: f64, rate: f64) {
+        instance.held_tokens = tokens;
+        instance.held_use_rate = if tokens > 0.0 { rate } else { 0.0 };
+        self.held_tokens += instance.held_tokens;
+        self.held_use_rate += instance.held_use_rate;
     }
 
     /// The limits the bucket refills under: its own, and for a member of
@@ -436,8 +512,16 @@ impl BucketState {
     /// was lost) to forgive fallback tokens, unless what is left of an
     /// earlier loss, recent by `credit_window`, is larger.
     pub fn refill(&mut self, now: Timestamp, credit_window: Duration) {
+        self.refill_knowing(now, credit_window, 0.0);
+    }
+
+    /// [`BucketState::refill`], where the pods are known to hold
+    /// `held_correction` more at `now` than the bucket counts (a pod's
+    /// report of what it holds, read before the refill it caps).
+    fn refill_knowing(&mut self, now: Timestamp, credit_window: Duration, held_correction: f64) {
         let elapsed = now.seconds_since(self.last_refill);
-        let refilled = self.tokens_at(now);
+        let held = (self.held_sum_at(now) + held_correction).max(0.0);
+        let refilled = self.refilled_with_held(now, held);
         let rate = self.refill_limits().refill_rate;
         let lost = rate * self.refill_secs(now) - (refilled - self.tokens).max(0.0);
         if lost > 0.0 && rate > 0.0 {
@@ -453,6 +537,7 @@ impl BucketState {
             }
         }
         self.tokens = refilled;
+        self.held_tokens = self.held_sum_at(now);
         let delivered = self.committed_rate * elapsed;
         self.committed_tokens = (self.committed_tokens - delivered).max(0.0);
         self.last_refill = self.last_refill.max(now);
@@ -496,10 +581,11 @@ impl BucketState {
     }
 
     /// Puts tokens a pod gave back into the bucket, never lifting it above
-    /// the burst limit (or above where it already was).
+    /// the burst limit less what the pods hold (or above where it already
+    /// was).
     fn take_back(&mut self, returned: f64) {
         if returned > 0.0 {
-            let ceiling = self.limits.burst_limit.max(self.tokens);
+            let ceiling = (self.limits.burst_limit - self.held_tokens.max(0.0)).max(self.tokens);
             self.tokens = (self.tokens + returned).min(ceiling);
         }
     }
@@ -546,6 +632,14 @@ pub struct InstanceState {
     pub committed_rate: f64,
     #[serde(default, alias = "trickle_until")]
     pub committed_until: Timestamp,
+    /// Tokens the pod holds: what it last reported, plus what it was
+    /// granted at once then, as of `last_update` (counted in the head
+    /// row's `held_tokens`)…
+    #[serde(default)]
+    pub held_tokens: f64,
+    /// …and the rate it uses them at (its shares then).
+    #[serde(default)]
+    pub held_use_rate: f64,
 }
 
 /// The answer to a token-bucket request.
@@ -590,6 +684,10 @@ pub struct TokenBucketRequest {
     /// Tokens the pod gives back (at shutdown: what it held and what its
     /// trickle had yet to deliver).
     pub returned_tokens: f64,
+    /// Tokens the pod holds, granted and not used, after what it returns:
+    /// the bucket counts them as part of what it holds.
+    #[serde(default)]
+    pub held_tokens: f64,
     /// Tokens the pod gave itself at its fallback rate while the server did
     /// not answer, used already: the bucket is charged for them (they are
     /// not granted)…
@@ -625,6 +723,7 @@ impl TokenBucketRequest {
         validate::non_negative("shares", self.shares, MAX_TOKENS)?;
         validate::target_request_period("target_request_period", self.target_request_period)?;
         validate::non_negative("returned_tokens", self.returned_tokens, MAX_TOKENS)?;
+        validate::non_negative("held_tokens", self.held_tokens, MAX_TOKENS)?;
         validate::non_negative("fallback_tokens", self.fallback_tokens, MAX_TOKENS)?;
         if self.fallback_duration > MAX_FALLBACK_DURATION {
             return Err(InvalidInput::new(
@@ -1077,14 +1176,24 @@ fn serve(
     // Work on a copy so that an error part-way leaves `rows` untouched.
     let mut next = rows.clone();
     let mut changes = RowChanges::default();
-    next.head.state.refill(now, req.target_request_period);
+    // The pod's report of what it holds is the best count at `now`: the
+    // refill up to `now` stops where it says.
+    let held_correction = match (requester, rows.instances.get(&id)) {
+        (Requester::Pod, Some(instance)) => {
+            req.held_tokens - BucketState::counted_held(instance, now)
+        }
+        (Requester::Pod, None) => req.held_tokens,
+        (Requester::Member { .. }, _) => 0.0,
+    };
+    next.head
+        .state
+        .refill_knowing(now, req.target_request_period, held_correction);
     let mut budget = BudgetOutcome::default();
     if let Some(b) = next.head.budget.as_mut() {
         budget.closed = b.roll(&mut next.head.state, now);
     }
     next.head.state.charge_fallback(req, now);
     next.head.totals.granted_tokens += req.fallback_tokens;
-    next.head.state.take_back(req.returned_tokens);
     if !next.instances.contains_key(&id) {
         link_instance(&mut next, id, now)?;
         changes.upsert(predecessor_of(&next, id));
@@ -1102,6 +1211,9 @@ fn serve(
         && req.shares >= SHARES_JUMP_FACTOR * instance.shares;
     tenant.members.share_sum = (tenant.members.share_sum - instance.shares + req.shares).max(0.0);
     instance.shares = req.shares;
+    tenant.state.release_held(instance, now);
+    tenant.state.hold(instance, req.held_tokens, req.shares);
+    tenant.state.take_back(req.returned_tokens);
     tenant.members.guarantee_sum =
         (tenant.members.guarantee_sum - instance.guaranteed + guaranteed).max(0.0);
     instance.guaranteed = guaranteed;
@@ -1142,7 +1254,7 @@ fn serve(
     let (mut grant, commitment) = grant(
         &mut next,
         req,
-        guaranteed,
+        requester,
         config,
         still_committed,
         cap,
@@ -1161,6 +1273,14 @@ fn serve(
         if grant.trickle_duration.is_zero() {
             instance.committed_rate = 0.0;
             instance.committed_until = now;
+            // Granted at once: the pod holds it until it reports otherwise
+            // (a member's draw is its own bucket's refill). What a trickle
+            // delivers it reports once it has it.
+            if requester == Requester::Pod && grant.granted_tokens > 0.0 {
+                let held = instance.held_tokens + grant.granted_tokens;
+                next.head.state.release_held(instance, now);
+                next.head.state.hold(instance, held, req.shares);
+            }
         } else {
             instance.committed_rate = commitment / grant.trickle_duration.as_secs_f64();
             instance.committed_until = now.saturating_add(grant.trickle_duration);
@@ -1248,6 +1368,8 @@ fn link_instance(
             last_grant: Grant::default(),
             committed_rate: 0.0,
             committed_until: now,
+            held_tokens: 0.0,
+            held_use_rate: 0.0,
         },
     );
     set_next(rows, pred, id);
@@ -1317,6 +1439,7 @@ fn remove_silent_instances(
             let tenant = &mut rows.head;
             tenant.state.release_trickle(&removed, now);
             tenant.members.share_sum = (tenant.members.share_sum - removed.shares).max(0.0);
+            tenant.state.release_held(&removed, now);
             tenant.members.guarantee_sum =
                 (tenant.members.guarantee_sum - removed.guaranteed).max(0.0);
             tenant.members.live_instances = tenant
@@ -1361,12 +1484,16 @@ fn fraction(members: &Membership, shares: f64) -> f64 {
 fn grant(
     rows: &mut BucketRows,
     req: &TokenBucketRequest,
-    guaranteed: f64,
+    requester: Requester,
     config: &GlobalBucketConfig,
     still_committed: f64,
     cap: f64,
     shares_jumped: bool,
 ) -> (Grant, f64) {
+    let guaranteed = match requester {
+        Requester::Pod => 0.0,
+        Requester::Member { guaranteed } => guaranteed,
+    };
     let tenant = &mut rows.head;
     tenant.state.tokens_avg = BUCKET_LEVEL_EMA_FACTOR * tenant.state.tokens
         + (1.0 - BUCKET_LEVEL_EMA_FACTOR) * tenant.state.tokens_avg;
@@ -1400,7 +1527,26 @@ fn grant(
         GrantPolicy::BucketLevelEma | GrantPolicy::Greedy => 0.0,
     };
     let level = tenant.state.tokens + excused;
-    if level >= requested {
+    // A pod's part of what the bucket and the pods hold together, by its
+    // shares (evenly after a jump: its peers' shares are still old, and
+    // they may be bursting too), less what it holds: what it may take
+    // now, whoever asks first. A pod held to it asks again soon.
+    let takeable = match config.policy {
+        GrantPolicy::Shares if requester == Requester::Pod => {
+            let whole = level.max(0.0) + tenant.state.held_tokens.max(0.0);
+            let part = if shares_jumped {
+                even_share
+            } else {
+                share.max(even_share)
+            };
+            level.min((whole * part - req.held_tokens).max(0.0))
+        }
+        GrantPolicy::Shares | GrantPolicy::BucketLevelEma | GrantPolicy::Greedy => level,
+    };
+    // Held back from what the bucket holds: the pod asks again soon, when
+    // the others have had their parts.
+    let held_to_part = takeable < level;
+    if takeable >= requested {
         tenant.state.tokens -= requested;
         let grant = Grant {
             granted_tokens: requested,
@@ -1413,7 +1559,7 @@ fn grant(
         return (grant, 0.0);
     }
 
-    let available_now = level.max(0.0);
+    let available_now = takeable.max(0.0);
     let needed = requested - available_now;
     let (granted, trickle_secs) = match config.policy {
         GrantPolicy::Shares => {
@@ -1433,9 +1579,10 @@ fn grant(
             if rate > 0.0 {
                 // At least a second (or the period, if shorter): a shorter
                 // trickle would have the pod ask again at once. After a
-                // jump in shares, a quarter of the period at most.
+                // jump in shares, or held back to its part of what the
+                // bucket holds, a quarter of the period at most.
                 let shortest = MIN_TRICKLE_SECS.min(period);
-                let longest = if shares_jumped {
+                let longest = if shares_jumped || held_to_part {
                     (period * JUMP_TRICKLE_PERIODS).max(shortest)
                 } else {
                     period

@@ -37,10 +37,18 @@
 //!   when work is queued; `trickle_anticipation` (1 s) before a trickle ends;
 //!   and at least every `report_interval` while there is consumption to report.
 //!   One request is in flight at a time.
-//! - **How much**: `usage × target_request_period + buffer_tokens + queued
+//! - **How much**: `usage × target_request_period + buffer + queued
 //!   − tokens on hand` (the initial allowance not counted until the first
 //!   answer settles it), with usage an EWMA (factor 0.5, per second) of
 //!   the tokens the pod's work asked for, so one grant lasts about a period.
+//!   The buffer is `buffer_tokens`, at most the pod's even part of what
+//!   the tenant's bucket holds as the server last said (its
+//!   `initial_allowance`): the pods of a tenant hold no more than its
+//!   burst in buffers, and equal pods hold equal parts of it.
+//! - **What it holds**: every request says how many granted tokens the
+//!   pod holds (`held_tokens`), which the bucket counts as part of its
+//!   level; and gives back what the pod holds beyond what it wants (an
+//!   idle pod does not sit on a grant it no longer needs).
 //! - **Grants**: an immediate grant adds to the bucket. A trickle grant
 //!   delivers `granted / trickle_duration` per second, holding at most
 //!   `max_burst_tokens` unused; what arrives beyond that is discarded. A new
@@ -110,7 +118,8 @@ pub struct LocalBucketConfig {
     /// server's `initial_allowance`) must not start on more than a small
     /// tenant's bucket holds.
     pub initial_tokens: f64,
-    /// Tokens asked for beyond one period of usage.
+    /// Tokens asked for beyond one period of usage: at most the pod's even
+    /// part of its tenant's bucket, once the server has said it.
     pub buffer_tokens: f64,
     /// Weight of the latest second in the usage EWMA.
     pub usage_smoothing: f64,
@@ -953,11 +962,47 @@ impl LocalBucket {
         self.unreported != Consumption::default() || self.allowance_due > 0.0
     }
 
+    /// The buffer a pod holds beyond a period of its usage: at most its
+    /// part of what the tenant's bucket holds, as the server last said.
+    fn buffer(&self) -> f64 {
+        self.initial_allowance
+            .map_or(self.config.buffer_tokens, |part| {
+                self.config.buffer_tokens.min(part)
+            })
+    }
+
+    /// What the pod wants on hand: a period of its usage, its buffer and
+    /// what is queued.
+    fn want(&self) -> f64 {
+        let period = self.config.target_request_period.as_secs_f64();
+        self.usage_rate * period + self.buffer() + self.queued_tokens
+    }
+
+    /// Tokens the pod holds that the server granted: on hand, net of
+    /// debt, less what is left of the initial allowance (never granted).
+    fn held(&self) -> f64 {
+        (self.tokens + self.lent - self.debt - self.allowance).max(0.0)
+    }
+
+    /// Tokens on hand beyond what the pod wants, taken out to give back
+    /// (none while the initial allowance is unsettled: it was never
+    /// granted).
+    fn excess_to_return(&mut self) -> f64 {
+        if self.allowance > 0.0 {
+            return 0.0;
+        }
+        let excess = self.tokens - self.debt - self.want();
+        if excess <= RETURN_EPSILON {
+            return 0.0;
+        }
+        self.tokens -= excess;
+        excess
+    }
+
     /// What to ask for: the initial allowance, until the first answer
     /// settles it, is not counted as on hand.
     fn tokens_needed(&self, now: Timestamp) -> f64 {
-        let period = self.config.target_request_period.as_secs_f64();
-        let want = self.usage_rate * period + self.config.buffer_tokens + self.queued_tokens;
+        let want = self.want();
         (want - (self.on_hand(now) - self.allowance)).clamp(0.0, MAX_TOKENS)
     }
 
@@ -1050,7 +1095,9 @@ impl LocalBucket {
         if !self.fallback_active {
             self.fallback_since = None;
         }
-        let returned_tokens = if self.closed && !self.returned {
+        let returned_tokens = if !self.closed {
+            self.excess_to_return()
+        } else if !self.returned {
             // The final report gives back what the pod will never use.
             let returned = self.returnable(now);
             self.returned = true;
@@ -1075,6 +1122,7 @@ impl LocalBucket {
             consumption: std::mem::take(&mut self.unreported),
             next_live_instance_id: None,
             returned_tokens,
+            held_tokens: self.held(),
             fallback_tokens: fallback,
             fallback_duration,
         };

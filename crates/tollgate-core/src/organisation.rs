@@ -642,6 +642,7 @@ pub fn ask(
         consumption,
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        held_tokens: 0.0,
         fallback_tokens: 0.0,
         fallback_duration: Duration::ZERO,
     };

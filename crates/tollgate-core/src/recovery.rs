@@ -181,6 +181,7 @@ impl Orphan {
                 consumption: part,
                 next_live_instance_id: None,
                 returned_tokens: 0.0,
+                held_tokens: 0.0,
                 fallback_tokens: 0.0,
                 fallback_duration: Duration::ZERO,
             });
@@ -205,6 +206,7 @@ mod tests {
             consumption: Consumption::from_request_units(request_units),
             next_live_instance_id: None,
             returned_tokens: 0.0,
+            held_tokens: 0.0,
             fallback_tokens: 0.0,
             fallback_duration: Duration::ZERO,
         }

@@ -292,6 +292,7 @@ enum Step {
         read_bytes: u64,
         next_live: Option<u8>,
         returned_tokens: f64,
+        held_tokens: f64,
         fallback_tokens: f64,
         fallback_ms: u32,
     },
@@ -381,6 +382,7 @@ pub fn bucket_sequences(data: &[u8]) {
                 read_bytes,
                 next_live,
                 returned_tokens,
+                held_tokens,
                 fallback_tokens,
                 fallback_ms,
             } => {
@@ -408,6 +410,7 @@ pub fn bucket_sequences(data: &[u8]) {
                     },
                     next_live_instance_id: next_live.map(|n| InstanceId::from(n % 8)),
                     returned_tokens,
+                    held_tokens,
                     fallback_tokens,
                     fallback_duration: Duration::from_millis(u64::from(fallback_ms)),
                 };

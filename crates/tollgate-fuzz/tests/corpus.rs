@@ -112,6 +112,7 @@ fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
             }),
             next_live_instance_id: Some(1),
             returned_tokens: 1.0,
+            held_tokens: 0.0,
             fallback_tokens: 2.0,
             fallback_duration: Some(tollgate_proto::duration(Duration::from_secs(1))),
             ..v1::TokenBucketRequest::default()

@@ -75,6 +75,7 @@ fn pod_request(instance: u32, seq: u64, tokens: f64, micros: u64) -> v1::TokenBu
         }),
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        held_tokens: 0.0,
         fallback_tokens: 0.0,
         fallback_duration: None,
     }
@@ -501,6 +502,7 @@ async fn closed_cycles_past_the_retention_are_pruned(backend: Backend) {
             consumption: tollgate_core::Consumption::default(),
             next_live_instance_id: None,
             returned_tokens: 0.0,
+            held_tokens: 0.0,
             fallback_tokens: 0.0,
             fallback_duration: std::time::Duration::ZERO,
         };

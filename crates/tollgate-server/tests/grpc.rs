@@ -61,6 +61,7 @@ fn pod_request(
         }),
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        held_tokens: 0.0,
         fallback_tokens: 0.0,
         fallback_duration: None,
     }
@@ -145,6 +146,66 @@ async fn several_instances_share_a_configured_tenant(backend: Backend) {
     assert!(tenant.instances.iter().all(|i| i.seq == 10));
     // Refill since the configuration tops up what was taken.
     assert!(tenant.current_tokens >= 200.0 && tenant.current_tokens <= 2000.0);
+    server.stop().await;
+}
+
+async fn level_of(admin: &mut AdminClient<Channel>, tenant: &str) -> f64 {
+    get_tenant(admin, tenant).await.expect("get").current_tokens
+}
+
+/// What pods say they hold counts as part of what the bucket holds: a pod
+/// sitting on the whole burst keeps the bucket from refilling (admitting
+/// the burst twice over), until it says it holds none (it used them), and
+/// tokens it gives back never lift bucket and pods above the burst.
+async fn tokens_pods_hold_count_towards_the_burst_limit(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+    admin
+        .update_tenant_resource_limits(limits("acme", 100.0, 1000.0, 100.0))
+        .await
+        .expect("configure");
+    let grant = pods
+        .token_bucket(pod_request("acme", 1, 1, 100.0, 0.0))
+        .await
+        .expect("grant")
+        .into_inner();
+    assert_eq!(grant.granted_tokens, 100.0);
+    // The pod holds all 100; a tenth of a second of refill would have put
+    // 100 back in the bucket.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let holding = v1::TokenBucketRequest {
+        requested_tokens: 0.0,
+        held_tokens: 100.0,
+        ..pod_request("acme", 1, 2, 0.0, 0.0)
+    };
+    pods.token_bucket(holding).await.expect("report");
+    let level = level_of(&mut admin, "acme").await;
+    assert!(level < 5.0, "the pod holds the burst: {level}");
+    // It gives 60 back and holds 40: the bucket takes them, up to what
+    // the pod does not hold.
+    let giving_back = v1::TokenBucketRequest {
+        requested_tokens: 0.0,
+        returned_tokens: 60.0,
+        held_tokens: 40.0,
+        ..pod_request("acme", 1, 3, 0.0, 0.0)
+    };
+    pods.token_bucket(giving_back).await.expect("give back");
+    let level = level_of(&mut admin, "acme").await;
+    assert!(
+        (55.0..=61.0).contains(&level),
+        "bucket and pod hold the burst: {level}"
+    );
+    // Used up: the bucket refills to its burst.
+    let used = v1::TokenBucketRequest {
+        requested_tokens: 0.0,
+        held_tokens: 0.0,
+        ..pod_request("acme", 1, 4, 0.0, 40.0)
+    };
+    pods.token_bucket(used).await.expect("report");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let level = level_of(&mut admin, "acme").await;
+    assert_eq!(level, 100.0);
     server.stop().await;
 }
 
@@ -507,6 +568,22 @@ async fn bad_pod_requests_get_clear_errors_and_change_nothing(backend: Backend) 
             },
             Code::InvalidArgument,
             "fallback_tokens",
+        ),
+        (
+            v1::TokenBucketRequest {
+                held_tokens: -1.0,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "held_tokens",
+        ),
+        (
+            v1::TokenBucketRequest {
+                held_tokens: f64::INFINITY,
+                ..good()
+            },
+            Code::InvalidArgument,
+            "held_tokens",
         ),
         (
             v1::TokenBucketRequest {
@@ -1614,6 +1691,7 @@ async fn retired_buckets_leave_closed_records(backend: Backend) {
 
 for_each_store!(
     several_instances_share_a_configured_tenant,
+    tokens_pods_hold_count_towards_the_burst_limit,
     live_instances_are_the_pods_heard_within_the_timeout,
     a_duplicate_request_is_answered_from_the_first_response,
     fallback_tokens_are_charged_once,

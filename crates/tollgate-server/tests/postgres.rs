@@ -31,6 +31,7 @@ fn request(instance_id: u32, seq: u64, request_units: f64) -> TokenBucketRequest
         },
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        held_tokens: 0.0,
         fallback_tokens: 0.0,
         fallback_duration: Duration::ZERO,
     }

@@ -29,6 +29,7 @@ async fn serve_one(store: &PostgresStore) {
         consumption: Consumption::from_request_units(3.0),
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        held_tokens: 0.0,
         fallback_tokens: 0.0,
         fallback_duration: Duration::ZERO,
     };

@@ -59,6 +59,7 @@ fn request(instance_id: u32, seq: u64, tokens: f64) -> TokenBucketRequest {
         consumption: Consumption::from_request_units(1.0),
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        held_tokens: 0.0,
         fallback_tokens: 0.0,
         fallback_duration: Duration::ZERO,
     }

@@ -44,6 +44,7 @@ fn request(instance: u32, lease: u32, seq: u64, tokens: f64, units: f64) -> Toke
         consumption: Consumption::from_request_units(units),
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        held_tokens: 0.0,
         fallback_tokens: 0.0,
         fallback_duration: Duration::ZERO,
     }

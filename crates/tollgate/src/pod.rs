@@ -176,6 +176,7 @@ pub async fn run(args: PodArgs) -> anyhow::Result<()> {
         }),
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        held_tokens: 0.0,
         fallback_tokens: 0.0,
         fallback_duration: None,
     });

@@ -39,6 +39,7 @@ fn request(instance: u32, lease: &[u8], seq: u64, units: f64) -> v1::TokenBucket
         }),
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        held_tokens: 0.0,
         fallback_tokens: 0.0,
         fallback_duration: None,
     }

@@ -41,6 +41,7 @@ fn req(
         consumption: Consumption::default(),
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        held_tokens: 0.0,
         fallback_tokens: 0.0,
         fallback_duration: Duration::ZERO,
     }
@@ -285,27 +286,99 @@ fn bucket_level_ema_policy_grants_a_period_minus_the_smoothed_debt() {
 }
 
 #[test]
-fn tokens_the_bucket_held_are_handed_out_once_not_excused_again() {
+fn the_first_of_pods_asking_at_once_takes_its_part_of_what_the_bucket_holds_not_all() {
     // Two pods with equal shares; the bucket holds 1000, refills 100/s.
     let mut rows = bucket(100.0, 1000.0, 1000.0);
     register(&mut rows, 2, 1.0);
     register(&mut rows, 1, 1.0);
     let a = serve(&mut rows, &req(1, 2, 2000.0, 1.0), 0.0);
-    // All the bucket held, plus half the refill for a period.
-    assert_close(a.granted_tokens, 1500.0, "first pod");
+    // Its half of what the bucket holds, and half the refill over a short
+    // trickle (it was held back to its part, so it asks again soon).
+    assert_close(a.granted_tokens, 500.0 + 50.0 * 2.5, "first pod");
+    assert_eq!(a.trickle_duration, PERIOD / 4);
     assert_close(
         rows.head.state.committed_tokens,
-        500.0,
+        125.0,
         "only refill is committed",
     );
     let b = serve(&mut rows, &req(2, 2, 2000.0, 1.0), 0.0);
-    // Nothing is left but the other half of the refill.
-    assert_close(b.granted_tokens, 500.0, "second pod");
+    // The second finds the other half still there (the tokens the bucket
+    // held are handed out once, not excused again).
+    assert!(
+        b.granted_tokens >= 250.0 + 50.0 * 2.5,
+        "second pod: {}",
+        b.granted_tokens
+    );
+    // Both short trickles' refill is committed; nothing was taken twice.
+    assert_close(rows.head.state.committed_tokens, 250.0, "committed");
     assert_close(
         a.granted_tokens + b.granted_tokens,
-        1000.0 + 100.0 * PERIOD.as_secs_f64(),
-        "held + one period of refill",
+        1000.0 - rows.head.state.tokens,
+        "everything granted left the bucket, once",
     );
+}
+
+/// Pods asking at once for more than a bucket holds each take their part
+/// of it, whichever asks first: what a pod was granted at once counts as
+/// held, so the parts of the later pods are of the same whole.
+#[test]
+fn pods_asking_at_once_get_equal_parts_of_what_the_bucket_holds_in_any_order() {
+    for order in [[1, 2, 3, 4], [4, 3, 2, 1], [2, 4, 1, 3]] {
+        let mut rows = bucket(10.0, 1000.0, 1000.0);
+        for id in 1..=4 {
+            register(&mut rows, id, 1.0);
+        }
+        let mut got = BTreeMap::new();
+        for id in order {
+            // Each asks for its part: 250 of the 1 000 the bucket holds.
+            let g = serve(&mut rows, &req(id, 2, 250.0, 1.0), 0.0);
+            got.insert(id, g);
+        }
+        for (id, g) in &got {
+            assert_close(g.granted_tokens, 250.0, &format!("pod {id} in {order:?}"));
+            assert_eq!(g.trickle_duration, Duration::ZERO, "at once");
+        }
+        assert_close(rows.head.state.held_tokens, 1000.0, "all of it is held");
+        // Asking for more than its part, a pod gets none of what is left
+        // at once: the others hold theirs.
+        let more = serve(&mut rows, &req(1, 3, 500.0, 1.0), 0.0);
+        assert!(more.trickle_duration > Duration::ZERO, "{more:?}");
+    }
+}
+
+/// What a pod holds is counted as used at its shares per second until it
+/// reports again; each report replaces the pod's count exactly, and a pod
+/// removed for silence takes its count with it.
+#[test]
+fn what_pods_hold_is_used_at_their_rate_and_replaced_by_each_report() {
+    let mut rows = bucket(10.0, 100.0, 100.0);
+    let g = serve(&mut rows, &req(1, 1, 100.0, 2.0), 0.0);
+    assert_close(g.granted_tokens, 100.0, "the whole bucket, at once");
+    assert_close(rows.head.state.held_at(at(10.0)), 80.0, "used at 2/s");
+    // The bucket refills only to what the pod is not counted as holding.
+    assert_close(rows.head.state.tokens_at(at(10.0)), 20.0, "level at 10 s");
+    // It reports holding 50 at 10 s: the refill up to then stops there.
+    let report = TokenBucketRequest {
+        held_tokens: 50.0,
+        ..req(1, 2, 0.0, 2.0)
+    };
+    serve(&mut rows, &report, 10.0);
+    assert_close(rows.head.state.held_tokens, 50.0, "its report");
+    assert_close(
+        rows.head.state.tokens,
+        50.0,
+        "bucket and pod hold the burst",
+    );
+    // A second pod holding nothing changes nothing.
+    serve(&mut rows, &req(2, 1, 0.0, 1.0), 10.0);
+    assert_close(rows.head.state.held_tokens, 50.0, "unchanged");
+    // Pod 1 falls silent; pod 2's request at 80 s removes it, and its
+    // count (run dry at 35 s by its rate) goes with it: nothing is left.
+    serve(&mut rows, &req(2, 2, 0.0, 1.0), 80.0);
+    assert!(!rows.instances.contains_key(&1), "pod 1 removed");
+    assert_close(rows.head.state.held_tokens, 0.0, "nothing held");
+    assert_close(rows.head.state.held_use_rate, 0.0, "no rate left");
+    assert_close(rows.head.state.tokens, 100.0, "refilled to the burst");
 }
 
 #[test]
@@ -1052,10 +1125,11 @@ fn fallback_is_forgiven_only_for_refill_lost_while_it_ran() {
 
     // The loss forgives nothing once a target request period old: 2 500
     // lost by 30 s; then pod 1 takes the bucket 1 000 into debt, which the
-    // refill repays exactly by 45 s, losing nothing more.
+    // refill repays exactly by 45 s, losing nothing more. (Pod 1 uses what
+    // it takes at 100/s: it holds none of it by 5 s, nor by 35 s.)
     let mut rows = bucket(100.0, 500.0, 500.0);
-    serve(&mut rows, &req(1, 1, 500.0, 1.0), 0.0);
-    serve(&mut rows, &req(1, 2, 1500.0, 1.0), 30.0);
+    serve(&mut rows, &req(1, 1, 500.0, 100.0), 0.0);
+    serve(&mut rows, &req(1, 2, 1500.0, 100.0), 30.0);
     assert_close(rows.head.state.capped_refill, 2500.0, "lost by 30 s");
     serve(&mut rows, &repaying(2, 1, 1000.0, 44.0), 45.0);
     assert_close(rows.head.state.capped_refill, 2500.0, "expired, not used");

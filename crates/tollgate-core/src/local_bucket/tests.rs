@@ -251,6 +251,44 @@ fn low_tokens_trigger_a_request_sized_for_one_period() {
     assert_close(request.requested_tokens, usage * 10.0 + 100.0 - left);
 }
 
+/// The buffer is at most the pod's part of what its tenant's bucket holds
+/// (the server's `initial_allowance`); an idle pod gives back what it holds
+/// beyond a period of its usage and that buffer, with its next report, and
+/// every request says what the pod still holds.
+#[test]
+fn an_idle_pod_gives_back_what_it_holds_beyond_its_part_and_says_what_it_holds() {
+    let mut b = bucket(config());
+    let first = b.poll(at(0.0)).request.expect("first request");
+    assert_eq!(first.held_tokens, 0.0, "holds nothing yet");
+    let grant = Grant {
+        initial_allowance: Some(20.0),
+        ..immediate(300.0)
+    };
+    assert!(b.on_response(first.seq, &grant, at(0.0)));
+    assert_eq!(b.acquire(1.0, at(1.0)).expect("valid"), Admission::Admitted);
+    // The consumption is reported within the report interval.
+    let report = (1..=60)
+        .find_map(|s| b.poll(at(f64::from(s))).request)
+        .expect("a report");
+    let usage = b.status().usage_rate;
+    let want = usage * 10.0 + 20.0;
+    assert_close(report.held_tokens, want);
+    assert_close(report.returned_tokens, 299.0 - want);
+    assert_close(b.status().tokens, want);
+    assert_eq!(report.requested_tokens, 0.0, "it asks for nothing");
+    // A pod that was never told its part keeps its whole buffer.
+    let mut alone = started(immediate(300.0), 0.0);
+    assert_eq!(
+        alone.acquire(1.0, at(1.0)).expect("valid"),
+        Admission::Admitted
+    );
+    let report = (1..=60)
+        .find_map(|s| alone.poll(at(f64::from(s))).request)
+        .expect("a report");
+    assert!(report.returned_tokens > 150.0, "{report:?}");
+    assert!(report.held_tokens >= 100.0, "{report:?}");
+}
+
 #[test]
 fn no_tokens_means_asking_again_after_a_pause_not_in_a_loop() {
     let mut b = bucket(config());

@@ -32,6 +32,7 @@ fn req(instance_id: InstanceId, seq: u64, requested_tokens: f64) -> TokenBucketR
         consumption: Consumption::default(),
         next_live_instance_id: None,
         returned_tokens: 0.0,
+        held_tokens: 0.0,
         fallback_tokens: 0.0,
         fallback_duration: Duration::ZERO,
     }
@@ -231,6 +232,8 @@ fn instance_rows_left_without_a_head_are_ignored_and_replaced() {
         last_grant: Grant::default(),
         committed_rate: 0.0,
         committed_until: at(0.0),
+        held_tokens: 0.0,
+        held_use_rate: 0.0,
     };
     stray.insert(1, old.clone());
     old.instance_id = 2;

@@ -67,6 +67,7 @@ pub fn token_bucket_request(
             .unwrap_or_default(),
         next_live_instance_id: req.next_live_instance_id,
         returned_tokens: req.returned_tokens,
+        held_tokens: req.held_tokens,
         fallback_tokens: req.fallback_tokens,
         fallback_duration: req
             .fallback_duration

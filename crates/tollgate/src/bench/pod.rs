@@ -468,6 +468,7 @@ impl Pod {
             consumption_since_last_request: Some(consumption),
             next_live_instance_id: None,
             returned_tokens: 0.0,
+            held_tokens: 0.0,
             fallback_tokens: 0.0,
             fallback_duration: None,
         }

@@ -206,6 +206,8 @@ mod tests {
             },
             committed_rate: 0.0,
             committed_until: Timestamp::from_unix_micros(1_700_000_000_000_000),
+            held_tokens: 0.0,
+            held_use_rate: 0.0,
         }
     }
 
@@ -309,6 +311,7 @@ mod tests {
             consumption: tollgate_core::Consumption::from_request_units(5.0),
             next_live_instance_id: None,
             returned_tokens: 0.0,
+            held_tokens: 0.0,
             fallback_tokens: 0.0,
             fallback_duration: std::time::Duration::ZERO,
         };

@@ -128,6 +128,8 @@ pub(super) fn instance_from_row(row: &Row) -> Result<InstanceState, StoreError> 
         committed_rate: get(row, "committed_rate")?,
         committed_until: timestamp(row, "committed_until")?,
         guaranteed: get(row, "guaranteed_rate")?,
+        held_tokens: get(row, "held_tokens")?,
+        held_use_rate: get(row, "held_use_rate")?,
     })
 }
 
@@ -459,6 +461,8 @@ head_columns! {
     capped_refill: FLOAT8 = state.capped_refill,
     capped_from: TIMESTAMPTZ = state.capped_from,
     capped_until: TIMESTAMPTZ = state.capped_until,
+    held_tokens: FLOAT8 = state.held_tokens,
+    held_use_rate: FLOAT8 = state.held_use_rate,
     budget: TEXT = budget,
     guarantee_sum: FLOAT8 = members.guarantee_sum,
     drawn: TEXT = state.drawn,
@@ -574,6 +578,8 @@ pub(super) struct InstanceColumns<'a> {
     grant_fallback_charged: Vec<Option<f64>>,
     guaranteed: Vec<f64>,
     grant_initial_allowance: Vec<Option<f64>>,
+    held_tokens: Vec<f64>,
+    held_use_rate: Vec<f64>,
 }
 
 impl<'a> InstanceColumns<'a> {
@@ -607,6 +613,8 @@ impl<'a> InstanceColumns<'a> {
         self.guaranteed.push(row.guaranteed);
         self.grant_initial_allowance
             .push(row.last_grant.initial_allowance);
+        self.held_tokens.push(row.held_tokens);
+        self.held_use_rate.push(row.held_use_rate);
         Ok(())
     }
 
@@ -614,7 +622,7 @@ impl<'a> InstanceColumns<'a> {
         self.tenant_id.is_empty()
     }
 
-    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 17] {
+    pub(super) fn as_params(&self) -> [&(dyn ToSql + Sync); 19] {
         [
             &self.tenant_id,
             &self.bucket,
@@ -633,6 +641,8 @@ impl<'a> InstanceColumns<'a> {
             &self.grant_fallback_charged,
             &self.guaranteed,
             &self.grant_initial_allowance,
+            &self.held_tokens,
+            &self.held_use_rate,
         ]
     }
 }
@@ -702,6 +712,8 @@ mod tests {
                 committed_tokens: x + 5.5,
                 committed_rate: x + 6.5,
                 capped_refill: x + 7.5,
+                held_tokens: x + 16.5,
+                held_use_rate: x + 17.5,
                 capped_from: at(2),
                 capped_until: at(3),
                 drawn: Some(Drawn {
