@@ -200,9 +200,11 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
         "500",
     ]);
     // Each pod reports its shares first, so that its trickle is a whole
-    // target period (a new pod's first one is a quarter of it).
-    for tokens in ["0", "100"] {
-        for instance in ["1", "2", "3"] {
+    // target period (a new pod's first one is a quarter of it), and asks
+    // before the next pod registers: the first takes all the bucket holds
+    // (its part while it is alone), the others trickles on the debt.
+    for instance in ["1", "2", "3"] {
+        for tokens in ["0", "100"] {
             server.ok(&[
                 "pod",
                 "request",
