@@ -454,6 +454,11 @@ impl BucketState {
         self.held_sum_at(now).max(0.0)
     }
 
+    /// What the pods hold as of the last refill.
+    fn held(&self) -> f64 {
+        self.held_at(self.last_refill)
+    }
+
     /// The sum of every holding instance's count (what it held less what
     /// it used since at its rate), unclamped: an instance that ran dry
     /// counts below zero until it reports, so that taking out exactly what
@@ -585,7 +590,7 @@ impl BucketState {
     /// was).
     fn take_back(&mut self, returned: f64) {
         if returned > 0.0 {
-            let ceiling = (self.limits.burst_limit - self.held_tokens.max(0.0)).max(self.tokens);
+            let ceiling = (self.limits.burst_limit - self.held()).max(self.tokens);
             self.tokens = (self.tokens + returned).min(ceiling);
         }
     }
@@ -1121,6 +1126,16 @@ enum Requester {
     Member { guaranteed: f64 },
 }
 
+impl Requester {
+    /// The rate reserved for it: a member's guarantee; none for a pod.
+    fn guaranteed(self) -> f64 {
+        match self {
+            Requester::Pod => 0.0,
+            Requester::Member { guaranteed } => guaranteed,
+        }
+    }
+}
+
 /// [`request`] from an instance with a guaranteed rate: a member of an
 /// organisation drawing on the organisation's bucket
 /// ([`crate::organisation`]). Under the shares policy the guarantees
@@ -1143,10 +1158,7 @@ fn serve(
     now: Timestamp,
     config: &GlobalBucketConfig,
 ) -> Result<RequestOutcome, RequestError> {
-    let guaranteed = match requester {
-        Requester::Pod => 0.0,
-        Requester::Member { guaranteed } => guaranteed,
-    };
+    let guaranteed = requester.guaranteed();
     req.validate()?;
     validate::non_negative("guaranteed_rate", guaranteed, MAX_REFILL_RATE)?;
     let id = req.instance_id;
@@ -1490,10 +1502,7 @@ fn grant(
     cap: f64,
     shares_jumped: bool,
 ) -> (Grant, f64) {
-    let guaranteed = match requester {
-        Requester::Pod => 0.0,
-        Requester::Member { guaranteed } => guaranteed,
-    };
+    let guaranteed = requester.guaranteed();
     let tenant = &mut rows.head;
     tenant.state.tokens_avg = BUCKET_LEVEL_EMA_FACTOR * tenant.state.tokens
         + (1.0 - BUCKET_LEVEL_EMA_FACTOR) * tenant.state.tokens_avg;
@@ -1533,7 +1542,7 @@ fn grant(
     // now, whoever asks first. A pod held to it asks again soon.
     let takeable = match config.policy {
         GrantPolicy::Shares if requester == Requester::Pod => {
-            let whole = level.max(0.0) + tenant.state.held_tokens.max(0.0);
+            let whole = level.max(0.0) + tenant.state.held();
             let part = if shares_jumped {
                 even_share
             } else {
