@@ -7,7 +7,7 @@
 //! within two periods of its member waking; a member taken out runs on
 //! its own limits at once; totals are exact throughout. Refusals name
 //! their field or reason and change nothing. And replica safety: members'
-//! pods on two PostgreSQL replicas for a minute of real time.
+//! pods on two PostgreSQL replicas for 20 s of real time.
 
 mod support;
 
@@ -627,14 +627,14 @@ async fn members_due_together_all_draw_on_time(backend: Backend) {
     w.server.stop().await;
 }
 
-/// Replica safety: two servers on one PostgreSQL database for a minute
-/// of real time, three members with a pod on each replica, each pod asking
+/// Replica safety: two servers on one PostgreSQL database for 20 s of
+/// real time (ten draw periods), three members with a pod on each replica, each pod asking
 /// for far more than the organisation's rate, member buckets racing each
 /// other for the organisation's row from both replicas. Afterwards:
 /// everything granted together is within the bound, each member's totals
 /// are what its pods reported, the organisation's count no more than its
 /// members reported, and each member drew at most once per draw period.
-const RUN: Duration = Duration::from_secs(60);
+const RUN: Duration = Duration::from_secs(20);
 const REPLICA_BURST: f64 = 200.0;
 const MEMBERS: [&str; 3] = ["m1", "m2", "m3"];
 /// Each pod asks every `TICK` for `WANT` tokens per second of it.
