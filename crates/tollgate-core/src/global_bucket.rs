@@ -26,7 +26,14 @@
 //!   again (the head row keeps the sum and its rate, each instance row its
 //!   own part, so a report or a removal replaces exactly what the instance
 //!   added). Without it, pods' buffers sat beside a full bucket: a tenant
-//!   of many idle pods could admit the burst twice over.
+//!   of many idle pods could admit the burst twice over. The parts below
+//!   count it as used at twice the pods' shares
+//!   ([`PARTS_HELD_USE_FACTOR`]): shares are a moving average of usage
+//!   and lag it while demand climbs, so at the shares' rate the others
+//!   seem to hold more than they do, and the first of pods asking at once
+//!   take parts the last find gone. The burst cap keeps the slower count
+//!   (counting less there would let the bucket refill beside tokens the
+//!   pods still hold).
 //! - **Tokens and consumption**: tokens leave the bucket only when granted.
 //!   Reported consumption only adds to the bucket's totals, which never
 //!   decrease.
@@ -36,7 +43,7 @@
 //! - **Parts** ([`GrantPolicy::Shares`]): a pod takes at once no more than
 //!   its part of what the bucket and the pods hold together, by its
 //!   fraction of the shares (at least an even split; an even split after
-//!   a jump in shares), less what it holds; held back from what the bucket
+//!   a jump in shares), less what it holds (by its own report); held back from what the bucket
 //!   holds, it gets the rest as a trickle of at most a quarter of the
 //!   period, and asks again. Pods bursting together thus get equal parts
 //!   whichever asks first, and a lone busy pod still takes the whole
@@ -51,7 +58,8 @@
 //! - **Short trickles after a jump in shares** ([`GrantPolicy::Shares`]):
 //!   a pod whose shares at least doubled since its last request (its work
 //!   just queued up, or it is new: its first request counts) gets a
-//!   trickle of at most a quarter of the period. Not a member of an
+//!   trickle of at most a quarter of the period, at an even split of the
+//!   refill rate at most. Not a member of an
 //!   organisation drawing, which draws once per draw period whatever its
 //!   trickle. The pod's fraction was computed against the other pods'
 //!   shares as they last reported them; when many pods' demand rises at
@@ -192,6 +200,9 @@ const MIN_TRICKLE_SECS: f64 = 1.0;
 const SHARES_JUMP_FACTOR: f64 = 2.0;
 /// The longest trickle after a jump in shares, in target request periods.
 const JUMP_TRICKLE_PERIODS: f64 = 0.25;
+/// How many times their shares per second the parts count pods as using
+/// what they hold (the burst cap counts once).
+pub const PARTS_HELD_USE_FACTOR: f64 = 2.0;
 /// Tolerance when comparing an operator's `as_of_consumed_tokens` with the
 /// stored total, as a power of two the total is divided by: the operator
 /// read the total as a double, which rounds it (by at most 2^-53 of it).
@@ -325,6 +336,12 @@ pub struct BucketState {
     /// holding instances' shares.
     #[serde(default)]
     pub held_use_rate: f64,
+    /// What the holding instances said they hold at their last request
+    /// (plus what they were granted at once then), none of it used: the
+    /// sum of their `held_tokens`. With `held_tokens`, it gives the count
+    /// the parts use ([`PARTS_HELD_USE_FACTOR`]).
+    #[serde(default)]
+    pub held_reported: f64,
     #[serde(default)]
     pub capped_from: Timestamp,
     #[serde(default)]
@@ -425,6 +442,7 @@ impl BucketState {
             capped_refill: 0.0,
             held_tokens: 0.0,
             held_use_rate: 0.0,
+            held_reported: 0.0,
             capped_from: now,
             capped_until: now,
             drawn: None,
@@ -480,6 +498,7 @@ impl BucketState {
     fn release_held(&mut self, instance: &InstanceState, now: Timestamp) {
         self.held_tokens -= Self::counted_held(instance, now);
         self.held_use_rate = (self.held_use_rate - instance.held_use_rate).max(0.0);
+        self.held_reported -= instance.held_tokens;
     }
 
     /// Counts what an instance holds now, used at `rate`.
@@ -488,6 +507,19 @@ impl BucketState {
         instance.held_use_rate = if tokens > 0.0 { rate } else { 0.0 };
         self.held_tokens += instance.held_tokens;
         self.held_use_rate += instance.held_use_rate;
+        self.held_reported += instance.held_tokens;
+    }
+
+    /// What the pods hold as of the last refill as the parts count it: used
+    /// at [`PARTS_HELD_USE_FACTOR`] times their shares since they reported.
+    /// Per instance that is `k·counted − (k − 1)·reported`, so the sums
+    /// give it. A sum below the count (rows written before it was kept)
+    /// falls back to the count.
+    fn held_for_parts(&self) -> f64 {
+        let k = PARTS_HELD_USE_FACTOR;
+        let counted = self.held_tokens;
+        let reported = self.held_reported.max(counted);
+        (k * counted - (k - 1.0) * reported).max(0.0)
     }
 
     /// The limits the bucket refills under: its own, and for a member of
@@ -918,6 +950,13 @@ impl BucketRows {
         if (share_sum - sum).abs() > 1e-6 * sum.abs().max(1.0) {
             return Err(format!(
                 "share_sum {share_sum} for shares adding up to {sum}"
+            ));
+        }
+        let held: f64 = self.instances.values().map(|i| i.held_tokens).sum();
+        let reported = self.head.state.held_reported;
+        if (reported - held).abs() > 1e-6 * held.abs().max(1.0) {
+            return Err(format!(
+                "held_reported {reported} for instances holding {held}"
             ));
         }
         Ok(())
@@ -1542,7 +1581,7 @@ fn grant(
     // now, whoever asks first. A pod held to it asks again soon.
     let takeable = match config.policy {
         GrantPolicy::Shares if requester == Requester::Pod => {
-            let whole = level.max(0.0) + tenant.state.held();
+            let whole = level.max(0.0) + tenant.state.held_for_parts();
             let part = if shares_jumped {
                 even_share
             } else {
@@ -1584,7 +1623,10 @@ fn grant(
             } else {
                 1.0
             };
-            let rate = guaranteed * scale + (effective_rate - guarantees).max(0.0) * share;
+            // After a jump the pod's fraction is of its peers' old shares:
+            // many pods jumping at once would each take most of the rate.
+            let rate_share = if shares_jumped { even_share } else { share };
+            let rate = guaranteed * scale + (effective_rate - guarantees).max(0.0) * rate_share;
             if rate > 0.0 {
                 // At least a second (or the period, if shorter): a shorter
                 // trickle would have the pod ask again at once. After a

@@ -243,6 +243,61 @@ async fn migration_v2_converts_totals_to_micro_units() {
     );
 }
 
+/// Migration V17 sets each head row's `held_reported` to the sum of what
+/// its instance rows hold, and the rows stay consistent as pods report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_v17_sums_what_each_buckets_pods_hold() {
+    let db = TestDatabase::create().await.expect("test database");
+    migrate_to(db.url(), &PostgresTls::default(), 16)
+        .await
+        .expect("schema 16");
+    let client = tollgate_testdb::connect(db.url()).await.expect("connect");
+    // What a schema-16 server left: bucket acme/"" with pods 3 and 7
+    // holding 12.5 and 30, bucket beta/"" with none.
+    client
+        .batch_execute(
+            "INSERT INTO tenant_usage (tenant_id, bucket, instance_id, next_instance_id, \
+             refill_rate, burst_limit, configured, tokens, tokens_avg, last_refill, share_sum, \
+             live_instances, granted_tokens, committed_tokens, committed_rate, \
+             total_request_unit_micros, total_read_batches, total_read_requests, \
+             total_read_bytes, total_write_batches, total_write_requests, total_write_bytes, \
+             total_cpu_micros, total_egress_bytes, created_at, updated_at, held_tokens, \
+             held_use_rate) VALUES \
+             ('acme', '', 0, 3, 10, 100, true, 50, 50, now(), 3, 2, 400, 0, 0, 0, 0, 0, 0, 0, \
+              0, 0, 0, 0, now(), now(), 40, 3), \
+             ('beta', '', 0, 0, 1, 1, false, 1, 1, now(), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+              0, 0, now(), now(), 0, 0); \
+             INSERT INTO tenant_usage (tenant_id, bucket, instance_id, next_instance_id, lease, \
+             seq, shares, last_update, committed_rate, committed_until, last_grant_tokens, \
+             last_grant_trickle_nanos, last_grant_max_burst, last_grant_fallback_rate, \
+             held_tokens, held_use_rate) VALUES \
+             ('acme', '', 3, 7, 'lease', 5, 1, now(), 0, now(), 12.5, 0, 0, 5, 12.5, 1), \
+             ('acme', '', 7, 0, 'lease', 2, 2, now(), 0, now(), 3, 0, 0, 5, 30, 2);",
+        )
+        .await
+        .expect("schema 16 rows");
+
+    let store = PostgresStore::connect(PostgresOptions::new(db.url()), BucketSettings::default())
+        .await
+        .expect("the server migrates to the latest schema");
+    let acme = BucketKey::request_units(TenantId::parse("tenant_id", "acme").expect("id"));
+    let bucket = store.get_bucket(&acme).await.expect("acme");
+    assert_eq!(bucket.head.state.held_reported, 42.5);
+    assert_eq!(bucket.head.state.held_tokens, 40.0, "the rest as it was");
+    let beta = BucketKey::request_units(TenantId::parse("tenant_id", "beta").expect("id"));
+    let bucket = store.get_bucket(&beta).await.expect("beta");
+    assert_eq!(bucket.head.state.held_reported, 0.0);
+    // Pod 3 reports holding 2: the sum follows exactly.
+    let report = TokenBucketRequest {
+        held_tokens: 2.0,
+        requested_tokens: 0.0,
+        ..request(3, 6, 0.0)
+    };
+    store.token_bucket(&acme, &report).await.expect("report");
+    let bucket = store.get_bucket(&acme).await.expect("acme");
+    assert_eq!(bucket.head.state.held_reported, 32.0);
+}
+
 /// Migration V3 keys every row by bucket too: a database filled under
 /// schema 2 keeps its tenants, pods, totals and idempotency records as the
 /// tenants' request-unit buckets, and serves on.

@@ -346,6 +346,41 @@ fn pods_asking_at_once_get_equal_parts_of_what_the_bucket_holds_in_any_order() {
     }
 }
 
+/// While demand climbs, pods use what they hold faster than their shares
+/// (a moving average) say. The parts count it as used at twice their
+/// shares, so pods asking at once whose use doubled get equal parts of
+/// what the bucket holds whichever asks first; at their shares' rate the
+/// others would seem to hold 80 each where they hold 60, and the first to
+/// ask would take 15 of the last one's part.
+#[test]
+fn pods_asking_at_once_as_their_use_climbs_get_equal_parts_in_any_order() {
+    for order in [[1, 2, 3, 4], [4, 3, 2, 1], [3, 1, 4, 2]] {
+        // No refill: what each takes is what the bucket held.
+        let mut rows = bucket(0.0, 10_000.0, 1000.0);
+        for id in 1..=4 {
+            register(&mut rows, id, 10.0);
+        }
+        for id in 1..=4 {
+            let g = serve(&mut rows, &req(id, 2, 100.0, 10.0), 0.0);
+            assert_close(g.granted_tokens, 100.0, "a grant at once");
+        }
+        // Two seconds later each has used 40 of its 100 (20/s, twice its
+        // shares) and asks for far more than the 600 left.
+        let mut got = BTreeMap::new();
+        for id in order {
+            let ask = TokenBucketRequest {
+                held_tokens: 60.0,
+                ..req(id, 3, 1e6, 10.0)
+            };
+            got.insert(id, serve(&mut rows, &ask, 2.0).granted_tokens);
+        }
+        for (id, granted) in &got {
+            assert_close(*granted, 150.0, &format!("pod {id} in {order:?}"));
+        }
+        rows.check_whole_list().expect("the rows agree");
+    }
+}
+
 /// What a pod holds is counted as used at its shares per second until it
 /// reports again; each report replaces the pod's count exactly, and a pod
 /// removed for silence takes its count with it.
@@ -1546,19 +1581,17 @@ fn a_pod_whose_shares_jumped_gets_a_short_trickle_and_the_split_evens_out() {
     // Two idle pods (shares 1 each), an empty bucket refilling 100/s; both
     // queue up work at once (shares 10). The first to ask would hold
     // 10/11 of the refill for a whole period while the other's shares are
-    // still old: it gets a quarter of a period instead.
+    // still old: it gets an even split for a quarter of a period instead,
+    // and so does the second.
     let mut rows = bucket(100.0, 0.0, 0.0);
     register(&mut rows, 1, 1.0);
     register(&mut rows, 2, 1.0);
     let a = serve(&mut rows, &req(1, 2, 1e6, 10.0), 0.0);
     assert_eq!(a.trickle_duration, PERIOD / 4);
-    assert_close(
-        delivery_rate(&a),
-        100.0 * 10.0 / 11.0,
-        "the first, on old shares",
-    );
+    assert_close(delivery_rate(&a), 50.0, "the first, an even split");
     let b = serve(&mut rows, &req(2, 2, 1e6, 10.0), 0.0);
     assert_eq!(b.trickle_duration, PERIOD / 4);
+    assert_close(delivery_rate(&b), 50.0, "the second, the same");
     // Once both shares are known, neither jumps: each gets half the refill
     // for a whole period.
     let a2 = serve(&mut rows, &req(1, 3, 1e6, 10.0), 2.5);

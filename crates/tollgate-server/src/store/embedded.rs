@@ -12,8 +12,8 @@
 //! Token-bucket requests run the transaction script of
 //! `tollgate_core::transaction`; this module only reads and writes rows.
 //!
-//! Layout (schema version 5):
-//! - `meta`: `"schema_version"` → 5
+//! Layout (schema version 6):
+//! - `meta`: `"schema_version"` → 6
 //! - `buckets`: (tenant id, bucket name) → JSON [`BucketRow`] (the head
 //!   row, instance 0)
 //! - `bucket_instances`: (tenant id, bucket name, instance id) → JSON
@@ -40,7 +40,9 @@
 //! floating-point totals ([`migration::migrate_v1_totals`]); versions 1 and 2 kept one
 //! bucket per tenant, keyed by tenant id alone ([`migration::migrate_v2_keys`]);
 //! version 3 had no closed buckets and versions 3 and 4 no
-//! `tenant_states`: the conversion creates the tables, empty. A file of a
+//! `tenant_states`: the conversion creates the tables, empty; before
+//! version 6 head rows had no `held_reported`, the sum of their instances'
+//! `held_tokens` ([`migration::migrate_v5_held_reported`]). A file of a
 //! later schema than this server knows is refused.
 //!
 //! The writer drains up to 512 queued operations into one write
@@ -120,7 +122,7 @@ use super::{
     TenantChangeOutcome, TenantView,
 };
 
-const SCHEMA_VERSION: u64 = 5;
+const SCHEMA_VERSION: u64 = 6;
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const BUCKETS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("buckets");
 const INSTANCES: TableDefinition<(&str, &str, u32), &[u8]> =

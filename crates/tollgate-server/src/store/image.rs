@@ -325,6 +325,20 @@ pub struct ImageBucket {
     pub instances: Vec<InstanceState>,
 }
 
+impl ImageBucket {
+    /// An image written before head rows kept `held_reported` reads it as
+    /// 0: it is the sum of the instances' `held_tokens`, so it is set to
+    /// that sum where it differs (beyond rounding, so that a current
+    /// image imports exactly as it was exported).
+    fn sum_what_pods_hold(&mut self) {
+        let held: f64 = self.instances.iter().map(|i| i.held_tokens).sum();
+        let state = &mut self.head.state;
+        if (state.held_reported - held).abs() > 1e-6 * held.abs().max(1.0) {
+            state.held_reported = held;
+        }
+    }
+}
+
 /// A whole export, read and checked: what an import loads in one
 /// transaction.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -407,7 +421,11 @@ impl StoreImage {
         if !reader.ended {
             return Err(ImageError::Truncated { lines: line_no });
         }
-        Ok(reader.image)
+        let mut image = reader.image;
+        for bucket in &mut image.buckets {
+            bucket.sum_what_pods_hold();
+        }
+        Ok(image)
     }
 }
 

@@ -18,13 +18,14 @@ pub(super) fn init_schema(db: &Database) -> Result<(), StoreError> {
             None | Some(SCHEMA_VERSION) => {}
             // Versions 3 → 4 → 5 only add tables (closed buckets, tenant
             // states), made below.
-            Some(from @ (1..=4)) => {
+            Some(from @ (1..=5)) => {
                 if from == 1 {
                     migrate_v1_totals(&txn)?;
                 }
                 if from <= 2 {
                     migrate_v2_keys(&txn)?;
                 }
+                migrate_v5_held_reported(&txn)?;
                 tracing::info!(
                     from,
                     to = SCHEMA_VERSION,
@@ -140,6 +141,42 @@ pub(super) fn migrate_v2_keys(txn: &WriteTransaction) -> Result<(), StoreError> 
         .map_err(storage("drop the version 2 tenants table"))?;
     txn.delete_table(V2_INSTANCES)
         .map_err(storage("drop the version 2 instances table"))?;
+    Ok(())
+}
+
+/// Schema 5 → 6: each head row gets `held_reported`, the sum of its
+/// instances' `held_tokens` (a file without it read every sum as 0).
+pub(super) fn migrate_v5_held_reported(txn: &WriteTransaction) -> Result<(), StoreError> {
+    let mut sums = std::collections::BTreeMap::<(String, String), f64>::new();
+    {
+        let instances = txn
+            .open_table(INSTANCES)
+            .map_err(storage("open bucket instances"))?;
+        for entry in instances.iter().map_err(storage("read instances"))? {
+            let (key, bytes) = entry.map_err(storage("read an instance row"))?;
+            let (tenant, bucket, _) = key.value();
+            let instance: InstanceState = decode("decode an instance row", bytes.value())?;
+            *sums
+                .entry((tenant.to_owned(), bucket.to_owned()))
+                .or_default() += instance.held_tokens;
+        }
+    }
+    let mut buckets = txn.open_table(BUCKETS).map_err(storage("open buckets"))?;
+    for ((tenant, bucket), held) in sums {
+        let bytes = match buckets
+            .get((tenant.as_str(), bucket.as_str()))
+            .map_err(storage("read a bucket row"))?
+        {
+            Some(bytes) => bytes.value().to_vec(),
+            None => continue,
+        };
+        let mut head: BucketRow = decode("decode a bucket row", &bytes)?;
+        head.state.held_reported = held;
+        let bytes = encode("encode a bucket row", &head)?;
+        buckets
+            .insert((tenant.as_str(), bucket.as_str()), bytes.as_slice())
+            .map_err(storage("write a bucket row"))?;
+    }
     Ok(())
 }
 
@@ -285,6 +322,58 @@ mod tests {
         drop(store);
         let db = Database::create(&path).expect("reopen");
         let txn = db.begin_read().expect("read");
+        let meta = txn.open_table(META).expect("meta");
+        let version = meta.get("schema_version").expect("read").map(|v| v.value());
+        assert_eq!(version, Some(SCHEMA_VERSION));
+    }
+
+    /// A file written by schema version 5 opens with each head row's
+    /// `held_reported` the sum of what its instances hold.
+    #[tokio::test]
+    async fn a_version_5_file_gets_the_sums_of_what_pods_hold() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v5.redb");
+        let mut head = tenant_row();
+        head.state.held_tokens = 30.0;
+        head.state.held_use_rate = 2.0;
+        {
+            let db = Database::create(&path).expect("create");
+            let txn = db.begin_write().expect("write");
+            {
+                let mut meta = txn.open_table(META).expect("meta");
+                meta.insert("schema_version", 5).expect("version");
+                let mut buckets = txn.open_table(BUCKETS).expect("buckets");
+                let mut v5 = serde_json::to_value(&head).expect("JSON");
+                let fields = v5.as_object_mut().expect("a flat row");
+                assert!(fields.remove("held_reported").is_some());
+                let bytes = serde_json::to_vec(&v5).expect("encode");
+                buckets.insert(("old", ""), bytes.as_slice()).expect("row");
+                let mut instances = txn.open_table(INSTANCES).expect("instances");
+                for (id, held) in [(4, 20.0), (7, 22.5)] {
+                    let instance = InstanceState {
+                        instance_id: id,
+                        held_tokens: held,
+                        held_use_rate: 1.0,
+                        ..instance_row()
+                    };
+                    let bytes = serde_json::to_vec(&instance).expect("encode");
+                    instances
+                        .insert(("old", "", id), bytes.as_slice())
+                        .expect("row");
+                }
+            }
+            txn.commit().expect("commit");
+        }
+        let store = EmbeddedStore::open(&path, BucketSettings::default()).expect("open");
+        store.close().await.expect("close");
+        drop(store);
+        let db = Database::create(&path).expect("reopen");
+        let txn = db.begin_read().expect("read");
+        let buckets = txn.open_table(BUCKETS).expect("buckets");
+        let bytes = buckets.get(("old", "")).expect("read").expect("the row");
+        let migrated: BucketRow = serde_json::from_slice(bytes.value()).expect("decode");
+        assert_eq!(migrated.state.held_reported, 42.5);
+        assert_eq!(migrated.state.held_tokens, 30.0, "the rest as it was");
         let meta = txn.open_table(META).expect("meta");
         let version = meta.get("schema_version").expect("read").map(|v| v.value());
         assert_eq!(version, Some(SCHEMA_VERSION));

@@ -463,6 +463,7 @@ head_columns! {
     capped_until: TIMESTAMPTZ = state.capped_until,
     held_tokens: FLOAT8 = state.held_tokens,
     held_use_rate: FLOAT8 = state.held_use_rate,
+    held_reported: FLOAT8 = state.held_reported,
     budget: TEXT = budget,
     guarantee_sum: FLOAT8 = members.guarantee_sum,
     drawn: TEXT = state.drawn,
@@ -714,6 +715,7 @@ mod tests {
                 capped_refill: x + 7.5,
                 held_tokens: x + 16.5,
                 held_use_rate: x + 17.5,
+                held_reported: x + 18.5,
                 capped_from: at(2),
                 capped_until: at(3),
                 drawn: Some(Drawn {
