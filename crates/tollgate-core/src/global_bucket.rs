@@ -510,6 +510,12 @@ impl BucketState {
         self.held_reported += instance.held_tokens;
     }
 
+    /// What `instances` last reported holding, summed: `held_reported` of
+    /// a bucket whose instances they are.
+    pub fn reported_by<'a>(instances: impl IntoIterator<Item = &'a InstanceState>) -> f64 {
+        instances.into_iter().map(|i| i.held_tokens).sum()
+    }
+
     /// What the pods hold as of the last refill as the parts count it: used
     /// at [`PARTS_HELD_USE_FACTOR`] times their shares since they reported.
     /// Per instance that is `k·counted − (k − 1)·reported`, so the sums
@@ -947,14 +953,14 @@ impl BucketRows {
         }
         let sum: f64 = self.instances.values().map(|i| i.shares).sum();
         let share_sum = self.head.members.share_sum;
-        if (share_sum - sum).abs() > 1e-6 * sum.abs().max(1.0) {
+        if !sums_agree(share_sum, sum) {
             return Err(format!(
                 "share_sum {share_sum} for shares adding up to {sum}"
             ));
         }
-        let held: f64 = self.instances.values().map(|i| i.held_tokens).sum();
+        let held = BucketState::reported_by(self.instances.values());
         let reported = self.head.state.held_reported;
-        if (reported - held).abs() > 1e-6 * held.abs().max(1.0) {
+        if !sums_agree(reported, held) {
             return Err(format!(
                 "held_reported {reported} for instances holding {held}"
             ));
@@ -1512,6 +1518,13 @@ fn remove_silent_instances(
         rows.head.members.guarantee_sum = mine.map_or(0.0, |instance| instance.guaranteed);
     }
     Ok(())
+}
+
+/// Whether a sum kept running on a head row (`share_sum`, `held_reported`)
+/// agrees with the same sum taken over the instance rows, but for the
+/// rounding of adding and taking out.
+pub fn sums_agree(kept: f64, summed: f64) -> bool {
+    (kept - summed).abs() <= 1e-6 * summed.abs().max(1.0)
 }
 
 /// This instance's fraction of the refill rate.

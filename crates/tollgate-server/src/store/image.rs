@@ -39,6 +39,7 @@ use std::io::BufRead;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tollgate_core::budget::CycleRecord;
+use tollgate_core::global_bucket::{BucketState, sums_agree};
 use tollgate_core::key_bucket::{KeyId, KeyWrites, RequestRecord, StoredKey};
 use tollgate_core::tenant_state::MAX_REASON_LEN;
 use tollgate_core::tier::{ClosedBucket, TenantRecord, Tier};
@@ -331,9 +332,9 @@ impl ImageBucket {
     /// that sum where it differs (beyond rounding, so that a current
     /// image imports exactly as it was exported).
     fn sum_what_pods_hold(&mut self) {
-        let held: f64 = self.instances.iter().map(|i| i.held_tokens).sum();
+        let held = BucketState::reported_by(&self.instances);
         let state = &mut self.head.state;
-        if (state.held_reported - held).abs() > 1e-6 * held.abs().max(1.0) {
+        if !sums_agree(state.held_reported, held) {
             state.held_reported = held;
         }
     }

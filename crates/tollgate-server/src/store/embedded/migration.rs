@@ -17,7 +17,7 @@ pub(super) fn init_schema(db: &Database) -> Result<(), StoreError> {
         match found {
             None | Some(SCHEMA_VERSION) => {}
             // Versions 3 → 4 → 5 only add tables (closed buckets, tenant
-            // states), made below.
+            // states), made below; 5 → 6 sums what each bucket's pods hold.
             Some(from @ (1..=5)) => {
                 if from == 1 {
                     migrate_v1_totals(&txn)?;
