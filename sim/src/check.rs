@@ -50,31 +50,39 @@ pub const DELAYED_MARGIN_SHARE: f64 = 0.005;
 pub const DELAYED_MARGIN_PERIODS: f64 = 1.0;
 /// Jain's index.
 pub const DELAYED_MARGIN_JAIN: f64 = 0.01;
-/// The stated bound: with no outage and no lost message, over any window
-/// of 60 s or more, the checked policy admits at most
-/// `max(burst, initial) + R·T` plus this share of `R·T`. It is the worst 60 s
-/// overshoot measured over 1 000 generated workloads (`tollgate-sim fuzz
-/// --count 1000 --seed 0`: 10.47 %, seed 715), rounded up; the goal is
-/// [`GOAL_OVERSHOOT_60S`]. CI holds a fixed sample of the corpus to it
-/// ([`stated_bound`]).
+/// The stated bound without faults: over any window of 60 s or more, the
+/// checked policy admits at most `max(burst, initial) + R·T` plus this
+/// share of `R·T`. It is the worst 60 s overshoot measured over 1 000
+/// generated workloads (`tollgate-sim fuzz --count 1000 --seed 0`: 10.47 %
+/// when it was set, 9.76 % now, seed 715; 5.82 % over seeds 1 000–1 999),
+/// rounded up; the goal is [`GOAL_OVERSHOOT_60S`]. CI holds a fixed sample
+/// of the corpus to it ([`stated_bound`]).
 pub const STATED_OVERSHOOT_BOUND: f64 = 0.12;
 /// The stated bound with lost messages (up to 10 % of requests and
-/// answers) or outages: the same form with this share of `R·T`, plus
-/// the outages' part. The worst measured on the same corpus, rounded up:
-/// 19.54 % with loss (seed 351), 20.35 % beyond the outages' part (seed
-/// 512, an outage and loss).
-pub const STATED_OVERSHOOT_BOUND_LOSS: f64 = 0.21;
+/// answers) and no outage, of the same form: the worst measured over the
+/// corpora of seeds 0–999 and 1 000–1 999 rounded up (13.11 %, seed 379;
+/// 13.91 %, seed 1248), since a pod ends a trickle that outruns its use
+/// and reports what it holds that the server does not count (10.91 % and
+/// 8.73 % before, sim/README.md "Trickles that outrun a pod's use").
+pub const STATED_OVERSHOOT_BOUND_LOSS: f64 = 0.14;
+/// The stated bound around outages: the same form with this share of
+/// `R·T`, plus the outages' part. The worst measured on the same corpus,
+/// rounded up: 20.35 % beyond the outages' part (seed 512, an outage and
+/// loss).
+pub const STATED_OVERSHOOT_BOUND_OUTAGE: f64 = 0.21;
 
 /// The share of `R·T` (T = 60 s) a workload's checked policy may admit
 /// beyond `max(burst, initial) + R·T` over any 60 s window: the stated
-/// bound of its faults (`STATED_OVERSHOOT_BOUND`, or
-/// `STATED_OVERSHOOT_BOUND_LOSS` with loss or outages: an outage loses
-/// every message while it lasts), plus, around outages, what they allow
-/// (`outage_excess`, the pods' fallback rates beyond the refill rate over
-/// the outages and the initial allowances of pods started during them;
-/// see `Record::outage_excess`), as a share of `R·T`.
-pub fn stated_bound(messages_lost: bool, outage_excess: f64, refill_rate: f64) -> f64 {
-    let base = if messages_lost {
+/// bound of its faults (`STATED_OVERSHOOT_BOUND`, with lost messages
+/// `STATED_OVERSHOOT_BOUND_LOSS`, around outages
+/// `STATED_OVERSHOOT_BOUND_OUTAGE`), plus, around outages,
+/// what they allow (`outage_excess`, the pods' fallback rates beyond the
+/// refill rate over the outages and the initial allowances of pods started
+/// during them; see `Record::outage_excess`), as a share of `R·T`.
+pub fn stated_bound(outages: bool, loss: bool, outage_excess: f64, refill_rate: f64) -> f64 {
+    let base = if outages {
+        STATED_OVERSHOOT_BOUND_OUTAGE
+    } else if loss {
         STATED_OVERSHOOT_BOUND_LOSS
     } else {
         STATED_OVERSHOOT_BOUND

@@ -164,8 +164,9 @@ impl Store {
 enum Kind {
     Tick(u64),
     Wake(usize),
-    /// A request reaches the server.
-    Arrive(usize, Box<TokenBucketRequest>),
+    /// A request reaches the server; the pod gives it up at the time given
+    /// if no answer has come by then.
+    Arrive(usize, Box<TokenBucketRequest>, Timestamp),
     /// The answer to `seq` reaches the pod.
     Answer(usize, u64, Grant),
     /// The pod learns that request `seq` failed.
@@ -521,7 +522,7 @@ impl Sim<'_> {
                         self.poll(p, now);
                     }
                 }
-                Kind::Arrive(p, request) => self.arrive(p, &request, now)?,
+                Kind::Arrive(p, request, give_up) => self.arrive(p, &request, give_up, now)?,
                 Kind::Answer(p, seq, grant) => {
                     if let Some(bucket) = self.pods[p].bucket.as_mut() {
                         bucket.on_response(seq, &grant, now);
@@ -699,14 +700,20 @@ impl Sim<'_> {
             // Refused at once: the pod hears of it after a round trip.
             self.events
                 .schedule(now.saturating_add(self.rtt), Kind::Fail(p, seq));
-        } else if self.lost() {
-            let timeout = self.workload.network.request_timeout;
-            self.events
-                .schedule(now.saturating_add(timeout), Kind::Fail(p, seq));
+            return;
+        }
+        let longest = self.workload.network.request_timeout;
+        let timeout = self.pods[p]
+            .bucket
+            .as_ref()
+            .map_or(longest, |bucket| bucket.attempt_timeout(longest));
+        let give_up = now.saturating_add(timeout);
+        if self.lost() {
+            self.events.schedule(give_up, Kind::Fail(p, seq));
         } else {
             self.events.schedule(
                 now.saturating_add(self.half_rtt),
-                Kind::Arrive(p, Box::new(request)),
+                Kind::Arrive(p, Box::new(request), give_up),
             );
         }
     }
@@ -715,6 +722,7 @@ impl Sim<'_> {
         &mut self,
         p: usize,
         request: &TokenBucketRequest,
+        give_up: Timestamp,
         now: Timestamp,
     ) -> Result<(), SimError> {
         let seq = request.seq;
@@ -736,17 +744,13 @@ impl Sim<'_> {
                 message: e.to_string(),
             })?;
         self.record(p).server_requests += 1;
-        if self.lost() {
-            // The answer is lost: the pod times out and sends the request again.
-            let sent = now.saturating_sub(self.half_rtt);
-            let timeout = self.workload.network.request_timeout;
-            self.events
-                .schedule(sent.saturating_add(timeout), Kind::Fail(p, seq));
+        let answered = now.saturating_add(self.half_rtt);
+        if self.lost() || answered > give_up {
+            // The answer is lost, or would come after the pod gave the
+            // attempt up: it sends the request again.
+            self.events.schedule(give_up.max(now), Kind::Fail(p, seq));
         } else {
-            self.events.schedule(
-                now.saturating_add(self.half_rtt),
-                Kind::Answer(p, seq, grant),
-            );
+            self.events.schedule(answered, Kind::Answer(p, seq, grant));
         }
         Ok(())
     }

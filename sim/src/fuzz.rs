@@ -582,7 +582,8 @@ pub fn run_seed(seed: u64, policies: &[Policy]) -> Result<Outcome, SimError> {
     let loss = generated.workload.network.loss > 0.0;
     let run = run_workload(generated.workload, policies)?;
     let bound = check::stated_bound(
-        loss || outage,
+        outage,
+        loss,
         run.policy(CHECKED_POLICY)
             .map_or(0.0, |r| r.record.outage_excess),
         run.limits.refill_rate,
@@ -981,10 +982,11 @@ pub fn bound_section(outcomes: &[Outcome], over: &[&Outcome]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Stated bounds (`{}`): over any window of T ≥ 60 s, admitted ≤ max(burst, initial) + R·T + ε·R·T, with ε = {:.1} % without faults and {loss:.1} % with lost messages (up to 10 %); around outages, ε = {loss:.1} % plus Σ over the outages of (F − R)⁺·L + n·A (F: the most the pods' fallback rates summed to during an outage of length L, a pod not yet answered counting at its initial allowance per target period; n·A: the initial allowances of the n pods that started during it).\n",
+        "Stated bounds (`{}`): over any window of T ≥ 60 s, admitted ≤ max(burst, initial) + R·T + ε·R·T, with ε = {:.1} % without faults, {loss:.1} % with lost messages (up to 10 %) and no outage; around outages, ε = {outage:.1} % plus Σ over the outages of (F − R)⁺·L + n·A (F: the most the pods' fallback rates summed to during an outage of length L, a pod not yet answered counting at its initial allowance per target period; n·A: the initial allowances of the n pods that started during it).\n",
         CHECKED_POLICY.name(),
         check::STATED_OVERSHOOT_BOUND * 100.0,
         loss = check::STATED_OVERSHOOT_BOUND_LOSS * 100.0,
+        outage = check::STATED_OVERSHOOT_BOUND_OUTAGE * 100.0,
     );
     let _ = writeln!(
         out,

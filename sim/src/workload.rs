@@ -178,7 +178,9 @@ pub struct Network {
     /// Probability that a message (a request, or its answer) is lost.
     #[serde(default, skip_serializing_if = "is_default")]
     pub loss: f64,
-    /// A pod gives up on an unanswered request after this long, and retries.
+    /// The longest a pod waits for an answer before it gives the attempt
+    /// up and retries; it gives up sooner once it has measured answers
+    /// (`LocalBucket::attempt_timeout`).
     #[serde(default = "default_request_timeout", with = "humantime_serde")]
     pub request_timeout: Duration,
 }

@@ -15,8 +15,12 @@ use tollgate_sim::workload::Workload;
 /// A pod's initial allowance, the client's default.
 const INITIAL_TOKENS: f64 = tollgate_core::local_bucket::DEFAULT_INITIAL_TOKENS;
 /// The most requests a pod may send per minute on these workloads: a pod
-/// renews about every 10 s (6 a minute), more with loss and retries.
-const MAX_REQUESTS_PER_POD_MINUTE: f64 = 40.0;
+/// renews about every 10 s (6 a minute), more with loss and retries. A pod
+/// gives up an attempt whose answer is overdue after 250 ms here (its
+/// answer times are 20 ms), not after the 1 s request timeout, and so
+/// spends more of a lossy run asking: the worst of these workloads went
+/// from 33.5 to 40.3 (seed 140, 5 % of messages lost).
+const MAX_REQUESTS_PER_POD_MINUTE: f64 = 45.0;
 
 struct Case {
     yaml: String,

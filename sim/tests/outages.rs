@@ -49,7 +49,7 @@ fn an_outage_allows_the_allowances_of_the_pods_started_in_it_and_the_fallback_be
             "{late} late pods of {allowance}: excess {excess}"
         );
         let over = shares.measures.overshoot_60s;
-        let bound = check::stated_bound(true, excess, 20.0);
+        let bound = check::stated_bound(true, false, excess, 20.0);
         assert!(
             over <= bound,
             "{late} × {allowance}: overshoot {over} > bound {bound}"

@@ -254,14 +254,20 @@ def consumed(server: Server, tenant: str, bucket: str) -> float:
     return float(value)
 
 
-def drain(limiter: Limiter, bucket: str) -> float:
+def server_is_dry(server: Server, tenant: str, bucket: str) -> bool:
+    """Whether the tenant's global bucket holds under 5 tokens."""
+    return float(server.bucket(tenant, bucket)["current_tokens"]) < 5
+
+
+def drain(limiter: Limiter, server: Server, bucket: str) -> float:
     """Takes every token the agent holds for `bucket`, and returns how many.
 
     A bucket the agent starts holds tollgate-client's initial allowance (10
     tokens) and then the server's grants; once it has
     taken them all, the tenant's global bucket is in debt and tokens come
     back at no more than its refill rate. Drained means under 5 tokens,
-    twice, 0.3 s apart.
+    twice, 0.3 s apart, and under 5 in the server's global bucket (a grant
+    still on its way to the agent is not drained yet).
     """
     taken = 0.0
     quiet_since: Optional[float] = None
@@ -275,7 +281,9 @@ def drain(limiter: Limiter, bucket: str) -> float:
         elif quiet_since is None:
             quiet_since = time.monotonic()
         elif time.monotonic() - quiet_since >= 0.3:
-            return taken
+            if server_is_dry(server, limiter.tenant, bucket):
+                return taken
+            quiet_since = None
         else:
             time.sleep(0.05)
     raise AssertionError(f"{bucket!r} of {limiter.tenant!r} never ran dry")

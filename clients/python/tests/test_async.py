@@ -10,7 +10,7 @@ from typing import Optional
 
 import grpc
 import pytest
-from conftest import PER_KEY_BUCKET, SHARED_BUCKET, Agent, Server, consumed
+from conftest import PER_KEY_BUCKET, SHARED_BUCKET, Agent, Server, consumed, server_is_dry
 
 from tollgate_agent import (
     AsyncAcquisition,
@@ -22,7 +22,7 @@ from tollgate_agent import (
 )
 
 
-async def _drain(limiter: AsyncLimiter) -> None:
+async def _drain(limiter: AsyncLimiter, server: Server) -> None:
     """conftest.drain, awaited."""
     quiet_since: Optional[float] = None
     deadline = time.monotonic() + 30
@@ -34,7 +34,9 @@ async def _drain(limiter: AsyncLimiter) -> None:
         elif quiet_since is None:
             quiet_since = time.monotonic()
         elif time.monotonic() - quiet_since >= 0.3:
-            return
+            if server_is_dry(server, limiter.tenant, SHARED_BUCKET):
+                return
+            quiet_since = None
         else:
             await asyncio.sleep(0.05)
     raise AssertionError("the bucket never ran dry")
@@ -84,10 +86,10 @@ def test_async_with_gives_the_tokens_back_when_the_work_raises(own_agent: Agent,
     assert consumed(server, tenant, SHARED_BUCKET) == pytest.approx(30 + 60 - returned)
 
 
-def test_async_max_wait_raises_not_admitted(agent: Agent, tenant: str) -> None:
+def test_async_max_wait_raises_not_admitted(agent: Agent, server: Server, tenant: str) -> None:
     async def scenario() -> None:
         async with AsyncLimiter(tenant, socket=agent.socket) as limiter:
-            await _drain(limiter)
+            await _drain(limiter, server)
             started = time.monotonic()
             with pytest.raises(NotAdmitted) as raised:
                 await limiter.acquire(SHARED_BUCKET, 60, max_wait=0.5)
@@ -98,7 +100,7 @@ def test_async_max_wait_raises_not_admitted(agent: Agent, tenant: str) -> None:
     asyncio.run(scenario())
 
 
-def test_a_cancelled_async_acquire_leaves_the_queue(agent: Agent, tenant: str) -> None:
+def test_a_cancelled_async_acquire_leaves_the_queue(agent: Agent, server: Server, tenant: str) -> None:
     async def waiters(limiter: AsyncLimiter, expected: int) -> Status:
         deadline = time.monotonic() + 10
         while True:
@@ -109,7 +111,7 @@ def test_a_cancelled_async_acquire_leaves_the_queue(agent: Agent, tenant: str) -
 
     async def scenario() -> None:
         async with AsyncLimiter(tenant, socket=agent.socket) as limiter:
-            await _drain(limiter)
+            await _drain(limiter, server)
 
             async def wait_for_tokens() -> AsyncAcquisition:
                 return await limiter.acquire(SHARED_BUCKET, 90, max_wait=60)

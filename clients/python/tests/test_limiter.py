@@ -46,9 +46,9 @@ def test_acquire_takes_tokens_and_the_server_counts_them(own_agent: Agent, serve
     assert consumed(server, tenant, "") == pytest.approx(40)
 
 
-def test_acquire_raises_not_admitted_after_max_wait_and_takes_nothing(agent: Agent, tenant: str) -> None:
+def test_acquire_raises_not_admitted_after_max_wait_and_takes_nothing(agent: Agent, server: Server, tenant: str) -> None:
     with Limiter(tenant, socket=agent.socket) as limiter:
-        drain(limiter, SHARED_BUCKET)
+        drain(limiter, server, SHARED_BUCKET)
         started = time.monotonic()
         with pytest.raises(NotAdmitted) as raised:
             limiter.acquire(SHARED_BUCKET, 60, max_wait=0.5)
@@ -63,9 +63,9 @@ def test_acquire_raises_not_admitted_after_max_wait_and_takes_nothing(agent: Age
         assert status.waiters == 0 and status.queued_tokens == 0
 
 
-def test_without_max_wait_an_acquire_waits_at_most_the_timeout(agent: Agent, tenant: str) -> None:
+def test_without_max_wait_an_acquire_waits_at_most_the_timeout(agent: Agent, server: Server, tenant: str) -> None:
     with Limiter(tenant, socket=agent.socket, timeout=1.0) as limiter:
-        drain(limiter, SHARED_BUCKET)
+        drain(limiter, server, SHARED_BUCKET)
         started = time.monotonic()
         with pytest.raises(NotAdmitted) as raised:
             limiter.acquire(SHARED_BUCKET, 60)
@@ -78,17 +78,17 @@ def test_without_max_wait_an_acquire_waits_at_most_the_timeout(agent: Agent, ten
 def test_not_admitted_names_the_request_unit_bucket(agent: Agent, server: Server) -> None:
     tenant = server.new_tenant(available=100, refill_rate=1, burst_limit=100)
     with Limiter(tenant, socket=agent.socket) as limiter:
-        drain(limiter, "")
+        drain(limiter, server, "")
         with pytest.raises(NotAdmitted) as raised:
             limiter.acquire("", 50, max_wait=0.3)
         assert raised.value.bucket == ""
         assert "request-unit bucket" in str(raised.value)
 
 
-def test_try_acquire_never_waits_and_says_whether_it_took(agent: Agent, tenant: str) -> None:
+def test_try_acquire_never_waits_and_says_whether_it_took(agent: Agent, server: Server, tenant: str) -> None:
     with Limiter(tenant, socket=agent.socket) as limiter:
         assert limiter.try_acquire(SHARED_BUCKET, 1) is True
-        drain(limiter, SHARED_BUCKET)
+        drain(limiter, server, SHARED_BUCKET)
         started = time.monotonic()
         assert limiter.try_acquire(SHARED_BUCKET, 50) is False
         assert time.monotonic() - started < 1.0
@@ -96,7 +96,7 @@ def test_try_acquire_never_waits_and_says_whether_it_took(agent: Agent, tenant: 
 
 def test_charge_never_waits_and_is_counted(own_agent: Agent, server: Server, tenant: str) -> None:
     with Limiter(tenant, socket=own_agent.socket) as limiter:
-        taken = drain(limiter, SHARED_BUCKET)
+        taken = drain(limiter, server, SHARED_BUCKET)
         started = time.monotonic()
         limiter.charge(SHARED_BUCKET, 300)
         assert time.monotonic() - started < 1.0

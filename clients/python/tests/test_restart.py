@@ -60,10 +60,10 @@ def test_a_call_made_while_the_agent_is_down_succeeds_once_it_is_back(own_agent:
 
 
 def test_an_acquire_waiting_when_the_agent_is_killed_is_admitted_after_the_restart(
-    own_agent: Agent, tenant: str
+    own_agent: Agent, server: Server, tenant: str
 ) -> None:
     with Limiter(tenant, socket=own_agent.socket, timeout=30) as limiter:
-        drain(limiter, SHARED_BUCKET)
+        drain(limiter, server, SHARED_BUCKET)
         # 30 more tokens take seconds to come: the call is waiting when the
         # agent dies. The restarted agent's new bucket admits it.
         call = Background(lambda: limiter.acquire(SHARED_BUCKET, 30, max_wait=20))

@@ -52,7 +52,10 @@ pub struct Options {
     pub bucket: LocalBucketConfig,
     /// What reads, writes, CPU and egress cost.
     pub cost_model: CostModel,
-    /// Give up one attempt of a request after this long (it is retried).
+    /// Give up one attempt of a request after this long at most (it is
+    /// retried). An attempt is given up sooner once answers are known to
+    /// come faster: after twice their usual time, or more when they vary,
+    /// and at least `bucket.min_attempt_timeout`.
     pub request_timeout: Duration,
     /// Give up connecting to the server after this long (and retry).
     pub connect_timeout: Duration,

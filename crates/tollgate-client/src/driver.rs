@@ -14,7 +14,12 @@
 //! it to the gate, where every call on the bucket finds it, logs it once,
 //! and ends, as nothing it could send would be taken.
 //!
-//! Each request goes out with a timeout. After the stop signal the driver
+//! Each attempt of a request is given up when its answer is overdue, by
+//! the bucket's measure of its answer times
+//! ([`tollgate_core::local_bucket::answer_time`]), at most the
+//! controller's `request_timeout`: dropping the call cancels it, so its
+//! answer never reaches the bucket, and the retry carries the same
+//! sequence number. After the stop signal the driver
 //! sends the bucket's final report: shares 0, the consumption not yet
 //! reported, and the tokens it holds given back.
 
@@ -60,6 +65,9 @@ pub(crate) async fn drive(
     loop {
         let (request, wake_at, finished, status) = gate.with_bucket(|inner, now| {
             let outcome = inner.bucket.poll(now);
+            let request = outcome
+                .request
+                .map(|request| (request, inner.bucket.attempt_timeout(request_timeout)));
             for id in outcome.admitted {
                 if let Some((tx, tokens)) = inner.waiters.remove(&id)
                     && tx.send(()).is_err()
@@ -69,7 +77,7 @@ pub(crate) async fn drive(
                 }
             }
             (
-                outcome.request,
+                request,
                 outcome.wake_at,
                 inner.bucket.is_finished(),
                 inner.bucket.status(),
@@ -85,7 +93,7 @@ pub(crate) async fn drive(
         if closing && finished {
             return true;
         }
-        if let Some(request) = request {
+        if let Some((request, timeout)) = request {
             if let Some(metrics) = metrics_of(gate) {
                 metrics.server_requests.inc();
             }
@@ -93,7 +101,7 @@ pub(crate) async fn drive(
                 Arc::clone(&transport),
                 Arc::clone(&bucket),
                 request,
-                request_timeout,
+                timeout,
             ));
         }
         let sleep = async {

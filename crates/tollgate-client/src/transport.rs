@@ -320,6 +320,10 @@ where
 /// Meanwhile the pod runs on its local bucket, then on its fallback rate,
 /// as during any outage.
 ///
+/// A call the pod gave up on (its attempt timed out, and the driver dropped
+/// it) counts as failed: a replica that does not answer in time is left
+/// like one that refuses.
+///
 /// Every failure moves on, whatever its cause: a replica that refuses
 /// (overloaded, shutting down) is worth leaving too, and an answer that
 /// would be the same from every replica (a refusal, which stops the
@@ -367,6 +371,39 @@ impl<T: Transport> FailoverTransport<T> {
             .current
             .compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
     }
+
+    /// Sends `call` to the current replica, and moves on if it fails or is
+    /// given up before it ends.
+    async fn attempt<'a, R, F>(&'a self, call: impl FnOnce(&'a T) -> F) -> Result<R, TransportError>
+    where
+        F: std::future::Future<Output = Result<R, TransportError>>,
+    {
+        let (index, replica) = self.replica();
+        let mut pending = Pending {
+            transport: self,
+            index,
+            ended: false,
+        };
+        let result = call(replica).await;
+        pending.ended = result.is_ok();
+        result
+    }
+}
+
+/// A call to a replica under way: dropped before it ended well (it failed,
+/// or its caller gave it up), it moves the transport to the next replica.
+struct Pending<'a, T: Transport> {
+    transport: &'a FailoverTransport<T>,
+    index: usize,
+    ended: bool,
+}
+
+impl<T: Transport> Drop for Pending<'_, T> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.transport.failed(self.index);
+        }
+    }
 }
 
 #[async_trait]
@@ -376,24 +413,15 @@ impl<T: Transport> Transport for FailoverTransport<T> {
         bucket: &BucketName,
         request: TokenBucketRequest,
     ) -> Result<Grant, TransportError> {
-        let (index, replica) = self.replica();
-        let result = replica.token_bucket(bucket, request).await;
-        if result.is_err() {
-            self.failed(index);
-        }
-        result
+        self.attempt(|replica| replica.token_bucket(bucket, request))
+            .await
     }
 
     async fn partition_load(
         &self,
         call: &PartitionLoadCall,
     ) -> Result<ExchangeAnswer, TransportError> {
-        let (index, replica) = self.replica();
-        let result = replica.partition_load(call).await;
-        if result.is_err() {
-            self.failed(index);
-        }
-        result
+        self.attempt(|replica| replica.partition_load(call)).await
     }
 }
 
@@ -587,6 +615,34 @@ mod tests {
             .expect("wraps");
         assert_eq!(*replicas[0].seqs.lock().expect("lock"), vec![4]);
         assert_eq!(transport.current(), 0);
+    }
+
+    /// A replica that never answers.
+    #[derive(Debug)]
+    struct Silent;
+
+    #[async_trait]
+    impl Transport for Silent {
+        async fn token_bucket(
+            &self,
+            _bucket: &BucketName,
+            _request: TokenBucketRequest,
+        ) -> Result<Grant, TransportError> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_given_up_moves_on_as_a_failed_one_does() {
+        let transport = FailoverTransport::new(vec![Silent, Silent], 0).expect("replicas");
+        let bucket = BucketName::REQUEST_UNITS;
+        let given_up = tokio::time::timeout(
+            Duration::from_millis(250),
+            transport.token_bucket(&bucket, request(1)),
+        )
+        .await;
+        assert!(given_up.is_err(), "no answer");
+        assert_eq!(transport.current(), 1, "the retry goes to the next replica");
     }
 
     #[tokio::test]

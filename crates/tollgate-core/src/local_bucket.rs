@@ -35,8 +35,15 @@
 //! - **When to ask**: at start; when the tokens on hand (with what a trickle
 //!   delivers) would not last `low_tokens_horizon` (1 s) at the current usage;
 //!   when work is queued; `trickle_anticipation` (1 s) before a trickle ends;
-//!   and at least every `report_interval` while there is consumption to report.
-//!   One request is in flight at a time.
+//!   at least every `report_interval` while there is consumption to report;
+//!   when a trickle outruns the pod's use (below); and when the pod holds
+//!   more than half its buffer that the server does not count: what a
+//!   trickle delivered, once it ends, or the rest of one folded into a
+//!   grant made at once (the server counts what it grants at once as
+//!   held, not a trickle's deliveries). Uncounted, such tokens sat beside
+//!   a bucket refilled to its burst; the report says what the pod holds,
+//!   and asks for what it needs, if anything. One request is in flight
+//!   at a time.
 //! - **How much**: `usage × target_request_period + buffer + queued
 //!   − tokens on hand` (the initial allowance not counted until the first
 //!   answer settles it), with usage an EWMA (factor 0.5, per second) of
@@ -53,6 +60,11 @@
 //!   delivers `granted / trickle_duration` per second, holding at most
 //!   `max_burst_tokens` unused; what arrives beyond that is discarded. A new
 //!   grant folds the undelivered rest of the previous trickle into itself.
+//!   A trickle that outruns the pod's use (the bucket full, nobody
+//!   waiting, delivering faster than the pod's usage) is ended: the next
+//!   request asks for nothing and gives back what it has yet to deliver,
+//!   which the tenant's bucket takes back, rather than the pod discarding
+//!   it as it arrives (refill lost to the tenant).
 //! - **Debt**: work charged after the fact (bytes read, CPU) is debt, paid
 //!   from the bucket evenly over `debt_spread` (2 s) rather than at once, so
 //!   a CPU report does not stall every waiting request.
@@ -65,7 +77,10 @@
 //! - **Retries** repeat the request, sequence number included (only the
 //!   fallback tokens grow, above), so the server answers a retry of a
 //!   request it already served with the same grant and counts nothing
-//!   twice. Failed attempts back off exponentially.
+//!   twice. Failed attempts back off exponentially. An attempt is given
+//!   up when its answer is overdue: after a wait measured from the pod's
+//!   answer times, not a fixed timeout ([`answer_time`]), so a lost
+//!   message costs a pod a few round trips, not seconds.
 //! - **Refusal**: an answer no retry changes (the bucket does not exist,
 //!   the pod may not use it, its lease was superseded) stops the bucket for
 //!   good ([`LocalBucket::on_refusal`]): it admits nothing more, leaves the
@@ -88,6 +103,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub mod answer_time;
+
+use self::answer_time::AnswerTime;
 use crate::consumption::Consumption;
 use crate::global_bucket::{Grant, InstanceId, MAX_FALLBACK_DURATION, TokenBucketRequest};
 use crate::pushback::pushback_wait;
@@ -103,9 +121,14 @@ const MAX_BACKLOG_EXPONENT: f64 = 30.0;
 const MAX_SHARES: f64 = 1e12;
 /// Less than this is not worth a request to give back.
 const RETURN_EPSILON: f64 = 1e-6;
+/// A trickle delivering more than this many times the pod's use into a
+/// full bucket nobody waits on is ended and its rest given back.
+const TRICKLE_OUTRUN_FACTOR: f64 = 1.0;
 /// A pod's initial allowance when nothing better is known: small, so that
 /// a pod of a small tenant does not start on more than its bucket holds.
 pub const DEFAULT_INITIAL_TOKENS: f64 = 10.0;
+/// The shortest wait for an answer before an attempt is given up.
+pub const DEFAULT_MIN_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// The knobs of a pod's local bucket. The defaults follow CockroachDB's client.
 #[derive(Clone, Debug, PartialEq)]
@@ -143,6 +166,14 @@ pub struct LocalBucketConfig {
     pub retry_initial_backoff: Duration,
     /// Longest wait between attempts.
     pub retry_max_backoff: Duration,
+    /// The shortest wait for an attempt's answer before it is given up
+    /// and sent again ([`LocalBucket::attempt_timeout`]): above a store's
+    /// slowest answers under normal load. The default, 250 ms, is five
+    /// times the slowest answer measured of the PostgreSQL store at its
+    /// maximum rate (30 ms; 43 ms with one request per transaction,
+    /// BENCHMARKS.md) and of an overloaded server's answered attempts
+    /// (47 ms at 5× its capacity).
+    pub min_attempt_timeout: Duration,
 }
 
 impl Default for LocalBucketConfig {
@@ -162,6 +193,7 @@ impl Default for LocalBucketConfig {
             empty_grant_retry: Duration::from_secs(1),
             retry_initial_backoff: Duration::from_millis(100),
             retry_max_backoff: Duration::from_secs(5),
+            min_attempt_timeout: DEFAULT_MIN_ATTEMPT_TIMEOUT,
         }
     }
 }
@@ -188,6 +220,7 @@ impl LocalBucketConfig {
             ("empty_grant_retry", self.empty_grant_retry),
             ("retry_initial_backoff", self.retry_initial_backoff),
             ("retry_max_backoff", self.retry_max_backoff),
+            ("min_attempt_timeout", self.min_attempt_timeout),
         ];
         for (field, value) in positive {
             if value.is_zero() {
@@ -288,6 +321,8 @@ struct Waiter {
 struct InFlight {
     request: TokenBucketRequest,
     first_sent_at: Timestamp,
+    /// When its latest attempt went out: its answer time is measured from it.
+    sent_at: Timestamp,
     /// Set while the last attempt failed: when to try again.
     retry_at: Option<Timestamp>,
     failures: u32,
@@ -322,6 +357,7 @@ pub struct LocalBucket {
 
     seq: u64,
     in_flight: Option<InFlight>,
+    answer_time: AnswerTime,
     /// What the server last said a new pod of this bucket may start on.
     initial_allowance: Option<f64>,
     /// The initial allowance, until the first answer settles it.
@@ -346,6 +382,7 @@ pub struct LocalBucket {
     granted_total: f64,
     charged_total: f64,
     discarded_total: f64,
+    unreported_holding: bool,
     fallback_total: f64,
 }
 
@@ -392,6 +429,7 @@ impl LocalBucket {
             next_waiter: 0,
             seq: 0,
             in_flight: None,
+            answer_time: AnswerTime::default(),
             initial_allowance: None,
             allowance: initial,
             allowance_due: 0.0,
@@ -407,6 +445,7 @@ impl LocalBucket {
             granted_total: 0.0,
             charged_total: 0.0,
             discarded_total: 0.0,
+            unreported_holding: false,
             fallback_total: 0.0,
             config,
         })
@@ -594,6 +633,8 @@ impl LocalBucket {
         let Some(in_flight) = self.in_flight.take() else {
             return false;
         };
+        self.answer_time
+            .record(now.duration_since(in_flight.sent_at));
         if !self.answered {
             self.settle_allowance();
         }
@@ -624,10 +665,7 @@ impl LocalBucket {
             0.0
         };
         self.granted_total += granted;
-        let undelivered = self
-            .trickle
-            .take()
-            .map_or(0.0, |trickle| trickle.undelivered(now));
+        let undelivered = self.end_trickle(now);
         let total = granted + undelivered;
         // Timestamps count whole microseconds: the rate is computed over
         // the rounded duration so that every granted token arrives.
@@ -635,6 +673,9 @@ impl LocalBucket {
         let duration = until.seconds_since(now);
         if duration <= 0.0 {
             self.tokens += total;
+            if undelivered > 0.0 {
+                self.unreported_holding = true;
+            }
         } else {
             let half = now.saturating_add(grant.trickle_duration / 2);
             let anticipated = until.saturating_sub(self.config.trickle_anticipation);
@@ -651,6 +692,18 @@ impl LocalBucket {
             None
         };
         true
+    }
+
+    /// How long to wait for the answer to the attempt just sent before
+    /// giving it up (it fails, and is sent again after its backoff): from
+    /// the answer times measured so far, doubled for each attempt of the
+    /// request given up or failed in a row, at least
+    /// [`LocalBucketConfig::min_attempt_timeout`] and at most `longest`
+    /// (see [`answer_time`]).
+    pub fn attempt_timeout(&self, longest: Duration) -> Duration {
+        let failed = self.in_flight.as_ref().map_or(0, |f| f.failures);
+        self.answer_time
+            .attempt_timeout(failed, self.config.min_attempt_timeout, longest)
     }
 
     /// Request `seq` failed (transport error, timeout, error status). It is
@@ -883,6 +936,9 @@ impl LocalBucket {
             self.add_capped(delivered, cap);
             if ends {
                 self.trickle = None;
+                // What it delivered and the pod still holds, the server
+                // does not count until the pod says so.
+                self.unreported_holding = true;
             }
         } else if self.fallback_active {
             let before = self.tokens;
@@ -1006,6 +1062,29 @@ impl LocalBucket {
         (want - (self.on_hand(now) - self.allowance)).clamp(0.0, MAX_TOKENS)
     }
 
+    /// True when a trickle delivers into a full bucket that nobody waits
+    /// on, at more than [`TRICKLE_OUTRUN_FACTOR`] times the pod's use: its
+    /// demand fell, and what arrives beyond the cap would be discarded,
+    /// lost to the tenant.
+    fn trickle_outran(&self) -> bool {
+        let Some(trickle) = &self.trickle else {
+            return false;
+        };
+        trickle.cap > 0.0
+            && self.waiters.is_empty()
+            && self.tokens + self.lent >= trickle.cap - RETURN_EPSILON
+            && trickle.rate > TRICKLE_OUTRUN_FACTOR * self.usage_rate
+    }
+
+    /// Ends the trickle, if any, and returns what it had yet to deliver
+    /// (folded into a new grant, or given back when it outran the pod's
+    /// use).
+    fn end_trickle(&mut self, now: Timestamp) -> f64 {
+        self.trickle
+            .take()
+            .map_or(0.0, |trickle| trickle.undelivered(now).max(0.0))
+    }
+
     fn request_due(&self, now: Timestamp) -> bool {
         if self.refused {
             return false;
@@ -1027,6 +1106,12 @@ impl LocalBucket {
         }
         if self.empty_until.is_some_and(|until| now < until) {
             return false;
+        }
+        if self.trickle_outran() {
+            return true;
+        }
+        if self.unreported_holding && self.held() > 0.5 * self.buffer() {
+            return true;
         }
         if self.tokens_needed(now) <= 0.0 {
             return false;
@@ -1058,6 +1143,7 @@ impl LocalBucket {
                 return None;
             }
             in_flight.retry_at = None;
+            in_flight.sent_at = now;
             // A retry carries the fallback used since the first attempt: if
             // that attempt never reached the bucket, the bucket is charged
             // for it before it grants, not a request later (the first
@@ -1077,7 +1163,10 @@ impl LocalBucket {
         if !self.request_due(now) {
             return None;
         }
-        let requested = if self.closed {
+        // A pod whose trickle outran its use asks for nothing more: it
+        // ends the trickle and gives back its rest.
+        let outran = !self.closed && self.trickle_outran();
+        let requested = if self.closed || outran {
             0.0
         } else {
             self.tokens_needed(now)
@@ -1096,7 +1185,8 @@ impl LocalBucket {
             self.fallback_since = None;
         }
         let returned_tokens = if !self.closed {
-            self.excess_to_return()
+            let rest = if outran { self.end_trickle(now) } else { 0.0 };
+            rest + self.excess_to_return()
         } else if !self.returned {
             // The final report gives back what the pod will never use.
             let returned = self.returnable(now);
@@ -1127,9 +1217,11 @@ impl LocalBucket {
             fallback_duration,
         };
         self.last_request_at = Some(now);
+        self.unreported_holding = false;
         self.in_flight = Some(InFlight {
             request: request.clone(),
             first_sent_at: now,
+            sent_at: now,
             retry_at: None,
             failures: 0,
         });

@@ -29,8 +29,11 @@ const REPLICAS: usize = 3;
 const CALLERS: usize = 32;
 const KEYS: usize = 10;
 const RUN: Duration = Duration::from_secs(20);
-const REFILL_RATE: f64 = 40.0;
-const BURST_LIMIT: f64 = 20.0;
+/// Low enough that 32 callers outrun it on a slow machine too: at 5 per
+/// second a key admits at most 110 checks in the run, and even a loaded
+/// machine answers thousands.
+const REFILL_RATE: f64 = 5.0;
+const BURST_LIMIT: f64 = 10.0;
 
 /// What one caller saw of one check.
 #[derive(Clone, Debug)]
@@ -189,7 +192,8 @@ async fn three_replicas_admit_exactly_what_one_bucket_per_key_admits() {
     );
     assert!(
         seen.len() > admitted && admitted > 0,
-        "the keys were hammered past their limits"
+        "the keys were hammered past their limits: {} checks, {admitted} admitted",
+        seen.len()
     );
     for (key, checks) in &per_key {
         assert_within_the_bucket(*key, checks);

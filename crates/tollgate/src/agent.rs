@@ -111,6 +111,18 @@ pub struct AgentArgs {
     )]
     initial_tokens: f64,
 
+    /// The shortest wait for the server's answer before an attempt is
+    /// given up and sent again. The agent waits twice its usual answer
+    /// time (more when answers vary), at least this, at most 5 s. Raise it
+    /// when the server's store answers slower than this under normal load.
+    #[arg(
+        long,
+        env = "TOLLGATE_AGENT_MIN_ATTEMPT_TIMEOUT",
+        value_name = "DURATION",
+        default_value_t = tollgate_client::LocalBucketConfig::default().min_attempt_timeout.into()
+    )]
+    min_attempt_timeout: humantime::Duration,
+
     /// Also serve Envoy's rate limit service (envoy.service.ratelimit.v3)
     /// on this TCP address: a lone generic_key descriptor is answered from
     /// the tenant's shared bucket of that name, locally; other descriptors
@@ -202,11 +214,17 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut options = AgentOptions::new(args.server.clone(), instance_id);
     options.max_wait = args.max_wait;
     options.client.bucket.initial_tokens = args.initial_tokens;
-    options
-        .client
-        .bucket
-        .validate()
-        .map_err(|e| anyhow::anyhow!("--initial-tokens: {}", e.reason))?;
+    options.client.bucket.min_attempt_timeout = args.min_attempt_timeout.into();
+    options.client.bucket.validate().map_err(|e| {
+        // The flags that set the bucket's settings; any other setting is
+        // named as it is.
+        let flag = match e.field.as_str() {
+            "min_attempt_timeout" => "--min-attempt-timeout",
+            "initial_tokens" => "--initial-tokens",
+            other => other,
+        };
+        anyhow::anyhow!("{flag}: {}", e.reason)
+    })?;
     options.access = access;
     options.pod_token = pod_token;
     options.journal = Some(journal);

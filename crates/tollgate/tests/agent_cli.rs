@@ -209,6 +209,10 @@ fn flags_that_cannot_work_are_refused_naming_them() {
         ),
         (vec!["--socket", socket, "--max-wait", "2h"], "--max-wait"),
         (
+            vec!["--socket", socket, "--min-attempt-timeout", "0s"],
+            "--min-attempt-timeout",
+        ),
+        (
             vec!["--socket", socket, "--access", "/nonexistent.toml"],
             "--access",
         ),

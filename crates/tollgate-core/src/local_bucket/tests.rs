@@ -156,10 +156,48 @@ fn throttling_delivers_a_trickle_at_its_rate() {
 #[test]
 fn unused_trickle_tokens_beyond_max_burst_are_discarded() {
     let mut b = started(trickle(1000.0, 10.0, 150.0), 0.0);
-    b.poll(at(2.0)); // capped at 150 meanwhile
-    b.poll(at(6.0));
-    assert_close(b.status().tokens, 150.0);
-    assert!(b.status().discarded_tokens > 0.0);
+    // Nothing polls for 6 s: 600 arrive, 150 are kept.
+    let request = b
+        .poll(at(6.0))
+        .request
+        .expect("the trickle outran the pod's use");
+    assert_close(b.status().discarded_tokens, 450.0);
+    // The 400 still to come go back, and what it holds beyond its buffer.
+    assert_close(request.returned_tokens, 400.0 + 50.0);
+}
+
+#[test]
+fn a_trickle_that_outruns_the_pods_use_is_ended_and_its_rest_given_back() {
+    // 100/s for 10 s, at most 150 held; the pod uses nothing.
+    let mut b = started(trickle(1000.0, 10.0, 150.0), 0.0);
+    assert!(
+        b.poll(at(1.0)).request.is_none(),
+        "100 of 150: not full yet"
+    );
+    let request = b
+        .poll(at(2.0))
+        .request
+        .expect("a full bucket nobody uses: the trickle is ended");
+    // The 800 still to come go back, and what it holds beyond its buffer.
+    assert_close(request.returned_tokens, 800.0 + 50.0);
+    assert_close(request.held_tokens, 100.0);
+    assert_eq!(request.requested_tokens, 0.0);
+    assert_eq!(b.status().trickle_rate, 0.0);
+    assert!(b.on_response(request.seq, &immediate(0.0), at(2.1)));
+    b.poll(at(5.0));
+    assert_close(b.status().tokens, 100.0);
+}
+
+#[test]
+fn a_trickle_the_pod_uses_as_it_comes_runs_to_its_end() {
+    let mut b = started(trickle(1000.0, 10.0, 150.0), 0.0);
+    for s in 1..=8 {
+        let t = f64::from(s);
+        assert_eq!(b.acquire(100.0, at(t)).expect("valid"), Admission::Admitted);
+        let request = b.poll(at(t)).request;
+        assert!(request.is_none(), "at {t} s: {request:?}");
+    }
+    assert_close(b.status().trickle_rate, 100.0);
 }
 
 #[test]
@@ -181,6 +219,46 @@ fn trickle_anticipation_asks_one_second_before_the_end_and_folds_the_rest() {
     // Answered at 9.5 with a new trickle: the 50 tokens still due fold in.
     assert!(b.on_response(2, &trickle(1000.0, 10.0, 2000.0), at(9.5)));
     assert_close(b.status().trickle_rate, 105.0);
+}
+
+#[test]
+fn a_trickles_rest_folded_into_a_grant_made_at_once_is_reported() {
+    let mut b = started(trickle(1000.0, 10.0, 2000.0), 0.0);
+    for s in 1..=8 {
+        let t = f64::from(s);
+        b.acquire(100.0, at(t)).expect("valid");
+        assert!(b.poll(at(t)).request.is_none());
+    }
+    let second = b
+        .poll(at(9.0))
+        .request
+        .expect("asks 1 s before the trickle ends");
+    // Answered at once: the 50 still due arrive with it, and the server,
+    // which counts only what it granted, learns of them from a report.
+    assert!(b.on_response(second.seq, &immediate(1000.0), at(9.5)));
+    let report = b.poll(at(9.5)).request.expect("reports what it now holds");
+    // 150 on hand at 9.5 (900 delivered, 800 used), 1 000 granted, 50 folded.
+    assert_close(
+        report.held_tokens + report.returned_tokens,
+        150.0 + 1000.0 + 50.0,
+    );
+    assert!(b.on_response(report.seq, &immediate(0.0), at(9.6)));
+    assert!(b.poll(at(9.7)).request.is_none());
+}
+
+#[test]
+fn a_pod_holding_what_a_trickle_delivered_reports_it_when_the_trickle_ends() {
+    // 100/s for 2 s, far below the cap; the pod uses none of it.
+    let mut b = started(trickle(200.0, 2.0, 1000.0), 0.0);
+    assert!(b.poll(at(1.0)).request.is_none());
+    let report = b
+        .poll(at(2.0))
+        .request
+        .expect("the trickle ended: a report");
+    assert_close(report.held_tokens + report.returned_tokens, 200.0);
+    assert_eq!(report.requested_tokens, 0.0);
+    assert!(b.on_response(report.seq, &immediate(0.0), at(2.1)));
+    assert!(b.poll(at(3.0)).request.is_none());
 }
 
 #[test]
@@ -211,8 +289,8 @@ fn debt_is_paid_over_two_seconds_without_stalling() {
 #[test]
 fn a_request_larger_than_the_bucket_can_hold_runs_into_debt() {
     let mut b = started(trickle(2000.0, 20.0, 200.0), 0.0);
-    b.poll(at(2.0)); // 200 on hand (the cap)
-    // Admitted at once: the bucket holds all a trickle with cap 200 ever can.
+    // 200 on hand at 2 s (the cap). Admitted at once: the bucket holds all
+    // a trickle with cap 200 ever can.
     assert_eq!(
         b.acquire(1000.0, at(2.0)).expect("valid"),
         Admission::Admitted
@@ -767,4 +845,61 @@ fn an_overloaded_servers_pushback_delays_the_retry_between_one_and_two_hints() {
             .expect("retried by two hints");
         assert_eq!(retry, first, "the same request, for deduplication");
     }
+}
+
+#[test]
+fn an_attempt_is_given_up_after_the_pods_own_answer_times_doubled_per_failure() {
+    const LONGEST: Duration = Duration::from_secs(5);
+    let mut b = bucket(config());
+    let first = b.poll(at(0.0)).request.expect("first");
+    assert_eq!(
+        b.attempt_timeout(LONGEST),
+        answer_time::FIRST_ATTEMPT_TIMEOUT,
+        "nothing measured yet"
+    );
+    // Answers in 300 ms, steadily: the wait settles at twice that.
+    b.on_response(first.seq, &immediate(0.0), at(0.3));
+    let mut now = 0.3;
+    for _ in 0..100 {
+        now += 2.0;
+        b.acquire(1.0, at(now)).expect("valid");
+        let Some(request) = b.poll(at(now)).request else {
+            continue;
+        };
+        b.on_response(request.seq, &immediate(0.0), at(now + 0.3));
+        now += 0.3;
+    }
+    let settled = b.attempt_timeout(LONGEST);
+    assert!(
+        (settled.as_secs_f64() - 0.6).abs() < 0.01,
+        "{settled:?}: twice the answer time"
+    );
+    // A request whose attempts are given up: each waits twice the last,
+    // and the retry is the same request.
+    now += 2.0;
+    b.acquire(1.0, at(now)).expect("valid");
+    let request = b.poll(at(now)).request.expect("asks");
+    let mut wait = b.attempt_timeout(LONGEST);
+    for _ in 0..5 {
+        now += wait.as_secs_f64();
+        assert!(b.on_failure(request.seq, at(now), 0.0, None));
+        now += 5.0; // past any backoff
+        let retry = b.poll(at(now)).request.expect("retried");
+        assert_eq!(retry.seq, request.seq);
+        let next = b.attempt_timeout(LONGEST);
+        assert_eq!(next, (wait * 2).min(LONGEST));
+        wait = next;
+    }
+    assert_eq!(wait, LONGEST);
+    // An answer ends the doubling; a slow one moves the measure only by
+    // its weight.
+    b.on_response(request.seq, &immediate(10.0), at(now + 0.3));
+    let after = b.attempt_timeout(LONGEST);
+    assert!((after.as_secs_f64() - 0.6).abs() < 0.01, "{after:?}");
+    // The floor holds against answers faster than a store's tail.
+    let floor = LocalBucketConfig::default().min_attempt_timeout;
+    let mut fast = bucket(config());
+    let request = fast.poll(at(0.0)).request.expect("first");
+    fast.on_response(request.seq, &immediate(0.0), at(0.001));
+    assert_eq!(fast.attempt_timeout(LONGEST), floor);
 }
