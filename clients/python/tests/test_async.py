@@ -10,7 +10,7 @@ from typing import Optional
 
 import grpc
 import pytest
-from conftest import PER_KEY_BUCKET, SHARED_BUCKET, Agent, Server, consumed, server_is_dry
+from conftest import PER_KEY_BUCKET, SHARED_BUCKET, SLOW_BUCKET, Agent, Server, consumed, server_is_dry
 
 from tollgate_agent import (
     AsyncAcquisition,
@@ -22,19 +22,22 @@ from tollgate_agent import (
 )
 
 
-async def _drain(limiter: AsyncLimiter, server: Server) -> None:
+async def _drain(limiter: AsyncLimiter, server: Server, bucket: str) -> None:
     """conftest.drain, awaited."""
     quiet_since: Optional[float] = None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        held = math.floor((await limiter.status(SHARED_BUCKET)).tokens)
+        held = math.floor((await limiter.status(bucket)).tokens)
         if held >= 5:
             quiet_since = None
-            await limiter.try_acquire(SHARED_BUCKET, held)
+            await limiter.try_acquire(bucket, held)
         elif quiet_since is None:
             quiet_since = time.monotonic()
         elif time.monotonic() - quiet_since >= 0.3:
-            if server_is_dry(server, limiter.tenant, SHARED_BUCKET):
+            if (
+                server_is_dry(server, limiter.tenant, bucket)
+                and (await limiter.status(bucket)).tokens < 5
+            ):
                 return
             quiet_since = None
         else:
@@ -89,12 +92,12 @@ def test_async_with_gives_the_tokens_back_when_the_work_raises(own_agent: Agent,
 def test_async_max_wait_raises_not_admitted(agent: Agent, server: Server, tenant: str) -> None:
     async def scenario() -> None:
         async with AsyncLimiter(tenant, socket=agent.socket) as limiter:
-            await _drain(limiter, server)
+            await _drain(limiter, server, SLOW_BUCKET)
             started = time.monotonic()
             with pytest.raises(NotAdmitted) as raised:
-                await limiter.acquire(SHARED_BUCKET, 60, max_wait=0.5)
+                await limiter.acquire(SLOW_BUCKET, 60, max_wait=0.5)
             assert time.monotonic() - started < 5
-            assert (raised.value.tenant, raised.value.bucket, raised.value.tokens) == (tenant, SHARED_BUCKET, 60)
+            assert (raised.value.tenant, raised.value.bucket, raised.value.tokens) == (tenant, SLOW_BUCKET, 60)
             assert raised.value.waited >= 0.4
 
     asyncio.run(scenario())
@@ -104,17 +107,17 @@ def test_a_cancelled_async_acquire_leaves_the_queue(agent: Agent, server: Server
     async def waiters(limiter: AsyncLimiter, expected: int) -> Status:
         deadline = time.monotonic() + 10
         while True:
-            status = await limiter.status(SHARED_BUCKET)
+            status = await limiter.status(SLOW_BUCKET)
             if status.waiters == expected or time.monotonic() > deadline:
                 return status
             await asyncio.sleep(0.05)
 
     async def scenario() -> None:
         async with AsyncLimiter(tenant, socket=agent.socket) as limiter:
-            await _drain(limiter, server)
+            await _drain(limiter, server, SLOW_BUCKET)
 
             async def wait_for_tokens() -> AsyncAcquisition:
-                return await limiter.acquire(SHARED_BUCKET, 90, max_wait=60)
+                return await limiter.acquire(SLOW_BUCKET, 90, max_wait=60)
 
             task = asyncio.ensure_future(wait_for_tokens())
             assert (await waiters(limiter, 1)).waiters == 1

@@ -714,7 +714,7 @@ impl Pod {
             };
             let (status, refusal) = bucket
                 .gate
-                .with_bucket(|inner, _| (inner.bucket.status(), inner.refusal.clone()));
+                .with_bucket(|inner, now| (inner.bucket.status_at(now), inner.refusal.clone()));
             reports.push(BucketReport {
                 bucket: bucket.name.clone(),
                 consumption_reported: reported,

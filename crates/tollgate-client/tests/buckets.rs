@@ -570,3 +570,29 @@ async fn a_cancelled_claim_on_a_bucket_gives_it_back() {
     // The 40 are there for the next claim, not stuck behind the cancelled one.
     emails.acquire(40.0).await.expect("admitted");
 }
+
+#[tokio::test(start_paused = true)]
+async fn status_counts_what_a_trickle_delivered_since_the_bucket_last_moved() {
+    // An empty bucket refilling at 10 a second: what the pod asks for
+    // comes as a trickle.
+    let server = Server::new()
+        .with("", 0.0, 0.0, 0.0)
+        .with("schedule-email", 10.0, 1000.0, 0.0);
+    let controller = pod(&server, 0.0);
+    let emails = controller.bucket("schedule-email").expect("valid name");
+    emails.acquire(5.0).await.expect("the trickle brings 5");
+    let trickle = emails.status();
+    assert!(trickle.trickle_rate > 0.0, "no trickle: {trickle:?}");
+    // Nothing touches the bucket for a second: what reads its status sees
+    // the second's tokens, as the next acquisition would.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let later = emails.status();
+    assert!(
+        later.tokens >= trickle.tokens + 0.9 * trickle.trickle_rate,
+        "status stayed at {} after a second of a {}/s trickle",
+        later.tokens,
+        trickle.trickle_rate
+    );
+    assert!(emails.try_acquire(later.tokens).expect("valid"));
+    controller.shutdown().await;
+}

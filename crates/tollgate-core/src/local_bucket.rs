@@ -849,6 +849,8 @@ impl LocalBucket {
         &self.unreported
     }
 
+    /// The bucket as of its last event (an acquisition, a poll, an
+    /// answer); [`LocalBucket::status_at`] brings it to a time first.
     pub fn status(&self) -> LocalBucketStatus {
         LocalBucketStatus {
             tokens: self.tokens + self.lent,
@@ -865,6 +867,15 @@ impl LocalBucket {
             discarded_tokens: self.discarded_total,
             fallback_tokens: self.fallback_total,
         }
+    }
+
+    /// The bucket at `now`: what a trickle, the fallback rate or the
+    /// repayment of a debt moved since its last event is counted, as the
+    /// next acquisition would count it. Waiters are admitted by the next
+    /// [`LocalBucket::poll`], not here.
+    pub fn status_at(&mut self, now: Timestamp) -> LocalBucketStatus {
+        self.advance(now);
+        self.status()
     }
 
     /// The pod's shares: usage EWMA plus the age-weighted backlog.
