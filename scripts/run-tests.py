@@ -85,9 +85,19 @@ def build():
     return binaries
 
 
+def is_test_binary(command):
+    """Whether `command` is a test binary cargo built, not cargo or bash."""
+    return command[0] not in ("cargo", "bash")
+
+
 def run(label, command, directory, args):
     """Runs one binary; its exit status, output and seconds."""
-    env = dict(os.environ, CARGO_MANIFEST_DIR=str(directory))
+    env = dict(os.environ)
+    # A test binary reads its package's directory as cargo test would set
+    # it. Cargo itself must not see it: build scripts that watch the
+    # variable (ring's) would rebuild, and with them half the workspace.
+    if is_test_binary(command):
+        env["CARGO_MANIFEST_DIR"] = str(directory)
     started = time.monotonic()
     with tempfile.TemporaryFile(mode="w+") as out:
         status = subprocess.run(
@@ -163,7 +173,7 @@ def main():
 
     def arguments(command):
         """The test binary arguments go to binaries, not to cargo or bash."""
-        return [] if command[0] in ("cargo", "bash") else args
+        return args if is_test_binary(command) else []
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {
