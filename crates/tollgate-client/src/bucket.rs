@@ -159,7 +159,8 @@ impl Bucket {
 
     /// This bucket's local bucket as it is now.
     pub(crate) fn status(&self) -> LocalBucketStatus {
-        self.gate.with_bucket(|inner, now| inner.bucket.status_at(now))
+        self.gate
+            .with_bucket(|inner, now| inner.bucket.status_at(now))
     }
 
     /// What the server last said a new pod of this bucket may start on.
