@@ -26,8 +26,11 @@ from tollgate_agent._proto.tollgate.agent.v1 import agent_pb2
 from tollgate_agent._proto.tollgate.v1 import key_limits_pb2
 
 
-# Less time left than this, and a retried call gives up.
-_LAST_ATTEMPT = 0.01
+# The least time an attempt is given. With less left, a retried call
+# gives up with the last answer it had: an attempt cut off by the call's
+# deadline would end as DEADLINE_EXCEEDED (for an acquisition, "not
+# admitted") although the agent had answered UNAVAILABLE.
+_LAST_ATTEMPT = 0.1
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,8 @@ class Retrying:
             delay = m.backoff(self.retries)
             self.retries += 1
             # Near the deadline, wait less, so that one more attempt is made
-            # before it.
-            return min(delay, remaining / 2)
+            # before it, with at least _LAST_ATTEMPT to run.
+            return min(delay, remaining - _LAST_ATTEMPT)
         return None
 
     def error_for(self, error: BaseException) -> TollgateError:
