@@ -8,6 +8,8 @@
 
 mod support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -144,26 +146,34 @@ async fn create_racing(admin: &mut v1::admin_client::AdminClient<tonic::transpor
 /// Issue item 3: pods keep sending while the tenant is deleted and
 /// created again every 10 ms. Every request sees the tenant before or
 /// after a delete: served, or refused as deleted (never re-creating it),
-/// and the instance list is whole at the end.
+/// and the instance list is whole at the end. The race runs until it has
+/// served 50 requests across 5 deletes, however slow the machine (at most
+/// 30 s), rather than for a fixed time.
 async fn requests_racing_delete_tenant_see_it_before_or_after(backend: Backend) {
     let server = TestServer::new(backend, BucketSettings::default()).await;
     let mut admin = server.admin().await;
     create_racing(&mut admin).await;
     let channel = server.channel().await;
-    let stop_at = tokio::time::Instant::now() + Duration::from_millis(1500);
+    let give_up_at = tokio::time::Instant::now() + Duration::from_secs(30);
+    let served_so_far = Arc::new(AtomicU64::new(0));
+    let racing = Arc::new(AtomicBool::new(true));
     let pods = (1..=8u32).map(|instance| {
         let mut pods =
             v1::token_bucket_service_client::TokenBucketServiceClient::new(channel.clone());
+        let (served_so_far, racing) = (served_so_far.clone(), racing.clone());
         tokio::spawn(async move {
             let (mut served, mut refused) = (0u64, 0u64);
             let mut seq = 0;
-            while tokio::time::Instant::now() < stop_at {
+            while racing.load(Ordering::Relaxed) {
                 seq += 1;
                 match pods
                     .token_bucket(pod_request("racing", instance, "lease", seq))
                     .await
                 {
-                    Ok(_) => served += 1,
+                    Ok(_) => {
+                        served += 1;
+                        served_so_far.fetch_add(1, Ordering::Relaxed);
+                    }
                     Err(status)
                         if status.code() == Code::NotFound
                             && status.message().contains("was deleted at") =>
@@ -178,7 +188,9 @@ async fn requests_racing_delete_tenant_see_it_before_or_after(backend: Backend) 
     });
     let pods: Vec<_> = pods.collect();
     let mut deletes = 0;
-    while tokio::time::Instant::now() < stop_at {
+    while (served_so_far.load(Ordering::Relaxed) <= 50 || deletes <= 5)
+        && tokio::time::Instant::now() < give_up_at
+    {
         match admin
             .delete_tenant(v1::DeleteTenantRequest {
                 tenant_id: "racing".into(),
@@ -193,6 +205,7 @@ async fn requests_racing_delete_tenant_see_it_before_or_after(backend: Backend) 
         create_racing(&mut admin).await;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    racing.store(false, Ordering::Relaxed);
     let (mut served, mut refused) = (0, 0);
     for pod in pods {
         let (s, r) = pod.await.expect("pod task");
