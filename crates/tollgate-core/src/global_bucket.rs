@@ -68,6 +68,13 @@
 //!   are still old. It asks again soon, when their shares are known, and
 //!   the split evens out within the period (measured on generated
 //!   workloads: sim/README.md, "Bursts").
+//! - **Short trickles after a drop in shares** ([`GrantPolicy::Shares`]):
+//!   the same when a pod's shares fell to a quarter or less, at an even
+//!   split of the refill rate at least. When many pods' demand falls at
+//!   once (a burst ending), the first to ask would otherwise get a
+//!   sliver of the rate against the others' old shares for a whole
+//!   period while its queue waits, and the refill nobody was handed is
+//!   lost once the bucket fills (sim/README.md, "Demand falling at once").
 //! - **Commitments**: every trickle is taken from the bucket in advance.
 //!   The part of it that future refill pays for is a commitment; the tokens
 //!   the bucket held when it granted the trickle are not (counting them
@@ -198,6 +205,10 @@ const MIN_TRICKLE_SECS: f64 = 1.0;
 /// Shares at least this many times a pod's last ones are a jump: its
 /// trickle is at most [`JUMP_TRICKLE_PERIODS`] of the period.
 const SHARES_JUMP_FACTOR: f64 = 2.0;
+/// Shares this many times below a pod's last ones are a drop: its trickle
+/// is short too, at an even split of the rate at least. Measured at 2 and
+/// 4 on the simulator's corpus (sim/README.md, "Demand falling at once").
+const SHARES_DROP_FACTOR: f64 = 4.0;
 /// The longest trickle after a jump in shares, in target request periods.
 const JUMP_TRICKLE_PERIODS: f64 = 0.25;
 /// How many times their shares per second the parts count pods as using
@@ -1263,9 +1274,7 @@ fn serve(
     })?;
     // A member draws once per draw period whatever its trickle: only a
     // pod that asks when it runs short asks again sooner.
-    let shares_jumped = requester == Requester::Pod
-        && req.shares > 0.0
-        && req.shares >= SHARES_JUMP_FACTOR * instance.shares;
+    let shares_change = SharesChange::of(requester, instance.shares, req.shares);
     tenant.members.share_sum = (tenant.members.share_sum - instance.shares + req.shares).max(0.0);
     instance.shares = req.shares;
     tenant.state.release_held(instance, now);
@@ -1315,7 +1324,7 @@ fn serve(
         config,
         still_committed,
         cap,
-        shares_jumped,
+        shares_change,
     );
     if cap < req.requested_tokens && grant.trickle_duration < req.target_request_period {
         // The budget binds: what it allows goes out over the whole period
@@ -1527,6 +1536,37 @@ pub fn sums_agree(kept: f64, summed: f64) -> bool {
     (kept - summed).abs() <= 1e-6 * summed.abs().max(1.0)
 }
 
+/// How a pod's shares moved since its last request. Its fraction of the
+/// refill rate is taken against its peers' shares as they last reported
+/// them, which lag when many pods' demand moves at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SharesChange {
+    /// Within a factor of [`SHARES_JUMP_FACTOR`] either way.
+    Steady,
+    /// At least doubled (or a new pod's first request): against its peers'
+    /// old shares it would take most of the rate.
+    Jumped,
+    /// Fallen to a quarter or less: against its peers' old shares, still
+    /// high if their demand fell too, it would get a sliver of the rate for
+    /// a whole period, and the refill nobody was handed would be lost once
+    /// the bucket fills.
+    Dropped,
+}
+
+impl SharesChange {
+    fn of(requester: Requester, before: f64, now: f64) -> SharesChange {
+        if requester != Requester::Pod || now <= 0.0 {
+            SharesChange::Steady
+        } else if now >= SHARES_JUMP_FACTOR * before {
+            SharesChange::Jumped
+        } else if now * SHARES_DROP_FACTOR <= before {
+            SharesChange::Dropped
+        } else {
+            SharesChange::Steady
+        }
+    }
+}
+
 /// This instance's fraction of the refill rate.
 fn fraction(members: &Membership, shares: f64) -> f64 {
     if members.share_sum > 0.0 {
@@ -1552,8 +1592,9 @@ fn grant(
     config: &GlobalBucketConfig,
     still_committed: f64,
     cap: f64,
-    shares_jumped: bool,
+    shares_change: SharesChange,
 ) -> (Grant, f64) {
+    let shares_jumped = shares_change == SharesChange::Jumped;
     let guaranteed = requester.guaranteed();
     let tenant = &mut rows.head;
     tenant.state.tokens_avg = BUCKET_LEVEL_EMA_FACTOR * tenant.state.tokens
@@ -1638,7 +1679,11 @@ fn grant(
             };
             // After a jump the pod's fraction is of its peers' old shares:
             // many pods jumping at once would each take most of the rate.
-            let rate_share = if shares_jumped { even_share } else { share };
+            let rate_share = match shares_change {
+                SharesChange::Jumped => even_share,
+                SharesChange::Dropped => share.max(even_share),
+                SharesChange::Steady => share,
+            };
             let rate = guaranteed * scale + (effective_rate - guarantees).max(0.0) * rate_share;
             if rate > 0.0 {
                 // At least a second (or the period, if shorter): a shorter
@@ -1646,7 +1691,7 @@ fn grant(
                 // jump in shares, or held back to its part of what the
                 // bucket holds, a quarter of the period at most.
                 let shortest = MIN_TRICKLE_SECS.min(period);
-                let longest = if shares_jumped || held_to_part {
+                let longest = if shares_change != SharesChange::Steady || held_to_part {
                     (period * JUMP_TRICKLE_PERIODS).max(shortest)
                 } else {
                     period

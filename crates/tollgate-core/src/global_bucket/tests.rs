@@ -1612,6 +1612,44 @@ fn a_pod_whose_shares_jumped_gets_a_short_trickle_and_the_split_evens_out() {
 }
 
 #[test]
+fn a_pod_whose_shares_dropped_gets_a_short_trickle_at_an_even_split_at_least() {
+    // Two busy pods (shares 40 each), an empty bucket refilling 100/s; the
+    // demand of both falls at once (shares 1) while work is still queued.
+    // Against the other's old shares the first to ask would get 1/41 of the
+    // refill for a whole period: it gets an even split for a quarter of a
+    // period instead, and so does the second.
+    let mut rows = bucket(100.0, 0.0, 0.0);
+    register(&mut rows, 1, 40.0);
+    register(&mut rows, 2, 40.0);
+    let a = serve(&mut rows, &req(1, 2, 1e6, 1.0), 0.0);
+    assert_eq!(a.trickle_duration, PERIOD / 4);
+    assert_close(delivery_rate(&a), 50.0, "the first, an even split");
+    let b = serve(&mut rows, &req(2, 2, 1e6, 1.0), 0.0);
+    assert_eq!(b.trickle_duration, PERIOD / 4);
+    assert_close(delivery_rate(&b), 50.0, "the second, the same");
+    // Once both shares are known, neither dropped: each gets half the
+    // refill for a whole period.
+    let a2 = serve(&mut rows, &req(1, 3, 1e6, 1.0), 2.5);
+    let b2 = serve(&mut rows, &req(2, 3, 1e6, 1.0), 2.5);
+    for g in [&a2, &b2] {
+        assert_eq!(g.trickle_duration, PERIOD);
+    }
+    assert_close(
+        rows.instances[&1].committed_rate,
+        rows.instances[&2].committed_rate,
+        "an even split",
+    );
+    // Shares falling by less than the factor are no drop: the pod keeps
+    // its whole period, at its fraction.
+    let mut rows = bucket(100.0, 0.0, 0.0);
+    register(&mut rows, 1, 40.0);
+    register(&mut rows, 2, 40.0);
+    let steady = serve(&mut rows, &req(1, 2, 1e6, 11.0), 0.0);
+    assert_eq!(steady.trickle_duration, PERIOD);
+    assert_close(delivery_rate(&steady), 100.0 * 11.0 / 51.0, "its fraction");
+}
+
+#[test]
 fn a_member_drawing_with_jumped_shares_keeps_its_whole_period() {
     // A member of an organisation draws once per draw period whatever its
     // trickle: a short one would leave it without a rate until its next
