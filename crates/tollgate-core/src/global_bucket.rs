@@ -209,7 +209,8 @@ const SHARES_JUMP_FACTOR: f64 = 2.0;
 /// is short too, at an even split of the rate at least. Measured at 2 and
 /// 4 on the simulator's corpus (sim/README.md, "Demand falling at once").
 const SHARES_DROP_FACTOR: f64 = 4.0;
-/// The longest trickle after a jump in shares, in target request periods.
+/// The longest trickle after a jump or a drop in shares (or held back to
+/// a part of what the bucket holds), in target request periods.
 const JUMP_TRICKLE_PERIODS: f64 = 0.25;
 /// How many times their shares per second the parts count pods as using
 /// what they hold (the burst cap counts once).
@@ -1578,8 +1579,8 @@ fn fraction(members: &Membership, shares: f64) -> f64 {
 
 /// Decides the grant and takes it from the bucket. `still_committed` is the
 /// refill the pod's previous trickle had yet to deliver; the pod folds it
-/// into the new one. After a jump in the pod's shares (`shares_jumped`)
-/// its trickle is short.
+/// into the new one. After a jump or a drop in the pod's shares
+/// (`shares_change`) its trickle is short.
 ///
 /// Returns the grant and, for a trickle, the commitment it carries: the
 /// tokens of the new trickle (folded ones included) that future refill pays
@@ -1594,7 +1595,6 @@ fn grant(
     cap: f64,
     shares_change: SharesChange,
 ) -> (Grant, f64) {
-    let shares_jumped = shares_change == SharesChange::Jumped;
     let guaranteed = requester.guaranteed();
     let tenant = &mut rows.head;
     tenant.state.tokens_avg = BUCKET_LEVEL_EMA_FACTOR * tenant.state.tokens
@@ -1636,7 +1636,7 @@ fn grant(
     let takeable = match config.policy {
         GrantPolicy::Shares if requester == Requester::Pod => {
             let whole = level.max(0.0) + tenant.state.held_for_parts();
-            let part = if shares_jumped {
+            let part = if shares_change == SharesChange::Jumped {
                 even_share
             } else {
                 share.max(even_share)
@@ -1677,8 +1677,9 @@ fn grant(
             } else {
                 1.0
             };
-            // After a jump the pod's fraction is of its peers' old shares:
-            // many pods jumping at once would each take most of the rate.
+            // After a jump or a drop the pod's fraction is of its peers'
+            // old shares: many pods jumping at once would each take most
+            // of the rate, and many dropping at once a sliver each.
             let rate_share = match shares_change {
                 SharesChange::Jumped => even_share,
                 SharesChange::Dropped => share.max(even_share),
@@ -1688,8 +1689,8 @@ fn grant(
             if rate > 0.0 {
                 // At least a second (or the period, if shorter): a shorter
                 // trickle would have the pod ask again at once. After a
-                // jump in shares, or held back to its part of what the
-                // bucket holds, a quarter of the period at most.
+                // jump or a drop in shares, or held back to its part of
+                // what the bucket holds, a quarter of the period at most.
                 let shortest = MIN_TRICKLE_SECS.min(period);
                 let longest = if shares_change != SharesChange::Steady || held_to_part {
                     (period * JUMP_TRICKLE_PERIODS).max(shortest)

@@ -1576,26 +1576,24 @@ proptest! {
     }
 }
 
-#[test]
-fn a_pod_whose_shares_jumped_gets_a_short_trickle_and_the_split_evens_out() {
-    // Two idle pods (shares 1 each), an empty bucket refilling 100/s; both
-    // queue up work at once (shares 10). The first to ask would hold
-    // 10/11 of the refill for a whole period while the other's shares are
-    // still old: it gets an even split for a quarter of a period instead,
-    // and so does the second.
+/// Two pods with shares `before` each, an empty bucket refilling 100/s;
+/// both report `after` at once, with work queued. Each gets an even split
+/// for a quarter of a period (not its fraction of the other's old shares);
+/// once both shares are known, neither moved: each gets half the refill
+/// for a whole period.
+#[track_caller]
+fn two_pods_whose_shares_move_at_once_get_short_even_trickles(before: f64, after: f64) {
     let mut rows = bucket(100.0, 0.0, 0.0);
-    register(&mut rows, 1, 1.0);
-    register(&mut rows, 2, 1.0);
-    let a = serve(&mut rows, &req(1, 2, 1e6, 10.0), 0.0);
+    register(&mut rows, 1, before);
+    register(&mut rows, 2, before);
+    let a = serve(&mut rows, &req(1, 2, 1e6, after), 0.0);
     assert_eq!(a.trickle_duration, PERIOD / 4);
     assert_close(delivery_rate(&a), 50.0, "the first, an even split");
-    let b = serve(&mut rows, &req(2, 2, 1e6, 10.0), 0.0);
+    let b = serve(&mut rows, &req(2, 2, 1e6, after), 0.0);
     assert_eq!(b.trickle_duration, PERIOD / 4);
     assert_close(delivery_rate(&b), 50.0, "the second, the same");
-    // Once both shares are known, neither jumps: each gets half the refill
-    // for a whole period.
-    let a2 = serve(&mut rows, &req(1, 3, 1e6, 10.0), 2.5);
-    let b2 = serve(&mut rows, &req(2, 3, 1e6, 10.0), 2.5);
+    let a2 = serve(&mut rows, &req(1, 3, 1e6, after), 2.5);
+    let b2 = serve(&mut rows, &req(2, 3, 1e6, after), 2.5);
     for g in [&a2, &b2] {
         assert_eq!(g.trickle_duration, PERIOD);
     }
@@ -1604,6 +1602,16 @@ fn a_pod_whose_shares_jumped_gets_a_short_trickle_and_the_split_evens_out() {
         rows.instances[&2].committed_rate,
         "an even split",
     );
+}
+
+#[test]
+fn a_pod_whose_shares_jumped_gets_a_short_trickle_and_the_split_evens_out() {
+    // Two idle pods (shares 1 each), an empty bucket refilling 100/s; both
+    // queue up work at once (shares 10). The first to ask would hold
+    // 10/11 of the refill for a whole period while the other's shares are
+    // still old: it gets an even split for a quarter of a period instead,
+    // and so does the second.
+    two_pods_whose_shares_move_at_once_get_short_even_trickles(1.0, 10.0);
     // A pod that did not queue up more keeps its whole period.
     let mut rows = bucket(100.0, 0.0, 0.0);
     register(&mut rows, 1, 1.0);
@@ -1618,27 +1626,7 @@ fn a_pod_whose_shares_dropped_gets_a_short_trickle_at_an_even_split_at_least() {
     // Against the other's old shares the first to ask would get 1/41 of the
     // refill for a whole period: it gets an even split for a quarter of a
     // period instead, and so does the second.
-    let mut rows = bucket(100.0, 0.0, 0.0);
-    register(&mut rows, 1, 40.0);
-    register(&mut rows, 2, 40.0);
-    let a = serve(&mut rows, &req(1, 2, 1e6, 1.0), 0.0);
-    assert_eq!(a.trickle_duration, PERIOD / 4);
-    assert_close(delivery_rate(&a), 50.0, "the first, an even split");
-    let b = serve(&mut rows, &req(2, 2, 1e6, 1.0), 0.0);
-    assert_eq!(b.trickle_duration, PERIOD / 4);
-    assert_close(delivery_rate(&b), 50.0, "the second, the same");
-    // Once both shares are known, neither dropped: each gets half the
-    // refill for a whole period.
-    let a2 = serve(&mut rows, &req(1, 3, 1e6, 1.0), 2.5);
-    let b2 = serve(&mut rows, &req(2, 3, 1e6, 1.0), 2.5);
-    for g in [&a2, &b2] {
-        assert_eq!(g.trickle_duration, PERIOD);
-    }
-    assert_close(
-        rows.instances[&1].committed_rate,
-        rows.instances[&2].committed_rate,
-        "an even split",
-    );
+    two_pods_whose_shares_move_at_once_get_short_even_trickles(40.0, 1.0);
     // Shares falling by less than the factor are no drop: the pod keeps
     // its whole period, at its fraction.
     let mut rows = bucket(100.0, 0.0, 0.0);
