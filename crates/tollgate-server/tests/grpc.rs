@@ -241,6 +241,56 @@ async fn a_duplicate_request_is_answered_from_the_first_response(backend: Backen
     server.stop().await;
 }
 
+/// Two busy pods whose demand falls at once, over the wire: the first to
+/// report its lower shares is not held to a sliver of the refill against
+/// the other's old shares for a whole period. Each gets an even split of
+/// it for a quarter of the period, and asks again once the shares are known.
+async fn pods_whose_shares_fall_at_once_get_short_even_trickles(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    admin
+        .update_tenant_resource_limits(limits("falling", 0.0, 100.0, 0.0))
+        .await
+        .expect("configure");
+    let mut pods = server.pods().await;
+    let request = |instance, seq, tokens, shares| v1::TokenBucketRequest {
+        shares,
+        ..pod_request("falling", instance, seq, tokens, 0.0)
+    };
+    for instance in [1, 2] {
+        pods.token_bucket(request(instance, 1, 0.0, 40.0))
+            .await
+            .expect("busy");
+    }
+    let started = std::time::Instant::now();
+    let mut grants = Vec::new();
+    for instance in [1, 2] {
+        let grant = pods
+            .token_bucket(request(instance, 2, 1e6, 1.0))
+            .await
+            .expect("fallen")
+            .into_inner();
+        grants.push(grant);
+    }
+    // The bucket refills while the test runs: at most that much more.
+    let refilled = 100.0 * started.elapsed().as_secs_f64();
+    for grant in &grants {
+        let trickle = grant.trickle_duration.expect("a trickle");
+        assert_eq!(
+            (trickle.seconds, trickle.nanos),
+            (2, 500_000_000),
+            "{grant:?}"
+        );
+        // An even split, 50/s for 2.5 s; against the other's old shares
+        // it would have been 100/41 per second for 10 s, 24 tokens.
+        assert!(
+            grant.granted_tokens >= 125.0 - 1e-6 && grant.granted_tokens <= 125.0 + refilled,
+            "{grant:?}"
+        );
+    }
+    server.stop().await;
+}
+
 /// Fallback tokens a pod reports are charged to the tenant's bucket once,
 /// whatever the retries (which may carry more), and are not granted.
 async fn fallback_tokens_are_charged_once(backend: Backend) {
@@ -1694,6 +1744,7 @@ for_each_store!(
     tokens_pods_hold_count_towards_the_burst_limit,
     live_instances_are_the_pods_heard_within_the_timeout,
     a_duplicate_request_is_answered_from_the_first_response,
+    pods_whose_shares_fall_at_once_get_short_even_trickles,
     fallback_tokens_are_charged_once,
     state_survives_a_restart_on_the_same_store,
     bad_pod_requests_get_clear_errors_and_change_nothing,
