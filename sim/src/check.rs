@@ -293,6 +293,18 @@ pub fn check_delayed(run: &WorkloadRun) -> Vec<Check> {
     )
 }
 
+/// Measures of the delayed ideal run through the workload's outages
+/// ([`crate::UnderOutages`]), judged by the rule the checked policy is
+/// ([`check`]): what a protocol that never fails open could meet at best.
+pub fn check_under_outages(run: &WorkloadRun, m: &Measures) -> Vec<Check> {
+    judge(
+        &run.workload,
+        m,
+        Some(&run.delayed_measures),
+        &ThresholdOverrides::default(),
+    )
+}
+
 /// Measures `m` of workload `w` against each goal, or where `delayed`
 /// (the delayed ideal's measures) misses it too, against that and a
 /// margin; an override of `t` replaces both.

@@ -498,6 +498,9 @@ pub struct Outcome {
     pub missed: Vec<String>,
     /// The goals the delayed ideal itself missed.
     pub delayed_missed: Vec<String>,
+    /// Where the server was down: the delayed ideal run through the
+    /// outages, with the split pods can know and with foresight.
+    pub under_outages: Option<[OutageReference; 2]>,
     /// The server was down at times.
     pub outage: bool,
     /// Messages were lost.
@@ -507,6 +510,17 @@ pub struct Outcome {
     /// The stated bound for this workload's faults, as a share of `R·60 s`
     /// ([`check::stated_bound`]).
     pub bound: f64,
+}
+
+/// The delayed ideal run through a workload's outages with one split
+/// ([`crate::UnderOutages`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutageReference {
+    /// The goals it missed under the checked policy's rule
+    /// ([`check::check_under_outages`]).
+    pub missed: Vec<String>,
+    /// Its divergence from the ideal at the end.
+    pub divergence: f64,
 }
 
 /// Demand changes counted as the checks judge them: a change the delayed
@@ -615,6 +629,12 @@ pub fn run_seed(seed: u64, policies: &[Policy]) -> Result<Outcome, SimError> {
         values,
         missed: misses(check::check(&run)),
         delayed_missed: misses(check::check_delayed(&run)),
+        under_outages: run.under_outages.as_ref().map(|u| {
+            [&u.fallback, &u.foresight].map(|m| OutageReference {
+                missed: misses(check::check_under_outages(&run, m)),
+                divergence: m.divergence_end,
+            })
+        }),
         outage,
         loss,
         changes,
@@ -783,6 +803,7 @@ pub fn summary(outcomes: &[Outcome], first_seed: u64) -> String {
     let all: Vec<&Outcome> = outcomes.iter().collect();
     row("all", &all, &mut out);
     let _ = writeln!(out);
+    faults_section(outcomes, &mut out);
     changes_section(outcomes, &families, &mut out);
     side_by_side(outcomes, &families, &mut out);
     for p in 0..=DELAYED {
@@ -812,6 +833,103 @@ pub fn summary(outcomes: &[Outcome], first_seed: u64) -> String {
         let _ = writeln!(out);
     }
     out
+}
+
+/// Which of an outcome's faults a summary row counts.
+type FaultClass = (&'static str, fn(&Outcome) -> bool);
+
+/// The rows of the summaries per fault class.
+const FAULT_CLASSES: [FaultClass; 4] = [
+    ("no outage, no loss", |o| o.bound_applies()),
+    ("loss, no outage", |o| o.loss && !o.outage),
+    ("outage", |o| o.outage),
+    ("all", |_| true),
+];
+
+/// Per fault class, the share meeting every goal, beside the delayed
+/// ideal's and, around outages, what the delayed ideal run through them
+/// meets: the most a protocol that never fails open could meet, with the
+/// split pods can know, and with foresight.
+fn faults_section(outcomes: &[Outcome], out: &mut String) {
+    let share = |n: usize, of: usize| format!("{n} ({:.1} %)", 100.0 * n as f64 / of.max(1) as f64);
+    let policy = CHECKED_POLICY.name();
+    let _ = writeln!(
+        out,
+        "Per fault class, and what outages alone cost. *Within reach*: workloads the delayed \
+         ideal still meets every goal of (by `{policy}`'s rule) when run through the workload's \
+         outages as a protocol that never fails open must: while the server is down, each pod \
+         serves its work from its part of the refill rate and of what the bucket held when it \
+         went down, and none lends to another. *Fallback split*: the parts split as the pods' \
+         fallback rates are, from the shares learnt before (what a pod can know). *Foresight*: \
+         split by what the ideal gave each pod over the outage (what no pod can know): a \
+         workload missed even so is out of reach of any protocol whose fallback rates sum to \
+         the refill rate.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| faults | workloads | `{policy}` meeting every goal | delayed ideal | within reach, fallback split | within reach, foresight | `{policy}` meeting every goal out of fallback-split reach |\n|---|---:|---:|---:|---:|---:|---:|"
+    );
+    let reach = |o: &Outcome, r: usize| {
+        o.under_outages
+            .as_ref()
+            .is_none_or(|u| u[r].missed.is_empty())
+    };
+    for (name, member) in FAULT_CLASSES {
+        let of: Vec<&Outcome> = outcomes.iter().filter(|o| member(o)).collect();
+        let count = |f: &dyn Fn(&Outcome) -> bool| of.iter().filter(|o| f(o)).count();
+        let met = count(&|o| o.missed.is_empty());
+        let beyond = count(&|o| o.missed.is_empty() && !reach(o, 0));
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {} | {} | {} | {} | {beyond} |",
+            of.len(),
+            share(met, of.len()),
+            share(count(&|o| o.delayed_missed.is_empty()), of.len()),
+            share(count(&|o| reach(o, 0)), of.len()),
+            share(count(&|o| reach(o, 1)), of.len()),
+        );
+    }
+    let _ = writeln!(out);
+    for (r, name) in ["fallback split", "foresight"].iter().enumerate() {
+        let references: Vec<&OutageReference> = outcomes
+            .iter()
+            .filter_map(|o| o.under_outages.as_ref().map(|u| &u[r]))
+            .collect();
+        if references.is_empty() {
+            continue;
+        }
+        let mut goals: Vec<&str> = references
+            .iter()
+            .flat_map(|u| u.missed.iter().map(String::as_str))
+            .collect();
+        goals.sort_unstable();
+        let mut missed: Vec<(&str, usize)> = Vec::new();
+        for goal in goals {
+            match missed.last_mut() {
+                Some((g, n)) if *g == goal => *n += 1,
+                _ => missed.push((goal, 1)),
+            }
+        }
+        let missed: Vec<String> = missed.iter().map(|(g, n)| format!("{g} {n}")).collect();
+        let mut divergences: Vec<f64> = references.iter().map(|u| u.divergence.abs()).collect();
+        divergences.sort_by(f64::total_cmp);
+        let at = |q: f64| divergences[((divergences.len() - 1) as f64 * q).round() as usize];
+        let _ = writeln!(
+            out,
+            "- Through the outages, {name}: |divergence| at the end worst {:.2} %, p99 {:.2} %, \
+             median {:.2} % ({} workloads); goals missed: {}.",
+            at(1.0) * 100.0,
+            at(0.99) * 100.0,
+            at(0.5) * 100.0,
+            divergences.len(),
+            if missed.is_empty() {
+                "none".to_string()
+            } else {
+                missed.join(", ")
+            }
+        );
+    }
+    let _ = writeln!(out);
 }
 
 /// Per family, the checked policy's spread of each measure beside the
@@ -993,13 +1111,7 @@ pub fn bound_section(outcomes: &[Outcome], over: &[&Outcome]) -> String {
         "| workloads | count | worst overshoot over 60 s | seed | p99 | median | closest to its bound (overshoot − bound) | seed | over it |"
     );
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    type Filter = fn(&Outcome) -> bool;
-    let groups: [(&str, Filter); 4] = [
-        ("no outage, no loss", |o| o.bound_applies()),
-        ("loss, no outage", |o| o.loss && !o.outage),
-        ("outage", |o| o.outage),
-        ("all", |_| true),
-    ];
+    let groups = FAULT_CLASSES;
     let unit = MEASURES[OVERSHOOT_60S].unit;
     for (name, keep) in groups {
         let of: Vec<Outcome> = outcomes.iter().filter(|o| keep(o)).cloned().collect();
@@ -1103,6 +1215,7 @@ mod tests {
             values: vec![[Some(0.5); MEASURE_COUNT]; DELAYED + 1],
             missed: vec!["cumulative divergence".into(), "jain index".into()],
             delayed_missed: vec!["convergence in target periods".into()],
+            under_outages: None,
             outage: true,
             loss: false,
             changes: ChangeTally::default(),
@@ -1143,6 +1256,7 @@ mod tests {
             values: vec![[Some(v); MEASURE_COUNT]],
             missed: Vec::new(),
             delayed_missed: Vec::new(),
+            under_outages: None,
             outage: false,
             loss: false,
             changes: ChangeTally::default(),

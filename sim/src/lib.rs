@@ -31,6 +31,7 @@ pub mod workload;
 use std::path::{Path, PathBuf};
 
 use engine::Policy;
+use ideal::delayed::OutageSplit;
 use measures::Measures;
 use record::Record;
 use workload::{LimitsSpec, Workload};
@@ -82,6 +83,14 @@ pub struct PolicyRun {
     pub measures: Measures,
 }
 
+/// The delayed ideal through a workload's outages, measured with each
+/// [`OutageSplit`].
+#[derive(Debug)]
+pub struct UnderOutages {
+    pub fallback: Measures,
+    pub foresight: Measures,
+}
+
 /// A workload run under every policy, the ideal and the delayed ideal.
 #[derive(Debug)]
 pub struct WorkloadRun {
@@ -96,6 +105,10 @@ pub struct WorkloadRun {
     /// ideal as a policy is.
     pub delayed: Record,
     pub delayed_measures: Measures,
+    /// The delayed ideal run through the workload's outages
+    /// ([`ideal::delayed::simulate_delayed_under_outages`]) with each
+    /// split, where it has any.
+    pub under_outages: Option<UnderOutages>,
     pub runs: Vec<PolicyRun>,
 }
 
@@ -113,6 +126,15 @@ impl WorkloadRun {
             |record: &Record| measures::measure(&workload, &limits, record, &ideal, &delayed);
         let ideal_measures = measure(&ideal);
         let delayed_measures = measure(&delayed);
+        let under = |split| {
+            measure(&ideal::delayed::simulate_delayed_under_outages(
+                &workload, &limits, &ideal, split,
+            ))
+        };
+        let under_outages = (!workload.outages.is_empty()).then(|| UnderOutages {
+            fallback: under(OutageSplit::Fallback),
+            foresight: under(OutageSplit::Foresight),
+        });
         let runs = records
             .into_iter()
             .map(|(policy, record)| PolicyRun {
@@ -128,6 +150,7 @@ impl WorkloadRun {
             ideal_measures,
             delayed,
             delayed_measures,
+            under_outages,
             runs,
         }
     }

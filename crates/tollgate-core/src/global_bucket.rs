@@ -1130,6 +1130,15 @@ pub struct BudgetOutcome {
 /// together when its burst limit is smaller.
 pub const INITIAL_ALLOWANCE_REFILL: Duration = Duration::from_secs(1);
 
+/// The part of the refill rate a pod whose fraction of the tenant's
+/// shares is `share`, one of `live_instances` pods, runs on while the
+/// server cannot be reached: half its share and half an even split, so an
+/// idle pod (share 0) still runs on its own in an outage, and the parts
+/// of all pods sum to 1.
+pub fn fallback_fraction(share: f64, live_instances: u32) -> f64 {
+    (share + 1.0 / f64::from(live_instances.max(1))) / 2.0
+}
+
 /// What a new pod may use before its first answer, so that all the
 /// tenant's pods starting at once use no more than its bucket holds when
 /// full: the burst limit (at least [`INITIAL_ALLOWANCE_REFILL`] of the
@@ -1602,11 +1611,9 @@ fn grant(
 
     let share = fraction(&tenant.members, req.shares);
     let even_share = 1.0 / f64::from(tenant.members.live_instances.max(1));
-    // Half the pod's share and half an even split: an idle pod (shares 0)
-    // still runs on its own in an outage, and the fallback rates of all pods
-    // sum to the refill rate.
     let limits = tenant.state.refill_limits();
-    let fallback_rate = limits.refill_rate * (share + even_share) / 2.0;
+    let fallback_rate =
+        limits.refill_rate * fallback_fraction(share, tenant.members.live_instances);
     let requested = req.requested_tokens.min(cap);
     if requested <= 0.0 {
         let grant = Grant {

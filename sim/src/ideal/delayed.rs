@@ -22,6 +22,21 @@
 //! ideal's record and needs no bucket of its own: its level is the
 //! ideal's. The goals judge a policy against it where the ideal itself is
 //! out of reach of any once-a-period protocol ([`crate::check`]).
+//!
+//! It runs without the workload's faults. [`simulate_delayed_under_outages`]
+//! runs it through the workload's outages as a protocol that never fails
+//! open must: while the server is down no pod learns anything, so each
+//! serves its work from its part of the refill rate (the parts sum to
+//! `R`) and from its part of what the bucket held when the outage began
+//! (as if handed out before), split once for the whole outage
+//! ([`OutageSplit`]); a part its pod has no work for is lost to the
+//! others, and the tokens nobody drew stay in the bucket for afterwards,
+//! up to the burst. It shows what the outages alone cost the best
+//! protocol like ours; the checks do not judge by it.
+
+use std::time::Duration;
+
+use tollgate_core::global_bucket;
 
 use super::{IdealTick, Queue};
 use crate::record::Record;
@@ -30,6 +45,39 @@ use crate::workload::{LimitsSpec, Workload};
 /// The delayed ideal's run of `workload`, under `limits`, from the
 /// `ideal`'s.
 pub fn simulate_delayed(workload: &Workload, limits: &LimitsSpec, ideal: &Record) -> Record {
+    simulate(workload, limits, ideal, None)
+}
+
+/// How the delayed ideal splits the tokens of an outage between its pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutageSplit {
+    /// As the pods' fallback rates are split
+    /// ([`global_bucket::fallback_fraction`]), from the shares learnt
+    /// before the outage: what a pod can know.
+    Fallback,
+    /// By what the ideal gave each pod over the outage: a split no
+    /// protocol can know when the server goes down, so a bound on every
+    /// protocol whose pods' fallback rates sum to the refill rate.
+    Foresight,
+}
+
+/// The delayed ideal's run through `workload`'s outages, their tokens
+/// split by `split` (the module's doc).
+pub fn simulate_delayed_under_outages(
+    workload: &Workload,
+    limits: &LimitsSpec,
+    ideal: &Record,
+    split: OutageSplit,
+) -> Record {
+    simulate(workload, limits, ideal, Some(split))
+}
+
+fn simulate(
+    workload: &Workload,
+    limits: &LimitsSpec,
+    ideal: &Record,
+    outages: Option<OutageSplit>,
+) -> Record {
     let sample = ideal.sample_secs;
     let period = workload.client.config().target_request_period.as_secs_f64();
     let samples = ((period / sample).round() as usize).max(1);
@@ -44,6 +92,9 @@ pub fn simulate_delayed(workload: &Workload, limits: &LimitsSpec, ideal: &Record
     let mut demand = vec![0.0; pods];
     let mut admitted = vec![0.0; pods];
     let mut carry = 0.0;
+    // While the server is down: each pod's part of the refill per sample,
+    // and of what the bucket held when it went down, not yet drawn.
+    let mut frozen: Option<(Vec<f64>, Vec<f64>)> = None;
     for (k, &now) in ideal.times.iter().enumerate() {
         let mut supply = carry;
         for p in 0..pods {
@@ -57,20 +108,86 @@ pub fn simulate_delayed(workload: &Workload, limits: &LimitsSpec, ideal: &Record
             };
         }
         let work: Vec<f64> = queues.iter().map(Queue::waiting).collect();
-        let mut parts = split(supply, &learnt, &work);
-        let left = work
-            .iter()
-            .zip(&parts)
-            .map(|(w, g)| w - g)
-            .collect::<Vec<f64>>();
-        let rest = supply - parts.iter().sum::<f64>();
-        let waiting: f64 = left.iter().sum();
-        if rest > 0.0 && waiting > 0.0 {
-            let fraction = (rest / waiting).min(1.0);
-            for (part, l) in parts.iter_mut().zip(&left) {
-                *part += l * fraction;
-            }
+        let down = |j: usize| {
+            workload.outage_at(Duration::from_secs_f64(
+                (ideal.times[j] - sample / 2.0).max(0.0),
+            ))
+        };
+        let outage = outages.filter(|_| down(k));
+        if outage.is_none() {
+            frozen = None;
         }
+        let parts = if let Some(how) = outage {
+            let (rates, held) = frozen.get_or_insert_with(|| {
+                let fractions: Vec<f64> = match how {
+                    OutageSplit::Fallback => {
+                        let total: f64 = learnt.iter().sum();
+                        let live = u32::try_from(pods).unwrap_or(u32::MAX);
+                        learnt
+                            .iter()
+                            .map(|&l| {
+                                let share = if total > 0.0 { l / total } else { 0.0 };
+                                global_bucket::fallback_fraction(share, live)
+                            })
+                            .collect()
+                    }
+                    OutageSplit::Foresight => {
+                        let end = (k..ideal.times.len())
+                            .find(|&j| !down(j))
+                            .unwrap_or(ideal.times.len());
+                        let given: Vec<f64> = (0..pods)
+                            .map(|p| ideal.admitted[p][k..end].iter().sum())
+                            .collect();
+                        let total: f64 = given.iter().sum();
+                        given
+                            .iter()
+                            .map(|&g| {
+                                if total > 0.0 {
+                                    g / total
+                                } else {
+                                    1.0 / pods as f64
+                                }
+                            })
+                            .collect()
+                    }
+                };
+                let level = k
+                    .checked_sub(1)
+                    .and_then(|j| ideal.level.get(j))
+                    .copied()
+                    .unwrap_or(0.0)
+                    .max(0.0);
+                let rates = fractions
+                    .iter()
+                    .map(|f| f * limits.refill_rate * sample)
+                    .collect();
+                let held = fractions.iter().map(|f| f * level).collect();
+                (rates, held)
+            });
+            let parts: Vec<f64> = (0..pods)
+                .map(|p| (rates[p] + held[p]).min(work[p]))
+                .collect();
+            for p in 0..pods {
+                held[p] -= (parts[p] - rates[p]).max(0.0);
+            }
+            parts
+        } else {
+            let mut parts = split(supply, &learnt, &work);
+            let left = work
+                .iter()
+                .zip(&parts)
+                .map(|(w, g)| w - g)
+                .collect::<Vec<f64>>();
+            let rest = supply - parts.iter().sum::<f64>();
+            let waiting: f64 = left.iter().sum();
+            if rest > 0.0 && waiting > 0.0 {
+                let fraction = (rest / waiting).min(1.0);
+                for (part, l) in parts.iter_mut().zip(&left) {
+                    *part += l * fraction;
+                }
+            }
+            parts
+        };
         let given: f64 = parts.iter().sum();
         let mut tick = IdealTick::default();
         for (queue, &part) in queues.iter_mut().zip(&parts) {
@@ -197,6 +314,65 @@ mod tests {
         );
         assert_eq!(r.admitted[1][10..], [10.0; 10]);
         assert_eq!(r.timed_out, 0.0);
+    }
+
+    #[test]
+    fn through_an_outage_each_pod_keeps_its_split_and_no_more() {
+        // The ideal gives both pods 5/s for 20 s, then everything to the
+        // second; the server is down from 20 s to 30 s. The split stays
+        // even through the outage, the first pod's half unused and not
+        // lent, and follows the ideal a period late once it is over.
+        let mut w = workload("60s");
+        w.outages.push(crate::workload::Outage {
+            start: Duration::from_secs(20),
+            duration: Duration::from_secs(10),
+        });
+        let d0: Vec<f64> = (0..40).map(|k| if k < 20 { 5.0 } else { 0.0 }).collect();
+        let d1: Vec<f64> = d0.iter().map(|d| 10.0 - d).collect();
+        let ideal = ideal(&[d0.clone(), d1.clone()], &[d0, d1]);
+        let down = simulate_delayed_under_outages(&w, &limits(), &ideal, OutageSplit::Fallback);
+        assert!(
+            down.admitted[1][20..30]
+                .iter()
+                .all(|&a| (a - 5.0).abs() < 1e-9)
+        );
+        assert!(down.admitted[0][20..30].iter().all(|&a| a == 0.0));
+        let up = simulate_delayed(&w, &limits(), &ideal);
+        assert!(
+            up.admitted[1][20..30]
+                .iter()
+                .all(|&a| (a - 10.0).abs() < 1e-9)
+        );
+        // What the second pod could not get waits and, with no burst to
+        // draw on, is served at the refill rate once the server is back.
+        let total = |r: &Record| r.admitted_total().iter().sum::<f64>();
+        assert!(total(&down) < total(&up));
+        // Split by what the ideal gave over the outage, nothing is lost.
+        let foresight =
+            simulate_delayed_under_outages(&w, &limits(), &ideal, OutageSplit::Foresight);
+        assert_eq!(foresight.admitted, up.admitted);
+    }
+
+    #[test]
+    fn an_outage_s_pods_draw_their_part_of_what_the_bucket_held() {
+        // Two pods asking 10/s each of a 10/s bucket that holds 40 tokens
+        // when the server goes down at 20 s for 10 s: each pod runs on
+        // 5/s plus its 20 held tokens.
+        let mut w = workload("60s");
+        w.outages.push(crate::workload::Outage {
+            start: Duration::from_secs(20),
+            duration: Duration::from_secs(10),
+        });
+        let demand = vec![vec![10.0; 40]; 2];
+        let mut r = ideal(&demand, &[vec![5.0; 40], vec![5.0; 40]]);
+        r.level = vec![40.0; 40];
+        let mut limits = limits();
+        limits.burst_limit = 40.0;
+        let down = simulate_delayed_under_outages(&w, &limits, &r, OutageSplit::Fallback);
+        for p in 0..2 {
+            let outage: f64 = down.admitted[p][20..30].iter().sum();
+            assert!((outage - 70.0).abs() < 1e-9, "pod {p}: {outage}");
+        }
     }
 
     #[test]
