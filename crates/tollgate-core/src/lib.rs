@@ -42,6 +42,7 @@ pub mod budget;
 pub mod consumption;
 pub mod cost_model;
 pub mod global_bucket;
+pub mod history;
 pub mod key_bucket;
 pub mod local_bucket;
 pub mod organisation;

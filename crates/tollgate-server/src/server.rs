@@ -112,6 +112,10 @@ pub struct GrpcOptions {
     /// Where this server posts budget events, or none (the events wait in
     /// the store for a server that has webhooks).
     pub webhooks: Option<WebhookOptions>,
+    /// How often this server samples every bucket's totals into the usage
+    /// history ([`store::keep_history`]), or never (other servers of the
+    /// store do).
+    pub history_interval: Option<Duration>,
 }
 
 impl Default for GrpcOptions {
@@ -123,6 +127,9 @@ impl Default for GrpcOptions {
             pod_tenants_from_certificates: false,
             max_pending_requests: admission::DEFAULT_MAX_PENDING,
             webhooks: None,
+            history_interval: Some(
+                tollgate_core::history::HistoryConfig::default().sample_interval,
+            ),
         }
     }
 }
@@ -164,6 +171,7 @@ pub async fn run_with_options(
         pod_tenants_from_certificates,
         max_pending_requests,
         webhooks,
+        history_interval,
     } = options;
     if pod_tenants_from_certificates && tls.as_ref().is_none_or(|t| t.client_ca_pem.is_none()) {
         return Err(ServeError::CertificatesWithoutMutualTls);
@@ -210,6 +218,8 @@ pub async fn run_with_options(
         Arc::clone(&store),
         store::PRUNE_INTERVAL,
     ));
+    let historian = history_interval
+        .map(|interval| tokio::spawn(store::keep_history(Arc::clone(&store), interval)));
     let deliverer = webhooks.map(|options| {
         tokio::spawn(crate::webhooks::deliver_budget_events(
             Arc::clone(&store),
@@ -280,7 +290,7 @@ pub async fn run_with_options(
             shutdown,
         )
         .await;
-    // The probe, the sweeper, the pruner and the deliverer hold the store:
+    // The probe, the sweeper, the pruners and the deliverer hold the store:
     // make sure they are gone before the owner closes or reopens the store.
     // (A delivery cut short leaves its claim to lapse.)
     probe.abort();
@@ -289,6 +299,10 @@ pub async fn run_with_options(
     let _ = sweeper.await;
     pruner.abort();
     let _ = pruner.await;
+    if let Some(historian) = historian {
+        historian.abort();
+        let _ = historian.await;
+    }
     if let Some(deliverer) = deliverer {
         deliverer.abort();
         let _ = deliverer.await;

@@ -29,6 +29,7 @@ use clap::builder::BoolishValueParser;
 use clap::{Arg, ArgAction, Args, Command, FromArgMatches, ValueEnum};
 use serde::{Deserialize, Serialize};
 use tollgate_core::global_bucket::GlobalBucketConfig;
+use tollgate_core::history::{HistoryConfig, HistoryConfigError};
 use tollgate_core::validate::{self, MAX_REFILL_RATE, MAX_TOKENS};
 use tollgate_core::{GrantPolicy, Limits};
 use tollgate_server::store::{BucketSettings, DefaultLimits, PostgresOptions, UnconfiguredTenants};
@@ -256,6 +257,21 @@ pub struct ServeOptions {
     /// cycle ended (13 months); each server prunes older ones every hour.
     #[arg(long, value_name = "DURATION")]
     pub budget_record_retention: Option<HumanDuration>,
+
+    /// How often this server samples every bucket's totals into the usage
+    /// history (`tollgate tenant history`, the console's charts); `0s`
+    /// leaves it to the other servers of the store. A bucket whose totals
+    /// did not change costs no row.
+    #[arg(long, value_name = "DURATION")]
+    pub history_interval: Option<HumanDuration>,
+
+    /// How long the usage history keeps a row per minute (14 days).
+    #[arg(long, value_name = "DURATION")]
+    pub history_minute_retention: Option<HumanDuration>,
+
+    /// How long the usage history keeps a row per hour (13 months).
+    #[arg(long, value_name = "DURATION")]
+    pub history_hour_retention: Option<HumanDuration>,
 
     /// Post budget events (a budget crossing a threshold) to this URL,
     /// `http://` or `https://`; give it again, or a comma-separated list,
@@ -500,6 +516,9 @@ pub struct ServeConfig {
     pub max_pending_requests: usize,
     /// Where budget events are posted; `None` without `--webhook-url`.
     pub webhooks: Option<WebhookConfig>,
+    /// How often this server samples the usage history; `None` with
+    /// `--history-interval 0s`.
+    pub history_interval: Option<Duration>,
     /// The layer each option came from, by option name; options no layer
     /// set are absent.
     pub sources: BTreeMap<String, Source>,
@@ -793,7 +812,10 @@ impl Layers {
                 "budget-record-retention",
             )?
             .0,
+            history: history_config(&options, &bad)?,
         };
+        let history_interval = Some(required(options.history_interval, "history-interval")?.0)
+            .filter(|i| !i.is_zero());
         if settings.budget_record_retention.is_zero() {
             return Err(bad(
                 "budget-record-retention",
@@ -876,6 +898,7 @@ impl Layers {
         Ok(ServeConfig {
             config_file,
             webhooks,
+            history_interval,
             tls,
             admin_tokens_file: options.admin_tokens_file.clone(),
             pod_tokens_file: options.pod_tokens_file.clone(),
@@ -955,6 +978,14 @@ fn component_default(id: &str) -> Option<String> {
         "pg_max_batch" => postgres.max_batch.to_string(),
         "pg_connect_timeout" => duration(postgres.connect_timeout),
         "budget_record_retention" => duration(tollgate_core::budget::DEFAULT_RECORD_RETENTION),
+        "history_interval" | "history_minute_retention" | "history_hour_retention" => {
+            let h = tollgate_core::history::HistoryConfig::default();
+            duration(match id {
+                "history_interval" => h.sample_interval,
+                "history_minute_retention" => h.resolutions[0].retention,
+                _ => h.resolutions[1].retention,
+            })
+        }
         "webhook_timeout" | "webhook_lease" | "webhook_retry_max" => {
             let w = tollgate_server::webhooks::WebhookOptions::default_timing();
             duration(match id {
@@ -965,6 +996,43 @@ fn component_default(id: &str) -> Option<String> {
         }
         _ => return None,
     })
+}
+
+/// The usage history's configuration from `options`; an interval of 0
+/// (this server samples nothing) still configures the resolutions, which
+/// reads and pruning use.
+fn history_config(
+    options: &ServeOptions,
+    bad: &dyn Fn(&str, &dyn fmt::Display) -> anyhow::Error,
+) -> anyhow::Result<HistoryConfig> {
+    let interval = required(options.history_interval, "history-interval")?.0;
+    let mut config = HistoryConfig::default();
+    if !interval.is_zero() {
+        config.sample_interval = interval;
+    }
+    let retentions = [
+        ("history-minute-retention", options.history_minute_retention),
+        ("history-hour-retention", options.history_hour_retention),
+    ];
+    for (resolution, (option, retention)) in config.resolutions.iter_mut().zip(retentions) {
+        resolution.retention = required(retention, option)?.0;
+        if resolution.retention < resolution.step {
+            return Err(bad(
+                option,
+                &format!(
+                    "must be at least {}: a row covers that much",
+                    humantime::format_duration(resolution.step)
+                ),
+            ));
+        }
+    }
+    config.validate().map_err(|e| match e {
+        HistoryConfigError::SampleInterval | HistoryConfigError::FinerThanSamples(_) => {
+            bad("history-interval", &"must be 0s, or from 1s to 1m")
+        }
+        e => anyhow!("{e}"),
+    })?;
+    Ok(config)
 }
 
 /// The declared flags without their defaults: parses one layer.

@@ -63,7 +63,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the server.
-    Serve(config::ServeArgs),
+    Serve(Box<config::ServeArgs>),
     /// Run an agent beside pods: their tenants' local buckets, served on a
     /// Unix socket (gRPC and HTTP/JSON) to pods in any language.
     Agent(agent::AgentArgs),

@@ -134,6 +134,7 @@ pub async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             pod_tenants_from_certificates: config.tls_client_tenants,
             max_pending_requests: config.max_pending_requests,
             webhooks,
+            history_interval: config.history_interval,
         },
         shutdown_signal(),
     )

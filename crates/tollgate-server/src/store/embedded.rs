@@ -96,6 +96,7 @@ use tollgate_core::{
 
 mod buckets;
 mod budgets;
+mod history;
 mod image;
 mod keys;
 mod migration;
@@ -117,9 +118,9 @@ use tollgate_core::organisation::{Node, TreeChange};
 
 use super::{
     AdminCall, BucketSettings, BucketSnapshot, ClaimedEvent, ClosedEntry, Counters, Counts,
-    DeletedTenant, KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange, NodeFilter, PrunedRecords,
-    PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
-    TenantChangeOutcome, TenantView,
+    DeletedTenant, HistoryPage, HistoryRows, KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange,
+    NodeFilter, PrunedRecords, PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError,
+    StoreImage, StoreStats, TenantChangeOutcome, TenantView,
 };
 
 const SCHEMA_VERSION: u64 = 6;
@@ -166,6 +167,7 @@ struct Inner {
     sweep_cursor: Arc<Mutex<keys::SweepCursor>>,
     /// Pods silent longer are not live (`BucketSnapshot::live_instances`).
     inactivity_timeout: Duration,
+    history: tollgate_core::history::HistoryConfig,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -216,6 +218,7 @@ impl EmbeddedStore {
     fn start(db: Database, settings: BucketSettings, clock: Clock) -> Result<Self, StoreError> {
         init_schema(&db)?;
         let inactivity_timeout = settings.bucket.inactivity_timeout;
+        let history = settings.history.clone();
         let db = Arc::new(db);
         let (tx, rx) = mpsc::unbounded_channel();
         let counters = Arc::new(Counters::default());
@@ -238,6 +241,7 @@ impl EmbeddedStore {
                 writer: Mutex::new(Some(handle)),
                 sweep_cursor: Arc::default(),
                 inactivity_timeout,
+                history,
             }),
         })
     }
@@ -649,6 +653,49 @@ impl Store for EmbeddedStore {
         self.write(Box::new(move |writer, txn, now| {
             let before = now.saturating_sub(writer.settings().budget_record_retention);
             Ok(Ok(budgets::prune(txn, before, limit)?))
+        }))
+        .await
+    }
+
+    async fn sample_history(
+        &self,
+        after: Option<&BucketKey>,
+        limit: usize,
+    ) -> Result<HistoryPage, StoreError> {
+        let after = after.cloned();
+        self.write(Box::new(move |writer, txn, now| {
+            let config = &writer.settings().history;
+            Ok(Ok(history::sample(
+                txn,
+                config,
+                after.as_ref(),
+                limit,
+                now,
+            )?))
+        }))
+        .await
+    }
+
+    async fn history(
+        &self,
+        key: &BucketKey,
+        since: Timestamp,
+        until: Timestamp,
+        step: Duration,
+    ) -> Result<HistoryRows, StoreError> {
+        let key = key.clone();
+        let config = self.inner.history.clone();
+        self.read(move |db, now| {
+            let resolution = config.resolution_for(since, now, step);
+            history::read(db, &key, resolution, since, until)
+        })
+        .await
+    }
+
+    async fn prune_history(&self, limit: usize) -> Result<u64, StoreError> {
+        self.write(Box::new(move |writer, txn, now| {
+            let config = &writer.settings().history;
+            Ok(Ok(history::prune(txn, config, limit, now)?))
         }))
         .await
     }

@@ -36,6 +36,7 @@ use async_trait::async_trait;
 use tollgate_core::budget::CycleRecord;
 use tollgate_core::budget::delivery::{Attempt, Backoff, Delivery};
 use tollgate_core::global_bucket::GlobalBucketConfig;
+use tollgate_core::history::{HistoryConfig, HistorySample, Resolution};
 use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError, StoredKey};
 use tollgate_core::organisation::{Node, TreeChange, TreeError};
 use tollgate_core::partition::{Exchange, ExchangeAnswer};
@@ -66,6 +67,9 @@ pub struct BucketSettings {
     /// A closed budget cycle that ended longer ago is removed
     /// ([`Store::prune_budget_cycles`]).
     pub budget_record_retention: Duration,
+    /// What is kept of each bucket's totals over time
+    /// ([`Store::sample_history`]).
+    pub history: HistoryConfig,
 }
 
 impl Default for BucketSettings {
@@ -74,6 +78,7 @@ impl Default for BucketSettings {
             bucket: GlobalBucketConfig::default(),
             unconfigured_tenants: UnconfiguredTenants::default(),
             budget_record_retention: tollgate_core::budget::DEFAULT_RECORD_RETENTION,
+            history: HistoryConfig::default(),
         }
     }
 }
@@ -625,6 +630,34 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// of each it removed.
     async fn prune_budget_records(&self, limit: usize) -> Result<PrunedRecords, StoreError>;
 
+    /// Samples the totals of up to `limit` buckets with keys after
+    /// `after`, in key order, at the store's clock, into the rows of the
+    /// store's history resolutions (`tollgate_core::history::
+    /// rows_to_write`). Any replica may sample: rows are keyed by bucket,
+    /// resolution and slot.
+    async fn sample_history(
+        &self,
+        after: Option<&BucketKey>,
+        limit: usize,
+    ) -> Result<HistoryPage, StoreError>;
+
+    /// `key`'s history from `since` to `until` in the resolution of steps
+    /// nearest to `step` that keeps `since` (`HistoryConfig::
+    /// resolution_for`, at the store's clock), after the last row before
+    /// `since`. Rows outlive their bucket: a deleted bucket's history is
+    /// read as any other's.
+    async fn history(
+        &self,
+        key: &BucketKey,
+        since: Timestamp,
+        until: Timestamp,
+        step: Duration,
+    ) -> Result<HistoryRows, StoreError>;
+
+    /// Removes up to `limit` history rows past their resolution's
+    /// retention by the store's clock; answers how many.
+    async fn prune_history(&self, limit: usize) -> Result<u64, StoreError>;
+
     /// Claims at most `limit` budget events due for delivery
     /// ([`Delivery::is_due`]) for `lease`, by the store's clock: no other
     /// server claims them until the lease ends, unless the claim is
@@ -737,6 +770,78 @@ const SWEEP_ROUNDS: usize = 10;
 
 /// How often each server prunes budget records past their retention.
 pub const PRUNE_INTERVAL: Duration = Duration::from_secs(3_600);
+
+/// What one call of [`Store::sample_history`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HistoryPage {
+    /// Buckets sampled.
+    pub buckets: usize,
+    /// Rows written: none for a bucket whose totals had not changed.
+    pub rows_written: u64,
+    /// The last bucket sampled, where more may follow.
+    pub last: Option<BucketKey>,
+}
+
+/// A bucket's history rows, oldest first ([`Store::history`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryRows {
+    /// The resolution read.
+    pub resolution: Resolution,
+    pub samples: Vec<HistorySample>,
+    /// Whether the first sample is the last row before the span asked
+    /// for (what the first span's usage is counted from).
+    pub baseline: bool,
+}
+
+/// Samples every bucket's totals every `interval` ([`Store::
+/// sample_history`]), [`SWEEP_BATCH`] buckets a transaction, and prunes
+/// rows past retention once an hour, until the task is dropped.
+pub async fn keep_history(store: Arc<dyn Store>, interval: Duration) {
+    let sampling = async {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            ticks.tick().await;
+            let mut after: Option<BucketKey> = None;
+            let mut written = 0;
+            loop {
+                match store.sample_history(after.as_ref(), SWEEP_BATCH).await {
+                    Ok(page) => {
+                        if std::mem::take(&mut failing) {
+                            tracing::info!("sampling usage history works again");
+                        }
+                        written += page.rows_written;
+                        match page.last {
+                            Some(last) => after = Some(last),
+                            None => break,
+                        }
+                    }
+                    Err(e) => {
+                        if std::mem::replace(&mut failing, true) {
+                            tracing::debug!(error = %e, "sampling usage history failed again");
+                        } else {
+                            tracing::warn!(error = %e, "sampling usage history failed; trying again every {interval:?}");
+                        }
+                        break;
+                    }
+                }
+            }
+            tracing::trace!(rows = written, "sampled usage history");
+        }
+    };
+    let pruning = every(HISTORY_PRUNE_INTERVAL, "pruning usage history", || async {
+        let pruned = store.prune_history(SWEEP_BATCH).await?;
+        if pruned > 0 {
+            tracing::debug!(rows = pruned, "pruned usage history past its retention");
+        }
+        Ok(pruned as usize >= SWEEP_BATCH)
+    });
+    tokio::join!(sampling, pruning);
+}
+
+/// How often [`keep_history`] prunes.
+pub const HISTORY_PRUNE_INTERVAL: Duration = Duration::from_secs(3_600);
 
 /// What [`Store::prune_budget_records`] removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

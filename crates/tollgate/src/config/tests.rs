@@ -135,8 +135,10 @@ fn without_any_layer_every_option_has_its_default() {
                 initial_tokens: 10000.0,
             }),
             budget_record_retention: Duration::from_secs(396 * 86_400),
+            history: tollgate_core::history::HistoryConfig::default(),
         }
     );
+    assert_eq!(config.history_interval, Some(Duration::from_secs(10)));
     assert_eq!(config.log_format, LogFormat::Text);
     assert_eq!(
         config.metrics_listen,

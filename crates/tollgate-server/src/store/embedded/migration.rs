@@ -67,6 +67,8 @@ pub(super) fn init_schema(db: &Database) -> Result<(), StoreError> {
             .map_err(storage("create budget cycles table"))?;
         txn.open_table(budgets::BUDGET_EVENTS)
             .map_err(storage("create budget events table"))?;
+        txn.open_table(history::HISTORY)
+            .map_err(storage("create history table"))?;
     }
     txn.commit().map_err(storage("commit schema"))
 }

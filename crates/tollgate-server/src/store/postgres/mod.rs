@@ -93,6 +93,7 @@
 
 mod buckets;
 mod budgets;
+mod history;
 mod image;
 mod keys;
 mod latches;
@@ -156,9 +157,9 @@ use tollgate_core::organisation::{Node, TreeChange};
 
 use super::{
     AdminCall, BucketSettings, BucketSnapshot, ClaimedEvent, Clock, ClosedEntry, Counters, Counts,
-    DeletedTenant, KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange, NodeFilter, PrunedRecords,
-    PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError, StoreImage, StoreStats,
-    TenantChangeOutcome, TenantView,
+    DeletedTenant, HistoryPage, HistoryRows, KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange,
+    NodeFilter, PrunedRecords, PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError,
+    StoreImage, StoreStats, TenantChangeOutcome, TenantView,
 };
 
 pub use self::retry::RetryPolicy;
@@ -689,6 +690,51 @@ impl Store for PostgresStore {
                     events: removed.len() as u64,
                     undelivered_events,
                 })
+            })
+            .await
+    }
+
+    async fn sample_history(
+        &self,
+        after: Option<&BucketKey>,
+        limit: usize,
+    ) -> Result<HistoryPage, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("sample usage history", true, || async move {
+                let client = inner.pool.get().await?;
+                history::sample(inner, &client, after, limit).await
+            })
+            .await
+    }
+
+    async fn history(
+        &self,
+        key: &BucketKey,
+        since: Timestamp,
+        until: Timestamp,
+        step: Duration,
+    ) -> Result<HistoryRows, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("read usage history", true, || async move {
+                let client = inner.pool.get().await?;
+                let clock = client.prepare_cached(sql::CLOCK).await?;
+                let now = inner.now(rows::clock(&client.query_one(&clock, &[]).await?, "now")?);
+                let resolution = inner.settings.history.resolution_for(since, now, step);
+                history::read(&client, key, resolution, since, until).await
+            })
+            .await
+    }
+
+    async fn prune_history(&self, limit: usize) -> Result<u64, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("prune usage history", true, || async move {
+                let client = inner.pool.get().await?;
+                let clock = client.prepare_cached(sql::CLOCK).await?;
+                let now = inner.now(rows::clock(&client.query_one(&clock, &[]).await?, "now")?);
+                history::prune(inner, &client, now, limit).await
             })
             .await
     }

@@ -94,3 +94,7 @@ query!(EXPORT_NODES, "export_nodes.sql");
 query!(INSERT_NODES, "insert_nodes.sql");
 query!(LOCK_BUCKETS_SKIP_LOCKED, "lock_buckets_skip_locked.sql");
 query!(READ_BUCKET_KEYS, "read_bucket_keys.sql");
+query!(LATEST_HISTORY, "latest_history.sql");
+query!(UPSERT_HISTORY, "upsert_history.sql");
+query!(READ_HISTORY, "read_history.sql");
+query!(PRUNE_HISTORY, "prune_history.sql");

@@ -1,0 +1,525 @@
+//! Usage history: a bucket's exact totals over time.
+//!
+//! Billing reads a bucket's cumulative totals ([`Totals`]); a chart or an
+//! impact preview needs them over time. The server samples every bucket's
+//! totals every [`HistoryConfig::sample_interval`] and keeps one row per
+//! bucket, [`Resolution`] and slot (a minute for 14 days, an hour for 13
+//! months, by default). The totals only grow, so a slot's row is the
+//! latest sample taken in it: rolling up is keeping, not summing, and a
+//! row is written as often as a sample falls in its slot with no risk of
+//! counting twice. Any replica may sample: rows are keyed by bucket,
+//! resolution and slot, and of two samples of one slot the later is kept
+//! ([`HistorySample::replaces`]).
+//!
+//! Rates are differences of consecutive rows ([`usage`]), so the usage a
+//! history shows over any span is exactly the change of the billed totals
+//! over it. A bucket deleted and created again starts from zero: a total
+//! that falls is a reset, and the usage after it is the new total.
+//! Rows outlive their bucket, for billing, and are pruned by age only
+//! ([`Resolution::prune_before`]).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::consumption::Consumption;
+use crate::global_bucket::Totals;
+use crate::time::Timestamp;
+
+/// How often a resolution keeps a row, and for how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resolution {
+    /// The length of a slot; slots start at multiples of it since the
+    /// Unix epoch.
+    #[serde(with = "micros")]
+    pub step: Duration,
+    /// Rows whose slot ended longer ago than this are pruned.
+    #[serde(with = "micros")]
+    pub retention: Duration,
+}
+
+impl Resolution {
+    /// The start of the slot `at` falls in.
+    pub fn slot(&self, at: Timestamp) -> Timestamp {
+        let step = step_micros(self.step);
+        Timestamp::from_unix_micros(at.unix_micros().div_euclid(step) * step)
+    }
+
+    /// Slots starting before this, at `now`, are past retention.
+    pub fn prune_before(&self, now: Timestamp) -> Timestamp {
+        self.slot(now.saturating_sub(self.retention))
+    }
+
+    /// The step, in whole seconds (what the stores key rows by).
+    pub fn step_secs(&self) -> u64 {
+        self.step.as_secs().max(1)
+    }
+}
+
+fn step_micros(step: Duration) -> i64 {
+    i64::try_from(step.as_micros()).unwrap_or(i64::MAX).max(1)
+}
+
+/// What the server keeps of each bucket's totals.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryConfig {
+    /// How often the totals are sampled.
+    pub sample_interval: Duration,
+    /// From the finest to the coarsest.
+    pub resolutions: Vec<Resolution>,
+}
+
+/// The smallest step and sample interval accepted: history is for
+/// charts and previews, not for gating.
+pub const MIN_STEP: Duration = Duration::from_secs(1);
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            sample_interval: Duration::from_secs(10),
+            resolutions: vec![
+                Resolution {
+                    step: Duration::from_secs(60),
+                    retention: Duration::from_secs(14 * 86_400),
+                },
+                Resolution {
+                    step: Duration::from_secs(3_600),
+                    retention: Duration::from_secs(396 * 86_400),
+                },
+            ],
+        }
+    }
+}
+
+/// A history configuration that cannot work.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum HistoryConfigError {
+    #[error("history: the sample interval must be at least {MIN_STEP:?}")]
+    SampleInterval,
+    #[error("history: at least one resolution is needed")]
+    NoResolution,
+    #[error("history: resolution {0}: the step must be whole seconds, at least {MIN_STEP:?}")]
+    Step(usize),
+    #[error("history: resolution {0}: the step must be a multiple of the one before")]
+    NotAMultiple(usize),
+    #[error("history: resolution {0}: retention must be at least one step")]
+    Retention(usize),
+    #[error("history: resolution {0}: the step must be at least the sample interval")]
+    FinerThanSamples(usize),
+}
+
+impl HistoryConfig {
+    /// Checks that the resolutions go from fine to coarse, each a whole
+    /// multiple of the one before, and none finer than the samples.
+    pub fn validate(&self) -> Result<(), HistoryConfigError> {
+        if self.sample_interval < MIN_STEP {
+            return Err(HistoryConfigError::SampleInterval);
+        }
+        if self.resolutions.is_empty() {
+            return Err(HistoryConfigError::NoResolution);
+        }
+        let mut before: Option<Duration> = None;
+        for (i, r) in self.resolutions.iter().enumerate() {
+            if r.step < MIN_STEP || r.step.subsec_nanos() != 0 {
+                return Err(HistoryConfigError::Step(i));
+            }
+            if r.step < self.sample_interval {
+                return Err(HistoryConfigError::FinerThanSamples(i));
+            }
+            if r.retention < r.step {
+                return Err(HistoryConfigError::Retention(i));
+            }
+            if let Some(b) = before
+                && (r.step <= b || r.step.as_secs() % b.as_secs() != 0)
+            {
+                return Err(HistoryConfigError::NotAMultiple(i));
+            }
+            before = Some(r.step);
+        }
+        Ok(())
+    }
+
+    /// The resolution to read a history from `since` at `now` with steps
+    /// of about `step`: the coarsest whose step is at most `step`, of
+    /// those that still keep `since`; the coarsest that does if none is
+    /// that fine, and the coarsest of all if none keeps `since`.
+    pub fn resolution_for(&self, since: Timestamp, now: Timestamp, step: Duration) -> Resolution {
+        let kept: Vec<&Resolution> = self
+            .resolutions
+            .iter()
+            .filter(|r| r.prune_before(now) <= since)
+            .collect();
+        let chosen = kept
+            .iter()
+            .rev()
+            .find(|r| r.step <= step)
+            .or_else(|| kept.first())
+            .copied()
+            .or_else(|| self.resolutions.last());
+        chosen.copied().unwrap_or(Resolution {
+            step: Duration::from_secs(60),
+            retention: Duration::from_secs(86_400),
+        })
+    }
+}
+
+/// A bucket's totals as sampled at `at`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HistorySample {
+    pub at: Timestamp,
+    pub totals: Totals,
+}
+
+impl HistorySample {
+    /// Whether `self` should replace `kept` as its slot's row: it was
+    /// taken later. Two replicas sampling one slot agree on the row.
+    pub fn replaces(&self, kept: &HistorySample) -> bool {
+        (self.at, self.totals.granted_tokens.to_bits())
+            > (kept.at, kept.totals.granted_tokens.to_bits())
+    }
+}
+
+/// The rows a `sample` writes into `resolution`, given the bucket's
+/// latest row there (`latest`), as (slot, row):
+/// - none if the totals are those of `latest`: a bucket that used nothing
+///   costs no row, and a slot without a row means nothing was used;
+/// - else the sample's slot's row, unless `latest` is of that slot and
+///   taken later ([`HistorySample::replaces`]);
+/// - and where slots were skipped since `latest`, first a row closing the
+///   slot before the sample's with `latest`'s totals, so that what was
+///   used falls in the slot it was sampled in, not spread over the gap.
+pub fn rows_to_write(
+    resolution: &Resolution,
+    latest: Option<&HistorySample>,
+    sample: &HistorySample,
+) -> Vec<(Timestamp, HistorySample)> {
+    let slot = resolution.slot(sample.at);
+    let Some(latest) = latest else {
+        return vec![(slot, sample.clone())];
+    };
+    if latest.totals == sample.totals {
+        return Vec::new();
+    }
+    let latest_slot = resolution.slot(latest.at);
+    if latest_slot == slot {
+        return if sample.replaces(latest) {
+            vec![(slot, sample.clone())]
+        } else {
+            Vec::new()
+        };
+    }
+    if latest_slot > slot {
+        // A sample older than the latest row (a replica's clock behind).
+        return Vec::new();
+    }
+    let before = slot.saturating_sub(resolution.step);
+    let mut rows = Vec::with_capacity(2);
+    if latest_slot < before {
+        rows.push((
+            before,
+            HistorySample {
+                at: slot.saturating_sub(Duration::from_micros(1)),
+                totals: latest.totals.clone(),
+            },
+        ));
+    }
+    rows.push((slot, sample.clone()));
+    rows
+}
+
+/// What a bucket used between two samples.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    pub from: Timestamp,
+    pub to: Timestamp,
+    pub consumption: Consumption,
+    pub granted_tokens: f64,
+}
+
+impl Usage {
+    /// Seconds from `from` to `to`.
+    pub fn seconds(&self) -> f64 {
+        self.to.seconds_since(self.from)
+    }
+
+    /// Request units per second over the span (0 over an empty span).
+    pub fn request_units_per_second(&self) -> f64 {
+        per_second(self.consumption.request_units(), self.seconds())
+    }
+
+    /// Tokens granted per second over the span.
+    pub fn granted_per_second(&self) -> f64 {
+        per_second(self.granted_tokens, self.seconds())
+    }
+}
+
+fn per_second(amount: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 { amount / seconds } else { 0.0 }
+}
+
+/// The usage between each two consecutive `samples` (in time order). A
+/// total that falls is a reset (the bucket was deleted and created
+/// again): the usage after it is the new total.
+pub fn usage(samples: &[HistorySample]) -> Vec<Usage> {
+    samples
+        .windows(2)
+        .map(|pair| {
+            let (before, after) = (&pair[0], &pair[1]);
+            let reset = !after
+                .totals
+                .consumption
+                .dominates(&before.totals.consumption)
+                || after.totals.granted_tokens < before.totals.granted_tokens;
+            let base = if reset {
+                Totals::default()
+            } else {
+                before.totals.clone()
+            };
+            Usage {
+                from: before.at,
+                to: after.at,
+                consumption: after.totals.consumption.saturating_sub(&base.consumption),
+                granted_tokens: (after.totals.granted_tokens - base.granted_tokens).max(0.0),
+            }
+        })
+        .collect()
+}
+
+/// The sum of `usage` (each span's counters added, saturating).
+pub fn total_usage(usage: &[Usage]) -> Usage {
+    let mut sum = Usage::default();
+    for (i, u) in usage.iter().enumerate() {
+        if i == 0 {
+            sum.from = u.from;
+        }
+        sum.to = u.to;
+        sum.consumption.add(&u.consumption);
+        sum.granted_tokens += u.granted_tokens;
+    }
+    sum
+}
+
+/// Serde of a [`Duration`] as whole microseconds.
+mod micros {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_micros(u64::deserialize(d)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn sample(secs: f64, request_units: f64, granted: f64) -> HistorySample {
+        HistorySample {
+            at: Timestamp::from_secs_f64(secs),
+            totals: Totals {
+                consumption: Consumption::from_request_units(request_units),
+                granted_tokens: granted,
+            },
+        }
+    }
+
+    #[test]
+    fn the_default_keeps_minutes_for_14_days_and_hours_for_13_months() {
+        let c = HistoryConfig::default();
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.resolutions[0].step, Duration::from_secs(60));
+        assert_eq!(
+            c.resolutions[1].retention,
+            Duration::from_secs(396 * 86_400)
+        );
+    }
+
+    #[test]
+    fn a_configuration_that_cannot_work_is_refused_by_name() {
+        let mut c = HistoryConfig::default();
+        c.resolutions[1].step = Duration::from_secs(90);
+        assert_eq!(c.validate(), Err(HistoryConfigError::NotAMultiple(1)));
+        let mut c = HistoryConfig::default();
+        c.resolutions[0].retention = Duration::from_secs(10);
+        assert_eq!(c.validate(), Err(HistoryConfigError::Retention(0)));
+        let c = HistoryConfig {
+            sample_interval: Duration::from_secs(120),
+            ..HistoryConfig::default()
+        };
+        assert_eq!(c.validate(), Err(HistoryConfigError::FinerThanSamples(0)));
+        let c = HistoryConfig {
+            resolutions: Vec::new(),
+            ..HistoryConfig::default()
+        };
+        assert_eq!(c.validate(), Err(HistoryConfigError::NoResolution));
+    }
+
+    #[test]
+    fn slots_start_at_multiples_of_the_step() {
+        let minute = HistoryConfig::default().resolutions[0];
+        assert_eq!(
+            minute.slot(Timestamp::from_secs_f64(125.5)),
+            Timestamp::from_secs_f64(120.0)
+        );
+        assert_eq!(
+            minute.slot(Timestamp::from_secs_f64(-1.0)),
+            Timestamp::from_secs_f64(-60.0)
+        );
+        let now = Timestamp::from_secs_f64(20.0 * 86_400.0 + 30.0);
+        assert_eq!(
+            minute.prune_before(now),
+            Timestamp::from_secs_f64(6.0 * 86_400.0)
+        );
+    }
+
+    #[test]
+    fn a_history_is_read_from_the_finest_resolution_that_keeps_its_start() {
+        let c = HistoryConfig::default();
+        let now = Timestamp::from_secs_f64(100.0 * 86_400.0);
+        let day_ago = now.saturating_sub(Duration::from_secs(86_400));
+        let month_ago = now.saturating_sub(Duration::from_secs(30 * 86_400));
+        let minute = Duration::from_secs(60);
+        let hour = Duration::from_secs(3_600);
+        assert_eq!(c.resolution_for(day_ago, now, minute).step, minute);
+        // Asked for hours over a day: the hourly rows.
+        assert_eq!(c.resolution_for(day_ago, now, hour).step, hour);
+        // Minutes asked over a month: only the hourly rows keep it.
+        assert_eq!(c.resolution_for(month_ago, now, minute).step, hour);
+        // Finer than any: the finest that keeps the start.
+        assert_eq!(
+            c.resolution_for(day_ago, now, Duration::from_secs(1)).step,
+            minute
+        );
+    }
+
+    #[test]
+    fn the_later_sample_of_a_slot_is_kept() {
+        let early = sample(10.0, 5.0, 5.0);
+        let late = sample(20.0, 7.0, 7.0);
+        assert!(late.replaces(&early));
+        assert!(!early.replaces(&late));
+        assert!(!late.replaces(&late));
+    }
+
+    #[test]
+    fn usage_is_the_difference_of_totals_and_a_fall_is_a_reset() {
+        let samples = [
+            sample(0.0, 10.0, 12.0),
+            sample(60.0, 70.0, 72.0),
+            // Deleted and created again: counting from zero.
+            sample(120.0, 5.0, 6.0),
+        ];
+        let u = usage(&samples);
+        assert_eq!(u.len(), 2);
+        assert!((u[0].request_units_per_second() - 1.0).abs() < 1e-9);
+        assert!((u[0].granted_per_second() - 1.0).abs() < 1e-9);
+        assert!((u[1].consumption.request_units() - 5.0).abs() < 1e-9);
+        assert!((u[1].granted_tokens - 6.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_unchanged_bucket_writes_nothing_and_a_gap_is_closed_before_the_change() {
+        let minute = HistoryConfig::default().resolutions[0];
+        let first = sample(5.0, 1.0, 1.0);
+        assert_eq!(
+            rows_to_write(&minute, None, &first),
+            vec![(Timestamp::EPOCH, first.clone())]
+        );
+        // Unchanged ten minutes on: nothing.
+        assert!(rows_to_write(&minute, Some(&first), &sample(605.0, 1.0, 1.0)).is_empty());
+        // Later in the same slot: the slot's row again.
+        let later = sample(50.0, 2.0, 2.0);
+        assert_eq!(rows_to_write(&minute, Some(&first), &later).len(), 1);
+        // Changed after ten idle minutes: the minute before closes with
+        // the old totals, so all the use falls in the last minute.
+        let changed = sample(605.0, 31.0, 31.0);
+        let rows = rows_to_write(&minute, Some(&first), &changed);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].0, Timestamp::from_secs_f64(540.0));
+        assert_eq!(rows[0].1.totals, first.totals);
+        assert_eq!(rows[1].0, Timestamp::from_secs_f64(600.0));
+        let spans = usage(&[first.clone(), rows[0].1.clone(), rows[1].1.clone()]);
+        assert_eq!(spans[0].consumption.request_unit_micros, 0);
+        assert!((spans[1].consumption.request_units() - 30.0).abs() < 1e-9);
+        // A sample behind the latest row writes nothing.
+        assert!(rows_to_write(&minute, Some(&changed), &sample(65.0, 9.0, 9.0)).is_empty());
+    }
+
+    proptest! {
+        /// Two replicas sampling the same totals write the rows one
+        /// would, and the usage the rows give sums to the change of the
+        /// totals from the first row to the last.
+        #[test]
+        fn rows_written_twice_are_the_rows_written_once(
+            deltas in proptest::collection::vec((1i64..200_000_000, 0u64..1_000_000), 1..40),
+        ) {
+            let minute = HistoryConfig::default().resolutions[0];
+            let mut at = 0i64;
+            let mut micros = 0u64;
+            let mut samples = Vec::new();
+            for (dt, d) in deltas {
+                at += dt;
+                micros += d;
+                samples.push(HistorySample {
+                    at: Timestamp::from_unix_micros(at),
+                    totals: Totals {
+                        consumption: Consumption { request_unit_micros: micros, ..Consumption::default() },
+                        granted_tokens: micros as f64,
+                    },
+                });
+            }
+            let apply = |order: &[HistorySample]| {
+                let mut rows: std::collections::BTreeMap<Timestamp, HistorySample> = Default::default();
+                for s in order {
+                    let latest = rows.values().next_back().cloned();
+                    for (slot, row) in rows_to_write(&minute, latest.as_ref(), s) {
+                        rows.insert(slot, row);
+                    }
+                }
+                rows
+            };
+            let in_order = apply(&samples);
+            // Each sample twice, as two replicas in step would.
+            let doubled: Vec<HistorySample> =
+                samples.iter().flat_map(|s| [s.clone(), s.clone()]).collect();
+            prop_assert_eq!(&apply(&doubled), &in_order);
+            let rows: Vec<HistorySample> = in_order.into_values().collect();
+            let sum = total_usage(&usage(&rows));
+            let first = rows.first().map_or(0, |r| r.totals.consumption.request_unit_micros);
+            prop_assert_eq!(sum.consumption.request_unit_micros, micros - first);
+        }
+
+        /// Over any growing totals, the usage summed over the spans is
+        /// exactly the change of the totals from the first to the last.
+        #[test]
+        fn summed_usage_is_the_change_of_the_totals(
+            steps in proptest::collection::vec((1u64..1_000_000, 0u64..10_000_000), 1..50),
+        ) {
+            let mut at = 0i64;
+            let mut micros = 0u64;
+            let mut samples = vec![HistorySample::default()];
+            for (dt, d) in steps {
+                at += i64::try_from(dt).expect("small");
+                micros += d;
+                samples.push(HistorySample {
+                    at: Timestamp::from_unix_micros(at),
+                    totals: Totals {
+                        consumption: Consumption { request_unit_micros: micros, ..Consumption::default() },
+                        granted_tokens: 0.0,
+                    },
+                });
+            }
+            let sum = total_usage(&usage(&samples));
+            prop_assert_eq!(sum.consumption.request_unit_micros, micros);
+            prop_assert_eq!(sum.to, Timestamp::from_unix_micros(at));
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Usage history (`tollgate_usage_history`, schema 18): sampling pages of
+//! head rows into it, reading a bucket's rows, pruning by age. The rows to
+//! write are the core's (`tollgate_core::history::rows_to_write`); the
+//! upsert keeps the later sample of a slot, so replicas may sample at
+//! once without a lock.
+
+use super::*;
+
+use tollgate_core::history::{HistorySample, Resolution, rows_to_write};
+
+/// Samples a page of up to `limit` head rows after `after` at the store's
+/// clock.
+pub(super) async fn sample(
+    inner: &Inner,
+    client: &deadpool_postgres::Client,
+    after: Option<&BucketKey>,
+    limit: usize,
+) -> Result<HistoryPage, TxError> {
+    let config = &inner.settings.history;
+    let (after_tenant, after_bucket) =
+        after.map_or(("", ""), |k| (k.tenant.as_str(), k.bucket.as_str()));
+    let page_limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let list = client.prepare_cached(sql::LIST_BUCKETS).await?;
+    let found = client
+        .query(&list, &[&after_tenant, &after_bucket, &page_limit])
+        .await?;
+    let heads = snapshots_from_rows(inner, &found, "read_at").map_err(TxError::Store)?;
+    let mut page = HistoryPage {
+        buckets: heads.len(),
+        last: heads
+            .last()
+            .map(|h| h.key.clone())
+            .filter(|_| heads.len() >= limit),
+        ..HistoryPage::default()
+    };
+    let Some(first) = heads.first() else {
+        return Ok(page);
+    };
+    let now = first.read_at;
+    let tenants: Vec<&str> = heads.iter().map(|h| h.key.tenant.as_str()).collect();
+    let buckets: Vec<&str> = heads.iter().map(|h| h.key.bucket.as_str()).collect();
+    let steps: Vec<i64> = config
+        .resolutions
+        .iter()
+        .map(|r| i64::try_from(r.step_secs()).unwrap_or(i64::MAX))
+        .collect();
+    let latest = client.prepare_cached(sql::LATEST_HISTORY).await?;
+    let mut kept: BTreeMap<(String, String, i64), HistorySample> = BTreeMap::new();
+    for row in client.query(&latest, &[&tenants, &buckets, &steps]).await? {
+        let key = (
+            get::<String>(&row, "tenant_id")?,
+            get::<String>(&row, "bucket")?,
+            get::<i64>(&row, "step_secs")?,
+        );
+        kept.insert(key, decode(&get::<String>(&row, "sample")?)?);
+    }
+    let mut out = Upserts::default();
+    for head in &heads {
+        let sample = HistorySample {
+            at: now,
+            totals: head.head.totals.clone(),
+        };
+        for (resolution, &step) in config.resolutions.iter().zip(&steps) {
+            let latest = kept.get(&(
+                head.key.tenant.as_str().to_owned(),
+                head.key.bucket.as_str().to_owned(),
+                step,
+            ));
+            for (slot, row) in rows_to_write(resolution, latest, &sample) {
+                out.push(&head.key, step, slot.unix_micros(), &row)?;
+            }
+        }
+    }
+    if !out.tenants.is_empty() {
+        let upsert = client.prepare_cached(sql::UPSERT_HISTORY).await?;
+        client
+            .execute(
+                &upsert,
+                &[
+                    &out.tenants,
+                    &out.buckets,
+                    &out.steps,
+                    &out.slots,
+                    &out.sampled_at,
+                    &out.granted,
+                    &out.samples,
+                ],
+            )
+            .await?;
+    }
+    page.rows_written = out.tenants.len() as u64;
+    Ok(page)
+}
+
+/// History rows to write, column by column.
+#[derive(Default)]
+struct Upserts {
+    tenants: Vec<String>,
+    buckets: Vec<String>,
+    steps: Vec<i64>,
+    slots: Vec<i64>,
+    sampled_at: Vec<i64>,
+    granted: Vec<f64>,
+    samples: Vec<String>,
+}
+
+impl Upserts {
+    fn push(
+        &mut self,
+        key: &BucketKey,
+        step: i64,
+        slot: i64,
+        row: &HistorySample,
+    ) -> Result<(), TxError> {
+        self.tenants.push(key.tenant.as_str().to_owned());
+        self.buckets.push(key.bucket.as_str().to_owned());
+        self.steps.push(step);
+        self.slots.push(slot);
+        self.sampled_at.push(row.at.unix_micros());
+        self.granted.push(row.totals.granted_tokens);
+        self.samples.push(
+            serde_json::to_string(row)
+                .map_err(|e| TxError::Store(StoreError::internal("encode a history row", e)))?,
+        );
+        Ok(())
+    }
+}
+
+/// `key`'s rows of `resolution` from `since` to `until`.
+pub(super) async fn read(
+    client: &deadpool_postgres::Client,
+    key: &BucketKey,
+    resolution: Resolution,
+    since: Timestamp,
+    until: Timestamp,
+) -> Result<HistoryRows, TxError> {
+    let step = i64::try_from(resolution.step_secs()).unwrap_or(i64::MAX);
+    let from = resolution.slot(since).unix_micros();
+    let read = client.prepare_cached(sql::READ_HISTORY).await?;
+    let rows = client
+        .query(
+            &read,
+            &[
+                &key.tenant.as_str(),
+                &key.bucket.as_str(),
+                &step,
+                &from,
+                &until.unix_micros(),
+            ],
+        )
+        .await?;
+    let mut out = HistoryRows {
+        resolution,
+        samples: Vec::with_capacity(rows.len()),
+        baseline: false,
+    };
+    for row in &rows {
+        out.baseline |= get::<bool>(row, "baseline")?;
+        out.samples.push(decode(&get::<String>(row, "sample")?)?);
+    }
+    Ok(out)
+}
+
+/// Removes up to `limit` rows past retention at `now`.
+pub(super) async fn prune(
+    inner: &Inner,
+    client: &deadpool_postgres::Client,
+    now: Timestamp,
+    limit: usize,
+) -> Result<u64, TxError> {
+    let resolutions = &inner.settings.history.resolutions;
+    let steps: Vec<i64> = resolutions
+        .iter()
+        .map(|r| i64::try_from(r.step_secs()).unwrap_or(i64::MAX))
+        .collect();
+    let before: Vec<i64> = resolutions
+        .iter()
+        .map(|r| r.prune_before(now).unix_micros())
+        .collect();
+    let coarsest = before.last().copied().unwrap_or(i64::MIN);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let prune = client.prepare_cached(sql::PRUNE_HISTORY).await?;
+    Ok(client
+        .execute(&prune, &[&steps, &before, &coarsest, &limit])
+        .await?)
+}
+
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a tokio_postgres::Row,
+    column: &'static str,
+) -> Result<T, TxError> {
+    row.try_get(column)
+        .map_err(|e| TxError::Store(StoreError::internal("read a history row", e)))
+}
+
+fn decode(text: &str) -> Result<HistorySample, TxError> {
+    serde_json::from_str(text)
+        .map_err(|e| TxError::Store(StoreError::internal("decode a history row", e)))
+}
