@@ -180,8 +180,14 @@ impl HistorySample {
     }
 }
 
-/// The rows a `sample` writes into `resolution`, given the bucket's
-/// latest row there (`latest`), as (slot, row):
+/// The rows a `sample` of a bucket created at `created_at` writes into
+/// `resolution`, given the bucket's latest row there (`latest`), as
+/// (slot, row):
+/// - with no row yet, of a bucket created in the sample's slot or the one
+///   before, first a row of zero totals closing the slot before the one
+///   it was created in (it did not exist then), so its first use is seen;
+///   a bucket older than that (one from before the history was kept)
+///   starts at its sample, its earlier use not counted in any span;
 /// - none if the totals are those of `latest`: a bucket that used nothing
 ///   costs no row, and a slot without a row means nothing was used;
 /// - else the sample's slot's row, unless `latest` is of that slot and
@@ -191,12 +197,25 @@ impl HistorySample {
 ///   used falls in the slot it was sampled in, not spread over the gap.
 pub fn rows_to_write(
     resolution: &Resolution,
+    created_at: Timestamp,
     latest: Option<&HistorySample>,
     sample: &HistorySample,
 ) -> Vec<(Timestamp, HistorySample)> {
     let slot = resolution.slot(sample.at);
     let Some(latest) = latest else {
-        return vec![(slot, sample.clone())];
+        let created = resolution.slot(created_at);
+        let mut rows = Vec::with_capacity(2);
+        if created >= slot.saturating_sub(resolution.step) && created <= slot {
+            rows.push((
+                created.saturating_sub(resolution.step),
+                HistorySample {
+                    at: created.saturating_sub(Duration::from_micros(1)),
+                    totals: Totals::default(),
+                },
+            ));
+        }
+        rows.push((slot, sample.clone()));
+        return rows;
     };
     if latest.totals == sample.totals {
         return Vec::new();
@@ -429,19 +448,32 @@ mod tests {
     fn an_unchanged_bucket_writes_nothing_and_a_gap_is_closed_before_the_change() {
         let minute = HistoryConfig::default().resolutions[0];
         let first = sample(5.0, 1.0, 1.0);
+        // A bucket from before the history: no baseline.
+        let long_ago = Timestamp::from_secs_f64(-3_600.0);
         assert_eq!(
-            rows_to_write(&minute, None, &first),
+            rows_to_write(&minute, long_ago, None, &first),
             vec![(Timestamp::EPOCH, first.clone())]
         );
+        // A new bucket: zero totals before it was created.
+        let rows = rows_to_write(&minute, Timestamp::from_secs_f64(2.0), None, &first);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].0, Timestamp::from_secs_f64(-60.0));
+        assert_eq!(rows[0].1.totals, Totals::default());
+        let spans = usage(&[rows[0].1.clone(), rows[1].1.clone()]);
+        assert!((spans[0].consumption.request_units() - 1.0).abs() < 1e-9);
+        let created = long_ago;
         // Unchanged ten minutes on: nothing.
-        assert!(rows_to_write(&minute, Some(&first), &sample(605.0, 1.0, 1.0)).is_empty());
+        assert!(rows_to_write(&minute, created, Some(&first), &sample(605.0, 1.0, 1.0)).is_empty());
         // Later in the same slot: the slot's row again.
         let later = sample(50.0, 2.0, 2.0);
-        assert_eq!(rows_to_write(&minute, Some(&first), &later).len(), 1);
+        assert_eq!(
+            rows_to_write(&minute, created, Some(&first), &later).len(),
+            1
+        );
         // Changed after ten idle minutes: the minute before closes with
         // the old totals, so all the use falls in the last minute.
         let changed = sample(605.0, 31.0, 31.0);
-        let rows = rows_to_write(&minute, Some(&first), &changed);
+        let rows = rows_to_write(&minute, created, Some(&first), &changed);
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].0, Timestamp::from_secs_f64(540.0));
         assert_eq!(rows[0].1.totals, first.totals);
@@ -450,7 +482,9 @@ mod tests {
         assert_eq!(spans[0].consumption.request_unit_micros, 0);
         assert!((spans[1].consumption.request_units() - 30.0).abs() < 1e-9);
         // A sample behind the latest row writes nothing.
-        assert!(rows_to_write(&minute, Some(&changed), &sample(65.0, 9.0, 9.0)).is_empty());
+        assert!(
+            rows_to_write(&minute, created, Some(&changed), &sample(65.0, 9.0, 9.0)).is_empty()
+        );
     }
 
     proptest! {
@@ -476,11 +510,12 @@ mod tests {
                     },
                 });
             }
+            let created = Timestamp::from_unix_micros(-1);
             let apply = |order: &[HistorySample]| {
                 let mut rows: std::collections::BTreeMap<Timestamp, HistorySample> = Default::default();
                 for s in order {
                     let latest = rows.values().next_back().cloned();
-                    for (slot, row) in rows_to_write(&minute, latest.as_ref(), s) {
+                    for (slot, row) in rows_to_write(&minute, created, latest.as_ref(), s) {
                         rows.insert(slot, row);
                     }
                 }

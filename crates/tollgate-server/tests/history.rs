@@ -196,7 +196,10 @@ async fn two_replicas_sampling_a_day_agree_with_the_totals(backend: Backend) {
                     .await
                     .expect("history");
                 assert_eq!(rows.resolution.step, Duration::from_secs(step));
-                assert!(!rows.baseline, "nothing before the day");
+                // The bucket was created at the start: its baseline is the
+                // zero totals it had before.
+                assert!(rows.baseline);
+                assert_eq!(rows.samples[0].totals, Default::default());
                 assert_one_row_per_slot(&rows);
                 let r = rows.resolution;
                 // Every row holds the totals as of when it says it was
@@ -270,10 +273,20 @@ async fn rows_are_pruned_by_age_per_resolution(backend: Backend) {
         .history(&k, start, clock.now(), Duration::from_secs(60))
         .await
         .expect("history");
-    assert_eq!(minutes.samples.len(), 120);
+    // A row a minute, after the zero totals before the bucket existed.
+    assert_eq!(minutes.samples.len(), 121);
+    assert!(minutes.baseline);
+    assert!(
+        (total_usage(&usage(&minutes.samples))
+            .consumption
+            .request_units()
+            - 120.0)
+            .abs()
+            < 1e-9
+    );
     // 15 days on: the minutes are past their 14 days, the hours are not.
     clock.set_secs(2_015.0 * DAY);
-    assert_eq!(store.prune_history(1_000).await.expect("prune"), 120);
+    assert_eq!(store.prune_history(1_000).await.expect("prune"), 121);
     let hours = store
         .history(&k, start, clock.now(), Duration::from_secs(60))
         .await
@@ -283,14 +296,15 @@ async fn rows_are_pruned_by_age_per_resolution(backend: Backend) {
         Duration::from_secs(3_600),
         "minutes asked of a span only hours keep"
     );
-    // Each hour's row is its last sample: 60 and 120 units.
-    assert_eq!(hours.samples.len(), 2);
+    // Zero before the bucket, then each hour's last sample: 60 and 120
+    // units.
+    assert_eq!(hours.samples.len(), 3);
     let sum = total_usage(&usage(&hours.samples));
-    assert!((sum.consumption.request_units() - 60.0).abs() < 1e-9);
+    assert!((sum.consumption.request_units() - 120.0).abs() < 1e-9);
     // A batch limit is kept to: 400 days on, one row at a time.
     clock.set_secs(2_400.0 * DAY);
     assert_eq!(store.prune_history(1).await.expect("prune"), 1);
-    assert_eq!(store.prune_history(10).await.expect("prune"), 1);
+    assert_eq!(store.prune_history(10).await.expect("prune"), 2);
     assert_eq!(store.prune_history(10).await.expect("prune"), 0);
 }
 
@@ -316,8 +330,8 @@ async fn a_deleted_tenant_keeps_its_history(backend: Backend) {
         .history(&k, start, clock.now(), Duration::from_secs(60))
         .await
         .expect("history");
-    assert_eq!(rows.samples.len(), 1);
-    assert!((rows.samples[0].totals.consumption.request_units() - 5.0).abs() < 1e-9);
+    let sum = total_usage(&usage(&rows.samples));
+    assert!((sum.consumption.request_units() - 5.0).abs() < 1e-9);
 }
 
 macro_rules! on_both_stores {

@@ -293,7 +293,8 @@ pub async fn usage(args: UsageArgs) -> anyhow::Result<()> {
     })
 }
 
-fn bucket_label(tenant: &str, bucket: &str) -> String {
+/// A bucket as sentences name it.
+pub(crate) fn bucket_label(tenant: &str, bucket: &str) -> String {
     if bucket.is_empty() {
         format!("the request-unit bucket of tenant {tenant}")
     } else {

@@ -17,6 +17,7 @@
 //! B` one; `list` has a `BUCKET` column. `delete` asks for the tenant id
 //! again unless `--yes`, and refuses without a terminal to ask on.
 
+mod history;
 mod per_key;
 mod tiering;
 mod watch;
@@ -141,6 +142,12 @@ enum TenantCommand {
     /// Every --interval: limits, level, request units and granted tokens
     /// per second (from the exact totals), live pods; busiest first.
     Watch(watch::WatchArgs),
+    /// A bucket's usage over time, from the usage history
+    ///
+    /// One row per step the bucket used anything in: request units and
+    /// granted tokens per second, and their totals, exactly what billing
+    /// counts. Deleted buckets keep their history.
+    History(history::HistoryArgs),
     /// Show a tenant's tier, overrides and buckets.
     Describe {
         #[arg(long)]
@@ -233,6 +240,7 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
         TenantCommand::Override(a) => tiering::override_(&mut client, a).await,
         TenantCommand::TableLimits(a) => tiering::table_limits(&mut client, a).await,
         TenantCommand::Watch(a) => watch::watch(&mut client, a).await,
+        TenantCommand::History(a) => history::history(&mut client, a).await,
         TenantCommand::Describe { tenant, json } => {
             tiering::describe(&mut client, tenant, json).await
         }

@@ -708,6 +708,28 @@ impl admin_server::Admin for AdminService {
         }))
     }
 
+    async fn get_history(
+        &self,
+        request: Request<v1::GetHistoryRequest>,
+    ) -> Result<Response<v1::GetHistoryResponse>, Status> {
+        edge::enter(&request)?;
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        let key = convert::bucket_key(&req.tenant_id, &req.bucket).map_err(invalid)?;
+        let span = convert::history_span(&req).map_err(invalid)?;
+        self.permit(caller.scope(), &key.tenant, Access::Read)
+            .await?;
+        let rows = self
+            .store
+            .history(&key, span.since, span.until, span.step)
+            .await
+            .map_err(|e| status("get history", e))?;
+        Ok(Response::new(convert::history_to_proto(
+            &rows,
+            span.read_at,
+        )))
+    }
+
     async fn get_usage(
         &self,
         request: Request<v1::GetUsageRequest>,

@@ -148,6 +148,84 @@ fn timestamp(field: &str, t: prost_types::Timestamp) -> Result<Timestamp, Invali
     ))
 }
 
+/// The longest span a history may be asked for.
+pub const MAX_HISTORY_SPAN: Duration = Duration::from_secs(400 * 86_400);
+/// The largest step a history may be asked in.
+pub const MAX_HISTORY_STEP: Duration = Duration::from_secs(86_400);
+
+/// A history request's span, checked, with `until` unset read as now
+/// (this replica's clock).
+pub(crate) struct HistorySpan {
+    pub since: Timestamp,
+    pub until: Timestamp,
+    pub step: Duration,
+    pub read_at: Timestamp,
+}
+
+pub(crate) fn history_span(req: &v1::GetHistoryRequest) -> Result<HistorySpan, InvalidInput> {
+    let read_at = Timestamp::from_unix_micros(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX)),
+    );
+    let since = timestamp(
+        "since",
+        req.since
+            .ok_or_else(|| InvalidInput::new("since", "required: the start of the span"))?,
+    )?;
+    let until = req.until.map_or(Ok(read_at), |t| timestamp("until", t))?;
+    if until < since {
+        return Err(InvalidInput::new("until", "must not be before since"));
+    }
+    if until.duration_since(since) > MAX_HISTORY_SPAN {
+        return Err(InvalidInput::new(
+            "since",
+            format!(
+                "the span from since to until must be at most {} days",
+                MAX_HISTORY_SPAN.as_secs() / 86_400
+            ),
+        ));
+    }
+    let step = req
+        .step
+        .map_or(Ok(Duration::from_secs(60)), |d| duration("step", d))?;
+    if step < tollgate_core::history::MIN_STEP || step > MAX_HISTORY_STEP {
+        return Err(InvalidInput::new("step", "must be from 1s to 1 day"));
+    }
+    Ok(HistorySpan {
+        since,
+        until,
+        step,
+        read_at,
+    })
+}
+
+/// A bucket's history rows as the points of a `GetHistory` answer.
+pub(crate) fn history_to_proto(
+    rows: &crate::store::HistoryRows,
+    read_at: Timestamp,
+) -> v1::GetHistoryResponse {
+    let points = tollgate_core::history::usage(&rows.samples)
+        .iter()
+        .filter(|u| {
+            u.consumption != tollgate_core::Consumption::default() || u.granted_tokens > 0.0
+        })
+        .map(|u| v1::HistoryPoint {
+            from: Some(timestamp_to_proto(u.from)),
+            to: Some(timestamp_to_proto(u.to)),
+            consumption: Some(v1::Consumption::from(&u.consumption)),
+            granted_tokens: u.granted_tokens,
+            request_units_per_second: u.request_units_per_second(),
+            granted_tokens_per_second: u.granted_per_second(),
+        })
+        .collect();
+    v1::GetHistoryResponse {
+        step: Some(tollgate_proto::duration(rows.resolution.step)),
+        points,
+        read_at: Some(timestamp_to_proto(read_at)),
+    }
+}
+
 pub(crate) fn timestamp_to_proto(t: Timestamp) -> prost_types::Timestamp {
     let micros = t.unix_micros();
     prost_types::Timestamp {

@@ -41,7 +41,7 @@ pub(super) fn sample(
         let head: BucketRow = decode("decode bucket row", value.value())?;
         let sample = HistorySample {
             at: now,
-            totals: head.totals,
+            totals: head.totals.clone(),
         };
         for resolution in &config.resolutions {
             let step = resolution.step_secs();
@@ -54,7 +54,9 @@ pub(super) fn sample(
                     decode("decode history row", v.value())
                 })
                 .transpose()?;
-            for (slot, row) in rows_to_write(resolution, latest.as_ref(), &sample) {
+            for (slot, row) in
+                rows_to_write(resolution, head.state.created_at, latest.as_ref(), &sample)
+            {
                 let bytes = encode("encode history row", &row)?;
                 history
                     .insert((tenant, bucket, step, slot.unix_micros()), bytes.as_slice())

@@ -66,7 +66,9 @@ pub(super) async fn sample(
                 head.key.bucket.as_str().to_owned(),
                 step,
             ));
-            for (slot, row) in rows_to_write(resolution, latest, &sample) {
+            for (slot, row) in
+                rows_to_write(resolution, head.head.state.created_at, latest, &sample)
+            {
                 out.push(&head.key, step, slot.unix_micros(), &row)?;
             }
         }

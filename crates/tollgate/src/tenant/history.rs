@@ -1,0 +1,210 @@
+//! `tollgate tenant history`: a bucket's usage over time from the usage
+//! history (`Admin/GetHistory`): one row per step in which the bucket used
+//! anything, with the request units and granted tokens per second, and
+//! their totals over the span, which are exactly what billing counts.
+//! `--since` and `--until` take a time ago (`24h`) or an RFC 3339 time.
+
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+use tollgate_proto::v1;
+
+use crate::budget::bucket_label;
+use crate::output::{self, Table, amount, rfc3339, seconds};
+use crate::remote::{AdminConnection, rpc_error};
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    #[arg(long)]
+    tenant: String,
+    /// The bucket ("" for the request-unit bucket).
+    #[arg(long, default_value = "")]
+    bucket: String,
+    /// The start: a time ago (`24h`, `7days`) or an RFC 3339 time.
+    #[arg(long, default_value = "1h", value_parser = parse_time)]
+    since: SystemTime,
+    /// The end: a time ago or an RFC 3339 time [default: now].
+    #[arg(long, value_parser = parse_time)]
+    until: Option<SystemTime>,
+    /// The step wanted (the server reads the finest kept resolution at
+    /// most this fine: a minute for 14 days, an hour for 13 months).
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    step: Duration,
+    /// Print JSON instead of a table.
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    /// Print CSV (a header, then a row per point) instead of a table.
+    #[arg(long)]
+    csv: bool,
+}
+
+/// `24h` (that long ago) or an RFC 3339 time.
+fn parse_time(text: &str) -> Result<SystemTime, String> {
+    if let Ok(ago) = humantime::parse_duration(text) {
+        return SystemTime::now()
+            .checked_sub(ago)
+            .ok_or_else(|| format!("{text} ago is before the epoch"));
+    }
+    humantime::parse_rfc3339_weak(text).map_err(|_| {
+        format!(
+            "{text:?}: neither a time ago (24h, 7days) nor an RFC 3339 time (2026-01-02T03:04:05Z)"
+        )
+    })
+}
+
+fn to_proto(t: SystemTime) -> anyhow::Result<prost_types::Timestamp> {
+    let d = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .context("a time before 1970")?;
+    Ok(prost_types::Timestamp {
+        seconds: i64::try_from(d.as_secs()).context("a time too far ahead")?,
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    })
+}
+
+/// The history as printed, and as `--json` writes it.
+#[derive(Debug, Serialize)]
+struct HistoryView {
+    tenant_id: String,
+    bucket: String,
+    step_seconds: f64,
+    request_units: f64,
+    granted_tokens: f64,
+    points: Vec<PointView>,
+}
+
+#[derive(Debug, Serialize)]
+struct PointView {
+    from: Option<String>,
+    to: Option<String>,
+    request_units: f64,
+    request_unit_micros: u64,
+    request_units_per_second: f64,
+    granted_tokens: f64,
+    granted_tokens_per_second: f64,
+    read_batches: u64,
+    read_requests: u64,
+    read_bytes: u64,
+    write_batches: u64,
+    write_requests: u64,
+    write_bytes: u64,
+    cpu_micros: u64,
+    egress_bytes: u64,
+}
+
+impl PointView {
+    fn of(p: &v1::HistoryPoint) -> Self {
+        let used = p.consumption.unwrap_or_default();
+        PointView {
+            from: rfc3339(p.from),
+            to: rfc3339(p.to),
+            request_units: used.request_unit_micros as f64 / 1e6,
+            request_unit_micros: used.request_unit_micros,
+            request_units_per_second: p.request_units_per_second,
+            granted_tokens: p.granted_tokens,
+            granted_tokens_per_second: p.granted_tokens_per_second,
+            read_batches: used.read_batches,
+            read_requests: used.read_requests,
+            read_bytes: used.read_bytes,
+            write_batches: used.write_batches,
+            write_requests: used.write_requests,
+            write_bytes: used.write_bytes,
+            cpu_micros: (used.cpu_seconds * 1e6).round() as u64,
+            egress_bytes: used.egress_bytes,
+        }
+    }
+}
+
+pub async fn history(client: &mut AdminConnection, args: HistoryArgs) -> anyhow::Result<()> {
+    let answer = client
+        .get_history(v1::GetHistoryRequest {
+            tenant_id: args.tenant.clone(),
+            bucket: args.bucket.clone(),
+            since: Some(to_proto(args.since)?),
+            until: args.until.map(to_proto).transpose()?,
+            step: Some(tollgate_proto::duration(args.step)),
+        })
+        .await
+        .map_err(rpc_error)?
+        .into_inner();
+    let points: Vec<PointView> = answer.points.iter().map(PointView::of).collect();
+    let view = HistoryView {
+        tenant_id: args.tenant.clone(),
+        bucket: args.bucket.clone(),
+        step_seconds: seconds(answer.step),
+        request_units: points.iter().map(|p| p.request_unit_micros).sum::<u64>() as f64 / 1e6,
+        granted_tokens: points.iter().map(|p| p.granted_tokens).sum(),
+        points,
+    };
+    if args.csv {
+        return output::print(false, &view, |v| csv(&v.points));
+    }
+    output::print(args.json, &view, |v| {
+        let label = bucket_label(&v.tenant_id, &v.bucket);
+        if v.points.is_empty() {
+            return format!(
+                "{label} used nothing in the span (or has no history there: the history keeps a row per minute for 14 days and per hour for 13 months by default)"
+            );
+        }
+        format!(
+            "{}\n{label}: {} request units, {} tokens granted, in steps of {}",
+            table(&v.points),
+            amount(v.request_units),
+            amount(v.granted_tokens),
+            humantime::format_duration(Duration::from_secs_f64(v.step_seconds))
+        )
+    })
+}
+
+fn table(points: &[PointView]) -> Table {
+    let mut table = Table::with_header(&[
+        "FROM",
+        "TO",
+        "RU/S",
+        "GRANTED/S",
+        "REQUEST UNITS",
+        "GRANTED",
+    ]);
+    for p in points {
+        table.push(vec![
+            p.from.clone().unwrap_or_default(),
+            p.to.clone().unwrap_or_default(),
+            amount(p.request_units_per_second),
+            amount(p.granted_tokens_per_second),
+            amount(p.request_units),
+            amount(p.granted_tokens),
+        ]);
+    }
+    table
+}
+
+fn csv(points: &[PointView]) -> String {
+    let mut lines = vec![
+        "from,to,request_unit_micros,granted_tokens,request_units_per_second,\
+         granted_tokens_per_second,read_batches,read_requests,read_bytes,write_batches,\
+         write_requests,write_bytes,cpu_micros,egress_bytes"
+            .to_owned(),
+    ];
+    for p in points {
+        lines.push(format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            p.from.clone().unwrap_or_default(),
+            p.to.clone().unwrap_or_default(),
+            p.request_unit_micros,
+            p.granted_tokens,
+            p.request_units_per_second,
+            p.granted_tokens_per_second,
+            p.read_batches,
+            p.read_requests,
+            p.read_bytes,
+            p.write_batches,
+            p.write_requests,
+            p.write_bytes,
+            p.cpu_micros,
+            p.egress_bytes,
+        ));
+    }
+    lines.join("\n")
+}
