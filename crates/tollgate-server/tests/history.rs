@@ -2,18 +2,23 @@
 //! test: two replicas sampling the same buckets through a day of
 //! generated requests leave one row per slot, and the usage the rows give
 //! sums to the change of the exact totals; rows are pruned by age per
-//! resolution; a deleted tenant's history stays.
+//! resolution; a deleted tenant's history stays. Over the wire
+//! (`Admin/GetHistory`): the points a client reads sum to what its pods
+//! reported, the server's own sampler writes them, and bad spans are
+//! `INVALID_ARGUMENT` naming the field.
 
 mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use support::server::TestServer;
 use support::{Backend, Backing, ManualClock, tenant_id};
 use tollgate_core::history::{HistoryConfig, Resolution, total_usage, usage};
 use tollgate_core::{
     BucketKey, Consumption, Limits, LimitsMask, LimitsUpdate, Timestamp, TokenBucketRequest,
 };
+use tollgate_proto::v1;
 use tollgate_server::store::{BucketSettings, HistoryRows, Store};
 
 const DAY: f64 = 86_400.0;
@@ -334,6 +339,267 @@ async fn a_deleted_tenant_keeps_its_history(backend: Backend) {
     assert!((sum.consumption.request_units() - 5.0).abs() < 1e-9);
 }
 
+/// A pod's report over the wire: `request_units` used.
+fn pod_report(tenant: &str, seq: u64, request_units: f64) -> v1::TokenBucketRequest {
+    v1::TokenBucketRequest {
+        tenant_id: tenant.into(),
+        instance_id: 1,
+        instance_lease: b"lease".to_vec(),
+        seq,
+        requested_tokens: 1.0,
+        shares: 1.0,
+        target_request_period: Some(prost_types::Duration {
+            seconds: 10,
+            nanos: 0,
+        }),
+        consumption_since_last_request: Some(v1::Consumption {
+            request_units,
+            write_requests: 1,
+            ..v1::Consumption::default()
+        }),
+        ..v1::TokenBucketRequest::default()
+    }
+}
+
+fn proto_time(t: Timestamp) -> prost_types::Timestamp {
+    let micros = t.unix_micros();
+    prost_types::Timestamp {
+        seconds: micros.div_euclid(1_000_000),
+        nanos: i32::try_from(micros.rem_euclid(1_000_000) * 1_000).expect("nanos"),
+    }
+}
+
+fn history_request(tenant: &str, since: Timestamp, until: Timestamp) -> v1::GetHistoryRequest {
+    v1::GetHistoryRequest {
+        tenant_id: tenant.into(),
+        bucket: String::new(),
+        since: Some(proto_time(since)),
+        until: Some(proto_time(until)),
+        step: Some(prost_types::Duration {
+            seconds: 60,
+            nanos: 0,
+        }),
+    }
+}
+
+async fn a_client_reads_what_its_pods_reported_minute_by_minute(backend: Backend) {
+    let clock = ManualClock::default();
+    clock.set_secs(4_000.0 * DAY);
+    let start = clock.now();
+    let (backing, [store, _]) = replicas(backend, &clock).await;
+    let options = tollgate_server::GrpcOptions {
+        // The test samples, at the times it sets.
+        history_interval: None,
+        ..tollgate_server::GrpcOptions::default()
+    };
+    let telemetry = tollgate_server::telemetry::Telemetry::new().expect("telemetry");
+    let server = TestServer::start_with(Arc::clone(&store), telemetry, options).await;
+    let mut pods = server.pods().await;
+    let mut admin = server.admin().await;
+    // Ten minutes: 2.5 request units every 10 s in the even minutes only.
+    let mut seq = 0;
+    for tick in 0..60u32 {
+        clock.set_secs(4_000.0 * DAY + f64::from(tick) * 10.0);
+        if (tick / 6) % 2 == 0 {
+            seq += 1;
+            pods.token_bucket(pod_report("wire", seq, 2.5))
+                .await
+                .expect("report");
+        }
+        sample_all(store.as_ref(), 100).await;
+    }
+    let answer = admin
+        .get_history(history_request("wire", start, clock.now()))
+        .await
+        .expect("history")
+        .into_inner();
+    assert_eq!(answer.step.map(|d| d.seconds), Some(60));
+    // A point per minute with use: minutes 0, 2, 4, 6 and 8, each 6
+    // reports of 2.5 units.
+    assert_eq!(answer.points.len(), 5, "{:?}", answer.points);
+    for p in &answer.points {
+        let used = p.consumption.expect("consumption");
+        assert_eq!(used.request_unit_micros, 15_000_000);
+        assert_eq!(used.write_requests, 6);
+        assert!(p.request_units_per_second > 0.0);
+    }
+    let total: u64 = answer
+        .points
+        .iter()
+        .map(|p| p.consumption.expect("consumption").request_unit_micros)
+        .sum();
+    let billed = store
+        .get_bucket(&key("wire"))
+        .await
+        .expect("get")
+        .head
+        .totals
+        .consumption
+        .request_unit_micros;
+    assert_eq!(total, billed);
+    // An unknown bucket has no points, and is no error.
+    let none = admin
+        .get_history(history_request("nobody", start, clock.now()))
+        .await
+        .expect("history")
+        .into_inner();
+    assert!(none.points.is_empty());
+    server.stop().await;
+    drop(backing);
+}
+
+async fn bad_spans_are_invalid_arguments_naming_the_field(backend: Backend) {
+    let server = TestServer::new(backend, BucketSettings::default()).await;
+    let mut admin = server.admin().await;
+    let now = Timestamp::from_secs_f64(1_800_000_000.0);
+    let day = Duration::from_secs(86_400);
+    let ok = history_request("acme", now.saturating_sub(day), now);
+    let cases: Vec<(&str, v1::GetHistoryRequest)> = vec![
+        (
+            "since",
+            v1::GetHistoryRequest {
+                since: None,
+                ..ok.clone()
+            },
+        ),
+        (
+            "until",
+            v1::GetHistoryRequest {
+                until: Some(proto_time(now.saturating_sub(2 * day))),
+                ..ok.clone()
+            },
+        ),
+        (
+            "since",
+            v1::GetHistoryRequest {
+                since: Some(proto_time(now.saturating_sub(401 * day))),
+                ..ok.clone()
+            },
+        ),
+        (
+            "step",
+            v1::GetHistoryRequest {
+                step: Some(prost_types::Duration {
+                    seconds: 0,
+                    nanos: 0,
+                }),
+                ..ok.clone()
+            },
+        ),
+        (
+            "step",
+            v1::GetHistoryRequest {
+                step: Some(prost_types::Duration {
+                    seconds: 2 * 86_400,
+                    nanos: 0,
+                }),
+                ..ok.clone()
+            },
+        ),
+        (
+            "step",
+            v1::GetHistoryRequest {
+                step: Some(prost_types::Duration {
+                    seconds: -5,
+                    nanos: 0,
+                }),
+                ..ok.clone()
+            },
+        ),
+        (
+            "since",
+            v1::GetHistoryRequest {
+                since: Some(prost_types::Timestamp {
+                    seconds: -1,
+                    nanos: 0,
+                }),
+                ..ok.clone()
+            },
+        ),
+        (
+            "tenant_id",
+            v1::GetHistoryRequest {
+                tenant_id: "no spaces".into(),
+                ..ok.clone()
+            },
+        ),
+        (
+            "bucket",
+            v1::GetHistoryRequest {
+                bucket: "Bad Name!".into(),
+                ..ok.clone()
+            },
+        ),
+    ];
+    for (field, request) in cases {
+        let status = admin
+            .get_history(request.clone())
+            .await
+            .expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{request:?}");
+        assert!(
+            status.message().starts_with(field),
+            "{field}: {}",
+            status.message()
+        );
+    }
+    admin
+        .get_history(ok)
+        .await
+        .expect("the span as given is fine");
+    server.stop().await;
+}
+
+async fn the_server_samples_on_its_own(backend: Backend) {
+    let backing = Backing::new(backend).await;
+    let store = backing.open(BucketSettings::default()).await;
+    let options = tollgate_server::GrpcOptions {
+        history_interval: Some(Duration::from_millis(100)),
+        ..tollgate_server::GrpcOptions::default()
+    };
+    let telemetry = tollgate_server::telemetry::Telemetry::new().expect("telemetry");
+    let server = TestServer::start_with(store, telemetry, options).await;
+    let mut pods = server.pods().await;
+    let mut admin = server.admin().await;
+    let since = Timestamp::from_unix_micros(
+        i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_micros(),
+        )
+        .expect("micros"),
+    )
+    .saturating_sub(Duration::from_secs(600));
+    pods.token_bucket(pod_report("self", 1, 4.0))
+        .await
+        .expect("report");
+    // Until a sample has been taken: at most 10 s.
+    let mut seen = 0;
+    for _ in 0..100 {
+        let answer = admin
+            .get_history(v1::GetHistoryRequest {
+                until: None,
+                ..history_request("self", since, since)
+            })
+            .await
+            .expect("history")
+            .into_inner();
+        seen = answer
+            .points
+            .iter()
+            .map(|p| p.consumption.expect("consumption").request_unit_micros)
+            .sum::<u64>();
+        if seen > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen, 4_000_000, "the server's sampler wrote the report");
+    server.stop().await;
+    drop(backing);
+}
+
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
         $(
@@ -356,4 +622,7 @@ on_both_stores!(
     two_replicas_sampling_a_day_agree_with_the_totals,
     rows_are_pruned_by_age_per_resolution,
     a_deleted_tenant_keeps_its_history,
+    a_client_reads_what_its_pods_reported_minute_by_minute,
+    bad_spans_are_invalid_arguments_naming_the_field,
+    the_server_samples_on_its_own,
 );
