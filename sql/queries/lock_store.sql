@@ -4,5 +4,5 @@
 -- inserts.
 LOCK TABLE tollgate_tiers, tollgate_tenants, tenant_usage, tollgate_keys,
     tollgate_check_requests, tollgate_partition_reports, tollgate_closed_buckets,
-    tollgate_tenant_states, tollgate_organisation_nodes
+    tollgate_tenant_states, tollgate_organisation_nodes, tollgate_usage_history
 IN EXCLUSIVE MODE

@@ -10,4 +10,5 @@ SELECT
     EXISTS (SELECT 1 FROM tollgate_tenant_states) AS tenant_states,
     EXISTS (SELECT 1 FROM tollgate_budget_cycles) AS budget_cycles,
     EXISTS (SELECT 1 FROM tollgate_budget_events) AS budget_events,
-    EXISTS (SELECT 1 FROM tollgate_organisation_nodes) AS organisation_nodes
+    EXISTS (SELECT 1 FROM tollgate_organisation_nodes) AS organisation_nodes,
+    EXISTS (SELECT 1 FROM tollgate_usage_history) AS usage_history

@@ -2,7 +2,8 @@
 //!
 //! A store is filled by generated traffic (tiers with shared and per-key
 //! buckets, tenants on them with overrides, pods coming and going, keys
-//! taken with and without request ids, tenants deleted and suspended), exported through
+//! taken with and without request ids, tenants deleted and suspended,
+//! the usage history sampled), exported through
 //! the JSON-lines text, and imported into a fresh store of each kind. The
 //! second store must then be the first: the same export, the same reads,
 //! the same totals, and the same answers to what comes next, retries of
@@ -277,6 +278,18 @@ async fn populate(store: &dyn Store, clock: &ManualClock, seed: u64) -> History 
                 history.checks.push(call);
             }
         }
+        // The usage history, as a server samples it.
+        if rng.random_bool(0.3) {
+            let mut after = None;
+            while let Some(last) = store
+                .sample_history(after.as_ref(), 7)
+                .await
+                .expect("sample the history")
+                .last
+            {
+                after = Some(last);
+            }
+        }
     }
     // A deleted tenant leaves only its tombstone and the closed records of
     // its buckets behind to export; a suspended one keeps everything, its
@@ -304,6 +317,13 @@ async fn populate(store: &dyn Store, clock: &ManualClock, seed: u64) -> History 
             .all(|i| i.key.bucket.tenant != gone && i.key.bucket.tenant != suspended)
     });
     history
+}
+
+/// A `history` line of tenant `acme`'s request-unit bucket.
+fn history_line(step_secs: u64, slot: i64, at: i64) -> String {
+    format!(
+        r#"{{"kind":"history","tenant":"acme","bucket":"","step_secs":{step_secs},"slot":{slot},"sample":{{"at":{at},"totals":{{"consumption":{{}},"granted_tokens":1.0}}}}}}"#
+    )
 }
 
 /// Everything `store` exports, in order.
@@ -434,7 +454,8 @@ async fn moves_whole(from: Backend, to: Backend, seed: u64) {
             && counts.closed_buckets > 0
             && counts.budget_cycles > 0
             && counts.budget_events > 0
-            && counts.organisation_nodes > 0,
+            && counts.organisation_nodes > 0
+            && counts.history_rows > 0,
         "seed {seed}: a thin store exercises little: {counts}"
     );
 
@@ -700,8 +721,8 @@ fn errors_name_the_line_and_the_fault() {
             Some("line 1: the first line must be the \"header\" line".into()),
         ),
         (
-            header.replace("\"version\":1", "\"version\":5") + "\n",
-            Some("line 1: written in format version 5 by a newer Tollgate".into()),
+            header.replace("\"version\":1", "\"version\":6") + "\n",
+            Some("line 1: written in format version 6 by a newer Tollgate".into()),
         ),
         (
             header.replace("tollgate-store-export", "something-else") + "\n",
@@ -726,6 +747,27 @@ fn errors_name_the_line_and_the_fault() {
         (
             format!("{header}\n{}\n", end.replace("\"tiers\":0", "\"tiers\":1")),
             Some("line 2: the end line counts 1 tier,".into()),
+        ),
+        (
+            format!(
+                "{header}\n{}\n{end}\n",
+                history_line(60, 90_000_000, 95_000_000)
+            ),
+            Some("line 2: the history row of bucket".into()),
+        ),
+        (
+            format!(
+                "{header}\n{}\n{end}\n",
+                history_line(60, 60_000_000, 125_000_000)
+            ),
+            Some("line 2: the history row of bucket".into()),
+        ),
+        (
+            format!(
+                "{header}\n{0}\n{0}\n{end}\n",
+                history_line(60, 60_000_000, 65_000_000)
+            ),
+            Some("line 3: the history row of bucket".into()),
         ),
     ];
     for (input, expected) in cases {

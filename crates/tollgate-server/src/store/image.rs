@@ -26,6 +26,9 @@
 //! - `organisation`: the tree of organisations, a row per id that is an
 //!   organisation or a member of one (since format version 4; a member
 //!   bucket's draws ride in its `bucket` line);
+//! - `history`: the usage history, a row per bucket, resolution (its step
+//!   in seconds) and slot, each the bucket's totals as sampled in it
+//!   (since format version 5; an earlier file has none);
 //! - `end`: how many records of each kind came before it, so that a file
 //!   cut short is told from a whole one.
 //!
@@ -48,6 +51,7 @@ use tollgate_core::{
     BucketKey, BucketName, BucketRow, InstanceState, TenantId, TenantState, TierName, Timestamp,
 };
 
+use tollgate_core::history::{HistorySample, Resolution};
 use tollgate_core::organisation::Node;
 
 use super::{KeptEvent, StoreError};
@@ -58,8 +62,8 @@ pub const FORMAT: &str = "tollgate-store-export";
 /// Version 2 added `closed_bucket` and `tenant_state` lines (and their
 /// counts in `end`); version 3 `budget_cycle` and `budget_event` lines (a
 /// head row's budget rides in its `bucket` line); version 4
-/// `organisation` lines.
-pub const FORMAT_VERSION: u32 = 4;
+/// `organisation` lines; version 5 `history` lines.
+pub const FORMAT_VERSION: u32 = 5;
 
 /// The first line of an export.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -141,6 +145,14 @@ pub enum Record {
         tenant: TenantId,
         node: Node,
     },
+    /// A row of the usage history.
+    History {
+        tenant: TenantId,
+        bucket: BucketName,
+        step_secs: u64,
+        slot: Timestamp,
+        sample: HistorySample,
+    },
     End(Counts),
 }
 
@@ -204,6 +216,9 @@ pub struct Counts {
     /// Absent from the end line of a file before format version 4: none.
     #[serde(default)]
     pub organisation_nodes: u64,
+    /// Absent from the end line of a file before format version 5: none.
+    #[serde(default)]
+    pub history_rows: u64,
 }
 
 impl Counts {
@@ -221,6 +236,7 @@ impl Counts {
             Record::BudgetCycle { .. } => self.budget_cycles += 1,
             Record::BudgetEvent { .. } => self.budget_events += 1,
             Record::Organisation { .. } => self.organisation_nodes += 1,
+            Record::History { .. } => self.history_rows += 1,
             Record::Header(_) | Record::End(_) => {}
         }
     }
@@ -254,6 +270,13 @@ impl fmt::Display for Counts {
                 ", {}, {}",
                 counted(self.budget_cycles, "budget cycle", "budget cycles"),
                 counted(self.budget_events, "budget event", "budget events")
+            )?;
+        }
+        if self.history_rows > 0 {
+            write!(
+                f,
+                ", {}",
+                counted(self.history_rows, "history row", "history rows")
             )?;
         }
         if self.organisation_nodes > 0 {
@@ -359,6 +382,17 @@ pub struct StoreImage {
     pub events: Vec<(BucketKey, KeptEvent)>,
     /// The tree of organisations, by id.
     pub nodes: Vec<(TenantId, Node)>,
+    /// The usage history, each row once.
+    pub history: Vec<HistoryRow>,
+}
+
+/// A row of the usage history, as a store keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryRow {
+    pub key: BucketKey,
+    pub step_secs: u64,
+    pub slot: Timestamp,
+    pub sample: HistorySample,
 }
 
 /// Why an export cannot be loaded; nothing was.
@@ -391,6 +425,7 @@ impl StoreImage {
             budget_cycles: self.cycles.len() as u64,
             budget_events: self.events.len() as u64,
             organisation_nodes: self.nodes.len() as u64,
+            history_rows: self.history.len() as u64,
         }
     }
 
@@ -448,6 +483,7 @@ struct ImageReader {
     check_requests: HashSet<(KeyId, String)>,
     budget_events: HashSet<(BucketKey, i64, String)>,
     nodes: HashSet<TenantId>,
+    history: HashSet<(BucketKey, u64, Timestamp)>,
 }
 
 impl ImageReader {
@@ -614,6 +650,28 @@ impl ImageReader {
                 }
                 self.image.events.push((key, event));
             }
+            Record::History {
+                tenant,
+                bucket,
+                step_secs,
+                slot,
+                sample,
+            } => {
+                let key = BucketKey::new(tenant, bucket);
+                check_history(&key, step_secs, slot, &sample)?;
+                if !self.history.insert((key.clone(), step_secs, slot)) {
+                    return Err(format!(
+                        "the history row of bucket {key}, step {step_secs} s, slot {} appears twice",
+                        slot.unix_micros()
+                    ));
+                }
+                self.image.history.push(HistoryRow {
+                    key,
+                    step_secs,
+                    slot,
+                    sample,
+                });
+            }
             Record::Organisation { tenant, node } => {
                 if !self.nodes.insert(tenant.clone()) {
                     return Err(format!("organisation row {tenant} appears twice"));
@@ -756,6 +814,46 @@ fn check_closed(closed: &ClosedBucket) -> Result<(), String> {
             "closed bucket {key}: closed at {} before it was created at {}",
             closed.closed_at.unix_micros(),
             closed.created_at.unix_micros()
+        ));
+    }
+    Ok(())
+}
+
+/// A history row that a store could have written: a slot at a multiple
+/// of its step, sampled within it, with totals a bucket can hold.
+fn check_history(
+    key: &BucketKey,
+    step_secs: u64,
+    slot: Timestamp,
+    sample: &HistorySample,
+) -> Result<(), String> {
+    let what = || {
+        format!(
+            "the history row of bucket {key} at slot {}",
+            slot.unix_micros()
+        )
+    };
+    if step_secs == 0 {
+        return Err(format!("{}: step_secs must be at least 1", what()));
+    }
+    let resolution = Resolution {
+        step: std::time::Duration::from_secs(step_secs),
+        retention: std::time::Duration::from_secs(step_secs),
+    };
+    if resolution.slot(slot) != slot {
+        return Err(format!(
+            "{}: the slot is not a multiple of its step",
+            what()
+        ));
+    }
+    if resolution.slot(sample.at) != slot {
+        return Err(format!("{}: sampled outside its slot", what()));
+    }
+    let granted = sample.totals.granted_tokens;
+    if !granted.is_finite() || granted < 0.0 {
+        return Err(format!(
+            "{}: granted_tokens must be finite and not negative",
+            what()
         ));
     }
     Ok(())

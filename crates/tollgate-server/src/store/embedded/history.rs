@@ -149,3 +149,46 @@ pub(super) fn prune(
     }
     Ok(old.len() as u64)
 }
+
+/// Sends every history row of the snapshot `txn`.
+pub(super) fn export(
+    txn: &redb::ReadTransaction,
+    sink: &mut crate::store::image::RecordSink,
+) -> Result<(), StoreError> {
+    let history = txn.open_table(HISTORY).map_err(storage("open history"))?;
+    for entry in history.iter().map_err(storage("read history"))? {
+        let (key, value) = entry.map_err(storage("read history"))?;
+        let (tenant, bucket, step_secs, slot) = key.value();
+        sink.send_blocking(crate::store::image::Record::History {
+            tenant: tenant_id(tenant)?,
+            bucket: bucket_name(bucket)?,
+            step_secs,
+            slot: Timestamp::from_unix_micros(slot),
+            sample: decode("decode history row", value.value())?,
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes an import's history rows.
+pub(super) fn import(
+    txn: &WriteTransaction,
+    rows: &[crate::store::image::HistoryRow],
+) -> Result<(), StoreError> {
+    let mut history = txn.open_table(HISTORY).map_err(storage("open history"))?;
+    for row in rows {
+        let bytes = encode("encode history row", &row.sample)?;
+        history
+            .insert(
+                (
+                    row.key.tenant.as_str(),
+                    row.key.bucket.as_str(),
+                    row.step_secs,
+                    row.slot.unix_micros(),
+                ),
+                bytes.as_slice(),
+            )
+            .map_err(storage("write history"))?;
+    }
+    Ok(())
+}

@@ -110,6 +110,7 @@ pub(super) fn export(
     for (tenant, node) in super::tree::read_every(&nodes)? {
         sink.send_blocking(Record::Organisation { tenant, node })?;
     }
+    super::history::export(&txn, &mut sink)?;
     sink.end_blocking()
 }
 
@@ -167,12 +168,13 @@ pub(super) fn import(
     super::tree::write_all(txn, &image.nodes)?;
     write_closed(txn, &image.closed)?;
     super::budgets::import(txn, image)?;
+    super::history::import(txn, &image.history)?;
     Ok(Ok(image.counts()))
 }
 
 /// Which kinds of rows the store holds (hot-partition reports, which last
 /// seconds, do not count).
-fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 10], StoreError> {
+fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 11], StoreError> {
     Ok([
         ("organisations", has_rows(txn, super::tree::NODES)?),
         ("tiers", has_rows(txn, TIERS)?),
@@ -184,6 +186,7 @@ fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 10], StoreError
         ("closed buckets", has_rows(txn, CLOSED_BUCKETS)?),
         ("budget cycles", has_rows(txn, BUDGET_CYCLES)?),
         ("budget events", has_rows(txn, BUDGET_EVENTS)?),
+        ("usage history", has_rows(txn, super::history::HISTORY)?),
     ])
 }
 
@@ -209,7 +212,8 @@ fn clear(txn: &WriteTransaction) -> Result<(), StoreError> {
     drop_table(txn, KEY_REQUESTS)?;
     drop_table(txn, CLOSED_BUCKETS)?;
     drop_table(txn, BUDGET_CYCLES)?;
-    drop_table(txn, BUDGET_EVENTS)
+    drop_table(txn, BUDGET_EVENTS)?;
+    drop_table(txn, super::history::HISTORY)
 }
 
 fn drop_table<K: redb::Key + 'static, V: redb::Value + 'static>(

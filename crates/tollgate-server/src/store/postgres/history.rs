@@ -199,3 +199,61 @@ fn decode(text: &str) -> Result<HistorySample, TxError> {
     serde_json::from_str(text)
         .map_err(|e| TxError::Store(StoreError::internal("decode a history row", e)))
 }
+
+/// Streams every history row of the export's snapshot `txn`.
+pub(super) async fn export(
+    txn: &deadpool_postgres::Transaction<'_>,
+    sink: &mut crate::store::image::RecordSink,
+) -> Result<(), TxError> {
+    use futures_util::{TryStreamExt, pin_mut};
+    let export = txn.prepare_cached(sql::EXPORT_HISTORY).await?;
+    let stream = txn
+        .query_raw(&export, std::iter::empty::<&(dyn ToSql + Sync)>())
+        .await?;
+    pin_mut!(stream);
+    while let Some(row) = stream.try_next().await? {
+        let key = rows::bucket_key(&row)?;
+        let step: i64 = get(&row, "step_secs")?;
+        sink.send(crate::store::image::Record::History {
+            tenant: key.tenant,
+            bucket: key.bucket,
+            step_secs: u64::try_from(step).map_err(|e| {
+                TxError::Store(StoreError::internal("read a history row's step", e))
+            })?,
+            slot: Timestamp::from_unix_micros(get(&row, "slot")?),
+            sample: decode(&get::<String>(&row, "sample")?)?,
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Writes an import's history rows, `chunk` a statement.
+pub(super) async fn import(
+    txn: &deadpool_postgres::Transaction<'_>,
+    history: &[crate::store::image::HistoryRow],
+    chunk: usize,
+) -> Result<(), TxError> {
+    let upsert = txn.prepare_cached(sql::UPSERT_HISTORY).await?;
+    for rows in history.chunks(chunk) {
+        let mut out = Upserts::default();
+        for row in rows {
+            let step = i64::try_from(row.step_secs).unwrap_or(i64::MAX);
+            out.push(&row.key, step, row.slot.unix_micros(), &row.sample)?;
+        }
+        txn.execute(
+            &upsert,
+            &[
+                &out.tenants,
+                &out.buckets,
+                &out.steps,
+                &out.slots,
+                &out.sampled_at,
+                &out.granted,
+                &out.samples,
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}

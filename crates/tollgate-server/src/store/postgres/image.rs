@@ -102,6 +102,7 @@ pub(super) async fn export(inner: &Inner, mut sink: RecordSink) -> Result<Counts
     for (tenant, node) in super::tree::from_rows(&txn.query(&nodes, &[]).await?)? {
         sink.send(Record::Organisation { tenant, node }).await?;
     }
+    super::history::export(&txn, &mut sink).await?;
     txn.commit().await?;
     Ok(sink.end().await?)
 }
@@ -144,6 +145,7 @@ pub(super) async fn import(
             ("budget cycles", held("budget_cycles")?),
             ("budget events", held("budget_events")?),
             ("organisations", held("organisation_nodes")?),
+            ("usage history", held("usage_history")?),
         ])?;
     }
 
@@ -202,6 +204,7 @@ pub(super) async fn import(
     }
     budgets::import(&txn, image, IMPORT_CHUNK).await?;
     super::tree::import(&txn, &image.nodes, IMPORT_CHUNK).await?;
+    super::history::import(&txn, &image.history, IMPORT_CHUNK).await?;
     txn.commit().await.map_err(TxError::Commit)?;
     Ok(image.counts())
 }

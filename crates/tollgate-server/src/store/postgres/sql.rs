@@ -98,3 +98,4 @@ query!(LATEST_HISTORY, "latest_history.sql");
 query!(UPSERT_HISTORY, "upsert_history.sql");
 query!(READ_HISTORY, "read_history.sql");
 query!(PRUNE_HISTORY, "prune_history.sql");
+query!(EXPORT_HISTORY, "export_history.sql");
