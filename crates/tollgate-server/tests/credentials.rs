@@ -777,6 +777,25 @@ async fn scoped_calls(
             ),
         ),
         (
+            "GetHistory",
+            done(
+                admin
+                    .get_history(who.with(v1::GetHistoryRequest {
+                        tenant_id: t(),
+                        since: Some(prost_types::Timestamp {
+                            seconds: 1_800_000_000,
+                            nanos: 0,
+                        }),
+                        until: Some(prost_types::Timestamp {
+                            seconds: 1_800_003_600,
+                            nanos: 0,
+                        }),
+                        ..Default::default()
+                    }))
+                    .await,
+            ),
+        ),
+        (
             "ClearBudget",
             done(
                 admin

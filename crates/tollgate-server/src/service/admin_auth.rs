@@ -49,7 +49,7 @@ use crate::telemetry::Metrics;
 /// The `Admin` methods a read-only token may call: those that change
 /// nothing. Every method not listed needs an operator, so a method added
 /// later is closed to read-only tokens until it is listed here.
-pub const READ_ONLY_METHODS: [&str; 11] = [
+pub const READ_ONLY_METHODS: [&str; 12] = [
     "GetTenant",
     "ListTenants",
     "ListKeyBuckets",
@@ -59,6 +59,7 @@ pub const READ_ONLY_METHODS: [&str; 11] = [
     "DescribeTenant",
     "GetBudget",
     "GetUsage",
+    "GetHistory",
     "GetOrganization",
     "ListOrganizations",
 ];
@@ -67,7 +68,7 @@ pub const READ_ONLY_METHODS: [&str; 11] = [
 /// that act on one tenant or organisation, whose id the service checks
 /// against the scope, and the reads of tiers' definitions. Every method
 /// not listed needs an unscoped token.
-pub const SCOPED_METHODS: [&str; 21] = [
+pub const SCOPED_METHODS: [&str; 22] = [
     "UpdateTenantResourceLimits",
     "GetTenant",
     "ListTenants",
@@ -87,6 +88,7 @@ pub const SCOPED_METHODS: [&str; 21] = [
     "ClearBudget",
     "GetBudget",
     "GetUsage",
+    "GetHistory",
     "GetOrganization",
     "ListOrganizations",
 ];

@@ -68,7 +68,7 @@ const LATENCY_BUCKETS: [f64; 14] = [
 ];
 
 /// The methods the RPC metrics name; anything else is `other`.
-const METHODS: [&str; 29] = [
+const METHODS: [&str; 30] = [
     "TokenBucket",
     "UpdateTenantResourceLimits",
     "GetTenant",
@@ -93,6 +93,7 @@ const METHODS: [&str; 29] = [
     "ClearBudget",
     "GetBudget",
     "GetUsage",
+    "GetHistory",
     "Check",
     "PartitionLoad",
     "ShouldRateLimit",
