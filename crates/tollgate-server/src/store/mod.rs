@@ -794,7 +794,7 @@ pub struct HistoryRows {
 }
 
 /// Samples every bucket's totals every `interval` ([`Store::
-/// sample_history`]), [`SWEEP_BATCH`] buckets a transaction, and prunes
+/// sample_history`]), [`HISTORY_PAGE`] buckets a transaction, and prunes
 /// rows past retention once an hour, until the task is dropped.
 pub async fn keep_history(store: Arc<dyn Store>, interval: Duration) {
     let sampling = async {
@@ -806,7 +806,7 @@ pub async fn keep_history(store: Arc<dyn Store>, interval: Duration) {
             let mut after: Option<BucketKey> = None;
             let mut written = 0;
             loop {
-                match store.sample_history(after.as_ref(), SWEEP_BATCH).await {
+                match store.sample_history(after.as_ref(), HISTORY_PAGE).await {
                     Ok(page) => {
                         if std::mem::take(&mut failing) {
                             tracing::info!("sampling usage history works again");
@@ -839,6 +839,10 @@ pub async fn keep_history(store: Arc<dyn Store>, interval: Duration) {
     });
     tokio::join!(sampling, pruning);
 }
+
+/// Buckets [`keep_history`] samples a transaction: small enough that the
+/// embedded store's one writer is never held long from pods' requests.
+pub const HISTORY_PAGE: usize = 1_000;
 
 /// How often [`keep_history`] prunes.
 pub const HISTORY_PRUNE_INTERVAL: Duration = Duration::from_secs(3_600);
