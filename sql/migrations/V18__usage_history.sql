@@ -6,7 +6,13 @@
 -- samples; of two samples of one slot the later is kept (the upsert's
 -- condition is HistorySample::replaces: later sampled_at, then more
 -- granted tokens). Rows outlive their bucket and are deleted by age only.
--- Converts nothing.
+--
+-- A head row's totals gain the time its pods spent on trickles
+-- (throttled), summed over the pods, in microseconds; 0 for the time
+-- before. Converts nothing.
+
+ALTER TABLE tenant_usage
+    ADD COLUMN IF NOT EXISTS total_throttled_micros BIGINT NOT NULL DEFAULT 0;
 
 CREATE TABLE IF NOT EXISTS tollgate_usage_history (
     tenant_id      TEXT NOT NULL,

@@ -388,6 +388,25 @@ pub struct Totals {
     pub consumption: Consumption,
     /// Cumulative tokens granted.
     pub granted_tokens: f64,
+    /// Time the pods spent on trickles (throttled: the bucket could not
+    /// give them what they asked for at once), summed over the pods, in
+    /// microseconds: counted when a pod asks again, up to the end of its
+    /// trickle ([`throttled_since`]). Its rate is the number of pods
+    /// throttled.
+    #[serde(default)]
+    pub throttled_micros: u64,
+}
+
+/// How long `instance` was on its last trickle between its last request
+/// and `now`, in microseconds: zero if its last grant was given at once.
+pub fn throttled_since(instance: &InstanceState, now: Timestamp) -> u64 {
+    let trickle = instance.last_grant.trickle_duration;
+    if trickle.is_zero() {
+        return 0;
+    }
+    let end = instance.last_update.saturating_add(trickle);
+    let until = if now < end { now } else { end };
+    u64::try_from(until.duration_since(instance.last_update).as_micros()).unwrap_or(u64::MAX)
 }
 
 /// A bucket's head row (instance 0): its state, its pods and its totals.
@@ -1295,6 +1314,14 @@ fn serve(
     instance.guaranteed = guaranteed;
     instance.lease.clone_from(&req.lease);
     instance.seq = req.seq;
+    // A member's draws trickle by design: only a pod's trickle throttles.
+    if matches!(requester, Requester::Pod) {
+        tenant.totals.throttled_micros = tenant
+            .totals
+            .throttled_micros
+            .saturating_add(throttled_since(instance, now))
+            .min(crate::validate::MAX_TOTAL);
+    }
     instance.last_update = now;
     tenant.totals.consumption.add(&req.consumption);
     tenant.state.updated_at = now;

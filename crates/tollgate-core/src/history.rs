@@ -254,6 +254,8 @@ pub struct Usage {
     pub to: Timestamp,
     pub consumption: Consumption,
     pub granted_tokens: f64,
+    /// Time the pods spent throttled, summed over them.
+    pub throttled_micros: u64,
 }
 
 impl Usage {
@@ -270,6 +272,11 @@ impl Usage {
     /// Tokens granted per second over the span.
     pub fn granted_per_second(&self) -> f64 {
         per_second(self.granted_tokens, self.seconds())
+    }
+
+    /// Pods throttled over the span, on average.
+    pub fn throttled_pods(&self) -> f64 {
+        per_second(self.throttled_micros as f64 / 1e6, self.seconds())
     }
 }
 
@@ -289,7 +296,8 @@ pub fn usage(samples: &[HistorySample]) -> Vec<Usage> {
                 .totals
                 .consumption
                 .dominates(&before.totals.consumption)
-                || after.totals.granted_tokens < before.totals.granted_tokens;
+                || after.totals.granted_tokens < before.totals.granted_tokens
+                || after.totals.throttled_micros < before.totals.throttled_micros;
             let base = if reset {
                 Totals::default()
             } else {
@@ -300,6 +308,7 @@ pub fn usage(samples: &[HistorySample]) -> Vec<Usage> {
                 to: after.at,
                 consumption: after.totals.consumption.saturating_sub(&base.consumption),
                 granted_tokens: (after.totals.granted_tokens - base.granted_tokens).max(0.0),
+                throttled_micros: after.totals.throttled_micros - base.throttled_micros,
             }
         })
         .collect()
@@ -315,6 +324,7 @@ pub fn total_usage(usage: &[Usage]) -> Usage {
         sum.to = u.to;
         sum.consumption.add(&u.consumption);
         sum.granted_tokens += u.granted_tokens;
+        sum.throttled_micros = sum.throttled_micros.saturating_add(u.throttled_micros);
     }
     sum
 }
@@ -346,6 +356,7 @@ mod tests {
             totals: Totals {
                 consumption: Consumption::from_request_units(request_units),
                 granted_tokens: granted,
+                throttled_micros: 0,
             },
         }
     }
@@ -507,6 +518,7 @@ mod tests {
                     totals: Totals {
                         consumption: Consumption { request_unit_micros: micros, ..Consumption::default() },
                         granted_tokens: micros as f64,
+                        throttled_micros: micros,
                     },
                 });
             }
@@ -549,6 +561,7 @@ mod tests {
                     totals: Totals {
                         consumption: Consumption { request_unit_micros: micros, ..Consumption::default() },
                         granted_tokens: 0.0,
+                        throttled_micros: 0,
                     },
                 });
             }

@@ -448,6 +448,72 @@ async fn a_client_reads_what_its_pods_reported_minute_by_minute(backend: Backend
     drop(backing);
 }
 
+async fn throttled_pods_show_in_the_history(backend: Backend) {
+    let clock = ManualClock::default();
+    clock.set_secs(5_000.0 * DAY);
+    let start = clock.now();
+    let (backing, [store, _]) = replicas(backend, &clock).await;
+    // 1 token a second, no burst: a pod asking for 100 every 10 s is on a
+    // trickle all the time.
+    store
+        .update_limits(
+            &key("slow"),
+            &LimitsUpdate {
+                available_tokens: 0.0,
+                limits: Limits {
+                    refill_rate: 1.0,
+                    burst_limit: 0.0,
+                },
+                as_of: None,
+                as_of_consumed_tokens: 0.0,
+                mask: LimitsMask::ALL,
+            },
+        )
+        .await
+        .expect("configure");
+    let options = tollgate_server::GrpcOptions {
+        history_interval: None,
+        ..tollgate_server::GrpcOptions::default()
+    };
+    let telemetry = tollgate_server::telemetry::Telemetry::new().expect("telemetry");
+    let server = TestServer::start_with(Arc::clone(&store), telemetry, options).await;
+    let mut pods = server.pods().await;
+    let mut admin = server.admin().await;
+    for tick in 0..=30u32 {
+        clock.set_secs(5_000.0 * DAY + f64::from(tick) * 10.0);
+        let mut ask = pod_report("slow", u64::from(tick) + 1, 0.5);
+        ask.requested_tokens = 100.0;
+        pods.token_bucket(ask).await.expect("ask");
+        sample_all(store.as_ref(), 100).await;
+    }
+    let answer = admin
+        .get_history(history_request("slow", start, clock.now()))
+        .await
+        .expect("history")
+        .into_inner();
+    let throttled: f64 = answer.points.iter().map(|p| p.throttled_pod_seconds).sum();
+    let billed = store
+        .get_bucket(&key("slow"))
+        .await
+        .expect("get")
+        .head
+        .totals
+        .throttled_micros;
+    assert!(billed >= 280_000_000, "throttled {billed} µs of 300 s");
+    assert!((throttled - billed as f64 / 1e6).abs() < 1e-6);
+    // Each whole minute: one pod throttled all along.
+    for p in &answer.points[1..answer.points.len() - 1] {
+        assert!(
+            (p.throttled_pods - 1.0).abs() < 0.01,
+            "{} pods throttled in {:?}",
+            p.throttled_pods,
+            p.from
+        );
+    }
+    server.stop().await;
+    drop(backing);
+}
+
 async fn bad_spans_are_invalid_arguments_naming_the_field(backend: Backend) {
     let server = TestServer::new(backend, BucketSettings::default()).await;
     let mut admin = server.admin().await;
@@ -623,6 +689,7 @@ on_both_stores!(
     rows_are_pruned_by_age_per_resolution,
     a_deleted_tenant_keeps_its_history,
     a_client_reads_what_its_pods_reported_minute_by_minute,
+    throttled_pods_show_in_the_history,
     bad_spans_are_invalid_arguments_naming_the_field,
     the_server_samples_on_its_own,
 );

@@ -1650,3 +1650,31 @@ fn a_member_drawing_with_jumped_shares_keeps_its_whole_period() {
         .grant;
     assert_eq!(g.trickle_duration, PERIOD);
 }
+
+#[test]
+fn the_time_pods_spend_on_trickles_is_counted_when_they_ask_again() {
+    // An empty bucket, refill 10/s: each ask of a pod wanting more than
+    // the bucket holds is answered with a trickle of a period.
+    let mut rows = bucket(10.0, 1000.0, 0.0);
+    register(&mut rows, 1, 1.0);
+    register(&mut rows, 2, 1.0);
+    // Given at once (nothing asked): no throttled time.
+    serve(&mut rows, &req(1, 2, 0.0, 1.0), 1.0);
+    assert_eq!(rows.head.totals.throttled_micros, 0);
+    let micros = |g: &Grant| u64::try_from(g.trickle_duration.as_micros()).expect("micros");
+    let g = serve(&mut rows, &req(1, 3, 1e6, 1.0), 2.0);
+    assert!(micros(&g) > 1_000_000, "a trickle: {g:?}");
+    // Asked again 1 s into its trickle: 1 s throttled.
+    serve(&mut rows, &req(1, 4, 0.0, 1.0), 3.0);
+    assert_eq!(rows.head.totals.throttled_micros, 1_000_000);
+    // A second pod on a trickle, asking again long after it ended: only
+    // the trickle's length counts.
+    let g2 = serve(&mut rows, &req(2, 2, 1e6, 1.0), 3.0);
+    assert!(micros(&g2) > 0, "a trickle: {g2:?}");
+    serve(&mut rows, &req(2, 3, 0.0, 1.0), 100.0);
+    let expected = 1_000_000 + micros(&g2);
+    assert_eq!(rows.head.totals.throttled_micros, expected);
+    // A duplicate changes nothing.
+    serve(&mut rows, &req(2, 3, 0.0, 1.0), 200.0);
+    assert_eq!(rows.head.totals.throttled_micros, expected);
+}

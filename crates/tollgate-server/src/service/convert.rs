@@ -208,7 +208,9 @@ pub(crate) fn history_to_proto(
     let points = tollgate_core::history::usage(&rows.samples)
         .iter()
         .filter(|u| {
-            u.consumption != tollgate_core::Consumption::default() || u.granted_tokens > 0.0
+            u.consumption != tollgate_core::Consumption::default()
+                || u.granted_tokens > 0.0
+                || u.throttled_micros > 0
         })
         .map(|u| v1::HistoryPoint {
             from: Some(timestamp_to_proto(u.from)),
@@ -217,6 +219,8 @@ pub(crate) fn history_to_proto(
             granted_tokens: u.granted_tokens,
             request_units_per_second: u.request_units_per_second(),
             granted_tokens_per_second: u.granted_per_second(),
+            throttled_pod_seconds: u.throttled_micros as f64 / 1e6,
+            throttled_pods: u.throttled_pods(),
         })
         .collect();
     v1::GetHistoryResponse {

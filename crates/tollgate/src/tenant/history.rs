@@ -84,6 +84,8 @@ struct PointView {
     request_units_per_second: f64,
     granted_tokens: f64,
     granted_tokens_per_second: f64,
+    throttled_pod_seconds: f64,
+    throttled_pods: f64,
     read_batches: u64,
     read_requests: u64,
     read_bytes: u64,
@@ -105,6 +107,8 @@ impl PointView {
             request_units_per_second: p.request_units_per_second,
             granted_tokens: p.granted_tokens,
             granted_tokens_per_second: p.granted_tokens_per_second,
+            throttled_pod_seconds: p.throttled_pod_seconds,
+            throttled_pods: p.throttled_pods,
             read_batches: used.read_batches,
             read_requests: used.read_requests,
             read_bytes: used.read_bytes,
@@ -164,6 +168,7 @@ fn table(points: &[PointView]) -> Table {
         "TO",
         "RU/S",
         "GRANTED/S",
+        "THROTTLED PODS",
         "REQUEST UNITS",
         "GRANTED",
     ]);
@@ -173,6 +178,7 @@ fn table(points: &[PointView]) -> Table {
             p.to.clone().unwrap_or_default(),
             amount(p.request_units_per_second),
             amount(p.granted_tokens_per_second),
+            amount(p.throttled_pods),
             amount(p.request_units),
             amount(p.granted_tokens),
         ]);
@@ -183,19 +189,21 @@ fn table(points: &[PointView]) -> Table {
 fn csv(points: &[PointView]) -> String {
     let mut lines = vec![
         "from,to,request_unit_micros,granted_tokens,request_units_per_second,\
-         granted_tokens_per_second,read_batches,read_requests,read_bytes,write_batches,\
+         granted_tokens_per_second,throttled_pod_seconds,throttled_pods,read_batches,read_requests,read_bytes,write_batches,\
          write_requests,write_bytes,cpu_micros,egress_bytes"
             .to_owned(),
     ];
     for p in points {
         lines.push(format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             p.from.clone().unwrap_or_default(),
             p.to.clone().unwrap_or_default(),
             p.request_unit_micros,
             p.granted_tokens,
             p.request_units_per_second,
             p.granted_tokens_per_second,
+            p.throttled_pod_seconds,
+            p.throttled_pods,
             p.read_batches,
             p.read_requests,
             p.read_bytes,

@@ -456,6 +456,7 @@ head_columns! {
     total_write_bytes: BIGINT = totals.consumption.write_bytes,
     total_cpu_micros: BIGINT = totals.consumption.cpu_micros,
     total_egress_bytes: BIGINT = totals.consumption.egress_bytes,
+    total_throttled_micros: BIGINT = totals.throttled_micros,
     created_at: TIMESTAMPTZ = state.created_at,
     updated_at: TIMESTAMPTZ = state.updated_at,
     capped_refill: FLOAT8 = state.capped_refill,
@@ -744,6 +745,7 @@ mod tests {
                     egress_bytes: count(9),
                 },
                 granted_tokens: x + 9.5,
+                throttled_micros: count(10),
             },
             budget: Some(Box::new(budget_with_every_field_set(n, x, at(6)))),
             draw: Some(Box::new(Draw {
