@@ -500,6 +500,17 @@ async fn throttled_pods_show_in_the_history(backend: Backend) {
         .totals
         .throttled_micros;
     assert!(billed >= 280_000_000, "throttled {billed} µs of 300 s");
+    let tenant = admin
+        .get_tenant(v1::GetTenantRequest {
+            tenant_id: "slow".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("get tenant")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+    assert_eq!(tenant.throttled_micros, billed);
     assert!((throttled - billed as f64 / 1e6).abs() < 1e-6);
     // Each whole minute: one pod throttled all along.
     for p in &answer.points[1..answer.points.len() - 1] {

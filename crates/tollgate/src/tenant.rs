@@ -636,6 +636,8 @@ struct TenantJson {
     current_tokens: f64,
     share_sum: f64,
     granted_tokens: f64,
+    /// Time the pods spent throttled, summed over them.
+    throttled_seconds: f64,
     live_instances: u32,
     consumption: v1::Consumption,
     created_at: Option<String>,
@@ -678,6 +680,7 @@ fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {
         current_tokens: t.current_tokens,
         share_sum: t.share_sum,
         granted_tokens: t.granted_tokens,
+        throttled_seconds: t.throttled_micros as f64 / 1e6,
         live_instances: t.live_instances,
         consumption: t.consumption.unwrap_or_default(),
         created_at: rfc3339(t.created_at),
@@ -756,6 +759,10 @@ fn tenant_text(view: &TenantJson) -> String {
         field("burst limit", format!("{} tokens", view.burst_limit)),
         field("current tokens", format!("{:.1}", view.current_tokens)),
         field("granted tokens", format!("{:.1}", view.granted_tokens)),
+        field(
+            "throttled",
+            format!("{:.1} pod-seconds", view.throttled_seconds),
+        ),
         field("share sum", format!("{:.3}", view.share_sum)),
         field("request units", format!("{:.1}", c.request_units)),
         field(

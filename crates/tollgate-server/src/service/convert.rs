@@ -289,6 +289,7 @@ pub fn bucket_to_proto(snapshot: &BucketSnapshot) -> v1::Tenant {
         updated_at: Some(timestamp_to_proto(state.updated_at)),
         granted_tokens: totals.granted_tokens,
         state: None,
+        throttled_micros: totals.throttled_micros,
     }
 }
 
