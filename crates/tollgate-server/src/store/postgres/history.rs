@@ -75,20 +75,7 @@ pub(super) async fn sample(
     }
     if !out.tenants.is_empty() {
         let upsert = client.prepare_cached(sql::UPSERT_HISTORY).await?;
-        client
-            .execute(
-                &upsert,
-                &[
-                    &out.tenants,
-                    &out.buckets,
-                    &out.steps,
-                    &out.slots,
-                    &out.sampled_at,
-                    &out.granted,
-                    &out.samples,
-                ],
-            )
-            .await?;
+        client.execute(&upsert, &out.as_params()).await?;
     }
     page.rows_written = out.tenants.len() as u64;
     Ok(page)
@@ -125,6 +112,19 @@ impl Upserts {
                 .map_err(|e| TxError::Store(StoreError::internal("encode a history row", e)))?,
         );
         Ok(())
+    }
+
+    /// The arrays in `upsert_history.sql`'s order.
+    fn as_params(&self) -> [&(dyn ToSql + Sync); 7] {
+        [
+            &self.tenants,
+            &self.buckets,
+            &self.steps,
+            &self.slots,
+            &self.sampled_at,
+            &self.granted,
+            &self.samples,
+        ]
     }
 }
 
@@ -241,19 +241,7 @@ pub(super) async fn import(
             let step = i64::try_from(row.step_secs).unwrap_or(i64::MAX);
             out.push(&row.key, step, row.slot.unix_micros(), &row.sample)?;
         }
-        txn.execute(
-            &upsert,
-            &[
-                &out.tenants,
-                &out.buckets,
-                &out.steps,
-                &out.slots,
-                &out.sampled_at,
-                &out.granted,
-                &out.samples,
-            ],
-        )
-        .await?;
+        txn.execute(&upsert, &out.as_params()).await?;
     }
     Ok(())
 }

@@ -669,10 +669,9 @@ impl Store for PostgresStore {
         inner
             .run("prune budget records", true, || async move {
                 let client = inner.pool.get().await?;
-                let clock = client.prepare_cached(sql::CLOCK).await?;
                 let cycles = client.prepare_cached(sql::PRUNE_BUDGET_CYCLES).await?;
                 let events = client.prepare_cached(sql::PRUNE_BUDGET_EVENTS).await?;
-                let now = inner.now(rows::clock(&client.query_one(&clock, &[]).await?, "now")?);
+                let now = inner.read_clock(&client).await?;
                 let before = now
                     .saturating_sub(inner.settings.budget_record_retention)
                     .unix_micros();
@@ -719,8 +718,7 @@ impl Store for PostgresStore {
         inner
             .run("read usage history", true, || async move {
                 let client = inner.pool.get().await?;
-                let clock = client.prepare_cached(sql::CLOCK).await?;
-                let now = inner.now(rows::clock(&client.query_one(&clock, &[]).await?, "now")?);
+                let now = inner.read_clock(&client).await?;
                 let resolution = inner.settings.history.resolution_for(since, now, step);
                 history::read(&client, key, resolution, since, until).await
             })
@@ -732,8 +730,7 @@ impl Store for PostgresStore {
         inner
             .run("prune usage history", true, || async move {
                 let client = inner.pool.get().await?;
-                let clock = client.prepare_cached(sql::CLOCK).await?;
-                let now = inner.now(rows::clock(&client.query_one(&clock, &[]).await?, "now")?);
+                let now = inner.read_clock(&client).await?;
                 history::prune(inner, &client, now, limit).await
             })
             .await

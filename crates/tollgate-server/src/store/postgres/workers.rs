@@ -52,6 +52,16 @@ impl Inner {
     pub(super) fn now(&self, database_clock: Timestamp) -> Timestamp {
         self.clock.as_ref().map_or(database_clock, |clock| clock())
     }
+
+    /// The store's clock ([`Inner::now`] of the database's), read on
+    /// `client` outside a transaction of rows.
+    pub(super) async fn read_clock(
+        &self,
+        client: &deadpool_postgres::Client,
+    ) -> Result<Timestamp, TxError> {
+        let clock = client.prepare_cached(sql::CLOCK).await?;
+        Ok(self.now(rows::clock(&client.query_one(&clock, &[]).await?, "now")?))
+    }
 }
 
 impl Inner {
