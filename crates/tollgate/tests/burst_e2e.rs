@@ -9,6 +9,15 @@
 //! and together they admit no more than the stated bound. With first-come
 //! grants the first pod would take the whole bucket and the rest a trickle.
 //!
+//! Pods share evenly only while their round trips are alike: until a
+//! pod's usage rate catches up with the burst, it asks for a buffer per
+//! round trip, first come (docs/operations.md, "Bursts are shared"). A
+//! busy machine slows some pods' round trips more than others' (a round
+//! of 5 pods took 1 628 to 2 043 tokens, Jain 0.9897, with two CPU-bound
+//! processes beside it, about one run in five). So a round that misses
+//! the goal is run once more with the same draw, loudly, and the goal
+//! holds for the second: a first-come split misses both.
+//!
 //! Each round draws its own pod count and bucket, from a seed printed with
 //! the figures (`TOLLGATE_BURST_SEED` draws others). Held to the goal:
 //! buckets of 10 to 40 times what the pods' buffers hold. Where their
@@ -180,10 +189,20 @@ async fn identical_pods_bursting_at_once_get_equal_parts_over_real_sockets() {
         let refill: f64 = rng.random_range(20.0..200.0_f64).round();
         // Each pod's part of the bucket 10 to 40 times the buffer it holds.
         let bucket = (f64::from(count) * buffer * rng.random_range(10.0..40.0_f64)).round();
-        let index = round(&server, &format!("burst-{r}"), count, bucket, refill).await;
+        let mut index = round(&server, &format!("burst-{r}"), count, bucket, refill).await;
+        if index < 0.99 {
+            // Round trips slowed unevenly by the machine (the limitation
+            // the module doc names): the same draw again, on a new tenant.
+            // A first-come split misses both; noise rarely does twice.
+            eprintln!(
+                "seed {seed} round {r}: Jain {index:.4} < 0.99; the same round again once, \
+                 in case the machine slowed some pods' round trips"
+            );
+            index = round(&server, &format!("burst-{r}-again"), count, bucket, refill).await;
+        }
         assert!(
             index >= 0.99,
-            "seed {seed} round {r}: Jain {index:.4} < 0.99"
+            "seed {seed} round {r}: Jain {index:.4} < 0.99, twice"
         );
     }
     // Buckets the pods' buffers fill, or fill a third of or more: the goal
