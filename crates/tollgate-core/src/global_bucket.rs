@@ -593,7 +593,6 @@ impl BucketState {
     /// `held_correction` more at `now` than the bucket counts (a pod's
     /// report of what it holds, read before the refill it caps).
     fn refill_knowing(&mut self, now: Timestamp, credit_window: Duration, held_correction: f64) {
-        let elapsed = now.seconds_since(self.last_refill);
         let held = (self.held_sum_at(now) + held_correction).max(0.0);
         let refilled = self.refilled_with_held(now, held);
         let rate = self.refill_limits().refill_rate;
@@ -612,9 +611,16 @@ impl BucketState {
         }
         self.tokens = refilled;
         self.held_tokens = self.held_sum_at(now);
-        let delivered = self.committed_rate * elapsed;
-        self.committed_tokens = (self.committed_tokens - delivered).max(0.0);
+        self.committed_tokens = self.committed_at(now);
         self.last_refill = self.last_refill.max(now);
+    }
+
+    /// Trickle tokens still to be delivered at `now`: above zero, some of
+    /// the bucket's pods are throttled (on trickles it could not pay at
+    /// once).
+    pub fn committed_at(&self, now: Timestamp) -> f64 {
+        let elapsed = now.seconds_since(self.last_refill);
+        (self.committed_tokens - self.committed_rate * elapsed).max(0.0)
     }
 
     fn capped_valid(&self, now: Timestamp, credit_window: Duration) -> bool {

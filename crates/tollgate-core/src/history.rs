@@ -329,6 +329,115 @@ pub fn total_usage(usage: &[Usage]) -> Usage {
     sum
 }
 
+/// What a bucket used in one slot of a chart: slots of a fixed step, so
+/// that the charts of several buckets line up and add up.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SlotUsage {
+    pub from: Timestamp,
+    pub to: Timestamp,
+    pub request_units: f64,
+    pub granted_tokens: f64,
+    /// Time the pods spent throttled, summed over them.
+    pub throttled_pod_seconds: f64,
+}
+
+impl SlotUsage {
+    fn seconds(&self) -> f64 {
+        self.to.seconds_since(self.from)
+    }
+
+    pub fn request_units_per_second(&self) -> f64 {
+        per_second(self.request_units, self.seconds())
+    }
+
+    pub fn granted_per_second(&self) -> f64 {
+        per_second(self.granted_tokens, self.seconds())
+    }
+
+    /// Pods throttled over the slot, on average.
+    pub fn throttled_pods(&self) -> f64 {
+        per_second(self.throttled_pod_seconds, self.seconds())
+    }
+
+    /// Adds `other`'s counters (a tenant's sum over its buckets).
+    pub fn add(&mut self, other: &SlotUsage) {
+        self.request_units += other.request_units;
+        self.granted_tokens += other.granted_tokens;
+        self.throttled_pod_seconds += other.throttled_pod_seconds;
+    }
+}
+
+/// `usage` in slots of `step` from the slot `since` falls in to the one
+/// `until` does, every slot present (none used: zeros). A span counts in
+/// the slot its end falls in: a row is the last sample of its slot, so
+/// what it adds was used since the row before, in that slot but for the
+/// seconds between that row and the slot's start. Shared by time instead,
+/// a rise seen in one sample would show a slot early. The sum over the
+/// slots is the sum of the spans that end between them.
+pub fn per_slot(
+    usage: &[Usage],
+    since: Timestamp,
+    until: Timestamp,
+    step: Duration,
+) -> Vec<SlotUsage> {
+    let step = step_micros(step);
+    let first = since.unix_micros().div_euclid(step) * step;
+    let count = usize::try_from((until.unix_micros() - first).max(0) / step + 1).unwrap_or(0);
+    let mut slots: Vec<SlotUsage> = (0..count)
+        .map(|i| {
+            let from = first + step * i as i64;
+            SlotUsage {
+                from: Timestamp::from_unix_micros(from),
+                to: Timestamp::from_unix_micros(from + step),
+                ..SlotUsage::default()
+            }
+        })
+        .collect();
+    for u in usage {
+        let to = u.to.unix_micros();
+        if to < first {
+            continue;
+        }
+        let Some(slot) = usize::try_from((to - first) / step)
+            .ok()
+            .and_then(|i| slots.get_mut(i))
+        else {
+            continue;
+        };
+        slot.request_units += u.consumption.request_units();
+        slot.granted_tokens += u.granted_tokens;
+        slot.throttled_pod_seconds += u.throttled_micros as f64 / 1e6;
+    }
+    slots
+}
+
+/// Since when a bucket has been throttled, by its `slots` (in time order):
+/// the start of the run of slots with throttled time that ends in one of
+/// the last two (the last is still being sampled); `None` if neither has
+/// any. `whole_span` says the run goes back to the first slot: throttled
+/// since then at least.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ThrottledSince {
+    pub since: Timestamp,
+    pub whole_span: bool,
+}
+
+pub fn throttled_since(slots: &[SlotUsage]) -> Option<ThrottledSince> {
+    let throttled = |s: &SlotUsage| s.throttled_pod_seconds > 0.0;
+    let last = slots.iter().rposition(throttled)?;
+    if last + 2 < slots.len() {
+        return None;
+    }
+    let start = slots[..=last]
+        .iter()
+        .rposition(|s| !throttled(s))
+        .map_or(0, |i| i + 1);
+    Some(ThrottledSince {
+        since: slots[start].from,
+        whole_span: start == 0,
+    })
+}
+
 /// Serde of a [`Duration`] as whole microseconds.
 mod micros {
     use std::time::Duration;
@@ -496,6 +605,105 @@ mod tests {
         assert!(
             rows_to_write(&minute, created, Some(&changed), &sample(65.0, 9.0, 9.0)).is_empty()
         );
+    }
+
+    fn throttled(from: f64, to: f64, pod_seconds: f64) -> Usage {
+        Usage {
+            from: Timestamp::from_secs_f64(from),
+            to: Timestamp::from_secs_f64(to),
+            throttled_micros: (pod_seconds * 1e6) as u64,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn a_span_counts_in_the_slot_its_end_falls_in() {
+        let spans = usage(&[
+            sample(50.0, 0.0, 0.0),
+            sample(58.0, 20.0, 10.0),
+            // 110 used from 58 s to 110 s: all in the slot [60, 120).
+            sample(110.0, 130.0, 10.0),
+            sample(170.0, 180.0, 60.0),
+        ]);
+        let minute = Duration::from_secs(60);
+        let slots = per_slot(
+            &spans,
+            Timestamp::from_secs_f64(30.0),
+            Timestamp::from_secs_f64(250.0),
+            minute,
+        );
+        let starts: Vec<f64> = slots
+            .iter()
+            .map(|s| s.from.unix_micros() as f64 / 1e6)
+            .collect();
+        assert_eq!(starts, [0.0, 60.0, 120.0, 180.0, 240.0]);
+        let used: Vec<f64> = slots.iter().map(|s| s.request_units).collect();
+        for (got, want) in used.iter().zip([20.0, 110.0, 50.0, 0.0, 0.0]) {
+            assert!((got - want).abs() < 1e-9, "{used:?}");
+        }
+        assert!((slots[1].request_units_per_second() - 110.0 / 60.0).abs() < 1e-9);
+        assert!((slots[0].granted_per_second() - 10.0 / 60.0).abs() < 1e-9);
+        // Nothing lost or made up.
+        let sum: f64 = used.iter().sum();
+        assert!((sum - 180.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn throttled_since_is_the_start_of_the_run_that_reaches_now() {
+        let minute = Duration::from_secs(60);
+        let at = |s: f64| Timestamp::from_secs_f64(s);
+        // Throttled from 120 s to the end (the last slot not sampled yet).
+        let spans = [
+            throttled(0.0, 50.0, 5.0),
+            throttled(115.0, 170.0, 30.0),
+            throttled(170.0, 230.0, 60.0),
+        ];
+        let slots = per_slot(&spans, at(0.0), at(290.0), minute);
+        assert_eq!(
+            throttled_since(&slots),
+            Some(ThrottledSince {
+                since: at(120.0),
+                whole_span: false
+            })
+        );
+        // Throttled in every slot read: since the first at least.
+        let slots = per_slot(&spans[1..], at(120.0), at(230.0), minute);
+        assert_eq!(
+            throttled_since(&slots).map(|t| (t.since, t.whole_span)),
+            Some((at(120.0), true))
+        );
+        // Throttled only two slots before the last: not now.
+        let slots = per_slot(&spans, at(0.0), at(350.0), minute);
+        assert_eq!(throttled_since(&slots), None);
+        assert_eq!(throttled_since(&[]), None);
+    }
+
+    proptest! {
+        /// Slots of any step add up to the spans they cover.
+        #[test]
+        fn slots_add_up_to_the_spans(
+            gaps in proptest::collection::vec((1u32..400, 0u32..1000), 1..40),
+            step in 1u64..600,
+        ) {
+            let mut at = 1_000.0;
+            let mut total = 0.0;
+            let mut samples = vec![sample(at, 0.0, 0.0)];
+            for (gap, used) in &gaps {
+                at += f64::from(*gap);
+                total += f64::from(*used);
+                samples.push(sample(at, total, total));
+            }
+            let spans = usage(&samples);
+            let slots = per_slot(
+                &spans,
+                Timestamp::from_secs_f64(1_000.0),
+                Timestamp::from_secs_f64(at),
+                Duration::from_secs(step),
+            );
+            let sum: f64 = slots.iter().map(|s| s.request_units).sum();
+            prop_assert!((sum - total).abs() < 1e-6 * total.max(1.0), "{sum} vs {total}");
+            prop_assert!(slots.windows(2).all(|w| w[0].to == w[1].from));
+        }
     }
 
     proptest! {

@@ -27,6 +27,15 @@ impl Timestamp {
         self.0
     }
 
+    /// `time` (a reading of a system clock), clamped to the epoch and to
+    /// the largest timestamp.
+    pub fn from_system_time(time: std::time::SystemTime) -> Self {
+        Timestamp(
+            time.duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX)),
+        )
+    }
+
     /// A timestamp `secs` after the epoch; convenient for tests and virtual time.
     pub fn from_secs_f64(secs: f64) -> Self {
         Timestamp((secs * 1e6).round() as i64)

@@ -107,6 +107,69 @@ fn cell(dom: &str, tenant: &str, class: &str) -> String {
     text[..text.find('<').expect("cell end")].trim().to_owned()
 }
 
+/// A pod asking its tenant for far more than its bucket holds, again
+/// every half second (as each trickle ends) until dropped: its bucket
+/// throttled throughout. Its first request is answered before `start`
+/// returns.
+struct BusyPod {
+    busy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    asking: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BusyPod {
+    fn start(server: &Server, tenant: &str, instance: &str) -> BusyPod {
+        let args: Vec<String> = [
+            "pod",
+            "request",
+            "--tenant",
+            tenant,
+            "--instance",
+            instance,
+            "--tokens",
+            "5000",
+            "--server",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain([format!("http://127.0.0.1:{}", server.port)])
+        .collect();
+        let ask = move || {
+            let out = support::command()
+                .args(&args)
+                .output()
+                .expect("run pod request");
+            assert!(out.status.success(), "{out:?}");
+        };
+        ask();
+        let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let asking = {
+            let busy = std::sync::Arc::clone(&busy);
+            std::thread::spawn(move || {
+                while busy.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    ask();
+                }
+            })
+        };
+        BusyPod {
+            busy,
+            asking: Some(asking),
+        }
+    }
+}
+
+impl Drop for BusyPod {
+    fn drop(&mut self) {
+        self.busy.store(false, std::sync::atomic::Ordering::SeqCst);
+        if let Some(asking) = self.asking.take() {
+            let joined = asking.join();
+            if !std::thread::panicking() {
+                joined.expect("the busy pod asked");
+            }
+        }
+    }
+}
+
 fn number(text: &str) -> f64 {
     text.replace(',', "")
         .parse()
@@ -220,6 +283,8 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
     std::thread::sleep(
         tollgate_server::telemetry::console::SAMPLE_INTERVAL + Duration::from_millis(300),
     );
+    // And one pod kept throttled while the page is read.
+    let busy = BusyPod::start(&server, "acme", "4");
 
     let profile = dir.path().join("chromium-profile");
     let console = format!("http://127.0.0.1:{metrics}/console#token={READER_TOKEN}");
@@ -227,7 +292,8 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
     assert!(dom.contains("data-tenant=\"acme\""), "{dom}");
     assert!(dom.contains("data-tenant=\"globex\""), "{dom}");
     assert_eq!(number(&cell(&dom, "globex", "live")), 1.0);
-    assert_eq!(number(&cell(&dom, "acme", "live")), 3.0);
+    // Three, and the busy one.
+    assert_eq!(number(&cell(&dom, "acme", "live")), 4.0);
     // 500 request units over the time between the two reads, which the
     // page shows (at least the sample interval; how much more depends on
     // how fast the commands and the browser ran).
@@ -247,14 +313,18 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
         (globex_rate - 500.0 / window).abs() <= 0.051,
         "globex request units/s {globex_rate} over {window} s"
     );
+    // Throttled: first, marked, and since when said (the first read
+    // that saw it: no minute of the history has it yet).
     assert!(
-        number(&cell(&dom, "acme", "throttled")) > 0.0,
-        "acme is throttled"
+        dom.contains("<tr class=\"throttled\" data-tenant=\"acme\"")
+            || dom.contains("<tr class=\"debt throttled\" data-tenant=\"acme\""),
+        "acme is throttled: {dom}"
     );
-    assert_eq!(number(&cell(&dom, "globex", "throttled")), 0.0);
+    let since = cell(&dom, "acme", "since");
+    assert!(since.ends_with("s ago)") || since == "now", "{since}");
+    assert_eq!(cell(&dom, "globex", "since"), "");
     // acme owes what its trickles took in advance.
     assert!(number(&cell(&dom, "acme", "level")) < 0.0, "acme in debt");
-    assert!(dom.contains("<svg"), "a chart: {dom}");
     // globex's budget: 10 tokens granted of 1 000 this month, a bar.
     let figures = cell(&dom, "globex", "figures");
     assert!(
@@ -270,6 +340,7 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
         "none",
         "acme has no budget"
     );
+    drop(busy);
     let header_tenants = dom
         .split("id=\"tenant-count\">")
         .nth(1)
@@ -587,5 +658,299 @@ fn the_console_shows_the_tree_of_organisations_in_a_browser() {
 
     let png = screenshot(&chromium, &profile, &console, "organisations", "1400,1000");
     assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
+    server.stop();
+}
+
+/// An hour of usage, generated through the store's own operations on a
+/// clock that runs from an hour ago to now: tenant `acme` (refill 50/s)
+/// with two pods using 40/s in all for 40 minutes, then 120/s (throttled
+/// from then on); `globex` (refill 1 000/s) with three pods using 300/s.
+/// Every 10 s each pod asks for its use and reports the last 10 s; the
+/// history is sampled as a server would. Returns the export's lines, when
+/// acme's throttling began and the request units acme's pods reported.
+mod generated {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::time::{Duration, SystemTime};
+
+    use tollgate_core::{
+        BucketKey, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId, Timestamp,
+        TokenBucketRequest,
+    };
+    use tollgate_server::store::image::write_line;
+    use tollgate_server::store::{BucketSettings, EmbeddedStore, RecordSink, Store};
+
+    pub const HOUR: f64 = 3_600.0;
+    /// When acme's use rises over its refill rate, after the hour began.
+    pub const THROTTLED_AFTER: f64 = 40.0 * 60.0;
+
+    pub struct Hour {
+        pub export: Vec<u8>,
+        pub throttled_from: Timestamp,
+        pub acme_request_units: f64,
+    }
+
+    fn key(tenant: &str) -> BucketKey {
+        BucketKey::request_units(TenantId::parse("tenant", tenant).expect("id"))
+    }
+
+    pub fn hour() -> Hour {
+        tokio::runtime::Runtime::new()
+            .expect("runtime")
+            .block_on(generate())
+    }
+
+    async fn generate() -> Hour {
+        let end = Timestamp::from_system_time(SystemTime::now());
+        let start = end.saturating_sub(Duration::from_secs_f64(HOUR));
+        let clock = Arc::new(AtomicI64::new(start.unix_micros()));
+        let reading = Arc::clone(&clock);
+        let store = EmbeddedStore::in_memory_with_clock(
+            BucketSettings::default(),
+            Arc::new(move || Timestamp::from_unix_micros(reading.load(Ordering::SeqCst))),
+        )
+        .expect("store");
+        for (tenant, rate) in [("acme", 50.0), ("globex", 1_000.0)] {
+            store
+                .update_limits(
+                    &key(tenant),
+                    &LimitsUpdate {
+                        available_tokens: 10.0 * rate,
+                        limits: Limits {
+                            refill_rate: rate,
+                            burst_limit: 10.0 * rate,
+                        },
+                        as_of: None,
+                        as_of_consumed_tokens: 0.0,
+                        mask: LimitsMask::ALL,
+                    },
+                )
+                .await
+                .expect("limits");
+        }
+        let mut seq = 0;
+        let mut acme_request_units = 0.0;
+        let mut t = 0.0;
+        while t < HOUR {
+            clock.store(
+                start
+                    .saturating_add(Duration::from_secs_f64(t))
+                    .unix_micros(),
+                Ordering::SeqCst,
+            );
+            seq += 1;
+            let acme_use = if t < THROTTLED_AFTER { 20.0 } else { 60.0 };
+            for (tenant, pods, per_pod) in [("acme", 2, acme_use), ("globex", 3, 100.0)] {
+                for instance in 1..=pods {
+                    let used = if seq == 1 { 0.0 } else { per_pod * 10.0 };
+                    if tenant == "acme" {
+                        acme_request_units += used;
+                    }
+                    let request = TokenBucketRequest {
+                        instance_id: instance,
+                        lease: format!("{tenant}-{instance}").into_bytes(),
+                        seq,
+                        requested_tokens: per_pod * 10.0,
+                        shares: per_pod,
+                        target_request_period: Duration::from_secs(10),
+                        consumption: Consumption::from_request_units(used),
+                        next_live_instance_id: None,
+                        returned_tokens: 0.0,
+                        held_tokens: 0.0,
+                        fallback_tokens: 0.0,
+                        fallback_duration: Duration::ZERO,
+                    };
+                    store
+                        .token_bucket(&key(tenant), &request)
+                        .await
+                        .expect("a pod's request");
+                }
+            }
+            let mut after = None;
+            loop {
+                let page = store
+                    .sample_history(after.as_ref(), 100)
+                    .await
+                    .expect("sample");
+                match page.last {
+                    Some(last) => after = Some(last),
+                    None => break,
+                }
+            }
+            t += 10.0;
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+        let lines = tokio::spawn(async move {
+            let mut out = Vec::new();
+            while let Some(record) = rx.recv().await {
+                write_line(&mut out, &record).expect("write a line");
+            }
+            out
+        });
+        store.export(RecordSink::new(tx)).await.expect("export");
+        Hour {
+            export: lines.await.expect("lines"),
+            throttled_from: start.saturating_add(Duration::from_secs_f64(THROTTLED_AFTER)),
+            acme_request_units,
+        }
+    }
+}
+
+/// The text after `data-fact="NAME">` in the page `html` (not its
+/// script), up to the next tag.
+fn fact(html: &str, name: &str) -> String {
+    let html = &html[..html.find("<script").unwrap_or(html.len())];
+    let at = html
+        .find(&format!("data-fact=\"{name}\">"))
+        .unwrap_or_else(|| panic!("fact {name} in {html}"));
+    let text = &html[at..];
+    let text = &text[text.find('>').expect("tag end") + 1..];
+    text[..text.find('<').expect("fact end")].to_owned()
+}
+
+#[test]
+fn a_tenant_page_charts_an_hour_of_history_with_axes_in_a_browser() {
+    let Some(chromium) = support::external_tool(
+        "TOLLGATE_CHROMIUM",
+        &["chromium", "chromium-browser", "google-chrome"],
+        "TOLLGATE_REQUIRE_CHROMIUM",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hour = generated::hour();
+    let export = dir.path().join("hour.jsonl");
+    std::fs::write(&export, &hour.export).expect("write the export");
+    let store = dir.path().join("tollgate.redb");
+    let out = support::command()
+        .args(["import", "--store"])
+        .arg(&store)
+        .arg(&export)
+        .output()
+        .expect("run import");
+    assert!(out.status.success(), "import: {out:?}");
+    let metrics = free_port();
+    let server = Server::start_with(
+        &store,
+        &["--metrics-listen", &format!("127.0.0.1:{metrics}")],
+    );
+    // A tenant on a tier, for the tier column.
+    server.ok(&[
+        "tier",
+        "create",
+        "--tier",
+        "gold",
+        "--bucket",
+        "api-calls=100/1000",
+    ]);
+    server.ok(&["tenant", "create", "--tenant", "initech", "--tier", "gold"]);
+    // A pod of acme asking for far more than its bucket holds, again as
+    // each trickle ends, while the pages are read: throttled throughout.
+    let busy = BusyPod::start(&server, "acme", "3");
+    let (code, body) = get(metrics, "/console/api/buckets", None);
+    assert_eq!(code, 200, "{body}");
+
+    // The data: a point a minute; what the points add up to is what
+    // acme's pods reported (the first minute's slot is cut by the span).
+    let (code, body) = get(metrics, "/console/api/tenant?tenant=acme&range=1h", None);
+    assert_eq!(code, 200, "{body}");
+    let page: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let acme = &page["buckets"][0];
+    let points = acme["points"].as_array().expect("points");
+    assert!((60..=61).contains(&points.len()), "{} points", points.len());
+    let charted: f64 = points
+        .iter()
+        .map(|p| {
+            p["request_units_per_second"].as_f64().expect("rate")
+                * (p["to_unix"].as_f64().expect("to") - p["from_unix"].as_f64().expect("from"))
+        })
+        .sum();
+    let reported = hour.acme_request_units;
+    assert!(
+        charted <= reported * (1.0 + 1e-9) && charted >= reported * 0.97,
+        "charted {charted} of {reported} request units"
+    );
+    // Throttled since the minute its use rose over the refill rate.
+    assert_eq!(acme["throttled"], true, "{acme}");
+    let since = acme["throttled_since_unix"].as_f64().expect("since when");
+    let began = hour.throttled_from.unix_micros() as f64 / 1e6;
+    assert!(
+        (since - began).abs() <= 90.0,
+        "throttled since {since}, began {began}"
+    );
+    // Before: at most 40/s used, none throttled; after: pods throttled.
+    let before: Vec<&serde_json::Value> = points
+        .iter()
+        .filter(|p| p["to_unix"].as_f64().expect("to") < began - 60.0)
+        .collect();
+    assert!(before.len() > 30, "{} points before", before.len());
+    assert!(before.iter().all(|p| p["throttled_pods"] == 0.0), "{acme}");
+    // The summed chart has acme's only bucket.
+    assert_eq!(page["total"].as_array().map(Vec::len), Some(points.len()));
+    // Bad parameters: 400 naming them; an unknown tenant: 404.
+    let (code, body) = get(metrics, "/console/api/tenant?tenant=acme&range=2h", None);
+    assert_eq!(code, 400);
+    assert!(body.contains("range"), "{body}");
+    let (code, body) = get(metrics, "/console/api/tenant?range=1h", None);
+    assert_eq!(code, 400);
+    assert!(body.contains("tenant"), "{body}");
+    let (code, _) = get(metrics, "/console/api/tenant?tenant=nobody", None);
+    assert_eq!(code, 404);
+
+    let profile = dir.path().join("chromium-profile");
+    let page_url = format!("http://127.0.0.1:{metrics}/console#tenant=acme&range=1h");
+    let dom = browse(&chromium, &profile, &page_url, &["--dump-dom"]);
+    // Two charts a bucket and two for the sum, each with axes: time ticks
+    // along x and values along y, and its series with a point a minute.
+    for chart in [":tokens", ":throttled", "total:ru", "total:throttled"] {
+        let at = dom
+            .find(&format!("data-chart=\"{chart}\""))
+            .unwrap_or_else(|| panic!("chart {chart} in {dom}"));
+        let svg = &dom[at..at + dom[at..].find("</svg>").expect("svg end")];
+        assert!(svg.matches("class=\"tick x\"").count() >= 3, "{svg}");
+        assert!(svg.matches("class=\"tick y\"").count() >= 3, "{svg}");
+        assert!(
+            svg.contains(&format!("data-points=\"{}\"", points.len())),
+            "{svg}"
+        );
+    }
+    assert!(
+        dom.contains("refill rate: 50.0"),
+        "the refill rate's line: {dom}"
+    );
+    let when = fact(&dom, "since");
+    assert!(when.contains("min ago"), "{when}");
+    assert_eq!(fact(&dom, "tier"), "none");
+    assert!(
+        fact(&dom, "throttled").starts_with("request units since"),
+        "{dom}"
+    );
+    let png = screenshot(&chromium, &profile, &page_url, "tenant", "1300,1250");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 20_000,
+        "{} bytes",
+        png.len()
+    );
+
+    // The overview: acme first (throttled), with since when; the tier.
+    let overview = format!("http://127.0.0.1:{metrics}/console");
+    let dom = browse(&chromium, &profile, &overview, &["--dump-dom"]);
+    let first_row = dom
+        .split("id=\"rows\">")
+        .nth(1)
+        .expect("rows")
+        .split("</tr>")
+        .next()
+        .expect("a row");
+    assert!(
+        first_row.contains("<tr class=\"throttled\" data-tenant=\"acme\""),
+        "{first_row}"
+    );
+    assert!(cell(&dom, "acme", "since").contains("min ago"), "{dom}");
+    assert_eq!(cell(&dom, "globex", "since"), "");
+    assert_eq!(cell(&dom, "initech", "tier"), "gold");
+    let png = screenshot(&chromium, &profile, &overview, "overview", "1500,700");
+    assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
+    drop(busy);
     server.stop();
 }

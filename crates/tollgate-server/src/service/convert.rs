@@ -163,11 +163,7 @@ pub(crate) struct HistorySpan {
 }
 
 pub(crate) fn history_span(req: &v1::GetHistoryRequest) -> Result<HistorySpan, InvalidInput> {
-    let read_at = Timestamp::from_unix_micros(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX)),
-    );
+    let read_at = Timestamp::from_system_time(std::time::SystemTime::now());
     let since = timestamp(
         "since",
         req.since

@@ -146,10 +146,7 @@ const MAX_BATCH: usize = 512;
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
 fn system_clock() -> Timestamp {
-    let micros = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-    Timestamp::from_unix_micros(micros)
+    Timestamp::from_system_time(SystemTime::now())
 }
 
 /// A store in one file (or in memory, for tests).
@@ -552,6 +549,27 @@ impl Store for EmbeddedStore {
         self.read(move |db, _| {
             let txn = db.begin_read().map_err(storage("begin read transaction"))?;
             budgets::read_cycles(&txn, &key, limit)
+        })
+        .await
+    }
+
+    async fn tenant_records(
+        &self,
+        tenants: &[TenantId],
+    ) -> Result<BTreeMap<TenantId, TenantRecord>, StoreError> {
+        let tenants = tenants.to_vec();
+        self.read(move |db, _| {
+            let txn = db.begin_read().map_err(storage("begin read transaction"))?;
+            let records = txn
+                .open_table(TENANT_RECORDS)
+                .map_err(storage("open tenant records"))?;
+            let mut found = BTreeMap::new();
+            for tenant in tenants {
+                if let Some(record) = read_record(&records, &tenant)? {
+                    found.insert(tenant, record);
+                }
+            }
+            Ok(found)
         })
         .await
     }

@@ -682,6 +682,13 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// neither.
     async fn describe_tenant(&self, tenant: &TenantId) -> Result<TenantView, StoreError>;
 
+    /// The records (tier, overrides) of `tenants`, read without a lock; a
+    /// tenant without one is left out.
+    async fn tenant_records(
+        &self,
+        tenants: &[TenantId],
+    ) -> Result<BTreeMap<TenantId, TenantRecord>, StoreError>;
+
     /// Creates or replaces a tier and, in the same transaction, brings
     /// every tenant on it in line with the new definition.
     async fn put_tier(&self, name: &TierName, tier: &Tier) -> Result<PutTierOutcome, StoreError> {

@@ -1,36 +1,45 @@
-//! The web console on the HTTP port: `/console`, a page that shows the
-//! tenants' buckets (limits, level, request units per second, throttled
-//! and live pods, the budget's spend against its amount with the
-//! forecast, a chart of the last minutes) and their per-key buckets
-//! (definition, keys stored, this replica's checks and refusals per
-//! second, the busiest keys), the tree of organisations (each member's
-//! buckets with what they use, want, are guaranteed, draw and borrow),
-//! and `/console/api/buckets`, the JSON it polls.
+//! The web console on the HTTP port: `/console`, an operator's first
+//! screen. The overview lists every tenant's buckets (tier, limits, level,
+//! request units per second, pods throttled and since when, live pods, the
+//! budget's spend against its amount with the forecast), their per-key
+//! buckets (definition, keys stored, this replica's checks and refusals
+//! per second, the busiest keys) and the tree of organisations (each
+//! member's buckets with what they use, want, are guaranteed, draw and
+//! borrow); `/console/api/buckets` is the JSON it polls. A tenant's page
+//! (`/console/api/tenant`) charts each of its buckets, and their sum, over
+//! 1 h, 24 h, 7 d or 30 d from the usage history in the store
+//! (`tollgate_core::history`): request units and granted tokens per second
+//! against the refill rate, and pods throttled; with its pods, tier,
+//! budget, organisation and per-key buckets.
 //!
 //! The page is one static file with its script inline: no build step, and
-//! nothing to serve but itself. The data comes from the store, read at most
-//! every [`SAMPLE_INTERVAL`] whatever the number of open consoles, and only
-//! while a console asks: with no console open, nothing is read. Each read
-//! keeps the first [`MAX_BUCKETS`] buckets (in tenant-id order) and a
-//! history of [`HISTORY`], from which rates are the differences of the
-//! exact totals between reads. Per-key buckets (the first [`MAX_BUCKETS`]
-//! too) are shown as the last read found them, with the check rates this
-//! replica counted then (`check_rates`). Read-only: the console changes
-//! nothing, and wants an admin token (any role) where the Admin service
-//! does. Throttled pods are estimated from this replica's trickle grants.
+//! nothing to serve but itself. The overview's data comes from the store,
+//! read at most every [`SAMPLE_INTERVAL`] whatever the number of open
+//! consoles, and only while a console asks: with no console open, nothing
+//! is read. Each read keeps the first [`MAX_BUCKETS`] buckets (in
+//! tenant-id order); rates are the differences of the exact totals over
+//! the reads of the last [`RATE_WINDOW`]. Whether a bucket's pods are
+//! throttled is exact (trickle tokens still owed to its pods, whichever
+//! replica granted them); since when is read from the history (the start
+//! of the run of minutes with throttled time), or, for a throttling too
+//! new for it, from the first read that saw it. Per-key buckets are shown
+//! as the last read found them, with the check rates this replica counted
+//! then (`check_rates`). Read-only: the console changes nothing, and wants
+//! an admin token (any role, unscoped) where the Admin service does.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use tollgate_core::history::{self, SlotUsage, ThrottledSince};
 use tollgate_core::key_bucket::KeyReading;
 use tollgate_core::organisation::{MemberRates, Node};
 use tollgate_core::tier::DefinedBy;
-use tollgate_core::{BucketKey, TenantId, Timestamp};
+use tollgate_core::{BucketKey, InvalidInput, TenantId, Timestamp};
 
 use super::Metrics;
 use super::metrics::read_buckets;
-use crate::store::{NodeFilter, Store, StoreError};
+use crate::store::{BucketSnapshot, KeyBucketSnapshot, NodeFilter, Store, StoreError};
 
 /// The busiest keys shown per per-key bucket.
 pub const BUSIEST_KEYS: usize = 3;
@@ -44,12 +53,22 @@ pub const MAX_BUCKETS: usize = 1000;
 /// How many organisations a read keeps: the first, in id order.
 pub const MAX_ORGANISATIONS: usize = 100;
 
-/// How far back the charts go.
-pub const HISTORY: Duration = Duration::from_secs(10 * 60);
+/// The overview's rates cover the reads of this long (pods report about
+/// every 10 s, so a shorter window reads 0 between their reports).
+pub const RATE_WINDOW: Duration = Duration::from_secs(60);
 
-/// Pods renew about once per target period (10 s by default), so trickle
-/// grants per second × this estimates the pods being throttled.
-const RENEWALS_PER_POD_SECONDS: f64 = 10.0;
+/// How far back the history is read to say since when a bucket has been
+/// throttled, in slots of [`SINCE_STEP`].
+pub const SINCE_LOOKBACK: Duration = Duration::from_secs(24 * 3_600);
+const SINCE_STEP: Duration = Duration::from_secs(60);
+
+/// At most this many throttled buckets have their history read per read
+/// of the overview; the rest say "throttled" without since when until a
+/// later read.
+pub const MAX_SINCE_LOOKUPS: usize = 50;
+
+/// A bucket's since-when is read again after this long.
+const SINCE_REFRESH: Duration = Duration::from_secs(60);
 
 /// One bucket as one read found it.
 #[derive(Clone, Debug)]
@@ -59,8 +78,9 @@ struct BucketSample {
     tokens: f64,
     live_instances: u32,
     request_unit_micros: u64,
-    /// This replica's trickle grants to the bucket so far.
-    trickles: u64,
+    throttled_micros: u64,
+    /// Trickle tokens still owed to its pods: some are throttled.
+    throttled: bool,
     /// Tokens granted to its pods (or its members' draws) so far.
     granted_tokens: f64,
     /// A member's bucket: its standing with its organisation.
@@ -75,6 +95,8 @@ struct Sample {
     read_at: Timestamp,
     buckets: BTreeMap<BucketKey, BucketSample>,
     truncated: bool,
+    /// The tier each tenant read is on.
+    tiers: BTreeMap<TenantId, String>,
     /// The per-key buckets as read, with this replica's rates then.
     key_buckets: Vec<KeyBucketView>,
     key_buckets_truncated: bool,
@@ -83,10 +105,24 @@ struct Sample {
     organisations_truncated: bool,
 }
 
-/// The console's reads, newest last.
+/// Since when a bucket has been throttled, as its history said when read.
+#[derive(Clone, Copy, Debug)]
+struct SinceLookup {
+    read: Instant,
+    found: Option<ThrottledSince>,
+}
+
+#[derive(Debug, Default)]
+struct Reads {
+    /// Newest last, the last [`RATE_WINDOW`] of them (and one before).
+    samples: VecDeque<Sample>,
+    since: HashMap<BucketKey, SinceLookup>,
+}
+
+/// The console's reads.
 #[derive(Debug, Default)]
 pub struct Console {
-    samples: tokio::sync::Mutex<VecDeque<Sample>>,
+    reads: tokio::sync::Mutex<Reads>,
 }
 
 /// What `/console/api/buckets` answers.
@@ -96,8 +132,8 @@ pub struct ConsoleView {
     /// epoch.
     pub read_at_unix: f64,
     pub sample_interval_seconds: f64,
-    /// The time between the last two reads, which the rates cover; `null`
-    /// until there are two.
+    /// The time the rates cover (the reads of the last [`RATE_WINDOW`]);
+    /// `null` until there are two reads.
     pub rate_window_seconds: Option<f64>,
     /// More buckets exist than [`MAX_BUCKETS`]; only the first are shown.
     pub truncated: bool,
@@ -177,19 +213,26 @@ pub struct BucketView {
     pub tenant_id: String,
     /// Empty for the tenant's request-unit bucket.
     pub bucket: String,
+    /// The tenant's tier; `null` if it is on none.
+    pub tier: Option<String>,
     pub refill_rate: f64,
     pub burst_limit: f64,
     /// The level when read; negative is debt.
     pub tokens: f64,
     pub live_instances: u32,
-    /// Between the last two reads; `null` until there are two.
+    /// Over `rate_window_seconds`; `null` until there are two reads.
     pub request_units_per_second: Option<f64>,
-    /// Trickle grants per 10 s from this replica between the last two
-    /// reads: about the pods it throttles.
+    /// Pods throttled on average over `rate_window_seconds` (the time
+    /// they spent on trickles, counted when each asks again).
     pub throttled_pods: Option<f64>,
-    /// `[unix seconds, request units per second]` between consecutive
-    /// reads, oldest first.
-    pub history: Vec<(f64, f64)>,
+    /// Some of its pods are throttled now.
+    pub throttled: bool,
+    /// Since when, by the history, or the first read that saw it: unix
+    /// seconds; `null` if not throttled or not yet known.
+    pub throttled_since_unix: Option<f64>,
+    /// Throttled throughout what was read ([`SINCE_LOOKBACK`]): since
+    /// then at least.
+    pub throttled_since_at_least: bool,
     /// The bucket's budget in its current cycle; `null` without one.
     pub budget: Option<BudgetColumn>,
 }
@@ -212,7 +255,7 @@ pub struct BudgetColumn {
 }
 
 impl BudgetColumn {
-    fn of(snapshot: &crate::store::BucketSnapshot) -> Option<BudgetColumn> {
+    fn of(snapshot: &BucketSnapshot) -> Option<BudgetColumn> {
         use tollgate_core::budget::Period;
         let budget = snapshot.head.budget.as_ref()?;
         let view = budget.view(&snapshot.head.state, snapshot.read_at);
@@ -234,6 +277,12 @@ impl BudgetColumn {
     }
 }
 
+/// Some of `snapshot`'s pods are throttled at its reading: trickle tokens
+/// are still owed to them.
+fn throttled(snapshot: &BucketSnapshot) -> bool {
+    snapshot.head.state.committed_at(snapshot.read_at) > 0.0
+}
+
 impl Console {
     pub fn new() -> Console {
         Console::default()
@@ -246,22 +295,74 @@ impl Console {
         store: &dyn Store,
         metrics: &Metrics,
     ) -> Result<ConsoleView, StoreError> {
-        let mut samples = self.samples.lock().await;
-        let stale = samples
+        let mut reads = self.reads.lock().await;
+        let stale = reads
+            .samples
             .back()
             .is_none_or(|last| last.taken.elapsed() >= SAMPLE_INTERVAL);
         if stale {
             let sample = read(store, metrics).await?;
-            samples.push_back(sample);
-            while samples
-                .front()
-                .is_some_and(|first| first.taken.elapsed() > HISTORY)
+            look_up_since(store, &sample, &mut reads.since).await?;
+            reads.samples.push_back(sample);
+            // Keep one read older than the window, so rates cover all of it.
+            while reads
+                .samples
+                .get(1)
+                .is_some_and(|second| second.taken.elapsed() > RATE_WINDOW)
             {
-                samples.pop_front();
+                reads.samples.pop_front();
             }
         }
-        Ok(view_of(&samples, metrics))
+        Ok(view_of(&reads.samples, &reads.since, metrics))
     }
+}
+
+/// Reads since when each bucket throttled in `sample` has been, from its
+/// history, for those not read within [`SINCE_REFRESH`] (at most
+/// [`MAX_SINCE_LOOKUPS`]); forgets buckets no longer throttled.
+async fn look_up_since(
+    store: &dyn Store,
+    sample: &Sample,
+    since: &mut HashMap<BucketKey, SinceLookup>,
+) -> Result<(), StoreError> {
+    since.retain(|key, _| sample.buckets.get(key).is_some_and(|b| b.throttled));
+    let due: Vec<&BucketKey> = sample
+        .buckets
+        .iter()
+        .filter(|(key, b)| {
+            b.throttled
+                && since
+                    .get(*key)
+                    .is_none_or(|l| l.read.elapsed() >= SINCE_REFRESH)
+        })
+        .map(|(key, _)| key)
+        .take(MAX_SINCE_LOOKUPS)
+        .collect();
+    for key in due {
+        let found = throttled_since(store, key, sample.read_at).await?;
+        since.insert(
+            key.clone(),
+            SinceLookup {
+                read: Instant::now(),
+                found,
+            },
+        );
+    }
+    Ok(())
+}
+
+/// Since when `key` has been throttled by its history of the last
+/// [`SINCE_LOOKBACK`] at `now`.
+async fn throttled_since(
+    store: &dyn Store,
+    key: &BucketKey,
+    now: Timestamp,
+) -> Result<Option<ThrottledSince>, StoreError> {
+    let since = now.saturating_sub(SINCE_LOOKBACK);
+    let rows = store.history(key, since, now, SINCE_STEP).await?;
+    let usage = history::usage(&rows.samples);
+    let slots = history::per_slot(&usage, since, now, rows.resolution.step);
+    Ok(history::throttled_since(&slots))
 }
 
 async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError> {
@@ -271,7 +372,6 @@ async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError
     let mut listed = read_buckets(store, MAX_BUCKETS + 1).await?;
     let truncated = listed.len() > MAX_BUCKETS;
     listed.truncate(MAX_BUCKETS);
-    let trickles = metrics.trickle_grants();
     let mut per_key = store
         .list_key_buckets(None, None, MAX_BUCKETS + 1, BUSIEST_KEYS)
         .await?;
@@ -279,36 +379,19 @@ async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError
     per_key.truncate(MAX_BUCKETS);
     let key_buckets = per_key
         .iter()
-        .map(|b| {
-            let rates = metrics.check_rates(&b.key);
-            let limits = b.definition.limits;
-            KeyBucketView {
-                tenant_id: b.key.tenant.as_str().to_owned(),
-                bucket: b.key.bucket.as_str().to_owned(),
-                refill_rate: limits.refill_rate,
-                burst_limit: limits.burst_limit,
-                defined_by: match b.defined_by {
-                    DefinedBy::Tier => "tier",
-                    DefinedBy::Override => "override",
-                },
-                keys_stored: b.keys_stored,
-                checks_per_second: rates.events_per_second,
-                refusals_per_second: rates.refusals_per_second,
-                rate_window_seconds: rates.window.as_secs_f64(),
-                busiest_keys: b
-                    .busiest
-                    .iter()
-                    .map(|(key, stored)| {
-                        let reading = KeyReading::new(key.clone(), stored, &limits, b.read_at);
-                        BusyKeyView {
-                            key: reading.key,
-                            tokens: reading.tokens,
-                            full_in_seconds: reading.full_in.map(|d| d.as_secs_f64()),
-                        }
-                    })
-                    .collect(),
-            }
-        })
+        .map(|b| key_bucket_view(b, metrics))
+        .collect();
+    let mut tenants: Vec<TenantId> = listed
+        .iter()
+        .map(|b| b.key.tenant.clone())
+        .chain(per_key.iter().map(|b| b.key.tenant.clone()))
+        .collect();
+    tenants.dedup();
+    let tiers = store
+        .tenant_records(&tenants)
+        .await?
+        .into_iter()
+        .filter_map(|(tenant, record)| Some((tenant, record.tier?.as_str().to_owned())))
         .collect();
     let read_at = listed
         .first()
@@ -324,7 +407,8 @@ async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError
                 tokens: b.current_tokens(),
                 live_instances: b.live_instances(),
                 request_unit_micros: b.head.totals.consumption.request_unit_micros,
-                trickles: trickles.get(&b.key).copied().unwrap_or(0),
+                throttled_micros: b.head.totals.throttled_micros,
+                throttled: throttled(&b),
                 granted_tokens: b.head.totals.granted_tokens,
                 member: b.head.draw.as_ref().map(|_| {
                     let member = tree.get(&b.key.tenant).and_then(|n| n.member_of.as_ref());
@@ -340,11 +424,45 @@ async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError
         read_at,
         buckets,
         truncated,
+        tiers,
         key_buckets,
         key_buckets_truncated,
         tree,
         organisations_truncated,
     })
+}
+
+/// A per-key bucket as the console shows it, with this replica's check
+/// rates.
+fn key_bucket_view(b: &KeyBucketSnapshot, metrics: &Metrics) -> KeyBucketView {
+    let rates = metrics.check_rates(&b.key);
+    let limits = b.definition.limits;
+    KeyBucketView {
+        tenant_id: b.key.tenant.as_str().to_owned(),
+        bucket: b.key.bucket.as_str().to_owned(),
+        refill_rate: limits.refill_rate,
+        burst_limit: limits.burst_limit,
+        defined_by: match b.defined_by {
+            DefinedBy::Tier => "tier",
+            DefinedBy::Override => "override",
+        },
+        keys_stored: b.keys_stored,
+        checks_per_second: rates.events_per_second,
+        refusals_per_second: rates.refusals_per_second,
+        rate_window_seconds: rates.window.as_secs_f64(),
+        busiest_keys: b
+            .busiest
+            .iter()
+            .map(|(key, stored)| {
+                let reading = KeyReading::new(key.clone(), stored, &limits, b.read_at);
+                BusyKeyView {
+                    key: reading.key,
+                    tokens: reading.tokens,
+                    full_in_seconds: reading.full_in.map(|d| d.as_secs_f64()),
+                }
+            })
+            .collect(),
+    }
 }
 
 /// The first [`MAX_ORGANISATIONS`] organisations' rows and their members',
@@ -365,8 +483,8 @@ async fn read_tree(store: &dyn Store) -> Result<(BTreeMap<TenantId, Node>, bool)
 }
 
 /// The tree rows of `last`, depth first from the organisations at the top
-/// (those below none the read kept); rates over the pair `latest`.
-fn tree_rows(last: &Sample, latest: Option<(&Sample, f64)>) -> Vec<TreeRowView> {
+/// (those below none the read kept); rates from `window` (its first read, and the seconds from it to `last`).
+fn tree_rows(last: &Sample, window: Option<(&Sample, f64)>) -> Vec<TreeRowView> {
     let mut rows = Vec::new();
     let tops = last.tree.iter().filter(|(_, n)| {
         n.organisation.is_some()
@@ -375,7 +493,7 @@ fn tree_rows(last: &Sample, latest: Option<(&Sample, f64)>) -> Vec<TreeRowView> 
                 .is_none_or(|m| !last.tree.contains_key(&m.organisation))
     });
     for (id, _) in tops {
-        tree_walk(id, 0, last, latest, &mut rows);
+        tree_walk(id, 0, last, window, &mut rows);
     }
     rows
 }
@@ -385,7 +503,7 @@ fn tree_walk(
     id: &TenantId,
     depth: usize,
     last: &Sample,
-    latest: Option<(&Sample, f64)>,
+    window: Option<(&Sample, f64)>,
     rows: &mut Vec<TreeRowView>,
 ) {
     let organisation = last.tree.get(id).and_then(|n| n.organisation.as_ref());
@@ -399,7 +517,7 @@ fn tree_walk(
         bucket: bucket.map(|(k, _)| k.bucket.as_str().to_owned()),
         refill_rate: bucket.map(|(_, b)| b.refill_rate),
         granted_per_second: bucket.and_then(|(key, now)| {
-            let (before, seconds) = latest?;
+            let (before, seconds) = window?;
             let before = before.buckets.get(key)?;
             Some((now.granted_tokens - before.granted_tokens).max(0.0) / seconds)
         }),
@@ -425,7 +543,7 @@ fn tree_walk(
         .iter()
         .filter(|(_, n)| n.member_of.as_ref().is_some_and(|m| &m.organisation == id));
     for (member, _) in members {
-        tree_walk(member, depth + 1, last, latest, rows);
+        tree_walk(member, depth + 1, last, window, rows);
     }
 }
 
@@ -438,7 +556,240 @@ fn per_second(earlier: u64, later: u64, seconds: f64) -> f64 {
     later.saturating_sub(earlier) as f64 / seconds
 }
 
-fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
+/// The spans a tenant's page charts: the last hour, day, week or 30 days.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Range {
+    Hour,
+    Day,
+    Week,
+    Month,
+}
+
+impl Range {
+    /// `1h`, `24h`, `7d` or `30d`; anything else is refused, by `field`.
+    pub fn parse(field: &str, text: &str) -> Result<Range, InvalidInput> {
+        match text {
+            "1h" => Ok(Range::Hour),
+            "24h" => Ok(Range::Day),
+            "7d" => Ok(Range::Week),
+            "30d" => Ok(Range::Month),
+            _ => Err(InvalidInput::new(
+                field,
+                format!("must be 1h, 24h, 7d or 30d, got {text:?}"),
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Range::Hour => "1h",
+            Range::Day => "24h",
+            Range::Week => "7d",
+            Range::Month => "30d",
+        }
+    }
+
+    pub fn span(self) -> Duration {
+        const HOUR: u64 = 3_600;
+        Duration::from_secs(match self {
+            Range::Hour => HOUR,
+            Range::Day => 24 * HOUR,
+            Range::Week => 7 * 24 * HOUR,
+            Range::Month => 30 * 24 * HOUR,
+        })
+    }
+
+    /// A chart's step: 60 to 168 points a chart.
+    pub fn step(self) -> Duration {
+        Duration::from_secs(match self {
+            Range::Hour => 60,
+            Range::Day => 15 * 60,
+            Range::Week => 3_600,
+            Range::Month => 6 * 3_600,
+        })
+    }
+}
+
+/// What `/console/api/tenant` answers: a tenant's page.
+#[derive(Debug, Serialize)]
+pub struct TenantPage {
+    pub tenant_id: String,
+    /// Its tier; `null` if it is on none.
+    pub tier: Option<String>,
+    /// `suspended` or `deleted`; `null` while it is served.
+    pub state: Option<&'static str>,
+    /// The organisation it is a member of, if any.
+    pub organisation: Option<String>,
+    pub range: &'static str,
+    /// The charts' step and span, by the store's clock.
+    pub step_seconds: f64,
+    pub since_unix: f64,
+    pub until_unix: f64,
+    pub buckets: Vec<TenantBucketView>,
+    /// The buckets' points summed, slot by slot.
+    pub total: Vec<ChartPoint>,
+    pub key_buckets: Vec<KeyBucketView>,
+}
+
+/// One of a tenant's buckets on its page.
+#[derive(Debug, Serialize)]
+pub struct TenantBucketView {
+    /// Empty for the tenant's request-unit bucket.
+    pub bucket: String,
+    pub refill_rate: f64,
+    pub burst_limit: f64,
+    pub tokens: f64,
+    pub live_instances: u32,
+    pub throttled: bool,
+    pub throttled_since_unix: Option<f64>,
+    pub throttled_since_at_least: bool,
+    pub budget: Option<BudgetColumn>,
+    /// Its live pods, by instance id.
+    pub pods: Vec<PodView>,
+    /// One a step, oldest first, every step of the span present.
+    pub points: Vec<ChartPoint>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PodView {
+    pub instance_id: u32,
+    pub heard_seconds_ago: f64,
+    pub shares: f64,
+    /// The end of the trickle it is on (throttled until then); `null`
+    /// if on none.
+    pub throttled_until_unix: Option<f64>,
+}
+
+/// A chart's point: what a slot of the history saw, per second.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ChartPoint {
+    pub from_unix: f64,
+    pub to_unix: f64,
+    pub request_units_per_second: f64,
+    pub granted_per_second: f64,
+    pub throttled_pods: f64,
+}
+
+impl ChartPoint {
+    fn of(slot: &SlotUsage) -> ChartPoint {
+        ChartPoint {
+            from_unix: unix_seconds(slot.from),
+            to_unix: unix_seconds(slot.to),
+            request_units_per_second: slot.request_units_per_second(),
+            granted_per_second: slot.granted_per_second(),
+            throttled_pods: slot.throttled_pods(),
+        }
+    }
+}
+
+/// `tenant`'s page over `range`, read from the store; `None` if the store
+/// knows nothing of it (no bucket, per-key bucket or record).
+pub async fn tenant_page(
+    store: &dyn Store,
+    metrics: &Metrics,
+    tenant: &TenantId,
+    range: Range,
+) -> Result<Option<TenantPage>, StoreError> {
+    let buckets = match store.get_tenant(tenant).await {
+        Ok(buckets) => buckets,
+        Err(StoreError::TenantNotFound(_)) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let key_buckets = store
+        .list_key_buckets(Some(tenant), None, MAX_BUCKETS, BUSIEST_KEYS)
+        .await?;
+    let ids = [tenant.clone()];
+    let record = store.tenant_records(&ids).await?.remove(tenant);
+    if buckets.is_empty() && key_buckets.is_empty() && record.is_none() {
+        return Ok(None);
+    }
+    let state = store.tenant_states(&ids).await?.remove(tenant);
+    let organisation = store
+        .tree_nodes(&NodeFilter::Ids(ids.to_vec()))
+        .await?
+        .into_iter()
+        .find_map(|(_, node)| node.member_of.map(|m| m.organisation.as_str().to_owned()));
+    let now = buckets
+        .first()
+        .map(|b| b.read_at)
+        .or_else(|| key_buckets.first().map(|b| b.read_at))
+        .unwrap_or_else(system_now);
+    let since = now.saturating_sub(range.span());
+    let mut total: Vec<SlotUsage> = Vec::new();
+    let mut views = Vec::with_capacity(buckets.len());
+    for b in &buckets {
+        let rows = store.history(&b.key, since, now, range.step()).await?;
+        let usage = history::usage(&rows.samples);
+        let slots = history::per_slot(&usage, since, now, range.step());
+        if total.is_empty() {
+            total = slots.clone();
+        } else {
+            for (sum, slot) in total.iter_mut().zip(&slots) {
+                sum.add(slot);
+            }
+        }
+        let is_throttled = throttled(b);
+        let found = if is_throttled {
+            throttled_since(store, &b.key, now).await?
+        } else {
+            None
+        };
+        views.push(TenantBucketView {
+            bucket: b.key.bucket.as_str().to_owned(),
+            refill_rate: b.head.state.limits.refill_rate,
+            burst_limit: b.head.state.limits.burst_limit,
+            tokens: b.current_tokens(),
+            live_instances: b.live_instances(),
+            throttled: is_throttled,
+            throttled_since_unix: found.map(|f| unix_seconds(f.since)),
+            throttled_since_at_least: found.is_some_and(|f| f.whole_span),
+            budget: BudgetColumn::of(b),
+            pods: b
+                .instances
+                .iter()
+                .filter(|i| b.silent_for(i) < b.inactivity_timeout)
+                .map(|i| PodView {
+                    instance_id: i.instance_id,
+                    heard_seconds_ago: b.silent_for(i).as_secs_f64(),
+                    shares: i.shares,
+                    throttled_until_unix: (i.committed_rate > 0.0 && i.committed_until > b.read_at)
+                        .then(|| unix_seconds(i.committed_until)),
+                })
+                .collect(),
+            points: slots.iter().map(ChartPoint::of).collect(),
+        });
+    }
+    if total.is_empty() {
+        total = history::per_slot(&[], since, now, range.step());
+    }
+    Ok(Some(TenantPage {
+        tenant_id: tenant.as_str().to_owned(),
+        tier: record.and_then(|r| r.tier).map(|t| t.as_str().to_owned()),
+        state: state.map(|s| s.kind.name()),
+        organisation,
+        range: range.name(),
+        step_seconds: range.step().as_secs_f64(),
+        since_unix: unix_seconds(since),
+        until_unix: unix_seconds(now),
+        buckets: views,
+        total: total.iter().map(ChartPoint::of).collect(),
+        key_buckets: key_buckets
+            .iter()
+            .map(|b| key_bucket_view(b, metrics))
+            .collect(),
+    }))
+}
+
+/// This machine's clock, for a tenant the store returned no reading of.
+fn system_now() -> Timestamp {
+    Timestamp::from_system_time(std::time::SystemTime::now())
+}
+
+fn view_of(
+    samples: &VecDeque<Sample>,
+    since: &HashMap<BucketKey, SinceLookup>,
+    metrics: &Metrics,
+) -> ConsoleView {
     let Some(last) = samples.back() else {
         return ConsoleView {
             read_at_unix: 0.0,
@@ -455,51 +806,46 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
             organisations_truncated: false,
         };
     };
-    let pairs: Vec<(&Sample, &Sample)> = samples.iter().zip(samples.iter().skip(1)).collect();
-    // The last two reads, and the seconds between them: what rates cover.
-    let latest = pairs
-        .last()
-        .map(|(before, after)| {
-            (
-                *before,
-                after.taken.duration_since(before.taken).as_secs_f64(),
-            )
-        })
+    // The oldest read within the window (or the one just before it), and
+    // the seconds from it to the last: what rates cover.
+    let window = samples
+        .iter()
+        .find(|s| last.taken.duration_since(s.taken) <= RATE_WINDOW + SAMPLE_INTERVAL)
+        .filter(|first| !std::ptr::eq(*first, last))
+        .map(|first| (first, last.taken.duration_since(first.taken).as_secs_f64()))
         .filter(|(_, seconds)| *seconds > 0.0);
     let buckets = last
         .buckets
         .iter()
         .map(|(key, now)| {
-            let mut history = Vec::new();
-            for (before, after) in &pairs {
-                let (Some(b), Some(a)) = (before.buckets.get(key), after.buckets.get(key)) else {
-                    continue;
-                };
-                let seconds = after.taken.duration_since(before.taken).as_secs_f64();
-                if seconds > 0.0 {
-                    let at = unix_seconds(after.read_at);
-                    history.push((
-                        at,
-                        per_second(b.request_unit_micros, a.request_unit_micros, seconds) / 1e6,
-                    ));
+            let before =
+                window.and_then(|(first, seconds)| first.buckets.get(key).map(|b| (b, seconds)));
+            let (since_unix, at_least) = if now.throttled {
+                match since.get(key).and_then(|l| l.found) {
+                    Some(found) => (Some(unix_seconds(found.since)), found.whole_span),
+                    // Too new for the history: the first read that saw it.
+                    None => (first_seen_throttled(samples, key).map(unix_seconds), false),
                 }
-            }
-            let latest_pair =
-                latest.and_then(|(before, seconds)| before.buckets.get(key).map(|b| (b, seconds)));
+            } else {
+                (None, false)
+            };
             BucketView {
                 tenant_id: key.tenant.as_str().to_owned(),
                 bucket: key.bucket.as_str().to_owned(),
+                tier: last.tiers.get(&key.tenant).cloned(),
                 refill_rate: now.refill_rate,
                 burst_limit: now.burst_limit,
                 tokens: now.tokens,
                 live_instances: now.live_instances,
-                request_units_per_second: latest_pair.map(|(b, seconds)| {
+                request_units_per_second: before.map(|(b, seconds)| {
                     per_second(b.request_unit_micros, now.request_unit_micros, seconds) / 1e6
                 }),
-                throttled_pods: latest_pair.map(|(b, seconds)| {
-                    per_second(b.trickles, now.trickles, seconds) * RENEWALS_PER_POD_SECONDS
+                throttled_pods: before.map(|(b, seconds)| {
+                    per_second(b.throttled_micros, now.throttled_micros, seconds) / 1e6
                 }),
-                history,
+                throttled: now.throttled,
+                throttled_since_unix: since_unix,
+                throttled_since_at_least: at_least,
                 budget: now.budget.clone(),
             }
         })
@@ -515,7 +861,7 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
     ConsoleView {
         read_at_unix: unix_seconds(last.read_at),
         sample_interval_seconds: SAMPLE_INTERVAL.as_secs_f64(),
-        rate_window_seconds: latest.map(|(_, seconds)| seconds),
+        rate_window_seconds: window.map(|(_, seconds)| seconds),
         truncated: last.truncated,
         total_buckets: buckets.len(),
         total_tenants: tenants.len(),
@@ -523,9 +869,20 @@ fn view_of(samples: &VecDeque<Sample>, metrics: &Metrics) -> ConsoleView {
         buckets,
         key_buckets: last.key_buckets.clone(),
         key_buckets_truncated: last.key_buckets_truncated,
-        organisations: tree_rows(last, latest),
+        organisations: tree_rows(last, window),
         organisations_truncated: last.organisations_truncated,
     }
+}
+
+/// When the run of reads that ends with the last and found `key`
+/// throttled began: the store's clock at the first of them.
+fn first_seen_throttled(samples: &VecDeque<Sample>, key: &BucketKey) -> Option<Timestamp> {
+    samples
+        .iter()
+        .rev()
+        .take_while(|s| s.buckets.get(key).is_some_and(|b| b.throttled))
+        .last()
+        .map(|s| s.read_at)
 }
 
 #[cfg(test)]
@@ -540,13 +897,15 @@ mod tests {
         )
     }
 
+    /// A read at `secs` of buckets (tenant, request-unit micros, throttled
+    /// micros); a bucket is throttled when its throttled total is odd.
     fn sample(taken: Instant, secs: f64, buckets: &[(&str, u64, u64)]) -> Sample {
         Sample {
             taken,
             read_at: Timestamp::from_secs_f64(secs),
             buckets: buckets
                 .iter()
-                .map(|&(tenant, micros, trickles)| {
+                .map(|&(tenant, micros, throttled_micros)| {
                     (
                         key(tenant),
                         BucketSample {
@@ -555,7 +914,8 @@ mod tests {
                             tokens: 5.0,
                             live_instances: 2,
                             request_unit_micros: micros,
-                            trickles,
+                            throttled_micros,
+                            throttled: throttled_micros % 2 == 1,
                             granted_tokens: micros as f64 / 1e6,
                             member: None,
                             budget: None,
@@ -564,6 +924,7 @@ mod tests {
                 })
                 .collect(),
             truncated: false,
+            tiers: [(TenantId::parse("t", "acme").expect("id"), "gold".to_owned())].into(),
             key_buckets: Vec::new(),
             key_buckets_truncated: false,
             tree: BTreeMap::new(),
@@ -572,46 +933,81 @@ mod tests {
     }
 
     #[test]
-    fn the_view_has_rates_from_the_last_two_reads_and_a_point_per_pair() {
+    fn the_view_has_rates_over_the_window_and_says_since_when_a_bucket_is_throttled() {
         let metrics = Metrics::new().expect("metrics");
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
+        let none = HashMap::new();
         let samples: VecDeque<Sample> = [
             sample(at(0), 100.0, &[("acme", 0, 0)]),
-            // 50 request units in 5 s; two trickles.
+            // 50 request units; throttled from here (odd), 2 pod-seconds.
             sample(
                 at(5),
                 105.0,
-                &[("acme", 50_000_000, 2), ("new", 7_000_000, 0)],
+                &[("acme", 50_000_000, 2_000_001), ("new", 7_000_000, 0)],
             ),
-            // 10 more in 5 s; one more trickle.
+            // 10 more; 6 pod-seconds more.
             sample(
                 at(10),
                 110.0,
-                &[("acme", 60_000_000, 3), ("new", 7_000_000, 0)],
+                &[("acme", 60_000_000, 8_000_001), ("new", 7_000_000, 0)],
             ),
         ]
         .into();
-        let view = view_of(&samples, &metrics);
+        let view = view_of(&samples, &none, &metrics);
         assert_eq!(view.total_buckets, 2);
         assert_eq!(view.read_at_unix, 110.0);
-        assert_eq!(view.rate_window_seconds, Some(5.0));
+        // Over the whole window: the first read to the last.
+        assert_eq!(view.rate_window_seconds, Some(10.0));
         let acme = &view.buckets[0];
         assert_eq!(acme.tenant_id, "acme");
-        assert_eq!(acme.request_units_per_second, Some(2.0));
-        // One trickle in 5 s: two pods renewing every 10 s.
-        assert_eq!(acme.throttled_pods, Some(2.0));
-        assert_eq!(acme.history, vec![(105.0, 10.0), (110.0, 2.0)]);
-        // A bucket first seen in the middle read: one pair so far.
+        assert_eq!(acme.tier.as_deref(), Some("gold"));
+        assert_eq!(acme.request_units_per_second, Some(6.0));
+        assert_eq!(acme.throttled_pods, Some(0.8000001));
+        assert!(acme.throttled);
+        // Not in the history yet: since the first read that saw it.
+        assert_eq!(acme.throttled_since_unix, Some(105.0));
+        assert!(!acme.throttled_since_at_least);
+        // A bucket first seen in the middle read: no rate until the
+        // window's first read has it.
         let new = &view.buckets[1];
-        assert_eq!(new.request_units_per_second, Some(0.0));
-        assert_eq!(new.history, vec![(110.0, 0.0)]);
+        assert_eq!(new.tier, None);
+        assert_eq!(new.request_units_per_second, None);
+        assert!(!new.throttled);
+        assert_eq!(new.throttled_since_unix, None);
+        // The history's answer wins where there is one.
+        let found: HashMap<BucketKey, SinceLookup> = [(
+            key("acme"),
+            SinceLookup {
+                read: t0,
+                found: Some(ThrottledSince {
+                    since: Timestamp::from_secs_f64(40.0),
+                    whole_span: true,
+                }),
+            },
+        )]
+        .into();
+        let view = view_of(&samples, &found, &metrics);
+        assert_eq!(view.buckets[0].throttled_since_unix, Some(40.0));
+        assert!(view.buckets[0].throttled_since_at_least);
         // One read: levels, no rates yet.
         let first: VecDeque<Sample> = [sample(at(0), 100.0, &[("acme", 0, 0)])].into();
-        let view = view_of(&first, &metrics);
+        let view = view_of(&first, &none, &metrics);
         assert_eq!(view.buckets[0].request_units_per_second, None);
         assert_eq!(view.rate_window_seconds, None);
-        assert!(view.buckets[0].history.is_empty());
+    }
+
+    #[test]
+    fn ranges_are_named_and_anything_else_is_refused_by_field() {
+        for (name, points) in [("1h", 60), ("24h", 96), ("7d", 168), ("30d", 120)] {
+            let range = Range::parse("range", name).expect("a range");
+            assert_eq!(range.name(), name);
+            assert_eq!(range.span().as_secs() / range.step().as_secs(), points);
+        }
+        for bad in ["", "2h", "1H", "24 h"] {
+            let e = Range::parse("range", bad).expect_err("refused");
+            assert_eq!(e.field, "range", "{bad}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The HTTP side: `/metrics` for Prometheus, `/healthz` (the process is
 //! alive), `/readyz` (it can reach its store) and the web console
-//! (`/console`, its data at `/console/api/buckets`), on a port of their own.
+//! (`/console`, its data at `/console/api/buckets` and a tenant's page at
+//! `/console/api/tenant`), on a port of their own.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 
 use super::Telemetry;
+use super::console::{Range, tenant_page};
 use crate::service::AdminAuth;
 use crate::store::Store;
 
@@ -46,6 +48,7 @@ pub async fn serve_http(
         .route("/", get(|| async { Redirect::to("/console") }))
         .route("/console", get(|| async { Html(CONSOLE_PAGE) }))
         .route("/console/api/buckets", get(console_buckets))
+        .route("/console/api/tenant", get(console_tenant))
         .with_state(AppState {
             telemetry,
             store,
@@ -85,13 +88,76 @@ async fn ready(State(state): State<AppState>) -> Response {
     }
 }
 
-async fn console_buckets(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(status) = state.admin.check_reader(&headers) {
-        let code = match status.code() {
-            tonic::Code::PermissionDenied => StatusCode::FORBIDDEN,
-            _ => StatusCode::UNAUTHORIZED,
+/// Why the console's data is refused to `headers`, if it is.
+fn refuse_reader(state: &AppState, headers: &HeaderMap) -> Option<Response> {
+    let status = state.admin.check_reader(headers).err()?;
+    let code = match status.code() {
+        tonic::Code::PermissionDenied => StatusCode::FORBIDDEN,
+        _ => StatusCode::UNAUTHORIZED,
+    };
+    Some((code, format!("{}\n", status.message())).into_response())
+}
+
+fn store_unavailable(e: &crate::store::StoreError) -> Response {
+    tracing::warn!(error = %e, "console: cannot read the store");
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("cannot read the store: {e}\n"),
+    )
+        .into_response()
+}
+
+/// The query of `/console/api/tenant`.
+#[derive(Debug, serde::Deserialize)]
+struct TenantQuery {
+    tenant: Option<String>,
+    range: Option<String>,
+}
+
+/// A tenant's page: `?tenant=ID&range=1h|24h|7d|30d` (24h if left out).
+/// A bad parameter is 400 naming it; a tenant the store does not know,
+/// 404.
+async fn console_tenant(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::Query(query): axum::extract::Query<TenantQuery>,
+) -> Response {
+    if let Some(refused) = refuse_reader(&state, &headers) {
+        return refused;
+    }
+    let bad = |e: tollgate_core::InvalidInput| {
+        (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
+    };
+    let tenant =
+        match tollgate_core::TenantId::parse("tenant", query.tenant.as_deref().unwrap_or("")) {
+            Ok(tenant) => tenant,
+            Err(e) => return bad(e),
         };
-        return (code, format!("{}\n", status.message())).into_response();
+    let range = match Range::parse("range", query.range.as_deref().unwrap_or("24h")) {
+        Ok(range) => range,
+        Err(e) => return bad(e),
+    };
+    match tenant_page(
+        state.store.as_ref(),
+        &state.telemetry.metrics,
+        &tenant,
+        range,
+    )
+    .await
+    {
+        Ok(Some(page)) => ([(header::CACHE_CONTROL, "no-store")], axum::Json(page)).into_response(),
+        Ok(None) => (
+            StatusCode::NOT_FOUND,
+            format!("tenant {:?} is not known to this store\n", tenant.as_str()),
+        )
+            .into_response(),
+        Err(e) => store_unavailable(&e),
+    }
+}
+
+async fn console_buckets(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(refused) = refuse_reader(&state, &headers) {
+        return refused;
     }
     match state
         .telemetry
@@ -100,13 +166,6 @@ async fn console_buckets(State(state): State<AppState>, headers: HeaderMap) -> R
         .await
     {
         Ok(view) => ([(header::CACHE_CONTROL, "no-store")], axum::Json(view)).into_response(),
-        Err(e) => {
-            tracing::warn!(error = %e, "console: cannot read the store");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("cannot read the store: {e}\n"),
-            )
-                .into_response()
-        }
+        Err(e) => store_unavailable(&e),
     }
 }

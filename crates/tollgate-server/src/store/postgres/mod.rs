@@ -809,6 +809,18 @@ impl Store for PostgresStore {
         tiers::describe_tenant(self, tenant).await
     }
 
+    async fn tenant_records(
+        &self,
+        tenants: &[TenantId],
+    ) -> Result<BTreeMap<TenantId, TenantRecord>, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("read tenant records", true, || {
+                tiers::read_records(inner, tenants)
+            })
+            .await
+    }
+
     async fn partition_load(
         &self,
         tenant: &TenantId,

@@ -27,6 +27,7 @@ query!(DELETE_BUCKET, "delete_bucket.sql");
 query!(ENSURE_TENANT_RECORD, "ensure_tenant_record.sql");
 query!(LOCK_TENANT_RECORD, "lock_tenant_record.sql");
 query!(READ_TENANT_RECORD, "read_tenant_record.sql");
+query!(READ_TENANT_RECORDS, "read_tenant_records.sql");
 query!(UPSERT_TENANT_RECORD, "upsert_tenant_record.sql");
 query!(DELETE_TENANT_RECORD, "delete_tenant_record.sql");
 query!(LIST_TENANT_BUCKETS, "list_tenant_buckets.sql");

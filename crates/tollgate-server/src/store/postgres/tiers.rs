@@ -65,6 +65,28 @@ pub(super) async fn describe_tenant(
         .await
 }
 
+/// The records of `tenants` (those that have one).
+pub(super) async fn read_records(
+    inner: &Inner,
+    tenants: &[TenantId],
+) -> Result<BTreeMap<TenantId, TenantRecord>, TxError> {
+    let client = inner.pool.get().await?;
+    let read = client.prepare_cached(sql::READ_TENANT_RECORDS).await?;
+    let ids: Vec<&str> = tenants.iter().map(TenantId::as_str).collect();
+    let mut records = BTreeMap::new();
+    for row in client.query(&read, &[&ids]).await? {
+        let id: &str = row
+            .try_get("tenant_id")
+            .map_err(|e| StoreError::internal("read a stored row", e))?;
+        let tenant = TenantId::parse("tenant_id", id)
+            .map_err(|e| StoreError::internal("read a stored tenant id", e))?;
+        if let Some(record) = record_of(&row)? {
+            records.insert(tenant, record);
+        }
+    }
+    Ok(records)
+}
+
 pub(super) async fn put_tier_by(
     store: &PostgresStore,
     name: &TierName,
