@@ -504,6 +504,13 @@ async fn tiers_onboard_switch_and_override(store: &dyn Store, clock: &ManualCloc
         switched.retired.is_empty(),
         "the override keeps the AI bucket"
     );
+    // The records of several tenants in one read: an unknown one left out.
+    let records = store
+        .tenant_records(&[t.clone(), tenant_id("nobody")])
+        .await
+        .expect("records");
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records.get(&t).and_then(|r| r.tier.as_ref()), Some(&free));
     let after = store.get_bucket(&email).await.expect("email");
     assert_eq!(after.head.state.limits.refill_rate, 1.0);
     assert_eq!(
