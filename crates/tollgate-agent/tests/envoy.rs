@@ -94,6 +94,7 @@ async fn shared_buckets_are_answered_locally_and_checks_are_all_or_none() {
                 burst_limit: 2.0,
                 initial_tokens: None,
                 kind: v1::BucketKind::PerKey as i32,
+                enforce: None,
             }),
         })
         .await

@@ -705,6 +705,7 @@ async fn check_keys_passes_through_to_the_servers_per_key_buckets() {
                 burst_limit: 2.0,
                 initial_tokens: None,
                 kind: v1::BucketKind::PerKey as i32,
+                enforce: None,
             }),
         })
         .await

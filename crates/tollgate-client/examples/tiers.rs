@@ -69,6 +69,7 @@ fn bucket(name: &str, refill_rate: f64, burst_limit: f64) -> v1::BucketDefinitio
         burst_limit,
         initial_tokens: None,
         kind: v1::BucketKind::Shared.into(),
+        enforce: None,
     }
 }
 

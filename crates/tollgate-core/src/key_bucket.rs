@@ -130,6 +130,8 @@ pub struct KeySlot {
     pub limits: Limits,
     pub quota: Option<Quota>,
     pub state: Option<KeyState>,
+    /// False: its bucket is in shadow mode ([`check`]).
+    pub enforce: bool,
 }
 
 /// What one item of a check asks: `tokens` from the key in `slot`.
@@ -145,6 +147,10 @@ pub struct ItemAnswer {
     /// True if the whole check was allowed (every item of a check gets the
     /// same verdict).
     pub allowed: bool,
+    /// Allowed only because this item's bucket is in shadow mode: its
+    /// tokens were not there, and enforcing, the check would be refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shadow_refused: bool,
     /// Tokens the key holds after the check.
     pub remaining: f64,
     /// When the tokens this item asked for will be there: zero if they are
@@ -171,7 +177,60 @@ pub struct CheckOutcome {
 /// Runs a check: takes every item's tokens from its key's bucket and from
 /// its key's quota, if it has one, if all of them are there; none
 /// otherwise. Items must name slots of `slots`.
+///
+/// **Shadow mode**: a check that would be refused only for items of
+/// buckets in shadow mode (`enforce` false) is allowed. Every bucket is
+/// left as enforcing would leave it: the shadow buckets as by the refusal
+/// (nothing taken), the enforcing ones as by their own items (taken, as
+/// they would be were the shadow buckets not in the check), so switching
+/// a bucket to enforcing keeps its keys' state and no enforcing bucket
+/// ever lets a call through without its tokens. The short items of the
+/// shadow buckets are marked [`ItemAnswer::shadow_refused`].
 pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOutcome {
+    let all = decide(slots, items, now);
+    if all.allowed || slots.iter().all(|s| s.enforce) {
+        return all;
+    }
+    let enforcing: Vec<usize> = (0..items.len())
+        .filter(|&i| slots.get(items[i].slot).is_some_and(|s| s.enforce))
+        .collect();
+    let enforcing_items: Vec<CheckItem> = enforcing.iter().map(|&i| items[i]).collect();
+    let enforced = decide(slots, &enforcing_items, now);
+    if !enforced.allowed {
+        return all;
+    }
+    let mut answers: Vec<ItemAnswer> = all
+        .answers
+        .iter()
+        .map(|a| ItemAnswer {
+            allowed: true,
+            shadow_refused: a.retry_after != Some(Duration::ZERO),
+            ..*a
+        })
+        .collect();
+    for (n, &i) in enforcing.iter().enumerate() {
+        answers[i] = enforced.answers[n];
+    }
+    let states = slots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            if s.enforce {
+                enforced.states[i]
+            } else {
+                all.states[i]
+            }
+        })
+        .collect();
+    CheckOutcome {
+        allowed: true,
+        answers,
+        states,
+    }
+}
+
+/// [`check`] as if every bucket enforced.
+fn decide(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOutcome {
     let levels: Vec<f64> = slots
         .iter()
         .map(|s| KeyState::level(s.state.as_ref(), &s.limits, now))
@@ -274,6 +333,7 @@ pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOut
             };
             ItemAnswer {
                 allowed,
+                shadow_refused: false,
                 remaining,
                 retry_after,
                 reset_after: from_now(time_to(

@@ -28,6 +28,17 @@ struct Slot {
     second: u64,
     events: u64,
     refusals: u64,
+    shadow_refusals: u64,
+}
+
+/// What became of one event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Allowed,
+    Refused,
+    /// Allowed only because its bucket is in shadow mode: enforcing, it
+    /// would have been refused.
+    ShadowRefused,
 }
 
 /// Counts of events (and of those refused) in the last seconds.
@@ -45,6 +56,9 @@ pub struct WindowRates {
     pub window: Duration,
     pub events: u64,
     pub refusals: u64,
+    /// Allowed in shadow mode that enforcing would have refused.
+    pub shadow_refusals_per_second: f64,
+    pub shadow_refusals: u64,
 }
 
 impl RateWindow {
@@ -52,8 +66,8 @@ impl RateWindow {
         RateWindow::default()
     }
 
-    /// Counts one event at `now` (since the origin), refused or not.
-    pub fn record(&mut self, now: Duration, refused: bool) {
+    /// Counts one event at `now` (since the origin), as `outcome` says.
+    pub fn record(&mut self, now: Duration, outcome: Outcome) {
         let second = now.as_secs();
         let slot = &mut self.slots[(second % WINDOW_SECONDS) as usize];
         if slot.second != second {
@@ -63,7 +77,11 @@ impl RateWindow {
             };
         }
         slot.events += 1;
-        slot.refusals += u64::from(refused);
+        match outcome {
+            Outcome::Allowed => {}
+            Outcome::Refused => slot.refusals += 1,
+            Outcome::ShadowRefused => slot.shadow_refusals += 1,
+        }
     }
 
     /// True if nothing was counted in the window ending at `now`: the
@@ -76,11 +94,13 @@ impl RateWindow {
     pub fn rates(&self, now: Duration) -> WindowRates {
         let second = now.as_secs();
         let oldest = second.saturating_sub(WINDOW_SECONDS - 1);
-        let (events, refusals) = self
+        let (events, refusals, shadow_refusals) = self
             .slots
             .iter()
             .filter(|s| (oldest..=second).contains(&s.second) && s.events > 0)
-            .fold((0, 0), |(e, r), s| (e + s.events, r + s.refusals));
+            .fold((0, 0, 0), |(e, r, sh), s| {
+                (e + s.events, r + s.refusals, sh + s.shadow_refusals)
+            });
         // From the start of the oldest second kept (or the origin) to now.
         let window = now.saturating_sub(Duration::from_secs(oldest));
         let per_second = |n: u64| {
@@ -96,6 +116,8 @@ impl RateWindow {
             window,
             events,
             refusals,
+            shadow_refusals_per_second: per_second(shadow_refusals),
+            shadow_refusals,
         }
     }
 }
@@ -112,31 +134,34 @@ mod tests {
     fn rates_cover_the_last_ten_seconds_or_the_time_since_the_origin() {
         let mut w = RateWindow::new();
         for _ in 0..6 {
-            w.record(at(2.5), false);
+            w.record(at(2.5), Outcome::Allowed);
         }
-        w.record(at(2.6), true);
-        // Three seconds since the origin: 7 events over 3 s.
+        w.record(at(2.6), Outcome::Refused);
+        w.record(at(2.7), Outcome::ShadowRefused);
+        // Three seconds since the origin: 8 events over 3 s, one refused
+        // and one allowed in shadow mode.
         let r = w.rates(at(3.0));
-        assert_eq!((r.events, r.refusals), (7, 1));
+        assert_eq!((r.events, r.refusals, r.shadow_refusals), (8, 1, 1));
         assert_eq!(r.window, at(3.0));
-        assert_eq!(r.events_per_second, 7.0 / 3.0);
+        assert_eq!(r.events_per_second, 8.0 / 3.0);
+        assert_eq!(r.shadow_refusals_per_second, 1.0 / 3.0);
         // At 12.5 s the window starts at second 3: the events of second 2
         // have left it.
         let r = w.rates(at(12.5));
         assert_eq!((r.events, r.refusals), (0, 0));
         assert_eq!(r.window, at(9.5));
         assert!(w.is_idle(at(12.5)));
-        // At 11.5 s second 2 is still in: 7 over 9.5 s.
+        // At 11.5 s second 2 is still in: 8 over 9.5 s.
         let r = w.rates(at(11.5));
-        assert_eq!(r.events, 7);
+        assert_eq!(r.events, 8);
         assert_eq!(r.window, at(9.5));
     }
 
     #[test]
     fn a_slot_is_reused_for_a_later_second() {
         let mut w = RateWindow::new();
-        w.record(at(1.0), true);
-        w.record(at(11.0), false);
+        w.record(at(1.0), Outcome::Refused);
+        w.record(at(11.0), Outcome::Allowed);
         let r = w.rates(at(11.0));
         assert_eq!((r.events, r.refusals), (1, 0));
     }

@@ -142,6 +142,18 @@ pub struct BucketDefinition {
     /// bucket): `budget::quota`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<Quota>,
+    /// False: shadow mode (`key_bucket`): decided and counted as if
+    /// enforced, but refusing nothing. Per-key buckets only, so far.
+    #[serde(default = "enforced", skip_serializing_if = "is_enforced")]
+    pub enforce: bool,
+}
+
+fn enforced() -> bool {
+    true
+}
+
+fn is_enforced(enforce: &bool) -> bool {
+    *enforce
 }
 
 impl BucketDefinition {
@@ -151,6 +163,13 @@ impl BucketDefinition {
         self.limits.validate().map_err(|e| e.within(field))?;
         if let Some(quota) = &self.quota {
             quota.validate().map_err(|e| e.within(field))?;
+        }
+        if !self.enforce && self.kind != BucketKind::PerKey {
+            return Err(InvalidInput::new(
+                "enforce",
+                "can be false (shadow mode) only on a per-key bucket so far: a shared bucket is always enforced",
+            )
+            .within(field));
         }
         if let Some(initial) = self.initial_tokens {
             if self.kind == BucketKind::PerKey {

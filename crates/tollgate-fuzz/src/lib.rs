@@ -572,6 +572,7 @@ pub fn key_sequences(data: &[u8]) {
                 limits,
                 quota: quota.clone(),
                 state,
+                enforce: true,
             })
             .collect();
         let before: Vec<f64> = slots

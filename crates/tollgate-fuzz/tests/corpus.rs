@@ -64,6 +64,7 @@ fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
                         initial_tokens: None,
                         kind: v1::BucketKind::PerKey as i32,
                         quota: None,
+                        enforce: None,
                     },
                     v1::BucketDefinition {
                         bucket: "emails".into(),
@@ -72,6 +73,7 @@ fn wire_seeds() -> Vec<(&'static str, Vec<u8>)> {
                         initial_tokens: Some(20.0),
                         kind: v1::BucketKind::Shared as i32,
                         quota: None,
+                        enforce: None,
                     },
                 ],
                 ..v1::Tier::default()

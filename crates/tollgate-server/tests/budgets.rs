@@ -545,6 +545,7 @@ fn tier_with_budgets(budgets: Vec<v1::Budget>) -> v1::Tier {
                 burst_limit: 100.0,
                 initial_tokens: None,
                 kind: v1::BucketKind::Shared.into(),
+                enforce: None,
             },
             v1::BucketDefinition {
                 quota: None,
@@ -553,6 +554,7 @@ fn tier_with_budgets(budgets: Vec<v1::Budget>) -> v1::Tier {
                 burst_limit: 10.0,
                 initial_tokens: None,
                 kind: v1::BucketKind::PerKey.into(),
+                enforce: None,
             },
         ],
         budgets,

@@ -216,6 +216,7 @@ async fn define_tenants(admin: &mut AdminClient<Channel>, token: Option<&str>) {
                         burst_limit: 10.0,
                         initial_tokens: None,
                         kind: v1::BucketKind::PerKey as i32,
+                        enforce: None,
                     }],
                     ..v1::Tier::default()
                 }),

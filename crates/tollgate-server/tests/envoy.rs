@@ -75,6 +75,7 @@ impl Gateway {
                     burst_limit,
                     initial_tokens: None,
                     kind: v1::BucketKind::PerKey.into(),
+                    enforce: None,
                 },
             )
             .collect();
@@ -91,6 +92,7 @@ impl Gateway {
             burst_limit: 100.0,
             initial_tokens: None,
             kind: v1::BucketKind::PerKey.into(),
+            enforce: None,
         });
         buckets.push(v1::BucketDefinition {
             quota: None,
@@ -99,6 +101,7 @@ impl Gateway {
             burst_limit: 100.0,
             initial_tokens: None,
             kind: v1::BucketKind::Shared.into(),
+            enforce: None,
         });
         admin
             .put_tier(v1::PutTierRequest {

@@ -1246,6 +1246,7 @@ fn definition(bucket: &str, refill_rate: f64, burst_limit: f64) -> v1::BucketDef
         burst_limit,
         initial_tokens: None,
         kind: v1::BucketKind::Shared.into(),
+        enforce: None,
     }
 }
 

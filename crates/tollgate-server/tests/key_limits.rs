@@ -33,6 +33,7 @@ fn definition(
         burst_limit,
         initial_tokens: None,
         kind: kind as i32,
+        enforce: None,
     }
 }
 

@@ -150,6 +150,7 @@ async fn three_replicas_admit_exactly_what_one_bucket_per_key_admits() {
                     burst_limit: BURST_LIMIT,
                     initial_tokens: None,
                     kind: v1::BucketKind::PerKey as i32,
+                    enforce: None,
                 }],
                 ..v1::Tier::default()
             }),

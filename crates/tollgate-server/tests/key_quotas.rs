@@ -71,6 +71,7 @@ async fn set_up(server: &TestServer, quota: Option<v1::Quota>) -> Result<(), ton
                     initial_tokens: None,
                     kind: v1::BucketKind::PerKey.into(),
                     quota,
+                    enforce: None,
                 }],
                 ..v1::Tier::default()
             }),
@@ -299,6 +300,7 @@ async fn a_shared_buckets_quota_stops_its_grants_at_the_amount(backend: Backend)
                             ..Default::default()
                         }),
                     }),
+                    enforce: None,
                 }],
                 ..v1::Tier::default()
             }),

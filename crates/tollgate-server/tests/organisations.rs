@@ -457,6 +457,7 @@ async fn an_organisations_tier_and_budget_limit_its_members(backend: Backend) {
         initial_tokens: Some(0.0),
         kind: v1::BucketKind::Shared as i32,
         quota: None,
+        enforce: None,
     };
     w.admin
         .put_tier(v1::PutTierRequest {

@@ -109,6 +109,7 @@ async fn concurrent_serializable_sessions_admit_exactly_what_a_token_bucket_admi
             quota: None,
             limits: LIMITS,
             state,
+            enforce: true,
         }];
         let expected = check(
             &slots,
@@ -250,6 +251,7 @@ fn assert_replays(calls: &[Call], limits: Limits) {
                 quota: None,
                 limits,
                 state,
+                enforce: true,
             }],
             &[CheckItem {
                 slot: 0,

@@ -178,6 +178,7 @@ fn tier(tables: Vec<v1::TableLimits>) -> v1::Tier {
             burst_limit: 10.0,
             initial_tokens: None,
             kind: v1::BucketKind::Shared.into(),
+            enforce: None,
         }],
         tables,
         ..v1::Tier::default()

@@ -252,6 +252,7 @@ async fn metrics_match_the_store_after_traffic(backend: Backend) {
                 burst_limit: 10.0,
                 initial_tokens: None,
                 kind: v1::BucketKind::PerKey as i32,
+                enforce: None,
             }),
         })
         .await
@@ -620,8 +621,182 @@ async fn tenant_metrics_are_read_at_most_once_per_interval(backend: Backend) {
     server.stop().await;
 }
 
+/// A tier of one per-key bucket, enforced or in shadow mode.
+fn shadow_tier(enforce: Option<bool>) -> v1::PutTierRequest {
+    v1::PutTierRequest {
+        tier: Some(v1::Tier {
+            name: "shadowed".into(),
+            buckets: vec![v1::BucketDefinition {
+                bucket: "per-user".into(),
+                refill_rate: 0.0001,
+                burst_limit: 5.0,
+                kind: v1::BucketKind::PerKey.into(),
+                enforce,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        dry_run: false,
+    }
+}
+
+/// The value of `family` for the series whose labels include every one of
+/// `labels` (0 if there is none).
+fn series(text: &str, family: &str, labels: &[&str]) -> f64 {
+    samples(text)
+        .into_iter()
+        .filter(|(k, _)| {
+            k.starts_with(&format!("{family}{{")) && labels.iter().all(|l| k.contains(l))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// A per-key bucket in shadow mode (`enforce: false`), checked through
+/// `KeyLimits/Check` and Envoy's `ShouldRateLimit`: nothing is refused,
+/// the answers past the burst are marked `shadow_refused`, the keys are
+/// left as enforcing leaves them, `/metrics` counts exactly what would
+/// have been refused, and so does the console; set back to enforcing,
+/// the next check is refused where enforcing left the key. A shared
+/// bucket cannot be put in shadow mode (yet): INVALID_ARGUMENT naming
+/// the field.
+async fn shadow_buckets_refuse_nothing_and_count_what_they_would_have(backend: Backend) {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+    let server = start(backend).await;
+    let channel = server.channel().await;
+    let mut admin = AdminClient::new(channel.clone());
+    let mut shared = shadow_tier(Some(false));
+    if let Some(tier) = shared.tier.as_mut() {
+        tier.buckets[0].kind = v1::BucketKind::Shared.into();
+    }
+    let refused = admin.put_tier(shared).await.expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("enforce"), "{refused:?}");
+    admin
+        .put_tier(shadow_tier(Some(false)))
+        .await
+        .expect("a shadow tier");
+    admin
+        .create_tenant(v1::CreateTenantRequest {
+            tenant_id: "acme".into(),
+            tier: "shadowed".into(),
+        })
+        .await
+        .expect("onboard");
+
+    // Native checks: 5 within the burst, 7 beyond it, none refused.
+    let mut checks = KeyLimitsClient::new(channel.clone());
+    let check = |key: &str| v1::CheckRequest {
+        items: vec![v1::CheckItem {
+            tenant_id: "acme".into(),
+            bucket: "per-user".into(),
+            key: key.into(),
+            tokens: 1.0,
+            ..Default::default()
+        }],
+    };
+    for n in 1..=12 {
+        let answer = checks
+            .check(check("u1"))
+            .await
+            .expect("a check")
+            .into_inner();
+        assert!(answer.allowed, "check {n}: {answer:?}");
+        let item = &answer.answers[0];
+        assert_eq!(item.shadow_refused, n > 5, "check {n}: {item:?}");
+        let left = (5.0 - f64::from(n.min(5))).max(0.0);
+        assert!(
+            (item.remaining_tokens - left).abs() < 0.01,
+            "check {n}: {item:?}"
+        );
+    }
+    // Envoy: 5 within the burst of another key, 3 beyond.
+    let mut envoy = RateLimitServiceClient::new(channel.clone());
+    for n in 1..=8 {
+        let answer = envoy
+            .should_rate_limit(RateLimitRequest {
+                domain: "acme".into(),
+                descriptors: vec![RateLimitDescriptor {
+                    entries: vec![
+                        Entry {
+                            key: "generic_key".into(),
+                            value: "per-user".into(),
+                        },
+                        Entry {
+                            key: "user".into(),
+                            value: "u2".into(),
+                        },
+                    ],
+                    ..Default::default()
+                }],
+                hits_addend: 1,
+            })
+            .await
+            .expect("Envoy's check")
+            .into_inner();
+        assert_eq!(answer.overall_code, Code::Ok as i32, "call {n}: {answer:?}");
+    }
+
+    // What would have been refused: exactly the 7 and the 3.
+    let (code, text) = server.get("/metrics").await;
+    assert_eq!(code, 200);
+    let count = |verdict: &str| {
+        series(
+            &text,
+            "tollgate_key_checks_total",
+            &[
+                "tenant_id=\"acme\"",
+                "bucket=\"per-user\"",
+                &format!("verdict=\"{verdict}\""),
+            ],
+        )
+    };
+    assert_eq!(count("shadow_refused"), 10.0, "{text}");
+    assert_eq!(count("allowed"), 10.0, "{text}");
+    assert_eq!(count("refused"), 0.0, "{text}");
+    let (code, body) = server.get("/console/api/buckets").await;
+    assert_eq!(code, 200, "{body}");
+    let console: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let per_user = &console["key_buckets"][0];
+    assert_eq!(per_user["enforce"], false, "{console}");
+    let window = per_user["rate_window_seconds"].as_f64().expect("window");
+    let would = per_user["shadow_refusals_per_second"]
+        .as_f64()
+        .expect("rate")
+        * window;
+    assert!((would - 10.0).abs() < 1e-6, "{console}");
+    assert_eq!(per_user["refusals_per_second"], 0.0, "{console}");
+
+    // Enforcing again: the keys are where enforcing left them.
+    admin
+        .put_tier(shadow_tier(None))
+        .await
+        .expect("enforced again");
+    let answer = checks
+        .check(check("u1"))
+        .await
+        .expect("a check")
+        .into_inner();
+    assert!(!answer.allowed, "{answer:?}");
+    assert!(!answer.answers[0].shadow_refused);
+    assert!(answer.answers[0].remaining_tokens < 0.01, "{answer:?}");
+    let answer = checks
+        .check(check("u3"))
+        .await
+        .expect("a check")
+        .into_inner();
+    assert!(answer.allowed, "a fresh key is full: {answer:?}");
+    server.stop().await;
+}
+
 for_each_store!(
     metrics_match_the_store_after_traffic,
     health_readiness_and_reflection,
     tenant_metrics_are_read_at_most_once_per_interval,
+    shadow_buckets_refuse_nothing_and_count_what_they_would_have,
 );

@@ -166,6 +166,7 @@ async fn server_with_acme(backend: Backend) -> (TestServer, ManualClock, Backing
         burst_limit: 100.0,
         initial_tokens: None,
         kind: kind as i32,
+        enforce: None,
     };
     admin
         .put_tier(v1::PutTierRequest {

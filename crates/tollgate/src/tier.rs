@@ -548,6 +548,8 @@ pub struct BucketJson {
     pub initial_tokens: Option<f64>,
     /// `shared` or `per-key`.
     pub kind: BucketKind,
+    /// False: shadow mode.
+    pub enforce: bool,
 }
 
 impl BucketJson {
@@ -559,6 +561,7 @@ impl BucketJson {
             initial_tokens: b.initial_tokens,
             // The server sends only kinds it knows, as this client does.
             kind: definition::kind_from_proto(b.kind).unwrap_or_default(),
+            enforce: b.enforce.unwrap_or(true),
         }
     }
 
@@ -570,6 +573,7 @@ impl BucketJson {
             burst_limit: self.burst_limit,
             initial_tokens: self.initial_tokens,
             kind: self.kind,
+            enforce: self.enforce,
         }
         .text()
     }
@@ -869,6 +873,7 @@ mod tests {
             burst_limit: 100.0,
             initial_tokens: None,
             kind: BucketKind::Shared,
+            enforce: true,
         };
         let server = BTreeMap::from([
             (old, TierDefinition::default()),
@@ -973,6 +978,7 @@ mod tests {
                 burst_limit: 20.0,
                 initial_tokens: None,
                 kind: v1::BucketKind::Shared.into(),
+                enforce: None,
             }],
             tables: vec![
                 v1::TableLimits {
@@ -1036,6 +1042,7 @@ mod tests {
                     burst_limit: 20.0,
                     initial_tokens: Some(5.0),
                     kind: v1::BucketKind::Shared.into(),
+                    enforce: None,
                 },
                 v1::BucketDefinition {
                     quota: None,
@@ -1044,6 +1051,7 @@ mod tests {
                     burst_limit: 100.0,
                     initial_tokens: None,
                     kind: v1::BucketKind::Shared.into(),
+                    enforce: None,
                 },
             ],
             ..v1::Tier::default()

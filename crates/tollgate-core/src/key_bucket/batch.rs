@@ -361,6 +361,7 @@ impl KeyTable {
                     limits: limits[i],
                     quota: resolved[i].quota.clone(),
                     state: self.keys.get(&item.key).copied().flatten(),
+                    enforce: resolved[i].enforce,
                 });
             }
             items.push(CheckItem {

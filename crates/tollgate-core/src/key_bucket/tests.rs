@@ -21,7 +21,68 @@ fn slot(refill_rate: f64, burst_limit: f64, state: Option<KeyState>) -> KeySlot 
         quota: None,
         limits: limits(refill_rate, burst_limit),
         state,
+        enforce: true,
     }
+}
+
+fn shadow(slot: KeySlot) -> KeySlot {
+    KeySlot {
+        enforce: false,
+        ..slot
+    }
+}
+
+/// A check refused only for a bucket in shadow mode is allowed; every
+/// bucket is left as enforcing leaves it, so the enforcing one takes its
+/// tokens and the shadow one takes none; the short item is marked.
+#[test]
+fn shadow_buckets_refuse_nothing_and_keep_the_state_enforcing_gives() {
+    let now = at(0.0);
+    let empty = Some(KeyState {
+        tokens: 1.0,
+        last_refill: now,
+        quota: None,
+    });
+    // Alone: allowed, marked, nothing taken.
+    let alone = check(&[shadow(slot(1.0, 10.0, empty))], &[item(0, 4.0)], now);
+    assert!(alone.allowed);
+    assert!(alone.answers[0].allowed && alone.answers[0].shadow_refused);
+    assert_eq!(alone.answers[0].remaining, 1.0);
+    assert_eq!(alone.states[0], empty, "as the refusal leaves it");
+    // Enforcing, the same check is refused and leaves the same state:
+    // switching keeps it.
+    let enforced = check(&[slot(1.0, 10.0, empty)], &[item(0, 4.0)], now);
+    assert!(!enforced.allowed);
+    assert_eq!(enforced.states[0], alone.states[0]);
+    // With an enforcing bucket that has the tokens: it takes them.
+    let both = check(
+        &[slot(1.0, 10.0, None), shadow(slot(1.0, 10.0, empty))],
+        &[item(0, 3.0), item(1, 4.0)],
+        now,
+    );
+    assert!(both.allowed);
+    assert_eq!(both.answers[0].remaining, 7.0);
+    assert!(!both.answers[0].shadow_refused);
+    assert!(both.answers[1].shadow_refused);
+    assert_eq!(both.states[1], empty);
+    // An enforcing bucket short refuses the call, shadow or not.
+    let refused = check(
+        &[slot(1.0, 10.0, empty), shadow(slot(1.0, 10.0, empty))],
+        &[item(0, 4.0), item(1, 4.0)],
+        now,
+    );
+    assert!(!refused.allowed);
+    assert!(
+        refused
+            .answers
+            .iter()
+            .all(|a| !a.allowed && !a.shadow_refused)
+    );
+    assert_eq!(refused.states, vec![empty, empty]);
+    // A shadow bucket with the tokens takes them, as enforcing would.
+    let taken = check(&[shadow(slot(1.0, 10.0, None))], &[item(0, 4.0)], now);
+    assert!(taken.allowed && !taken.answers[0].shadow_refused);
+    assert_eq!(taken.answers[0].remaining, 6.0);
 }
 
 fn item(slot: usize, tokens: f64) -> CheckItem {
@@ -179,7 +240,16 @@ proptest! {
         for (advance_ms, tokens) in &steps {
             now_ms += i64::from(*advance_ms);
             let now = Timestamp::from_unix_micros(now_ms * 1000);
-            let outcome = check(&[KeySlot { quota: None, limits, state }], &[item(0, *tokens)], now);
+            let outcome = check(
+                &[KeySlot {
+                    quota: None,
+                    limits,
+                    state,
+                    enforce: true,
+                }],
+                &[item(0, *tokens)],
+                now,
+            );
             let answer = outcome.answers[0];
             prop_assert!(answer.remaining >= -1e-9 && answer.remaining <= burst + 1e-9);
             if outcome.allowed {
@@ -226,12 +296,14 @@ mod batch {
             limits: limits(rate, burst),
             initial_tokens: None,
             kind: BucketKind::PerKey,
+            enforce: true,
         };
         let shared = BucketDefinition {
             quota: None,
             limits: limits(1.0, 1.0),
             initial_tokens: None,
             kind: BucketKind::Shared,
+            enforce: true,
         };
         BTreeMap::from([
             (

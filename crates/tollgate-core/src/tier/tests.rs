@@ -28,6 +28,7 @@ fn def(refill_rate: f64, burst_limit: f64) -> BucketDefinition {
         },
         initial_tokens: None,
         kind: BucketKind::Shared,
+        enforce: true,
     }
 }
 
@@ -838,6 +839,7 @@ fn a_budget_on_a_missing_or_per_key_bucket_is_refused_naming_it() {
             },
             initial_tokens: None,
             kind: BucketKind::PerKey,
+            enforce: true,
         },
     );
     let loaded = onboarded(per_key);

@@ -408,6 +408,7 @@ pub fn definition_from_proto(
         },
         initial_tokens: b.initial_tokens,
         kind,
+        enforce: b.enforce.unwrap_or(true),
     })
 }
 
@@ -423,6 +424,9 @@ fn definition_to_proto(bucket: &BucketName, d: &BucketDefinition) -> v1::BucketD
         initial_tokens: d.initial_tokens,
         kind: kind.into(),
         quota: d.quota.as_ref().map(quota_to_proto),
+        // Unset while enforced, as clients that never heard of shadow
+        // mode send it.
+        enforce: (!d.enforce).then_some(false),
     }
 }
 
@@ -529,6 +533,7 @@ pub fn check_answer(answer: &CallAnswer) -> v1::CheckResponse {
                 replayed: item.replayed,
                 quota_remaining: item.answer.quota.map(|q| q.remaining),
                 quota_resets_at: item.answer.quota.map(|q| timestamp_to_proto(q.resets_at)),
+                shadow_refused: item.answer.shadow_refused,
             })
             .collect(),
     }

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tollgate_core::BucketKey;
-use tollgate_core::rate_window::{RateWindow, WINDOW_SECONDS, WindowRates};
+use tollgate_core::rate_window::{Outcome, RateWindow, WINDOW_SECONDS, WindowRates};
 
 /// Every bucket's window, and when they were last tidied.
 #[derive(Debug)]
@@ -47,8 +47,8 @@ impl CheckRates {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Counts one check of `key`, refused or not.
-    pub fn observe(&self, key: &BucketKey, refused: bool) {
+    /// Counts one check of `key`, as `outcome` says.
+    pub fn observe(&self, key: &BucketKey, outcome: Outcome) {
         let now = self.started.elapsed();
         let mut windows = self.windows();
         // Once a window, drop the buckets idle for a whole one.
@@ -57,10 +57,10 @@ impl CheckRates {
             windows.tidied = now;
         }
         match windows.by_bucket.get_mut(key) {
-            Some(window) => window.record(now, refused),
+            Some(window) => window.record(now, outcome),
             None => {
                 let mut window = RateWindow::new();
-                window.record(now, refused);
+                window.record(now, outcome);
                 windows.by_bucket.insert(key.clone(), window);
             }
         }

@@ -192,9 +192,13 @@ pub struct KeyBucketView {
     pub defined_by: &'static str,
     /// Keys below their burst.
     pub keys_stored: u64,
+    /// False: in shadow mode (refusing nothing).
+    pub enforce: bool,
     /// This replica's, over `rate_window_seconds`.
     pub checks_per_second: f64,
     pub refusals_per_second: f64,
+    /// Checks allowed in shadow mode that enforcing would have refused.
+    pub shadow_refusals_per_second: f64,
     pub rate_window_seconds: f64,
     /// At most [`BUSIEST_KEYS`], the furthest from full first.
     pub busiest_keys: Vec<BusyKeyView>,
@@ -447,8 +451,10 @@ fn key_bucket_view(b: &KeyBucketSnapshot, metrics: &Metrics) -> KeyBucketView {
             DefinedBy::Override => "override",
         },
         keys_stored: b.keys_stored,
+        enforce: b.definition.enforce,
         checks_per_second: rates.events_per_second,
         refusals_per_second: rates.refusals_per_second,
+        shadow_refusals_per_second: rates.shadow_refusals_per_second,
         rate_window_seconds: rates.window.as_secs_f64(),
         busiest_keys: b
             .busiest

@@ -47,7 +47,7 @@ use prometheus::{
 use tollgate_core::budget::BudgetView;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::organisation::{Draw, MemberRates};
-use tollgate_core::rate_window::WindowRates;
+use tollgate_core::rate_window::{Outcome, WindowRates};
 use tollgate_core::{BucketKey, Grant};
 use tonic::Code;
 
@@ -159,7 +159,7 @@ impl Metrics {
         let checks = IntCounterVec::new(
             Opts::new(
                 "tollgate_key_checks_total",
-                "Checks of per-key buckets this replica answered, by tenant, bucket and verdict (allowed or refused; a replayed retry counts again). Never labelled by key.",
+                "Checks of per-key buckets this replica answered, by tenant, bucket and verdict (allowed, refused, or shadow_refused: allowed only because the bucket is in shadow mode; a replayed retry counts again). Never labelled by key.",
             ),
             &["tenant_id", "bucket", "verdict"],
         )?;
@@ -353,13 +353,24 @@ impl Metrics {
     /// Counts one answered check: once per bucket it touched, with the
     /// call's verdict.
     pub fn observe_check(&self, call: &CheckCall, answer: &CallAnswer) {
-        let verdict = if answer.allowed { "allowed" } else { "refused" };
         let buckets: BTreeSet<&BucketKey> = call.items.iter().map(|i| &i.key.bucket).collect();
         for key in buckets {
+            // A bucket in shadow mode whose tokens were not there would
+            // have refused the call.
+            let shadow_refused = call
+                .items
+                .iter()
+                .zip(&answer.items)
+                .any(|(i, a)| &i.key.bucket == key && a.answer.shadow_refused);
+            let (verdict, outcome) = match (answer.allowed, shadow_refused) {
+                (false, _) => ("refused", Outcome::Refused),
+                (true, true) => ("shadow_refused", Outcome::ShadowRefused),
+                (true, false) => ("allowed", Outcome::Allowed),
+            };
             self.checks
                 .with_label_values(&[key.tenant.as_str(), key.bucket.as_str(), verdict])
                 .inc();
-            self.check_rates.observe(key, !answer.allowed);
+            self.check_rates.observe(key, outcome);
         }
     }
 

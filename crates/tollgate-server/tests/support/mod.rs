@@ -72,6 +72,7 @@ pub fn definition(refill_rate: f64, burst_limit: f64, kind: BucketKind) -> Bucke
         },
         initial_tokens: None,
         kind,
+        enforce: true,
     }
 }
 

@@ -129,6 +129,7 @@ pub(super) async fn prepare(
                     quota: mix.key_quota.map(|amount| {
                         tollgate_server::service::quota_to_proto(&monthly_quota(amount))
                     }),
+                    enforce: None,
                 }],
                 ..v1::Tier::default()
             }),

@@ -291,6 +291,7 @@ pub async fn override_(client: &mut AdminConnection, a: OverrideArgs) -> anyhow:
                         initial_tokens: a.initial_tokens,
                         kind: v1::BucketKind::Shared.into(),
                         quota: None,
+                        enforce: None,
                     }),
                 }))
                 .await
@@ -682,6 +683,7 @@ mod tests {
                 burst_limit: 500.0,
                 initial_tokens: None,
                 kind: v1::BucketKind::Shared.into(),
+                enforce: None,
             }],
             buckets: vec![
                 bucket("invoke-doc-summary-ai", 1.0, 20.0),

@@ -36,6 +36,9 @@ pub struct BucketLimits {
     pub kind: BucketKind,
     /// A calendar quota on top of the rate (per key for a per-key bucket).
     pub quota: Option<Quota>,
+    /// False: shadow mode (a per-key bucket decided and counted as if
+    /// enforced, refusing nothing).
+    pub enforce: bool,
 }
 
 impl BucketLimits {
@@ -53,6 +56,7 @@ impl BucketLimits {
             && self.effective_initial_tokens() == other.effective_initial_tokens()
             && self.kind == other.kind
             && self.quota == other.quota
+            && self.enforce == other.enforce
     }
 
     /// The limits as text: `refill_rate 10, burst_limit 100` (and
@@ -71,6 +75,9 @@ impl BucketLimits {
         }
         if let Some(quota) = &self.quota {
             text.push_str(&format!(", quota {}", quota_text(quota)));
+        }
+        if !self.enforce {
+            text.push_str(", enforce false (shadow mode)");
         }
         text
     }
@@ -287,6 +294,7 @@ impl BucketFlag {
                 })
                 .transpose()?,
             kind: BucketKind::Shared,
+            enforce: true,
         };
         Ok(BucketFlag { name, limits })
     }
@@ -320,6 +328,8 @@ pub fn to_proto(name: &BucketName, limits: &BucketLimits) -> v1::BucketDefinitio
         initial_tokens: limits.initial_tokens,
         kind: kind_to_proto(limits.kind),
         quota: limits.quota.as_ref().map(quota_to_proto),
+        // Unset while enforced: what servers before shadow mode read.
+        enforce: (!limits.enforce).then_some(false),
     }
 }
 
@@ -385,6 +395,7 @@ pub fn tier_from_proto(tier: &v1::Tier) -> anyhow::Result<(TierName, TierDefinit
             initial_tokens: b.initial_tokens,
             kind,
             quota,
+            enforce: b.enforce.unwrap_or(true),
         };
         if buckets.insert(bucket, limits).is_some() {
             anyhow::bail!(
@@ -449,6 +460,7 @@ mod tests {
                 burst_limit: 100.0,
                 initial_tokens: None,
                 kind: BucketKind::Shared,
+                enforce: true,
             }
         );
         let three = flag("invoke-doc-summary-ai=0.5/20/5").expect("valid");
@@ -505,6 +517,7 @@ mod tests {
             burst_limit: 20.0,
             initial_tokens: None,
             kind: BucketKind::Shared,
+            enforce: true,
         };
         let at_burst = BucketLimits {
             initial_tokens: Some(20.0),
@@ -535,6 +548,7 @@ mod tests {
                 burst_limit: 100.0,
                 initial_tokens: Some(50.0),
                 kind: v1::BucketKind::PerKey.into(),
+                enforce: None,
             }],
             created_at: None,
             updated_at: None,

@@ -94,6 +94,9 @@ struct BucketToml {
     budget: Option<Spanned<BudgetToml>>,
     /// The bucket's calendar quota, if any (per key for a per-key bucket).
     quota: Option<Spanned<QuotaToml>>,
+    /// `false`: shadow mode (a per-key bucket decided and counted as if
+    /// enforced, refusing nothing). Enforced if left out.
+    enforce: Option<bool>,
 }
 
 /// One table's per-partition limits, operations per second. Each is
@@ -323,6 +326,7 @@ impl Source<'_> {
                             burst_limit,
                             initial_tokens,
                             kind,
+                            enforce: bucket.enforce.unwrap_or(true),
                         },
                     );
                 }

@@ -446,6 +446,7 @@ mod tests {
             burst_limit,
             initial_tokens: None,
             kind: tollgate_core::tier::BucketKind::Shared,
+            enforce: true,
         }
     }
 

@@ -24,6 +24,7 @@ fn limits(refill_rate: f64, burst_limit: f64, initial_tokens: Option<f64>) -> Bu
         burst_limit,
         initial_tokens,
         kind: BucketKind::Shared,
+        enforce: true,
     }
 }
 
@@ -673,4 +674,34 @@ fn a_bad_quota_names_the_line_and_the_key_at_fault() {
     );
     let unknown = error(&quota("amount = 5\ncycle = \"daily\"\nper = \"month\"\n"));
     assert!(unknown.contains("quota.per: unknown field"), "{unknown}");
+}
+
+#[test]
+fn enforce_false_puts_a_per_key_bucket_in_shadow_mode_and_goes_on_the_wire() {
+    let file = parse(
+        "tiers.toml",
+        "[tiers.api.buckets.per-user]\nkind = \"per-key\"\nrefill_rate = 1\nburst_limit = 10\nenforce = false\n\
+         [tiers.api.buckets.per-ip]\nkind = \"per-key\"\nrefill_rate = 1\nburst_limit = 10\n",
+    )
+    .expect("valid");
+    let buckets = &file.tiers[&tier("api")].buckets;
+    let shadow = &buckets[&bucket("per-user")];
+    assert!(!shadow.enforce);
+    assert!(
+        shadow.text().ends_with("enforce false (shadow mode)"),
+        "{}",
+        shadow.text()
+    );
+    let wire = crate::tier::definition::to_proto(&bucket("per-user"), shadow);
+    assert_eq!(wire.enforce, Some(false));
+    // Left out: enforced, and unset on the wire as before shadow mode.
+    let enforced = &buckets[&bucket("per-ip")];
+    assert!(enforced.enforce);
+    let wire = crate::tier::definition::to_proto(&bucket("per-ip"), enforced);
+    assert_eq!(wire.enforce, None);
+    // Not a boolean: refused, by name.
+    let e = error(&one_bucket(
+        "refill_rate = 1\nburst_limit = 10\nenforce = \"no\"\n",
+    ));
+    assert!(e.contains("enforce") || e.contains("boolean"), "{e}");
 }
