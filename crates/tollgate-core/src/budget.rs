@@ -96,6 +96,19 @@ pub struct Budget {
     /// For display only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub price: Option<Price>,
+    /// False: shadow mode. Past the amount, `throttle` and `stop` act as
+    /// `notify` (alerts only), and [`BudgetView::shadow_excess`] says what
+    /// they would have held back.
+    #[serde(default = "enforced", skip_serializing_if = "is_enforced")]
+    pub enforce: bool,
+}
+
+fn enforced() -> bool {
+    true
+}
+
+fn is_enforced(enforce: &bool) -> bool {
+    *enforce
 }
 
 /// What happens once a cycle's spend reaches the amount.
@@ -220,6 +233,17 @@ impl Budget {
             at_limit,
             thresholds: DEFAULT_THRESHOLDS.map(Threshold::spend).to_vec(),
             price: None,
+            enforce: true,
+        }
+    }
+
+    /// What is done past the amount: `at_limit`, or in shadow mode
+    /// `notify`.
+    pub fn action(&self) -> AtLimit {
+        if self.enforce {
+            self.at_limit
+        } else {
+            AtLimit::Notify
         }
     }
 
@@ -375,6 +399,10 @@ pub struct BudgetView {
     /// What the next grant may hand out; `None` under `notify`.
     pub remaining: Option<f64>,
     pub standing: Standing,
+    /// In shadow mode past the amount under `throttle` or `stop`: the
+    /// tokens spent beyond what enforcing would have allowed (what it
+    /// would have held back); `None` when enforced or under `notify`.
+    pub shadow_excess: Option<f64>,
     pub fired: Vec<Threshold>,
     /// The bucket's own limits.
     pub own_limits: Limits,
@@ -405,7 +433,7 @@ impl BucketBudget {
     /// False once a `stop` budget is reached: a pod cut off from the
     /// server must not run on a fallback rate the budget no longer has.
     pub fn fallback_allowed(&self) -> bool {
-        !(matches!(self.budget.at_limit, AtLimit::Stop) && self.state.limit_reached_at.is_some())
+        !(matches!(self.budget.action(), AtLimit::Stop) && self.state.limit_reached_at.is_some())
     }
 
     /// The budget as it stands at `now`, for a bucket in `bucket`'s state.
@@ -414,7 +442,7 @@ impl BucketBudget {
         let mut state = bucket.clone();
         let unwritten = budget.roll(&mut state, now);
         let cap = budget.cap(now);
-        let standing = match (budget.state.limit_reached_at, budget.budget.at_limit) {
+        let standing = match (budget.state.limit_reached_at, budget.budget.action()) {
             (None, _) => Standing::Under,
             (Some(_), AtLimit::Notify) => Standing::Over,
             (Some(_), AtLimit::Throttle { .. }) => Standing::Throttled,
@@ -426,6 +454,7 @@ impl BucketBudget {
             remaining: cap.is_finite().then_some(cap),
             own_limits: budget.own_limits(&state),
             standing,
+            shadow_excess: budget.shadow_excess(now),
             cycle: budget.state.cycle,
             usage: budget.state.usage,
             limit_reached_at: budget.state.limit_reached_at,
@@ -482,15 +511,30 @@ impl BucketBudget {
     /// `throttle`, the baseline's refill until `lead` after now).
     fn cap_with_lead(&self, now: Timestamp, lead: std::time::Duration) -> f64 {
         let spend = self.state.usage.spend();
-        let allowed = match (self.budget.at_limit, self.state.limit_reached_at) {
-            (AtLimit::Notify, _) => return f64::INFINITY,
+        (self.allowed_under(self.budget.action(), now, lead) - spend).max(0.0)
+    }
+
+    /// What `action` allows spent this cycle by `now` (and `lead` more of
+    /// a throttle's baseline).
+    fn allowed_under(&self, action: AtLimit, now: Timestamp, lead: std::time::Duration) -> f64 {
+        match (action, self.state.limit_reached_at) {
+            (AtLimit::Notify, _) => f64::INFINITY,
             (AtLimit::Throttle { baseline }, Some(reached_at)) => {
                 self.budget.amount
                     + baseline.refill_rate * (now.seconds_since(reached_at) + lead.as_secs_f64())
             }
             (AtLimit::Throttle { .. } | AtLimit::Stop, _) => self.budget.amount,
-        };
-        (allowed - spend).max(0.0)
+        }
+    }
+
+    /// In shadow mode, what enforcing `at_limit` would have held back of
+    /// the spend by `now`.
+    fn shadow_excess(&self, now: Timestamp) -> Option<f64> {
+        if self.budget.enforce || self.budget.at_limit == AtLimit::Notify {
+            return None;
+        }
+        let allowed = self.allowed_under(self.budget.at_limit, now, std::time::Duration::ZERO);
+        Some((self.state.usage.spend() - allowed).max(0.0))
     }
 
     /// The most a grant at `now` to a pod renewing every `period` may hand
@@ -541,7 +585,7 @@ impl BucketBudget {
             && reached(self.state.usage.spend(), self.budget.amount)
         {
             self.state.limit_reached_at = Some(now);
-            if let AtLimit::Throttle { baseline } = self.budget.at_limit {
+            if let AtLimit::Throttle { baseline } = self.budget.action() {
                 self.throttle(bucket, baseline);
             }
         }
@@ -608,7 +652,7 @@ impl BucketBudget {
         }
         self.budget = budget;
         let still_reached = reached(self.state.usage.spend(), self.budget.amount);
-        match (still_reached, self.budget.at_limit) {
+        match (still_reached, self.budget.action()) {
             (true, AtLimit::Throttle { baseline }) => {
                 self.state.limit_reached_at.get_or_insert(now);
                 if self.throttled() {

@@ -51,6 +51,7 @@ fn budget(bucket: &str) -> v1::Budget {
         thresholds: Vec::new(),
         price_per_million_tokens: 0.2,
         currency: "USD".into(),
+        enforce: None,
     }
 }
 
@@ -706,7 +707,91 @@ async fn tiers_carry_budgets_to_their_tenants(backend: Backend) {
     strict.stop().await;
 }
 
+/// A budget in shadow mode over the wire: a STOP budget whose pods keep
+/// getting what they ask for past the amount, a status that says "over"
+/// and exactly what enforcing would have held back; set back to
+/// enforcing, the bucket stops where the cycle stands.
+async fn a_shadow_budget_stops_nothing_and_says_what_it_would_have(backend: Backend) {
+    let clock = ManualClock::default();
+    clock.set_secs(utc("2024-05-10T12:00:00Z").unix_micros() as f64 / 1e6);
+    let backing = Backing::new(backend).await;
+    let store = backing
+        .open_with_clock(BucketSettings::default(), clock.as_clock())
+        .await;
+    let server = TestServer::start(store).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+    admin
+        .update_tenant_resource_limits(v1::UpdateTenantResourceLimitsRequest {
+            tenant_id: "acme".into(),
+            available_tokens: 50_000.0,
+            refill_rate: 20_000.0,
+            burst_limit: 50_000.0,
+            ..Default::default()
+        })
+        .await
+        .expect("limits");
+    let stop = |enforce: Option<bool>| v1::Budget {
+        amount: 1_000.0,
+        at_limit: v1::BudgetAtLimit::Stop.into(),
+        baseline: None,
+        price_per_million_tokens: 0.0,
+        currency: String::new(),
+        enforce,
+        ..budget("")
+    };
+    let set = admin
+        .set_budget(v1::SetBudgetRequest {
+            tenant_id: "acme".into(),
+            budget: Some(stop(Some(false))),
+        })
+        .await
+        .expect("a shadow budget")
+        .into_inner()
+        .status
+        .expect("status");
+    assert_eq!(set.budget.and_then(|b| b.enforce), Some(false));
+    // 6 requests of 300: 1 800 granted, 800 past the amount.
+    for seq in 1..=6 {
+        clock.advance(std::time::Duration::from_secs(1));
+        let grant = pods
+            .token_bucket(pod_request(1, seq, 300.0, 0))
+            .await
+            .expect("a grant")
+            .into_inner();
+        assert_eq!(grant.granted_tokens, 300.0, "request {seq}: {grant:?}");
+    }
+    let now = status(&mut admin).await;
+    assert_eq!(now.state, "over", "{now:?}");
+    assert_eq!(now.remaining, None, "{now:?}");
+    let excess = now.shadow_excess.expect("what stop would have held back");
+    assert!((excess - 800.0).abs() < 1e-6, "{now:?}");
+
+    // Enforcing again: stopped, the cycle's spend kept.
+    admin
+        .set_budget(v1::SetBudgetRequest {
+            tenant_id: "acme".into(),
+            budget: Some(stop(None)),
+        })
+        .await
+        .expect("enforced");
+    clock.advance(std::time::Duration::from_secs(1));
+    let grant = pods
+        .token_bucket(pod_request(1, 7, 300.0, 0))
+        .await
+        .expect("an answer")
+        .into_inner();
+    assert_eq!(grant.granted_tokens, 0.0, "{grant:?}");
+    let now = status(&mut admin).await;
+    assert_eq!(now.state, "stopped", "{now:?}");
+    assert_eq!(now.shadow_excess, None);
+    let spend = now.current.map(|c| c.spend).expect("the cycle");
+    assert!((spend - 1_800.0).abs() < 1e-6, "{spend}");
+    server.stop().await;
+}
+
 for_each_store!(
+    a_shadow_budget_stops_nothing_and_says_what_it_would_have,
     tiers_carry_budgets_to_their_tenants,
     closed_cycles_past_the_retention_are_pruned,
     pods_drive_a_cycle_within_the_budget_and_the_next_resets_it,

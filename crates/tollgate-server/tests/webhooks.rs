@@ -225,6 +225,7 @@ async fn set_up(admin: &mut AdminClient<Channel>) {
                 thresholds: Vec::new(),
                 price_per_million_tokens: 0.0,
                 currency: String::new(),
+                enforce: None,
             }),
         })
         .await

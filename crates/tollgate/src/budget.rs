@@ -117,6 +117,10 @@ struct SetArgs {
     /// The price's ISO 4217 currency (USD, EUR).
     #[arg(long, requires = "price")]
     currency: Option<String>,
+    /// Shadow mode: past the amount, throttle and stop only alert (as
+    /// notify does); `budget show` says what they would have held back.
+    #[arg(long)]
+    shadow: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -186,6 +190,7 @@ impl SetArgs {
             thresholds: self.thresholds.clone(),
             price_per_million_tokens: self.price.unwrap_or_default(),
             currency: self.currency.clone().unwrap_or_default(),
+            enforce: self.shadow.then_some(false),
         })
     }
 }
@@ -443,7 +448,12 @@ struct StatusView {
     thresholds: Vec<String>,
     price_per_million_tokens: Option<f64>,
     currency: Option<String>,
+    /// False: shadow mode.
+    enforce: bool,
     state: String,
+    /// In shadow mode past the amount: what enforcing would have held
+    /// back of the spend.
+    shadow_excess: Option<f64>,
     spend: f64,
     forecast: f64,
     spend_rate: f64,
@@ -489,7 +499,9 @@ impl StatusView {
             price_per_million_tokens: (!b.currency.is_empty())
                 .then_some(b.price_per_million_tokens),
             currency: (!b.currency.is_empty()).then(|| b.currency.clone()),
+            enforce: b.enforce.unwrap_or(true),
             state: s.state.clone(),
+            shadow_excess: s.shadow_excess,
             spend: s.current.as_ref().map_or(0.0, |c| c.spend),
             forecast: s.forecast,
             spend_rate: s.spend_rate,
@@ -600,7 +612,22 @@ impl std::fmt::Display for StatusView {
                 self.remaining
                     .map_or_else(|| "no cap (notify)".to_owned(), amount),
             ),
-            field("state", self.state.clone()),
+            field(
+                "state",
+                match (self.enforce, self.shadow_excess) {
+                    (true, _) => self.state.clone(),
+                    (false, None) => format!(
+                        "{} (shadow mode: {} only alerts)",
+                        self.state, self.at_limit
+                    ),
+                    (false, Some(excess)) => format!(
+                        "{} (shadow mode: enforcing, {} would have held back {} of the spend)",
+                        self.state,
+                        self.at_limit,
+                        amount(excess)
+                    ),
+                },
+            ),
             field("thresholds", self.thresholds.join(", ")),
             field(
                 "fired",

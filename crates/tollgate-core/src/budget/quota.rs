@@ -53,6 +53,7 @@ impl Quota {
             at_limit: AtLimit::Stop,
             thresholds: Vec::new(),
             price: None,
+            enforce: true,
         }
     }
 

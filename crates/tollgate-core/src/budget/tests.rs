@@ -226,6 +226,48 @@ fn the_cap_is_what_remains_then_nothing_under_stop() {
     assert_eq!(state.limits.refill_rate, 100.0, "stop keeps the limits");
 }
 
+fn shadow(mut b: BucketBudget) -> BucketBudget {
+    b.budget.enforce = false;
+    b
+}
+
+/// In shadow mode, stop and throttle cap nothing and leave the limits,
+/// the view says what enforcing would have held back, and enforcing
+/// again applies them where the cycle stands.
+#[test]
+fn a_shadow_budget_caps_nothing_and_says_what_it_would_have_held_back() {
+    let mut b = shadow(budget(1_000.0, AtLimit::Stop));
+    let mut state = bucket(100.0);
+    b.record(&mut state, 1_600.0, 0.0, &Consumption::default(), at(2.0));
+    assert_eq!(b.state.limit_reached_at, Some(at(2.0)));
+    assert_eq!(b.cap(at(3.0)), f64::INFINITY);
+    assert!(b.fallback_allowed());
+    let view = b.view(&state, at(3.0));
+    assert_eq!(view.standing, Standing::Over);
+    assert_eq!(view.shadow_excess, Some(600.0));
+    // Enforced again: stopped where the cycle stands.
+    let mut enforced = b.budget.clone();
+    enforced.enforce = true;
+    b.change(&mut state, enforced, at(4.0)).expect("change");
+    assert_eq!(b.cap(at(4.0)), 0.0);
+    assert_eq!(b.view(&state, at(4.0)).standing, Standing::Stopped);
+    assert_eq!(b.view(&state, at(4.0)).shadow_excess, None);
+
+    let mut b = shadow(budget(1_000.0, AtLimit::Throttle { baseline: BASELINE }));
+    let mut state = bucket(100.0);
+    b.record(&mut state, 1_000.0, 0.0, &Consumption::default(), at(10.0));
+    assert!(!b.throttled());
+    assert_eq!(state.limits.refill_rate, 100.0, "its own limits stay");
+    b.record(&mut state, 500.0, 0.0, &Consumption::default(), at(20.0));
+    // Enforcing, 10 s at the baseline's 10/s would have allowed 100 more.
+    let view = b.view(&state, at(20.0));
+    assert_eq!(view.standing, Standing::Over);
+    assert_eq!(view.shadow_excess, Some(400.0));
+    // Under notify there is nothing to hold back.
+    let b = shadow(budget(1_000.0, AtLimit::Notify));
+    assert_eq!(b.view(&state, at(20.0)).shadow_excess, None);
+}
+
 #[test]
 fn notify_never_caps() {
     let mut b = budget(1_000.0, AtLimit::Notify);

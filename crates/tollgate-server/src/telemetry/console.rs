@@ -256,6 +256,11 @@ pub struct BudgetColumn {
     /// For display: the spend's price, and its currency.
     pub spend_price: Option<f64>,
     pub currency: Option<String>,
+    /// False: shadow mode (past the amount it only alerts).
+    pub enforce: bool,
+    /// In shadow mode past the amount: what enforcing would have held
+    /// back of the spend.
+    pub shadow_excess: Option<f64>,
 }
 
 impl BudgetColumn {
@@ -277,6 +282,8 @@ impl BudgetColumn {
             cycle_end_unix: unix_seconds(view.cycle.end),
             spend_price: view.budget.price.as_ref().map(|p| p.of(spend)),
             currency: view.budget.price.as_ref().map(|p| p.currency.clone()),
+            enforce: view.budget.enforce,
+            shadow_excess: view.shadow_excess,
         })
     }
 }

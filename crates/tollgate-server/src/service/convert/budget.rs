@@ -87,6 +87,7 @@ fn checked_budget(wire: &v1::Budget) -> Result<(BucketName, Budget), InvalidInpu
         at_limit,
         thresholds,
         price,
+        enforce: wire.enforce.unwrap_or(true),
     }
     .validated()
     .map_err(|e| {
@@ -196,6 +197,8 @@ pub fn budget_to_proto(bucket: &BucketName, budget: &Budget) -> v1::Budget {
             .price
             .as_ref()
             .map_or_else(String::new, |p| p.currency.clone()),
+        // Unset while enforced, as clients before shadow mode send it.
+        enforce: (!budget.enforce).then_some(false),
     }
 }
 
@@ -305,5 +308,6 @@ pub fn status_to_proto(
             burst_limit: view.own_limits.burst_limit,
         }),
         read_at: Some(timestamp_to_proto(read_at)),
+        shadow_excess: view.shadow_excess,
     }
 }

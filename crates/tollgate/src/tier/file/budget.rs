@@ -63,6 +63,8 @@ pub(super) struct BudgetToml {
     thresholds: Option<Spanned<Vec<ThresholdToml>>>,
     price_per_million_tokens: Option<Spanned<f64>>,
     currency: Option<Spanned<String>>,
+    /// `false`: shadow mode (throttle and stop only alert).
+    enforce: Option<bool>,
 }
 
 /// A bucket's calendar quota: `[tiers.T.buckets.B.quota]`.
@@ -294,6 +296,7 @@ impl Source<'_> {
                 .as_ref()
                 .map_or(0.0, |p| *p.get_ref()),
             currency: text(toml.currency.as_ref()),
+            enforce: toml.enforce.filter(|enforce| !enforce),
         };
         match tollgate_server::service::budget_at("budget", &wire) {
             Ok((_, budget)) => Some(budget),
