@@ -199,7 +199,7 @@ fn unknown_keys_are_refused_at_the_top_the_tier_and_the_bucket_level() {
     assert_eq!(
         error(&one_bucket("refill_rate = 1\nburst_limt = 1\n")),
         "tiers.toml:3:1: tiers.pro.buckets.schedule-email.burst_limt: unknown field `burst_limt`, \
-         expected one of `refill_rate`, `burst_limit`, `initial_tokens`, `kind`, `budget`, `quota`"
+         expected one of `refill_rate`, `burst_limit`, `initial_tokens`, `kind`, `budget`, `quota`, `enforce`"
     );
 }
 

@@ -13,6 +13,7 @@ export interface CheckAnswer {
   'replayed'?: (boolean);
   'quotaRemaining'?: (number | string);
   'quotaResetsAt'?: (_google_protobuf_Timestamp | null);
+  'shadowRefused'?: (boolean);
   '_quotaRemaining'?: "quotaRemaining";
 }
 
@@ -26,5 +27,6 @@ export interface CheckAnswer__Output {
   'replayed': (boolean);
   'quotaRemaining'?: (number);
   'quotaResetsAt': (_google_protobuf_Timestamp__Output | null);
+  'shadowRefused': (boolean);
   '_quotaRemaining'?: "quotaRemaining";
 }

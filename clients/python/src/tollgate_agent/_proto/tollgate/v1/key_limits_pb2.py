@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ctollgate/v1/key_limits.proto\x12\x0btollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"5\n\x0c\x43heckRequest\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.tollgate.v1.CheckItem\"_\n\tCheckItem\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06\x62ucket\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x0e\n\x06tokens\x18\x04 \x01(\x01\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"K\n\rCheckResponse\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12)\n\x07\x61nswers\x18\x02 \x03(\x0b\x32\x18.tollgate.v1.CheckAnswer\"\xbb\x02\n\x0b\x43heckAnswer\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12\x18\n\x10remaining_tokens\x18\x02 \x01(\x01\x12.\n\x0bretry_after\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0breset_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0brefill_rate\x18\x05 \x01(\x01\x12\x13\n\x0b\x62urst_limit\x18\x06 \x01(\x01\x12\x10\n\x08replayed\x18\x07 \x01(\x08\x12\x1c\n\x0fquota_remaining\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12\x33\n\x0fquota_resets_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x12\n\x10_quota_remaining2K\n\tKeyLimits\x12>\n\x05\x43heck\x12\x19.tollgate.v1.CheckRequest\x1a\x1a.tollgate.v1.CheckResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ctollgate/v1/key_limits.proto\x12\x0btollgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"5\n\x0c\x43heckRequest\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.tollgate.v1.CheckItem\"_\n\tCheckItem\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06\x62ucket\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x0e\n\x06tokens\x18\x04 \x01(\x01\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"K\n\rCheckResponse\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12)\n\x07\x61nswers\x18\x02 \x03(\x0b\x32\x18.tollgate.v1.CheckAnswer\"\xd3\x02\n\x0b\x43heckAnswer\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12\x18\n\x10remaining_tokens\x18\x02 \x01(\x01\x12.\n\x0bretry_after\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0breset_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0brefill_rate\x18\x05 \x01(\x01\x12\x13\n\x0b\x62urst_limit\x18\x06 \x01(\x01\x12\x10\n\x08replayed\x18\x07 \x01(\x08\x12\x1c\n\x0fquota_remaining\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12\x33\n\x0fquota_resets_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0eshadow_refused\x18\n \x01(\x08\x42\x12\n\x10_quota_remaining2K\n\tKeyLimits\x12>\n\x05\x43heck\x12\x19.tollgate.v1.CheckRequest\x1a\x1a.tollgate.v1.CheckResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,7 +40,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHECKRESPONSE']._serialized_start=262
   _globals['_CHECKRESPONSE']._serialized_end=337
   _globals['_CHECKANSWER']._serialized_start=340
-  _globals['_CHECKANSWER']._serialized_end=655
-  _globals['_KEYLIMITS']._serialized_start=657
-  _globals['_KEYLIMITS']._serialized_end=732
+  _globals['_CHECKANSWER']._serialized_end=679
+  _globals['_KEYLIMITS']._serialized_start=681
+  _globals['_KEYLIMITS']._serialized_end=756
 # @@protoc_insertion_point(module_scope)

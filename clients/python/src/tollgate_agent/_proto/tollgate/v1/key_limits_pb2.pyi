@@ -39,7 +39,7 @@ class CheckResponse(_message.Message):
     def __init__(self, allowed: bool = ..., answers: _Optional[_Iterable[_Union[CheckAnswer, _Mapping]]] = ...) -> None: ...
 
 class CheckAnswer(_message.Message):
-    __slots__ = ("allowed", "remaining_tokens", "retry_after", "reset_after", "refill_rate", "burst_limit", "replayed", "quota_remaining", "quota_resets_at")
+    __slots__ = ("allowed", "remaining_tokens", "retry_after", "reset_after", "refill_rate", "burst_limit", "replayed", "quota_remaining", "quota_resets_at", "shadow_refused")
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
     REMAINING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,7 @@ class CheckAnswer(_message.Message):
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
     QUOTA_REMAINING_FIELD_NUMBER: _ClassVar[int]
     QUOTA_RESETS_AT_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_REFUSED_FIELD_NUMBER: _ClassVar[int]
     allowed: bool
     remaining_tokens: float
     retry_after: _duration_pb2.Duration
@@ -58,4 +59,5 @@ class CheckAnswer(_message.Message):
     replayed: bool
     quota_remaining: float
     quota_resets_at: _timestamp_pb2.Timestamp
-    def __init__(self, allowed: bool = ..., remaining_tokens: _Optional[float] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reset_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., refill_rate: _Optional[float] = ..., burst_limit: _Optional[float] = ..., replayed: bool = ..., quota_remaining: _Optional[float] = ..., quota_resets_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    shadow_refused: bool
+    def __init__(self, allowed: bool = ..., remaining_tokens: _Optional[float] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., reset_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., refill_rate: _Optional[float] = ..., burst_limit: _Optional[float] = ..., replayed: bool = ..., quota_remaining: _Optional[float] = ..., quota_resets_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., shadow_refused: bool = ...) -> None: ...
