@@ -643,3 +643,73 @@ fn a_clock_that_steps_back_never_opens_a_cycle_again() {
     assert_eq!(quota.remaining, 0.0);
     assert_eq!(quota.resets_at, utc("2026-06-11T22:00:00Z"));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Whatever the buckets, their levels and the items: a check with
+    /// buckets in shadow mode leaves each shadow bucket as the fully
+    /// enforced check does and each enforcing one as the check of its
+    /// items alone does; it is refused exactly when that check of the
+    /// enforcing items is; only shadow items are marked, and only short
+    /// ones; and with no shadow bucket nothing changes.
+    #[test]
+    fn shadow_buckets_leave_every_key_as_enforcing_would(
+        slots in proptest::collection::vec((0.0f64..20.0, 1.0f64..20.0, any::<bool>()), 1..4),
+        asks in proptest::collection::vec((0usize..4, 0.0f64..15.0), 1..6),
+    ) {
+        let now = at(10.0);
+        let shadowed: Vec<KeySlot> = slots
+            .iter()
+            .map(|&(tokens, burst, enforce)| KeySlot {
+                enforce,
+                ..slot(
+                    0.5,
+                    burst,
+                    Some(KeyState {
+                        tokens: tokens.min(burst),
+                        last_refill: now,
+                        quota: None,
+                    }),
+                )
+            })
+            .collect();
+        let enforced: Vec<KeySlot> = shadowed
+            .iter()
+            .map(|s| KeySlot { enforce: true, ..s.clone() })
+            .collect();
+        let items: Vec<CheckItem> = asks
+            .iter()
+            .map(|&(slot, tokens)| item(slot % slots.len(), tokens))
+            .collect();
+        let enforcing_items: Vec<CheckItem> = items
+            .iter()
+            .copied()
+            .filter(|i| shadowed[i.slot].enforce)
+            .collect();
+        let outcome = check(&shadowed, &items, now);
+        let all = check(&enforced, &items, now);
+        let alone = check(&enforced, &enforcing_items, now);
+        if shadowed.iter().all(|s| s.enforce) {
+            prop_assert_eq!(&outcome, &all);
+        }
+        prop_assert_eq!(outcome.allowed, alone.allowed);
+        for (i, s) in shadowed.iter().enumerate() {
+            let want = if !s.enforce || !alone.allowed {
+                all.states[i]
+            } else {
+                alone.states[i]
+            };
+            prop_assert_eq!(outcome.states[i], want, "slot {}", i);
+        }
+        for (n, item) in items.iter().enumerate() {
+            let answer = outcome.answers[n];
+            prop_assert_eq!(answer.allowed, outcome.allowed);
+            if answer.shadow_refused {
+                prop_assert!(!shadowed[item.slot].enforce);
+                prop_assert!(!all.allowed);
+                prop_assert_ne!(all.answers[n].retry_after, Some(Duration::ZERO));
+            }
+        }
+    }
+}
