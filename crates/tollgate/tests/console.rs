@@ -419,7 +419,8 @@ fn the_console_shows_per_key_buckets_with_keys_checks_and_busiest_keys_in_a_brow
     std::fs::write(
         &tiers,
         "[tiers.api.buckets.per-user]\nkind = \"per-key\"\nrefill_rate = 0.0001\nburst_limit = 10\n\
-         [tiers.api.buckets.logins-per-ip]\nkind = \"per-key\"\nrefill_rate = 0.0001\nburst_limit = 3\n",
+         [tiers.api.buckets.logins-per-ip]\nkind = \"per-key\"\nrefill_rate = 0.0001\nburst_limit = 3\n\
+         [tiers.api.buckets.search]\nkind = \"per-key\"\nrefill_rate = 0.0001\nburst_limit = 2\nenforce = false\n",
     )
     .expect("write tiers");
     server.ok(&["tier", "apply", "-f", tiers.to_str().expect("utf-8 path")]);
@@ -432,11 +433,26 @@ fn the_console_shows_per_key_buckets_with_keys_checks_and_busiest_keys_in_a_brow
         assert_eq!(out.status.code(), Some(code), "{key}: {out:?}");
     }
 
+    // search is in shadow mode: 5 checks of a 2-token key, none refused,
+    // 3 that enforcing would have refused.
+    for n in 1..=5 {
+        let out = server.tollgate(&[
+            "check", "--tenant", "acme", "--bucket", "search", "--key", "s1", "--tokens", "1",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "check {n}: {out:?}");
+    }
     // The data the page polls: the rates over the window they name.
     let (code, body) = get(metrics, "/console/api/buckets", None);
     assert_eq!(code, 200, "{body}");
     let data: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(data["total_tenants"], 1, "{data}");
+    let search = &data["key_buckets"][2];
+    assert_eq!(search["bucket"], "search", "{data}");
+    assert_eq!(search["enforce"], false, "{data}");
+    let window = search["rate_window_seconds"].as_f64().expect("window");
+    let would = search["shadow_refusals_per_second"].as_f64().expect("rate") * window;
+    assert!((would - 3.0).abs() < 1e-6, "{data}");
+    assert_eq!(search["refusals_per_second"], 0.0, "{data}");
     let per_user = &data["key_buckets"][1];
     assert_eq!(per_user["bucket"], "per-user", "{data}");
     assert_eq!(per_user["keys_stored"], 2);
@@ -470,12 +486,18 @@ fn the_console_shows_per_key_buckets_with_keys_checks_and_busiest_keys_in_a_brow
         "none stored"
     );
     assert!(dom.contains("this replica's own"), "{dom}");
+    assert_eq!(key_cell(&dom, "acme", "search", "from"), "tier shadow");
+    assert!(
+        number(&key_cell(&dom, "acme", "search", "shadow-refusals")) > 0.0,
+        "{dom}"
+    );
+    assert_eq!(number(&key_cell(&dom, "acme", "search", "refusals")), 0.0);
     let count = dom
         .split("id=\"key-bucket-count\">")
         .nth(1)
         .and_then(|s| s.split('<').next())
         .expect("per-key bucket count");
-    assert_eq!(count, "2");
+    assert_eq!(count, "3");
 
     let png = screenshot(&chromium, &profile, &console, "per-key", "1400,600");
     assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
