@@ -95,20 +95,18 @@ async fn status(admin: &mut AdminClient<Channel>) -> v1::BudgetStatus {
         .expect("a budget")
 }
 
-async fn pods_drive_a_cycle_within_the_budget_and_the_next_resets_it(backend: Backend) {
-    let clock = ManualClock::default();
-    // 2024 is a leap year; New York leaves winter time on 2024-03-10.
-    let start = utc("2024-02-27T12:00:00Z");
-    clock.set_secs(start.unix_micros() as f64 / 1e6);
+/// A server over a fresh store of `backend` that reads the time from
+/// `clock`, with tenant acme's request-unit bucket at 20 000/s, burst
+/// 50 000; the backing keeps the store until dropped.
+async fn acme_server(backend: Backend, clock: &ManualClock) -> (Backing, TestServer) {
     let backing = Backing::new(backend).await;
     let store = backing
         .open_with_clock(BucketSettings::default(), clock.as_clock())
         .await;
     let server = TestServer::start(store).await;
-    let mut admin = server.admin().await;
-    let mut pods = server.pods().await;
-
-    admin
+    server
+        .admin()
+        .await
         .update_tenant_resource_limits(v1::UpdateTenantResourceLimitsRequest {
             tenant_id: "acme".into(),
             available_tokens: 50_000.0,
@@ -118,6 +116,18 @@ async fn pods_drive_a_cycle_within_the_budget_and_the_next_resets_it(backend: Ba
         })
         .await
         .expect("limits");
+    (backing, server)
+}
+
+async fn pods_drive_a_cycle_within_the_budget_and_the_next_resets_it(backend: Backend) {
+    let clock = ManualClock::default();
+    // 2024 is a leap year; New York leaves winter time on 2024-03-10.
+    let start = utc("2024-02-27T12:00:00Z");
+    clock.set_secs(start.unix_micros() as f64 / 1e6);
+    let (_backing, server) = acme_server(backend, &clock).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+
     let set = admin
         .set_budget(v1::SetBudgetRequest {
             tenant_id: "acme".into(),
@@ -714,23 +724,9 @@ async fn tiers_carry_budgets_to_their_tenants(backend: Backend) {
 async fn a_shadow_budget_stops_nothing_and_says_what_it_would_have(backend: Backend) {
     let clock = ManualClock::default();
     clock.set_secs(utc("2024-05-10T12:00:00Z").unix_micros() as f64 / 1e6);
-    let backing = Backing::new(backend).await;
-    let store = backing
-        .open_with_clock(BucketSettings::default(), clock.as_clock())
-        .await;
-    let server = TestServer::start(store).await;
+    let (_backing, server) = acme_server(backend, &clock).await;
     let mut admin = server.admin().await;
     let mut pods = server.pods().await;
-    admin
-        .update_tenant_resource_limits(v1::UpdateTenantResourceLimitsRequest {
-            tenant_id: "acme".into(),
-            available_tokens: 50_000.0,
-            refill_rate: 20_000.0,
-            burst_limit: 50_000.0,
-            ..Default::default()
-        })
-        .await
-        .expect("limits");
     let stop = |enforce: Option<bool>| v1::Budget {
         amount: 1_000.0,
         at_limit: v1::BudgetAtLimit::Stop.into(),
