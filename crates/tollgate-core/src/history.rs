@@ -278,6 +278,14 @@ impl Usage {
     pub fn throttled_pods(&self) -> f64 {
         per_second(self.throttled_micros as f64 / 1e6, self.seconds())
     }
+
+    /// Adds `other`'s counters, saturating (spans of one bucket in turn, or
+    /// several buckets' spans of one slot).
+    pub fn add(&mut self, other: &Usage) {
+        self.consumption.add(&other.consumption);
+        self.granted_tokens += other.granted_tokens;
+        self.throttled_micros = self.throttled_micros.saturating_add(other.throttled_micros);
+    }
 }
 
 fn per_second(amount: f64, seconds: f64) -> f64 {
@@ -322,49 +330,9 @@ pub fn total_usage(usage: &[Usage]) -> Usage {
             sum.from = u.from;
         }
         sum.to = u.to;
-        sum.consumption.add(&u.consumption);
-        sum.granted_tokens += u.granted_tokens;
-        sum.throttled_micros = sum.throttled_micros.saturating_add(u.throttled_micros);
+        sum.add(u);
     }
     sum
-}
-
-/// What a bucket used in one slot of a chart: slots of a fixed step, so
-/// that the charts of several buckets line up and add up.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct SlotUsage {
-    pub from: Timestamp,
-    pub to: Timestamp,
-    pub request_units: f64,
-    pub granted_tokens: f64,
-    /// Time the pods spent throttled, summed over them.
-    pub throttled_pod_seconds: f64,
-}
-
-impl SlotUsage {
-    fn seconds(&self) -> f64 {
-        self.to.seconds_since(self.from)
-    }
-
-    pub fn request_units_per_second(&self) -> f64 {
-        per_second(self.request_units, self.seconds())
-    }
-
-    pub fn granted_per_second(&self) -> f64 {
-        per_second(self.granted_tokens, self.seconds())
-    }
-
-    /// Pods throttled over the slot, on average.
-    pub fn throttled_pods(&self) -> f64 {
-        per_second(self.throttled_pod_seconds, self.seconds())
-    }
-
-    /// Adds `other`'s counters (a tenant's sum over its buckets).
-    pub fn add(&mut self, other: &SlotUsage) {
-        self.request_units += other.request_units;
-        self.granted_tokens += other.granted_tokens;
-        self.throttled_pod_seconds += other.throttled_pod_seconds;
-    }
 }
 
 /// `usage` in slots of `step` from the slot `since` falls in to the one
@@ -373,23 +341,19 @@ impl SlotUsage {
 /// what it adds was used since the row before, in that slot but for the
 /// seconds between that row and the slot's start. Shared by time instead,
 /// a rise seen in one sample would show a slot early. The sum over the
-/// slots is the sum of the spans that end between them.
-pub fn per_slot(
-    usage: &[Usage],
-    since: Timestamp,
-    until: Timestamp,
-    step: Duration,
-) -> Vec<SlotUsage> {
+/// slots is the sum of the spans that end between them. Slots line up
+/// whatever the bucket, so several buckets' add up slot by slot.
+pub fn per_slot(usage: &[Usage], since: Timestamp, until: Timestamp, step: Duration) -> Vec<Usage> {
     let step = step_micros(step);
     let first = since.unix_micros().div_euclid(step) * step;
     let count = usize::try_from((until.unix_micros() - first).max(0) / step + 1).unwrap_or(0);
-    let mut slots: Vec<SlotUsage> = (0..count)
+    let mut slots: Vec<Usage> = (0..count)
         .map(|i| {
             let from = first + step * i as i64;
-            SlotUsage {
+            Usage {
                 from: Timestamp::from_unix_micros(from),
                 to: Timestamp::from_unix_micros(from + step),
-                ..SlotUsage::default()
+                ..Usage::default()
             }
         })
         .collect();
@@ -404,9 +368,7 @@ pub fn per_slot(
         else {
             continue;
         };
-        slot.request_units += u.consumption.request_units();
-        slot.granted_tokens += u.granted_tokens;
-        slot.throttled_pod_seconds += u.throttled_micros as f64 / 1e6;
+        slot.add(u);
     }
     slots
 }
@@ -422,8 +384,8 @@ pub struct ThrottledSince {
     pub whole_span: bool,
 }
 
-pub fn throttled_since(slots: &[SlotUsage]) -> Option<ThrottledSince> {
-    let throttled = |s: &SlotUsage| s.throttled_pod_seconds > 0.0;
+pub fn throttled_since(slots: &[Usage]) -> Option<ThrottledSince> {
+    let throttled = |s: &Usage| s.throttled_micros > 0;
     let last = slots.iter().rposition(throttled)?;
     if last + 2 < slots.len() {
         return None;
@@ -637,7 +599,10 @@ mod tests {
             .map(|s| s.from.unix_micros() as f64 / 1e6)
             .collect();
         assert_eq!(starts, [0.0, 60.0, 120.0, 180.0, 240.0]);
-        let used: Vec<f64> = slots.iter().map(|s| s.request_units).collect();
+        let used: Vec<f64> = slots
+            .iter()
+            .map(|s| s.consumption.request_units())
+            .collect();
         for (got, want) in used.iter().zip([20.0, 110.0, 50.0, 0.0, 0.0]) {
             assert!((got - want).abs() < 1e-9, "{used:?}");
         }
@@ -700,7 +665,7 @@ mod tests {
                 Timestamp::from_secs_f64(at),
                 Duration::from_secs(step),
             );
-            let sum: f64 = slots.iter().map(|s| s.request_units).sum();
+            let sum: f64 = slots.iter().map(|s| s.consumption.request_units()).sum();
             prop_assert!((sum - total).abs() < 1e-6 * total.max(1.0), "{sum} vs {total}");
             prop_assert!(slots.windows(2).all(|w| w[0].to == w[1].from));
         }

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tollgate_core::history::{self, SlotUsage, ThrottledSince};
+use tollgate_core::history::{self, ThrottledSince, Usage};
 use tollgate_core::key_bucket::KeyReading;
 use tollgate_core::organisation::{MemberRates, Node};
 use tollgate_core::tier::DefinedBy;
@@ -684,7 +684,7 @@ pub struct ChartPoint {
 }
 
 impl ChartPoint {
-    fn of(slot: &SlotUsage) -> ChartPoint {
+    fn of(slot: &Usage) -> ChartPoint {
         ChartPoint {
             from_unix: unix_seconds(slot.from),
             to_unix: unix_seconds(slot.to),
@@ -728,18 +728,15 @@ pub async fn tenant_page(
         .or_else(|| key_buckets.first().map(|b| b.read_at))
         .unwrap_or_else(system_now);
     let since = now.saturating_sub(range.span());
-    let mut total: Vec<SlotUsage> = Vec::new();
+    // Every slot of the span, nothing used yet: each bucket's add to it.
+    let mut total = history::per_slot(&[], since, now, range.step());
     let mut views = Vec::with_capacity(buckets.len());
     for b in &buckets {
         let rows = store.history(&b.key, since, now, range.step()).await?;
         let usage = history::usage(&rows.samples);
         let slots = history::per_slot(&usage, since, now, range.step());
-        if total.is_empty() {
-            total = slots.clone();
-        } else {
-            for (sum, slot) in total.iter_mut().zip(&slots) {
-                sum.add(slot);
-            }
+        for (sum, slot) in total.iter_mut().zip(&slots) {
+            sum.add(slot);
         }
         let is_throttled = throttled(b);
         let found = if is_throttled {
@@ -771,9 +768,6 @@ pub async fn tenant_page(
                 .collect(),
             points: slots.iter().map(ChartPoint::of).collect(),
         });
-    }
-    if total.is_empty() {
-        total = history::per_slot(&[], since, now, range.step());
     }
     Ok(Some(TenantPage {
         tenant_id: tenant.as_str().to_owned(),
