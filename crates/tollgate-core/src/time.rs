@@ -27,13 +27,13 @@ impl Timestamp {
         self.0
     }
 
-    /// `time` (a reading of a system clock), clamped to the epoch and to
-    /// the largest timestamp.
+    /// `time` (a system clock's reading, a stored TIMESTAMPTZ), before
+    /// the epoch too; clamped to the range of a timestamp.
     pub fn from_system_time(time: std::time::SystemTime) -> Self {
-        Timestamp(
-            time.duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX)),
-        )
+        Timestamp(match time.duration_since(std::time::UNIX_EPOCH) {
+            Ok(after) => i64::try_from(after.as_micros()).unwrap_or(i64::MAX),
+            Err(before) => i64::try_from(before.duration().as_micros()).map_or(i64::MIN, |m| -m),
+        })
     }
 
     /// A timestamp `secs` after the epoch; convenient for tests and virtual time.

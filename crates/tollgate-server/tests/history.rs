@@ -638,16 +638,8 @@ async fn the_server_samples_on_its_own(backend: Backend) {
     let server = TestServer::start_with(store, telemetry, options).await;
     let mut pods = server.pods().await;
     let mut admin = server.admin().await;
-    let since = Timestamp::from_unix_micros(
-        i64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("after 1970")
-                .as_micros(),
-        )
-        .expect("micros"),
-    )
-    .saturating_sub(Duration::from_secs(600));
+    let since = Timestamp::from_system_time(std::time::SystemTime::now())
+        .saturating_sub(Duration::from_secs(600));
     pods.token_bucket(pod_report("self", 1, 4.0))
         .await
         .expect("report");

@@ -40,15 +40,6 @@ pub(super) fn to_system_time(t: Timestamp) -> SystemTime {
     }
 }
 
-/// A TIMESTAMPTZ as a core timestamp.
-pub(super) fn from_system_time(t: SystemTime) -> Timestamp {
-    let micros = match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(after) => i64::try_from(after.as_micros()).unwrap_or(i64::MAX),
-        Err(before) => i64::try_from(before.duration().as_micros()).map_or(i64::MIN, |m| -m),
-    };
-    Timestamp::from_unix_micros(micros)
-}
-
 fn get<'a, T: FromSql<'a>>(row: &'a Row, column: &'static str) -> Result<T, StoreError> {
     row.try_get(column)
         .map_err(|e| StoreError::internal("read a stored row", e))
@@ -77,7 +68,7 @@ fn instance_id(row: &Row, column: &'static str) -> Result<u32, StoreError> {
 }
 
 fn timestamp(row: &Row, column: &'static str) -> Result<Timestamp, StoreError> {
-    Ok(from_system_time(get(row, column)?))
+    Ok(Timestamp::from_system_time(get(row, column)?))
 }
 
 /// The row's instance id (0 for a head row).
@@ -926,7 +917,7 @@ mod tests {
     fn timestamps_round_trip_through_system_time() {
         for micros in [0, 1, -1, 1_700_000_000_123_456, -86_400_000_001] {
             let t = Timestamp::from_unix_micros(micros);
-            assert_eq!(from_system_time(to_system_time(t)), t);
+            assert_eq!(Timestamp::from_system_time(to_system_time(t)), t);
         }
     }
 }
