@@ -103,11 +103,14 @@ pub struct Budget {
     pub enforce: bool,
 }
 
-fn enforced() -> bool {
+/// Serde's default of an `enforce` field (a budget's, a bucket
+/// definition's): left out, it is enforced, as before shadow mode.
+pub(crate) fn enforced() -> bool {
     true
 }
 
-fn is_enforced(enforce: &bool) -> bool {
+/// Enforced is left out when written, so a stored row reads as before.
+pub(crate) fn is_enforced(enforce: &bool) -> bool {
     *enforce
 }
 

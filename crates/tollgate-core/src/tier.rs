@@ -144,16 +144,11 @@ pub struct BucketDefinition {
     pub quota: Option<Quota>,
     /// False: shadow mode (`key_bucket`): decided and counted as if
     /// enforced, but refusing nothing. Per-key buckets only, so far.
-    #[serde(default = "enforced", skip_serializing_if = "is_enforced")]
+    #[serde(
+        default = "crate::budget::enforced",
+        skip_serializing_if = "crate::budget::is_enforced"
+    )]
     pub enforce: bool,
-}
-
-fn enforced() -> bool {
-    true
-}
-
-fn is_enforced(enforce: &bool) -> bool {
-    *enforce
 }
 
 impl BucketDefinition {

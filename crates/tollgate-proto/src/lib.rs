@@ -161,3 +161,14 @@ pub fn duration(d: std::time::Duration) -> Duration {
         nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
     }
 }
+
+/// An `enforce` field (`BucketDefinition`, `Budget`) as the wire carries
+/// it: unset while enforced, as clients from before shadow mode send it.
+pub fn enforce_to_wire(enforce: bool) -> Option<bool> {
+    (!enforce).then_some(false)
+}
+
+/// An `enforce` field read from the wire: unset is enforced.
+pub fn enforce_from_wire(enforce: Option<bool>) -> bool {
+    enforce.unwrap_or(true)
+}

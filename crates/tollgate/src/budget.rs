@@ -190,7 +190,7 @@ impl SetArgs {
             thresholds: self.thresholds.clone(),
             price_per_million_tokens: self.price.unwrap_or_default(),
             currency: self.currency.clone().unwrap_or_default(),
-            enforce: self.shadow.then_some(false),
+            enforce: tollgate_proto::enforce_to_wire(!self.shadow),
         })
     }
 }
@@ -499,7 +499,7 @@ impl StatusView {
             price_per_million_tokens: (!b.currency.is_empty())
                 .then_some(b.price_per_million_tokens),
             currency: (!b.currency.is_empty()).then(|| b.currency.clone()),
-            enforce: b.enforce.unwrap_or(true),
+            enforce: tollgate_proto::enforce_from_wire(b.enforce),
             state: s.state.clone(),
             shadow_excess: s.shadow_excess,
             spend: s.current.as_ref().map_or(0.0, |c| c.spend),

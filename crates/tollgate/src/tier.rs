@@ -561,7 +561,7 @@ impl BucketJson {
             initial_tokens: b.initial_tokens,
             // The server sends only kinds it knows, as this client does.
             kind: definition::kind_from_proto(b.kind).unwrap_or_default(),
-            enforce: b.enforce.unwrap_or(true),
+            enforce: tollgate_proto::enforce_from_wire(b.enforce),
         }
     }
 

@@ -408,7 +408,7 @@ pub fn definition_from_proto(
         },
         initial_tokens: b.initial_tokens,
         kind,
-        enforce: b.enforce.unwrap_or(true),
+        enforce: tollgate_proto::enforce_from_wire(b.enforce),
     })
 }
 
@@ -424,9 +424,7 @@ fn definition_to_proto(bucket: &BucketName, d: &BucketDefinition) -> v1::BucketD
         initial_tokens: d.initial_tokens,
         kind: kind.into(),
         quota: d.quota.as_ref().map(quota_to_proto),
-        // Unset while enforced, as clients that never heard of shadow
-        // mode send it.
-        enforce: (!d.enforce).then_some(false),
+        enforce: tollgate_proto::enforce_to_wire(d.enforce),
     }
 }
 

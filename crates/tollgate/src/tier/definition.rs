@@ -328,8 +328,7 @@ pub fn to_proto(name: &BucketName, limits: &BucketLimits) -> v1::BucketDefinitio
         initial_tokens: limits.initial_tokens,
         kind: kind_to_proto(limits.kind),
         quota: limits.quota.as_ref().map(quota_to_proto),
-        // Unset while enforced: what servers before shadow mode read.
-        enforce: (!limits.enforce).then_some(false),
+        enforce: tollgate_proto::enforce_to_wire(limits.enforce),
     }
 }
 
@@ -395,7 +394,7 @@ pub fn tier_from_proto(tier: &v1::Tier) -> anyhow::Result<(TierName, TierDefinit
             initial_tokens: b.initial_tokens,
             kind,
             quota,
-            enforce: b.enforce.unwrap_or(true),
+            enforce: tollgate_proto::enforce_from_wire(b.enforce),
         };
         if buckets.insert(bucket, limits).is_some() {
             anyhow::bail!(

@@ -87,7 +87,7 @@ fn checked_budget(wire: &v1::Budget) -> Result<(BucketName, Budget), InvalidInpu
         at_limit,
         thresholds,
         price,
-        enforce: wire.enforce.unwrap_or(true),
+        enforce: tollgate_proto::enforce_from_wire(wire.enforce),
     }
     .validated()
     .map_err(|e| {
@@ -197,8 +197,7 @@ pub fn budget_to_proto(bucket: &BucketName, budget: &Budget) -> v1::Budget {
             .price
             .as_ref()
             .map_or_else(String::new, |p| p.currency.clone()),
-        // Unset while enforced, as clients before shadow mode send it.
-        enforce: (!budget.enforce).then_some(false),
+        enforce: tollgate_proto::enforce_to_wire(budget.enforce),
     }
 }
 

@@ -296,7 +296,7 @@ impl Source<'_> {
                 .as_ref()
                 .map_or(0.0, |p| *p.get_ref()),
             currency: text(toml.currency.as_ref()),
-            enforce: toml.enforce.filter(|enforce| !enforce),
+            enforce: tollgate_proto::enforce_to_wire(toml.enforce.unwrap_or(true)),
         };
         match tollgate_server::service::budget_at("budget", &wire) {
             Ok((_, budget)) => Some(budget),
