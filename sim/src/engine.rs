@@ -47,7 +47,7 @@ use tollgate_core::transaction::{Answer, Batch, UnconfiguredTenants};
 use tollgate_core::{BucketKey, BucketName, TenantId};
 
 use crate::SimError;
-use crate::ideal::IdealBucket;
+use crate::ideal;
 use crate::ideal::tree::IdealTree;
 use crate::record::{BudgetOutcome, Record, TreeRecord};
 use crate::workload::{Demand, LimitsSpec, PodSpec, Tree, Workload};
@@ -868,7 +868,7 @@ pub fn simulate_ideal(workload: &Workload, limits: &LimitsSpec) -> Record {
         workload.sample.as_secs_f64(),
         workload.max_wait.as_secs_f64(),
     );
-    let mut bucket = IdealBucket::new(workload, limits);
+    let mut bucket = ideal::bucket(workload, limits);
     let mut sample_demand = vec![0.0; n];
     let mut sample_admitted = vec![0.0; n];
     let tick = workload.tick;

@@ -30,6 +30,9 @@
 //!   across pods.
 //! - [`recovery`]: what a crashed agent's journal says it still owes the
 //!   server, and the requests that settle it without counting twice.
+//! - [`ideal`]: the ideal token bucket, instantly synchronised: the
+//!   simulator's reference and the impact preview's replay.
+//! - [`impact`]: what proposed limits would have done to recorded usage.
 //! - [`rate_window`]: events per second over the last seconds (a
 //!   replica's checks of a per-key bucket).
 //! - [`cost_model`]: what reads, writes, CPU and egress cost in tokens.
@@ -43,6 +46,8 @@ pub mod consumption;
 pub mod cost_model;
 pub mod global_bucket;
 pub mod history;
+pub mod ideal;
+pub mod impact;
 pub mod key_bucket;
 pub mod local_bucket;
 pub mod organisation;

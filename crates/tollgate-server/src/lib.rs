@@ -38,6 +38,7 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+pub mod preview;
 pub mod service;
 pub mod store;
 pub mod telemetry;

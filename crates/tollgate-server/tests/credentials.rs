@@ -797,6 +797,24 @@ async fn scoped_calls(
             ),
         ),
         (
+            "PreviewLimits",
+            done(
+                admin
+                    .preview_limits(who.with(v1::PreviewLimitsRequest {
+                        change: Some(v1::preview_limits_request::Change::Bucket(
+                            v1::ProposedLimits {
+                                tenant_id: t(),
+                                bucket: String::new(),
+                                refill_rate: 5.0,
+                                burst_limit: 50.0,
+                            },
+                        )),
+                        ..Default::default()
+                    }))
+                    .await,
+            ),
+        ),
+        (
             "ClearBudget",
             done(
                 admin

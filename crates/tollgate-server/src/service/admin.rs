@@ -16,6 +16,7 @@ mod organisations;
 mod scope;
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use tollgate_core::tenant_state::StateChange;
 use tollgate_core::tier::TenantChange;
@@ -23,11 +24,15 @@ use tollgate_core::{BucketName, InvalidInput, TableName, TenantId, TierName};
 use tollgate_proto::v1::{self, admin_server};
 use tonic::{Request, Response, Status};
 
+use tollgate_core::global_bucket::Limits;
+use tollgate_core::time::Timestamp;
+
 use super::audit::{self, Caller};
 use super::{convert, edge, invalid, status};
 use crate::store::{
     AdminCall, BucketSnapshot, KeyBucketSnapshot, Store, StoreError, TenantChangeOutcome,
 };
+use crate::preview;
 use crate::telemetry::Metrics;
 use crate::telemetry::check_rates::CheckRates;
 use scope::Access;
@@ -728,6 +733,55 @@ impl admin_server::Admin for AdminService {
             &rows,
             span.read_at,
         )))
+    }
+
+    async fn preview_limits(
+        &self,
+        request: Request<v1::PreviewLimitsRequest>,
+    ) -> Result<Response<v1::PreviewLimitsResponse>, Status> {
+        use v1::preview_limits_request::Change;
+        edge::enter(&request)?;
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        let span = convert::preview_span(&req, Timestamp::from_system_time(SystemTime::now()))
+            .map_err(invalid)?;
+        let previews = match req.change {
+            None => {
+                return Err(invalid(InvalidInput::new(
+                    "change",
+                    "set bucket (one bucket's limits) or tier (a tier's definition)",
+                )));
+            }
+            Some(Change::Bucket(proposed)) => {
+                let key = convert::bucket_key(&proposed.tenant_id, &proposed.bucket)
+                    .map_err(|e| invalid(e.within("bucket")))?;
+                let limits = Limits {
+                    refill_rate: proposed.refill_rate,
+                    burst_limit: proposed.burst_limit,
+                };
+                limits.validate().map_err(|e| invalid(e.within("bucket")))?;
+                self.permit(caller.scope(), &key.tenant, Access::Read)
+                    .await?;
+                vec![
+                    preview::bucket(self.store.as_ref(), &key, limits, span)
+                        .await
+                        .map_err(|e| status("preview limits", e))?,
+                ]
+            }
+            Some(Change::Tier(tier)) => {
+                AdminService::refuse_listing_all(caller.scope(), "bucket")?;
+                let (name, tier) = convert::tier_from_proto(Some(tier)).map_err(invalid)?;
+                preview::tier(self.store.as_ref(), &name, &tier, span)
+                    .await
+                    .map_err(|e| status("preview limits", e))?
+            }
+        };
+        Ok(Response::new(v1::PreviewLimitsResponse {
+            impacts: previews.iter().map(convert::bucket_impact_to_proto).collect(),
+            since: Some(convert::timestamp_to_proto(span.since)),
+            until: Some(convert::timestamp_to_proto(span.until)),
+            max_wait: Some(tollgate_proto::duration(span.max_wait)),
+        }))
     }
 
     async fn get_usage(

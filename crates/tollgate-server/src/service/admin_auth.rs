@@ -49,7 +49,7 @@ use crate::telemetry::Metrics;
 /// The `Admin` methods a read-only token may call: those that change
 /// nothing. Every method not listed needs an operator, so a method added
 /// later is closed to read-only tokens until it is listed here.
-pub const READ_ONLY_METHODS: [&str; 12] = [
+pub const READ_ONLY_METHODS: [&str; 13] = [
     "GetTenant",
     "ListTenants",
     "ListKeyBuckets",
@@ -60,6 +60,7 @@ pub const READ_ONLY_METHODS: [&str; 12] = [
     "GetBudget",
     "GetUsage",
     "GetHistory",
+    "PreviewLimits",
     "GetOrganization",
     "ListOrganizations",
 ];
@@ -68,7 +69,7 @@ pub const READ_ONLY_METHODS: [&str; 12] = [
 /// that act on one tenant or organisation, whose id the service checks
 /// against the scope, and the reads of tiers' definitions. Every method
 /// not listed needs an unscoped token.
-pub const SCOPED_METHODS: [&str; 22] = [
+pub const SCOPED_METHODS: [&str; 23] = [
     "UpdateTenantResourceLimits",
     "GetTenant",
     "ListTenants",
@@ -89,6 +90,7 @@ pub const SCOPED_METHODS: [&str; 22] = [
     "GetBudget",
     "GetUsage",
     "GetHistory",
+    "PreviewLimits",
     "GetOrganization",
     "ListOrganizations",
 ];

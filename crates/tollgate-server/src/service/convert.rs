@@ -196,6 +196,70 @@ pub(crate) fn history_span(req: &v1::GetHistoryRequest) -> Result<HistorySpan, I
     })
 }
 
+/// A `PreviewLimits` request's span: the look-back up to now and the
+/// replay's wait, checked.
+pub(crate) fn preview_span(
+    req: &v1::PreviewLimitsRequest,
+    now: Timestamp,
+) -> Result<crate::preview::Span, InvalidInput> {
+    use crate::preview::{DEFAULT_LOOKBACK, DEFAULT_MAX_WAIT, MAX_LOOKBACK, MAX_MAX_WAIT};
+    let lookback = req
+        .lookback
+        .map_or(Ok(DEFAULT_LOOKBACK), |d| duration("lookback", d))?;
+    if lookback < Duration::from_secs(60) || lookback > MAX_LOOKBACK {
+        return Err(InvalidInput::new(
+            "lookback",
+            format!(
+                "must be from 1 minute to {} days (the minute rows kept by default)",
+                MAX_LOOKBACK.as_secs() / 86_400
+            ),
+        ));
+    }
+    let max_wait = req
+        .max_wait
+        .map_or(Ok(DEFAULT_MAX_WAIT), |d| duration("max_wait", d))?;
+    if max_wait > MAX_MAX_WAIT {
+        return Err(InvalidInput::new(
+            "max_wait",
+            format!("must be at most {} s", MAX_MAX_WAIT.as_secs()),
+        ));
+    }
+    let until = req.until.map_or(Ok(now), |t| timestamp("until", t))?;
+    Ok(crate::preview::Span {
+        since: until.saturating_sub(lookback),
+        until,
+        max_wait,
+    })
+}
+
+/// A bucket's preview on the wire.
+pub(crate) fn bucket_impact_to_proto(p: &crate::preview::BucketPreview) -> v1::BucketImpact {
+    let limits = |l: &tollgate_core::global_bucket::Limits| v1::ResourceLimits {
+        refill_rate: l.refill_rate,
+        burst_limit: l.burst_limit,
+    };
+    let impact = |i: &tollgate_core::impact::Impact| v1::LimitsImpact {
+        demand_tokens: i.demand,
+        throttled_tokens: i.throttled,
+        delayed_tokens: i.delayed,
+        longest_wait: Some(tollgate_proto::duration(Duration::from_secs_f64(
+            i.longest_wait_seconds,
+        ))),
+        busiest_hour: i.busiest_hour.map(|h| timestamp_to_proto(h.start)),
+        busiest_hour_demand_tokens: i.busiest_hour.map_or(0.0, |h| h.demand),
+        busiest_hour_throttled_tokens: i.busiest_hour.map_or(0.0, |h| h.throttled),
+        recorded_throttled_pod_seconds: i.recorded_throttled_seconds,
+    };
+    v1::BucketImpact {
+        tenant_id: p.key.tenant.as_str().to_owned(),
+        bucket: p.key.bucket.as_str().to_owned(),
+        current_limits: Some(limits(&p.current_limits)),
+        proposed_limits: Some(limits(&p.proposed_limits)),
+        current: Some(impact(&p.current)),
+        proposed: Some(impact(&p.proposed)),
+    }
+}
+
 /// A bucket's history rows as the points of a `GetHistory` answer.
 pub(crate) fn history_to_proto(
     rows: &crate::store::HistoryRows,

@@ -1,0 +1,247 @@
+//! Impact preview: what a bucket's limits would have done to its recorded
+//! usage.
+//!
+//! An operator about to change a limit wants to know whom it would have
+//! hurt. The usage history ([`crate::history`]) keeps what each bucket was
+//! granted per slot (a minute for 14 days by default); [`replay`] feeds
+//! those grants, as demand, through the ideal bucket ([`crate::ideal`], the
+//! simulator's reference, instantly synchronised) under the limits given,
+//! and says what it would not have served: demand that waited `max_wait`
+//! and gave up. Run under the current limits and under the proposed ones,
+//! the difference is what the change does.
+//!
+//! The history's spans are replayed as recorded: consecutive rows a minute
+//! apart, and a bucket waking from idle gets a row closing the idle
+//! stretch first, so a span's demand fell within it. It arrives evenly
+//! over the span, a second at a time; a span the bucket covers without
+//! anything waiting takes one step ([`IdealBucket::flow`]). The bucket starts the span full. The replay
+//! runs on past the last slot until nothing waits, so demand at the end is
+//! served or gives up as it would have.
+//!
+//! Recorded demand is what the bucket granted. Where the recorded limits
+//! throttled (`Impact::recorded_throttled_seconds` > 0), the pods wanted
+//! more than they were granted, and the preview can only under-state what
+//! a lower limit throttles there.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::global_bucket::Limits;
+use crate::history::Usage;
+use crate::ideal::{IdealBucket, IdealTick};
+use crate::time::Timestamp;
+
+/// The replay's tick: a slot's demand arrives a second at a time.
+pub const TICK: Duration = Duration::from_secs(1);
+
+/// What the limits would have done to the recorded usage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Impact {
+    /// Tokens the history recorded as granted: the demand replayed.
+    pub demand: f64,
+    /// Demand not served: it waited `max_wait` and gave up (refused, for
+    /// the pods).
+    pub throttled: f64,
+    /// Demand served after waiting.
+    pub delayed: f64,
+    /// The longest any served demand waited, in seconds.
+    pub longest_wait_seconds: f64,
+    /// The hour (UTC, on the hour) with the most demand; `None` without
+    /// demand.
+    pub busiest_hour: Option<Hour>,
+    /// Pod-seconds the recorded limits throttled over the span.
+    pub recorded_throttled_seconds: f64,
+}
+
+/// One hour of a replay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Hour {
+    pub start: Timestamp,
+    pub demand: f64,
+    /// Demand that arrived in the hour and gave up.
+    pub throttled: f64,
+}
+
+const HOUR_MICROS: i64 = 3_600_000_000;
+
+/// Per-hour sums of a replay, by hour since the span's first hour.
+struct Hours {
+    first: i64,
+    hours: Vec<Hour>,
+}
+
+impl Hours {
+    fn new(start: Timestamp) -> Self {
+        Hours {
+            first: start.unix_micros().div_euclid(HOUR_MICROS),
+            hours: Vec::new(),
+        }
+    }
+
+    fn at(&mut self, micros: i64) -> &mut Hour {
+        let index = usize::try_from(micros.div_euclid(HOUR_MICROS) - self.first).unwrap_or(0);
+        while self.hours.len() <= index {
+            let hour = self.first + self.hours.len() as i64;
+            self.hours.push(Hour {
+                start: Timestamp::from_unix_micros(hour * HOUR_MICROS),
+                ..Hour::default()
+            });
+        }
+        &mut self.hours[index]
+    }
+
+    fn busiest(&self) -> Option<Hour> {
+        self.hours
+            .iter()
+            .filter(|h| h.demand > 0.0)
+            .copied()
+            .reduce(|a, b| if b.demand > a.demand { b } else { a })
+    }
+}
+
+/// Replays `usage` (spans in time order, as the history gives them)
+/// through the ideal bucket of `limits`, whose demand gives up after
+/// `max_wait`.
+pub fn replay(usage: &[Usage], limits: Limits, max_wait: Duration) -> Impact {
+    let Some(first) = usage.first() else {
+        return Impact::default();
+    };
+    let origin = first.from;
+    let max_wait = max_wait.as_secs_f64();
+    let mut bucket = IdealBucket::new(
+        limits.refill_rate,
+        limits.burst_limit,
+        limits.burst_limit,
+        max_wait,
+    );
+    let mut impact = Impact::default();
+    let mut hours = Hours::new(origin);
+    let tick = TICK.as_secs_f64();
+    let at_micros = |seconds: f64| origin.unix_micros() + (seconds * 1e6) as i64;
+    let record = |impact: &mut Impact, hours: &mut Hours, now: f64, out: IdealTick| {
+        // What gives up now arrived `max_wait` ago, at the end of the
+        // second it stands for (counted in that second's hour, as a span's
+        // demand is in its end's).
+        let hour = hours.at(at_micros(now - max_wait) - 1);
+        for &(_, tokens, wait) in &out.admitted {
+            if wait > 0.0 && tokens > 0.0 {
+                impact.delayed += tokens;
+                impact.longest_wait_seconds = impact.longest_wait_seconds.max(wait);
+            }
+        }
+        let gave_up: f64 = out.timed_out.iter().map(|&(_, tokens)| tokens).sum();
+        impact.throttled += gave_up;
+        hour.throttled += gave_up;
+    };
+    for span in usage {
+        let from = span.from.seconds_since(origin).max(0.0);
+        let to = span.to.seconds_since(origin).max(from);
+        let demand = span.granted_tokens.max(0.0);
+        impact.demand += demand;
+        impact.recorded_throttled_seconds += span.throttled_micros as f64 / 1e6;
+        hours.at(span.to.unix_micros().saturating_sub(1)).demand += demand;
+        let length = to - from;
+        if bucket.flow(from, 0.0) && (length <= 0.0 || bucket.flow(to, demand / length)) {
+            if length <= 0.0 && demand > 0.0 {
+                let out = bucket.tick(to, vec![(0, demand)], &[]);
+                record(&mut impact, &mut hours, to, out);
+            }
+            continue;
+        }
+        let ticks = (length / tick).ceil().max(1.0);
+        let step = length / ticks;
+        let each = demand / ticks;
+        for k in 1..=ticks as u64 {
+            let now = from + step * k as f64;
+            let out = bucket.tick(now, vec![(0, each)], &[]);
+            record(&mut impact, &mut hours, now, out);
+        }
+    }
+    // Demand still waiting is served or gives up as it would have.
+    let mut now = usage.last().map_or(0.0, |u| u.to.seconds_since(origin));
+    while !bucket.is_idle() {
+        now += tick;
+        let out = bucket.tick(now, Vec::new(), &[]);
+        record(&mut impact, &mut hours, now, out);
+    }
+    impact.busiest_hour = hours.busiest();
+    impact
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `rate` tokens a second in minute spans for `minutes`.
+    fn minutes(start: i64, rate: f64, minutes: i64) -> Vec<Usage> {
+        (0..minutes)
+            .map(|m| Usage {
+                from: Timestamp::from_unix_micros((start + m * 60) * 1_000_000),
+                to: Timestamp::from_unix_micros((start + (m + 1) * 60) * 1_000_000),
+                granted_tokens: rate * 60.0,
+                ..Usage::default()
+            })
+            .collect()
+    }
+
+    fn limits(refill_rate: f64, burst_limit: f64) -> Limits {
+        Limits {
+            refill_rate,
+            burst_limit,
+        }
+    }
+
+    #[test]
+    fn an_hour_at_150_previewed_at_100_throttles_50_a_second() {
+        let usage = minutes(1_800_000_000, 150.0, 60);
+        let impact = replay(&usage, limits(100.0, 1000.0), Duration::from_secs(5));
+        let expected = 50.0 * 3600.0;
+        assert!(
+            (impact.throttled - expected).abs() / expected < 0.01,
+            "{impact:?}"
+        );
+        assert_eq!(impact.demand, 150.0 * 3600.0);
+        assert!((impact.longest_wait_seconds - 5.0).abs() <= 1.0, "{impact:?}");
+        let hour = impact.busiest_hour.expect("an hour");
+        assert_eq!(hour.start.unix_micros(), 1_800_000_000_000_000);
+        assert!((hour.throttled - impact.throttled).abs() < 1e-6);
+    }
+
+    #[test]
+    fn limits_that_cover_the_usage_throttle_nothing_and_take_a_step_a_slot() {
+        let usage = minutes(0, 150.0, 24 * 60);
+        let impact = replay(&usage, limits(150.0, 100.0), Duration::from_secs(5));
+        assert_eq!(impact.throttled, 0.0);
+        assert_eq!(impact.delayed, 0.0);
+        assert_eq!(impact.longest_wait_seconds, 0.0);
+    }
+
+    #[test]
+    fn a_burst_the_bucket_holds_is_served_and_the_busiest_hour_is_found() {
+        // Quiet at 1/s, then one minute at 100/s in the third hour: a
+        // burst of 6 000 against 60/s and a burst limit of 6 000.
+        let mut usage = minutes(0, 1.0, 150);
+        usage[130].granted_tokens = 6_000.0;
+        let impact = replay(&usage, limits(60.0, 6_000.0), Duration::from_secs(5));
+        assert_eq!(impact.throttled, 0.0);
+        let hour = impact.busiest_hour.expect("an hour");
+        assert_eq!(hour.start.unix_micros(), 2 * HOUR_MICROS);
+        // A burst limit of 2 000 and 60/s cannot hold 100/s for a minute
+        // (it runs dry after 50 s), and what waits past 5 s gives up.
+        let impact = replay(&usage, limits(60.0, 2_000.0), Duration::from_secs(5));
+        assert!(impact.throttled > 0.0 && impact.throttled < 6_000.0, "{impact:?}");
+        assert!(impact.longest_wait_seconds > 0.0);
+    }
+
+    #[test]
+    fn gaps_refill_the_bucket_and_nothing_is_an_empty_impact() {
+        assert_eq!(replay(&[], limits(1.0, 1.0), TICK), Impact::default());
+        let mut usage = minutes(0, 100.0, 1);
+        usage.extend(minutes(3_600, 100.0, 1));
+        // 6 000 a minute against a burst of 6 000 and no refill to speak
+        // of: the hour between refills it.
+        let impact = replay(&usage, limits(2.0, 6_000.0), Duration::from_secs(5));
+        assert!(impact.throttled < 300.0, "{impact:?}");
+    }
+}

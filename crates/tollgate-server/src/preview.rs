@@ -1,0 +1,142 @@
+//! Impact preview: the buckets a proposed change touches, their recorded
+//! usage, and what the current and the proposed limits would have done to
+//! it (`Admin/PreviewLimits`, and the console's "try a limit").
+//!
+//! This module only reads: which buckets a change touches (one bucket, or
+//! every tenant on a tier that does not override the bucket), their
+//! limits now, and their history in minute slots. The replay itself is
+//! `tollgate_core::impact`, the same ideal bucket the simulator measures
+//! against.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tollgate_core::global_bucket::Limits;
+use tollgate_core::history;
+use tollgate_core::impact::{self, Impact};
+use tollgate_core::tier::{BucketKind, Tier};
+use tollgate_core::time::Timestamp;
+use tollgate_core::{BucketKey, TenantId, TierName};
+
+use crate::store::{Store, StoreError};
+
+/// How far back a preview looks unless asked otherwise: a day, so the
+/// daily peak is in it.
+pub const DEFAULT_LOOKBACK: Duration = Duration::from_secs(24 * 3600);
+/// The longest look-back: the minute rows kept by default.
+pub const MAX_LOOKBACK: Duration = Duration::from_secs(14 * 24 * 3600);
+/// How long replayed demand waits before it gives up, unless asked.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(5);
+pub const MAX_MAX_WAIT: Duration = Duration::from_secs(600);
+/// The slot demand is read in: the history's minute rows.
+const STEP: Duration = Duration::from_secs(60);
+/// Buckets read per page when a tier's tenants are looked for.
+const PAGE: usize = 1000;
+
+/// What is replayed, and for how long demand waits.
+#[derive(Clone, Copy, Debug)]
+pub struct Span {
+    pub since: Timestamp,
+    pub until: Timestamp,
+    pub max_wait: Duration,
+}
+
+/// One bucket's preview.
+#[derive(Clone, Debug)]
+pub struct BucketPreview {
+    pub key: BucketKey,
+    pub current_limits: Limits,
+    pub proposed_limits: Limits,
+    pub current: Impact,
+    pub proposed: Impact,
+}
+
+/// `key`'s history over `span` replayed under its limits now and under
+/// `proposed`. `TenantNotFound` / `BucketNotFound` if it does not exist.
+pub async fn bucket(
+    store: &dyn Store,
+    key: &BucketKey,
+    proposed: Limits,
+    span: Span,
+) -> Result<BucketPreview, StoreError> {
+    let current = store.get_bucket(key).await?.head.state.limits;
+    replay(store, key.clone(), current, proposed, span).await
+}
+
+/// Every shared bucket whose limits `tier` (as `name` would be defined)
+/// changes, of every tenant on `name` that does not override it, with
+/// its preview; in tenant and bucket order.
+pub async fn tier(
+    store: &dyn Store,
+    name: &TierName,
+    tier: &Tier,
+    span: Span,
+) -> Result<Vec<BucketPreview>, StoreError> {
+    let shared: BTreeSet<_> = tier
+        .buckets
+        .iter()
+        .filter(|(_, d)| d.kind == BucketKind::Shared)
+        .map(|(bucket, _)| bucket.clone())
+        .collect();
+    let mut candidates = Vec::new();
+    let mut after: Option<BucketKey> = None;
+    loop {
+        let page = store.list_buckets(after.as_ref(), PAGE).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.key.clone());
+        let full = page.len() == PAGE;
+        candidates.extend(
+            page.into_iter()
+                .filter(|b| shared.contains(&b.key.bucket))
+                .map(|b| (b.key, b.head.state.limits)),
+        );
+        if !full {
+            break;
+        }
+    }
+    let tenants: Vec<TenantId> = candidates
+        .iter()
+        .map(|(key, _)| key.tenant.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let records = store.tenant_records(&tenants).await?;
+    let mut previews = Vec::new();
+    for (key, current) in candidates {
+        let Some(record) = records.get(&key.tenant) else {
+            continue;
+        };
+        if record.tier.as_ref() != Some(name) || record.overrides.contains_key(&key.bucket) {
+            continue;
+        }
+        let Some(defined) = tier.buckets.get(&key.bucket) else {
+            continue;
+        };
+        if defined.limits == current {
+            continue;
+        }
+        previews.push(replay(store, key, current, defined.limits, span).await?);
+    }
+    Ok(previews)
+}
+
+async fn replay(
+    store: &dyn Store,
+    key: BucketKey,
+    current_limits: Limits,
+    proposed_limits: Limits,
+    span: Span,
+) -> Result<BucketPreview, StoreError> {
+    let rows = store.history(&key, span.since, span.until, STEP).await?;
+    // The spans between rows, as recorded: a row is the last sample of its
+    // slot, and a bucket waking from idle gets a row closing the idle
+    // stretch first, so each span's demand fell within it.
+    let usage = history::usage(&rows.samples);
+    Ok(BucketPreview {
+        current: impact::replay(&usage, current_limits, span.max_wait),
+        proposed: impact::replay(&usage, proposed_limits, span.max_wait),
+        key,
+        current_limits,
+        proposed_limits,
+    })
+}
