@@ -34,6 +34,7 @@ mod closing;
 mod image;
 mod org;
 mod pod;
+mod preview;
 mod remote;
 mod serve;
 mod tenant;

@@ -17,7 +17,7 @@
 //! B` one; `list` has a `BUCKET` column. `delete` asks for the tenant id
 //! again unless `--yes`, and refuses without a terminal to ask on.
 
-mod history;
+pub(crate) mod history;
 mod per_key;
 mod tiering;
 mod watch;
@@ -30,6 +30,7 @@ use tollgate_proto::v1::{self, admin_client::AdminClient};
 
 use crate::closing;
 use crate::output::{self, Table, field, rfc3339, seconds};
+use crate::preview::{self, PreviewArgs};
 use crate::remote::{ActorArg, AdminConnection, AdminServerArg, rpc_error};
 
 #[derive(Debug, Args)]
@@ -164,6 +165,8 @@ struct SetLimitsArgs {
     tenant: String,
     #[command(flatten)]
     values: LimitValues,
+    #[command(flatten)]
+    preview: PreviewArgs,
 }
 
 /// What `set-limits` sets, of a tenant's or an organisation's bucket.
@@ -243,6 +246,9 @@ pub async fn run(args: TenantArgs) -> anyhow::Result<()> {
         TenantCommand::History(a) => history::history(&mut client, a).await,
         TenantCommand::Describe { tenant, json } => {
             tiering::describe(&mut client, tenant, json).await
+        }
+        TenantCommand::SetLimits(a) if a.preview.preview => {
+            preview_limits(&mut client, &a.tenant, &a.values, &a.preview).await
         }
         TenantCommand::SetLimits(a) => set_limits(&mut client, &a.tenant, &a.values).await,
         TenantCommand::Show {
@@ -518,6 +524,36 @@ pub(crate) async fn set_limits(
         eprintln!("warning: {warning}");
     }
     print_tenant(&answer, a.json)
+}
+
+/// `set-limits --preview`: the bucket's limits with the values given
+/// (the others as they are), previewed against its recorded usage; nothing
+/// is changed.
+async fn preview_limits(
+    client: &mut AdminConnection,
+    tenant: &str,
+    a: &LimitValues,
+    args: &PreviewArgs,
+) -> anyhow::Result<()> {
+    let now = client
+        .get_tenant(v1::GetTenantRequest {
+            tenant_id: tenant.to_owned(),
+            bucket: a.bucket.clone(),
+        })
+        .await
+        .map_err(rpc_error)?
+        .into_inner()
+        .tenant
+        .and_then(|t| t.limits)
+        .unwrap_or_default();
+    let change = v1::preview_limits_request::Change::Bucket(v1::ProposedLimits {
+        tenant_id: tenant.to_owned(),
+        bucket: a.bucket.clone(),
+        refill_rate: a.refill_rate.unwrap_or(now.refill_rate),
+        burst_limit: a.burst_limit.unwrap_or(now.burst_limit),
+    });
+    let view = preview::preview(client, args, change).await?;
+    preview::print(a.json, &[view])
 }
 
 fn set_limits_error(tenant: &str, a: &LimitValues, status: tonic::Status) -> anyhow::Error {

@@ -43,6 +43,7 @@ use tollgate_proto::v1;
 
 use crate::closing::{self, ClosedJson, RetireArgs};
 use crate::output::{self, Table, field, rfc3339};
+use crate::preview::{self, PreviewArgs};
 use crate::remote::{ActorArg, AdminConnection, AdminServerArg, rpc_error};
 use definition::{
     BucketFlag, PartitionLimits, TierDefinition, buckets_from_flags, budget_bucket_text,
@@ -183,6 +184,8 @@ struct ApplyArgs {
     json: bool,
     #[command(flatten)]
     actor: ActorArg,
+    #[command(flatten)]
+    preview: PreviewArgs,
 }
 
 /// `--tier`: a tier name as the core checks it.
@@ -391,6 +394,24 @@ async fn apply(server: &AdminServerArg, a: ApplyArgs) -> anyhow::Result<()> {
         .map(tier_from_proto)
         .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
     let plan = Plan::new(&current, &declared.tiers, a.prune);
+    if a.preview.preview {
+        // Each changed tier, against its tenants' recorded usage.
+        let mut views = Vec::new();
+        for change in plan.tiers.iter().filter(|c| c.action == Action::Changed) {
+            let name = &change.name;
+            let defined = declared
+                .tiers
+                .get(name)
+                .ok_or_else(|| anyhow!("tier {name} is not in {}", a.file.display()))?;
+            let tier = v1::preview_limits_request::Change::Tier(tier_to_proto(name, defined));
+            views.push(
+                preview::preview(&mut client, &a.preview, tier)
+                    .await
+                    .with_context(|| format!("preview the change of tier {name}"))?,
+            );
+        }
+        return preview::print(a.json, &views);
+    }
 
     let mut report = ApplyJson {
         file: name,

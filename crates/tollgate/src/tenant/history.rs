@@ -41,7 +41,7 @@ pub struct HistoryArgs {
 }
 
 /// `24h` (that long ago) or an RFC 3339 time.
-fn parse_time(text: &str) -> Result<SystemTime, String> {
+pub(crate) fn parse_time(text: &str) -> Result<SystemTime, String> {
     if let Ok(ago) = humantime::parse_duration(text) {
         return SystemTime::now()
             .checked_sub(ago)
@@ -54,7 +54,7 @@ fn parse_time(text: &str) -> Result<SystemTime, String> {
     })
 }
 
-fn to_proto(t: SystemTime) -> anyhow::Result<prost_types::Timestamp> {
+pub(crate) fn to_proto(t: SystemTime) -> anyhow::Result<prost_types::Timestamp> {
     let d = t
         .duration_since(SystemTime::UNIX_EPOCH)
         .context("a time before 1970")?;

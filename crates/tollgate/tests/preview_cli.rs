@@ -1,0 +1,266 @@
+//! `--preview` from the command line, on a server holding an hour of
+//! recorded usage (generated through the store's own operations on a
+//! moved clock, exported, and loaded with `tollgate import`): tenant
+//! `steady` used 150 tokens/s of its request-unit bucket (200/s) and of
+//! its tier's `api` bucket (200/s) for the hour; `own` overrides `api`.
+//!
+//! - `tenant set-limits --preview` at 100/s says 50/s would have been
+//!   throttled (the known answer, within 1 %), and changes nothing;
+//! - `tier apply --preview` covers `steady`'s `api` bucket, not `own`'s,
+//!   and changes nothing;
+//! - a look-back past the minute rows is refused naming it.
+
+mod support;
+
+use std::path::Path;
+
+use support::Server;
+
+const HOUR: f64 = 3_600.0;
+const USE: f64 = 150.0;
+
+mod generated {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::time::{Duration, SystemTime};
+
+    use tollgate_core::tier::{BucketDefinition, BucketKind, TenantChange, Tier};
+    use tollgate_core::{
+        BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId, TierName,
+        Timestamp, TokenBucketRequest,
+    };
+    use tollgate_server::store::image::write_line;
+    use tollgate_server::store::{BucketSettings, EmbeddedStore, RecordSink, Store};
+
+    use super::{HOUR, USE};
+
+    fn api(refill_rate: f64) -> BucketDefinition {
+        BucketDefinition {
+            limits: Limits {
+                refill_rate,
+                burst_limit: 10.0 * refill_rate,
+            },
+            initial_tokens: None,
+            kind: BucketKind::Shared,
+            quota: None,
+            enforce: true,
+        }
+    }
+
+    fn tenant(id: &str) -> TenantId {
+        TenantId::parse("tenant", id).expect("id")
+    }
+
+    /// The export of the hour that ends now.
+    pub fn hour() -> Vec<u8> {
+        tokio::runtime::Runtime::new()
+            .expect("runtime")
+            .block_on(generate())
+    }
+
+    async fn generate() -> Vec<u8> {
+        let end = Timestamp::from_system_time(SystemTime::now());
+        let start = end.saturating_sub(Duration::from_secs_f64(HOUR));
+        let clock = Arc::new(AtomicI64::new(start.unix_micros()));
+        let reading = Arc::clone(&clock);
+        let store = EmbeddedStore::in_memory_with_clock(
+            BucketSettings::default(),
+            Arc::new(move || Timestamp::from_unix_micros(reading.load(Ordering::SeqCst))),
+        )
+        .expect("store");
+        let gold = TierName::parse("tier", "gold").expect("name");
+        let tier = Tier::from_definitions("tier", [("api", api(200.0))], start).expect("tier");
+        store.put_tier(&gold, &tier).await.expect("put tier");
+        for id in ["steady", "own"] {
+            store
+                .change_tenant(&tenant(id), &TenantChange::Create { tier: gold.clone() })
+                .await
+                .expect("create");
+        }
+        store
+            .change_tenant(
+                &tenant("own"),
+                &TenantChange::SetOverride {
+                    bucket: BucketName::parse("bucket", "api").expect("name"),
+                    definition: api(300.0),
+                },
+            )
+            .await
+            .expect("override");
+        let request_units = BucketKey::request_units(tenant("steady"));
+        store
+            .update_limits(
+                &request_units,
+                &LimitsUpdate {
+                    available_tokens: 2_000.0,
+                    limits: Limits {
+                        refill_rate: 200.0,
+                        burst_limit: 2_000.0,
+                    },
+                    as_of: None,
+                    as_of_consumed_tokens: 0.0,
+                    mask: LimitsMask::ALL,
+                },
+            )
+            .await
+            .expect("limits");
+        let api_key = |id: &str| BucketKey::new(tenant(id), BucketName::parse("bucket", "api").expect("name"));
+        let keys = [request_units, api_key("steady"), api_key("own")];
+        let mut seq = 0;
+        let mut t = 0.0;
+        while t <= HOUR {
+            clock.store(
+                start
+                    .saturating_add(Duration::from_secs_f64(t))
+                    .unix_micros(),
+                Ordering::SeqCst,
+            );
+            if t > 0.0 {
+                seq += 1;
+                for key in &keys {
+                    let request = TokenBucketRequest {
+                        instance_id: 1,
+                        lease: b"pod".to_vec(),
+                        seq,
+                        requested_tokens: USE * 10.0,
+                        shares: 1.0,
+                        target_request_period: Duration::from_secs(10),
+                        consumption: Consumption::from_request_units(USE * 10.0),
+                        next_live_instance_id: None,
+                        returned_tokens: 0.0,
+                        held_tokens: 0.0,
+                        fallback_tokens: 0.0,
+                        fallback_duration: Duration::ZERO,
+                    };
+                    let grant = store.token_bucket(key, &request).await.expect("a pod's request");
+                    assert_eq!(grant.granted_tokens, USE * 10.0, "unthrottled");
+                }
+            }
+            let mut after = None;
+            while let Some(last) = store
+                .sample_history(after.as_ref(), 100)
+                .await
+                .expect("sample")
+                .last
+            {
+                after = Some(last);
+            }
+            t += 10.0;
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+        let lines = tokio::spawn(async move {
+            let mut out = Vec::new();
+            while let Some(record) = rx.recv().await {
+                write_line(&mut out, &record).expect("write a line");
+            }
+            out
+        });
+        store.export(RecordSink::new(tx)).await.expect("export");
+        lines.await.expect("lines")
+    }
+}
+
+fn served_hour(dir: &Path) -> Server {
+    let export = dir.join("hour.jsonl");
+    std::fs::write(&export, generated::hour()).expect("write the export");
+    let store = dir.join("tollgate.redb");
+    let out = support::command()
+        .args(["import", "--store"])
+        .arg(&store)
+        .arg(&export)
+        .output()
+        .expect("run import");
+    assert!(out.status.success(), "import: {out:?}");
+    Server::start(&store)
+}
+
+fn throttled(view: &serde_json::Value, which: &str) -> f64 {
+    view[which]["throttled_tokens"].as_f64().expect("throttled")
+}
+
+#[test]
+fn previews_change_nothing_and_give_the_known_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = served_hour(dir.path());
+    let known = (USE - 100.0) * HOUR;
+
+    // One bucket: the request-unit bucket at 100/s.
+    let views = server.json(&[
+        "tenant",
+        "set-limits",
+        "--tenant",
+        "steady",
+        "--refill-rate",
+        "100",
+        "--burst-limit",
+        "100",
+        "--preview",
+        "--json",
+    ]);
+    let bucket = &views[0]["buckets"][0];
+    assert_eq!(bucket["tenant_id"], "steady", "{views}");
+    assert_eq!(bucket["current_refill_rate"], 200.0);
+    assert_eq!(throttled(bucket, "current"), 0.0, "{bucket}");
+    let proposed = throttled(bucket, "proposed");
+    assert!(
+        (proposed - known).abs() / known < 0.01,
+        "{proposed} throttled, {known} known"
+    );
+    let shown = server.json(&["tenant", "show", "--tenant", "steady", "--json"]);
+    assert_eq!(shown[0]["refill_rate"], 200.0, "unchanged: {shown}");
+
+    // As text: the table, and that nothing changed. Only the burst given:
+    // the refill rate stays.
+    let text = server.ok(&[
+        "tenant",
+        "set-limits",
+        "--tenant",
+        "steady",
+        "--burst-limit",
+        "10",
+        "--preview",
+    ]);
+    assert!(text.contains("Nothing was changed"), "{text}");
+    assert!(text.contains("200/s, burst 10"), "{text}");
+    assert!(text.contains("THROTTLED PROPOSED"), "{text}");
+
+    // A tier: steady's api bucket follows gold, own's overrides it.
+    let tiers = dir.path().join("tiers.toml");
+    std::fs::write(
+        &tiers,
+        "[tiers.gold.buckets.api]\nrefill_rate = 100\nburst_limit = 100\n",
+    )
+    .expect("write tiers");
+    let tiers = tiers.to_str().expect("utf-8");
+    let views = server.json(&["tier", "apply", "-f", tiers, "--preview", "--json"]);
+    let buckets = views[0]["buckets"].as_array().expect("buckets");
+    let touched: Vec<_> = buckets
+        .iter()
+        .map(|b| format!("{}/{}", b["tenant_id"], b["bucket"]))
+        .collect();
+    assert_eq!(touched, ["\"steady\"/\"api\""], "{views}");
+    let proposed = throttled(&buckets[0], "proposed");
+    assert!(
+        (proposed - known).abs() / known < 0.01,
+        "{proposed} throttled, {known} known"
+    );
+    let tier = server.json(&["tier", "show", "--tier", "gold", "--json"]);
+    assert_eq!(tier["buckets"][0]["refill_rate"], 200.0, "unchanged: {tier}");
+
+    // Past the minute rows: refused, naming the flag's field.
+    let out = server.tollgate(&[
+        "tenant",
+        "set-limits",
+        "--tenant",
+        "steady",
+        "--refill-rate",
+        "100",
+        "--preview",
+        "--lookback",
+        "30days",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("lookback"), "{stderr}");
+    server.stop();
+}
