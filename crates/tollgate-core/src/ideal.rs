@@ -146,6 +146,20 @@ impl IdealBucket {
         self.tokens
     }
 
+    /// From now on, refill at `refill_rate` up to `burst_limit`, holding
+    /// `tokens` (a budget's limit reached: the baseline, or nothing). What
+    /// waits keeps waiting.
+    pub fn reconfigure(&mut self, refill_rate: f64, burst_limit: f64, tokens: f64) {
+        self.refill_rate = refill_rate;
+        self.burst_limit = burst_limit;
+        self.tokens = tokens;
+    }
+
+    /// Holds at most `most` tokens (what a budget has left).
+    pub fn cap_tokens(&mut self, most: f64) {
+        self.tokens = self.tokens.min(most.max(0.0));
+    }
+
     /// Nothing waits.
     pub fn is_idle(&self) -> bool {
         self.queue.arrivals.is_empty()

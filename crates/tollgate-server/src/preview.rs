@@ -4,7 +4,7 @@
 //!
 //! This module only reads: which buckets a change touches (one bucket, or
 //! every tenant on a tier that does not override the bucket), their
-//! limits now, and their history in minute slots. The replay itself is
+//! limits and budget now, and their history. The replay itself is
 //! `tollgate_core::impact`, the same ideal bucket the simulator measures
 //! against.
 
@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use tollgate_core::global_bucket::Limits;
 use tollgate_core::history;
-use tollgate_core::impact::{self, Impact};
+use tollgate_core::budget::Budget;
+use tollgate_core::impact::{self, Impact, Plan, SpendLimit};
 use tollgate_core::tier::{BucketKind, Tier};
 use tollgate_core::time::Timestamp;
 use tollgate_core::{BucketKey, TenantId, TierName};
@@ -120,11 +121,51 @@ pub async fn tier(
     Ok(previews)
 }
 
+/// `key` with budget `proposed` (the whole of it, as `SetBudget` sets
+/// it), beside its budget now, over `span` (the proposed cycle so far:
+/// the spend starts at 0), both under the bucket's own limits.
+pub async fn budget(
+    store: &dyn Store,
+    key: &BucketKey,
+    proposed: &Budget,
+    span: Span,
+) -> Result<BucketPreview, StoreError> {
+    let head = store.get_bucket(key).await?.head;
+    let limits = head
+        .budget
+        .as_ref()
+        .map_or(head.state.limits, |b| b.own_limits(&head.state));
+    let spend_limit = |b: &Budget| SpendLimit {
+        amount: b.amount,
+        at_limit: b.action(),
+    };
+    let current = Plan {
+        limits,
+        budget: head.budget.as_ref().map(|b| spend_limit(&b.budget)),
+    };
+    let proposed = Plan {
+        limits,
+        budget: Some(spend_limit(proposed)),
+    };
+    replay_plans(store, key.clone(), current, proposed, span).await
+}
+
 async fn replay(
     store: &dyn Store,
     key: BucketKey,
     current_limits: Limits,
     proposed_limits: Limits,
+    span: Span,
+) -> Result<BucketPreview, StoreError> {
+    let plan = Plan::limits;
+    replay_plans(store, key, plan(current_limits), plan(proposed_limits), span).await
+}
+
+async fn replay_plans(
+    store: &dyn Store,
+    key: BucketKey,
+    current: Plan,
+    proposed: Plan,
     span: Span,
 ) -> Result<BucketPreview, StoreError> {
     let rows = store.history(&key, span.since, span.until, STEP).await?;
@@ -133,10 +174,10 @@ async fn replay(
     // stretch first, so each span's demand fell within it.
     let usage = history::usage(&rows.samples);
     Ok(BucketPreview {
-        current: impact::replay(&usage, current_limits, span.max_wait),
-        proposed: impact::replay(&usage, proposed_limits, span.max_wait),
+        current: impact::replay(&usage, &current, span.max_wait),
+        proposed: impact::replay(&usage, &proposed, span.max_wait),
         key,
-        current_limits,
-        proposed_limits,
+        current_limits: current.limits,
+        proposed_limits: proposed.limits,
     })
 }

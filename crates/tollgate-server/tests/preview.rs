@@ -2,8 +2,9 @@
 //! with the store's clock moved by the test: an hour of recorded usage at
 //! 150 tokens/s, previewed at 100/s, throttles 50/s (the known answer,
 //! within 1 %) and nothing under the limits it ran on; a tier's preview
-//! covers its tenants' buckets that follow it and not an override; the
-//! preview changes nothing; bad requests are INVALID_ARGUMENT naming the
+//! covers its tenants' buckets that follow it and not an override; a
+//! budget's preview says when its cycle's spend would have reached it and
+//! what stopping then throttles; the preview changes nothing; bad requests are INVALID_ARGUMENT naming the
 //! field, an unknown bucket NOT_FOUND.
 
 mod support;
@@ -245,12 +246,70 @@ async fn an_hour_at_150_previewed_at_100_throttles_50_a_second(backend: Backend)
         .into_inner();
     assert!(answer.impacts.is_empty(), "{:?}", answer.impacts);
 
+    // A budget stopping at half the hour's use: the day's cycle began
+    // with the hour, so the spend reaches it half-way, and the rest is
+    // throttled; under no budget now, nothing is.
+    let budget = v1::PreviewLimitsRequest {
+        change: Some(v1::preview_limits_request::Change::Budget(
+            v1::SetBudgetRequest {
+                tenant_id: "steady".into(),
+                budget: Some(v1::Budget {
+                    bucket: "api".into(),
+                    amount: USE * HOUR / 2.0,
+                    cycle: Some(v1::BudgetCycle {
+                        period: v1::BudgetPeriod::Daily.into(),
+                        ..v1::BudgetCycle::default()
+                    }),
+                    at_limit: v1::BudgetAtLimit::Stop.into(),
+                    ..v1::Budget::default()
+                }),
+            },
+        )),
+        until: Some(until),
+        ..v1::PreviewLimitsRequest::default()
+    };
+    let answer = admin
+        .preview_limits(budget)
+        .await
+        .expect("preview budget")
+        .into_inner();
+    assert_eq!(answer.since.map(|t| t.seconds), Some((6_000.0 * DAY) as i64));
+    let impact = &answer.impacts[0];
+    let current = impact.current.expect("current");
+    let proposed = impact.proposed.expect("proposed");
+    assert_eq!(current.throttled_tokens, 0.0);
+    assert_eq!(current.budget_reached, None);
+    let reached = proposed.budget_reached.expect("reached").seconds as f64;
+    assert!(
+        (reached - (6_000.0 * DAY + HOUR / 2.0)).abs() <= 1.0,
+        "reached {reached}"
+    );
+    assert!(
+        (proposed.throttled_tokens - USE * HOUR / 2.0).abs() < 200.0,
+        "{proposed:?}"
+    );
+
     // Refusals name the field; an unknown bucket is NOT_FOUND.
     let cases: Vec<(&str, v1::PreviewLimitsRequest)> = vec![
         ("change", v1::PreviewLimitsRequest::default()),
         ("refill_rate", bucket_change("steady", "api", -1.0, 1.0)),
         ("burst_limit", bucket_change("steady", "api", 1.0, f64::NAN)),
         ("tenant", bucket_change("", "api", 1.0, 1.0)),
+        (
+            "budget.cycle",
+            v1::PreviewLimitsRequest {
+                change: Some(v1::preview_limits_request::Change::Budget(
+                    v1::SetBudgetRequest {
+                        tenant_id: "steady".into(),
+                        budget: Some(v1::Budget {
+                            amount: -1.0,
+                            ..v1::Budget::default()
+                        }),
+                    },
+                )),
+                ..v1::PreviewLimitsRequest::default()
+            },
+        ),
         ("lookback", {
             let mut r = request.clone();
             r.lookback = Some(prost_types::Duration {

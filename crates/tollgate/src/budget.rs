@@ -13,6 +13,7 @@ use serde::Serialize;
 use tollgate_proto::v1;
 
 use crate::output::{self, Table, amount, field, rfc3339};
+use crate::preview::{self, PreviewArgs};
 use crate::remote::{ActorArg, AdminServerArg, rpc_error};
 
 #[derive(Debug, Args)]
@@ -126,6 +127,8 @@ struct SetArgs {
     json: bool,
     #[command(flatten)]
     actor: ActorArg,
+    #[command(flatten)]
+    preview: PreviewArgs,
 }
 
 #[derive(Debug, Args)]
@@ -198,6 +201,14 @@ impl SetArgs {
 pub async fn run(args: BudgetArgs) -> anyhow::Result<()> {
     let mut client = args.server.admin().await?;
     match args.command {
+        BudgetCommand::Set(a) if a.preview.preview => {
+            let change = v1::preview_limits_request::Change::Budget(v1::SetBudgetRequest {
+                tenant_id: a.bucket.tenant.clone(),
+                budget: Some(a.to_proto()?),
+            });
+            let view = preview::preview(&mut client, &a.preview, change).await?;
+            preview::print(a.json, &[view])
+        }
         BudgetCommand::Set(a) => {
             let budget = a.to_proto()?;
             let status = client

@@ -1,7 +1,7 @@
-//! `--preview` of `tenant set-limits` and `tier apply`: what the proposed
-//! limits would have done to the recorded usage of every bucket they
-//! touch, beside what the current limits did (`Admin/PreviewLimits`), and
-//! nothing changed. The server replays each bucket's history through the
+//! `--preview` of `tenant set-limits`, `tier apply` and `budget set`: what
+//! the proposed limits or budget would have done to the recorded usage of
+//! every bucket they touch, beside what the current ones did
+//! (`Admin/PreviewLimits`), and nothing changed. The server replays each bucket's history through the
 //! ideal token bucket; this module asks and prints.
 
 use std::time::{Duration, SystemTime};
@@ -10,7 +10,6 @@ use clap::Args;
 use serde::Serialize;
 use tollgate_proto::v1;
 
-use crate::budget::bucket_label;
 use crate::output::{self, Table, amount, rfc3339, seconds};
 use crate::remote::{AdminConnection, rpc_error};
 use crate::tenant::history::{parse_time, to_proto};
@@ -24,7 +23,8 @@ pub struct PreviewArgs {
     /// wait.
     #[arg(long)]
     pub preview: bool,
-    /// How far back the preview replays (at most 14 days).
+    /// How far back the preview replays (at most 14 days; a budget's
+    /// preview replays its cycle so far instead).
     #[arg(long, default_value = "24h", value_parser = humantime::parse_duration, requires = "preview")]
     lookback: Duration,
     /// The end of the span replayed: a time ago or an RFC 3339 time
@@ -68,6 +68,7 @@ struct ImpactView {
     busiest_hour_demand_tokens: f64,
     busiest_hour_throttled_tokens: f64,
     recorded_throttled_pod_seconds: f64,
+    budget_reached: Option<String>,
 }
 
 impl ImpactView {
@@ -82,6 +83,7 @@ impl ImpactView {
             busiest_hour_demand_tokens: i.busiest_hour_demand_tokens,
             busiest_hour_throttled_tokens: i.busiest_hour_throttled_tokens,
             recorded_throttled_pod_seconds: i.recorded_throttled_pod_seconds,
+            budget_reached: rfc3339(i.budget_reached),
         }
     }
 }
@@ -152,8 +154,12 @@ fn text(view: &PreviewView) -> String {
             "Preview ({span}): the change touches no bucket's limits. Nothing was changed."
         );
     }
-    let mut table = Table::with_header(&[
-        "BUCKET",
+    let budgets = view
+        .buckets
+        .iter()
+        .any(|b| b.current.budget_reached.is_some() || b.proposed.budget_reached.is_some());
+    let mut header = vec![
+        "TENANT/BUCKET",
         "LIMITS NOW",
         "PROPOSED",
         "DEMAND",
@@ -162,12 +168,21 @@ fn text(view: &PreviewView) -> String {
         "LONGEST WAIT",
         "BUSIEST HOUR",
         "ITS THROTTLED",
-    ]);
+    ];
+    if budgets {
+        header.extend(["BUDGET REACHED NOW", "BUDGET REACHED PROPOSED"]);
+    }
+    let mut table = Table::with_header(&header);
     let mut notes = Vec::new();
+    let or_dash = |t: &Option<String>| t.clone().unwrap_or_else(|| "-".into());
     for b in &view.buckets {
-        let label = bucket_label(&b.tenant_id, &b.bucket);
-        let hour = b.proposed.busiest_hour.clone().unwrap_or_else(|| "-".into());
-        table.push(vec![
+        // Short: the table is wide already.
+        let label = if b.bucket.is_empty() {
+            b.tenant_id.clone()
+        } else {
+            format!("{}/{}", b.tenant_id, b.bucket)
+        };
+        let mut row = vec![
             label.clone(),
             limits(b.current_refill_rate, b.current_burst_limit),
             limits(b.proposed_refill_rate, b.proposed_burst_limit),
@@ -175,9 +190,16 @@ fn text(view: &PreviewView) -> String {
             amount(b.current.throttled_tokens),
             amount(b.proposed.throttled_tokens),
             format!("{} s", amount(b.proposed.longest_wait_seconds)),
-            hour,
+            or_dash(&b.proposed.busiest_hour),
             amount(b.proposed.busiest_hour_throttled_tokens),
-        ]);
+        ];
+        if budgets {
+            row.extend([
+                or_dash(&b.current.budget_reached),
+                or_dash(&b.proposed.budget_reached),
+            ]);
+        }
+        table.push(row);
         if b.current.recorded_throttled_pod_seconds > 0.0 {
             notes.push(format!(
                 "note: {label} was throttled for {} pod-seconds in the span: its demand there was \
@@ -190,7 +212,7 @@ fn text(view: &PreviewView) -> String {
     let mut lines = vec![
         format!(
             "Preview: the recorded usage from {span} replayed through the ideal bucket under \
-             each bucket's limits now and as proposed; demand waiting over {} s gives up \
+             each bucket's limits (and budget) now and as proposed; demand waiting over {} s gives up \
              (throttled). Nothing was changed.",
             amount(view.max_wait_seconds)
         ),

@@ -8,6 +8,8 @@
 //!   throttled (the known answer, within 1 %), and changes nothing;
 //! - `tier apply --preview` covers `steady`'s `api` bucket, not `own`'s,
 //!   and changes nothing;
+//! - `budget set --preview` says when the day's spend reaches the budget
+//!   and throttles the rest, and sets nothing;
 //! - a look-back past the minute rows is refused naming it.
 
 mod support;
@@ -51,7 +53,7 @@ mod generated {
         TenantId::parse("tenant", id).expect("id")
     }
 
-    /// The export of the hour that ends now.
+    /// The export of an hour that ended in the last minute.
     pub fn hour() -> Vec<u8> {
         tokio::runtime::Runtime::new()
             .expect("runtime")
@@ -59,8 +61,13 @@ mod generated {
     }
 
     async fn generate() -> Vec<u8> {
-        let end = Timestamp::from_system_time(SystemTime::now());
-        let start = end.saturating_sub(Duration::from_secs_f64(HOUR));
+        // On a minute: a bucket's first use is counted from the start of
+        // the minute it was created in (the history has no row before), so
+        // a bucket created mid-minute would show its first minute's use
+        // spread over the whole minute.
+        let now = Timestamp::from_system_time(SystemTime::now());
+        let ago = now.saturating_sub(Duration::from_secs_f64(HOUR + 60.0));
+        let start = Timestamp::from_unix_micros(ago.unix_micros().div_euclid(60_000_000) * 60_000_000);
         let clock = Arc::new(AtomicI64::new(start.unix_micros()));
         let reading = Arc::clone(&clock);
         let store = EmbeddedStore::in_memory_with_clock(
@@ -246,6 +253,27 @@ fn previews_change_nothing_and_give_the_known_answer() {
     );
     let tier = server.json(&["tier", "show", "--tier", "gold", "--json"]);
     assert_eq!(tier["buckets"][0]["refill_rate"], 200.0, "unchanged: {tier}");
+
+    // A budget of 1 000 tokens a day stopping at the limit: reached in
+    // the first seconds of the cycle (today's, from midnight UTC), and
+    // the rest of the day's demand throttled; no budget now, and none set.
+    let views = server.json(&[
+        "budget", "set", "--tenant", "steady", "--bucket", "api", "--amount", "1000", "--cycle",
+        "daily", "--at-limit", "stop", "--preview", "--json",
+    ]);
+    let bucket = &views[0]["buckets"][0];
+    assert!(bucket["current"]["budget_reached"].is_null(), "{bucket}");
+    assert!(bucket["proposed"]["budget_reached"].is_string(), "{bucket}");
+    let demand = bucket["proposed"]["demand_tokens"].as_f64().expect("demand");
+    let proposed = throttled(bucket, "proposed");
+    // At most a second's refill (200) goes out past the cap.
+    assert!(
+        (proposed - (demand - 1_000.0)).abs() <= 250.0,
+        "{proposed} throttled of {demand}"
+    );
+    let shown = server.tollgate(&["budget", "show", "--tenant", "steady", "--bucket", "api"]);
+    let shown = format!("{shown:?}");
+    assert!(!shown.contains("1000"), "no budget was set: {shown}");
 
     // Past the minute rows: refused, naming the flag's field.
     let out = server.tollgate(&[

@@ -743,8 +743,9 @@ impl admin_server::Admin for AdminService {
         edge::enter(&request)?;
         let caller = Caller::of(&request);
         let req = request.into_inner();
-        let span = convert::preview_span(&req, Timestamp::from_system_time(SystemTime::now()))
-            .map_err(invalid)?;
+        let mut span =
+            convert::preview_span(&req, Timestamp::from_system_time(SystemTime::now()))
+                .map_err(invalid)?;
         let previews = match req.change {
             None => {
                 return Err(invalid(InvalidInput::new(
@@ -764,6 +765,23 @@ impl admin_server::Admin for AdminService {
                     .await?;
                 vec![
                     preview::bucket(self.store.as_ref(), &key, limits, span)
+                        .await
+                        .map_err(|e| status("preview limits", e))?,
+                ]
+            }
+            Some(Change::Budget(set)) => {
+                let (bucket, budget) =
+                    convert::budget_from_proto(set.budget.as_ref()).map_err(invalid)?;
+                let tenant = convert::tenant_id(&set.tenant_id)
+                    .map_err(|e| invalid(e.within("budget")))?;
+                let cycle = budget.cycle.cycle_at(span.until).map_err(|e| {
+                    invalid(InvalidInput::new("budget.cycle", e.to_string()))
+                })?;
+                span.since = cycle.start;
+                self.permit(caller.scope(), &tenant, Access::Read).await?;
+                let key = tollgate_core::BucketKey::new(tenant, bucket);
+                vec![
+                    preview::budget(self.store.as_ref(), &key, &budget, span)
                         .await
                         .map_err(|e| status("preview limits", e))?,
                 ]

@@ -249,6 +249,7 @@ pub(crate) fn bucket_impact_to_proto(p: &crate::preview::BucketPreview) -> v1::B
         busiest_hour_demand_tokens: i.busiest_hour.map_or(0.0, |h| h.demand),
         busiest_hour_throttled_tokens: i.busiest_hour.map_or(0.0, |h| h.throttled),
         recorded_throttled_pod_seconds: i.recorded_throttled_seconds,
+        budget_reached: i.budget_reached.map(timestamp_to_proto),
     };
     v1::BucketImpact {
         tenant_id: p.key.tenant.as_str().to_owned(),
