@@ -954,6 +954,60 @@ fn a_tenant_page_charts_an_hour_of_history_with_axes_in_a_browser() {
         png.len()
     );
 
+    // Trying a limit: half acme's refill rate over the hour throttles
+    // more than the limits it ran on, and the page shows the API's
+    // figures, that acme's demand was cut by throttling, and the command
+    // that applies the limits; nothing changes.
+    let try_api = "/console/api/preview?tenant=acme&bucket=&refill_rate=25&burst_limit=250&lookback=1h";
+    let (code, body) = get(metrics, try_api, None);
+    assert_eq!(code, 200, "{body}");
+    let tried: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let now_throttled = tried["current"]["throttled"].as_f64().expect("throttled");
+    let proposed_throttled = tried["proposed"]["throttled"].as_f64().expect("throttled");
+    // 25/s under 40/s for 40 minutes and under 50/s granted after.
+    assert!(
+        proposed_throttled > now_throttled + 40_000.0,
+        "now {now_throttled}, proposed {proposed_throttled}"
+    );
+    assert!(tried["current"]["recorded_throttled_seconds"].as_f64() > Some(0.0));
+    for (query, field, code) in [
+        ("tenant=acme&refill_rate=x&burst_limit=1", "refill_rate", 400),
+        ("tenant=acme&refill_rate=1&burst_limit=-1", "burst_limit", 400),
+        ("tenant=acme&refill_rate=1&burst_limit=1&lookback=2h", "lookback", 400),
+        ("tenant=nobody&refill_rate=1&burst_limit=1", "nobody", 404),
+    ] {
+        let (got, body) = get(metrics, &format!("/console/api/preview?{query}"), None);
+        assert_eq!(got, code, "{query}: {body}");
+        assert!(body.contains(field), "{query}: {body}");
+    }
+    let try_url = format!(
+        "http://127.0.0.1:{metrics}/console#tenant=acme&range=1h&try_refill=25&try_burst=250&try_lookback=1h"
+    );
+    let dom = browse(&chromium, &profile, &try_url, &["--dump-dom"]);
+    assert_eq!(
+        fact(&dom, "try-command"),
+        "tollgate tenant set-limits --tenant acme --refill-rate 25 --burst-limit 250"
+    );
+    let shown = |label: &str| -> f64 {
+        fact(&dom, &format!("try-throttled-{label}"))
+            .replace(',', "")
+            .parse()
+            .expect("a number")
+    };
+    // The page reads its own replay, moments after the API's: the busy
+    // pod adds to the history between them.
+    assert!(
+        (shown("proposed") - proposed_throttled).abs() / proposed_throttled < 0.05,
+        "{} shown, {proposed_throttled} from the API",
+        shown("proposed")
+    );
+    assert!(dom.contains("under-states what a lower limit throttles"), "{dom}");
+    let png = screenshot(&chromium, &profile, &try_url, "try", "1300,1800");
+    assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
+    let (_, body) = get(metrics, "/console/api/tenant?tenant=acme&range=1h", None);
+    let page: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(page["buckets"][0]["refill_rate"], 50.0, "unchanged");
+
     // The overview: acme first (throttled), with since when; the tier.
     let overview = format!("http://127.0.0.1:{metrics}/console");
     let dom = browse(&chromium, &profile, &overview, &["--dump-dom"]);

@@ -35,7 +35,7 @@ use tollgate_core::history::{self, ThrottledSince, Usage};
 use tollgate_core::key_bucket::KeyReading;
 use tollgate_core::organisation::{MemberRates, Node};
 use tollgate_core::tier::DefinedBy;
-use tollgate_core::{BucketKey, InvalidInput, TenantId, Timestamp};
+use tollgate_core::{BucketKey, InvalidInput, Limits, TenantId, Timestamp};
 
 use super::Metrics;
 use super::metrics::read_buckets;
@@ -620,6 +620,78 @@ impl Range {
             Range::Week => 3_600,
             Range::Month => 6 * 3_600,
         })
+    }
+}
+
+/// What `/console/api/preview` answers: a bucket's limits tried on its
+/// recorded usage (`crate::preview`), and the command that applies them.
+#[derive(Debug, Serialize)]
+pub struct PreviewView {
+    pub tenant_id: String,
+    pub bucket: String,
+    pub since_unix: f64,
+    pub until_unix: f64,
+    pub max_wait_seconds: f64,
+    pub current_limits: Limits,
+    pub proposed_limits: Limits,
+    pub current: ImpactView,
+    pub proposed: ImpactView,
+    /// What an operator runs to apply the proposed limits.
+    pub command: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ImpactView {
+    pub demand: f64,
+    pub throttled: f64,
+    pub delayed: f64,
+    pub longest_wait_seconds: f64,
+    pub busiest_hour_unix: Option<f64>,
+    pub busiest_hour_demand: f64,
+    pub busiest_hour_throttled: f64,
+    pub recorded_throttled_seconds: f64,
+}
+
+impl ImpactView {
+    fn of(i: &tollgate_core::impact::Impact) -> Self {
+        ImpactView {
+            demand: i.demand,
+            throttled: i.throttled,
+            delayed: i.delayed,
+            longest_wait_seconds: i.longest_wait_seconds,
+            busiest_hour_unix: i.busiest_hour.map(|h| unix_seconds(h.start)),
+            busiest_hour_demand: i.busiest_hour.map_or(0.0, |h| h.demand),
+            busiest_hour_throttled: i.busiest_hour.map_or(0.0, |h| h.throttled),
+            recorded_throttled_seconds: i.recorded_throttled_seconds,
+        }
+    }
+}
+
+impl PreviewView {
+    pub fn of(p: &crate::preview::BucketPreview, span: crate::preview::Span) -> Self {
+        let bucket = p.key.bucket.as_str();
+        let bucket_flag = if bucket.is_empty() {
+            String::new()
+        } else {
+            format!(" --bucket {bucket}")
+        };
+        PreviewView {
+            tenant_id: p.key.tenant.as_str().to_owned(),
+            bucket: bucket.to_owned(),
+            since_unix: unix_seconds(span.since),
+            until_unix: unix_seconds(span.until),
+            max_wait_seconds: span.max_wait.as_secs_f64(),
+            current_limits: p.current_limits,
+            proposed_limits: p.proposed_limits,
+            current: ImpactView::of(&p.current),
+            proposed: ImpactView::of(&p.proposed),
+            command: format!(
+                "tollgate tenant set-limits --tenant {}{bucket_flag} --refill-rate {} --burst-limit {}",
+                p.key.tenant.as_str(),
+                tollgate_core::validate::number(p.proposed_limits.refill_rate),
+                tollgate_core::validate::number(p.proposed_limits.burst_limit),
+            ),
+        }
     }
 }
 

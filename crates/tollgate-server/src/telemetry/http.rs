@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use super::Telemetry;
 use super::console::{Range, tenant_page};
 use crate::service::AdminAuth;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// The console page: one static file, its script inline.
 const CONSOLE_PAGE: &str = include_str!("console.html");
@@ -49,6 +49,7 @@ pub async fn serve_http(
         .route("/console", get(|| async { Html(CONSOLE_PAGE) }))
         .route("/console/api/buckets", get(console_buckets))
         .route("/console/api/tenant", get(console_tenant))
+        .route("/console/api/preview", get(console_preview))
         .with_state(AppState {
             telemetry,
             store,
@@ -153,6 +154,92 @@ async fn console_tenant(
             .into_response(),
         Err(e) => store_unavailable(&e),
     }
+}
+
+/// The query of `/console/api/preview`.
+#[derive(Debug, serde::Deserialize)]
+struct PreviewQuery {
+    tenant: Option<String>,
+    bucket: Option<String>,
+    refill_rate: Option<String>,
+    burst_limit: Option<String>,
+    lookback: Option<String>,
+}
+
+/// A bucket's limits previewed against its recorded usage, as
+/// `tollgate tenant set-limits --preview` shows them:
+/// `?tenant=ID&bucket=B&refill_rate=R&burst_limit=L&lookback=1h|24h|7d|14d`
+/// (24h if left out). Changes nothing; the answer carries the command
+/// that would. A bad parameter is 400 naming it; an unknown bucket, 404.
+async fn console_preview(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::Query(query): axum::extract::Query<PreviewQuery>,
+) -> Response {
+    if let Some(refused) = refuse_reader(&state, &headers) {
+        return refused;
+    }
+    let bad = |e: tollgate_core::InvalidInput| {
+        (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
+    };
+    let number = |field: &str, text: &Option<String>| {
+        text.as_deref()
+            .unwrap_or("")
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| tollgate_core::InvalidInput::new(field, "must be a number"))
+    };
+    let parsed = (|| {
+        let key = tollgate_core::BucketKey::new(
+            tollgate_core::TenantId::parse("tenant", query.tenant.as_deref().unwrap_or(""))?,
+            tollgate_core::BucketName::parse("bucket", query.bucket.as_deref().unwrap_or(""))?,
+        );
+        let limits = tollgate_core::Limits {
+            refill_rate: number("refill_rate", &query.refill_rate)?,
+            burst_limit: number("burst_limit", &query.burst_limit)?,
+        };
+        limits.validate()?;
+        let lookback = preview_lookback(query.lookback.as_deref().unwrap_or("24h"))?;
+        Ok((key, limits, lookback))
+    })();
+    let (key, limits, lookback) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => return bad(e),
+    };
+    let until = tollgate_core::Timestamp::from_system_time(std::time::SystemTime::now());
+    let span = crate::preview::Span {
+        since: until.saturating_sub(lookback),
+        until,
+        max_wait: crate::preview::DEFAULT_MAX_WAIT,
+    };
+    match crate::preview::bucket(state.store.as_ref(), &key, limits, span).await {
+        Ok(preview) => (
+            [(header::CACHE_CONTROL, "no-store")],
+            axum::Json(super::console::PreviewView::of(&preview, span)),
+        )
+            .into_response(),
+        Err(e @ (StoreError::TenantNotFound(_) | StoreError::BucketNotFound(_))) => {
+            (StatusCode::NOT_FOUND, format!("{e}\n")).into_response()
+        }
+        Err(e) => store_unavailable(&e),
+    }
+}
+
+/// The look-backs the console offers.
+fn preview_lookback(text: &str) -> Result<std::time::Duration, tollgate_core::InvalidInput> {
+    let hours = match text {
+        "1h" => 1,
+        "24h" => 24,
+        "7d" => 7 * 24,
+        "14d" => 14 * 24,
+        _ => {
+            return Err(tollgate_core::InvalidInput::new(
+                "lookback",
+                "one of 1h, 24h, 7d, 14d",
+            ));
+        }
+    };
+    Ok(std::time::Duration::from_secs(hours * 3_600))
 }
 
 async fn console_buckets(State(state): State<AppState>, headers: HeaderMap) -> Response {
