@@ -428,6 +428,32 @@ pub struct BucketRow {
     /// bucket of the same name ([`crate::organisation`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draw: Option<Box<Draw>>,
+    /// False: shadow mode. Every request is decided as if enforced (the
+    /// bucket's state is the enforced one, so switching back keeps it),
+    /// but the pod is granted what it asked for at once, and
+    /// [`ShadowTotals`] count what enforcing would have held back.
+    #[serde(
+        default = "crate::budget::enforced",
+        skip_serializing_if = "crate::budget::is_enforced"
+    )]
+    pub enforce: bool,
+    #[serde(flatten)]
+    pub shadow: ShadowTotals,
+}
+
+/// What a bucket in shadow mode let through that enforcing would not
+/// have, since it was created; only ever grows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShadowTotals {
+    /// Tokens the pods were granted at once that enforcing would not have
+    /// given them at once: what a request asked beyond an at-once grant,
+    /// or all it asked where enforcing would have trickled.
+    #[serde(default, rename = "shadow_throttled_tokens")]
+    pub throttled_tokens: f64,
+    /// The trickles enforcing would have put the pods on, summed, in
+    /// microseconds (pod time it would have throttled).
+    #[serde(default, rename = "shadow_throttled_micros")]
+    pub throttled_micros: u64,
 }
 
 impl BucketRow {
@@ -439,6 +465,8 @@ impl BucketRow {
             totals: Totals::default(),
             budget: None,
             draw: None,
+            enforce: true,
+            shadow: ShadowTotals::default(),
         }
     }
 
@@ -1207,6 +1235,30 @@ pub fn request(
     serve(rows, req, Requester::Pod, now, config)
 }
 
+/// Shadow mode: `grant`, decided as if enforced (the bucket's state is
+/// left as that decision leaves it), becomes what the pod asked for, at
+/// once (at most the budget's `cap`: a budget enforces on its own terms),
+/// and what enforcing would have held back is counted. The totals count
+/// what the pod was granted.
+fn shadow(head: &mut BucketRow, grant: &mut Grant, req: &TokenBucketRequest, cap: f64) {
+    let at_once = if grant.trickle_duration.is_zero() {
+        grant.granted_tokens
+    } else {
+        0.0
+    };
+    let asked = req.requested_tokens.min(cap.max(0.0));
+    head.shadow.throttled_tokens += (asked - at_once).max(0.0);
+    head.shadow.throttled_micros = head
+        .shadow
+        .throttled_micros
+        .saturating_add(u64::try_from(grant.trickle_duration.as_micros()).unwrap_or(u64::MAX))
+        .min(crate::validate::MAX_TOTAL);
+    head.totals.granted_tokens += asked - grant.granted_tokens;
+    grant.granted_tokens = asked;
+    grant.trickle_duration = Duration::ZERO;
+    grant.max_burst_tokens = 0.0;
+}
+
 /// Who asks a bucket for tokens.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Requester {
@@ -1396,6 +1448,9 @@ fn serve(
             next.head.state.committed_tokens += commitment;
             next.head.state.committed_rate += instance.committed_rate;
         }
+    }
+    if !next.head.enforce && requester == Requester::Pod {
+        shadow(&mut next.head, &mut grant, req, cap);
     }
     if let Some(b) = next.head.budget.as_mut() {
         let granted = b.record(

@@ -142,8 +142,9 @@ pub struct BucketDefinition {
     /// bucket): `budget::quota`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<Quota>,
-    /// False: shadow mode (`key_bucket`): decided and counted as if
-    /// enforced, but refusing nothing. Per-key buckets only, so far.
+    /// False: shadow mode: decided and counted as if enforced, but
+    /// refusing nothing (per key: `key_bucket`; shared: the head row's
+    /// `enforce`, `global_bucket`).
     #[serde(
         default = "crate::budget::enforced",
         skip_serializing_if = "crate::budget::is_enforced"
@@ -158,13 +159,6 @@ impl BucketDefinition {
         self.limits.validate().map_err(|e| e.within(field))?;
         if let Some(quota) = &self.quota {
             quota.validate().map_err(|e| e.within(field))?;
-        }
-        if !self.enforce && self.kind != BucketKind::PerKey {
-            return Err(InvalidInput::new(
-                "enforce",
-                "can be false (shadow mode) only on a per-key bucket so far: a shared bucket is always enforced",
-            )
-            .within(field));
         }
         if let Some(initial) = self.initial_tokens {
             if self.kind == BucketKind::PerKey {
@@ -901,7 +895,8 @@ pub fn change_tenant(
                 }
             }
             None => {
-                let row = BucketRow::new(definition.limits, definition.initial(), true, now);
+                let mut row = BucketRow::new(definition.limits, definition.initial(), true, now);
+                row.enforce = definition.enforce;
                 edit.created.insert(name.clone(), row);
             }
         }
@@ -1095,9 +1090,18 @@ pub fn may_delete_tier(
 
 fn redefined(row: &BucketRow, definition: &BucketDefinition, now: Timestamp) -> Option<BucketRow> {
     if row.state.configured && row.own_limits() == definition.limits {
-        return None;
+        if row.enforce == definition.enforce {
+            return None;
+        }
+        // Into or out of shadow mode: the state is the enforced one either
+        // way, and is kept.
+        let mut row = row.clone();
+        row.enforce = definition.enforce;
+        row.state.updated_at = now;
+        return Some(row);
     }
     let mut row = row.clone();
+    row.enforce = definition.enforce;
     row.state
         .refill(now, crate::validate::DEFAULT_TARGET_REQUEST_PERIOD);
     row.set_own_limits(definition.limits);

@@ -657,9 +657,7 @@ fn series(text: &str, family: &str, labels: &[&str]) -> f64 {
 /// the answers past the burst are marked `shadow_refused`, the keys are
 /// left as enforcing leaves them, `/metrics` counts exactly what would
 /// have been refused, and so does the console; set back to enforcing,
-/// the next check is refused where enforcing left the key. A shared
-/// bucket cannot be put in shadow mode (yet): INVALID_ARGUMENT naming
-/// the field.
+/// the next check is refused where enforcing left the key.
 async fn shadow_buckets_refuse_nothing_and_count_what_they_would_have(backend: Backend) {
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -670,13 +668,6 @@ async fn shadow_buckets_refuse_nothing_and_count_what_they_would_have(backend: B
     let server = start(backend).await;
     let channel = server.channel().await;
     let mut admin = AdminClient::new(channel.clone());
-    let mut shared = shadow_tier(Some(false));
-    if let Some(tier) = shared.tier.as_mut() {
-        tier.buckets[0].kind = v1::BucketKind::Shared.into();
-    }
-    let refused = admin.put_tier(shared).await.expect_err("refused");
-    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
-    assert!(refused.message().contains("enforce"), "{refused:?}");
     admin
         .put_tier(shadow_tier(Some(false)))
         .await

@@ -674,6 +674,12 @@ struct TenantJson {
     granted_tokens: f64,
     /// Time the pods spent throttled, summed over them.
     throttled_seconds: f64,
+    /// Shadow mode: decided as if enforced, granting what pods ask.
+    shadow: bool,
+    /// What enforcing would have held back (shadow mode): tokens not
+    /// given at once, and pod time on trickles.
+    shadow_throttled_tokens: f64,
+    shadow_throttled_seconds: f64,
     live_instances: u32,
     consumption: v1::Consumption,
     created_at: Option<String>,
@@ -717,6 +723,9 @@ fn tenant_json(t: &v1::Tenant, with_instances: bool) -> TenantJson {
         share_sum: t.share_sum,
         granted_tokens: t.granted_tokens,
         throttled_seconds: t.throttled_micros as f64 / 1e6,
+        shadow: t.shadow,
+        shadow_throttled_tokens: t.shadow_throttled_tokens,
+        shadow_throttled_seconds: t.shadow_throttled_micros as f64 / 1e6,
         live_instances: t.live_instances,
         consumption: t.consumption.unwrap_or_default(),
         created_at: rfc3339(t.created_at),
@@ -820,6 +829,26 @@ fn tenant_text(view: &TenantJson) -> String {
         field("live instances", view.live_instances.to_string()),
     ])
     .to_string();
+    if view.shadow || view.shadow_throttled_tokens > 0.0 || view.shadow_throttled_seconds > 0.0 {
+        let mode = if view.shadow {
+            "shadow (grants what pods ask; decided as if enforced)"
+        } else {
+            "enforced (was in shadow mode)"
+        };
+        text = format!(
+            "{text}\n{}",
+            Table::new([
+                field("mode", mode.to_owned()),
+                field(
+                    "would have throttled",
+                    format!(
+                        "{:.1} tokens, {:.1} pod-seconds",
+                        view.shadow_throttled_tokens, view.shadow_throttled_seconds
+                    ),
+                ),
+            ])
+        );
+    }
     if let Some(state) = &view.state {
         text = format!("{}\n{text}", Table::new([field("state", state.text())]));
     }

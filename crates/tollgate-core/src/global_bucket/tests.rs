@@ -1678,3 +1678,48 @@ fn the_time_pods_spend_on_trickles_is_counted_when_they_ask_again() {
     serve(&mut rows, &req(2, 3, 0.0, 1.0), 200.0);
     assert_eq!(rows.head.totals.throttled_micros, expected);
 }
+
+proptest! {
+    /// A bucket in shadow mode decides every request as the same bucket
+    /// enforcing would (its state stays the enforced one), grants what was
+    /// asked at once, and counts exactly what enforcing held back; switched
+    /// to enforcing, it answers as the enforcing bucket does.
+    #[test]
+    fn shadow_mode_decides_as_enforcing_and_counts_what_it_held_back(
+        steps in proptest::collection::vec((1u32..4, 0.0f64..400.0, 0.0f64..3.0, 0.0f64..30.0), 1..40),
+        refill_rate in 1.0f64..100.0,
+        burst_limit in 0.0f64..500.0,
+    ) {
+        let mut enforcing = bucket(refill_rate, burst_limit, burst_limit);
+        let mut shadow = bucket(refill_rate, burst_limit, burst_limit);
+        shadow.head.enforce = false;
+        let mut now = 0.0;
+        let mut seqs = BTreeMap::new();
+        let (mut held_back, mut trickled, mut asked) = (0.0, 0u64, 0.0);
+        for (id, requested, gap, held) in steps {
+            now += gap;
+            let seq = seqs.entry(id).and_modify(|s| *s += 1).or_insert(1u64);
+            let mut r = req(id, *seq, requested, 1.0);
+            r.held_tokens = held;
+            let enforced = serve(&mut enforcing, &r, now);
+            let granted = serve(&mut shadow, &r, now);
+            prop_assert_eq!(granted.granted_tokens, requested);
+            prop_assert!(granted.trickle_duration.is_zero());
+            let at_once = if enforced.trickle_duration.is_zero() { enforced.granted_tokens } else { 0.0 };
+            held_back += (requested - at_once).max(0.0);
+            trickled += u64::try_from(enforced.trickle_duration.as_micros()).expect("micros");
+            asked += requested;
+            prop_assert_eq!(&shadow.head.state, &enforcing.head.state);
+            prop_assert_eq!(&shadow.head.members, &enforcing.head.members);
+        }
+        prop_assert!((shadow.head.shadow.throttled_tokens - held_back).abs() <= 1e-6 * held_back.max(1.0));
+        prop_assert_eq!(shadow.head.shadow.throttled_micros, trickled);
+        prop_assert!((shadow.head.totals.granted_tokens - asked).abs() <= 1e-6 * asked.max(1.0));
+        prop_assert_eq!(enforcing.head.shadow, ShadowTotals::default());
+        // Enforcing again: the same answer as the bucket that always did.
+        shadow.head.enforce = true;
+        now += 1.0;
+        let r = req(1, 1_000, 250.0, 1.0);
+        prop_assert_eq!(serve(&mut shadow, &r, now), serve(&mut enforcing, &r, now));
+    }
+}

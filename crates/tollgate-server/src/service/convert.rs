@@ -351,6 +351,9 @@ pub fn bucket_to_proto(snapshot: &BucketSnapshot) -> v1::Tenant {
         granted_tokens: totals.granted_tokens,
         state: None,
         throttled_micros: totals.throttled_micros,
+        shadow: !snapshot.head.enforce,
+        shadow_throttled_tokens: snapshot.head.shadow.throttled_tokens,
+        shadow_throttled_micros: snapshot.head.shadow.throttled_micros,
     }
 }
 

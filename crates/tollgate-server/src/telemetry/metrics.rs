@@ -46,6 +46,7 @@ use prometheus::{
 };
 use tollgate_core::budget::BudgetView;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
+use tollgate_core::global_bucket::ShadowTotals;
 use tollgate_core::organisation::{Draw, MemberRates};
 use tollgate_core::rate_window::{Outcome, WindowRates};
 use tollgate_core::{BucketKey, Grant};
@@ -750,6 +751,21 @@ const BUCKET_METRICS: [(&str, &str, MetricType, BucketValue); 14] = [
     ),
 ];
 
+/// The metrics of shared buckets in shadow mode (`enforce = false`), or
+/// that were: name, help, value.
+const SHADOW_METRICS: [(&str, &str, fn(&ShadowTotals) -> f64); 2] = [
+    (
+        "tollgate_tenant_shadow_throttled_tokens_total",
+        "Tokens the bucket's pods were granted at once in shadow mode that enforcing would not have given them at once.",
+        |s| s.throttled_tokens,
+    ),
+    (
+        "tollgate_tenant_shadow_throttled_seconds_total",
+        "Seconds of trickles enforcing would have put the bucket's pods on in shadow mode, summed over the pods.",
+        |s| s.throttled_micros as f64 / 1e6,
+    ),
+];
+
 type BudgetValue = fn(&BudgetView) -> f64;
 
 /// The per-budget metrics (gauges of the current cycle, as of the read):
@@ -855,6 +871,29 @@ fn bucket_families(buckets: &[BucketSnapshot]) -> Vec<MetricFamily> {
                         ("tenant_id", b.key.tenant.as_str()),
                     ];
                     sample(&labels, MetricType::GAUGE, value(view))
+                })
+                .collect(),
+        ));
+    }
+    // Each shared bucket in shadow mode, or that was: what enforcing
+    // would have held back.
+    let shadowed: Vec<&BucketSnapshot> = buckets
+        .iter()
+        .filter(|b| !b.head.enforce || b.head.shadow != ShadowTotals::default())
+        .collect();
+    for (name, help, value) in SHADOW_METRICS {
+        families.push(family(
+            name,
+            help,
+            MetricType::COUNTER,
+            shadowed
+                .iter()
+                .map(|b| {
+                    let labels = [
+                        ("bucket", b.key.bucket.as_str()),
+                        ("tenant_id", b.key.tenant.as_str()),
+                    ];
+                    sample(&labels, MetricType::COUNTER, value(&b.head.shadow))
                 })
                 .collect(),
         ));

@@ -36,8 +36,8 @@ pub struct BucketLimits {
     pub kind: BucketKind,
     /// A calendar quota on top of the rate (per key for a per-key bucket).
     pub quota: Option<Quota>,
-    /// False: shadow mode (a per-key bucket decided and counted as if
-    /// enforced, refusing nothing).
+    /// False: shadow mode (decided and counted as if enforced, refusing
+    /// and throttling nothing).
     pub enforce: bool,
 }
 

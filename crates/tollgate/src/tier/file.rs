@@ -94,8 +94,8 @@ struct BucketToml {
     budget: Option<Spanned<BudgetToml>>,
     /// The bucket's calendar quota, if any (per key for a per-key bucket).
     quota: Option<Spanned<QuotaToml>>,
-    /// `false`: shadow mode (a per-key bucket decided and counted as if
-    /// enforced, refusing nothing). Enforced if left out.
+    /// `false`: shadow mode (decided and counted as if enforced, refusing
+    /// and throttling nothing). Enforced if left out.
     enforce: Option<bool>,
 }
 

@@ -460,6 +460,9 @@ head_columns! {
     guarantee_sum: FLOAT8 = members.guarantee_sum,
     drawn: TEXT = state.drawn,
     draw: DRAW = draw,
+    enforce: BOOL = enforce,
+    shadow_throttled_tokens: FLOAT8 = shadow.throttled_tokens,
+    shadow_throttled_micros: BIGINT = shadow.throttled_micros,
 }
 
 /// How many parameters the head-row statements take.
@@ -646,7 +649,7 @@ mod tests {
 
     use tollgate_core::Consumption;
     use tollgate_core::budget::BucketBudget;
-    use tollgate_core::global_bucket::{BucketState, Membership, Totals};
+    use tollgate_core::global_bucket::{BucketState, Membership, ShadowTotals, Totals};
     use tollgate_core::organisation::{Draw, Drawn};
     use tollgate_testdb::TestDatabase;
 
@@ -755,6 +758,11 @@ mod tests {
                 last_granted: x + 14.5,
                 wants: x + 15.5,
             })),
+            enforce: n % 2 == 0,
+            shadow: ShadowTotals {
+                throttled_tokens: x + 19.5,
+                throttled_micros: count(13),
+            },
         }
     }
 
