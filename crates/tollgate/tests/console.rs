@@ -368,6 +368,105 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
     server.stop();
 }
 
+#[test]
+fn a_shared_bucket_in_shadow_mode_shows_what_it_would_throttle_in_a_browser() {
+    let Some(chromium) = support::external_tool(
+        "TOLLGATE_CHROMIUM",
+        &["chromium", "chromium-browser", "google-chrome"],
+        "TOLLGATE_REQUIRE_CHROMIUM",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let metrics = free_port();
+    let server = Server::start_with(
+        &dir.path().join("tollgate.redb"),
+        &["--metrics-listen", &format!("127.0.0.1:{metrics}")],
+    );
+    let tiers = dir.path().join("tiers.toml");
+    std::fs::write(
+        &tiers,
+        "[tiers.trial.buckets.api]\nrefill_rate = 1\nburst_limit = 10\nenforce = false\n",
+    )
+    .expect("write tiers");
+    server.ok(&["tier", "apply", "-f", tiers.to_str().expect("utf-8")]);
+    server.ok(&["tenant", "create", "--tenant", "initech", "--tier", "trial"]);
+    // Two pods asking for ten times the burst: granted, at once.
+    for instance in ["1", "2"] {
+        for tokens in ["0", "100"] {
+            let out = server.json(&[
+                "pod", "request", "--tenant", "initech", "--bucket", "api", "--instance",
+                instance, "--tokens", tokens, "--json",
+            ]);
+            assert_eq!(out["granted_tokens"].as_f64(), tokens.parse().ok(), "{out}");
+            assert_eq!(out["trickle_duration_seconds"].as_f64(), Some(0.0), "{out}");
+        }
+    }
+    let shown = server.json(&["tenant", "show", "--tenant", "initech", "--bucket", "api", "--json"]);
+    assert_eq!(shown["shadow"], true, "{shown}");
+    assert_eq!(shown["throttled_seconds"], 0.0, "{shown}");
+    let held_back = shown["shadow_throttled_tokens"].as_f64().expect("counted");
+    assert!(held_back >= 180.0, "at most 10 of 200 at once: {shown}");
+
+    std::thread::sleep(
+        tollgate_server::telemetry::console::SAMPLE_INTERVAL + Duration::from_millis(300),
+    );
+    let (code, body) = get(metrics, "/console/api/buckets", None);
+    assert_eq!(code, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let bucket = &view["buckets"][0];
+    assert_eq!(bucket["shadow"], true, "{bucket}");
+    assert_eq!(bucket["throttled"], false, "pods are not throttled: {bucket}");
+    assert_eq!(bucket["would_throttle"], true, "enforcing would: {bucket}");
+
+    let profile = dir.path().join("chromium-profile");
+    let overview = format!("http://127.0.0.1:{metrics}/console");
+    let dom = browse(&chromium, &profile, &overview, &["--dump-dom"]);
+    // Its row: marked shadow, not throttled (in debt: the enforced level),
+    // and what enforcing would throttle in the throttled column.
+    let row_class = dom
+        .split("data-tenant=\"initech\"")
+        .next()
+        .and_then(|before| before.rsplit("<tr class=\"").next())
+        .and_then(|class| class.split('"').next())
+        .expect("the row's class");
+    assert!(!row_class.contains("throttled"), "{row_class}");
+    assert!(
+        dom.contains("<td>api <span class=\"shadow\">shadow</span></td>"),
+        "{dom}"
+    );
+    assert!(dom.contains("class=\"shadow-would\""), "{dom}");
+    let page = format!("http://127.0.0.1:{metrics}/console#tenant=initech&range=1h");
+    let dom = browse(&chromium, &profile, &page, &["--dump-dom"]);
+    let would = fact(&dom, "would-throttle");
+    assert_eq!(
+        would,
+        format!(
+            "{} tokens, {} pod-s",
+            format_thousands(held_back),
+            format!("{:.1}", shown["shadow_throttled_seconds"].as_f64().expect("seconds"))
+        ),
+        "{dom}"
+    );
+    let png = screenshot(&chromium, &profile, &page, "shared-shadow", "1300,900");
+    assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
+    server.stop();
+}
+
+/// `x` rounded, with thousands separated by commas, as the console
+/// writes it.
+fn format_thousands(x: f64) -> String {
+    let digits = format!("{:.0}", x);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The text of the cell of `class` in the row of per-key bucket
 /// `tenant`/`bucket`.
 fn key_cell(dom: &str, tenant: &str, bucket: &str, class: &str) -> String {

@@ -81,6 +81,10 @@ struct BucketSample {
     throttled_micros: u64,
     /// Trickle tokens still owed to its pods: some are throttled.
     throttled: bool,
+    /// Shadow mode, and what enforcing would have throttled.
+    shadow: bool,
+    shadow_throttled_micros: u64,
+    would_throttle: bool,
     /// Tokens granted to its pods (or its members' draws) so far.
     granted_tokens: f64,
     /// A member's bucket: its standing with its organisation.
@@ -239,6 +243,13 @@ pub struct BucketView {
     pub throttled_since_at_least: bool,
     /// The bucket's budget in its current cycle; `null` without one.
     pub budget: Option<BudgetColumn>,
+    /// Shadow mode: pods get what they ask; `would_throttle` and
+    /// `would_throttle_pods` say what enforcing would do.
+    pub shadow: bool,
+    pub would_throttle: bool,
+    /// Pods enforcing would have on trickles, on average over
+    /// `rate_window_seconds`; `null` until there are two reads.
+    pub would_throttle_pods: Option<f64>,
 }
 
 /// A bucket's budget as the console shows it: a bar of the spend against
@@ -291,7 +302,18 @@ impl BudgetColumn {
 /// Some of `snapshot`'s pods are throttled at its reading: trickle tokens
 /// are still owed to them.
 fn throttled(snapshot: &BucketSnapshot) -> bool {
+    snapshot.head.enforce && owes_trickles(snapshot)
+}
+
+/// Trickle tokens are still owed to its pods: enforcing, some are
+/// throttled; in shadow mode, enforcing would have them throttled.
+fn owes_trickles(snapshot: &BucketSnapshot) -> bool {
     snapshot.head.state.committed_at(snapshot.read_at) > 0.0
+}
+
+/// In shadow mode, and enforcing would have pods throttled now.
+fn would_throttle(snapshot: &BucketSnapshot) -> bool {
+    !snapshot.head.enforce && owes_trickles(snapshot)
 }
 
 impl Console {
@@ -420,6 +442,9 @@ async fn read(store: &dyn Store, metrics: &Metrics) -> Result<Sample, StoreError
                 request_unit_micros: b.head.totals.consumption.request_unit_micros,
                 throttled_micros: b.head.totals.throttled_micros,
                 throttled: throttled(&b),
+                shadow: !b.head.enforce,
+                shadow_throttled_micros: b.head.shadow.throttled_micros,
+                would_throttle: would_throttle(&b),
                 granted_tokens: b.head.totals.granted_tokens,
                 member: b.head.draw.as_ref().map(|_| {
                     let member = tree.get(&b.key.tenant).and_then(|n| n.member_of.as_ref());
@@ -729,6 +754,12 @@ pub struct TenantBucketView {
     pub throttled_since_unix: Option<f64>,
     pub throttled_since_at_least: bool,
     pub budget: Option<BudgetColumn>,
+    /// Shadow mode, whether enforcing would throttle now, and what it
+    /// would have held back since the bucket was created.
+    pub shadow: bool,
+    pub would_throttle: bool,
+    pub shadow_throttled_tokens: f64,
+    pub shadow_throttled_seconds: f64,
     /// Its live pods, by instance id.
     pub pods: Vec<PodView>,
     /// One a step, oldest first, every step of the span present.
@@ -741,7 +772,7 @@ pub struct PodView {
     pub heard_seconds_ago: f64,
     pub shares: f64,
     /// The end of the trickle it is on (throttled until then); `null`
-    /// if on none.
+    /// if on none, or in shadow mode (it got all it asked at once).
     pub throttled_until_unix: Option<f64>,
 }
 
@@ -826,6 +857,10 @@ pub async fn tenant_page(
             throttled_since_unix: found.map(|f| unix_seconds(f.since)),
             throttled_since_at_least: found.is_some_and(|f| f.whole_span),
             budget: BudgetColumn::of(b),
+            shadow: !b.head.enforce,
+            would_throttle: would_throttle(b),
+            shadow_throttled_tokens: b.head.shadow.throttled_tokens,
+            shadow_throttled_seconds: b.head.shadow.throttled_micros as f64 / 1e6,
             pods: b
                 .instances
                 .iter()
@@ -834,7 +869,9 @@ pub async fn tenant_page(
                     instance_id: i.instance_id,
                     heard_seconds_ago: b.silent_for(i).as_secs_f64(),
                     shares: i.shares,
-                    throttled_until_unix: (i.committed_rate > 0.0 && i.committed_until > b.read_at)
+                    throttled_until_unix: (b.head.enforce
+                        && i.committed_rate > 0.0
+                        && i.committed_until > b.read_at)
                         .then(|| unix_seconds(i.committed_until)),
                 })
                 .collect(),
@@ -926,6 +963,12 @@ fn view_of(
                 throttled_since_unix: since_unix,
                 throttled_since_at_least: at_least,
                 budget: now.budget.clone(),
+                shadow: now.shadow,
+                would_throttle: now.would_throttle,
+                would_throttle_pods: before.map(|(b, seconds)| {
+                    per_second(b.shadow_throttled_micros, now.shadow_throttled_micros, seconds)
+                        / 1e6
+                }),
             }
         })
         .collect::<Vec<_>>();
