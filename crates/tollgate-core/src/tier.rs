@@ -189,11 +189,37 @@ pub struct Tier {
     /// (the request-unit bucket's under the empty name).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub budgets: BTreeMap<BucketName, Budget>,
+    /// False: the whole tier in shadow mode: each of its buckets and
+    /// budgets acts as if it said `enforce = false` ([`Tier::in_force`]).
+    /// A tenant's own overrides and budgets keep their own.
+    #[serde(
+        default = "crate::budget::enforced",
+        skip_serializing_if = "crate::budget::is_enforced"
+    )]
+    pub enforce: bool,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }
 
 impl Tier {
+    /// The tier's definition of a bucket as it applies: in shadow mode
+    /// if the definition or the whole tier is.
+    pub fn in_force(&self, definition: &BucketDefinition) -> BucketDefinition {
+        BucketDefinition {
+            enforce: definition.enforce && self.enforce,
+            ..definition.clone()
+        }
+    }
+
+    /// The tier's budget as it applies: in shadow mode if the budget or
+    /// the whole tier is.
+    pub fn budget_in_force(&self, budget: &Budget) -> Budget {
+        Budget {
+            enforce: budget.enforce && self.enforce,
+            ..budget.clone()
+        }
+    }
+
     /// A tier from definitions as a request lists them, checked: bucket
     /// names valid, not empty and each named once, at most
     /// [`MAX_TIER_BUCKETS`], numbers in range. `field` names the list. It
@@ -207,6 +233,7 @@ impl Tier {
             buckets: named_set(field, definitions)?,
             tables: TableLimitSet::new(),
             budgets: BTreeMap::new(),
+            enforce: true,
             created_at: now,
             updated_at: now,
         })
@@ -707,7 +734,14 @@ pub fn definitions(
     tier: Option<&Tier>,
     overrides: &BTreeMap<BucketName, BucketDefinition>,
 ) -> BTreeMap<BucketName, BucketDefinition> {
-    let mut all = tier.map(|t| t.buckets.clone()).unwrap_or_default();
+    let mut all: BTreeMap<BucketName, BucketDefinition> = tier
+        .map(|t| {
+            t.buckets
+                .iter()
+                .map(|(name, d)| (name.clone(), t.in_force(d)))
+                .collect()
+        })
+        .unwrap_or_default();
     all.extend(overrides.iter().map(|(name, d)| (name.clone(), d.clone())));
     all
 }
@@ -932,9 +966,19 @@ pub fn wanted_budgets(tier: Option<&Tier>, record: &TenantRecord) -> BTreeMap<Bu
     let mut wanted: BTreeMap<BucketName, Budget> = definitions(tier, &record.overrides)
         .into_iter()
         .filter(|(_, d)| d.kind == BucketKind::Shared)
-        .filter_map(|(name, d)| Some((name, d.quota?.as_budget())))
+        .filter_map(|(name, d)| {
+            let mut budget = d.quota?.as_budget();
+            budget.enforce = d.enforce;
+            Some((name, budget))
+        })
         .collect();
-    wanted.extend(tier.map(|t| t.budgets.clone()).unwrap_or_default());
+    if let Some(tier) = tier {
+        wanted.extend(
+            tier.budgets
+                .iter()
+                .map(|(name, b)| (name.clone(), tier.budget_in_force(b))),
+        );
+    }
     wanted.extend(record.budgets.clone());
     wanted
 }

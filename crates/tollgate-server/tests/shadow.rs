@@ -6,7 +6,8 @@
 //! `shadow_throttled_micros`, and `/metrics`) is exactly what the enforcing
 //! tenant's answers held back; its billed grants are what its pods got.
 //! Switched to enforcing, it answers as the other tenant does: the state
-//! was kept.
+//! was kept. A whole tier in shadow mode enforces none of its shared,
+//! per-key and budget limits, and all three once enforced again.
 
 mod support;
 
@@ -37,9 +38,13 @@ fn tier(name: &str, enforce: bool) -> v1::PutTierRequest {
 }
 
 fn ask(tenant: &str, seq: u64, tokens: f64) -> v1::TokenBucketRequest {
+    ask_bucket(tenant, "api", seq, tokens)
+}
+
+fn ask_bucket(tenant: &str, bucket: &str, seq: u64, tokens: f64) -> v1::TokenBucketRequest {
     v1::TokenBucketRequest {
         tenant_id: tenant.into(),
-        bucket: "api".into(),
+        bucket: bucket.into(),
         instance_id: 1,
         instance_lease: b"lease".to_vec(),
         seq,
@@ -200,6 +205,139 @@ async fn shadow_buckets_grant_what_is_asked_and_count_what_enforcing_held_back(
     drop(backing);
 }
 
+/// A tier as a whole in shadow mode (`Tier.enforce` false): its shared
+/// bucket grants what pods ask, its per-key bucket refuses no check and
+/// marks the short ones, its budget stops nothing; enforced again, all
+/// three enforce.
+async fn a_whole_tier_in_shadow_mode_enforces_none_of_its_limits(backend: Backend) {
+    use tollgate_proto::v1::key_limits_client::KeyLimitsClient;
+
+    let backing = Backing::new(backend).await;
+    let store = backing.open(BucketSettings::default()).await;
+    let server = TestServer::start(Arc::clone(&store)).await;
+    let mut admin = server.admin().await;
+    let mut pods = server.pods().await;
+    let mut checks = KeyLimitsClient::new(server.channel().await);
+    let trial = |enforce: bool| v1::PutTierRequest {
+        tier: Some(v1::Tier {
+            name: "trial".into(),
+            buckets: vec![
+                v1::BucketDefinition {
+                    bucket: "api".into(),
+                    refill_rate: 0.001,
+                    burst_limit: 10.0,
+                    ..v1::BucketDefinition::default()
+                },
+                v1::BucketDefinition {
+                    bucket: "per-user".into(),
+                    refill_rate: 0.001,
+                    burst_limit: 2.0,
+                    kind: v1::BucketKind::PerKey.into(),
+                    ..v1::BucketDefinition::default()
+                },
+            ],
+            budgets: vec![v1::Budget {
+                bucket: "api".into(),
+                amount: 1_000.0,
+                cycle: Some(v1::BudgetCycle {
+                    period: v1::BudgetPeriod::Daily.into(),
+                    ..v1::BudgetCycle::default()
+                }),
+                at_limit: v1::BudgetAtLimit::Stop.into(),
+                ..v1::Budget::default()
+            }],
+            enforce: tollgate_proto::enforce_to_wire(enforce),
+            ..v1::Tier::default()
+        }),
+        dry_run: false,
+    };
+    admin.put_tier(trial(false)).await.expect("a shadow tier");
+    let shown = admin
+        .get_tier(v1::GetTierRequest {
+            name: "trial".into(),
+        })
+        .await
+        .expect("get tier")
+        .into_inner()
+        .tier
+        .expect("tier");
+    assert_eq!(shown.enforce, Some(false));
+    admin
+        .create_tenant(v1::CreateTenantRequest {
+            tenant_id: "acme".into(),
+            tier: "trial".into(),
+        })
+        .await
+        .expect("create");
+
+    // The shared bucket: 1 500 asked against a burst of 10 and a budget
+    // stopping at 1 000: all of it, at once.
+    let answer = pods
+        .token_bucket(ask_bucket("acme", "api", 1, 1_500.0))
+        .await
+        .expect("ask")
+        .into_inner();
+    assert_eq!(answer.granted_tokens, 1_500.0);
+    assert_eq!(secs(answer.trickle_duration), 0.0);
+    let budget = admin
+        .get_budget(v1::GetBudgetRequest {
+            tenant_id: "acme".into(),
+            bucket: "api".into(),
+        })
+        .await
+        .expect("budget")
+        .into_inner()
+        .status
+        .expect("status");
+    assert_eq!(budget.budget.as_ref().and_then(|b| b.enforce), Some(false));
+    assert!(
+        budget.shadow_excess.is_some_and(|e| (e - 500.0).abs() < 1e-6),
+        "{budget:?}"
+    );
+    // The per-key bucket: 4 checks of a 2-token key, none refused.
+    let check = |key: &str| v1::CheckRequest {
+        items: vec![v1::CheckItem {
+            tenant_id: "acme".into(),
+            bucket: "per-user".into(),
+            key: key.into(),
+            tokens: 1.0,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut shadow_refused = 0;
+    for _ in 0..4 {
+        let answer = checks.check(check("ada")).await.expect("check").into_inner();
+        assert!(answer.allowed);
+        shadow_refused += usize::from(answer.answers[0].shadow_refused);
+    }
+    assert_eq!(shadow_refused, 2);
+
+    // Enforced again: each of the three enforces where shadow mode left it.
+    admin.put_tier(trial(true)).await.expect("enforce");
+    let tenant = admin
+        .get_tenant(v1::GetTenantRequest {
+            tenant_id: "acme".into(),
+            bucket: "api".into(),
+        })
+        .await
+        .expect("get")
+        .into_inner()
+        .tenant
+        .expect("tenant");
+    assert!(!tenant.shadow);
+    let answer = pods
+        .token_bucket(ask_bucket("acme", "api", 2, 100.0))
+        .await
+        .expect("ask")
+        .into_inner();
+    assert_eq!(answer.granted_tokens, 0.0, "the budget stops it: {answer:?}");
+    let answer = checks.check(check("ada")).await.expect("check").into_inner();
+    assert!(!answer.allowed, "the key is spent: {answer:?}");
+    server.stop().await;
+    drop(backing);
+}
+
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
         $(
@@ -218,4 +356,7 @@ macro_rules! on_both_stores {
     };
 }
 
-on_both_stores!(shadow_buckets_grant_what_is_asked_and_count_what_enforcing_held_back);
+on_both_stores!(
+    shadow_buckets_grant_what_is_asked_and_count_what_enforcing_held_back,
+    a_whole_tier_in_shadow_mode_enforces_none_of_its_limits,
+);

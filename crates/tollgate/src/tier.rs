@@ -314,6 +314,7 @@ async fn put(
         buckets,
         tables: before.tables.clone(),
         budgets,
+        shadow: before.shadow,
     };
     let request = |dry_run| {
         a.actor.request(v1::PutTierRequest {
@@ -514,6 +515,8 @@ struct TierJson {
     /// Budgets of the tenants on the tier, by bucket (empty: request
     /// units), as the server checked them.
     budgets: Vec<AddedBudget>,
+    /// The whole tier in shadow mode (`enforce = false`).
+    shadow: bool,
     created_at: Option<String>,
     updated_at: Option<String>,
 }
@@ -669,6 +672,7 @@ fn tier_json(t: &v1::Tier) -> TierJson {
             .filter_map(|(i, b)| budget_at(&format!("budgets[{i}]"), b).ok())
             .map(|(bucket, budget)| AddedBudget { bucket, budget })
             .collect(),
+        shadow: !tollgate_proto::enforce_from_wire(t.enforce),
         created_at: rfc3339(t.created_at),
         updated_at: rfc3339(t.updated_at),
     }
@@ -700,8 +704,14 @@ fn tables_header<'a>(first: &[&'a str]) -> Vec<&'a str> {
 /// A tier as a key-value table, then its buckets as a table, then its
 /// tables' per-partition limits, if it has any.
 fn tier_text(view: &TierJson) -> String {
+    let mode = if view.shadow {
+        "shadow: every bucket and budget decided as if enforced, refusing and throttling nothing"
+    } else {
+        "enforced"
+    };
     let fields = Table::new([
         field("tier", view.name.clone()),
+        field("mode", mode.to_owned()),
         field("created", view.created_at.clone().unwrap_or_default()),
         field("updated", view.updated_at.clone().unwrap_or_default()),
     ]);
@@ -916,6 +926,7 @@ mod tests {
                         },
                     )]),
                     budgets: Default::default(),
+                    shadow: false,
                 },
             ),
             (free, TierDefinition::default()),

@@ -849,3 +849,59 @@ fn a_budget_on_a_missing_or_per_key_bucket_is_refused_naming_it() {
         "{refused:?}"
     );
 }
+
+#[test]
+fn a_whole_tier_in_shadow_mode_shadows_its_buckets_and_budgets_but_not_a_tenants_own() {
+    use crate::budget::{AtLimit, Budget, CycleRule, Period};
+    let mut shadowed = pro();
+    shadowed.enforce = false;
+    let daily = |amount| {
+        Budget::new(amount, CycleRule::utc(Period::Daily), AtLimit::Stop)
+    };
+    shadowed.budgets.insert(name("schedule-email"), daily(100.0));
+    let mut record = TenantRecord {
+        tier: Some(tier_name("pro")),
+        overrides: BTreeMap::from([(name("invoke-doc-summary-ai"), def(5.0, 50.0))]),
+        table_overrides: BTreeMap::new(),
+        budgets: BTreeMap::new(),
+        created_at: at(0.0),
+        updated_at: at(0.0),
+    };
+    let defined = definitions(Some(&shadowed), &record.overrides);
+    assert!(!defined[&name("schedule-email")].enforce, "the tier's: shadow");
+    assert!(defined[&name("invoke-doc-summary-ai")].enforce, "the tenant's own: enforced");
+    let budgets = wanted_budgets(Some(&shadowed), &record);
+    assert!(!budgets[&name("schedule-email")].enforce);
+    record.budgets.insert(name("schedule-email"), daily(50.0));
+    assert!(wanted_budgets(Some(&shadowed), &record)[&name("schedule-email")].enforce);
+
+    // Onboarding provisions the tier's shared bucket in shadow mode; the
+    // tier enforced again switches it back, the row's state kept.
+    let mut loaded = empty();
+    loaded.tier = Some(shadowed.clone());
+    let edit = change_tenant(
+        &tenant(),
+        &TenantChange::Create { tier: tier_name("pro") },
+        &loaded,
+        at(1.0),
+    )
+    .expect("create");
+    let row = edit.created[&name("schedule-email")].clone();
+    assert!(!row.enforce);
+    let mut enforced = shadowed;
+    enforced.enforce = true;
+    let mut loaded = empty();
+    loaded.record = Some(edit.record.clone());
+    loaded.buckets = edit.created.clone();
+    loaded.tier = Some(enforced);
+    let reapplied = change_tenant(
+        &tenant(),
+        &TenantChange::Reapply { previous: None },
+        &loaded,
+        at(2.0),
+    )
+    .expect("reapply");
+    let back = &reapplied.changed[&name("schedule-email")];
+    assert!(back.enforce);
+    assert_eq!(back.state.tokens, row.state.tokens, "the level kept");
+}

@@ -425,6 +425,7 @@ pub fn tier_from_proto(tier: Option<v1::Tier>) -> Result<(TierName, Tier), Inval
         .map(|(i, b)| budget_at(&format!("tier.budgets[{i}]"), b))
         .collect::<Result<Vec<_>, InvalidInput>>()?;
     tier.budgets = tollgate_core::tier::tier_budgets(&tier, "tier.budgets", budgets)?;
+    tier.enforce = tollgate_proto::enforce_from_wire(wire.enforce);
     Ok((name, tier))
 }
 
@@ -516,6 +517,7 @@ pub fn tier_to_proto(name: &TierName, tier: &Tier) -> v1::Tier {
             .iter()
             .map(|(bucket, budget)| budget_to_proto(bucket, budget))
             .collect(),
+        enforce: tollgate_proto::enforce_to_wire(tier.enforce),
     }
 }
 

@@ -118,6 +118,9 @@ pub struct TierDefinition {
     pub buckets: Buckets,
     pub tables: Tables,
     pub budgets: Budgets,
+    /// The whole tier in shadow mode (`enforce = false` at the tier's
+    /// level): each of its buckets and budgets acts as if it said so.
+    pub shadow: bool,
 }
 
 /// A budget in a line of text: `50000000 tokens monthly on day 1 (UTC),
@@ -362,6 +365,7 @@ pub fn tier_to_proto(name: &TierName, tier: &TierDefinition) -> v1::Tier {
             .iter()
             .map(|(bucket, budget)| budget_to_proto(bucket, budget))
             .collect(),
+        enforce: tollgate_proto::enforce_to_wire(!tier.shadow),
     }
 }
 
@@ -435,6 +439,7 @@ pub fn tier_from_proto(tier: &v1::Tier) -> anyhow::Result<(TierName, TierDefinit
             buckets,
             tables,
             budgets,
+            shadow: !tollgate_proto::enforce_from_wire(tier.enforce),
         },
     ))
 }
@@ -557,6 +562,7 @@ mod tests {
                 max_writes_per_second: None,
             }],
             budgets: Vec::new(),
+            enforce: None,
         };
         let (name, defined) = tier_from_proto(&tier).expect("valid");
         assert_eq!(tier_to_proto(&name, &defined), tier);

@@ -78,6 +78,9 @@ struct TierToml {
     tables: BTreeMap<Spanned<String>, TableToml>,
     /// The request-unit bucket's budget, if any.
     budget: Option<Spanned<BudgetToml>>,
+    /// `false`: the whole tier in shadow mode (each of its buckets and
+    /// budgets as if it said `enforce = false`). Enforced if left out.
+    enforce: Option<bool>,
 }
 
 /// One bucket's limits. TOML integers are accepted for the numbers
@@ -339,6 +342,7 @@ impl Source<'_> {
                         buckets,
                         tables,
                         budgets,
+                        shadow: tier.enforce == Some(false),
                     },
                 );
             }

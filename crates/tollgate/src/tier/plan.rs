@@ -348,12 +348,24 @@ pub struct TierChange {
     pub buckets: BucketChanges,
     pub tables: TableChanges,
     pub budgets: BudgetChanges,
+    /// The whole tier into shadow mode (`true`) or out of it (`false`);
+    /// `null` if that does not change (a new tier: if it is not in it).
+    pub shadow: Option<bool>,
 }
 
 impl TierChange {
-    /// The bucket lines, then the table lines, then the budget lines.
+    /// The whole tier's mode, then the bucket lines, the table lines and
+    /// the budget lines.
     pub fn lines(&self) -> Vec<String> {
+        let mode = self.shadow.map(|shadow| {
+            if shadow {
+                "  ~ the whole tier in shadow mode (enforce = false)".to_owned()
+            } else {
+                "  ~ the whole tier enforced".to_owned()
+            }
+        });
         [
+            mode.into_iter().collect(),
             self.buckets.lines(),
             self.tables.lines(),
             self.budgets.lines(),
@@ -390,30 +402,40 @@ impl Plan {
                         BudgetChanges::between(&before.budgets, &after.budgets),
                     )
                 };
-                let (action, (buckets, tables, budgets)) = match (server.get(name), file.get(name))
-                {
-                    (None, Some(after)) => (Action::Created, between(&empty, after)),
-                    (Some(before), Some(after)) => {
-                        let changes = between(before, after);
-                        let action =
-                            if changes.0.is_empty() && changes.1.is_empty() && changes.2.is_empty()
+                let (action, (buckets, tables, budgets), shadow) =
+                    match (server.get(name), file.get(name)) {
+                        (None, Some(after)) => (
+                            Action::Created,
+                            between(&empty, after),
+                            after.shadow.then_some(true),
+                        ),
+                        (Some(before), Some(after)) => {
+                            let changes = between(before, after);
+                            let shadow = (before.shadow != after.shadow).then_some(after.shadow);
+                            let action = if changes.0.is_empty()
+                                && changes.1.is_empty()
+                                && changes.2.is_empty()
+                                && shadow.is_none()
                             {
                                 Action::Unchanged
                             } else {
                                 Action::Changed
                             };
-                        (action, changes)
-                    }
-                    (Some(_), None) if prune => (Action::Deleted, Default::default()),
-                    // (None, None) cannot be: every name is on one side.
-                    (Some(_), None) | (None, None) => (Action::NotInFile, Default::default()),
-                };
+                            (action, changes, shadow)
+                        }
+                        (Some(_), None) if prune => (Action::Deleted, Default::default(), None),
+                        // (None, None) cannot be: every name is on one side.
+                        (Some(_), None) | (None, None) => {
+                            (Action::NotInFile, Default::default(), None)
+                        }
+                    };
                 TierChange {
                     name: name.clone(),
                     action,
                     buckets,
                     tables,
                     budgets,
+                    shadow,
                 }
             })
             .collect();
@@ -455,6 +477,7 @@ mod tests {
             buckets: defs.iter().map(|(n, l)| (bucket(n), l.clone())).collect(),
             tables: Tables::new(),
             budgets: Budgets::new(),
+            shadow: false,
         }
     }
 

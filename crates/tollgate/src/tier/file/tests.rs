@@ -45,6 +45,7 @@ fn buckets_only(buckets: Buckets) -> TierDefinition {
         buckets,
         tables: Tables::new(),
         budgets: Budgets::new(),
+        shadow: false,
     }
 }
 
@@ -194,7 +195,7 @@ fn unknown_keys_are_refused_at_the_top_the_tier_and_the_bucket_level() {
     );
     assert_eq!(
         error("[tiers.pro]\nprice = 10\n[tiers.pro.buckets.a]\nrefill_rate = 1\nburst_limit = 1\n"),
-        "tiers.toml:2:1: tiers.pro.price: unknown field `price`, expected one of `buckets`, `tables`, `budget`"
+        "tiers.toml:2:1: tiers.pro.price: unknown field `price`, expected one of `buckets`, `tables`, `budget`, `enforce`"
     );
     assert_eq!(
         error(&one_bucket("refill_rate = 1\nburst_limt = 1\n")),
@@ -704,4 +705,36 @@ fn enforce_false_puts_a_per_key_bucket_in_shadow_mode_and_goes_on_the_wire() {
         "refill_rate = 1\nburst_limit = 10\nenforce = \"no\"\n",
     ));
     assert!(e.contains("enforce") || e.contains("boolean"), "{e}");
+}
+
+#[test]
+fn enforce_false_on_a_tier_puts_the_whole_tier_in_shadow_mode_and_the_plan_says_so() {
+    let file = parse(
+        "tiers.toml",
+        "[tiers.trial]\nenforce = false\n[tiers.trial.buckets.api]\nrefill_rate = 1\nburst_limit = 10\n\
+         [tiers.pro.buckets.api]\nrefill_rate = 1\nburst_limit = 10\n",
+    )
+    .expect("valid");
+    let trial = &file.tiers[&tier("trial")];
+    assert!(trial.shadow);
+    assert!(!file.tiers[&tier("pro")].shadow);
+    let wire = crate::tier::definition::tier_to_proto(&tier("trial"), trial);
+    assert_eq!(wire.enforce, Some(false));
+    // Against the same tiers enforced: only the mode changes.
+    let mut enforced = file.tiers.clone();
+    if let Some(t) = enforced.get_mut(&tier("trial")) {
+        t.shadow = false;
+    }
+    let plan = crate::tier::plan::Plan::new(&enforced, &file.tiers, false);
+    let trial_change = plan
+        .tiers
+        .iter()
+        .find(|t| t.name == tier("trial"))
+        .expect("trial");
+    assert_eq!(trial_change.action, crate::tier::plan::Action::Changed);
+    assert_eq!(
+        trial_change.lines(),
+        ["  ~ the whole tier in shadow mode (enforce = false)"]
+    );
+    assert_eq!(plan.changes(), 1);
 }
