@@ -130,7 +130,12 @@ impl IdealBucket {
     /// A bucket refilling at `refill_rate` tokens per second up to
     /// `burst_limit`, holding `initial_tokens` at time 0, whose demand gives
     /// up after waiting `max_wait` seconds.
-    pub fn new(refill_rate: f64, burst_limit: f64, initial_tokens: f64, max_wait: f64) -> IdealBucket {
+    pub fn new(
+        refill_rate: f64,
+        burst_limit: f64,
+        initial_tokens: f64,
+        max_wait: f64,
+    ) -> IdealBucket {
         IdealBucket {
             refill_rate,
             burst_limit,

@@ -295,14 +295,21 @@ mod tests {
     #[test]
     fn an_hour_at_150_previewed_at_100_throttles_50_a_second() {
         let usage = minutes(1_800_000_000, 150.0, 60);
-        let impact = replay(&usage, &Plan::limits(limits(100.0, 1000.0)), Duration::from_secs(5));
+        let impact = replay(
+            &usage,
+            &Plan::limits(limits(100.0, 1000.0)),
+            Duration::from_secs(5),
+        );
         let expected = 50.0 * 3600.0;
         assert!(
             (impact.throttled - expected).abs() / expected < 0.01,
             "{impact:?}"
         );
         assert_eq!(impact.demand, 150.0 * 3600.0);
-        assert!((impact.longest_wait_seconds - 5.0).abs() <= 1.0, "{impact:?}");
+        assert!(
+            (impact.longest_wait_seconds - 5.0).abs() <= 1.0,
+            "{impact:?}"
+        );
         let hour = impact.busiest_hour.expect("an hour");
         assert_eq!(hour.start.unix_micros(), 1_800_000_000_000_000);
         assert!((hour.throttled - impact.throttled).abs() < 1e-6);
@@ -311,7 +318,11 @@ mod tests {
     #[test]
     fn limits_that_cover_the_usage_throttle_nothing_and_take_a_step_a_slot() {
         let usage = minutes(0, 150.0, 24 * 60);
-        let impact = replay(&usage, &Plan::limits(limits(150.0, 100.0)), Duration::from_secs(5));
+        let impact = replay(
+            &usage,
+            &Plan::limits(limits(150.0, 100.0)),
+            Duration::from_secs(5),
+        );
         assert_eq!(impact.throttled, 0.0);
         assert_eq!(impact.delayed, 0.0);
         assert_eq!(impact.longest_wait_seconds, 0.0);
@@ -323,14 +334,25 @@ mod tests {
         // burst of 6 000 against 60/s and a burst limit of 6 000.
         let mut usage = minutes(0, 1.0, 150);
         usage[130].granted_tokens = 6_000.0;
-        let impact = replay(&usage, &Plan::limits(limits(60.0, 6_000.0)), Duration::from_secs(5));
+        let impact = replay(
+            &usage,
+            &Plan::limits(limits(60.0, 6_000.0)),
+            Duration::from_secs(5),
+        );
         assert_eq!(impact.throttled, 0.0);
         let hour = impact.busiest_hour.expect("an hour");
         assert_eq!(hour.start.unix_micros(), 2 * HOUR_MICROS);
         // A burst limit of 2 000 and 60/s cannot hold 100/s for a minute
         // (it runs dry after 50 s), and what waits past 5 s gives up.
-        let impact = replay(&usage, &Plan::limits(limits(60.0, 2_000.0)), Duration::from_secs(5));
-        assert!(impact.throttled > 0.0 && impact.throttled < 6_000.0, "{impact:?}");
+        let impact = replay(
+            &usage,
+            &Plan::limits(limits(60.0, 2_000.0)),
+            Duration::from_secs(5),
+        );
+        assert!(
+            impact.throttled > 0.0 && impact.throttled < 6_000.0,
+            "{impact:?}"
+        );
         assert!(impact.longest_wait_seconds > 0.0);
     }
 
@@ -347,7 +369,9 @@ mod tests {
         };
         let wait = Duration::from_secs(5);
         let half_way = 1_800_000_000;
-        let near = |t: Option<Timestamp>| (t.expect("reached").unix_micros() - half_way).abs() <= 1_000_000;
+        let near = |t: Option<Timestamp>| {
+            (t.expect("reached").unix_micros() - half_way).abs() <= 1_000_000
+        };
 
         let stop = replay(&usage, &plan(AtLimit::Stop), wait);
         assert!(near(stop.budget_reached), "{stop:?}");
@@ -358,7 +382,10 @@ mod tests {
         assert!(near(throttle.budget_reached), "{throttle:?}");
         // The second half at 100/s of 150/s, starting empty; the last 5 s
         // of demand are served after the hour.
-        assert!((throttle.throttled - 90_000.0).abs() < 1_000.0, "{throttle:?}");
+        assert!(
+            (throttle.throttled - 90_000.0).abs() < 1_000.0,
+            "{throttle:?}"
+        );
 
         let notify = replay(&usage, &plan(AtLimit::Notify), wait);
         assert!(near(notify.budget_reached), "{notify:?}");
@@ -376,12 +403,19 @@ mod tests {
 
     #[test]
     fn gaps_refill_the_bucket_and_nothing_is_an_empty_impact() {
-        assert_eq!(replay(&[], &Plan::limits(limits(1.0, 1.0)), TICK), Impact::default());
+        assert_eq!(
+            replay(&[], &Plan::limits(limits(1.0, 1.0)), TICK),
+            Impact::default()
+        );
         let mut usage = minutes(0, 100.0, 1);
         usage.extend(minutes(3_600, 100.0, 1));
         // 6 000 a minute against a burst of 6 000 and no refill to speak
         // of: the hour between refills it.
-        let impact = replay(&usage, &Plan::limits(limits(2.0, 6_000.0)), Duration::from_secs(5));
+        let impact = replay(
+            &usage,
+            &Plan::limits(limits(2.0, 6_000.0)),
+            Duration::from_secs(5),
+        );
         assert!(impact.throttled < 300.0, "{impact:?}");
     }
 }

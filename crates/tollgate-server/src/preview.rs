@@ -11,9 +11,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use tollgate_core::budget::Budget;
 use tollgate_core::global_bucket::Limits;
 use tollgate_core::history;
-use tollgate_core::budget::Budget;
 use tollgate_core::impact::{self, Impact, Plan, SpendLimit};
 use tollgate_core::tier::{BucketKind, Tier};
 use tollgate_core::time::Timestamp;
@@ -158,7 +158,14 @@ async fn replay(
     span: Span,
 ) -> Result<BucketPreview, StoreError> {
     let plan = Plan::limits;
-    replay_plans(store, key, plan(current_limits), plan(proposed_limits), span).await
+    replay_plans(
+        store,
+        key,
+        plan(current_limits),
+        plan(proposed_limits),
+        span,
+    )
+    .await
 }
 
 async fn replay_plans(

@@ -62,6 +62,7 @@ async fn onboard(
             .collect::<BTreeMap<_, _>>(),
         tables: BTreeMap::new(),
         budgets: BTreeMap::new(),
+        enforce: true,
         created_at: Timestamp::EPOCH,
         updated_at: Timestamp::EPOCH,
     };

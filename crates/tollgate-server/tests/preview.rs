@@ -176,7 +176,10 @@ async fn an_hour_at_150_previewed_at_100_throttles_50_a_second(backend: Backend)
         Some(200.0),
         "{impact:?}"
     );
-    assert!((current.demand_tokens - USE * HOUR).abs() < 1e-6, "{current:?}");
+    assert!(
+        (current.demand_tokens - USE * HOUR).abs() < 1e-6,
+        "{current:?}"
+    );
     assert_eq!(current.throttled_tokens, 0.0, "{current:?}");
     let known = (USE - 100.0) * HOUR;
     eprintln!(
@@ -190,7 +193,10 @@ async fn an_hour_at_150_previewed_at_100_throttles_50_a_second(backend: Backend)
         proposed.throttled_tokens
     );
     // Demand waits up to max_wait before it gives up.
-    assert!((secs(proposed.longest_wait) - 5.0).abs() <= 1.0, "{proposed:?}");
+    assert!(
+        (secs(proposed.longest_wait) - 5.0).abs() <= 1.0,
+        "{proposed:?}"
+    );
     assert!(proposed.busiest_hour.is_some());
     assert_eq!(proposed.recorded_throttled_pod_seconds, 0.0);
 
@@ -230,7 +236,10 @@ async fn an_hour_at_150_previewed_at_100_throttles_50_a_second(backend: Backend)
         .collect();
     assert_eq!(touched, [("steady", "api")]);
     assert_eq!(
-        answer.impacts[0].proposed.expect("proposed").throttled_tokens,
+        answer.impacts[0]
+            .proposed
+            .expect("proposed")
+            .throttled_tokens,
         proposed.throttled_tokens,
         "the tier's preview of a bucket is the bucket's"
     );
@@ -273,7 +282,10 @@ async fn an_hour_at_150_previewed_at_100_throttles_50_a_second(backend: Backend)
         .await
         .expect("preview budget")
         .into_inner();
-    assert_eq!(answer.since.map(|t| t.seconds), Some((6_000.0 * DAY) as i64));
+    assert_eq!(
+        answer.since.map(|t| t.seconds),
+        Some((6_000.0 * DAY) as i64)
+    );
     let impact = &answer.impacts[0];
     let current = impact.current.expect("current");
     let proposed = impact.proposed.expect("proposed");
@@ -328,10 +340,7 @@ async fn an_hour_at_150_previewed_at_100_throttles_50_a_second(backend: Backend)
         }),
     ];
     for (field, case) in cases {
-        let status = admin
-            .preview_limits(case)
-            .await
-            .expect_err("refused");
+        let status = admin.preview_limits(case).await.expect_err("refused");
         assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
         assert!(
             status.message().contains(field),

@@ -66,9 +66,7 @@ fn secs(d: Option<prost_types::Duration>) -> f64 {
     d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
 }
 
-async fn shadow_buckets_grant_what_is_asked_and_count_what_enforcing_held_back(
-    backend: Backend,
-) {
+async fn shadow_buckets_grant_what_is_asked_and_count_what_enforcing_held_back(backend: Backend) {
     let clock = ManualClock::default();
     clock.set_secs(7_000.0 * DAY);
     let backing = Backing::new(backend).await;
@@ -156,7 +154,10 @@ async fn shadow_buckets_grant_what_is_asked_and_count_what_enforcing_held_back(
         shadowed.shadow_throttled_micros
     );
     assert_eq!(shadowed.throttled_micros, 0, "never throttled");
-    assert!((shadowed.granted_tokens - asked).abs() < 1e-6, "billed what it got");
+    assert!(
+        (shadowed.granted_tokens - asked).abs() < 1e-6,
+        "billed what it got"
+    );
     assert_eq!(strict.shadow_throttled_tokens, 0.0);
     // The level is the enforced one.
     assert!(
@@ -180,12 +181,17 @@ async fn shadow_buckets_grant_what_is_asked_and_count_what_enforcing_held_back(
         .expect("a value");
     assert!((value - held_back).abs() < 1e-6, "{line}");
     assert!(
-        !text.contains("tollgate_tenant_shadow_throttled_tokens_total{bucket=\"api\",tenant_id=\"strict\"}"),
+        !text.contains(
+            "tollgate_tenant_shadow_throttled_tokens_total{bucket=\"api\",tenant_id=\"strict\"}"
+        ),
         "no series for an enforcing bucket"
     );
 
     // Enforcing again: the same answers as the tenant that always was.
-    admin.put_tier(tier("shadowed", true)).await.expect("enforce");
+    admin
+        .put_tier(tier("shadowed", true))
+        .await
+        .expect("enforce");
     for seq in 25..=30u64 {
         clock.set_secs(7_000.0 * DAY + seq as f64 * 1.5);
         let strict = pods
@@ -291,7 +297,9 @@ async fn a_whole_tier_in_shadow_mode_enforces_none_of_its_limits(backend: Backen
         .expect("status");
     assert_eq!(budget.budget.as_ref().and_then(|b| b.enforce), Some(false));
     assert!(
-        budget.shadow_excess.is_some_and(|e| (e - 500.0).abs() < 1e-6),
+        budget
+            .shadow_excess
+            .is_some_and(|e| (e - 500.0).abs() < 1e-6),
         "{budget:?}"
     );
     // The per-key bucket: 4 checks of a 2-token key, none refused.
@@ -303,11 +311,14 @@ async fn a_whole_tier_in_shadow_mode_enforces_none_of_its_limits(backend: Backen
             tokens: 1.0,
             ..Default::default()
         }],
-        ..Default::default()
     };
     let mut shadow_refused = 0;
     for _ in 0..4 {
-        let answer = checks.check(check("ada")).await.expect("check").into_inner();
+        let answer = checks
+            .check(check("ada"))
+            .await
+            .expect("check")
+            .into_inner();
         assert!(answer.allowed);
         shadow_refused += usize::from(answer.answers[0].shadow_refused);
     }
@@ -331,8 +342,15 @@ async fn a_whole_tier_in_shadow_mode_enforces_none_of_its_limits(backend: Backen
         .await
         .expect("ask")
         .into_inner();
-    assert_eq!(answer.granted_tokens, 0.0, "the budget stops it: {answer:?}");
-    let answer = checks.check(check("ada")).await.expect("check").into_inner();
+    assert_eq!(
+        answer.granted_tokens, 0.0,
+        "the budget stops it: {answer:?}"
+    );
+    let answer = checks
+        .check(check("ada"))
+        .await
+        .expect("check")
+        .into_inner();
     assert!(!answer.allowed, "the key is spent: {answer:?}");
     server.stop().await;
     drop(backing);

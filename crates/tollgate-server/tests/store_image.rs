@@ -88,6 +88,7 @@ async fn populate(store: &dyn Store, clock: &ManualClock, seed: u64) -> History 
             buckets,
             tables: BTreeMap::new(),
             budgets: BTreeMap::new(),
+            enforce: true,
             created_at: clock.now(),
             updated_at: clock.now(),
         };

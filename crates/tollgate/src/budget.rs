@@ -29,7 +29,7 @@ pub struct BudgetArgs {
 enum BudgetCommand {
     /// Give a tenant's bucket a budget per billing cycle (replacing the
     /// one it has; a change mid-cycle applies to what remains of it).
-    Set(SetArgs),
+    Set(Box<SetArgs>),
     /// Show a bucket's budget: the cycle, the spend, the forecast, what
     /// remains and whether it is throttled or stopped.
     Show {

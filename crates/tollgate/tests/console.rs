@@ -395,14 +395,25 @@ fn a_shared_bucket_in_shadow_mode_shows_what_it_would_throttle_in_a_browser() {
     for instance in ["1", "2"] {
         for tokens in ["0", "100"] {
             let out = server.json(&[
-                "pod", "request", "--tenant", "initech", "--bucket", "api", "--instance",
-                instance, "--tokens", tokens, "--json",
+                "pod",
+                "request",
+                "--tenant",
+                "initech",
+                "--bucket",
+                "api",
+                "--instance",
+                instance,
+                "--tokens",
+                tokens,
+                "--json",
             ]);
             assert_eq!(out["granted_tokens"].as_f64(), tokens.parse().ok(), "{out}");
             assert_eq!(out["trickle_duration_seconds"].as_f64(), Some(0.0), "{out}");
         }
     }
-    let shown = server.json(&["tenant", "show", "--tenant", "initech", "--bucket", "api", "--json"]);
+    let shown = server.json(&[
+        "tenant", "show", "--tenant", "initech", "--bucket", "api", "--json",
+    ]);
     assert_eq!(shown["shadow"], true, "{shown}");
     assert_eq!(shown["throttled_seconds"], 0.0, "{shown}");
     let held_back = shown["shadow_throttled_tokens"].as_f64().expect("counted");
@@ -416,7 +427,10 @@ fn a_shared_bucket_in_shadow_mode_shows_what_it_would_throttle_in_a_browser() {
     let view: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     let bucket = &view["buckets"][0];
     assert_eq!(bucket["shadow"], true, "{bucket}");
-    assert_eq!(bucket["throttled"], false, "pods are not throttled: {bucket}");
+    assert_eq!(
+        bucket["throttled"], false,
+        "pods are not throttled: {bucket}"
+    );
     assert_eq!(bucket["would_throttle"], true, "enforcing would: {bucket}");
 
     let profile = dir.path().join("chromium-profile");
@@ -439,15 +453,9 @@ fn a_shared_bucket_in_shadow_mode_shows_what_it_would_throttle_in_a_browser() {
     let page = format!("http://127.0.0.1:{metrics}/console#tenant=initech&range=1h");
     let dom = browse(&chromium, &profile, &page, &["--dump-dom"]);
     let would = fact(&dom, "would-throttle");
-    assert_eq!(
-        would,
-        format!(
-            "{} tokens, {} pod-s",
-            format_thousands(held_back),
-            format!("{:.1}", shown["shadow_throttled_seconds"].as_f64().expect("seconds"))
-        ),
-        "{dom}"
-    );
+    let seconds = shown["shadow_throttled_seconds"].as_f64().expect("seconds");
+    let expected = format!("{} tokens, {seconds:.1} pod-s", format_thousands(held_back));
+    assert_eq!(would, expected, "{dom}");
     let png = screenshot(&chromium, &profile, &page, "shared-shadow", "1300,900");
     assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
     server.stop();
@@ -1057,7 +1065,8 @@ fn a_tenant_page_charts_an_hour_of_history_with_axes_in_a_browser() {
     // more than the limits it ran on, and the page shows the API's
     // figures, that acme's demand was cut by throttling, and the command
     // that applies the limits; nothing changes.
-    let try_api = "/console/api/preview?tenant=acme&bucket=&refill_rate=25&burst_limit=250&lookback=1h";
+    let try_api =
+        "/console/api/preview?tenant=acme&bucket=&refill_rate=25&burst_limit=250&lookback=1h";
     let (code, body) = get(metrics, try_api, None);
     assert_eq!(code, 200, "{body}");
     let tried: serde_json::Value = serde_json::from_str(&body).expect("JSON");
@@ -1070,9 +1079,21 @@ fn a_tenant_page_charts_an_hour_of_history_with_axes_in_a_browser() {
     );
     assert!(tried["current"]["recorded_throttled_seconds"].as_f64() > Some(0.0));
     for (query, field, code) in [
-        ("tenant=acme&refill_rate=x&burst_limit=1", "refill_rate", 400),
-        ("tenant=acme&refill_rate=1&burst_limit=-1", "burst_limit", 400),
-        ("tenant=acme&refill_rate=1&burst_limit=1&lookback=2h", "lookback", 400),
+        (
+            "tenant=acme&refill_rate=x&burst_limit=1",
+            "refill_rate",
+            400,
+        ),
+        (
+            "tenant=acme&refill_rate=1&burst_limit=-1",
+            "burst_limit",
+            400,
+        ),
+        (
+            "tenant=acme&refill_rate=1&burst_limit=1&lookback=2h",
+            "lookback",
+            400,
+        ),
         ("tenant=nobody&refill_rate=1&burst_limit=1", "nobody", 404),
     ] {
         let (got, body) = get(metrics, &format!("/console/api/preview?{query}"), None);
@@ -1100,7 +1121,10 @@ fn a_tenant_page_charts_an_hour_of_history_with_axes_in_a_browser() {
         "{} shown, {proposed_throttled} from the API",
         shown("proposed")
     );
-    assert!(dom.contains("under-states what a lower limit throttles"), "{dom}");
+    assert!(
+        dom.contains("under-states what a lower limit throttles"),
+        "{dom}"
+    );
     let png = screenshot(&chromium, &profile, &try_url, "try", "1300,1800");
     assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
     let (_, body) = get(metrics, "/console/api/tenant?tenant=acme&range=1h", None);

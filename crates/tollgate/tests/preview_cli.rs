@@ -67,7 +67,8 @@ mod generated {
         // spread over the whole minute.
         let now = Timestamp::from_system_time(SystemTime::now());
         let ago = now.saturating_sub(Duration::from_secs_f64(HOUR + 60.0));
-        let start = Timestamp::from_unix_micros(ago.unix_micros().div_euclid(60_000_000) * 60_000_000);
+        let start =
+            Timestamp::from_unix_micros(ago.unix_micros().div_euclid(60_000_000) * 60_000_000);
         let clock = Arc::new(AtomicI64::new(start.unix_micros()));
         let reading = Arc::clone(&clock);
         let store = EmbeddedStore::in_memory_with_clock(
@@ -111,7 +112,12 @@ mod generated {
             )
             .await
             .expect("limits");
-        let api_key = |id: &str| BucketKey::new(tenant(id), BucketName::parse("bucket", "api").expect("name"));
+        let api_key = |id: &str| {
+            BucketKey::new(
+                tenant(id),
+                BucketName::parse("bucket", "api").expect("name"),
+            )
+        };
         let keys = [request_units, api_key("steady"), api_key("own")];
         let mut seq = 0;
         let mut t = 0.0;
@@ -139,7 +145,10 @@ mod generated {
                         fallback_tokens: 0.0,
                         fallback_duration: Duration::ZERO,
                     };
-                    let grant = store.token_bucket(key, &request).await.expect("a pod's request");
+                    let grant = store
+                        .token_bucket(key, &request)
+                        .await
+                        .expect("a pod's request");
                     assert_eq!(grant.granted_tokens, USE * 10.0, "unthrottled");
                 }
             }
@@ -252,19 +261,36 @@ fn previews_change_nothing_and_give_the_known_answer() {
         "{proposed} throttled, {known} known"
     );
     let tier = server.json(&["tier", "show", "--tier", "gold", "--json"]);
-    assert_eq!(tier["buckets"][0]["refill_rate"], 200.0, "unchanged: {tier}");
+    assert_eq!(
+        tier["buckets"][0]["refill_rate"], 200.0,
+        "unchanged: {tier}"
+    );
 
     // A budget of 1 000 tokens a day stopping at the limit: reached in
     // the first seconds of the cycle (today's, from midnight UTC), and
     // the rest of the day's demand throttled; no budget now, and none set.
     let views = server.json(&[
-        "budget", "set", "--tenant", "steady", "--bucket", "api", "--amount", "1000", "--cycle",
-        "daily", "--at-limit", "stop", "--preview", "--json",
+        "budget",
+        "set",
+        "--tenant",
+        "steady",
+        "--bucket",
+        "api",
+        "--amount",
+        "1000",
+        "--cycle",
+        "daily",
+        "--at-limit",
+        "stop",
+        "--preview",
+        "--json",
     ]);
     let bucket = &views[0]["buckets"][0];
     assert!(bucket["current"]["budget_reached"].is_null(), "{bucket}");
     assert!(bucket["proposed"]["budget_reached"].is_string(), "{bucket}");
-    let demand = bucket["proposed"]["demand_tokens"].as_f64().expect("demand");
+    let demand = bucket["proposed"]["demand_tokens"]
+        .as_f64()
+        .expect("demand");
     let proposed = throttled(bucket, "proposed");
     // At most a second's refill (200) goes out past the cap.
     assert!(

@@ -855,10 +855,10 @@ fn a_whole_tier_in_shadow_mode_shadows_its_buckets_and_budgets_but_not_a_tenants
     use crate::budget::{AtLimit, Budget, CycleRule, Period};
     let mut shadowed = pro();
     shadowed.enforce = false;
-    let daily = |amount| {
-        Budget::new(amount, CycleRule::utc(Period::Daily), AtLimit::Stop)
-    };
-    shadowed.budgets.insert(name("schedule-email"), daily(100.0));
+    let daily = |amount| Budget::new(amount, CycleRule::utc(Period::Daily), AtLimit::Stop);
+    shadowed
+        .budgets
+        .insert(name("schedule-email"), daily(100.0));
     let mut record = TenantRecord {
         tier: Some(tier_name("pro")),
         overrides: BTreeMap::from([(name("invoke-doc-summary-ai"), def(5.0, 50.0))]),
@@ -868,8 +868,14 @@ fn a_whole_tier_in_shadow_mode_shadows_its_buckets_and_budgets_but_not_a_tenants
         updated_at: at(0.0),
     };
     let defined = definitions(Some(&shadowed), &record.overrides);
-    assert!(!defined[&name("schedule-email")].enforce, "the tier's: shadow");
-    assert!(defined[&name("invoke-doc-summary-ai")].enforce, "the tenant's own: enforced");
+    assert!(
+        !defined[&name("schedule-email")].enforce,
+        "the tier's: shadow"
+    );
+    assert!(
+        defined[&name("invoke-doc-summary-ai")].enforce,
+        "the tenant's own: enforced"
+    );
     let budgets = wanted_budgets(Some(&shadowed), &record);
     assert!(!budgets[&name("schedule-email")].enforce);
     record.budgets.insert(name("schedule-email"), daily(50.0));
@@ -881,7 +887,9 @@ fn a_whole_tier_in_shadow_mode_shadows_its_buckets_and_budgets_but_not_a_tenants
     loaded.tier = Some(shadowed.clone());
     let edit = change_tenant(
         &tenant(),
-        &TenantChange::Create { tier: tier_name("pro") },
+        &TenantChange::Create {
+            tier: tier_name("pro"),
+        },
         &loaded,
         at(1.0),
     )

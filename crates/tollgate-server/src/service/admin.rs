@@ -29,10 +29,10 @@ use tollgate_core::time::Timestamp;
 
 use super::audit::{self, Caller};
 use super::{convert, edge, invalid, status};
+use crate::preview;
 use crate::store::{
     AdminCall, BucketSnapshot, KeyBucketSnapshot, Store, StoreError, TenantChangeOutcome,
 };
-use crate::preview;
 use crate::telemetry::Metrics;
 use crate::telemetry::check_rates::CheckRates;
 use scope::Access;
@@ -743,9 +743,8 @@ impl admin_server::Admin for AdminService {
         edge::enter(&request)?;
         let caller = Caller::of(&request);
         let req = request.into_inner();
-        let mut span =
-            convert::preview_span(&req, Timestamp::from_system_time(SystemTime::now()))
-                .map_err(invalid)?;
+        let mut span = convert::preview_span(&req, Timestamp::from_system_time(SystemTime::now()))
+            .map_err(invalid)?;
         let previews = match req.change {
             None => {
                 return Err(invalid(InvalidInput::new(
@@ -772,11 +771,12 @@ impl admin_server::Admin for AdminService {
             Some(Change::Budget(set)) => {
                 let (bucket, budget) =
                     convert::budget_from_proto(set.budget.as_ref()).map_err(invalid)?;
-                let tenant = convert::tenant_id(&set.tenant_id)
-                    .map_err(|e| invalid(e.within("budget")))?;
-                let cycle = budget.cycle.cycle_at(span.until).map_err(|e| {
-                    invalid(InvalidInput::new("budget.cycle", e.to_string()))
-                })?;
+                let tenant =
+                    convert::tenant_id(&set.tenant_id).map_err(|e| invalid(e.within("budget")))?;
+                let cycle = budget
+                    .cycle
+                    .cycle_at(span.until)
+                    .map_err(|e| invalid(InvalidInput::new("budget.cycle", e.to_string())))?;
                 span.since = cycle.start;
                 self.permit(caller.scope(), &tenant, Access::Read).await?;
                 let key = tollgate_core::BucketKey::new(tenant, bucket);
@@ -795,7 +795,10 @@ impl admin_server::Admin for AdminService {
             }
         };
         Ok(Response::new(v1::PreviewLimitsResponse {
-            impacts: previews.iter().map(convert::bucket_impact_to_proto).collect(),
+            impacts: previews
+                .iter()
+                .map(convert::bucket_impact_to_proto)
+                .collect(),
             since: Some(convert::timestamp_to_proto(span.since)),
             until: Some(convert::timestamp_to_proto(span.until)),
             max_wait: Some(tollgate_proto::duration(span.max_wait)),

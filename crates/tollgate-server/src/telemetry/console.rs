@@ -966,8 +966,11 @@ fn view_of(
                 shadow: now.shadow,
                 would_throttle: now.would_throttle,
                 would_throttle_pods: before.map(|(b, seconds)| {
-                    per_second(b.shadow_throttled_micros, now.shadow_throttled_micros, seconds)
-                        / 1e6
+                    per_second(
+                        b.shadow_throttled_micros,
+                        now.shadow_throttled_micros,
+                        seconds,
+                    ) / 1e6
                 }),
             }
         })
@@ -1038,6 +1041,9 @@ mod tests {
                             request_unit_micros: micros,
                             throttled_micros,
                             throttled: throttled_micros % 2 == 1,
+                            shadow: false,
+                            shadow_throttled_micros: 0,
+                            would_throttle: false,
                             granted_tokens: micros as f64 / 1e6,
                             member: None,
                             budget: None,

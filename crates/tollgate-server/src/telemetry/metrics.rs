@@ -45,8 +45,8 @@ use prometheus::{
     Registry,
 };
 use tollgate_core::budget::BudgetView;
-use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::global_bucket::ShadowTotals;
+use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::organisation::{Draw, MemberRates};
 use tollgate_core::rate_window::{Outcome, WindowRates};
 use tollgate_core::{BucketKey, Grant};
@@ -751,9 +751,11 @@ const BUCKET_METRICS: [(&str, &str, MetricType, BucketValue); 14] = [
     ),
 ];
 
+type ShadowValue = fn(&ShadowTotals) -> f64;
+
 /// The metrics of shared buckets in shadow mode (`enforce = false`), or
 /// that were: name, help, value.
-const SHADOW_METRICS: [(&str, &str, fn(&ShadowTotals) -> f64); 2] = [
+const SHADOW_METRICS: [(&str, &str, ShadowValue); 2] = [
     (
         "tollgate_tenant_shadow_throttled_tokens_total",
         "Tokens the bucket's pods were granted at once in shadow mode that enforcing would not have given them at once.",

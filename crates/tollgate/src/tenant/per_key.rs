@@ -52,7 +52,7 @@ pub struct BusyKeyJson {
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub enum AnyBucketJson {
-    Shared(TenantJson),
+    Shared(Box<TenantJson>),
     PerKey(KeyBucketJson),
 }
 
@@ -69,7 +69,7 @@ impl AnyBucketJson {
 pub fn merged(shared: Vec<TenantJson>, per_key: Vec<KeyBucketJson>) -> Vec<AnyBucketJson> {
     let mut all: Vec<AnyBucketJson> = shared
         .into_iter()
-        .map(AnyBucketJson::Shared)
+        .map(|t| AnyBucketJson::Shared(Box::new(t)))
         .chain(per_key.into_iter().map(AnyBucketJson::PerKey))
         .collect();
     all.sort_by(|a, b| a.key().cmp(&b.key()));

@@ -758,7 +758,7 @@ mod tests {
                 last_granted: x + 14.5,
                 wants: x + 15.5,
             })),
-            enforce: n % 2 == 0,
+            enforce: n.is_multiple_of(2),
             shadow: ShadowTotals {
                 throttled_tokens: x + 19.5,
                 throttled_micros: count(13),
