@@ -187,7 +187,7 @@ pub struct CheckOutcome {
 /// ever lets a call through without its tokens. The short items of the
 /// shadow buckets are marked [`ItemAnswer::shadow_refused`].
 pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOutcome {
-    let all = decide(slots, items, now);
+    let (all, short) = decide(slots, items, now);
     if all.allowed || slots.iter().all(|s| s.enforce) {
         return all;
     }
@@ -195,16 +195,17 @@ pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOut
         .filter(|&i| slots.get(items[i].slot).is_some_and(|s| s.enforce))
         .collect();
     let enforcing_items: Vec<CheckItem> = enforcing.iter().map(|&i| items[i]).collect();
-    let enforced = decide(slots, &enforcing_items, now);
+    let (enforced, _) = decide(slots, &enforcing_items, now);
     if !enforced.allowed {
         return all;
     }
     let mut answers: Vec<ItemAnswer> = all
         .answers
         .iter()
-        .map(|a| ItemAnswer {
+        .zip(&short)
+        .map(|(a, &short)| ItemAnswer {
             allowed: true,
-            shadow_refused: a.retry_after != Some(Duration::ZERO),
+            shadow_refused: short,
             ..*a
         })
         .collect();
@@ -229,8 +230,9 @@ pub fn check(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOut
     }
 }
 
-/// [`check`] as if every bucket enforced.
-fn decide(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOutcome {
+/// [`check`] as if every bucket enforced; and, per item, whether its
+/// tokens (or its quota) were short when its turn came.
+fn decide(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> (CheckOutcome, Vec<bool>) {
     let levels: Vec<f64> = slots
         .iter()
         .map(|s| KeyState::level(s.state.as_ref(), &s.limits, now))
@@ -260,11 +262,14 @@ fn decide(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOutcom
     let mut quota_after = quota_left.clone();
     let mut allowed = true;
     let mut wanting = Vec::with_capacity(items.len());
+    let mut short = Vec::with_capacity(items.len());
     for item in items {
         let level = after.get(item.slot).copied().unwrap_or(0.0);
         let left = quota_after.get(item.slot).copied().flatten();
         wanting.push((level, left));
-        if item.tokens > level || left.is_some_and(|left| item.tokens > left) {
+        let is_short = item.tokens > level || left.is_some_and(|left| item.tokens > left);
+        short.push(is_short);
+        if is_short {
             allowed = false;
         } else {
             if let Some(level) = after.get_mut(item.slot) {
@@ -381,11 +386,14 @@ fn decide(slots: &[KeySlot], items: &[CheckItem], now: Timestamp) -> CheckOutcom
             }
         })
         .collect();
-    CheckOutcome {
-        allowed,
-        answers,
-        states,
-    }
+    (
+        CheckOutcome {
+            allowed,
+            answers,
+            states,
+        },
+        short,
+    )
 }
 
 /// A stored key as operators see it.

@@ -498,7 +498,12 @@ enum KeyStep {
 /// are exact. Keys 2 and 3 also have a daily quota (half their burst, at
 /// least one token): every answer's remaining quota lies between none and
 /// the quota, and, while the clock moves on, no cycle gives a key more
-/// than its quota.
+/// than its quota. Key 3 is in shadow mode in half the runs (when its
+/// refill rate's lowest bit is set, so that inputs decode as before): a
+/// check is refused only for the enforcing keys' items; an allowed check
+/// takes every enforcing key's items, and a shadow key's too or none
+/// (none exactly when one of its items is marked `shadow_refused`); the
+/// bounds hold for every key.
 pub fn key_sequences(data: &[u8]) {
     use tollgate_core::budget::{CycleRule, Period, Quota};
     use tollgate_core::key_bucket::{CheckItem, KeySlot, KeyState, check, validate_tokens};
@@ -516,6 +521,7 @@ pub fn key_sequences(data: &[u8]) {
     if limits.iter().any(|l| l.validate().is_err()) {
         return;
     }
+    let shadow = |slot: usize| slot == 3 && raw_limits[3].0.to_bits() & 1 == 1;
     let start_ms: i64 = 1_000_000;
     let mut now_ms = start_ms;
     // The window the run spans, whichever way the clock stepped.
@@ -568,11 +574,12 @@ pub fn key_sequences(data: &[u8]) {
             .iter()
             .zip(&states)
             .zip(&quotas)
-            .map(|((&limits, &state), quota)| KeySlot {
+            .enumerate()
+            .map(|(i, ((&limits, &state), quota))| KeySlot {
                 limits,
                 quota: quota.clone(),
                 state,
-                enforce: true,
+                enforce: !shadow(i),
             })
             .collect();
         let before: Vec<f64> = slots
@@ -584,6 +591,9 @@ pub fn key_sequences(data: &[u8]) {
         for item in &items {
             asked[item.slot] += item.tokens;
         }
+        // Whether each key took its items: every key of an allowed check
+        // but a shadow key whose items were short.
+        let mut took = vec![outcome.allowed; limits.len()];
         for (i, slot) in slots.iter().enumerate() {
             let after = KeyState::level(outcome.states[i].as_ref(), &slot.limits, now);
             let burst = slot.limits.burst_limit;
@@ -592,7 +602,16 @@ pub fn key_sequences(data: &[u8]) {
                 after >= -slack && after <= burst + slack,
                 "key {i} holds {after}, burst {burst}"
             );
-            if outcome.allowed {
+            let marked = items
+                .iter()
+                .zip(&outcome.answers)
+                .any(|(item, answer)| item.slot == i && answer.shadow_refused);
+            assert!(
+                !marked || shadow(i),
+                "key {i} enforces: none of its items is shadow_refused"
+            );
+            took[i] &= !marked;
+            if took[i] {
                 assert!(
                     (before[i] - asked[i] - after).abs() <= slack,
                     "key {i}: {} - {} != {after}",
@@ -610,6 +629,13 @@ pub fn key_sequences(data: &[u8]) {
             }
         }
         if !outcome.allowed {
+            assert!(
+                items
+                    .iter()
+                    .zip(&outcome.answers)
+                    .all(|(_, answer)| !answer.shadow_refused),
+                "a refused check marks nothing shadow_refused"
+            );
             for (item, answer) in items.iter().zip(&outcome.answers) {
                 assert!(!answer.allowed);
                 // Within the range of a timestamp (about 290 000 years).
@@ -654,7 +680,7 @@ pub fn key_sequences(data: &[u8]) {
                 q.remaining,
                 quota.amount
             );
-            if !monotonic || !outcome.allowed || counted[item.slot] {
+            if !monotonic || !took[item.slot] || counted[item.slot] {
                 continue;
             }
             counted[item.slot] = true;
