@@ -164,11 +164,17 @@ impl HistoryConfig {
     }
 }
 
-/// A bucket's totals as sampled at `at`.
+/// A bucket's totals as sampled at `at`, and its level then.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HistorySample {
     pub at: Timestamp,
     pub totals: Totals,
+    /// Tokens in the bucket at `at`, refill included (negative: debt);
+    /// `None` where not known: a row closing a slot, or one written
+    /// before levels were kept. Not part of what makes a row: a bucket
+    /// whose totals did not change gets no row, however its level moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<f64>,
 }
 
 impl HistorySample {
@@ -211,6 +217,7 @@ pub fn rows_to_write(
                 HistorySample {
                     at: created.saturating_sub(Duration::from_micros(1)),
                     totals: Totals::default(),
+                    level: None,
                 },
             ));
         }
@@ -240,6 +247,7 @@ pub fn rows_to_write(
             HistorySample {
                 at: slot.saturating_sub(Duration::from_micros(1)),
                 totals: latest.totals.clone(),
+                level: None,
             },
         ));
     }
@@ -256,6 +264,9 @@ pub struct Usage {
     pub granted_tokens: f64,
     /// Time the pods spent throttled, summed over them.
     pub throttled_micros: u64,
+    /// The bucket's level at `to`, if the row there kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<f64>,
 }
 
 impl Usage {
@@ -280,11 +291,13 @@ impl Usage {
     }
 
     /// Adds `other`'s counters, saturating (spans of one bucket in turn, or
-    /// several buckets' spans of one slot).
+    /// several buckets' spans of one slot). The level is the later span's
+    /// (a sum of several buckets' has none worth showing).
     pub fn add(&mut self, other: &Usage) {
         self.consumption.add(&other.consumption);
         self.granted_tokens += other.granted_tokens;
         self.throttled_micros = self.throttled_micros.saturating_add(other.throttled_micros);
+        self.level = other.level.or(self.level);
     }
 }
 
@@ -317,6 +330,7 @@ pub fn usage(samples: &[HistorySample]) -> Vec<Usage> {
                 consumption: after.totals.consumption.saturating_sub(&base.consumption),
                 granted_tokens: (after.totals.granted_tokens - base.granted_tokens).max(0.0),
                 throttled_micros: after.totals.throttled_micros - base.throttled_micros,
+                level: after.level,
             }
         })
         .collect()
@@ -429,6 +443,7 @@ mod tests {
                 granted_tokens: granted,
                 throttled_micros: 0,
             },
+            level: Some(1.0),
         }
     }
 
@@ -643,6 +658,34 @@ mod tests {
         assert_eq!(throttled_since(&[]), None);
     }
 
+    #[test]
+    fn a_span_and_its_slot_carry_the_level_of_the_later_row() {
+        let mut rows = vec![
+            sample(0.0, 0.0, 0.0),
+            sample(30.0, 5.0, 5.0),
+            sample(50.0, 9.0, 9.0),
+        ];
+        rows[1].level = Some(40.0);
+        rows[2].level = Some(25.0);
+        let spans = usage(&rows);
+        assert_eq!(spans[0].level, Some(40.0));
+        assert_eq!(spans[1].level, Some(25.0));
+        let slots = per_slot(
+            &spans,
+            Timestamp::from_secs_f64(0.0),
+            Timestamp::from_secs_f64(50.0),
+            Duration::from_secs(60),
+        );
+        assert_eq!(slots[0].level, Some(25.0), "the slot's last row's");
+        // A row closing an idle stretch knows no level: the slot keeps the
+        // one it has.
+        let mut closing = spans[1];
+        closing.level = None;
+        let mut slot = spans[0];
+        slot.add(&closing);
+        assert_eq!(slot.level, Some(40.0));
+    }
+
     proptest! {
         /// Slots of any step add up to the spans they cover.
         #[test]
@@ -693,6 +736,7 @@ mod tests {
                         granted_tokens: micros as f64,
                         throttled_micros: micros,
                     },
+                    level: Some(1.0),
                 });
             }
             let created = Timestamp::from_unix_micros(-1);
@@ -736,6 +780,7 @@ mod tests {
                         granted_tokens: 0.0,
                         throttled_micros: 0,
                     },
+                    level: Some(1.0),
                 });
             }
             let sum = total_usage(&usage(&samples));

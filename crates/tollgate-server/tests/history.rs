@@ -428,15 +428,22 @@ async fn a_client_reads_what_its_pods_reported_minute_by_minute(backend: Backend
         .iter()
         .map(|p| p.consumption.expect("consumption").request_unit_micros)
         .sum();
-    let billed = store
-        .get_bucket(&key("wire"))
-        .await
-        .expect("get")
-        .head
-        .totals
-        .consumption
-        .request_unit_micros;
+    let bucket = store.get_bucket(&key("wire")).await.expect("get");
+    let billed = bucket.head.totals.consumption.request_unit_micros;
     assert_eq!(total, billed);
+    // Each point says the level its row sampled: just after a pod took a
+    // token, so under the level now, which refilled since the last use.
+    let burst = bucket.head.state.limits.burst_limit;
+    for p in &answer.points {
+        let level = p.level.expect("a level");
+        assert!(level >= 0.0 && level < burst, "{level} of {burst}");
+    }
+    let last = answer.points.last().and_then(|p| p.level).expect("a level");
+    assert!(
+        last < bucket.current_tokens(),
+        "{last} sampled, {} now",
+        bucket.current_tokens()
+    );
     // An unknown bucket has no points, and is no error.
     let none = admin
         .get_history(history_request("nobody", start, clock.now()))

@@ -282,6 +282,7 @@ pub(crate) fn history_to_proto(
             granted_tokens_per_second: u.granted_per_second(),
             throttled_pod_seconds: u.throttled_micros as f64 / 1e6,
             throttled_pods: u.throttled_pods(),
+            level: u.level,
         })
         .collect();
     v1::GetHistoryResponse {

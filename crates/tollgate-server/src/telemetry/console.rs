@@ -784,6 +784,9 @@ pub struct ChartPoint {
     pub request_units_per_second: f64,
     pub granted_per_second: f64,
     pub throttled_pods: f64,
+    /// The bucket's level at the last row of the slot; `null` if no row
+    /// there kept one (the bucket was idle, or in a tenant's sum).
+    pub level: Option<f64>,
 }
 
 impl ChartPoint {
@@ -794,6 +797,7 @@ impl ChartPoint {
             request_units_per_second: slot.request_units_per_second(),
             granted_per_second: slot.granted_per_second(),
             throttled_pods: slot.throttled_pods(),
+            level: slot.level,
         }
     }
 }
@@ -888,7 +892,14 @@ pub async fn tenant_page(
         since_unix: unix_seconds(since),
         until_unix: unix_seconds(now),
         buckets: views,
-        total: total.iter().map(ChartPoint::of).collect(),
+        // A sum of buckets has no level worth charting.
+        total: total
+            .iter()
+            .map(|u| ChartPoint {
+                level: None,
+                ..ChartPoint::of(u)
+            })
+            .collect(),
         key_buckets: key_buckets
             .iter()
             .map(|b| key_bucket_view(b, metrics))

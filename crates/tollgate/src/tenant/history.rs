@@ -86,6 +86,8 @@ struct PointView {
     granted_tokens_per_second: f64,
     throttled_pod_seconds: f64,
     throttled_pods: f64,
+    /// Tokens in the bucket at `to`, as sampled; `null` where not known.
+    level: Option<f64>,
     read_batches: u64,
     read_requests: u64,
     read_bytes: u64,
@@ -109,6 +111,7 @@ impl PointView {
             granted_tokens_per_second: p.granted_tokens_per_second,
             throttled_pod_seconds: p.throttled_pod_seconds,
             throttled_pods: p.throttled_pods,
+            level: p.level,
             read_batches: used.read_batches,
             read_requests: used.read_requests,
             read_bytes: used.read_bytes,
@@ -169,6 +172,7 @@ fn table(points: &[PointView]) -> Table {
         "RU/S",
         "GRANTED/S",
         "THROTTLED PODS",
+        "LEVEL",
         "REQUEST UNITS",
         "GRANTED",
     ]);
@@ -179,6 +183,7 @@ fn table(points: &[PointView]) -> Table {
             amount(p.request_units_per_second),
             amount(p.granted_tokens_per_second),
             amount(p.throttled_pods),
+            p.level.map_or_else(|| "-".to_owned(), amount),
             amount(p.request_units),
             amount(p.granted_tokens),
         ]);
@@ -190,12 +195,12 @@ fn csv(points: &[PointView]) -> String {
     let mut lines = vec![
         "from,to,request_unit_micros,granted_tokens,request_units_per_second,\
          granted_tokens_per_second,throttled_pod_seconds,throttled_pods,read_batches,read_requests,read_bytes,write_batches,\
-         write_requests,write_bytes,cpu_micros,egress_bytes"
+         write_requests,write_bytes,cpu_micros,egress_bytes,level"
             .to_owned(),
     ];
     for p in points {
         lines.push(format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             p.from.clone().unwrap_or_default(),
             p.to.clone().unwrap_or_default(),
             p.request_unit_micros,
@@ -212,6 +217,7 @@ fn csv(points: &[PointView]) -> String {
             p.write_bytes,
             p.cpu_micros,
             p.egress_bytes,
+            p.level.map_or_else(String::new, |l| l.to_string()),
         ));
     }
     lines.join("\n")

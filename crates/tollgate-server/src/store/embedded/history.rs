@@ -42,6 +42,7 @@ pub(super) fn sample(
         let sample = HistorySample {
             at: now,
             totals: head.totals.clone(),
+            level: Some(head.state.tokens_at(now)),
         };
         for resolution in &config.resolutions {
             let step = resolution.step_secs();

@@ -59,6 +59,7 @@ pub(super) async fn sample(
         let sample = HistorySample {
             at: now,
             totals: head.head.totals.clone(),
+            level: Some(head.head.state.tokens_at(now)),
         };
         for (resolution, &step) in config.resolutions.iter().zip(&steps) {
             let latest = kept.get(&(
