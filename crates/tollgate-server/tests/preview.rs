@@ -357,22 +357,4 @@ async fn an_hour_at_150_previewed_at_100_throttles_50_a_second(backend: Backend)
     drop(backing);
 }
 
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn embedded_store() {
-                    super::$name(super::Backend::Embedded).await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres_store() {
-                    super::$name(super::Backend::Postgres).await;
-                }
-            }
-        )*
-    };
-}
-
-on_both_stores!(an_hour_at_150_previewed_at_100_throttles_50_a_second);
+for_each_store!(an_hour_at_150_previewed_at_100_throttles_50_a_second);

@@ -356,25 +356,7 @@ async fn a_whole_tier_in_shadow_mode_enforces_none_of_its_limits(backend: Backen
     drop(backing);
 }
 
-macro_rules! on_both_stores {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn embedded_store() {
-                    super::$name(super::Backend::Embedded).await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres_store() {
-                    super::$name(super::Backend::Postgres).await;
-                }
-            }
-        )*
-    };
-}
-
-on_both_stores!(
+for_each_store!(
     shadow_buckets_grant_what_is_asked_and_count_what_enforcing_held_back,
     a_whole_tier_in_shadow_mode_enforces_none_of_its_limits,
 );

@@ -806,8 +806,7 @@ mod generated {
         BucketKey, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId, Timestamp,
         TokenBucketRequest,
     };
-    use tollgate_server::store::image::write_line;
-    use tollgate_server::store::{BucketSettings, EmbeddedStore, RecordSink, Store};
+    use tollgate_server::store::{BucketSettings, EmbeddedStore, Store};
 
     pub const HOUR: f64 = 3_600.0;
     /// When acme's use rises over its refill rate, after the hour began.
@@ -895,30 +894,11 @@ mod generated {
                         .expect("a pod's request");
                 }
             }
-            let mut after = None;
-            loop {
-                let page = store
-                    .sample_history(after.as_ref(), 100)
-                    .await
-                    .expect("sample");
-                match page.last {
-                    Some(last) => after = Some(last),
-                    None => break,
-                }
-            }
+            crate::support::sample_history(&store).await;
             t += 10.0;
         }
-        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
-        let lines = tokio::spawn(async move {
-            let mut out = Vec::new();
-            while let Some(record) = rx.recv().await {
-                write_line(&mut out, &record).expect("write a line");
-            }
-            out
-        });
-        store.export(RecordSink::new(tx)).await.expect("export");
         Hour {
-            export: lines.await.expect("lines"),
+            export: crate::support::export_lines(&store).await,
             throttled_from: start.saturating_add(Duration::from_secs_f64(THROTTLED_AFTER)),
             acme_request_units,
         }

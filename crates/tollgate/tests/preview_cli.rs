@@ -31,8 +31,7 @@ mod generated {
         BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId, TierName,
         Timestamp, TokenBucketRequest,
     };
-    use tollgate_server::store::image::write_line;
-    use tollgate_server::store::{BucketSettings, EmbeddedStore, RecordSink, Store};
+    use tollgate_server::store::{BucketSettings, EmbeddedStore, Store};
 
     use super::{HOUR, USE};
 
@@ -152,27 +151,10 @@ mod generated {
                     assert_eq!(grant.granted_tokens, USE * 10.0, "unthrottled");
                 }
             }
-            let mut after = None;
-            while let Some(last) = store
-                .sample_history(after.as_ref(), 100)
-                .await
-                .expect("sample")
-                .last
-            {
-                after = Some(last);
-            }
+            crate::support::sample_history(&store).await;
             t += 10.0;
         }
-        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
-        let lines = tokio::spawn(async move {
-            let mut out = Vec::new();
-            while let Some(record) = rx.recv().await {
-                write_line(&mut out, &record).expect("write a line");
-            }
-            out
-        });
-        store.export(RecordSink::new(tx)).await.expect("export");
-        lines.await.expect("lines")
+        crate::support::export_lines(&store).await
     }
 }
 

@@ -273,3 +273,33 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// Samples every bucket of `store` into its usage history, as a server's
+/// sampling round does (tests that record history on a moved clock).
+pub async fn sample_history(store: &dyn tollgate_server::store::Store) {
+    let mut after = None;
+    while let Some(last) = store
+        .sample_history(after.as_ref(), 100)
+        .await
+        .expect("sample")
+        .last
+    {
+        after = Some(last);
+    }
+}
+
+/// `store`'s export, as `tollgate export` writes it: for `tollgate import`.
+pub async fn export_lines(store: &dyn tollgate_server::store::Store) -> Vec<u8> {
+    use tollgate_server::store::RecordSink;
+    use tollgate_server::store::image::write_line;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+    let lines = tokio::spawn(async move {
+        let mut out = Vec::new();
+        while let Some(record) = rx.recv().await {
+            write_line(&mut out, &record).expect("write a line");
+        }
+        out
+    });
+    store.export(RecordSink::new(tx)).await.expect("export");
+    lines.await.expect("lines")
+}
