@@ -278,7 +278,7 @@ async fn an_hour_at_150_previewed_at_100_throttles_50_a_second(backend: Backend)
         ..v1::PreviewLimitsRequest::default()
     };
     let answer = admin
-        .preview_limits(budget)
+        .preview_limits(budget.clone())
         .await
         .expect("preview budget")
         .into_inner();
@@ -339,6 +339,10 @@ async fn an_hour_at_150_previewed_at_100_throttles_50_a_second(backend: Backend)
             r
         }),
     ];
+    let mut budget_with_lookback = budget.clone();
+    budget_with_lookback.lookback = Some(hour);
+    let mut cases = cases;
+    cases.push(("lookback", budget_with_lookback));
     for (field, case) in cases {
         let status = admin.preview_limits(case).await.expect_err("refused");
         assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");

@@ -23,10 +23,10 @@ pub struct PreviewArgs {
     /// wait.
     #[arg(long)]
     pub preview: bool,
-    /// How far back the preview replays (at most 14 days; a budget's
-    /// preview replays its cycle so far instead).
-    #[arg(long, default_value = "24h", value_parser = humantime::parse_duration, requires = "preview")]
-    lookback: Duration,
+    /// How far back the preview replays, at most 14 days [default: 24h]
+    /// (a budget's preview replays its cycle so far, and refuses it).
+    #[arg(long, value_parser = humantime::parse_duration, requires = "preview")]
+    lookback: Option<Duration>,
     /// The end of the span replayed: a time ago or an RFC 3339 time
     /// [default: now].
     #[arg(long = "preview-until", value_parser = parse_time, requires = "preview")]
@@ -97,7 +97,7 @@ pub async fn preview(
     let answer = client
         .preview_limits(v1::PreviewLimitsRequest {
             change: Some(change),
-            lookback: Some(tollgate_proto::duration(args.lookback)),
+            lookback: args.lookback.map(tollgate_proto::duration),
             max_wait: Some(tollgate_proto::duration(args.max_wait)),
             until: args.until.map(to_proto).transpose()?,
         })

@@ -769,6 +769,12 @@ impl admin_server::Admin for AdminService {
                 ]
             }
             Some(Change::Budget(set)) => {
+                if req.lookback.is_some() {
+                    return Err(invalid(InvalidInput::new(
+                        "lookback",
+                        "must be unset for a budget: its preview replays the budget's cycle so far",
+                    )));
+                }
                 let (bucket, budget) =
                     convert::budget_from_proto(set.budget.as_ref()).map_err(invalid)?;
                 let tenant =
