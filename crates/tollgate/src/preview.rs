@@ -88,6 +88,13 @@ impl ImpactView {
     }
 }
 
+impl PreviewView {
+    /// How many buckets the preview covers.
+    pub fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+}
+
 /// Asks the server to preview `change`.
 pub async fn preview(
     client: &mut AdminConnection,

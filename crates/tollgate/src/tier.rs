@@ -405,11 +405,19 @@ async fn apply(server: &AdminServerArg, a: ApplyArgs) -> anyhow::Result<()> {
                 .get(name)
                 .ok_or_else(|| anyhow!("tier {name} is not in {}", a.file.display()))?;
             let tier = v1::preview_limits_request::Change::Tier(tier_to_proto(name, defined));
-            views.push(
-                preview::preview(&mut client, &a.preview, tier)
-                    .await
-                    .with_context(|| format!("preview the change of tier {name}"))?,
+            // A tier's preview reads every tenant's history: seconds for
+            // thousands of tenants. Say so where the result does not go.
+            eprintln!("previewing tier {name}: replaying its tenants' recorded usage…");
+            let started = std::time::Instant::now();
+            let view = preview::preview(&mut client, &a.preview, tier)
+                .await
+                .with_context(|| format!("preview the change of tier {name}"))?;
+            eprintln!(
+                "previewed tier {name}: {} buckets in {:.1} s",
+                view.buckets(),
+                started.elapsed().as_secs_f64()
             );
+            views.push(view);
         }
         return preview::print(a.json, &views);
     }
