@@ -60,7 +60,8 @@ pub async fn bucket(
     proposed: Limits,
     span: Span,
 ) -> Result<BucketPreview, StoreError> {
-    let current = store.get_bucket(key).await?.head.state.limits;
+    // Its own limits: a budget's throttle keeps them aside.
+    let current = store.get_bucket(key).await?.head.own_limits();
     replay(store, key.clone(), current, proposed, span).await
 }
 
@@ -89,7 +90,7 @@ pub async fn tier(
         candidates.extend(
             page.into_iter()
                 .filter(|b| shared.contains(&b.key.bucket))
-                .map(|b| (b.key, b.head.state.limits)),
+                .map(|b| (b.key, b.head.own_limits())),
         );
         if !full {
             break;
@@ -131,10 +132,7 @@ pub async fn budget(
     span: Span,
 ) -> Result<BucketPreview, StoreError> {
     let head = store.get_bucket(key).await?.head;
-    let limits = head
-        .budget
-        .as_ref()
-        .map_or(head.state.limits, |b| b.own_limits(&head.state));
+    let limits = head.own_limits();
     let spend_limit = |b: &Budget| SpendLimit {
         amount: b.amount,
         at_limit: b.action(),

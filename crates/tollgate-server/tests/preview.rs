@@ -301,6 +301,56 @@ async fn an_hour_at_150_previewed_at_100_throttles_50_a_second(backend: Backend)
         "{proposed:?}"
     );
 
+    // A bucket a budget throttles runs at the baseline; what it is
+    // previewed against is its own limits (own's override, 300/s).
+    admin
+        .set_budget(v1::SetBudgetRequest {
+            tenant_id: "own".into(),
+            budget: Some(v1::Budget {
+                bucket: "api".into(),
+                amount: 1_000.0,
+                cycle: Some(v1::BudgetCycle {
+                    period: v1::BudgetPeriod::Daily.into(),
+                    ..v1::BudgetCycle::default()
+                }),
+                at_limit: v1::BudgetAtLimit::Throttle.into(),
+                baseline: Some(v1::ResourceLimits {
+                    refill_rate: 1.0,
+                    burst_limit: 10.0,
+                }),
+                ..v1::Budget::default()
+            }),
+        })
+        .await
+        .expect("a throttling budget");
+    pods.token_bucket(ask("own", "api", 1_000))
+        .await
+        .expect("ask past the budget");
+    let running = admin
+        .get_tenant(v1::GetTenantRequest {
+            tenant_id: "own".into(),
+            bucket: "api".into(),
+        })
+        .await
+        .expect("get")
+        .into_inner()
+        .tenant
+        .and_then(|t| t.limits)
+        .expect("limits");
+    assert_eq!(running.refill_rate, 1.0, "throttled to the baseline");
+    let mut own = bucket_change("own", "api", 100.0, 100.0);
+    own.lookback = Some(hour);
+    own.until = Some(until);
+    let answer = admin
+        .preview_limits(own)
+        .await
+        .expect("preview")
+        .into_inner();
+    assert_eq!(
+        answer.impacts[0].current_limits.map(|l| l.refill_rate),
+        Some(300.0)
+    );
+
     // Refusals name the field; an unknown bucket is NOT_FOUND.
     let cases: Vec<(&str, v1::PreviewLimitsRequest)> = vec![
         ("change", v1::PreviewLimitsRequest::default()),
