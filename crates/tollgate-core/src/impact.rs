@@ -401,6 +401,52 @@ mod tests {
         assert_eq!(none.throttled, 0.0);
     }
 
+    proptest::proptest! {
+        /// Over any minute spans and limits: the replay never serves more
+        /// than the bucket can (its burst and its refill over the span and
+        /// the wait after it), never throttles more than the demand, and
+        /// throttles nothing where every span's rate is within the refill
+        /// rate. Spans it takes in one step ([`IdealBucket::flow`]) and
+        /// spans it ticks through are both in it.
+        #[test]
+        fn a_replay_serves_what_a_bucket_can_and_no_less_than_the_covered_demand(
+            rates in proptest::collection::vec(0.0f64..400.0, 1..90),
+            refill_rate in 1.0f64..300.0,
+            burst_limit in 0.0f64..5_000.0,
+        ) {
+            let usage: Vec<Usage> = rates
+                .iter()
+                .enumerate()
+                .map(|(m, &rate)| {
+                    let m = m as i64;
+                    Usage {
+                        from: Timestamp::from_unix_micros(m * 60_000_000),
+                        to: Timestamp::from_unix_micros((m + 1) * 60_000_000),
+                        granted_tokens: rate * 60.0,
+                        ..Usage::default()
+                    }
+                })
+                .collect();
+            let wait = Duration::from_secs(5);
+            let impact = replay(&usage, &Plan::limits(limits(refill_rate, burst_limit)), wait);
+            let demand: f64 = rates.iter().map(|r| r * 60.0).sum();
+            let slack = 1e-6 * demand.max(1.0);
+            proptest::prop_assert!((impact.demand - demand).abs() <= slack);
+            proptest::prop_assert!(impact.throttled <= demand + slack);
+            let seconds = 60.0 * rates.len() as f64 + wait.as_secs_f64() + TICK.as_secs_f64();
+            let most = burst_limit + refill_rate * seconds;
+            proptest::prop_assert!(
+                demand - impact.throttled <= most + slack,
+                "served {} of at most {most}",
+                demand - impact.throttled
+            );
+            if rates.iter().all(|&r| r <= refill_rate) {
+                proptest::prop_assert_eq!(impact.throttled, 0.0);
+                proptest::prop_assert_eq!(impact.longest_wait_seconds, 0.0);
+            }
+        }
+    }
+
     #[test]
     fn gaps_refill_the_bucket_and_nothing_is_an_empty_impact() {
         assert_eq!(
