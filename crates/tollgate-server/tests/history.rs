@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::server::TestServer;
-use support::{Backend, Backing, ManualClock, tenant_id};
+use support::{Backend, Backing, ManualClock, proto_time, sample_all, tenant_id};
 use tollgate_core::history::{HistoryConfig, Resolution, total_usage, usage};
 use tollgate_core::{
     BucketKey, Consumption, Limits, LimitsMask, LimitsUpdate, Timestamp, TokenBucketRequest,
@@ -93,23 +93,6 @@ async fn configure(store: &dyn Store, key: &BucketKey) {
         )
         .await
         .expect("configure");
-}
-
-/// Samples every bucket, page by page of `page` buckets.
-async fn sample_all(store: &dyn Store, page: usize) -> u64 {
-    let mut after = None;
-    let mut written = 0;
-    loop {
-        let p = store
-            .sample_history(after.as_ref(), page)
-            .await
-            .expect("sample");
-        written += p.rows_written;
-        match p.last {
-            Some(last) => after = Some(last),
-            None => return written,
-        }
-    }
 }
 
 /// Slots strictly increase: no slot twice.
@@ -358,14 +341,6 @@ fn pod_report(tenant: &str, seq: u64, request_units: f64) -> v1::TokenBucketRequ
             ..v1::Consumption::default()
         }),
         ..v1::TokenBucketRequest::default()
-    }
-}
-
-fn proto_time(t: Timestamp) -> prost_types::Timestamp {
-    let micros = t.unix_micros();
-    prost_types::Timestamp {
-        seconds: micros.div_euclid(1_000_000),
-        nanos: i32::try_from(micros.rem_euclid(1_000_000) * 1_000).expect("nanos"),
     }
 }
 

@@ -12,28 +12,15 @@ mod support;
 use std::sync::Arc;
 
 use support::server::TestServer;
-use support::{Backend, Backing, ManualClock};
-use tollgate_core::Timestamp;
+use support::{Backend, Backing, ManualClock, proto_time, sample_all, secs};
 use tollgate_proto::v1;
-use tollgate_server::store::{BucketSettings, Store};
+use tollgate_server::store::BucketSettings;
 use tonic::Code;
 
 const DAY: f64 = 86_400.0;
 const HOUR: f64 = 3_600.0;
 /// The recorded use, tokens a second.
 const USE: f64 = 150.0;
-
-fn proto_time(t: Timestamp) -> prost_types::Timestamp {
-    let micros = t.unix_micros();
-    prost_types::Timestamp {
-        seconds: micros.div_euclid(1_000_000),
-        nanos: i32::try_from(micros.rem_euclid(1_000_000) * 1_000).expect("nanos"),
-    }
-}
-
-fn secs(d: Option<prost_types::Duration>) -> f64 {
-    d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
-}
 
 /// A pod of `tenant` asking every 10 s for what it uses (`USE` a second)
 /// from `bucket`, and reporting it.
@@ -55,18 +42,6 @@ fn ask(tenant: &str, bucket: &str, seq: u64) -> v1::TokenBucketRequest {
             ..v1::Consumption::default()
         }),
         ..v1::TokenBucketRequest::default()
-    }
-}
-
-async fn sample_all(store: &dyn Store) {
-    let mut after = None;
-    while let Some(last) = store
-        .sample_history(after.as_ref(), 100)
-        .await
-        .expect("sample")
-        .last
-    {
-        after = Some(last);
     }
 }
 
@@ -138,7 +113,7 @@ async fn an_hour_at_150_previewed_at_100_throttles_50_a_second(backend: Backend)
         })
         .await
         .expect("override");
-    sample_all(store.as_ref()).await;
+    sample_all(store.as_ref(), 100).await;
     for tick in 1..=360u32 {
         clock.set_secs(6_000.0 * DAY + f64::from(tick) * 10.0);
         for tenant in ["steady", "own"] {
@@ -149,7 +124,7 @@ async fn an_hour_at_150_previewed_at_100_throttles_50_a_second(backend: Backend)
                 .into_inner();
             assert_eq!(answer.granted_tokens, USE * 10.0, "unthrottled");
         }
-        sample_all(store.as_ref()).await;
+        sample_all(store.as_ref(), 100).await;
     }
     let until = proto_time(clock.now());
     let hour = prost_types::Duration {

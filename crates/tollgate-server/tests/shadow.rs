@@ -14,7 +14,7 @@ mod support;
 use std::sync::Arc;
 
 use support::server::TestServer;
-use support::{Backend, Backing, ManualClock};
+use support::{Backend, Backing, ManualClock, secs};
 use tollgate_proto::v1;
 use tollgate_server::store::BucketSettings;
 
@@ -60,10 +60,6 @@ fn ask_bucket(tenant: &str, bucket: &str, seq: u64, tokens: f64) -> v1::TokenBuc
         }),
         ..v1::TokenBucketRequest::default()
     }
-}
-
-fn secs(d: Option<prost_types::Duration>) -> f64 {
-    d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
 }
 
 async fn shadow_buckets_grant_what_is_asked_and_count_what_enforcing_held_back(backend: Backend) {

@@ -180,3 +180,35 @@ pub async fn make_serializable(db: &TestDatabase) {
         .await
         .expect("make the database serializable");
 }
+
+/// Samples every bucket into the usage history, page by page of `page`
+/// buckets, as a server's sampling round does; answers the rows written.
+pub async fn sample_all(store: &dyn tollgate_server::store::Store, page: usize) -> u64 {
+    let mut after = None;
+    let mut written = 0;
+    loop {
+        let p = store
+            .sample_history(after.as_ref(), page)
+            .await
+            .expect("sample");
+        written += p.rows_written;
+        match p.last {
+            Some(last) => after = Some(last),
+            None => return written,
+        }
+    }
+}
+
+/// `t` as the wire carries it.
+pub fn proto_time(t: Timestamp) -> prost_types::Timestamp {
+    let micros = t.unix_micros();
+    prost_types::Timestamp {
+        seconds: micros.div_euclid(1_000_000),
+        nanos: i32::try_from(micros.rem_euclid(1_000_000) * 1_000).expect("nanos"),
+    }
+}
+
+/// A wire duration in seconds; 0 when unset.
+pub fn secs(d: Option<prost_types::Duration>) -> f64 {
+    d.map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
+}
