@@ -42,6 +42,17 @@ pub struct Span {
     pub max_wait: Duration,
 }
 
+impl Span {
+    /// The `lookback` up to `until`.
+    pub fn back_from(until: Timestamp, lookback: Duration, max_wait: Duration) -> Span {
+        Span {
+            since: until.saturating_sub(lookback),
+            until,
+            max_wait,
+        }
+    }
+}
+
 /// One bucket's preview.
 #[derive(Clone, Debug)]
 pub struct BucketPreview {

@@ -225,11 +225,7 @@ pub(crate) fn preview_span(
         ));
     }
     let until = req.until.map_or(Ok(now), |t| timestamp("until", t))?;
-    Ok(crate::preview::Span {
-        since: until.saturating_sub(lookback),
-        until,
-        max_wait,
-    })
+    Ok(crate::preview::Span::back_from(until, lookback, max_wait))
 }
 
 /// A bucket's preview on the wire.

@@ -207,11 +207,7 @@ async fn console_preview(
         Err(e) => return bad(e),
     };
     let until = tollgate_core::Timestamp::from_system_time(std::time::SystemTime::now());
-    let span = crate::preview::Span {
-        since: until.saturating_sub(lookback),
-        until,
-        max_wait: crate::preview::DEFAULT_MAX_WAIT,
-    };
+    let span = crate::preview::Span::back_from(until, lookback, crate::preview::DEFAULT_MAX_WAIT);
     match crate::preview::bucket(state.store.as_ref(), &key, limits, span).await {
         Ok(preview) => (
             [(header::CACHE_CONTROL, "no-store")],
