@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
+mod support;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use tollgate_core::tier::{BucketDefinition, BucketKind, TenantChange, Tier};
-use tollgate_core::{
-    BucketKey, BucketName, Consumption, Limits, TenantId, TierName, Timestamp, TokenBucketRequest,
-};
+use tollgate_core::{BucketKey, BucketName, Limits, TenantId, TierName, Timestamp};
 use tollgate_server::store::{BucketSettings, EmbeddedStore, Store};
 use tollgate_server::telemetry::console::{Range, tenant_page};
 use tollgate_server::telemetry::metrics::Metrics;
@@ -81,32 +81,11 @@ async fn recorded(buckets: usize, days: usize) -> EmbeddedStore {
                 } else {
                     3_000.0
                 };
-                let request = TokenBucketRequest {
-                    instance_id: 1,
-                    lease: b"pod".to_vec(),
-                    seq: minute as u64,
-                    requested_tokens: used,
-                    shares: 1.0,
-                    target_request_period: Duration::from_secs(10),
-                    consumption: Consumption::from_request_units(used),
-                    next_live_instance_id: None,
-                    returned_tokens: 0.0,
-                    held_tokens: 0.0,
-                    fallback_tokens: 0.0,
-                    fallback_duration: Duration::ZERO,
-                };
+                let request = support::request(minute as u64, used);
                 store.token_bucket(key, &request).await.expect("request");
             }
         }
-        let mut after = None;
-        while let Some(last) = store
-            .sample_history(after.as_ref(), 1_000)
-            .await
-            .expect("sample")
-            .last
-        {
-            after = Some(last);
-        }
+        support::sample_all(&store).await;
         if minute % 1_440 == 0 {
             eprintln!(
                 "recorded {} of {days} days of {buckets} buckets ({:.0} s)",

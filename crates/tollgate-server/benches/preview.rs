@@ -15,13 +15,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
+mod support;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use tollgate_core::history::Usage;
 use tollgate_core::impact::{self, Plan};
 use tollgate_core::tier::{BucketDefinition, BucketKind, TenantChange, Tier};
-use tollgate_core::{
-    BucketKey, BucketName, Consumption, Limits, TenantId, TierName, Timestamp, TokenBucketRequest,
-};
+use tollgate_core::{BucketKey, BucketName, Limits, TenantId, TierName, Timestamp};
 use tollgate_server::preview::{self, Span};
 use tollgate_server::store::{BucketSettings, EmbeddedStore, Store};
 
@@ -76,35 +76,14 @@ async fn recorded(tenants: usize, minutes: usize) -> (EmbeddedStore, Span) {
         if minute > 0 {
             for (i, id) in ids.iter().enumerate() {
                 let used = (50.0 + 25.0 * (i % 5) as f64) * 60.0;
-                let request = TokenBucketRequest {
-                    instance_id: 1,
-                    lease: b"pod".to_vec(),
-                    seq: minute as u64,
-                    requested_tokens: used,
-                    shares: 1.0,
-                    target_request_period: Duration::from_secs(10),
-                    consumption: Consumption::from_request_units(used),
-                    next_live_instance_id: None,
-                    returned_tokens: 0.0,
-                    held_tokens: 0.0,
-                    fallback_tokens: 0.0,
-                    fallback_duration: Duration::ZERO,
-                };
+                let request = support::request(minute as u64, used);
                 store
                     .token_bucket(&BucketKey::new(id.clone(), bucket.clone()), &request)
                     .await
                     .expect("request");
             }
         }
-        let mut after = None;
-        while let Some(last) = store
-            .sample_history(after.as_ref(), 1_000)
-            .await
-            .expect("sample")
-            .last
-        {
-            after = Some(last);
-        }
+        support::sample_all(&store).await;
         if minute % 10 == 0 {
             eprintln!(
                 "recorded {minute} of {minutes} minutes for {tenants} tenants ({:.0} s)",
