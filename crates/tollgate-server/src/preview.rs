@@ -20,6 +20,7 @@ use tollgate_core::time::Timestamp;
 use tollgate_core::{BucketKey, TenantId, TierName};
 
 use crate::store::{Store, StoreError};
+use crate::telemetry::metrics::read_buckets;
 
 /// How far back a preview looks unless asked otherwise: a day, so the
 /// daily peak is in it.
@@ -31,8 +32,6 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(5);
 pub const MAX_MAX_WAIT: Duration = Duration::from_secs(600);
 /// The slot demand is read in: the history's minute rows.
 const STEP: Duration = Duration::from_secs(60);
-/// Buckets read per page when a tier's tenants are looked for.
-const PAGE: usize = 1000;
 
 /// What is replayed, and for how long demand waits.
 #[derive(Clone, Copy, Debug)]
@@ -85,50 +84,38 @@ pub async fn tier(
     tier: &Tier,
     span: Span,
 ) -> Result<Vec<BucketPreview>, StoreError> {
-    let shared: BTreeSet<_> = tier
-        .buckets
-        .iter()
-        .filter(|(_, d)| d.kind == BucketKind::Shared)
-        .map(|(bucket, _)| bucket.clone())
+    // Each shared bucket of the tier's, with what it defines and the
+    // bucket's own limits now.
+    let candidates: Vec<(BucketKey, Limits, Limits)> = read_buckets(store, usize::MAX)
+        .await?
+        .into_iter()
+        .filter_map(|b| {
+            let defined = tier
+                .buckets
+                .get(&b.key.bucket)
+                .filter(|d| d.kind == BucketKind::Shared)?;
+            Some((b.key, b.head.own_limits(), defined.limits))
+        })
         .collect();
-    let mut candidates = Vec::new();
-    let mut after: Option<BucketKey> = None;
-    loop {
-        let page = store.list_buckets(after.as_ref(), PAGE).await?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.key.clone());
-        let full = page.len() == PAGE;
-        candidates.extend(
-            page.into_iter()
-                .filter(|b| shared.contains(&b.key.bucket))
-                .map(|b| (b.key, b.head.own_limits())),
-        );
-        if !full {
-            break;
-        }
-    }
     let tenants: Vec<TenantId> = candidates
         .iter()
-        .map(|(key, _)| key.tenant.clone())
+        .map(|(key, _, _)| key.tenant.clone())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
     let records = store.tenant_records(&tenants).await?;
     let mut previews = Vec::new();
-    for (key, current) in candidates {
+    for (key, current, proposed) in candidates {
         let Some(record) = records.get(&key.tenant) else {
             continue;
         };
-        if record.tier.as_ref() != Some(name) || record.overrides.contains_key(&key.bucket) {
+        if record.tier.as_ref() != Some(name)
+            || record.overrides.contains_key(&key.bucket)
+            || proposed == current
+        {
             continue;
         }
-        let Some(defined) = tier.buckets.get(&key.bucket) else {
-            continue;
-        };
-        if defined.limits == current {
-            continue;
-        }
-        previews.push(replay(store, key, current, defined.limits, span).await?);
+        previews.push(replay(store, key, current, proposed, span).await?);
     }
     Ok(previews)
 }

@@ -461,7 +461,7 @@ fn encode(families: &[MetricFamily]) -> Result<String, MetricsError> {
 
 /// The first `at_most` buckets in key order (`usize::MAX`: every one), a
 /// page of [`SCRAPE_PAGE`] at a time.
-pub(super) async fn read_buckets(
+pub(crate) async fn read_buckets(
     store: &dyn Store,
     at_most: usize,
 ) -> Result<Vec<BucketSnapshot>, StoreError> {
