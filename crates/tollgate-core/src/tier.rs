@@ -1133,25 +1133,22 @@ pub fn may_delete_tier(
 }
 
 fn redefined(row: &BucketRow, definition: &BucketDefinition, now: Timestamp) -> Option<BucketRow> {
-    if row.state.configured && row.own_limits() == definition.limits {
-        if row.enforce == definition.enforce {
-            return None;
-        }
-        // Into or out of shadow mode: the state is the enforced one either
-        // way, and is kept.
-        let mut row = row.clone();
-        row.enforce = definition.enforce;
-        row.state.updated_at = now;
-        return Some(row);
+    let same_limits = row.state.configured && row.own_limits() == definition.limits;
+    if same_limits && row.enforce == definition.enforce {
+        return None;
     }
     let mut row = row.clone();
+    // Into or out of shadow mode, the state is the enforced one either
+    // way, and is kept.
     row.enforce = definition.enforce;
-    row.state
-        .refill(now, crate::validate::DEFAULT_TARGET_REQUEST_PERIOD);
-    row.set_own_limits(definition.limits);
-    row.state.configured = true;
-    row.state.tokens = row.state.tokens.min(definition.limits.burst_limit);
-    row.state.tokens_avg = row.state.tokens_avg.min(definition.limits.burst_limit);
+    if !same_limits {
+        row.state
+            .refill(now, crate::validate::DEFAULT_TARGET_REQUEST_PERIOD);
+        row.set_own_limits(definition.limits);
+        row.state.configured = true;
+        row.state.tokens = row.state.tokens.min(definition.limits.burst_limit);
+        row.state.tokens_avg = row.state.tokens_avg.min(definition.limits.burst_limit);
+    }
     row.state.updated_at = now;
     Some(row)
 }
