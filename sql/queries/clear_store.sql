@@ -12,3 +12,4 @@ DELETE FROM tollgate_budget_cycles;
 DELETE FROM tollgate_budget_events;
 DELETE FROM tollgate_organisation_nodes;
 DELETE FROM tollgate_usage_history;
+DELETE FROM tollgate_check_history;

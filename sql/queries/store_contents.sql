@@ -11,4 +11,5 @@ SELECT
     EXISTS (SELECT 1 FROM tollgate_budget_cycles) AS budget_cycles,
     EXISTS (SELECT 1 FROM tollgate_budget_events) AS budget_events,
     EXISTS (SELECT 1 FROM tollgate_organisation_nodes) AS organisation_nodes,
-    EXISTS (SELECT 1 FROM tollgate_usage_history) AS usage_history
+    EXISTS (SELECT 1 FROM tollgate_usage_history) AS usage_history,
+    EXISTS (SELECT 1 FROM tollgate_check_history) AS check_history

@@ -17,6 +17,11 @@
 //! that falls is a reset, and the usage after it is the new total.
 //! Rows outlive their bucket, for billing, and are pruned by age only
 //! ([`Resolution::prune_before`]).
+//!
+//! Per-key buckets have no totals to sample: each replica counts the
+//! checks it answers and writes them per slot ([`checks`]).
+
+pub mod checks;
 
 use std::time::Duration;
 

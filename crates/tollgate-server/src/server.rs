@@ -34,7 +34,7 @@ use crate::service::{
 use crate::store::{self, Store};
 use crate::telemetry::health::PROBE_INTERVAL;
 use crate::telemetry::rpc::RpcMetricsLayer;
-use crate::telemetry::{MetricsError, Telemetry};
+use crate::telemetry::{MetricsError, Telemetry, check_history};
 use crate::webhooks::WebhookOptions;
 
 /// Why the server could not run.
@@ -220,6 +220,18 @@ pub async fn run_with_options(
     ));
     let historian = history_interval
         .map(|interval| tokio::spawn(store::keep_history(Arc::clone(&store), interval)));
+    // Every server writes the per-key checks it answered: no other knows
+    // of them.
+    let history_config = store.history_config();
+    telemetry
+        .metrics
+        .count_checks_for_history(history_config.resolutions);
+    let check_writer = tokio::spawn(check_history::keep(
+        Arc::clone(&store),
+        Arc::clone(&telemetry.metrics),
+        history_interval.unwrap_or(history_config.sample_interval),
+    ));
+    let history_store = Arc::clone(&store);
     let deliverer = webhooks.map(|options| {
         tokio::spawn(crate::webhooks::deliver_budget_events(
             Arc::clone(&store),
@@ -303,6 +315,9 @@ pub async fn run_with_options(
         historian.abort();
         let _ = historian.await;
     }
+    check_writer.abort();
+    let _ = check_writer.await;
+    check_history::flush(history_store.as_ref(), &telemetry.metrics).await;
     if let Some(deliverer) = deliverer {
         deliverer.abort();
         let _ = deliverer.await;

@@ -206,6 +206,8 @@ pub struct ItemResult {
 pub struct CallAnswer {
     pub allowed: bool,
     pub items: Vec<ItemResult>,
+    /// The store's clock when the call was answered.
+    pub at: Timestamp,
 }
 
 /// A batch of calls, as a store receives them.
@@ -402,6 +404,7 @@ impl KeyTable {
         Ok(CallAnswer {
             allowed: items.iter().all(|r| r.answer.allowed),
             items,
+            at: now,
         })
     }
 

@@ -115,10 +115,12 @@ use self::writer::*;
 use tollgate_core::budget::delivery::{Attempt, Backoff};
 
 use tollgate_core::organisation::{Node, TreeChange};
+use tollgate_core::history::checks::CheckRow;
 
 use super::{
     AdminCall, BucketSettings, BucketSnapshot, ClaimedEvent, ClosedEntry, Counters, Counts,
-    DeletedTenant, HistoryPage, HistoryRows, KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange,
+    CheckHistoryRows, DeletedTenant, HistoryPage, HistoryRows, KeyBucketSnapshot, KeyCounts,
+    KeySweep, LimitsChange,
     NodeFilter, PrunedRecords, PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError,
     StoreImage, StoreStats, TenantChangeOutcome, TenantView,
 };
@@ -713,9 +715,38 @@ impl Store for EmbeddedStore {
     async fn prune_history(&self, limit: usize) -> Result<u64, StoreError> {
         self.write(Box::new(move |writer, txn, now| {
             let config = &writer.settings().history;
-            Ok(Ok(history::prune(txn, config, limit, now)?))
+            let rows = history::prune(txn, config, limit, now)?;
+            Ok(Ok(rows + history::prune_checks(txn, config, limit, now)?))
         }))
         .await
+    }
+
+    async fn record_checks(&self, replica: &str, rows: &[CheckRow]) -> Result<(), StoreError> {
+        let (replica, rows) = (replica.to_owned(), rows.to_vec());
+        self.write(Box::new(move |_, txn, _| {
+            Ok(Ok(history::record_checks(txn, &replica, &rows)?))
+        }))
+        .await
+    }
+
+    async fn check_history(
+        &self,
+        key: &BucketKey,
+        since: Timestamp,
+        until: Timestamp,
+        step: Duration,
+    ) -> Result<CheckHistoryRows, StoreError> {
+        let key = key.clone();
+        let config = self.inner.history.clone();
+        self.read(move |db, now| {
+            let resolution = config.resolution_for(since, now, step);
+            history::read_checks(db, &key, resolution, since, until)
+        })
+        .await
+    }
+
+    fn history_config(&self) -> tollgate_core::history::HistoryConfig {
+        self.inner.history.clone()
     }
 
     async fn claim_budget_events(

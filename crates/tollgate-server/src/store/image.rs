@@ -29,6 +29,10 @@
 //! - `history`: the usage history, a row per bucket, resolution (its step
 //!   in seconds) and slot, each the bucket's totals as sampled in it
 //!   (since format version 5; an earlier file has none);
+//! - `check_history`: per-key buckets' checks in the usage history, a row
+//!   per bucket, resolution, slot and server replica, each the replica's
+//!   counts in the slot (since format version 6; an earlier file has
+//!   none);
 //! - `end`: how many records of each kind came before it, so that a file
 //!   cut short is told from a whole one.
 //!
@@ -51,6 +55,7 @@ use tollgate_core::{
     BucketKey, BucketName, BucketRow, InstanceState, TenantId, TenantState, TierName, Timestamp,
 };
 
+use tollgate_core::history::checks::CheckCounts;
 use tollgate_core::history::{HistorySample, Resolution};
 use tollgate_core::organisation::Node;
 
@@ -62,8 +67,9 @@ pub const FORMAT: &str = "tollgate-store-export";
 /// Version 2 added `closed_bucket` and `tenant_state` lines (and their
 /// counts in `end`); version 3 `budget_cycle` and `budget_event` lines (a
 /// head row's budget rides in its `bucket` line); version 4
-/// `organisation` lines; version 5 `history` lines.
-pub const FORMAT_VERSION: u32 = 5;
+/// `organisation` lines; version 5 `history` lines; version 6
+/// `check_history` lines.
+pub const FORMAT_VERSION: u32 = 6;
 
 /// The first line of an export.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -153,6 +159,15 @@ pub enum Record {
         slot: Timestamp,
         sample: HistorySample,
     },
+    /// A row of a per-key bucket's checks in the usage history.
+    CheckHistory {
+        tenant: TenantId,
+        bucket: BucketName,
+        step_secs: u64,
+        slot: Timestamp,
+        replica: String,
+        counts: CheckCounts,
+    },
     End(Counts),
 }
 
@@ -219,6 +234,9 @@ pub struct Counts {
     /// Absent from the end line of a file before format version 5: none.
     #[serde(default)]
     pub history_rows: u64,
+    /// Absent from the end line of a file before format version 6: none.
+    #[serde(default)]
+    pub check_history_rows: u64,
 }
 
 impl Counts {
@@ -237,6 +255,7 @@ impl Counts {
             Record::BudgetEvent { .. } => self.budget_events += 1,
             Record::Organisation { .. } => self.organisation_nodes += 1,
             Record::History { .. } => self.history_rows += 1,
+            Record::CheckHistory { .. } => self.check_history_rows += 1,
             Record::Header(_) | Record::End(_) => {}
         }
     }
@@ -277,6 +296,17 @@ impl fmt::Display for Counts {
                 f,
                 ", {}",
                 counted(self.history_rows, "history row", "history rows")
+            )?;
+        }
+        if self.check_history_rows > 0 {
+            write!(
+                f,
+                ", {}",
+                counted(
+                    self.check_history_rows,
+                    "check history row",
+                    "check history rows"
+                )
             )?;
         }
         if self.organisation_nodes > 0 {
@@ -384,6 +414,8 @@ pub struct StoreImage {
     pub nodes: Vec<(TenantId, Node)>,
     /// The usage history, each row once.
     pub history: Vec<HistoryRow>,
+    /// Per-key buckets' checks in the usage history, each row once.
+    pub check_history: Vec<CheckHistoryRow>,
 }
 
 /// A row of the usage history, as a store keeps it.
@@ -393,6 +425,17 @@ pub struct HistoryRow {
     pub step_secs: u64,
     pub slot: Timestamp,
     pub sample: HistorySample,
+}
+
+/// A replica's counts of a per-key bucket's checks in a slot, as a store
+/// keeps them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckHistoryRow {
+    pub key: BucketKey,
+    pub step_secs: u64,
+    pub slot: Timestamp,
+    pub replica: String,
+    pub counts: CheckCounts,
 }
 
 /// Why an export cannot be loaded; nothing was.
@@ -426,6 +469,7 @@ impl StoreImage {
             budget_events: self.events.len() as u64,
             organisation_nodes: self.nodes.len() as u64,
             history_rows: self.history.len() as u64,
+            check_history_rows: self.check_history.len() as u64,
         }
     }
 
@@ -484,6 +528,7 @@ struct ImageReader {
     budget_events: HashSet<(BucketKey, i64, String)>,
     nodes: HashSet<TenantId>,
     history: HashSet<(BucketKey, u64, Timestamp)>,
+    check_history: HashSet<(BucketKey, u64, Timestamp, String)>,
 }
 
 impl ImageReader {
@@ -672,6 +717,33 @@ impl ImageReader {
                     sample,
                 });
             }
+            Record::CheckHistory {
+                tenant,
+                bucket,
+                step_secs,
+                slot,
+                replica,
+                counts,
+            } => {
+                let key = BucketKey::new(tenant, bucket);
+                check_check_history(&key, step_secs, slot, &replica, &counts)?;
+                if !self
+                    .check_history
+                    .insert((key.clone(), step_secs, slot, replica.clone()))
+                {
+                    return Err(format!(
+                        "the check history row of bucket {key}, step {step_secs} s, slot {}, replica {replica:?} appears twice",
+                        slot.unix_micros()
+                    ));
+                }
+                self.image.check_history.push(CheckHistoryRow {
+                    key,
+                    step_secs,
+                    slot,
+                    replica,
+                    counts,
+                });
+            }
             Record::Organisation { tenant, node } => {
                 if !self.nodes.insert(tenant.clone()) {
                     return Err(format!("organisation row {tenant} appears twice"));
@@ -833,19 +905,7 @@ fn check_history(
             slot.unix_micros()
         )
     };
-    if step_secs == 0 {
-        return Err(format!("{}: step_secs must be at least 1", what()));
-    }
-    let resolution = Resolution {
-        step: std::time::Duration::from_secs(step_secs),
-        retention: std::time::Duration::from_secs(step_secs),
-    };
-    if resolution.slot(slot) != slot {
-        return Err(format!(
-            "{}: the slot is not a multiple of its step",
-            what()
-        ));
-    }
+    let resolution = check_slot(step_secs, slot).map_err(|e| format!("{}: {e}", what()))?;
     if resolution.slot(sample.at) != slot {
         return Err(format!("{}: sampled outside its slot", what()));
     }
@@ -910,3 +970,66 @@ pub(crate) fn refuse_unless_empty(held: &[(&str, bool)]) -> Result<(), StoreErro
         Err(StoreError::NotEmpty(held.join(", ")))
     }
 }
+
+/// The resolution of a row of `step_secs` at `slot`, if a store could
+/// have written it: a step of at least a second, a slot at a multiple of
+/// it.
+fn check_slot(step_secs: u64, slot: Timestamp) -> Result<Resolution, String> {
+    if step_secs == 0 {
+        return Err("step_secs must be at least 1".to_owned());
+    }
+    let resolution = Resolution {
+        step: std::time::Duration::from_secs(step_secs),
+        retention: std::time::Duration::from_secs(step_secs),
+    };
+    if resolution.slot(slot) != slot {
+        return Err("the slot is not a multiple of its step".to_owned());
+    }
+    Ok(resolution)
+}
+
+/// A check history row that a store could have written: a slot at a
+/// multiple of its step, a replica named, refusals and the busiest keys'
+/// counts within the checks.
+fn check_check_history(
+    key: &BucketKey,
+    step_secs: u64,
+    slot: Timestamp,
+    replica: &str,
+    counts: &CheckCounts,
+) -> Result<(), String> {
+    let what = || {
+        format!(
+            "the check history row of bucket {key} at slot {}",
+            slot.unix_micros()
+        )
+    };
+    check_slot(step_secs, slot).map_err(|e| format!("{}: {e}", what()))?;
+    if replica.is_empty() || replica.len() > MAX_REPLICA_LEN {
+        return Err(format!(
+            "{}: replica must be 1 to {MAX_REPLICA_LEN} bytes",
+            what()
+        ));
+    }
+    let refused = counts.refusals.checked_add(counts.shadow_refusals);
+    if refused.is_none_or(|r| r > counts.checks) {
+        return Err(format!(
+            "{}: refusals and shadow_refusals must add up to at most checks",
+            what()
+        ));
+    }
+    if counts
+        .busiest
+        .iter()
+        .any(|k| k.checks > counts.checks || k.over > k.checks)
+    {
+        return Err(format!(
+            "{}: a busiest key's checks must be at most the row's, and its over-count at most its checks",
+            what()
+        ));
+    }
+    Ok(())
+}
+
+/// The longest replica name an export may hold.
+pub const MAX_REPLICA_LEN: usize = 128;

@@ -36,6 +36,7 @@ use async_trait::async_trait;
 use tollgate_core::budget::CycleRecord;
 use tollgate_core::budget::delivery::{Attempt, Backoff, Delivery};
 use tollgate_core::global_bucket::GlobalBucketConfig;
+use tollgate_core::history::checks::{CheckRow, StoredCheckRow};
 use tollgate_core::history::{HistoryConfig, HistorySample, Resolution};
 use tollgate_core::key_bucket::{CallAnswer, CheckCall, CheckError, StoredKey};
 use tollgate_core::organisation::{Node, TreeChange, TreeError};
@@ -654,9 +655,30 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         step: Duration,
     ) -> Result<HistoryRows, StoreError>;
 
-    /// Removes up to `limit` history rows past their resolution's
-    /// retention by the store's clock; answers how many.
+    /// Removes up to `limit` history rows, and up to `limit` per-key check
+    /// rows, past their resolution's retention by the store's clock;
+    /// answers how many.
     async fn prune_history(&self, limit: usize) -> Result<u64, StoreError>;
+
+    /// Writes `replica`'s counts of per-key checks
+    /// (`tollgate_core::history::checks`): each row in place of the
+    /// replica's row of its bucket, resolution and slot, only if its
+    /// counts grew (`CheckCounts::replaces`).
+    async fn record_checks(&self, replica: &str, rows: &[CheckRow]) -> Result<(), StoreError>;
+
+    /// `key`'s per-key check rows, every replica's, with slots from
+    /// `since` to `until`, in the resolution [`Store::history`] reads for
+    /// the same span.
+    async fn check_history(
+        &self,
+        key: &BucketKey,
+        since: Timestamp,
+        until: Timestamp,
+        step: Duration,
+    ) -> Result<CheckHistoryRows, StoreError>;
+
+    /// The usage history's resolutions and sample interval.
+    fn history_config(&self) -> HistoryConfig;
 
     /// Claims at most `limit` budget events due for delivery
     /// ([`Delivery::is_due`]) for `lease`, by the store's clock: no other
@@ -798,6 +820,14 @@ pub struct HistoryRows {
     /// Whether the first sample is the last row before the span asked
     /// for (what the first span's usage is counted from).
     pub baseline: bool,
+}
+
+/// A per-key bucket's check rows ([`Store::check_history`]), by slot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckHistoryRows {
+    /// The resolution read.
+    pub resolution: Resolution,
+    pub rows: Vec<StoredCheckRow>,
 }
 
 /// Samples every bucket's totals every `interval` ([`Store::

@@ -53,6 +53,8 @@ use tollgate_core::{BucketKey, Grant};
 use tonic::Code;
 
 use super::check_rates::CheckRates;
+use tollgate_core::history::Resolution;
+use tollgate_core::history::checks::{CheckRow, CheckTally};
 use crate::store::{
     BucketSnapshot, KeyCounts, STAGE_BOUNDS, Stage, StageHistograms, Store, StoreError, StoreStats,
 };
@@ -127,6 +129,12 @@ pub struct Metrics {
     /// The same checks by bucket over the last seconds, for operators'
     /// views of per-key buckets.
     check_rates: CheckRates,
+    /// The same checks per slot, until written to the usage history
+    /// ([`crate::store::keep_check_history`]); `None` until it starts.
+    check_tally: std::sync::Mutex<Option<CheckTally>>,
+    /// This process's name in the history's check rows: random, so that a
+    /// restarted server's counts (from zero) are rows of their own.
+    replica: String,
     /// See [`Metrics::set_store_read_interval`].
     store_read_interval_ms: AtomicU64,
     store_snapshot: tokio::sync::Mutex<Option<Arc<StoreSnapshot>>>,
@@ -244,6 +252,8 @@ impl Metrics {
             credentials_reloads,
             webhook_posts,
             check_rates: CheckRates::new(),
+            check_tally: std::sync::Mutex::new(None),
+            replica: format!("{:016x}", rand::random::<u64>()),
             store_read_interval_ms: AtomicU64::new(
                 u64::try_from(DEFAULT_STORE_READ_INTERVAL.as_millis()).unwrap_or(u64::MAX),
             ),
@@ -372,6 +382,50 @@ impl Metrics {
                 .with_label_values(&[key.tenant.as_str(), key.bucket.as_str(), verdict])
                 .inc();
             self.check_rates.observe(key, outcome);
+            // The history counts a retry answered from its record once.
+            let fresh = call
+                .items
+                .iter()
+                .zip(&answer.items)
+                .filter(|(i, a)| &i.key.bucket == key && !a.replayed);
+            if fresh.clone().next().is_some()
+                && let Some(tally) = self.tally().as_mut()
+            {
+                let keys = fresh.map(|(i, _)| i.key.key.as_str());
+                tally.record(key, answer.at, keys, outcome);
+            }
+        }
+    }
+
+    fn tally(&self) -> std::sync::MutexGuard<'_, Option<CheckTally>> {
+        // Plain counts: a panic elsewhere leaves them usable.
+        self.check_tally
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts counting checks per slot of `resolutions` for the usage
+    /// history; a second call keeps what the first counts.
+    pub fn count_checks_for_history(&self, resolutions: Vec<Resolution>) {
+        self.tally()
+            .get_or_insert_with(|| CheckTally::new(resolutions));
+    }
+
+    /// The check rows to write (`CheckTally::take_rows`); none before
+    /// [`Metrics::count_checks_for_history`].
+    pub fn take_check_rows(&self) -> Vec<CheckRow> {
+        self.tally().as_mut().map(CheckTally::take_rows).unwrap_or_default()
+    }
+
+    /// This process's name in the history's check rows.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// Gives back check rows whose write failed (`CheckTally::unwritten`).
+    pub fn unwritten_check_rows(&self, rows: Vec<CheckRow>) {
+        if let Some(tally) = self.tally().as_mut() {
+            tally.unwritten(rows);
         }
     }
 

@@ -5,6 +5,8 @@
 //!   RPC and store counters.
 //! - [`check_rates`]: this replica's checks and refusals of each per-key
 //!   bucket per second, over the last seconds, in memory.
+//! - [`check_history`]: writes the same checks, per slot, into the usage
+//!   history.
 //! - [`rpc`]: the tower layer that counts and times every RPC.
 //! - [`health`]: readiness from a periodic store probe, published through
 //!   the standard gRPC health service.
@@ -13,6 +15,7 @@
 //! - [`console`]: what the web console shows, sampled from the store while
 //!   a console is open.
 
+pub mod check_history;
 pub mod check_rates;
 pub mod console;
 pub mod health;

@@ -3,12 +3,16 @@
 //! ([`tollgate_core::history`]). Rows outlive their bucket and are
 //! pruned by age only.
 //!
-//! Added without a schema version: a file without the table gets it,
+//! Per-key buckets' checks have a table of their own, a row per bucket,
+//! resolution, slot and replica ([`CHECK_HISTORY`]).
+//!
+//! Added without a schema version: a file without the tables gets them,
 //! empty, when opened.
 
 use super::*;
 
 use tollgate_core::global_bucket::BucketRow;
+use tollgate_core::history::checks::{CheckCounts, CheckRow, StoredCheckRow};
 use tollgate_core::history::{HistoryConfig, HistorySample, Resolution, rows_to_write};
 
 /// Rows by (tenant, bucket, step in seconds, slot start in microseconds).
@@ -127,16 +131,7 @@ pub(super) fn prune(
     for entry in history.iter().map_err(storage("read history"))? {
         let (key, _) = entry.map_err(storage("read history"))?;
         let (t, b, step, slot) = key.value();
-        // A step no resolution has any more is kept by the coarsest's
-        // retention.
-        let resolution = config
-            .resolutions
-            .iter()
-            .find(|r| r.step_secs() == step)
-            .or_else(|| config.resolutions.last());
-        if let Some(r) = resolution
-            && slot < r.prune_before(now).unix_micros()
-        {
+        if slot < cut_off(config, step, now) {
             old.push((t.to_owned(), b.to_owned(), step, slot));
             if old.len() >= limit {
                 break;
@@ -149,6 +144,17 @@ pub(super) fn prune(
             .map_err(storage("delete history row"))?;
     }
     Ok(old.len() as u64)
+}
+
+/// Rows of `step` with slots before this are past retention at `now`. A
+/// step no resolution has any more is kept by the coarsest's retention.
+fn cut_off(config: &HistoryConfig, step: u64, now: Timestamp) -> i64 {
+    config
+        .resolutions
+        .iter()
+        .find(|r| r.step_secs() == step)
+        .or_else(|| config.resolutions.last())
+        .map_or(i64::MIN, |r| r.prune_before(now).unix_micros())
 }
 
 /// Sends every history row of the snapshot `txn`.
@@ -190,6 +196,160 @@ pub(super) fn import(
                 bytes.as_slice(),
             )
             .map_err(storage("write history"))?;
+    }
+    Ok(())
+}
+
+/// Per-key check rows ([`tollgate_core::history::checks`]) by (tenant,
+/// bucket, step in seconds, slot start in microseconds, replica): each
+/// replica's counts of the bucket's checks in the slot.
+pub(super) const CHECK_HISTORY: TableDefinition<(&str, &str, u64, i64, &str), &[u8]> =
+    TableDefinition::new("check_history");
+
+/// Writes `replica`'s check rows, each in place of its earlier one only if
+/// its counts grew.
+pub(super) fn record_checks(
+    txn: &WriteTransaction,
+    replica: &str,
+    rows: &[CheckRow],
+) -> Result<(), StoreError> {
+    let mut table = txn
+        .open_table(CHECK_HISTORY)
+        .map_err(storage("open check history"))?;
+    for row in rows {
+        let key = (
+            row.bucket.tenant.as_str(),
+            row.bucket.bucket.as_str(),
+            row.step_secs,
+            row.slot.unix_micros(),
+            replica,
+        );
+        let kept: Option<CheckCounts> = table
+            .get(key)
+            .map_err(storage("read check history"))?
+            .map(|v| decode("decode check history row", v.value()))
+            .transpose()?;
+        if kept.is_some_and(|kept| !row.counts.replaces(&kept)) {
+            continue;
+        }
+        let bytes = encode("encode check history row", &row.counts)?;
+        table
+            .insert(key, bytes.as_slice())
+            .map_err(storage("write check history"))?;
+    }
+    Ok(())
+}
+
+/// `key`'s check rows of `resolution` with slots from `since` to `until`,
+/// every replica's.
+pub(super) fn read_checks(
+    db: &Database,
+    key: &BucketKey,
+    resolution: Resolution,
+    since: Timestamp,
+    until: Timestamp,
+) -> Result<CheckHistoryRows, StoreError> {
+    let txn = db.begin_read().map_err(storage("begin read transaction"))?;
+    let table = txn
+        .open_table(CHECK_HISTORY)
+        .map_err(storage("open check history"))?;
+    let (t, b, step) = (
+        key.tenant.as_str(),
+        key.bucket.as_str(),
+        resolution.step_secs(),
+    );
+    let from = resolution.slot(since).unix_micros();
+    let mut rows = Vec::new();
+    for entry in table
+        .range((t, b, step, from, "")..=(t, b, step, until.unix_micros(), "\u{10FFFF}"))
+        .map_err(storage("read check history"))?
+    {
+        let (k, v) = entry.map_err(storage("read check history"))?;
+        let (_, _, _, slot, replica) = k.value();
+        rows.push(StoredCheckRow {
+            slot: Timestamp::from_unix_micros(slot),
+            replica: replica.to_owned(),
+            counts: decode("decode check history row", v.value())?,
+        });
+    }
+    Ok(CheckHistoryRows { resolution, rows })
+}
+
+/// Removes up to `limit` check rows past their resolution's retention at
+/// `now`.
+pub(super) fn prune_checks(
+    txn: &WriteTransaction,
+    config: &HistoryConfig,
+    limit: usize,
+    now: Timestamp,
+) -> Result<u64, StoreError> {
+    let mut table = txn
+        .open_table(CHECK_HISTORY)
+        .map_err(storage("open check history"))?;
+    let mut old = Vec::new();
+    for entry in table.iter().map_err(storage("read check history"))? {
+        let (key, _) = entry.map_err(storage("read check history"))?;
+        let (t, b, step, slot, replica) = key.value();
+        if slot < cut_off(config, step, now) {
+            old.push((t.to_owned(), b.to_owned(), step, slot, replica.to_owned()));
+            if old.len() >= limit {
+                break;
+            }
+        }
+    }
+    for (t, b, step, slot, replica) in &old {
+        table
+            .remove((t.as_str(), b.as_str(), *step, *slot, replica.as_str()))
+            .map_err(storage("delete check history row"))?;
+    }
+    Ok(old.len() as u64)
+}
+
+/// Sends every check row of the snapshot `txn`.
+pub(super) fn export_checks(
+    txn: &redb::ReadTransaction,
+    sink: &mut crate::store::image::RecordSink,
+) -> Result<(), StoreError> {
+    let table = txn
+        .open_table(CHECK_HISTORY)
+        .map_err(storage("open check history"))?;
+    for entry in table.iter().map_err(storage("read check history"))? {
+        let (key, value) = entry.map_err(storage("read check history"))?;
+        let (tenant, bucket, step_secs, slot, replica) = key.value();
+        sink.send_blocking(crate::store::image::Record::CheckHistory {
+            tenant: tenant_id(tenant)?,
+            bucket: bucket_name(bucket)?,
+            step_secs,
+            slot: Timestamp::from_unix_micros(slot),
+            replica: replica.to_owned(),
+            counts: decode("decode check history row", value.value())?,
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes an import's check rows.
+pub(super) fn import_checks(
+    txn: &WriteTransaction,
+    rows: &[crate::store::image::CheckHistoryRow],
+) -> Result<(), StoreError> {
+    let mut table = txn
+        .open_table(CHECK_HISTORY)
+        .map_err(storage("open check history"))?;
+    for row in rows {
+        let bytes = encode("encode check history row", &row.counts)?;
+        table
+            .insert(
+                (
+                    row.key.tenant.as_str(),
+                    row.key.bucket.as_str(),
+                    row.step_secs,
+                    row.slot.unix_micros(),
+                    row.replica.as_str(),
+                ),
+                bytes.as_slice(),
+            )
+            .map_err(storage("write check history"))?;
     }
     Ok(())
 }

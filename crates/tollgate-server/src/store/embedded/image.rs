@@ -111,6 +111,7 @@ pub(super) fn export(
         sink.send_blocking(Record::Organisation { tenant, node })?;
     }
     super::history::export(&txn, &mut sink)?;
+    super::history::export_checks(&txn, &mut sink)?;
     sink.end_blocking()
 }
 
@@ -169,12 +170,13 @@ pub(super) fn import(
     write_closed(txn, &image.closed)?;
     super::budgets::import(txn, image)?;
     super::history::import(txn, &image.history)?;
+    super::history::import_checks(txn, &image.check_history)?;
     Ok(Ok(image.counts()))
 }
 
 /// Which kinds of rows the store holds (hot-partition reports, which last
 /// seconds, do not count).
-fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 11], StoreError> {
+fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 12], StoreError> {
     Ok([
         ("organisations", has_rows(txn, super::tree::NODES)?),
         ("tiers", has_rows(txn, TIERS)?),
@@ -187,6 +189,10 @@ fn held(txn: &WriteTransaction) -> Result<[(&'static str, bool); 11], StoreError
         ("budget cycles", has_rows(txn, BUDGET_CYCLES)?),
         ("budget events", has_rows(txn, BUDGET_EVENTS)?),
         ("usage history", has_rows(txn, super::history::HISTORY)?),
+        (
+            "per-key check history",
+            has_rows(txn, super::history::CHECK_HISTORY)?,
+        ),
     ])
 }
 
@@ -213,7 +219,8 @@ fn clear(txn: &WriteTransaction) -> Result<(), StoreError> {
     drop_table(txn, CLOSED_BUCKETS)?;
     drop_table(txn, BUDGET_CYCLES)?;
     drop_table(txn, BUDGET_EVENTS)?;
-    drop_table(txn, super::history::HISTORY)
+    drop_table(txn, super::history::HISTORY)?;
+    drop_table(txn, super::history::CHECK_HISTORY)
 }
 
 fn drop_table<K: redb::Key + 'static, V: redb::Value + 'static>(

@@ -69,6 +69,8 @@ pub(super) fn init_schema(db: &Database) -> Result<(), StoreError> {
             .map_err(storage("create budget events table"))?;
         txn.open_table(history::HISTORY)
             .map_err(storage("create history table"))?;
+        txn.open_table(history::CHECK_HISTORY)
+            .map_err(storage("create check history table"))?;
     }
     txn.commit().map_err(storage("commit schema"))
 }

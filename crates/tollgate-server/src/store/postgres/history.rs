@@ -1,11 +1,14 @@
 //! Usage history (`tollgate_usage_history`, schema 18): sampling pages of
-//! head rows into it, reading a bucket's rows, pruning by age. The rows to
+//! head rows into it, reading a bucket's rows, pruning by age; and
+//! per-key buckets' checks (`tollgate_check_history`, schema 20), written
+//! by the replica that counted them. The rows to
 //! write are the core's (`tollgate_core::history::rows_to_write`); the
 //! upsert keeps the later sample of a slot, so replicas may sample at
 //! once without a lock.
 
 use super::*;
 
+use tollgate_core::history::checks::{CheckCounts, CheckRow, StoredCheckRow};
 use tollgate_core::history::{HistorySample, Resolution, rows_to_write};
 
 /// Samples a page of up to `limit` head rows after `after` at the store's
@@ -182,10 +185,127 @@ pub(super) async fn prune(
         .collect();
     let coarsest = before.last().copied().unwrap_or(i64::MIN);
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let prune = client.prepare_cached(sql::PRUNE_HISTORY).await?;
-    Ok(client
-        .execute(&prune, &[&steps, &before, &coarsest, &limit])
-        .await?)
+    let mut pruned = 0;
+    for query in [sql::PRUNE_HISTORY, sql::PRUNE_CHECK_HISTORY] {
+        let prune = client.prepare_cached(query).await?;
+        pruned += client
+            .execute(&prune, &[&steps, &before, &coarsest, &limit])
+            .await?;
+    }
+    Ok(pruned)
+}
+
+/// Writes `replica`'s check rows, each in place of its earlier one only if
+/// its counts grew.
+pub(super) async fn record_checks(
+    client: &deadpool_postgres::Client,
+    replica: &str,
+    rows: &[CheckRow],
+) -> Result<(), TxError> {
+    let mut out = CheckUpserts::default();
+    for row in rows {
+        out.push(
+            &row.bucket,
+            row.step_secs,
+            row.slot,
+            replica,
+            &row.counts,
+        )?;
+    }
+    if !out.tenants.is_empty() {
+        let upsert = client.prepare_cached(sql::UPSERT_CHECK_HISTORY).await?;
+        client.execute(&upsert, &out.as_params()).await?;
+    }
+    Ok(())
+}
+
+/// Check rows to write, column by column.
+#[derive(Default)]
+struct CheckUpserts {
+    tenants: Vec<String>,
+    buckets: Vec<String>,
+    steps: Vec<i64>,
+    slots: Vec<i64>,
+    replicas: Vec<String>,
+    checks: Vec<i64>,
+    refusals: Vec<i64>,
+    shadow_refusals: Vec<i64>,
+    counts: Vec<String>,
+}
+
+impl CheckUpserts {
+    fn push(
+        &mut self,
+        key: &BucketKey,
+        step_secs: u64,
+        slot: Timestamp,
+        replica: &str,
+        counts: &CheckCounts,
+    ) -> Result<(), TxError> {
+        let big = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.tenants.push(key.tenant.as_str().to_owned());
+        self.buckets.push(key.bucket.as_str().to_owned());
+        self.steps.push(big(step_secs));
+        self.slots.push(slot.unix_micros());
+        self.replicas.push(replica.to_owned());
+        self.checks.push(big(counts.checks));
+        self.refusals.push(big(counts.refusals));
+        self.shadow_refusals.push(big(counts.shadow_refusals));
+        self.counts.push(serde_json::to_string(counts).map_err(|e| {
+            TxError::Store(StoreError::internal("encode a check history row", e))
+        })?);
+        Ok(())
+    }
+
+    /// The arrays in `upsert_check_history.sql`'s order.
+    fn as_params(&self) -> [&(dyn ToSql + Sync); 9] {
+        [
+            &self.tenants,
+            &self.buckets,
+            &self.steps,
+            &self.slots,
+            &self.replicas,
+            &self.checks,
+            &self.refusals,
+            &self.shadow_refusals,
+            &self.counts,
+        ]
+    }
+}
+
+/// `key`'s check rows of `resolution` from `since` to `until`, every
+/// replica's.
+pub(super) async fn read_checks(
+    client: &deadpool_postgres::Client,
+    key: &BucketKey,
+    resolution: Resolution,
+    since: Timestamp,
+    until: Timestamp,
+) -> Result<CheckHistoryRows, TxError> {
+    let step = i64::try_from(resolution.step_secs()).unwrap_or(i64::MAX);
+    let from = resolution.slot(since).unix_micros();
+    let read = client.prepare_cached(sql::READ_CHECK_HISTORY).await?;
+    let found = client
+        .query(
+            &read,
+            &[
+                &key.tenant.as_str(),
+                &key.bucket.as_str(),
+                &step,
+                &from,
+                &until.unix_micros(),
+            ],
+        )
+        .await?;
+    let mut rows = Vec::with_capacity(found.len());
+    for row in &found {
+        rows.push(StoredCheckRow {
+            slot: Timestamp::from_unix_micros(get(row, "slot")?),
+            replica: get(row, "replica")?,
+            counts: decode_json(&get::<String>(row, "counts")?)?,
+        });
+    }
+    Ok(CheckHistoryRows { resolution, rows })
 }
 
 fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
@@ -197,6 +317,10 @@ fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
 }
 
 fn decode(text: &str) -> Result<HistorySample, TxError> {
+    decode_json(text)
+}
+
+fn decode_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, TxError> {
     serde_json::from_str(text)
         .map_err(|e| TxError::Store(StoreError::internal("decode a history row", e)))
 }
@@ -225,6 +349,52 @@ pub(super) async fn export(
             sample: decode(&get::<String>(&row, "sample")?)?,
         })
         .await?;
+    }
+    Ok(())
+}
+
+/// Streams every check history row of the export's snapshot `txn`.
+pub(super) async fn export_checks(
+    txn: &deadpool_postgres::Transaction<'_>,
+    sink: &mut crate::store::image::RecordSink,
+) -> Result<(), TxError> {
+    use futures_util::{TryStreamExt, pin_mut};
+    let export = txn.prepare_cached(sql::EXPORT_CHECK_HISTORY).await?;
+    let stream = txn
+        .query_raw(&export, std::iter::empty::<&(dyn ToSql + Sync)>())
+        .await?;
+    pin_mut!(stream);
+    while let Some(row) = stream.try_next().await? {
+        let key = rows::bucket_key(&row)?;
+        let step: i64 = get(&row, "step_secs")?;
+        sink.send(crate::store::image::Record::CheckHistory {
+            tenant: key.tenant,
+            bucket: key.bucket,
+            step_secs: u64::try_from(step).map_err(|e| {
+                TxError::Store(StoreError::internal("read a check history row's step", e))
+            })?,
+            slot: Timestamp::from_unix_micros(get(&row, "slot")?),
+            replica: get(&row, "replica")?,
+            counts: decode_json(&get::<String>(&row, "counts")?)?,
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Writes an import's check history rows, `chunk` a statement.
+pub(super) async fn import_checks(
+    txn: &deadpool_postgres::Transaction<'_>,
+    rows: &[crate::store::image::CheckHistoryRow],
+    chunk: usize,
+) -> Result<(), TxError> {
+    let upsert = txn.prepare_cached(sql::UPSERT_CHECK_HISTORY).await?;
+    for rows in rows.chunks(chunk) {
+        let mut out = CheckUpserts::default();
+        for row in rows {
+            out.push(&row.key, row.step_secs, row.slot, &row.replica, &row.counts)?;
+        }
+        txn.execute(&upsert, &out.as_params()).await?;
     }
     Ok(())
 }

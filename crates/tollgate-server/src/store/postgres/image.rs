@@ -103,6 +103,7 @@ pub(super) async fn export(inner: &Inner, mut sink: RecordSink) -> Result<Counts
         sink.send(Record::Organisation { tenant, node }).await?;
     }
     super::history::export(&txn, &mut sink).await?;
+    super::history::export_checks(&txn, &mut sink).await?;
     txn.commit().await?;
     Ok(sink.end().await?)
 }
@@ -146,6 +147,7 @@ pub(super) async fn import(
             ("budget events", held("budget_events")?),
             ("organisations", held("organisation_nodes")?),
             ("usage history", held("usage_history")?),
+            ("per-key check history", held("check_history")?),
         ])?;
     }
 
@@ -205,6 +207,7 @@ pub(super) async fn import(
     budgets::import(&txn, image, IMPORT_CHUNK).await?;
     super::tree::import(&txn, &image.nodes, IMPORT_CHUNK).await?;
     super::history::import(&txn, &image.history, IMPORT_CHUNK).await?;
+    super::history::import_checks(&txn, &image.check_history, IMPORT_CHUNK).await?;
     txn.commit().await.map_err(TxError::Commit)?;
     Ok(image.counts())
 }

@@ -136,6 +136,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tollgate_core::global_bucket::{self, InstanceWindow};
+use tollgate_core::history::checks::CheckRow;
 use tollgate_core::key_bucket::{CallAnswer, CheckCall};
 use tollgate_core::partition::{Exchange, ExchangeAnswer, PartitionReports};
 use tollgate_core::tenant_state::{StateChange, StateEdit};
@@ -157,7 +158,8 @@ use tollgate_core::organisation::{Node, TreeChange};
 
 use super::{
     AdminCall, BucketSettings, BucketSnapshot, ClaimedEvent, Clock, ClosedEntry, Counters, Counts,
-    DeletedTenant, HistoryPage, HistoryRows, KeyBucketSnapshot, KeyCounts, KeySweep, LimitsChange,
+    CheckHistoryRows, DeletedTenant, HistoryPage, HistoryRows, KeyBucketSnapshot, KeyCounts,
+    KeySweep, LimitsChange,
     NodeFilter, PrunedRecords, PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError,
     StoreImage, StoreStats, TenantChangeOutcome, TenantView,
 };
@@ -734,6 +736,38 @@ impl Store for PostgresStore {
                 history::prune(inner, &client, now, limit).await
             })
             .await
+    }
+
+    async fn record_checks(&self, replica: &str, rows: &[CheckRow]) -> Result<(), StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("record per-key checks", true, || async move {
+                let client = inner.pool.get().await?;
+                history::record_checks(&client, replica, rows).await
+            })
+            .await
+    }
+
+    async fn check_history(
+        &self,
+        key: &BucketKey,
+        since: Timestamp,
+        until: Timestamp,
+        step: Duration,
+    ) -> Result<CheckHistoryRows, StoreError> {
+        let inner = &*self.inner;
+        inner
+            .run("read per-key check history", true, || async move {
+                let client = inner.pool.get().await?;
+                let now = inner.read_clock(&client).await?;
+                let resolution = inner.settings.history.resolution_for(since, now, step);
+                history::read_checks(&client, key, resolution, since, until).await
+            })
+            .await
+    }
+
+    fn history_config(&self) -> tollgate_core::history::HistoryConfig {
+        self.inner.settings.history.clone()
     }
 
     async fn claim_budget_events(

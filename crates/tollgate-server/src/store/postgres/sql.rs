@@ -100,3 +100,7 @@ query!(UPSERT_HISTORY, "upsert_history.sql");
 query!(READ_HISTORY, "read_history.sql");
 query!(PRUNE_HISTORY, "prune_history.sql");
 query!(EXPORT_HISTORY, "export_history.sql");
+query!(UPSERT_CHECK_HISTORY, "upsert_check_history.sql");
+query!(READ_CHECK_HISTORY, "read_check_history.sql");
+query!(PRUNE_CHECK_HISTORY, "prune_check_history.sql");
+query!(EXPORT_CHECK_HISTORY, "export_check_history.sql");
