@@ -21,6 +21,9 @@ use tokio::sync::mpsc;
 use tollgate_core::budget::{AtLimit, Budget, CycleRule, Period};
 use tollgate_core::global_bucket::{BucketState, sums_agree};
 use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem};
+use tollgate_core::history::HistoryConfig;
+use tollgate_core::history::checks::CheckTally;
+use tollgate_core::rate_window::Outcome;
 use tollgate_core::organisation::TreeChange;
 use tollgate_core::tenant_state::StateChange;
 use tollgate_core::tier::{BucketKind, TenantChange, Tier};
@@ -70,6 +73,7 @@ struct History {
 async fn populate(store: &dyn Store, clock: &ManualClock, seed: u64) -> History {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut history = History::default();
+    let mut tally = CheckTally::new(HistoryConfig::default().resolutions);
     clock.set_secs(1_700_000_000.0 + rng.random_range(0.0..1e6));
     let tiers = ["free", "pro", "enterprise"];
     for (i, tier) in tiers.iter().enumerate() {
@@ -275,12 +279,31 @@ async fn populate(store: &dyn Store, clock: &ManualClock, seed: u64) -> History 
             }])
             .expect("a valid call");
             // A tenant not on a tier has no per-user bucket.
-            if store.check(&call).await.is_ok() && request_id.is_some() {
-                history.checks.push(call);
+            if let Ok(answer) = store.check(&call).await {
+                let item = &call.items[0];
+                let outcome = if answer.allowed {
+                    Outcome::Allowed
+                } else {
+                    Outcome::Refused
+                };
+                tally.record(
+                    &item.key.bucket,
+                    answer.at,
+                    [item.key.key.as_str()],
+                    outcome,
+                );
+                if request_id.is_some() {
+                    history.checks.push(call);
+                }
             }
         }
-        // The usage history, as a server samples it.
+        // The usage history, as a server samples it, and its replica
+        // writes its checks.
         if rng.random_bool(0.3) {
+            store
+                .record_checks("replica-1", &tally.take_rows())
+                .await
+                .expect("write checks");
             let mut after = None;
             while let Some(last) = store
                 .sample_history(after.as_ref(), 7)
@@ -456,7 +479,8 @@ async fn moves_whole(from: Backend, to: Backend, seed: u64) {
             && counts.budget_cycles > 0
             && counts.budget_events > 0
             && counts.organisation_nodes > 0
-            && counts.history_rows > 0,
+            && counts.history_rows > 0
+            && counts.check_history_rows > 0,
         "seed {seed}: a thin store exercises little: {counts}"
     );
 

@@ -372,14 +372,16 @@ impl CheckSlot {
 }
 
 /// The slots of `rows` (one resolution's, of one bucket, any order), each
-/// summed over its replicas, oldest first; a slot ends at `step` after it
-/// starts or at `until`, the earlier. A slot without a row has no entry.
-pub fn per_slot(rows: &[StoredCheckRow], step: Duration, until: Timestamp) -> Vec<CheckSlot> {
+/// summed over its replicas, oldest first. A slot ends `step` after it
+/// starts, or at `now` if that falls in it (the slot in progress). A slot
+/// without a row has no entry.
+pub fn per_slot(rows: &[StoredCheckRow], step: Duration, now: Timestamp) -> Vec<CheckSlot> {
     let mut slots: BTreeMap<Timestamp, CheckSlot> = BTreeMap::new();
     for row in rows {
+        let end = row.slot.saturating_add(step);
         let slot = slots.entry(row.slot).or_insert_with(|| CheckSlot {
             from: row.slot,
-            to: row.slot.saturating_add(step).min(until.max(row.slot)),
+            to: if now > row.slot && now < end { now } else { end },
             ..CheckSlot::default()
         });
         slot.checks = slot.checks.saturating_add(row.counts.checks);

@@ -729,8 +729,14 @@ impl admin_server::Admin for AdminService {
             .history(&key, span.since, span.until, span.step)
             .await
             .map_err(|e| status("get history", e))?;
+        let checks = self
+            .store
+            .check_history(&key, span.since, span.until, span.step)
+            .await
+            .map_err(|e| status("get history", e))?;
         Ok(Response::new(convert::history_to_proto(
             &rows,
+            &checks,
             span.read_at,
         )))
     }

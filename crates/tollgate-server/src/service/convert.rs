@@ -257,11 +257,38 @@ pub(crate) fn bucket_impact_to_proto(p: &crate::preview::BucketPreview) -> v1::B
     }
 }
 
-/// A bucket's history rows as the points of a `GetHistory` answer.
+/// The busiest keys a `GetHistory` answer lists.
+pub const HISTORY_BUSIEST_KEYS: usize = 10;
+
+/// A bucket's history rows, and its per-key check rows, as the points of
+/// a `GetHistory` answer.
 pub(crate) fn history_to_proto(
     rows: &crate::store::HistoryRows,
+    checks: &crate::store::CheckHistoryRows,
     read_at: Timestamp,
 ) -> v1::GetHistoryResponse {
+    use tollgate_core::history::checks;
+    let check_points = checks::per_slot(&checks.rows, checks.resolution.step, read_at)
+        .iter()
+        .map(|slot| v1::CheckPoint {
+            from: Some(timestamp_to_proto(slot.from)),
+            to: Some(timestamp_to_proto(slot.to)),
+            checks: slot.checks,
+            refusals: slot.refusals,
+            shadow_refusals: slot.shadow_refusals,
+            checks_per_second: slot.per_second(slot.checks),
+            refusals_per_second: slot.per_second(slot.refusals),
+            shadow_refusals_per_second: slot.per_second(slot.shadow_refusals),
+            replicas: u32::try_from(slot.replicas).unwrap_or(u32::MAX),
+        })
+        .collect();
+    let busiest_keys = checks::busiest(&checks.rows, HISTORY_BUSIEST_KEYS)
+        .into_iter()
+        .map(|k| v1::CheckedKey {
+            key: k.key,
+            checks_at_least: k.checks,
+        })
+        .collect();
     let points = tollgate_core::history::usage(&rows.samples)
         .iter()
         .filter(|u| {
@@ -285,6 +312,8 @@ pub(crate) fn history_to_proto(
         step: Some(tollgate_proto::duration(rows.resolution.step)),
         points,
         read_at: Some(timestamp_to_proto(read_at)),
+        check_points,
+        busiest_keys,
     }
 }
 

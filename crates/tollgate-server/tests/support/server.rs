@@ -81,10 +81,19 @@ impl TestServer {
 
     /// Stops serving, waits for in-flight requests, and closes the store.
     pub async fn stop(self) {
+        let store = Arc::clone(&self.store);
+        let backing = self.stop_serving().await;
+        store.close().await.expect("store closes");
+        drop(backing);
+    }
+
+    /// Stops serving and waits for in-flight requests, leaving the store
+    /// open (other servers of the test use it); answers the backing to
+    /// keep.
+    pub async fn stop_serving(self) -> Option<Backing> {
         let _ = self.shutdown.send(());
         self.task.await.expect("server task").expect("server ran");
-        self.store.close().await.expect("store closes");
-        drop(self.backing);
+        self.backing
     }
 }
 

@@ -169,7 +169,9 @@ fn busiest_keys_sum_lower_bounds_over_rows() {
     let slots = per_slot(&rows, Duration::from_secs(60), at(30.0));
     assert_eq!(slots.len(), 1);
     assert_eq!((slots[0].checks, slots[0].replicas), (24, 2));
-    assert_eq!(slots[0].to, at(30.0), "the open slot ends at until");
+    assert_eq!(slots[0].to, at(30.0), "the slot in progress ends now");
+    let ended = per_slot(&rows, Duration::from_secs(60), at(90.0));
+    assert_eq!(ended[0].to, at(60.0));
     assert_eq!(slots[0].per_second(24), 0.8);
 }
 
