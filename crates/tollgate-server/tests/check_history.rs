@@ -149,7 +149,10 @@ async fn run(backend: Backend, seed: u64) {
                 .await
                 .expect("retry answered")
                 .into_inner();
-            assert!(again.answers[0].replayed, "seed {seed}: a retry is a replay");
+            assert!(
+                again.answers[0].replayed,
+                "seed {seed}: a retry is a replay"
+            );
         }
     }
     // Stopping writes each replica's last counts.
@@ -174,7 +177,10 @@ async fn run(backend: Backend, seed: u64) {
         .await
         .expect("history")
         .into_inner();
-    assert!(history.points.is_empty(), "a per-key bucket has no usage points");
+    assert!(
+        history.points.is_empty(),
+        "a per-key bucket has no usage points"
+    );
     let seen: BTreeMap<Timestamp, Minute> = history
         .check_points
         .iter()

@@ -20,18 +20,18 @@ use support::{Backend, Backing, ManualClock, bucket_name, definition, tenant_id,
 use tokio::sync::mpsc;
 use tollgate_core::budget::{AtLimit, Budget, CycleRule, Period};
 use tollgate_core::global_bucket::{BucketState, sums_agree};
-use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem};
 use tollgate_core::history::HistoryConfig;
 use tollgate_core::history::checks::CheckTally;
-use tollgate_core::rate_window::Outcome;
+use tollgate_core::key_bucket::{CheckCall, KeyId, RequestItem};
 use tollgate_core::organisation::TreeChange;
+use tollgate_core::rate_window::Outcome;
 use tollgate_core::tenant_state::StateChange;
 use tollgate_core::tier::{BucketKind, TenantChange, Tier};
 use tollgate_core::{
     BucketKey, BucketName, Consumption, Limits, LimitsMask, LimitsUpdate, TenantId, Timestamp,
     TokenBucketRequest,
 };
-use tollgate_server::store::image::write_line;
+use tollgate_server::store::image::{FORMAT_VERSION, write_line};
 use tollgate_server::store::{
     BucketSettings, Counts, ImageError, NodeFilter, Record, RecordSink, Store, StoreError,
     StoreImage,
@@ -341,6 +341,19 @@ async fn populate(store: &dyn Store, clock: &ManualClock, seed: u64) -> History 
             .all(|i| i.key.bucket.tenant != gone && i.key.bucket.tenant != suspended)
     });
     history
+}
+
+/// A `check_history` line of tenant `acme`'s per-user bucket.
+fn check_history_line(
+    step_secs: u64,
+    slot: i64,
+    replica: &str,
+    checks: u64,
+    refusals: u64,
+) -> String {
+    format!(
+        r#"{{"kind":"check_history","tenant":"acme","bucket":"per-user","step_secs":{step_secs},"slot":{slot},"replica":"{replica}","counts":{{"checks":{checks},"refusals":{refusals},"shadow_refusals":0,"busiest":[{{"key":"alice","checks":{checks}}}]}}}}"#
+    )
 }
 
 /// A `history` line of tenant `acme`'s request-unit bucket.
@@ -746,8 +759,14 @@ fn errors_name_the_line_and_the_fault() {
             Some("line 1: the first line must be the \"header\" line".into()),
         ),
         (
-            header.replace("\"version\":1", "\"version\":6") + "\n",
-            Some("line 1: written in format version 6 by a newer Tollgate".into()),
+            header.replace(
+                "\"version\":1",
+                &format!("\"version\":{}", FORMAT_VERSION + 1),
+            ) + "\n",
+            Some(format!(
+                "line 1: written in format version {} by a newer Tollgate",
+                FORMAT_VERSION + 1
+            )),
         ),
         (
             header.replace("tollgate-store-export", "something-else") + "\n",
@@ -794,7 +813,41 @@ fn errors_name_the_line_and_the_fault() {
             ),
             Some("line 3: the history row of bucket".into()),
         ),
+        (
+            format!(
+                "{header}\n{}\n{end}\n",
+                check_history_line(60, 60_000_000, "a", 2, 3)
+            ),
+            Some("line 2: the check history row of bucket acme/per-user at slot 60000000: refusals".into()),
+        ),
+        (
+            format!(
+                "{header}\n{}\n{end}\n",
+                check_history_line(60, 61_000_000, "a", 3, 1)
+            ),
+            Some("line 2: the check history row of bucket acme/per-user at slot 61000000: the slot is not a multiple".into()),
+        ),
+        (
+            format!(
+                "{header}\n{0}\n{0}\n{end}\n",
+                check_history_line(60, 60_000_000, "a", 3, 1)
+            ),
+            Some("line 3: the check history row of bucket acme/per-user, step 60 s, slot 60000000, replica \"a\" appears twice".into()),
+        ),
     ];
+    // Two replicas' rows of one slot.
+    let two = format!(
+        "{header}\n{}\n{}\n{}\n",
+        check_history_line(60, 60_000_000, "a", 3, 1),
+        check_history_line(60, 60_000_000, "b", 3, 1),
+        end.replace(
+            "\"check_requests\":0",
+            "\"check_requests\":0,\"check_history_rows\":2"
+        )
+    );
+    let image = StoreImage::read(two.as_bytes()).expect("valid");
+    assert_eq!(image.check_history.len(), 2);
+    assert_eq!(image.counts().check_history_rows, 2);
     for (input, expected) in cases {
         let read = StoreImage::read(input.as_bytes());
         match expected {

@@ -381,7 +381,11 @@ pub fn per_slot(rows: &[StoredCheckRow], step: Duration, now: Timestamp) -> Vec<
         let end = row.slot.saturating_add(step);
         let slot = slots.entry(row.slot).or_insert_with(|| CheckSlot {
             from: row.slot,
-            to: if now > row.slot && now < end { now } else { end },
+            to: if now > row.slot && now < end {
+                now
+            } else {
+                end
+            },
             ..CheckSlot::default()
         });
         slot.checks = slot.checks.saturating_add(row.counts.checks);

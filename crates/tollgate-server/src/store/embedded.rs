@@ -114,15 +114,14 @@ use self::writer::*;
 
 use tollgate_core::budget::delivery::{Attempt, Backoff};
 
-use tollgate_core::organisation::{Node, TreeChange};
 use tollgate_core::history::checks::CheckRow;
+use tollgate_core::organisation::{Node, TreeChange};
 
 use super::{
-    AdminCall, BucketSettings, BucketSnapshot, ClaimedEvent, ClosedEntry, Counters, Counts,
-    CheckHistoryRows, DeletedTenant, HistoryPage, HistoryRows, KeyBucketSnapshot, KeyCounts,
-    KeySweep, LimitsChange,
-    NodeFilter, PrunedRecords, PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError,
-    StoreImage, StoreStats, TenantChangeOutcome, TenantView,
+    AdminCall, BucketSettings, BucketSnapshot, CheckHistoryRows, ClaimedEvent, ClosedEntry,
+    Counters, Counts, DeletedTenant, HistoryPage, HistoryRows, KeyBucketSnapshot, KeyCounts,
+    KeySweep, LimitsChange, NodeFilter, PrunedRecords, PutTierOutcome, RecordSink, Stage,
+    Stopwatch, Store, StoreError, StoreImage, StoreStats, TenantChangeOutcome, TenantView,
 };
 
 const SCHEMA_VERSION: u64 = 6;

@@ -53,11 +53,11 @@ use tollgate_core::{BucketKey, Grant};
 use tonic::Code;
 
 use super::check_rates::CheckRates;
-use tollgate_core::history::Resolution;
-use tollgate_core::history::checks::{CheckRow, CheckTally};
 use crate::store::{
     BucketSnapshot, KeyCounts, STAGE_BOUNDS, Stage, StageHistograms, Store, StoreError, StoreStats,
 };
+use tollgate_core::history::Resolution;
+use tollgate_core::history::checks::{CheckRow, CheckTally};
 
 /// How old the store's metrics may be when a scrape is served them.
 pub const DEFAULT_STORE_READ_INTERVAL: Duration = Duration::from_secs(30);
@@ -414,7 +414,10 @@ impl Metrics {
     /// The check rows to write (`CheckTally::take_rows`); none before
     /// [`Metrics::count_checks_for_history`].
     pub fn take_check_rows(&self) -> Vec<CheckRow> {
-        self.tally().as_mut().map(CheckTally::take_rows).unwrap_or_default()
+        self.tally()
+            .as_mut()
+            .map(CheckTally::take_rows)
+            .unwrap_or_default()
     }
 
     /// This process's name in the history's check rows.

@@ -91,7 +91,10 @@ fn a_slot_is_written_as_it_grows_and_once_more_when_it_ends() {
         .map(|r| (r.slot, r.counts.checks))
         .collect();
     assert_eq!(minutes, vec![(at(60.0), 3), (at(120.0), 1)]);
-    let hour = rows.iter().find(|r| r.step_secs == 3_600).expect("the hour");
+    let hour = rows
+        .iter()
+        .find(|r| r.step_secs == 3_600)
+        .expect("the hour");
     assert_eq!(
         (hour.counts.checks, hour.counts.shadow_refusals),
         (4, 1),

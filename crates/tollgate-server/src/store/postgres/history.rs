@@ -204,13 +204,7 @@ pub(super) async fn record_checks(
 ) -> Result<(), TxError> {
     let mut out = CheckUpserts::default();
     for row in rows {
-        out.push(
-            &row.bucket,
-            row.step_secs,
-            row.slot,
-            replica,
-            &row.counts,
-        )?;
+        out.push(&row.bucket, row.step_secs, row.slot, replica, &row.counts)?;
     }
     if !out.tenants.is_empty() {
         let upsert = client.prepare_cached(sql::UPSERT_CHECK_HISTORY).await?;
@@ -251,9 +245,11 @@ impl CheckUpserts {
         self.checks.push(big(counts.checks));
         self.refusals.push(big(counts.refusals));
         self.shadow_refusals.push(big(counts.shadow_refusals));
-        self.counts.push(serde_json::to_string(counts).map_err(|e| {
-            TxError::Store(StoreError::internal("encode a check history row", e))
-        })?);
+        self.counts.push(
+            serde_json::to_string(counts).map_err(|e| {
+                TxError::Store(StoreError::internal("encode a check history row", e))
+            })?,
+        );
         Ok(())
     }
 

@@ -157,11 +157,10 @@ use tollgate_core::budget::delivery::{Attempt, Backoff};
 use tollgate_core::organisation::{Node, TreeChange};
 
 use super::{
-    AdminCall, BucketSettings, BucketSnapshot, ClaimedEvent, Clock, ClosedEntry, Counters, Counts,
-    CheckHistoryRows, DeletedTenant, HistoryPage, HistoryRows, KeyBucketSnapshot, KeyCounts,
-    KeySweep, LimitsChange,
-    NodeFilter, PrunedRecords, PutTierOutcome, RecordSink, Stage, Stopwatch, Store, StoreError,
-    StoreImage, StoreStats, TenantChangeOutcome, TenantView,
+    AdminCall, BucketSettings, BucketSnapshot, CheckHistoryRows, ClaimedEvent, Clock, ClosedEntry,
+    Counters, Counts, DeletedTenant, HistoryPage, HistoryRows, KeyBucketSnapshot, KeyCounts,
+    KeySweep, LimitsChange, NodeFilter, PrunedRecords, PutTierOutcome, RecordSink, Stage,
+    Stopwatch, Store, StoreError, StoreImage, StoreStats, TenantChangeOutcome, TenantView,
 };
 
 pub use self::retry::RetryPolicy;
