@@ -207,3 +207,57 @@ fn tenant_watch_shows_per_key_buckets_the_most_checked_first() {
     assert!(rows[1].contains("logins-per-ip"), "{text}");
     assert!(text.contains("this replica's"), "{text}");
 }
+
+/// The checks outlive the server that answered them: it writes them to
+/// the usage history when it stops, and `tenant history` of the per-key
+/// bucket, from the next server on the same file, shows them per step with
+/// the busiest keys, in text, JSON and CSV.
+#[test]
+fn tenant_history_shows_a_per_key_buckets_checks_after_a_restart() {
+    let (dir, server) = acme_with_checked_keys();
+    server.stop();
+    let server = Server::start(&dir.path().join("tollgate.redb"));
+    let args = [
+        "tenant", "history", "--tenant", "acme", "--bucket", "per-user", "--since", "1h",
+    ];
+    let view = server.json(&[&args[..], &["--json"]].concat());
+    assert_eq!(view["checks"], 3, "{view}");
+    assert_eq!(view["refusals"], 1, "{view}");
+    assert_eq!(view["points"], serde_json::json!([]), "{view}");
+    let points = view["check_points"].as_array().expect("check points");
+    let checks: u64 = points
+        .iter()
+        .map(|p| p["checks"].as_u64().expect("checks"))
+        .sum();
+    assert_eq!(checks, 3, "{view}");
+    assert!(points.iter().all(|p| p["replicas"] == 1), "{view}");
+    let keys: Vec<(&str, u64)> = view["busiest_keys"]
+        .as_array()
+        .expect("busiest keys")
+        .iter()
+        .map(|k| {
+            (
+                k["key"].as_str().expect("key"),
+                k["checks_at_least"].as_u64().expect("count"),
+            )
+        })
+        .collect();
+    assert_eq!(keys, [("u1", 1), ("u2", 1), ("u3", 1)], "{view}");
+
+    let text = server.ok(&args);
+    assert!(text.contains("CHECKS/S"), "{text}");
+    assert!(
+        text.contains("bucket per-user of tenant acme: 3 checks, 1 refused"),
+        "{text}"
+    );
+    assert!(text.contains("busiest keys: u1 (at least 1)"), "{text}");
+    let csv = server.ok(&[&args[..], &["--csv"]].concat());
+    let mut lines = csv.lines();
+    assert!(
+        lines
+            .next()
+            .is_some_and(|h| h.starts_with("from,to,checks,refusals")),
+        "{csv}"
+    );
+    assert_eq!(lines.count(), points.len(), "{csv}");
+}

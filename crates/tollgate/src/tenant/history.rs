@@ -1,7 +1,9 @@
 //! `tollgate tenant history`: a bucket's usage over time from the usage
 //! history (`Admin/GetHistory`): one row per step in which the bucket used
 //! anything, with the request units and granted tokens per second, and
-//! their totals over the span, which are exactly what billing counts.
+//! their totals over the span, which are exactly what billing counts. A
+//! per-key bucket's history is its checks per step (summed over the
+//! server replicas that answered them) and its busiest keys.
 //! `--since` and `--until` take a time ago (`24h`) or an RFC 3339 time.
 
 use std::time::{Duration, SystemTime};
@@ -73,6 +75,31 @@ struct HistoryView {
     request_units: f64,
     granted_tokens: f64,
     points: Vec<PointView>,
+    /// A per-key bucket's checks over the span.
+    checks: u64,
+    refusals: u64,
+    shadow_refusals: u64,
+    check_points: Vec<CheckPointView>,
+    busiest_keys: Vec<CheckedKeyView>,
+}
+
+#[derive(Debug, Serialize)]
+struct CheckPointView {
+    from: Option<String>,
+    to: Option<String>,
+    checks: u64,
+    refusals: u64,
+    shadow_refusals: u64,
+    checks_per_second: f64,
+    refusals_per_second: f64,
+    shadow_refusals_per_second: f64,
+    replicas: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct CheckedKeyView {
+    key: String,
+    checks_at_least: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -137,6 +164,21 @@ pub async fn history(client: &mut AdminConnection, args: HistoryArgs) -> anyhow:
         .map_err(rpc_error)?
         .into_inner();
     let points: Vec<PointView> = answer.points.iter().map(PointView::of).collect();
+    let check_points: Vec<CheckPointView> = answer
+        .check_points
+        .iter()
+        .map(|p| CheckPointView {
+            from: rfc3339(p.from),
+            to: rfc3339(p.to),
+            checks: p.checks,
+            refusals: p.refusals,
+            shadow_refusals: p.shadow_refusals,
+            checks_per_second: p.checks_per_second,
+            refusals_per_second: p.refusals_per_second,
+            shadow_refusals_per_second: p.shadow_refusals_per_second,
+            replicas: p.replicas,
+        })
+        .collect();
     let view = HistoryView {
         tenant_id: args.tenant.clone(),
         bucket: args.bucket.clone(),
@@ -144,25 +186,112 @@ pub async fn history(client: &mut AdminConnection, args: HistoryArgs) -> anyhow:
         request_units: points.iter().map(|p| p.request_unit_micros).sum::<u64>() as f64 / 1e6,
         granted_tokens: points.iter().map(|p| p.granted_tokens).sum(),
         points,
+        checks: check_points.iter().map(|p| p.checks).sum(),
+        refusals: check_points.iter().map(|p| p.refusals).sum(),
+        shadow_refusals: check_points.iter().map(|p| p.shadow_refusals).sum(),
+        check_points,
+        busiest_keys: answer
+            .busiest_keys
+            .into_iter()
+            .map(|k| CheckedKeyView {
+                key: k.key,
+                checks_at_least: k.checks_at_least,
+            })
+            .collect(),
     };
     if args.csv {
-        return output::print(false, &view, |v| csv(&v.points));
+        return output::print(false, &view, |v| {
+            if v.points.is_empty() && !v.check_points.is_empty() {
+                checks_csv(&v.check_points)
+            } else {
+                csv(&v.points)
+            }
+        });
     }
     output::print(args.json, &view, |v| {
         let label = bucket_label(&v.tenant_id, &v.bucket);
-        if v.points.is_empty() {
+        let step = humantime::format_duration(Duration::from_secs_f64(v.step_seconds));
+        let mut parts = Vec::new();
+        if !v.points.is_empty() {
+            parts.push(format!(
+                "{}\n{label}: {} request units, {} tokens granted, in steps of {step}",
+                table(&v.points),
+                amount(v.request_units),
+                amount(v.granted_tokens),
+            ));
+        }
+        if !v.check_points.is_empty() {
+            parts.push(checks_text(v, &label, &step.to_string()));
+        }
+        if parts.is_empty() {
             return format!(
                 "{label} used nothing in the span (or has no history there: the history keeps a row per minute for 14 days and per hour for 13 months by default)"
             );
         }
-        format!(
-            "{}\n{label}: {} request units, {} tokens granted, in steps of {}",
-            table(&v.points),
-            amount(v.request_units),
-            amount(v.granted_tokens),
-            humantime::format_duration(Duration::from_secs_f64(v.step_seconds))
-        )
+        parts.join("\n\n")
     })
+}
+
+/// A per-key bucket's checks: a row per step, the totals, the busiest keys.
+fn checks_text(v: &HistoryView, label: &str, step: &str) -> String {
+    let mut table = Table::with_header(&[
+        "FROM",
+        "TO",
+        "CHECKS/S",
+        "REFUSED/S",
+        "SHADOW-REFUSED/S",
+        "CHECKS",
+        "REFUSED",
+        "REPLICAS",
+    ]);
+    for p in &v.check_points {
+        table.push(vec![
+            p.from.clone().unwrap_or_default(),
+            p.to.clone().unwrap_or_default(),
+            amount(p.checks_per_second),
+            amount(p.refusals_per_second),
+            amount(p.shadow_refusals_per_second),
+            p.checks.to_string(),
+            p.refusals.to_string(),
+            p.replicas.to_string(),
+        ]);
+    }
+    let mut text = format!(
+        "{table}\n{label}: {} checks, {} refused, {} allowed only in shadow mode, in steps of {step}",
+        v.checks, v.refusals, v.shadow_refusals
+    );
+    if !v.busiest_keys.is_empty() {
+        let keys: Vec<String> = v
+            .busiest_keys
+            .iter()
+            .map(|k| format!("{} (at least {})", k.key, k.checks_at_least))
+            .collect();
+        text.push_str(&format!("\nbusiest keys: {}", keys.join(", ")));
+    }
+    text
+}
+
+fn checks_csv(points: &[CheckPointView]) -> String {
+    let mut lines = vec![
+        "from,to,checks,refusals,shadow_refusals,checks_per_second,refusals_per_second,\
+         shadow_refusals_per_second,replicas"
+            .to_owned(),
+    ];
+    for p in points {
+        lines.push(format!(
+            "{},{},{},{},{},{},{},{},{}",
+            p.from.clone().unwrap_or_default(),
+            p.to.clone().unwrap_or_default(),
+            p.checks,
+            p.refusals,
+            p.shadow_refusals,
+            p.checks_per_second,
+            p.refusals_per_second,
+            p.shadow_refusals_per_second,
+            p.replicas,
+        ));
+    }
+    lines.join("\n")
 }
 
 fn table(points: &[PointView]) -> Table {
