@@ -518,7 +518,12 @@ fn the_console_shows_per_key_buckets_with_keys_checks_and_busiest_keys_in_a_brow
     let metrics = free_port();
     let server = Server::start_with(
         &dir.path().join("tollgate.redb"),
-        &["--metrics-listen", &format!("127.0.0.1:{metrics}")],
+        &[
+            "--metrics-listen",
+            &format!("127.0.0.1:{metrics}"),
+            "--history-interval",
+            "1s",
+        ],
     );
     // A tier of per-key buckets only; acme on it. Refill so slow that the
     // keys' levels stay as the checks left them.
@@ -607,6 +612,68 @@ fn the_console_shows_per_key_buckets_with_keys_checks_and_busiest_keys_in_a_brow
     assert_eq!(count, "3");
 
     let png = screenshot(&chromium, &profile, &console, "per-key", "1400,600");
+    assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
+
+    // The tenant page charts the same checks from the usage history, once
+    // the replica has written them (every second here).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let histories = loop {
+        let (code, body) = get(metrics, "/console/api/tenant?tenant=acme&range=1h", None);
+        assert_eq!(code, 200, "{body}");
+        let page: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+        let histories = page["key_histories"]
+            .as_array()
+            .expect("key histories")
+            .clone();
+        let checks: u64 = histories.iter().filter_map(|h| h["checks"].as_u64()).sum();
+        if checks == 8 {
+            break histories;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the checks were not written to the history: {page}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let per_user = histories
+        .iter()
+        .find(|h| h["bucket"] == "per-user")
+        .expect("per-user");
+    assert_eq!(
+        (per_user["checks"].as_u64(), per_user["refusals"].as_u64()),
+        (Some(3), Some(1))
+    );
+    let search = histories
+        .iter()
+        .find(|h| h["bucket"] == "search")
+        .expect("search");
+    assert_eq!(search["shadow_refusals"], 3, "{search}");
+    assert_eq!(search["busiest_keys"][0]["key"], "s1", "{search}");
+    assert_eq!(search["busiest_keys"][0]["checks_at_least"], 5, "{search}");
+    let page = format!("http://127.0.0.1:{metrics}/console#tenant=acme&range=1h");
+    let dom = browse(&chromium, &profile, &page, &["--dump-dom"]);
+    let card = |bucket: &str| -> String {
+        let at = dom
+            .find(&format!("data-key-history=\"{bucket}\""))
+            .unwrap_or_else(|| panic!("the card of {bucket} in {dom}"));
+        dom[at..].to_owned()
+    };
+    let per_user = card("per-user");
+    assert_eq!(fact(&per_user, "checks"), "3", "{per_user}");
+    assert_eq!(fact(&per_user, "refused"), "1", "{per_user}");
+    assert_eq!(fact(&per_user, "busiest"), "u1 (1), u2 (1), u3 (1)");
+    assert!(
+        per_user.contains("data-chart=\"per-user:checks\""),
+        "{per_user}"
+    );
+    let search = card("search");
+    assert_eq!(fact(&search, "would-refuse"), "3", "{search}");
+    assert_eq!(fact(&search, "busiest"), "s1 (5)", "{search}");
+    assert!(
+        search.contains("data-series=\"would refuse /s\""),
+        "{search}"
+    );
+    let png = screenshot(&chromium, &profile, &page, "per-key-history", "1400,1000");
     assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
     server.stop();
 }

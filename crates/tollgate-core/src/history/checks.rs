@@ -30,7 +30,7 @@
 //! summed over slots and replicas are given as lower bounds
 //! ([`busiest`]): a key may have had more checks than shown, never fewer.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -396,6 +396,56 @@ pub fn per_slot(rows: &[StoredCheckRow], step: Duration, now: Timestamp) -> Vec<
         slot.replicas += 1;
     }
     slots.into_values().collect()
+}
+
+/// `rows` summed into slots of `step` from the one `since` falls in to the
+/// one `until` does, every slot present (none checked: zeros), for a
+/// chart; a row counts in the slot its own slot starts in, and the last
+/// slot ends at `until`. `replicas` counts the replicas with rows in a
+/// slot.
+pub fn chart(
+    rows: &[StoredCheckRow],
+    since: Timestamp,
+    until: Timestamp,
+    step: Duration,
+) -> Vec<CheckSlot> {
+    let chart = Resolution {
+        step,
+        retention: step,
+    };
+    let first = chart.slot(since);
+    let step_micros = i64::try_from(step.as_micros()).unwrap_or(i64::MAX).max(1);
+    let count =
+        usize::try_from((until.unix_micros() - first.unix_micros()).max(0) / step_micros + 1)
+            .unwrap_or(0);
+    let mut slots: Vec<CheckSlot> = (0..count)
+        .map(|i| {
+            let from = first.saturating_add(step * u32::try_from(i).unwrap_or(u32::MAX));
+            CheckSlot {
+                from,
+                to: from.saturating_add(step).min(until.max(from)),
+                ..CheckSlot::default()
+            }
+        })
+        .collect();
+    let mut replicas: Vec<BTreeSet<&str>> = vec![BTreeSet::new(); slots.len()];
+    for row in rows {
+        let i = (row.slot.unix_micros() - first.unix_micros()).div_euclid(step_micros);
+        let Some(i) = usize::try_from(i).ok().filter(|&i| i < slots.len()) else {
+            continue;
+        };
+        let slot = &mut slots[i];
+        slot.checks = slot.checks.saturating_add(row.counts.checks);
+        slot.refusals = slot.refusals.saturating_add(row.counts.refusals);
+        slot.shadow_refusals = slot
+            .shadow_refusals
+            .saturating_add(row.counts.shadow_refusals);
+        replicas[i].insert(row.replica.as_str());
+    }
+    for (slot, replicas) in slots.iter_mut().zip(replicas) {
+        slot.replicas = replicas.len();
+    }
+    slots
 }
 
 /// The `n` busiest keys of `rows` (any slots and replicas): each key's

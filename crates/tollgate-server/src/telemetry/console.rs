@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tollgate_core::history::{self, ThrottledSince, Usage};
+use tollgate_core::history::{self, ThrottledSince, Usage, checks};
 use tollgate_core::key_bucket::KeyReading;
 use tollgate_core::organisation::{MemberRates, Node};
 use tollgate_core::tier::DefinedBy;
@@ -739,6 +739,40 @@ pub struct TenantPage {
     /// The buckets' points summed, slot by slot.
     pub total: Vec<ChartPoint>,
     pub key_buckets: Vec<KeyBucketView>,
+    /// Each per-key bucket's checks over the span, from the usage history
+    /// (summed over the replicas that answered them).
+    pub key_histories: Vec<KeyHistoryView>,
+}
+
+/// A per-key bucket's checks over a tenant page's span.
+#[derive(Debug, Serialize)]
+pub struct KeyHistoryView {
+    pub bucket: String,
+    pub enforce: bool,
+    pub checks: u64,
+    pub refusals: u64,
+    pub shadow_refusals: u64,
+    /// One a step, oldest first, every step of the span present.
+    pub points: Vec<CheckChartPoint>,
+    /// The keys checked most over the span, busiest first, each with the
+    /// checks it had at least.
+    pub busiest_keys: Vec<CheckedKeyView>,
+}
+
+/// A per-key chart's point: a slot's checks per second.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct CheckChartPoint {
+    pub from_unix: f64,
+    pub to_unix: f64,
+    pub checks_per_second: f64,
+    pub refusals_per_second: f64,
+    pub shadow_refusals_per_second: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckedKeyView {
+    pub key: String,
+    pub checks_at_least: u64,
 }
 
 /// One of a tenant's buckets on its page.
@@ -882,6 +916,38 @@ pub async fn tenant_page(
             points: slots.iter().map(ChartPoint::of).collect(),
         });
     }
+    let mut key_histories = Vec::with_capacity(key_buckets.len());
+    for b in &key_buckets {
+        let rows = store
+            .check_history(&b.key, since, now, range.step())
+            .await?
+            .rows;
+        let slots = checks::chart(&rows, since, now, range.step());
+        key_histories.push(KeyHistoryView {
+            bucket: b.key.bucket.as_str().to_owned(),
+            enforce: b.definition.enforce,
+            checks: slots.iter().map(|s| s.checks).sum(),
+            refusals: slots.iter().map(|s| s.refusals).sum(),
+            shadow_refusals: slots.iter().map(|s| s.shadow_refusals).sum(),
+            points: slots
+                .iter()
+                .map(|s| CheckChartPoint {
+                    from_unix: unix_seconds(s.from),
+                    to_unix: unix_seconds(s.to),
+                    checks_per_second: s.per_second(s.checks),
+                    refusals_per_second: s.per_second(s.refusals),
+                    shadow_refusals_per_second: s.per_second(s.shadow_refusals),
+                })
+                .collect(),
+            busiest_keys: checks::busiest(&rows, BUSIEST_KEYS)
+                .into_iter()
+                .map(|k| CheckedKeyView {
+                    key: k.key,
+                    checks_at_least: k.checks,
+                })
+                .collect(),
+        });
+    }
     Ok(Some(TenantPage {
         tenant_id: tenant.as_str().to_owned(),
         tier: record.and_then(|r| r.tier).map(|t| t.as_str().to_owned()),
@@ -904,6 +970,7 @@ pub async fn tenant_page(
             .iter()
             .map(|b| key_bucket_view(b, metrics))
             .collect(),
+        key_histories,
     }))
 }
 

@@ -178,6 +178,47 @@ fn busiest_keys_sum_lower_bounds_over_rows() {
     assert_eq!(slots[0].per_second(24), 0.8);
 }
 
+#[test]
+fn a_chart_has_every_slot_and_sums_the_rows_in_each() {
+    let row = |slot: f64, replica: &str, checks: u64| StoredCheckRow {
+        slot: at(slot),
+        replica: replica.into(),
+        counts: CheckCounts {
+            checks,
+            refusals: 1,
+            ..CheckCounts::default()
+        },
+    };
+    let rows = [
+        row(60.0, "a", 4),
+        row(60.0, "b", 2),
+        row(120.0, "a", 3),
+        row(300.0, "a", 1),
+    ];
+    // Steps of two minutes from 1:30 to 5:10: slots at 0, 2 and 4 min.
+    let slots = chart(&rows, at(90.0), at(310.0), Duration::from_secs(120));
+    let seen: Vec<(f64, f64, u64, usize)> = slots
+        .iter()
+        .map(|s| {
+            (
+                s.from.seconds_since(Timestamp::EPOCH),
+                s.to.seconds_since(Timestamp::EPOCH),
+                s.checks,
+                s.replicas,
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (0.0, 120.0, 6, 2),
+            (120.0, 240.0, 3, 1),
+            (240.0, 310.0, 1, 1)
+        ]
+    );
+    assert_eq!(slots[0].refusals, 2);
+}
+
 #[derive(Clone, Debug)]
 enum Step {
     Check {
