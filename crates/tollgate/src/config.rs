@@ -259,9 +259,10 @@ pub struct ServeOptions {
     pub budget_record_retention: Option<HumanDuration>,
 
     /// How often this server samples every bucket's totals into the usage
-    /// history (`tollgate tenant history`, the console's charts); `0s`
-    /// leaves it to the other servers of the store. A bucket whose totals
-    /// did not change costs no row.
+    /// history (`tollgate tenant history`, the console's charts), and
+    /// writes the per-key checks it answered; `0s` leaves the sampling to
+    /// the other servers of the store (its own checks are still written,
+    /// every 10 s). A bucket whose totals did not change costs no row.
     #[arg(long, value_name = "DURATION")]
     pub history_interval: Option<HumanDuration>,
 

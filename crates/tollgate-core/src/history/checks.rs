@@ -101,51 +101,58 @@ impl BusyKey {
     }
 }
 
-/// The Space-Saving counters of one bucket and slot.
+/// The Space-Saving counters of one bucket and slot: at most
+/// [`TRACKED_KEYS`], found by key through an index.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TopKeys {
-    /// Key: (count, over-count).
-    counters: HashMap<String, (u64, u64)>,
+    /// (key, count, over-count), in the order they took their counter.
+    counters: Vec<(String, u64, u64)>,
+    index: HashMap<String, usize>,
 }
 
 impl TopKeys {
     /// Counts one check of `key`.
     pub fn add(&mut self, key: &str) {
-        if let Some((count, _)) = self.counters.get_mut(key) {
-            *count += 1;
+        if let Some(&i) = self.index.get(key) {
+            self.counters[i].1 += 1;
             return;
         }
         if self.counters.len() < TRACKED_KEYS {
-            self.counters.insert(key.to_owned(), (1, 0));
+            self.index.insert(key.to_owned(), self.counters.len());
+            self.counters.push((key.to_owned(), 1, 0));
             return;
         }
-        // The least counted gives its counter up (the first by key of
-        // equals, so that the outcome does not depend on the map's order).
-        let least = self
+        // The least counted gives its counter up (the first of equals, so
+        // that the outcome depends on the checks only).
+        let Some((i, _)) = self
             .counters
             .iter()
-            .min_by(|a, b| a.1.0.cmp(&b.1.0).then_with(|| a.0.cmp(b.0)))
-            .map(|(k, &(count, _))| (k.clone(), count));
-        if let Some((least, count)) = least {
-            self.counters.remove(&least);
-            self.counters.insert(key.to_owned(), (count + 1, count));
-        }
+            .enumerate()
+            .min_by_key(|(i, c)| (c.1, *i))
+        else {
+            return;
+        };
+        let counter = &mut self.counters[i];
+        self.index.remove(&counter.0);
+        let count = counter.1;
+        counter.0.clear();
+        counter.0.push_str(key);
+        *counter = (std::mem::take(&mut counter.0), count + 1, count);
+        self.index.insert(key.to_owned(), i);
     }
 
     /// The `n` busiest, busiest first (by count, then by key).
     pub fn top(&self, n: usize) -> Vec<BusyKey> {
-        let mut keys: Vec<BusyKey> = self
-            .counters
-            .iter()
-            .map(|(key, &(checks, over))| BusyKey {
+        let mut keys: Vec<&(String, u64, u64)> = self.counters.iter().collect();
+        keys.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        keys.into_iter()
+            .take(n)
+            .map(|(key, checks, over)| BusyKey {
                 key: key.clone(),
-                checks,
-                over,
+                checks: *checks,
+                over: *over,
             })
-            .collect();
-        keys.sort_by(|a, b| b.checks.cmp(&a.checks).then_with(|| a.key.cmp(&b.key)));
-        keys.truncate(n);
-        keys
+            .collect()
     }
 }
 
@@ -226,13 +233,19 @@ impl CheckTally {
     ) {
         self.latest = self.latest.max(at);
         let resolutions = &self.resolutions;
-        let tally = self
-            .buckets
-            .entry(bucket.clone())
-            .or_insert_with(|| BucketTally {
-                open: vec![None; resolutions.len()],
-                closed: Vec::new(),
-            });
+        // Looked up before it is cloned: most checks find their bucket.
+        if !self.buckets.contains_key(bucket) {
+            self.buckets.insert(
+                bucket.clone(),
+                BucketTally {
+                    open: vec![None; resolutions.len()],
+                    closed: Vec::new(),
+                },
+            );
+        }
+        let Some(tally) = self.buckets.get_mut(bucket) else {
+            return;
+        };
         for (resolution, open) in resolutions.iter().zip(tally.open.iter_mut()) {
             let slot = resolution.slot(at);
             // A check answered at an earlier slot's time (a clock behind)

@@ -132,18 +132,21 @@ impl Upserts {
     }
 }
 
-/// `key`'s rows of `resolution` from `since` to `until`.
-pub(super) async fn read(
+/// The rows `query` reads of `key` in `resolution`, with slots from the
+/// one `since` falls in to `until` (its parameters: tenant, bucket, step,
+/// first slot, last).
+async fn span_rows(
     client: &deadpool_postgres::Client,
+    query: &str,
     key: &BucketKey,
     resolution: Resolution,
     since: Timestamp,
     until: Timestamp,
-) -> Result<HistoryRows, TxError> {
+) -> Result<Vec<tokio_postgres::Row>, TxError> {
     let step = i64::try_from(resolution.step_secs()).unwrap_or(i64::MAX);
     let from = resolution.slot(since).unix_micros();
-    let read = client.prepare_cached(sql::READ_HISTORY).await?;
-    let rows = client
+    let read = client.prepare_cached(query).await?;
+    Ok(client
         .query(
             &read,
             &[
@@ -154,7 +157,18 @@ pub(super) async fn read(
                 &until.unix_micros(),
             ],
         )
-        .await?;
+        .await?)
+}
+
+/// `key`'s rows of `resolution` from `since` to `until`.
+pub(super) async fn read(
+    client: &deadpool_postgres::Client,
+    key: &BucketKey,
+    resolution: Resolution,
+    since: Timestamp,
+    until: Timestamp,
+) -> Result<HistoryRows, TxError> {
+    let rows = span_rows(client, sql::READ_HISTORY, key, resolution, since, until).await?;
     let mut out = HistoryRows {
         resolution,
         samples: Vec::with_capacity(rows.len()),
@@ -278,21 +292,15 @@ pub(super) async fn read_checks(
     since: Timestamp,
     until: Timestamp,
 ) -> Result<CheckHistoryRows, TxError> {
-    let step = i64::try_from(resolution.step_secs()).unwrap_or(i64::MAX);
-    let from = resolution.slot(since).unix_micros();
-    let read = client.prepare_cached(sql::READ_CHECK_HISTORY).await?;
-    let found = client
-        .query(
-            &read,
-            &[
-                &key.tenant.as_str(),
-                &key.bucket.as_str(),
-                &step,
-                &from,
-                &until.unix_micros(),
-            ],
-        )
-        .await?;
+    let found = span_rows(
+        client,
+        sql::READ_CHECK_HISTORY,
+        key,
+        resolution,
+        since,
+        until,
+    )
+    .await?;
     let mut rows = Vec::with_capacity(found.len());
     for row in &found {
         rows.push(StoredCheckRow {
@@ -326,27 +334,17 @@ pub(super) async fn export(
     txn: &deadpool_postgres::Transaction<'_>,
     sink: &mut crate::store::image::RecordSink,
 ) -> Result<(), TxError> {
-    use futures_util::{TryStreamExt, pin_mut};
-    let export = txn.prepare_cached(sql::EXPORT_HISTORY).await?;
-    let stream = txn
-        .query_raw(&export, std::iter::empty::<&(dyn ToSql + Sync)>())
-        .await?;
-    pin_mut!(stream);
-    while let Some(row) = stream.try_next().await? {
-        let key = rows::bucket_key(&row)?;
-        let step: i64 = get(&row, "step_secs")?;
-        sink.send(crate::store::image::Record::History {
+    export_rows(txn, sink, sql::EXPORT_HISTORY, |row| {
+        let (key, step_secs, slot) = row_slot(row)?;
+        Ok(crate::store::image::Record::History {
             tenant: key.tenant,
             bucket: key.bucket,
-            step_secs: u64::try_from(step).map_err(|e| {
-                TxError::Store(StoreError::internal("read a history row's step", e))
-            })?,
-            slot: Timestamp::from_unix_micros(get(&row, "slot")?),
-            sample: decode(&get::<String>(&row, "sample")?)?,
+            step_secs,
+            slot,
+            sample: decode(&get::<String>(row, "sample")?)?,
         })
-        .await?;
-    }
-    Ok(())
+    })
+    .await
 }
 
 /// Streams every check history row of the export's snapshot `txn`.
@@ -354,28 +352,47 @@ pub(super) async fn export_checks(
     txn: &deadpool_postgres::Transaction<'_>,
     sink: &mut crate::store::image::RecordSink,
 ) -> Result<(), TxError> {
+    export_rows(txn, sink, sql::EXPORT_CHECK_HISTORY, |row| {
+        let (key, step_secs, slot) = row_slot(row)?;
+        Ok(crate::store::image::Record::CheckHistory {
+            tenant: key.tenant,
+            bucket: key.bucket,
+            step_secs,
+            slot,
+            replica: get(row, "replica")?,
+            counts: decode_json(&get::<String>(row, "counts")?)?,
+        })
+    })
+    .await
+}
+
+/// Streams what `query` reads in the export's snapshot `txn` to `sink`,
+/// each row made a record by `record`.
+async fn export_rows(
+    txn: &deadpool_postgres::Transaction<'_>,
+    sink: &mut crate::store::image::RecordSink,
+    query: &str,
+    record: impl Fn(&tokio_postgres::Row) -> Result<crate::store::image::Record, TxError>,
+) -> Result<(), TxError> {
     use futures_util::{TryStreamExt, pin_mut};
-    let export = txn.prepare_cached(sql::EXPORT_CHECK_HISTORY).await?;
+    let export = txn.prepare_cached(query).await?;
     let stream = txn
         .query_raw(&export, std::iter::empty::<&(dyn ToSql + Sync)>())
         .await?;
     pin_mut!(stream);
     while let Some(row) = stream.try_next().await? {
-        let key = rows::bucket_key(&row)?;
-        let step: i64 = get(&row, "step_secs")?;
-        sink.send(crate::store::image::Record::CheckHistory {
-            tenant: key.tenant,
-            bucket: key.bucket,
-            step_secs: u64::try_from(step).map_err(|e| {
-                TxError::Store(StoreError::internal("read a check history row's step", e))
-            })?,
-            slot: Timestamp::from_unix_micros(get(&row, "slot")?),
-            replica: get(&row, "replica")?,
-            counts: decode_json(&get::<String>(&row, "counts")?)?,
-        })
-        .await?;
+        sink.send(record(&row)?).await?;
     }
     Ok(())
+}
+
+/// A history row's bucket, step and slot.
+fn row_slot(row: &tokio_postgres::Row) -> Result<(BucketKey, u64, Timestamp), TxError> {
+    let key = rows::bucket_key(row)?;
+    let step: i64 = get(row, "step_secs")?;
+    let step = u64::try_from(step)
+        .map_err(|e| TxError::Store(StoreError::internal("read a history row's step", e)))?;
+    Ok((key, step, Timestamp::from_unix_micros(get(row, "slot")?)))
 }
 
 /// Writes an import's check history rows, `chunk` a statement.
