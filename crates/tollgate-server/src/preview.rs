@@ -58,8 +58,29 @@ pub struct BucketPreview {
     pub key: BucketKey,
     pub current_limits: Limits,
     pub proposed_limits: Limits,
+    /// In shadow mode now, and as proposed: throttling nothing, so that
+    /// the replay says what its shadow counts would, not what its pods
+    /// feel.
+    pub current_shadow: bool,
+    pub proposed_shadow: bool,
     pub current: Impact,
     pub proposed: Impact,
+}
+
+/// One side of a preview: the plan replayed, and whether it would be
+/// enforced.
+struct Side {
+    plan: Plan,
+    enforce: bool,
+}
+
+impl Side {
+    fn limits(limits: Limits, enforce: bool) -> Side {
+        Side {
+            plan: Plan::limits(limits),
+            enforce,
+        }
+    }
 }
 
 /// `key`'s history over `span` replayed under its limits now and under
@@ -71,13 +92,20 @@ pub async fn bucket(
     span: Span,
 ) -> Result<BucketPreview, StoreError> {
     // Its own limits: a budget's throttle keeps them aside.
-    let current = store.get_bucket(key).await?.head.own_limits();
-    replay(store, key.clone(), current, proposed, span).await
+    let head = store.get_bucket(key).await?.head;
+    replay_plans(
+        store,
+        key.clone(),
+        Side::limits(head.own_limits(), head.enforce),
+        Side::limits(proposed, head.enforce),
+        span,
+    )
+    .await
 }
 
-/// Every shared bucket whose limits `tier` (as `name` would be defined)
-/// changes, of every tenant on `name` that does not override it, with
-/// its preview; in tenant and bucket order.
+/// Every shared bucket whose limits or shadow mode `tier` (as `name`
+/// would be defined) changes, of every tenant on `name` that does not
+/// override it, with its preview; in tenant and bucket order.
 pub async fn tier(
     store: &dyn Store,
     name: &TierName,
@@ -86,7 +114,7 @@ pub async fn tier(
 ) -> Result<Vec<BucketPreview>, StoreError> {
     // Each shared bucket of the tier's, with what it defines and the
     // bucket's own limits now.
-    let candidates: Vec<(BucketKey, Limits, Limits)> = read_buckets(store, usize::MAX)
+    let candidates: Vec<(BucketKey, Side, Side)> = read_buckets(store, usize::MAX)
         .await?
         .into_iter()
         .filter_map(|b| {
@@ -94,7 +122,11 @@ pub async fn tier(
                 .buckets
                 .get(&b.key.bucket)
                 .filter(|d| d.kind == BucketKind::Shared)?;
-            Some((b.key, b.head.own_limits(), defined.limits))
+            Some((
+                b.key,
+                Side::limits(b.head.own_limits(), b.head.enforce),
+                Side::limits(defined.limits, tier.in_force(defined).enforce),
+            ))
         })
         .collect();
     let tenants: Vec<TenantId> = candidates
@@ -111,11 +143,11 @@ pub async fn tier(
         };
         if record.tier.as_ref() != Some(name)
             || record.overrides.contains_key(&key.bucket)
-            || proposed == current
+            || (proposed.plan == current.plan && proposed.enforce == current.enforce)
         {
             continue;
         }
-        previews.push(replay(store, key, current, proposed, span).await?);
+        previews.push(replay_plans(store, key, current, proposed, span).await?);
     }
     Ok(previews)
 }
@@ -135,40 +167,29 @@ pub async fn budget(
         amount: b.amount,
         at_limit: b.action(),
     };
-    let current = Plan {
-        limits,
-        budget: head.budget.as_ref().map(|b| spend_limit(&b.budget)),
+    // A budget in shadow mode stops nothing; nor does a bucket in it.
+    let current = Side {
+        plan: Plan {
+            limits,
+            budget: head.budget.as_ref().map(|b| spend_limit(&b.budget)),
+        },
+        enforce: head.enforce && head.budget.as_ref().is_none_or(|b| b.budget.enforce),
     };
-    let proposed = Plan {
-        limits,
-        budget: Some(spend_limit(proposed)),
+    let proposed = Side {
+        plan: Plan {
+            limits,
+            budget: Some(spend_limit(proposed)),
+        },
+        enforce: head.enforce && proposed.enforce,
     };
     replay_plans(store, key.clone(), current, proposed, span).await
-}
-
-async fn replay(
-    store: &dyn Store,
-    key: BucketKey,
-    current_limits: Limits,
-    proposed_limits: Limits,
-    span: Span,
-) -> Result<BucketPreview, StoreError> {
-    let plan = Plan::limits;
-    replay_plans(
-        store,
-        key,
-        plan(current_limits),
-        plan(proposed_limits),
-        span,
-    )
-    .await
 }
 
 async fn replay_plans(
     store: &dyn Store,
     key: BucketKey,
-    current: Plan,
-    proposed: Plan,
+    current: Side,
+    proposed: Side,
     span: Span,
 ) -> Result<BucketPreview, StoreError> {
     let rows = store.history(&key, span.since, span.until, STEP).await?;
@@ -177,10 +198,12 @@ async fn replay_plans(
     // stretch first, so each span's demand fell within it.
     let usage = history::usage(&rows.samples);
     Ok(BucketPreview {
-        current: impact::replay(&usage, &current, span.max_wait),
-        proposed: impact::replay(&usage, &proposed, span.max_wait),
+        current: impact::replay(&usage, &current.plan, span.max_wait),
+        proposed: impact::replay(&usage, &proposed.plan, span.max_wait),
         key,
-        current_limits: current.limits,
-        proposed_limits: proposed.limits,
+        current_limits: current.plan.limits,
+        proposed_limits: proposed.plan.limits,
+        current_shadow: !current.enforce,
+        proposed_shadow: !proposed.enforce,
     })
 }

@@ -224,11 +224,29 @@ async fn an_hour_at_150_previewed_at_100_throttles_50_a_second(backend: Backend)
         t.buckets = vec![definition("api", 200.0, 2_000.0)];
     }
     let answer = admin
-        .preview_limits(same)
+        .preview_limits(same.clone())
         .await
         .expect("preview")
         .into_inner();
     assert!(answer.impacts.is_empty(), "{:?}", answer.impacts);
+    // The tier as it is, but in shadow mode: the same limits, previewed,
+    // and marked as throttling nothing.
+    if let Some(v1::preview_limits_request::Change::Tier(t)) = &mut same.change {
+        t.enforce = tollgate_proto::enforce_to_wire(false);
+    }
+    let answer = admin
+        .preview_limits(same)
+        .await
+        .expect("preview")
+        .into_inner();
+    let shadow = &answer.impacts[..];
+    assert_eq!(shadow.len(), 1, "{shadow:?}");
+    assert!(
+        !shadow[0].current_shadow && shadow[0].proposed_shadow,
+        "{shadow:?}"
+    );
+    assert_eq!(shadow[0].current, shadow[0].proposed, "the same limits");
+    assert!(!answer.impacts.iter().any(|i| i.tenant_id == "own"));
 
     // A budget stopping at half the hour's use: the day's cycle began
     // with the hour, so the spend reaches it half-way, and the rest is

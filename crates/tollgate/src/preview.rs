@@ -54,6 +54,10 @@ struct BucketView {
     current_burst_limit: f64,
     proposed_refill_rate: f64,
     proposed_burst_limit: f64,
+    /// In shadow mode (throttling nothing: the figures are what its shadow
+    /// counts would say).
+    current_shadow: bool,
+    proposed_shadow: bool,
     current: ImpactView,
     proposed: ImpactView,
 }
@@ -128,6 +132,8 @@ pub async fn preview(
                     current_burst_limit: now.burst_limit,
                     proposed_refill_rate: proposed.refill_rate,
                     proposed_burst_limit: proposed.burst_limit,
+                    current_shadow: b.current_shadow,
+                    proposed_shadow: b.proposed_shadow,
                     current: ImpactView::of(b.current),
                     proposed: ImpactView::of(b.proposed),
                 }
@@ -189,10 +195,11 @@ fn text(view: &PreviewView) -> String {
         } else {
             format!("{}/{}", b.tenant_id, b.bucket)
         };
+        let mode = |shadow: bool| if shadow { " (shadow)" } else { "" };
         let mut row = vec![
             label.clone(),
-            limits(b.current_refill_rate, b.current_burst_limit),
-            limits(b.proposed_refill_rate, b.proposed_burst_limit),
+            limits(b.current_refill_rate, b.current_burst_limit) + mode(b.current_shadow),
+            limits(b.proposed_refill_rate, b.proposed_burst_limit) + mode(b.proposed_shadow),
             amount(b.proposed.demand_tokens),
             amount(b.current.throttled_tokens),
             amount(b.proposed.throttled_tokens),
@@ -207,6 +214,17 @@ fn text(view: &PreviewView) -> String {
             ]);
         }
         table.push(row);
+        if b.current_shadow || b.proposed_shadow {
+            notes.push(format!(
+                "note: {label} is {} in shadow mode: there it throttles nothing, and its THROTTLED \
+                 figure is what its shadow counts would say, not what its pods would feel",
+                match (b.current_shadow, b.proposed_shadow) {
+                    (true, true) => "now and as proposed",
+                    (true, false) => "now (not as proposed)",
+                    _ => "as proposed (not now)",
+                }
+            ));
+        }
         if b.current.recorded_throttled_pod_seconds > 0.0 {
             notes.push(format!(
                 "note: {label} was throttled for {} pod-seconds in the span: its demand there was \

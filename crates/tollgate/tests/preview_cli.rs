@@ -247,6 +247,18 @@ fn previews_change_nothing_and_give_the_known_answer() {
         tier["buckets"][0]["refill_rate"], 200.0,
         "unchanged: {tier}"
     );
+    // The same tier in shadow mode: said so, in the table and in a note.
+    std::fs::write(
+        tiers,
+        "[tiers.gold]\nenforce = false\n[tiers.gold.buckets.api]\nrefill_rate = 100\nburst_limit = 100\n",
+    )
+    .expect("write tiers");
+    let text = server.ok(&["tier", "apply", "-f", tiers, "--preview"]);
+    assert!(text.contains("100/s, burst 100 (shadow)"), "{text}");
+    assert!(
+        text.contains("steady/api is as proposed (not now) in shadow mode"),
+        "{text}"
+    );
 
     // A budget of 1 000 tokens a day stopping at the limit: reached in
     // the first seconds of the cycle (today's, from midnight UTC), and

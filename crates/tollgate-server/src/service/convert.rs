@@ -254,6 +254,8 @@ pub(crate) fn bucket_impact_to_proto(p: &crate::preview::BucketPreview) -> v1::B
         proposed_limits: Some(limits(&p.proposed_limits)),
         current: Some(impact(&p.current)),
         proposed: Some(impact(&p.proposed)),
+        current_shadow: p.current_shadow,
+        proposed_shadow: p.proposed_shadow,
     }
 }
 

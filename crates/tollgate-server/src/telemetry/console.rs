@@ -659,6 +659,9 @@ pub struct PreviewView {
     pub max_wait_seconds: f64,
     pub current_limits: Limits,
     pub proposed_limits: Limits,
+    /// In shadow mode: it throttles nothing, and the figures are what its
+    /// shadow counts would say.
+    pub shadow: bool,
     pub current: ImpactView,
     pub proposed: ImpactView,
     /// What an operator runs to apply the proposed limits.
@@ -708,6 +711,7 @@ impl PreviewView {
             max_wait_seconds: span.max_wait.as_secs_f64(),
             current_limits: p.current_limits,
             proposed_limits: p.proposed_limits,
+            shadow: p.proposed_shadow,
             current: ImpactView::of(&p.current),
             proposed: ImpactView::of(&p.proposed),
             command: format!(
