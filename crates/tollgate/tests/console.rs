@@ -12,85 +12,12 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use support::{Server, free_port};
+use support::{Server, browse, free_port, get, screenshot};
 
 const OPERATOR_TOKEN: &str = "console-test-operator-token";
 const READER_TOKEN: &str = "console-test-read-only-token";
-
-/// A plain HTTP/1.0 GET: the status code and the body.
-fn get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        stream,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n"
-    )
-    .expect("send");
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read");
-    let code = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("a status line");
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (code, body)
-}
-
-/// Runs headless Chromium on `url` with `args`; its stdout.
-fn browse(chromium: &Path, profile: &Path, url: &str, args: &[&str]) -> String {
-    let out = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--hide-scrollbars",
-            // Lets the page's fetch and first refresh finish before the DOM
-            // is read.
-            "--virtual-time-budget=8000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .arg(url)
-        .output()
-        .expect("run chromium");
-    assert!(
-        out.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A screenshot of `url` at `size` (`W,H`), kept as
-/// `target/tmp/console/NAME.png` for a person to look at; its bytes.
-fn screenshot(chromium: &Path, profile: &Path, url: &str, name: &str, size: &str) -> Vec<u8> {
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
-    std::fs::create_dir_all(&shots).expect("screenshot dir");
-    let shot = shots.join(format!("{name}.png"));
-    let _ = std::fs::remove_file(&shot);
-    browse(
-        chromium,
-        profile,
-        url,
-        &[
-            &format!("--screenshot={}", shot.display()),
-            &format!("--window-size={size}"),
-        ],
-    );
-    std::fs::read(&shot).expect("a screenshot")
-}
 
 /// The text of the table cell of `class` in the row of `tenant`.
 fn cell(dom: &str, tenant: &str, class: &str) -> String {

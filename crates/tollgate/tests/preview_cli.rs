@@ -158,7 +158,8 @@ mod generated {
     }
 }
 
-fn served_hour(dir: &Path) -> Server {
+/// The server, and its metrics and console port.
+fn served_hour(dir: &Path) -> (Server, u16) {
     let export = dir.join("hour.jsonl");
     std::fs::write(&export, generated::hour()).expect("write the export");
     let store = dir.join("tollgate.redb");
@@ -169,7 +170,92 @@ fn served_hour(dir: &Path) -> Server {
         .output()
         .expect("run import");
     assert!(out.status.success(), "import: {out:?}");
-    Server::start(&store)
+    let port = support::free_port();
+    let server = Server::start_with(&store, &["--metrics-listen", &format!("127.0.0.1:{port}")]);
+    (server, port)
+}
+
+/// The console's "try a limit" for every tenant on the tier: the same
+/// answer as `tier apply --preview` (`proposed` of `known`), over HTTP and
+/// in a browser; refused naming the field where it cannot be asked.
+fn tier_preview_in_the_console(port: u16, known: f64, proposed: f64) {
+    let ask = |query: &str| support::get(port, &format!("/console/api/preview?{query}"), None);
+    let (code, body) = ask("tenant=steady&bucket=api&refill_rate=100&burst_limit=100&scope=tier");
+    assert_eq!(code, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(view["tier"], "gold", "{view}");
+    let tenants: Vec<&str> = view["buckets"]
+        .as_array()
+        .expect("buckets")
+        .iter()
+        .map(|b| b["tenant_id"].as_str().expect("tenant"))
+        .collect();
+    assert_eq!(tenants, ["steady"], "own overrides the bucket: {view}");
+    let throttled = view["proposed_throttled"].as_f64().expect("throttled");
+    assert!(
+        (throttled - known).abs() / known < 0.01 && (throttled - proposed).abs() < 1.0,
+        "{throttled} throttled, {known} known, {proposed} from the CLI"
+    );
+    assert!(
+        view["tier_file"]
+            .as_str()
+            .is_some_and(|f| f.contains("[tiers.gold.buckets.api]")),
+        "{view}"
+    );
+    for (query, code, field) in [
+        (
+            "tenant=steady&bucket=&refill_rate=1&burst_limit=1&scope=tier",
+            400,
+            "bucket",
+        ),
+        (
+            "tenant=steady&bucket=api&refill_rate=1&burst_limit=1&scope=all",
+            400,
+            "scope",
+        ),
+        (
+            "tenant=nobody&bucket=api&refill_rate=1&burst_limit=1&scope=tier",
+            400,
+            "scope",
+        ),
+    ] {
+        let (got, body) = ask(query);
+        assert_eq!(got, code, "{query}: {body}");
+        assert!(body.contains(field), "{query}: {body}");
+    }
+
+    let Some(chromium) = support::external_tool(
+        "TOLLGATE_CHROMIUM",
+        &["chromium", "chromium-browser", "google-chrome"],
+        "TOLLGATE_REQUIRE_CHROMIUM",
+    ) else {
+        return;
+    };
+    let profile = tempfile::tempdir().expect("profile dir");
+    let page = format!(
+        "http://127.0.0.1:{port}/console#tenant=steady&range=1h&try_bucket=api&try_refill=100&try_burst=100&try_scope=tier"
+    );
+    let dom = support::browse(&chromium, profile.path(), &page, &["--dump-dom"]);
+    let fact = |name: &str| {
+        let at = dom
+            .find(&format!("data-fact=\"{name}\">"))
+            .unwrap_or_else(|| panic!("{name} in {dom}"));
+        let text = &dom[at..];
+        let text = &text[text.find('>').expect("tag end") + 1..];
+        text[..text.find('<').expect("end")].to_owned()
+    };
+    assert_eq!(fact("try-tenants"), "1");
+    let shown: f64 = fact("try-tier-throttled")
+        .replace(',', "")
+        .parse()
+        .expect("a number");
+    assert!(
+        (shown - throttled).abs() <= 1.0,
+        "{shown} shown, {throttled}"
+    );
+    assert!(dom.contains("data-try-tenant=\"steady\""), "{dom}");
+    let png = support::screenshot(&chromium, profile.path(), &page, "try-tier", "1300,2300");
+    assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
 }
 
 fn throttled(view: &serde_json::Value, which: &str) -> f64 {
@@ -179,7 +265,7 @@ fn throttled(view: &serde_json::Value, which: &str) -> f64 {
 #[test]
 fn previews_change_nothing_and_give_the_known_answer() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = served_hour(dir.path());
+    let (server, console) = served_hour(dir.path());
     let known = (USE - 100.0) * HOUR;
 
     // One bucket: the request-unit bucket at 100/s.
@@ -247,6 +333,7 @@ fn previews_change_nothing_and_give_the_known_answer() {
         tier["buckets"][0]["refill_rate"], 200.0,
         "unchanged: {tier}"
     );
+    tier_preview_in_the_console(console, known, proposed);
     // The same tier in shadow mode: said so, in the table and in a note.
     std::fs::write(
         tiers,

@@ -35,7 +35,7 @@ use tollgate_core::history::{self, ThrottledSince, Usage, checks};
 use tollgate_core::key_bucket::KeyReading;
 use tollgate_core::organisation::{MemberRates, Node};
 use tollgate_core::tier::DefinedBy;
-use tollgate_core::{BucketKey, InvalidInput, Limits, TenantId, Timestamp};
+use tollgate_core::{BucketKey, BucketName, InvalidInput, Limits, TenantId, Timestamp};
 
 use super::Metrics;
 use super::metrics::read_buckets;
@@ -666,6 +666,91 @@ pub struct PreviewView {
     pub proposed: ImpactView,
     /// What an operator runs to apply the proposed limits.
     pub command: String,
+}
+
+/// What `/console/api/preview?scope=tier` answers: one bucket's limits
+/// tried in a tier, on the recorded usage of every tenant on the tier
+/// that does not override the bucket (`crate::preview::tier`).
+#[derive(Debug, Serialize)]
+pub struct TierPreviewView {
+    pub tier: String,
+    pub bucket: String,
+    pub since_unix: f64,
+    pub until_unix: f64,
+    pub max_wait_seconds: f64,
+    pub proposed_limits: Limits,
+    /// Each tenant's bucket whose limits the change would change, in
+    /// tenant order.
+    pub buckets: Vec<PreviewView>,
+    /// Summed over them.
+    pub demand: f64,
+    pub current_throttled: f64,
+    pub proposed_throttled: f64,
+    /// The tier file's lines that make the change.
+    pub tier_file: String,
+}
+
+/// Why a tier's preview cannot be asked for this way.
+#[derive(Debug, thiserror::Error)]
+pub enum TierPreviewError {
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// `bucket`'s limits as `limits` in the tier `tenant` is on, previewed
+/// over `span` for every tenant the change touches. INVALID_INPUT naming
+/// `scope` if the tenant is on no tier, `bucket` if the tier has no
+/// shared bucket of that name.
+pub async fn tier_preview(
+    store: &dyn Store,
+    tenant: &TenantId,
+    bucket: &BucketName,
+    limits: Limits,
+    span: crate::preview::Span,
+) -> Result<TierPreviewView, TierPreviewError> {
+    let ids = [tenant.clone()];
+    let Some(name) = store
+        .tenant_records(&ids)
+        .await?
+        .remove(tenant)
+        .and_then(|r| r.tier)
+    else {
+        return Err(InvalidInput::new("scope", format!("tenant {tenant} is on no tier")).into());
+    };
+    let mut tier = store.get_tier(&name).await?;
+    let Some(defined) = tier
+        .buckets
+        .get_mut(bucket)
+        .filter(|d| d.kind == tollgate_core::tier::BucketKind::Shared)
+    else {
+        return Err(InvalidInput::new(
+            "bucket",
+            format!("tier {name} defines no shared bucket {bucket}"),
+        )
+        .into());
+    };
+    defined.limits = limits;
+    let previews = crate::preview::tier(store, &name, &tier, span).await?;
+    let sum = |f: &dyn Fn(&crate::preview::BucketPreview) -> f64| previews.iter().map(f).sum();
+    Ok(TierPreviewView {
+        tier: name.as_str().to_owned(),
+        bucket: bucket.as_str().to_owned(),
+        since_unix: unix_seconds(span.since),
+        until_unix: unix_seconds(span.until),
+        max_wait_seconds: span.max_wait.as_secs_f64(),
+        proposed_limits: limits,
+        demand: sum(&|p| p.proposed.demand),
+        current_throttled: sum(&|p| p.current.throttled),
+        proposed_throttled: sum(&|p| p.proposed.throttled),
+        buckets: previews.iter().map(|p| PreviewView::of(p, span)).collect(),
+        tier_file: format!(
+            "[tiers.{name}.buckets.{bucket}]\nrefill_rate = {}\nburst_limit = {}",
+            tollgate_core::validate::number(limits.refill_rate),
+            tollgate_core::validate::number(limits.burst_limit),
+        ),
+    })
 }
 
 #[derive(Debug, Serialize)]

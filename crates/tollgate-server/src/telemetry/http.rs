@@ -164,13 +164,18 @@ struct PreviewQuery {
     refill_rate: Option<String>,
     burst_limit: Option<String>,
     lookback: Option<String>,
+    /// `tenant` (the default) or `tier`.
+    scope: Option<String>,
 }
 
 /// A bucket's limits previewed against its recorded usage, as
 /// `tollgate tenant set-limits --preview` shows them:
 /// `?tenant=ID&bucket=B&refill_rate=R&burst_limit=L&lookback=1h|24h|7d|14d`
 /// (24h if left out). Changes nothing; the answer carries the command
-/// that would. A bad parameter is 400 naming it; an unknown bucket, 404.
+/// that would. With `&scope=tier`, the limits tried for the bucket in
+/// the tenant's tier, for every tenant on it that does not override the
+/// bucket, as `tollgate tier apply --preview` shows them. A bad parameter
+/// is 400 naming it; an unknown bucket, 404.
 async fn console_preview(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -200,14 +205,41 @@ async fn console_preview(
         };
         limits.validate()?;
         let lookback = preview_lookback(query.lookback.as_deref().unwrap_or("24h"))?;
-        Ok((key, limits, lookback))
+        let tier = match query.scope.as_deref().unwrap_or("tenant") {
+            "tenant" => false,
+            "tier" => true,
+            _ => {
+                return Err(tollgate_core::InvalidInput::new(
+                    "scope",
+                    "tenant (this tenant's bucket) or tier (every tenant on its tier)",
+                ));
+            }
+        };
+        Ok((key, limits, lookback, tier))
     })();
-    let (key, limits, lookback) = match parsed {
+    let (key, limits, lookback, tier) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => return bad(e),
     };
     let until = tollgate_core::Timestamp::from_system_time(std::time::SystemTime::now());
     let span = crate::preview::Span::back_from(until, lookback, crate::preview::DEFAULT_MAX_WAIT);
+    if tier {
+        use super::console::TierPreviewError;
+        let store = state.store.as_ref();
+        return match super::console::tier_preview(store, &key.tenant, &key.bucket, limits, span)
+            .await
+        {
+            Ok(preview) => {
+                ([(header::CACHE_CONTROL, "no-store")], axum::Json(preview)).into_response()
+            }
+            Err(TierPreviewError::Invalid(e)) => bad(e),
+            Err(TierPreviewError::Store(
+                e @ (StoreError::TenantNotFound(_)
+                | StoreError::Tier(tollgate_core::tier::TierError::TierNotFound(_))),
+            )) => (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
+            Err(TierPreviewError::Store(e)) => store_unavailable(&e),
+        };
+    }
     match crate::preview::bucket(state.store.as_ref(), &key, limits, span).await {
         Ok(preview) => (
             [(header::CACHE_CONTROL, "no-store")],
