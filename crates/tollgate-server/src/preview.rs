@@ -17,7 +17,7 @@ use tollgate_core::history;
 use tollgate_core::impact::{self, Impact, Plan, SpendLimit};
 use tollgate_core::tier::{BucketKind, Tier};
 use tollgate_core::time::Timestamp;
-use tollgate_core::{BucketKey, TenantId, TierName};
+use tollgate_core::{BucketKey, InvalidInput, TenantId, TierName};
 
 use crate::store::{Store, StoreError};
 use crate::telemetry::metrics::read_buckets;
@@ -50,6 +50,24 @@ impl Span {
             max_wait,
         }
     }
+}
+
+/// The span a budget's preview replays: its cycle at `until`, from the
+/// cycle's start (the spend starts at 0 there).
+pub fn budget_span(
+    budget: &Budget,
+    until: Timestamp,
+    max_wait: Duration,
+) -> Result<Span, InvalidInput> {
+    let cycle = budget
+        .cycle
+        .cycle_at(until)
+        .map_err(|e| InvalidInput::new("budget.cycle", e.to_string()))?;
+    Ok(Span {
+        since: cycle.start,
+        until,
+        max_wait,
+    })
 }
 
 /// One bucket's preview.

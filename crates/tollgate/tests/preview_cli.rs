@@ -258,6 +258,81 @@ fn tier_preview_in_the_console(port: u16, known: f64, proposed: f64) {
     assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
 }
 
+/// The console's budget preview: the same answer as `budget set
+/// --preview` (`proposed` throttled), over HTTP and in a browser; refused
+/// naming the parameter at fault.
+fn budget_preview_in_the_console(port: u16, proposed: f64) {
+    let ask = |query: &str| {
+        support::get(
+            port,
+            &format!("/console/api/preview-budget?tenant=steady&bucket=api&{query}"),
+            None,
+        )
+    };
+    let (code, body) = ask("amount=1000&period=daily&at_limit=stop");
+    assert_eq!(code, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let throttled = view["proposed"]["throttled"].as_f64().expect("throttled");
+    assert!(
+        (throttled - proposed).abs() < 1.0,
+        "{throttled}, {proposed} from the CLI"
+    );
+    assert!(view["current"]["budget_reached_unix"].is_null(), "{view}");
+    assert!(
+        view["proposed"]["budget_reached_unix"].is_number(),
+        "{view}"
+    );
+    assert_eq!(
+        view["command"],
+        "tollgate budget set --tenant steady --bucket api --amount 1000 --cycle daily --at-limit stop"
+    );
+    for (query, field) in [
+        ("amount=0&period=daily&at_limit=stop", "amount"),
+        ("amount=10&period=yearly&at_limit=stop", "period"),
+        ("amount=10&period=daily&at_limit=throttle", "at_limit"),
+    ] {
+        let (code, body) = ask(query);
+        assert_eq!(code, 400, "{query}: {body}");
+        assert!(body.contains(field), "{query}: {body}");
+    }
+
+    let Some(chromium) = support::external_tool(
+        "TOLLGATE_CHROMIUM",
+        &["chromium", "chromium-browser", "google-chrome"],
+        "TOLLGATE_REQUIRE_CHROMIUM",
+    ) else {
+        return;
+    };
+    let profile = tempfile::tempdir().expect("profile dir");
+    let page = format!(
+        "http://127.0.0.1:{port}/console#tenant=steady&range=1h&try_bucket=api&try_budget=1000&try_period=daily&try_at_limit=stop"
+    );
+    let dom = support::browse(&chromium, profile.path(), &page, &["--dump-dom"]);
+    let fact = |name: &str| {
+        let at = dom
+            .find(&format!("data-fact=\"{name}\">"))
+            .unwrap_or_else(|| panic!("{name} in {dom}"));
+        let text = &dom[at..];
+        let text = &text[text.find('>').expect("tag end") + 1..];
+        text[..text.find('<').expect("end")].to_owned()
+    };
+    assert_eq!(fact("try-budget-reached-now"), "not reached");
+    let shown: f64 = fact("try-budget-throttled-proposed")
+        .replace(',', "")
+        .parse()
+        .expect("a number");
+    assert!(
+        (shown - throttled).abs() <= 1.0,
+        "{shown} shown, {throttled}"
+    );
+    assert!(
+        fact("try-budget-command").starts_with("tollgate budget set --tenant steady"),
+        "{dom}"
+    );
+    let png = support::screenshot(&chromium, profile.path(), &page, "try-budget", "1300,2500");
+    assert!(png.starts_with(b"\x89PNG"), "{} bytes", png.len());
+}
+
 fn throttled(view: &serde_json::Value, which: &str) -> f64 {
     view[which]["throttled_tokens"].as_f64().expect("throttled")
 }
@@ -378,6 +453,7 @@ fn previews_change_nothing_and_give_the_known_answer() {
         (proposed - (demand - 1_000.0)).abs() <= 250.0,
         "{proposed} throttled of {demand}"
     );
+    budget_preview_in_the_console(console, proposed);
     let shown = server.tollgate(&["budget", "show", "--tenant", "steady", "--bucket", "api"]);
     let shown = format!("{shown:?}");
     assert!(!shown.contains("1000"), "no budget was set: {shown}");

@@ -785,11 +785,7 @@ impl admin_server::Admin for AdminService {
                     convert::budget_from_proto(set.budget.as_ref()).map_err(invalid)?;
                 let tenant =
                     convert::tenant_id(&set.tenant_id).map_err(|e| invalid(e.within("budget")))?;
-                let cycle = budget
-                    .cycle
-                    .cycle_at(span.until)
-                    .map_err(|e| invalid(InvalidInput::new("budget.cycle", e.to_string())))?;
-                span.since = cycle.start;
+                span = preview::budget_span(&budget, span.until, span.max_wait).map_err(invalid)?;
                 self.permit(caller.scope(), &tenant, Access::Read).await?;
                 let key = tollgate_core::BucketKey::new(tenant, bucket);
                 vec![

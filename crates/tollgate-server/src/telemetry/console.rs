@@ -668,6 +668,15 @@ pub struct PreviewView {
     pub command: String,
 }
 
+/// ` --bucket B` of a command, or nothing for the request-unit bucket.
+fn bucket_flag(key: &BucketKey) -> String {
+    if key.bucket.as_str().is_empty() {
+        String::new()
+    } else {
+        format!(" --bucket {}", key.bucket.as_str())
+    }
+}
+
 /// What `/console/api/preview?scope=tier` answers: one bucket's limits
 /// tried in a tier, on the recorded usage of every tenant on the tier
 /// that does not override the bucket (`crate::preview::tier`).
@@ -763,6 +772,8 @@ pub struct ImpactView {
     pub busiest_hour_demand: f64,
     pub busiest_hour_throttled: f64,
     pub recorded_throttled_seconds: f64,
+    /// When a budget would have been reached; `null` if never (or none).
+    pub budget_reached_unix: Option<f64>,
 }
 
 impl ImpactView {
@@ -776,18 +787,45 @@ impl ImpactView {
             busiest_hour_demand: i.busiest_hour.map_or(0.0, |h| h.demand),
             busiest_hour_throttled: i.busiest_hour.map_or(0.0, |h| h.throttled),
             recorded_throttled_seconds: i.recorded_throttled_seconds,
+            budget_reached_unix: i.budget_reached.map(unix_seconds),
         }
     }
 }
 
 impl PreviewView {
+    /// A budget's preview, with the `tollgate budget set` command that
+    /// sets `budget` (made by the console: its cycle starts on a Monday or
+    /// the 1st, in UTC).
+    pub fn of_budget(
+        p: &crate::preview::BucketPreview,
+        span: crate::preview::Span,
+        budget: &tollgate_core::budget::Budget,
+    ) -> Self {
+        use tollgate_core::budget::{AtLimit, Period};
+        let cycle = match budget.cycle.period {
+            Period::Daily => "daily",
+            Period::Weekly { .. } => "weekly --anchor-weekday monday",
+            Period::Monthly { .. } => "monthly --anchor-day 1",
+        };
+        let at_limit = match budget.at_limit {
+            AtLimit::Notify => "notify",
+            AtLimit::Throttle { .. } => "throttle",
+            AtLimit::Stop => "stop",
+        };
+        PreviewView {
+            command: format!(
+                "tollgate budget set --tenant {}{} --amount {} --cycle {cycle} --at-limit {at_limit}",
+                p.key.tenant.as_str(),
+                bucket_flag(&p.key),
+                tollgate_core::validate::number(budget.amount),
+            ),
+            ..PreviewView::of(p, span)
+        }
+    }
+
     pub fn of(p: &crate::preview::BucketPreview, span: crate::preview::Span) -> Self {
         let bucket = p.key.bucket.as_str();
-        let bucket_flag = if bucket.is_empty() {
-            String::new()
-        } else {
-            format!(" --bucket {bucket}")
-        };
+        let bucket_flag = bucket_flag(&p.key);
         PreviewView {
             tenant_id: p.key.tenant.as_str().to_owned(),
             bucket: bucket.to_owned(),

@@ -50,6 +50,7 @@ pub async fn serve_http(
         .route("/console/api/buckets", get(console_buckets))
         .route("/console/api/tenant", get(console_tenant))
         .route("/console/api/preview", get(console_preview))
+        .route("/console/api/preview-budget", get(console_preview_budget))
         .with_state(AppState {
             telemetry,
             store,
@@ -244,6 +245,94 @@ async fn console_preview(
         Ok(preview) => (
             [(header::CACHE_CONTROL, "no-store")],
             axum::Json(super::console::PreviewView::of(&preview, span)),
+        )
+            .into_response(),
+        Err(e @ (StoreError::TenantNotFound(_) | StoreError::BucketNotFound(_))) => {
+            (StatusCode::NOT_FOUND, format!("{e}\n")).into_response()
+        }
+        Err(e) => store_unavailable(&e),
+    }
+}
+
+/// The query of `/console/api/preview-budget`.
+#[derive(Debug, serde::Deserialize)]
+struct BudgetPreviewQuery {
+    tenant: Option<String>,
+    bucket: Option<String>,
+    amount: Option<String>,
+    period: Option<String>,
+    at_limit: Option<String>,
+}
+
+/// A budget previewed on a bucket's recorded usage over the budget's
+/// cycle so far, as `tollgate budget set --preview` shows it:
+/// `?tenant=ID&bucket=B&amount=A&period=daily|weekly|monthly&at_limit=stop|notify`
+/// (a weekly cycle starts on Monday, a monthly one on the 1st, in UTC).
+/// Changes nothing; the answer carries the command that would. A bad
+/// parameter is 400 naming it; an unknown bucket, 404.
+async fn console_preview_budget(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::Query(query): axum::extract::Query<BudgetPreviewQuery>,
+) -> Response {
+    use tollgate_core::budget::{AtLimit, Budget, CycleRule, Period, Weekday};
+    if let Some(refused) = refuse_reader(&state, &headers) {
+        return refused;
+    }
+    let until = tollgate_core::Timestamp::from_system_time(std::time::SystemTime::now());
+    let parsed = (|| {
+        let key = tollgate_core::BucketKey::new(
+            tollgate_core::TenantId::parse("tenant", query.tenant.as_deref().unwrap_or(""))?,
+            tollgate_core::BucketName::parse("bucket", query.bucket.as_deref().unwrap_or(""))?,
+        );
+        let amount = query
+            .amount
+            .as_deref()
+            .unwrap_or("")
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| tollgate_core::InvalidInput::new("amount", "must be a number"))?;
+        let period = match query.period.as_deref().unwrap_or("") {
+            "daily" => Period::Daily,
+            "weekly" => Period::Weekly {
+                anchor_weekday: Weekday::Monday,
+            },
+            "monthly" => Period::Monthly { anchor_day: 1 },
+            _ => {
+                return Err(tollgate_core::InvalidInput::new(
+                    "period",
+                    "daily, weekly or monthly",
+                ));
+            }
+        };
+        let at_limit = match query.at_limit.as_deref().unwrap_or("") {
+            "stop" => AtLimit::Stop,
+            "notify" => AtLimit::Notify,
+            _ => {
+                return Err(tollgate_core::InvalidInput::new(
+                    "at_limit",
+                    "stop or notify (a throttle to a baseline is previewed with tollgate budget set --preview)",
+                ));
+            }
+        };
+        let cycle = CycleRule {
+            period,
+            time_zone: "UTC".to_owned(),
+        };
+        let budget = Budget::new(amount, cycle, at_limit).validated()?;
+        let span = crate::preview::budget_span(&budget, until, crate::preview::DEFAULT_MAX_WAIT)?;
+        Ok((key, budget, span))
+    })();
+    let (key, budget, span) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    };
+    match crate::preview::budget(state.store.as_ref(), &key, &budget, span).await {
+        Ok(preview) => (
+            [(header::CACHE_CONTROL, "no-store")],
+            axum::Json(super::console::PreviewView::of_budget(
+                &preview, span, &budget,
+            )),
         )
             .into_response(),
         Err(e @ (StoreError::TenantNotFound(_) | StoreError::BucketNotFound(_))) => {
