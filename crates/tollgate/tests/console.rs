@@ -35,49 +35,69 @@ fn cell(dom: &str, tenant: &str, class: &str) -> String {
 }
 
 /// A pod asking its tenant for far more than its bucket holds, again
-/// every half second (as each trickle ends) until dropped: its bucket
-/// throttled throughout. Its first request is answered before `start`
-/// returns.
+/// every half second until dropped, over one connection and as one
+/// incarnation (one lease, its sequence numbers rising), as a real pod
+/// does: its bucket throttled throughout, trickle tokens owed to it at
+/// every instant. Its first request is answered before `start` returns.
 struct BusyPod {
     busy: std::sync::Arc<std::sync::atomic::AtomicBool>,
     asking: Option<std::thread::JoinHandle<()>>,
 }
 
 impl BusyPod {
-    fn start(server: &Server, tenant: &str, instance: &str) -> BusyPod {
-        let args: Vec<String> = [
-            "pod",
-            "request",
-            "--tenant",
-            tenant,
-            "--instance",
-            instance,
-            "--tokens",
-            "5000",
-            "--server",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .chain([format!("http://127.0.0.1:{}", server.port)])
-        .collect();
-        let ask = move || {
-            let out = support::command()
-                .args(&args)
-                .output()
-                .expect("run pod request");
-            assert!(out.status.success(), "{out:?}");
-        };
-        ask();
+    fn start(server: &Server, tenant: &str, instance: u32) -> BusyPod {
+        use tollgate_proto::v1;
+        let url = format!("http://127.0.0.1:{}", server.port);
+        let tenant = tenant.to_owned();
         let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (answered, first) = std::sync::mpsc::channel();
         let asking = {
             let busy = std::sync::Arc::clone(&busy);
             std::thread::spawn(move || {
-                while busy.load(std::sync::atomic::Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(500));
-                    ask();
-                }
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                runtime.block_on(async move {
+                    let mut pod =
+                        v1::token_bucket_service_client::TokenBucketServiceClient::connect(url)
+                            .await
+                            .expect("connect");
+                    let lease = format!("busy-pod-{}", std::process::id()).into_bytes();
+                    let mut seq = 0;
+                    loop {
+                        seq += 1;
+                        pod.token_bucket(v1::TokenBucketRequest {
+                            tenant_id: tenant.clone(),
+                            instance_id: instance,
+                            instance_lease: lease.clone(),
+                            seq,
+                            requested_tokens: 5_000.0,
+                            // Nearly all of the shares, so that it is never
+                            // held to a part of what the bucket holds (the
+                            // other pods of the tenant may be silent): what
+                            // it lacks is owed to it as a trickle.
+                            shares: 100.0,
+                            target_request_period: Some(prost_types::Duration {
+                                seconds: 10,
+                                nanos: 0,
+                            }),
+                            ..v1::TokenBucketRequest::default()
+                        })
+                        .await
+                        .expect("the busy pod's request answered");
+                        if seq == 1 {
+                            let _ = answered.send(());
+                        }
+                        if !busy.load(std::sync::atomic::Ordering::SeqCst) {
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                });
             })
         };
+        first.recv().expect("the busy pod's first answer");
         BusyPod {
             busy,
             asking: Some(asking),
@@ -211,7 +231,7 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
         tollgate_server::telemetry::console::SAMPLE_INTERVAL + Duration::from_millis(300),
     );
     // And one pod kept throttled while the page is read.
-    let busy = BusyPod::start(&server, "acme", "4");
+    let busy = BusyPod::start(&server, "acme", 4);
 
     let profile = dir.path().join("chromium-profile");
     let console = format!("http://127.0.0.1:{metrics}/console#token={READER_TOKEN}");
@@ -949,7 +969,7 @@ fn a_tenant_page_charts_an_hour_of_history_with_axes_in_a_browser() {
     server.ok(&["tenant", "create", "--tenant", "initech", "--tier", "gold"]);
     // A pod of acme asking for far more than its bucket holds, again as
     // each trickle ends, while the pages are read: throttled throughout.
-    let busy = BusyPod::start(&server, "acme", "3");
+    let busy = BusyPod::start(&server, "acme", 3);
     let (code, body) = get(metrics, "/console/api/buckets", None);
     assert_eq!(code, 200, "{body}");
 
@@ -1059,8 +1079,14 @@ fn a_tenant_page_charts_an_hour_of_history_with_axes_in_a_browser() {
         .split("</tr>")
         .next()
         .expect("a row");
+    // Throttled, and in debt too at times ("debt throttled").
+    let class = first_row
+        .split("class=\"")
+        .nth(1)
+        .and_then(|c| c.split('"').next())
+        .expect("the row's class");
     assert!(
-        first_row.contains("<tr class=\"throttled\" data-tenant=\"acme\""),
+        first_row.contains("data-tenant=\"acme\"") && class.split(' ').any(|c| c == "throttled"),
         "{first_row}"
     );
     assert!(cell(&dom, "acme", "since").contains("min ago"), "{dom}");
