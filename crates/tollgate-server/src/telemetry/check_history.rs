@@ -16,28 +16,16 @@ use crate::store::Store;
 use super::Metrics;
 
 /// Writes what was counted (since [`Metrics::count_checks_for_history`])
-/// every `interval`, until the task is dropped. Call [`flush`] after
-/// dropping it to write the last counts.
+/// every `interval`, until the task is dropped, logging failures as the
+/// store's other rounds do (`store::every`). Call [`flush`] after dropping
+/// it to write the last counts.
 pub async fn keep(store: Arc<dyn Store>, metrics: Arc<Metrics>, interval: Duration) {
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut failing = false;
-    loop {
-        ticks.tick().await;
-        match write(store.as_ref(), &metrics).await {
-            Ok(()) => {
-                if std::mem::take(&mut failing) {
-                    tracing::info!("writing per-key checks to the usage history works again");
-                }
-            }
-            Err(e) if std::mem::replace(&mut failing, true) => {
-                tracing::debug!(error = %e, "writing per-key checks to the usage history failed again");
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "writing per-key checks to the usage history failed; they are kept and written with the next, every {interval:?}");
-            }
-        }
-    }
+    crate::store::every(
+        interval,
+        "writing per-key checks to the usage history",
+        || async { write(store.as_ref(), &metrics).await.map(|()| false) },
+    )
+    .await;
 }
 
 /// Writes what was counted since the last write, once; logs a failure.

@@ -130,7 +130,8 @@ pub struct Metrics {
     /// views of per-key buckets.
     check_rates: CheckRates,
     /// The same checks per slot, until written to the usage history
-    /// ([`crate::store::keep_check_history`]); `None` until it starts.
+    /// ([`super::check_history`]); `None` until the server starts
+    /// counting.
     check_tally: std::sync::Mutex<Option<CheckTally>>,
     /// This process's name in the history's check rows: random, so that a
     /// restarted server's counts (from zero) are rows of their own.
