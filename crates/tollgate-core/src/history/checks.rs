@@ -192,6 +192,16 @@ struct BucketTally {
     closed: Vec<(u64, Timestamp, CheckCounts)>,
 }
 
+impl BucketTally {
+    /// Nothing counted yet, in `resolutions` resolutions.
+    fn new(resolutions: usize) -> Self {
+        BucketTally {
+            open: vec![None; resolutions],
+            closed: Vec::new(),
+        }
+    }
+}
+
 /// A row to write: a replica's counts of a bucket in a slot so far.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckRow {
@@ -235,13 +245,8 @@ impl CheckTally {
         let resolutions = &self.resolutions;
         // Looked up before it is cloned: most checks find their bucket.
         if !self.buckets.contains_key(bucket) {
-            self.buckets.insert(
-                bucket.clone(),
-                BucketTally {
-                    open: vec![None; resolutions.len()],
-                    closed: Vec::new(),
-                },
-            );
+            self.buckets
+                .insert(bucket.clone(), BucketTally::new(resolutions.len()));
         }
         let Some(tally) = self.buckets.get_mut(bucket) else {
             return;
@@ -316,10 +321,7 @@ impl CheckTally {
             let tally = self
                 .buckets
                 .entry(row.bucket.clone())
-                .or_insert_with(|| BucketTally {
-                    open: vec![None; resolutions.len()],
-                    closed: Vec::new(),
-                });
+                .or_insert_with(|| BucketTally::new(resolutions.len()));
             let open = resolutions
                 .iter()
                 .position(|r| r.step_secs() == row.step_secs)
@@ -368,6 +370,13 @@ pub struct CheckSlot {
 }
 
 impl CheckSlot {
+    /// Adds a replica's row of the slot.
+    fn add(&mut self, counts: &CheckCounts) {
+        self.checks = self.checks.saturating_add(counts.checks);
+        self.refusals = self.refusals.saturating_add(counts.refusals);
+        self.shadow_refusals = self.shadow_refusals.saturating_add(counts.shadow_refusals);
+    }
+
     /// Seconds from `from` to `to`.
     pub fn seconds(&self) -> f64 {
         self.to.seconds_since(self.from)
@@ -401,11 +410,7 @@ pub fn per_slot(rows: &[StoredCheckRow], step: Duration, now: Timestamp) -> Vec<
             },
             ..CheckSlot::default()
         });
-        slot.checks = slot.checks.saturating_add(row.counts.checks);
-        slot.refusals = slot.refusals.saturating_add(row.counts.refusals);
-        slot.shadow_refusals = slot
-            .shadow_refusals
-            .saturating_add(row.counts.shadow_refusals);
+        slot.add(&row.counts);
         slot.replicas += 1;
     }
     slots.into_values().collect()
@@ -447,12 +452,7 @@ pub fn chart(
         let Some(i) = usize::try_from(i).ok().filter(|&i| i < slots.len()) else {
             continue;
         };
-        let slot = &mut slots[i];
-        slot.checks = slot.checks.saturating_add(row.counts.checks);
-        slot.refusals = slot.refusals.saturating_add(row.counts.refusals);
-        slot.shadow_refusals = slot
-            .shadow_refusals
-            .saturating_add(row.counts.shadow_refusals);
+        slots[i].add(&row.counts);
         replicas[i].insert(row.replica.as_str());
     }
     for (slot, replicas) in slots.iter_mut().zip(replicas) {
