@@ -109,6 +109,50 @@ fn store_unavailable(e: &crate::store::StoreError) -> Response {
         .into_response()
 }
 
+/// 400, naming the parameter at fault.
+fn bad_request(e: &tollgate_core::InvalidInput) -> Response {
+    (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
+}
+
+/// A console answer: JSON, never cached.
+fn fresh_json(view: impl serde::Serialize) -> Response {
+    ([(header::CACHE_CONTROL, "no-store")], axum::Json(view)).into_response()
+}
+
+/// A preview's answer: its view; 404 for a tenant, bucket or tier the
+/// store does not know; 503 if the store cannot be read.
+fn preview_answer(answer: Result<impl serde::Serialize, StoreError>) -> Response {
+    match answer {
+        Ok(view) => fresh_json(view),
+        Err(
+            e @ (StoreError::TenantNotFound(_)
+            | StoreError::BucketNotFound(_)
+            | StoreError::Tier(tollgate_core::tier::TierError::TierNotFound(_))),
+        ) => (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
+        Err(e) => store_unavailable(&e),
+    }
+}
+
+/// The bucket a query names by `tenant` and `bucket` (empty: the
+/// request-unit bucket).
+fn query_bucket(
+    tenant: Option<&str>,
+    bucket: Option<&str>,
+) -> Result<tollgate_core::BucketKey, tollgate_core::InvalidInput> {
+    Ok(tollgate_core::BucketKey::new(
+        tollgate_core::TenantId::parse("tenant", tenant.unwrap_or(""))?,
+        tollgate_core::BucketName::parse("bucket", bucket.unwrap_or(""))?,
+    ))
+}
+
+/// A query's number `field`.
+fn query_number(field: &str, text: Option<&str>) -> Result<f64, tollgate_core::InvalidInput> {
+    text.unwrap_or("")
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| tollgate_core::InvalidInput::new(field, "must be a number"))
+}
+
 /// The query of `/console/api/tenant`.
 #[derive(Debug, serde::Deserialize)]
 struct TenantQuery {
@@ -127,17 +171,14 @@ async fn console_tenant(
     if let Some(refused) = refuse_reader(&state, &headers) {
         return refused;
     }
-    let bad = |e: tollgate_core::InvalidInput| {
-        (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
-    };
     let tenant =
         match tollgate_core::TenantId::parse("tenant", query.tenant.as_deref().unwrap_or("")) {
             Ok(tenant) => tenant,
-            Err(e) => return bad(e),
+            Err(e) => return bad_request(&e),
         };
     let range = match Range::parse("range", query.range.as_deref().unwrap_or("24h")) {
         Ok(range) => range,
-        Err(e) => return bad(e),
+        Err(e) => return bad_request(&e),
     };
     match tenant_page(
         state.store.as_ref(),
@@ -147,7 +188,7 @@ async fn console_tenant(
     )
     .await
     {
-        Ok(Some(page)) => ([(header::CACHE_CONTROL, "no-store")], axum::Json(page)).into_response(),
+        Ok(Some(page)) => fresh_json(page),
         Ok(None) => (
             StatusCode::NOT_FOUND,
             format!("tenant {:?} is not known to this store\n", tenant.as_str()),
@@ -185,24 +226,11 @@ async fn console_preview(
     if let Some(refused) = refuse_reader(&state, &headers) {
         return refused;
     }
-    let bad = |e: tollgate_core::InvalidInput| {
-        (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
-    };
-    let number = |field: &str, text: &Option<String>| {
-        text.as_deref()
-            .unwrap_or("")
-            .trim()
-            .parse::<f64>()
-            .map_err(|_| tollgate_core::InvalidInput::new(field, "must be a number"))
-    };
     let parsed = (|| {
-        let key = tollgate_core::BucketKey::new(
-            tollgate_core::TenantId::parse("tenant", query.tenant.as_deref().unwrap_or(""))?,
-            tollgate_core::BucketName::parse("bucket", query.bucket.as_deref().unwrap_or(""))?,
-        );
+        let key = query_bucket(query.tenant.as_deref(), query.bucket.as_deref())?;
         let limits = tollgate_core::Limits {
-            refill_rate: number("refill_rate", &query.refill_rate)?,
-            burst_limit: number("burst_limit", &query.burst_limit)?,
+            refill_rate: query_number("refill_rate", query.refill_rate.as_deref())?,
+            burst_limit: query_number("burst_limit", query.burst_limit.as_deref())?,
         };
         limits.validate()?;
         let lookback = preview_lookback(query.lookback.as_deref().unwrap_or("24h"))?;
@@ -220,38 +248,27 @@ async fn console_preview(
     })();
     let (key, limits, lookback, tier) = match parsed {
         Ok(parsed) => parsed,
-        Err(e) => return bad(e),
+        Err(e) => return bad_request(&e),
     };
     let until = tollgate_core::Timestamp::from_system_time(std::time::SystemTime::now());
     let span = crate::preview::Span::back_from(until, lookback, crate::preview::DEFAULT_MAX_WAIT);
+    let store = state.store.as_ref();
     if tier {
         use super::console::TierPreviewError;
-        let store = state.store.as_ref();
-        return match super::console::tier_preview(store, &key.tenant, &key.bucket, limits, span)
+        let answer =
+            match super::console::tier_preview(store, &key.tenant, &key.bucket, limits, span).await
+            {
+                Ok(view) => Ok(view),
+                Err(TierPreviewError::Invalid(e)) => return bad_request(&e),
+                Err(TierPreviewError::Store(e)) => Err(e),
+            };
+        return preview_answer(answer);
+    }
+    preview_answer(
+        crate::preview::bucket(store, &key, limits, span)
             .await
-        {
-            Ok(preview) => {
-                ([(header::CACHE_CONTROL, "no-store")], axum::Json(preview)).into_response()
-            }
-            Err(TierPreviewError::Invalid(e)) => bad(e),
-            Err(TierPreviewError::Store(
-                e @ (StoreError::TenantNotFound(_)
-                | StoreError::Tier(tollgate_core::tier::TierError::TierNotFound(_))),
-            )) => (StatusCode::NOT_FOUND, format!("{e}\n")).into_response(),
-            Err(TierPreviewError::Store(e)) => store_unavailable(&e),
-        };
-    }
-    match crate::preview::bucket(state.store.as_ref(), &key, limits, span).await {
-        Ok(preview) => (
-            [(header::CACHE_CONTROL, "no-store")],
-            axum::Json(super::console::PreviewView::of(&preview, span)),
-        )
-            .into_response(),
-        Err(e @ (StoreError::TenantNotFound(_) | StoreError::BucketNotFound(_))) => {
-            (StatusCode::NOT_FOUND, format!("{e}\n")).into_response()
-        }
-        Err(e) => store_unavailable(&e),
-    }
+            .map(|p| super::console::PreviewView::of(&p, span)),
+    )
 }
 
 /// The query of `/console/api/preview-budget`.
@@ -281,17 +298,8 @@ async fn console_preview_budget(
     }
     let until = tollgate_core::Timestamp::from_system_time(std::time::SystemTime::now());
     let parsed = (|| {
-        let key = tollgate_core::BucketKey::new(
-            tollgate_core::TenantId::parse("tenant", query.tenant.as_deref().unwrap_or(""))?,
-            tollgate_core::BucketName::parse("bucket", query.bucket.as_deref().unwrap_or(""))?,
-        );
-        let amount = query
-            .amount
-            .as_deref()
-            .unwrap_or("")
-            .trim()
-            .parse::<f64>()
-            .map_err(|_| tollgate_core::InvalidInput::new("amount", "must be a number"))?;
+        let key = query_bucket(query.tenant.as_deref(), query.bucket.as_deref())?;
+        let amount = query_number("amount", query.amount.as_deref())?;
         let period = match query.period.as_deref().unwrap_or("") {
             "daily" => Period::Daily,
             "weekly" => Period::Weekly {
@@ -325,21 +333,13 @@ async fn console_preview_budget(
     })();
     let (key, budget, span) = match parsed {
         Ok(parsed) => parsed,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+        Err(e) => return bad_request(&e),
     };
-    match crate::preview::budget(state.store.as_ref(), &key, &budget, span).await {
-        Ok(preview) => (
-            [(header::CACHE_CONTROL, "no-store")],
-            axum::Json(super::console::PreviewView::of_budget(
-                &preview, span, &budget,
-            )),
-        )
-            .into_response(),
-        Err(e @ (StoreError::TenantNotFound(_) | StoreError::BucketNotFound(_))) => {
-            (StatusCode::NOT_FOUND, format!("{e}\n")).into_response()
-        }
-        Err(e) => store_unavailable(&e),
-    }
+    preview_answer(
+        crate::preview::budget(state.store.as_ref(), &key, &budget, span)
+            .await
+            .map(|p| super::console::PreviewView::of_budget(&p, span, &budget)),
+    )
 }
 
 /// The look-backs the console offers.
@@ -369,7 +369,7 @@ async fn console_buckets(State(state): State<AppState>, headers: HeaderMap) -> R
         .view(state.store.as_ref(), &state.telemetry.metrics)
         .await
     {
-        Ok(view) => ([(header::CACHE_CONTROL, "no-store")], axum::Json(view)).into_response(),
+        Ok(view) => fresh_json(view),
         Err(e) => store_unavailable(&e),
     }
 }
