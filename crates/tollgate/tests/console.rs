@@ -14,7 +14,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{Server, browse, free_port, get, screenshot};
+use support::{Server, browse, fact, free_port, get, screenshot};
 
 const OPERATOR_TOKEN: &str = "console-test-operator-token";
 const READER_TOKEN: &str = "console-test-read-only-token";
@@ -125,11 +125,7 @@ fn number(text: &str) -> f64 {
 
 #[test]
 fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
-    let Some(chromium) = support::external_tool(
-        "TOLLGATE_CHROMIUM",
-        &["chromium", "chromium-browser", "google-chrome"],
-        "TOLLGATE_REQUIRE_CHROMIUM",
-    ) else {
+    let Some(chromium) = support::chromium() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -317,11 +313,7 @@ fn the_console_shows_tenants_levels_rates_and_throttled_pods_in_a_browser() {
 
 #[test]
 fn a_shared_bucket_in_shadow_mode_shows_what_it_would_throttle_in_a_browser() {
-    let Some(chromium) = support::external_tool(
-        "TOLLGATE_CHROMIUM",
-        &["chromium", "chromium-browser", "google-chrome"],
-        "TOLLGATE_REQUIRE_CHROMIUM",
-    ) else {
+    let Some(chromium) = support::chromium() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -454,11 +446,7 @@ fn key_cell(dom: &str, tenant: &str, bucket: &str, class: &str) -> String {
 
 #[test]
 fn the_console_shows_per_key_buckets_with_keys_checks_and_busiest_keys_in_a_browser() {
-    let Some(chromium) = support::external_tool(
-        "TOLLGATE_CHROMIUM",
-        &["chromium", "chromium-browser", "google-chrome"],
-        "TOLLGATE_REQUIRE_CHROMIUM",
-    ) else {
+    let Some(chromium) = support::chromium() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -644,11 +632,7 @@ fn tree_cell(dom: &str, id: &str, bucket: &str, class: &str) -> String {
 
 #[test]
 fn the_console_shows_the_tree_of_organisations_in_a_browser() {
-    let Some(chromium) = support::external_tool(
-        "TOLLGATE_CHROMIUM",
-        &["chromium", "chromium-browser", "google-chrome"],
-        "TOLLGATE_REQUIRE_CHROMIUM",
-    ) else {
+    let Some(chromium) = support::chromium() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -919,25 +903,9 @@ mod generated {
     }
 }
 
-/// The text after `data-fact="NAME">` in the page `html` (not its
-/// script), up to the next tag.
-fn fact(html: &str, name: &str) -> String {
-    let html = &html[..html.find("<script").unwrap_or(html.len())];
-    let at = html
-        .find(&format!("data-fact=\"{name}\">"))
-        .unwrap_or_else(|| panic!("fact {name} in {html}"));
-    let text = &html[at..];
-    let text = &text[text.find('>').expect("tag end") + 1..];
-    text[..text.find('<').expect("fact end")].to_owned()
-}
-
 #[test]
 fn a_tenant_page_charts_an_hour_of_history_with_axes_in_a_browser() {
-    let Some(chromium) = support::external_tool(
-        "TOLLGATE_CHROMIUM",
-        &["chromium", "chromium-browser", "google-chrome"],
-        "TOLLGATE_REQUIRE_CHROMIUM",
-    ) else {
+    let Some(chromium) = support::chromium() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");

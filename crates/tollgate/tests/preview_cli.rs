@@ -224,11 +224,7 @@ fn tier_preview_in_the_console(port: u16, known: f64, proposed: f64) {
         assert!(body.contains(field), "{query}: {body}");
     }
 
-    let Some(chromium) = support::external_tool(
-        "TOLLGATE_CHROMIUM",
-        &["chromium", "chromium-browser", "google-chrome"],
-        "TOLLGATE_REQUIRE_CHROMIUM",
-    ) else {
+    let Some(chromium) = support::chromium() else {
         return;
     };
     let profile = tempfile::tempdir().expect("profile dir");
@@ -236,14 +232,7 @@ fn tier_preview_in_the_console(port: u16, known: f64, proposed: f64) {
         "http://127.0.0.1:{port}/console#tenant=steady&range=1h&try_bucket=api&try_refill=100&try_burst=100&try_scope=tier"
     );
     let dom = support::browse(&chromium, profile.path(), &page, &["--dump-dom"]);
-    let fact = |name: &str| {
-        let at = dom
-            .find(&format!("data-fact=\"{name}\">"))
-            .unwrap_or_else(|| panic!("{name} in {dom}"));
-        let text = &dom[at..];
-        let text = &text[text.find('>').expect("tag end") + 1..];
-        text[..text.find('<').expect("end")].to_owned()
-    };
+    let fact = |name: &str| support::fact(&dom, name);
     assert_eq!(fact("try-tenants"), "1");
     let shown: f64 = fact("try-tier-throttled")
         .replace(',', "")
@@ -296,11 +285,7 @@ fn budget_preview_in_the_console(port: u16, proposed: f64) {
         assert!(body.contains(field), "{query}: {body}");
     }
 
-    let Some(chromium) = support::external_tool(
-        "TOLLGATE_CHROMIUM",
-        &["chromium", "chromium-browser", "google-chrome"],
-        "TOLLGATE_REQUIRE_CHROMIUM",
-    ) else {
+    let Some(chromium) = support::chromium() else {
         return;
     };
     let profile = tempfile::tempdir().expect("profile dir");
@@ -308,14 +293,7 @@ fn budget_preview_in_the_console(port: u16, proposed: f64) {
         "http://127.0.0.1:{port}/console#tenant=steady&range=1h&try_bucket=api&try_budget=1000&try_period=daily&try_at_limit=stop"
     );
     let dom = support::browse(&chromium, profile.path(), &page, &["--dump-dom"]);
-    let fact = |name: &str| {
-        let at = dom
-            .find(&format!("data-fact=\"{name}\">"))
-            .unwrap_or_else(|| panic!("{name} in {dom}"));
-        let text = &dom[at..];
-        let text = &text[text.find('>').expect("tag end") + 1..];
-        text[..text.find('<').expect("end")].to_owned()
-    };
+    let fact = |name: &str| support::fact(&dom, name);
     assert_eq!(fact("try-budget-reached-now"), "not reached");
     let shown: f64 = fact("try-budget-throttled-proposed")
         .replace(',', "")

@@ -374,3 +374,27 @@ pub fn screenshot(chromium: &Path, profile: &Path, url: &str, name: &str, size: 
     );
     std::fs::read(&shot).expect("a screenshot")
 }
+
+/// Headless Chromium, looked up on `PATH` (`chromium`, `chromium-browser`,
+/// `google-chrome`) or at `TOLLGATE_CHROMIUM`; `None` (the test skipped)
+/// where there is none, unless `TOLLGATE_REQUIRE_CHROMIUM` is set, which
+/// makes its absence a failure.
+pub fn chromium() -> Option<PathBuf> {
+    external_tool(
+        "TOLLGATE_CHROMIUM",
+        &["chromium", "chromium-browser", "google-chrome"],
+        "TOLLGATE_REQUIRE_CHROMIUM",
+    )
+}
+
+/// The text after `data-fact="NAME">` in the page `html` (not its
+/// script), up to the next tag.
+pub fn fact(html: &str, name: &str) -> String {
+    let html = &html[..html.find("<script").unwrap_or(html.len())];
+    let at = html
+        .find(&format!("data-fact=\"{name}\">"))
+        .unwrap_or_else(|| panic!("fact {name} in {html}"));
+    let text = &html[at..];
+    let text = &text[text.find('>').expect("tag end") + 1..];
+    text[..text.find('<').expect("fact end")].to_owned()
+}
