@@ -14,7 +14,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{Server, browse, fact, free_port, get, screenshot};
+use support::{Server, browse, fact, free_port, get, number, screenshot};
 
 const OPERATOR_TOKEN: &str = "console-test-operator-token";
 const READER_TOKEN: &str = "console-test-read-only-token";
@@ -115,12 +115,6 @@ impl Drop for BusyPod {
             }
         }
     }
-}
-
-fn number(text: &str) -> f64 {
-    text.replace(',', "")
-        .parse()
-        .unwrap_or_else(|_| panic!("a number, not {text:?}"))
 }
 
 #[test]

@@ -234,10 +234,7 @@ fn tier_preview_in_the_console(port: u16, known: f64, proposed: f64) {
     let dom = support::browse(&chromium, profile.path(), &page, &["--dump-dom"]);
     let fact = |name: &str| support::fact(&dom, name);
     assert_eq!(fact("try-tenants"), "1");
-    let shown: f64 = fact("try-tier-throttled")
-        .replace(',', "")
-        .parse()
-        .expect("a number");
+    let shown = support::number(&fact("try-tier-throttled"));
     assert!(
         (shown - throttled).abs() <= 1.0,
         "{shown} shown, {throttled}"
@@ -295,10 +292,7 @@ fn budget_preview_in_the_console(port: u16, proposed: f64) {
     let dom = support::browse(&chromium, profile.path(), &page, &["--dump-dom"]);
     let fact = |name: &str| support::fact(&dom, name);
     assert_eq!(fact("try-budget-reached-now"), "not reached");
-    let shown: f64 = fact("try-budget-throttled-proposed")
-        .replace(',', "")
-        .parse()
-        .expect("a number");
+    let shown = support::number(&fact("try-budget-throttled-proposed"));
     assert!(
         (shown - throttled).abs() <= 1.0,
         "{shown} shown, {throttled}"

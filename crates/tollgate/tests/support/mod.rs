@@ -398,3 +398,10 @@ pub fn fact(html: &str, name: &str) -> String {
     let text = &text[text.find('>').expect("tag end") + 1..];
     text[..text.find('<').expect("fact end")].to_owned()
 }
+
+/// A number as a page shows it (`12,345.6`).
+pub fn number(text: &str) -> f64 {
+    text.replace(',', "")
+        .parse()
+        .unwrap_or_else(|_| panic!("a number, not {text:?}"))
+}
